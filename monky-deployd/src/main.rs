@@ -1,0 +1,2 @@
+//! monky-deployd
+fn main() {}
