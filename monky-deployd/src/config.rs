@@ -1,0 +1,434 @@
+//! The agent's configuration file (`/etc/monky-deployd/config.yaml`): keys, defaults, validation.
+//!
+//! The keys and their defaults are those the install kit and the ansible role already write on
+//! real boxes. An unknown key is an error naming the key and its line, because a typo that silently
+//! falls back to a default (the 8081/443 port mix-up) costs a field visit.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use url::Url;
+
+use crate::exit::{Exit, Failure};
+
+/// Where the config lives unless `--config` or `MONKY_DEPLOYD_CONFIG` says otherwise.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/monky-deployd/config.yaml";
+
+/// How the agent reaches tenancy and OpenBao.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    /// The OpenZiti SDK dialling by service name (not available in this build).
+    Sdk,
+    /// `ziti tunnel proxy` listening on loopback; the agent maps the service hosts onto it.
+    #[default]
+    Proxy,
+    /// Plain DNS and TCP, for boxes whose tunneler intercepts names itself.
+    System,
+}
+
+impl TransportKind {
+    /// The name used in the config file and in checkin's host facts.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sdk => "sdk",
+            Self::Proxy => "proxy",
+            Self::System => "system",
+        }
+    }
+}
+
+/// What `down` does with named volumes when tenancy did not ask for a purge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum VolumesOnAbsent {
+    /// Volumes survive a retire (the default).
+    #[default]
+    Keep,
+    /// Volumes are removed on retire (never on prod).
+    Purge,
+}
+
+/// The `tenancy:` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TenancyConfig {
+    /// The mesh service bound by tenancy's agent entrypoint.
+    pub service: String,
+    /// The intercept host name; empty means `service`.
+    pub host: String,
+    /// The service's intercept port (443), not the in-pod listener.
+    pub port: u16,
+    /// `http` inside the mesh: the mesh is the transport security.
+    pub scheme: String,
+    /// Where `ziti tunnel proxy` listens for tenancy (transport `proxy`).
+    pub proxy_addr: String,
+    /// Per-request timeout.
+    pub timeout_s: u64,
+    /// Alias for scheme, host and port together, for hand-written configs.
+    pub base_url: Option<String>,
+}
+
+impl Default for TenancyConfig {
+    fn default() -> Self {
+        Self {
+            service: "monky.tenancy.deploy".into(),
+            host: String::new(),
+            port: 443,
+            scheme: "http".into(),
+            proxy_addr: "127.0.0.1:18443".into(),
+            timeout_s: 30,
+            base_url: None,
+        }
+    }
+}
+
+/// The `bao:` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BaoConfig {
+    /// The mesh service OpenBao is reached through.
+    pub service: String,
+    /// OpenBao's address; its host name is what TLS checks, whatever the transport.
+    pub addr: String,
+    /// PEM file that becomes the only trust root for OpenBao's certificate.
+    pub ca_bundle: Option<PathBuf>,
+    /// The JWT auth mount tenancy's grants log in to.
+    pub auth_mount: String,
+    /// The role on that mount.
+    pub role: String,
+    /// The KV v2 mount holding the env's secrets (tenancy's `vault.mount` wins when it differs).
+    pub kv_mount: String,
+    /// Where `ziti tunnel proxy` listens for OpenBao (transport `proxy`).
+    pub proxy_addr: String,
+    /// Per-request timeout.
+    pub timeout_s: u64,
+    /// Renew the token when its remaining TTL falls below this many seconds.
+    pub renew_below_s: u64,
+    /// The retired AppRole section; present only so its presence can be refused clearly.
+    #[serde(default)]
+    approle: Option<IgnoredAny>,
+}
+
+impl Default for BaoConfig {
+    fn default() -> Self {
+        Self {
+            service: "openbao".into(),
+            addr: "https://bao.cbs.tikali.net:8200".into(),
+            ca_bundle: None,
+            auth_mount: "jwt-tenancy".into(),
+            role: "see-env".into(),
+            kv_mount: "monky".into(),
+            proxy_addr: "127.0.0.1:18200".into(),
+            timeout_s: 30,
+            renew_below_s: 12 * 3600,
+            approle: None,
+        }
+    }
+}
+
+/// The file as written, before defaults that depend on other keys are applied.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    env_id: String,
+    #[serde(default)]
+    site: String,
+    #[serde(default)]
+    transport: TransportKind,
+    #[serde(default)]
+    identity: Option<PathBuf>,
+    #[serde(default)]
+    state_dir: Option<PathBuf>,
+    #[serde(default)]
+    bootstrap_file: Option<PathBuf>,
+    #[serde(default)]
+    interval_s: Option<u64>,
+    #[serde(default)]
+    laptop_mode: bool,
+    #[serde(default)]
+    volumes_on_absent: VolumesOnAbsent,
+    #[serde(default)]
+    prod: Option<bool>,
+    #[serde(default)]
+    healthy_timeout_s: Option<u64>,
+    #[serde(default)]
+    compose_project: Option<String>,
+    #[serde(default)]
+    docker_bin: Option<PathBuf>,
+    #[serde(default)]
+    log_level: Option<String>,
+    #[serde(default)]
+    registry_host: Option<String>,
+    #[serde(default)]
+    disk_factor: Option<f64>,
+    #[serde(default)]
+    disk_headroom_bytes: Option<u64>,
+    #[serde(default)]
+    keep_releases: Option<usize>,
+    #[serde(default)]
+    tenancy: TenancyConfig,
+    #[serde(default)]
+    bao: BaoConfig,
+}
+
+/// The validated configuration the agent runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// The backend environment this box hosts.
+    pub env_id: String,
+    /// The site, reported in checkin.
+    pub site: String,
+    /// How tenancy and OpenBao are reached.
+    pub transport: TransportKind,
+    /// The box's mesh identity file (proxy transport reads it through the tunneler).
+    pub identity: Option<PathBuf>,
+    /// The agent's own state directory.
+    pub state_dir: PathBuf,
+    /// The kit's one-time bootstrap grant.
+    pub bootstrap_file: PathBuf,
+    /// Loop interval until tenancy says otherwise.
+    pub interval: Duration,
+    /// Offline is not an error on a laptop.
+    pub laptop_mode: bool,
+    /// Retire behaviour for volumes.
+    pub volumes_on_absent: VolumesOnAbsent,
+    /// Overrides the bundle's tier when set.
+    pub prod: Option<bool>,
+    /// How long `up` may take to become healthy.
+    pub healthy_timeout: Duration,
+    /// The compose project name.
+    pub compose_project: String,
+    /// The docker CLI.
+    pub docker_bin: PathBuf,
+    /// Default log filter.
+    pub log_level: String,
+    /// Registry for a bare `username:password` pull credential.
+    pub registry_host: String,
+    /// Free space needed = need x factor + headroom.
+    pub disk_factor: f64,
+    /// See `disk_factor`.
+    pub disk_headroom_bytes: u64,
+    /// Releases kept on disk by `--prune`.
+    pub keep_releases: usize,
+    /// The tenancy section.
+    pub tenancy: TenancyConfig,
+    /// The OpenBao section.
+    pub bao: BaoConfig,
+}
+
+/// A mapped destination for the proxy transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mapped(pub SocketAddr);
+
+impl Config {
+    /// Reads and validates the file; every problem is an [`Exit::Config`] failure naming the key.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config {}", path.display()))
+            .map_err(|e| Failure::wrap(Exit::Config, e))?;
+        Self::parse(&text, path).map_err(|e| {
+            Failure::wrap(
+                Exit::Config,
+                e.context(format!("config {} is unusable", path.display())),
+            )
+        })
+    }
+
+    /// Parses config text; `path` is only recorded.
+    pub fn parse(text: &str, path: &Path) -> anyhow::Result<Self> {
+        let raw: RawConfig = serde_saphyr::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        if raw.bao.approle.is_some() {
+            bail!(
+                "bao.approle: AppRole is gone; the agent logs in with tenancy's deploy grant \
+                 (bao.auth_mount/bao.role); delete the approle section"
+            );
+        }
+        if raw.transport == TransportKind::Sdk {
+            bail!(
+                "transport: sdk is not available in this build (no OpenZiti SDK); \
+                 use transport: proxy with monky-deployd-proxy.service, or transport: system"
+            );
+        }
+        let env_id = raw.env_id.trim().to_string();
+        if env_id.is_empty()
+            || !env_id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            bail!("env_id: must be a non-empty name of letters, digits, '-' or '_'");
+        }
+        let mut tenancy = raw.tenancy;
+        if tenancy.host.is_empty() {
+            tenancy.host = tenancy.service.clone();
+        }
+        let disk_factor = raw.disk_factor.unwrap_or(1.5);
+        if !(disk_factor.is_finite() && disk_factor >= 1.0) {
+            bail!("disk_factor: must be a number >= 1.0");
+        }
+        let cfg = Self {
+            path: path.to_path_buf(),
+            site: raw.site,
+            transport: raw.transport,
+            identity: raw.identity,
+            state_dir: raw
+                .state_dir
+                .unwrap_or_else(|| PathBuf::from("/var/lib/monky-deployd")),
+            bootstrap_file: raw
+                .bootstrap_file
+                .unwrap_or_else(|| PathBuf::from("/etc/monky-deployd/bootstrap.jwt")),
+            interval: Duration::from_secs(raw.interval_s.unwrap_or(60).max(1)),
+            laptop_mode: raw.laptop_mode,
+            volumes_on_absent: raw.volumes_on_absent,
+            prod: raw.prod,
+            healthy_timeout: Duration::from_secs(raw.healthy_timeout_s.unwrap_or(300)),
+            compose_project: raw
+                .compose_project
+                .unwrap_or_else(|| format!("monky-{env_id}")),
+            docker_bin: raw.docker_bin.unwrap_or_else(|| PathBuf::from("docker")),
+            log_level: raw.log_level.unwrap_or_else(|| "INFO".into()),
+            registry_host: raw
+                .registry_host
+                .unwrap_or_else(|| "harbor.tikali.net".into()),
+            disk_factor,
+            disk_headroom_bytes: raw.disk_headroom_bytes.unwrap_or(2 << 30),
+            keep_releases: raw.keep_releases.unwrap_or(5).max(1),
+            env_id,
+            tenancy,
+            bao: raw.bao,
+        };
+        cfg.tenancy_url()?;
+        cfg.bao_url()?;
+        cfg.tenancy_mapping()?;
+        cfg.bao_mapping()?;
+        Ok(cfg)
+    }
+
+    /// Tenancy's base URL: `base_url` when given, else scheme://host:port.
+    pub fn tenancy_url(&self) -> anyhow::Result<Url> {
+        let t = &self.tenancy;
+        let text = match &t.base_url {
+            Some(u) => u.clone(),
+            None => format!("{}://{}:{}/", t.scheme, t.host, t.port),
+        };
+        let url = Url::parse(&text).with_context(|| format!("tenancy: bad url {text:?}"))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            bail!("tenancy: url {text:?} must be http(s)://host[:port]");
+        }
+        Ok(url)
+    }
+
+    /// OpenBao's address as a URL.
+    pub fn bao_url(&self) -> anyhow::Result<Url> {
+        let url = Url::parse(&self.bao.addr)
+            .with_context(|| format!("bao.addr: bad url {:?}", self.bao.addr))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            bail!("bao.addr: {:?} must be http(s)://host[:port]", self.bao.addr);
+        }
+        Ok(url)
+    }
+
+    /// Where tenancy's TCP connection really goes, under the proxy transport.
+    pub fn tenancy_mapping(&self) -> anyhow::Result<Option<SocketAddr>> {
+        self.mapping("tenancy.proxy_addr", &self.tenancy.proxy_addr)
+    }
+
+    /// Where OpenBao's TCP connection really goes, under the proxy transport.
+    pub fn bao_mapping(&self) -> anyhow::Result<Option<SocketAddr>> {
+        self.mapping("bao.proxy_addr", &self.bao.proxy_addr)
+    }
+
+    fn mapping(&self, key: &str, value: &str) -> anyhow::Result<Option<SocketAddr>> {
+        match self.transport {
+            TransportKind::Proxy => value
+                .parse()
+                .map(Some)
+                .with_context(|| format!("{key}: {value:?} is not an ip:port address")),
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether the env counts as prod (config wins over the bundle's tier).
+    pub fn is_prod(&self, bundle_says_prod: bool) -> bool {
+        self.prod.unwrap_or(bundle_says_prod)
+    }
+
+    /// The agent's own docker config directory (`DOCKER_CONFIG`), never a human's `$HOME`.
+    pub fn docker_config_dir(&self) -> PathBuf {
+        self.state_dir.join("docker")
+    }
+
+    /// The env's directory holding `releases/` and `current`.
+    pub fn env_dir(&self) -> PathBuf {
+        self.state_dir.join(&self.env_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> anyhow::Result<Config> {
+        Config::parse(text, Path::new("test.yaml"))
+    }
+
+    fn err(text: &str) -> String {
+        format!("{:#}", parse(text).unwrap_err())
+    }
+
+    #[test]
+    fn minimal_config_gets_the_documented_defaults() {
+        let c = parse("env_id: env-qa-02\n").unwrap();
+        assert_eq!(c.tenancy.port, 443);
+        assert_eq!(c.tenancy.host, "monky.tenancy.deploy");
+        assert_eq!(c.tenancy_url().unwrap().as_str(), "http://monky.tenancy.deploy:443/");
+        assert_eq!(c.transport, TransportKind::Proxy);
+        assert_eq!(c.compose_project, "monky-env-qa-02");
+        assert_eq!(c.bao.renew_below_s, 43200);
+        assert_eq!(c.disk_headroom_bytes, 2 << 30);
+        assert_eq!(c.tenancy_mapping().unwrap(), Some("127.0.0.1:18443".parse().unwrap()));
+        assert_eq!(c.state_dir, PathBuf::from("/var/lib/monky-deployd"));
+    }
+
+    #[test]
+    fn unknown_keys_are_named_with_their_line() {
+        let e = err("env_id: e1\ntenancy:\n  prot: 443\n");
+        assert!(e.contains("prot"), "{e}");
+        assert!(e.contains('3'), "line missing: {e}");
+        let e = err("env_id: e1\nintervall_s: 5\n");
+        assert!(e.contains("intervall_s"), "{e}");
+    }
+
+    #[test]
+    fn approle_and_sdk_are_refused_with_the_way_forward() {
+        assert!(err("env_id: e1\nbao:\n  approle:\n    role_id: x\n").contains("AppRole is gone"));
+        assert!(err("env_id: e1\ntransport: sdk\n").contains("transport: proxy"));
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        assert!(err("env_id: ''\n").contains("env_id"));
+        assert!(err("env_id: e1\ntransport: proxy\nbao:\n  proxy_addr: nowhere\n").contains("bao.proxy_addr"));
+        assert!(err("env_id: e1\ndisk_factor: 0.5\n").contains("disk_factor"));
+        assert!(err("env_id: e1\ntenancy:\n  base_url: 'ftp://x'\n").contains("tenancy"));
+    }
+
+    #[test]
+    fn base_url_is_an_alias() {
+        let c = parse("env_id: e1\ntenancy:\n  base_url: http://127.0.0.1:9000\n").unwrap();
+        assert_eq!(c.tenancy_url().unwrap().as_str(), "http://127.0.0.1:9000/");
+    }
+
+    #[test]
+    fn shipped_example_parses() {
+        let text = include_str!("../../packaging/config.example.yaml");
+        let c = parse(text).unwrap();
+        assert_eq!(c.env_id, "env-qa-02");
+    }
+}

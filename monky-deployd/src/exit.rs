@@ -1,0 +1,117 @@
+//! The documented exit statuses and the error that carries one up to `main`.
+//!
+//! Errors travel as `anyhow::Error`; the one place that decides the process status is
+//! [`Exit::of`], which looks for a [`Failure`] in the chain. An error without one is a failure (1).
+
+use std::fmt;
+
+/// The process exit statuses the systemd unit and operators rely on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Exit {
+    /// Converged, heartbeat sent, offline in laptop mode, or another tick holds the lock.
+    Ok,
+    /// A refusal or a failure, reported to tenancy as `failed`.
+    Fail,
+    /// Temporary: the next tick retries (`SuccessExitStatus=75`).
+    Temporary,
+    /// The token is pinned to another env, or the configuration is unusable: never retried.
+    Config,
+}
+
+impl Exit {
+    /// The numeric status.
+    pub fn code(self) -> u8 {
+        match self {
+            Self::Ok => 0,
+            Self::Fail => 1,
+            Self::Temporary => 75,
+            Self::Config => 78,
+        }
+    }
+
+    /// The status an error chain maps to.
+    pub fn of(err: &anyhow::Error) -> Self {
+        err.chain()
+            .find_map(|e| e.downcast_ref::<Failure>())
+            .map_or(Self::Fail, |f| f.exit)
+    }
+}
+
+/// An error with a decided exit status and, for refusals, the code tenancy sees.
+#[derive(Debug)]
+pub struct Failure {
+    /// How the process ends.
+    pub exit: Exit,
+    /// The refusal or failure code (`ENV_INCOMPLETE`, `AGENT_UNAUTHENTICATED`, ...).
+    pub code: Option<String>,
+    /// What happened, names only.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure with a code; `message` should name what is wrong and what to do.
+    pub fn new(exit: Exit, code: impl Into<Option<String>>, message: impl Into<String>) -> Self {
+        Self {
+            exit,
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Marks an existing error chain with an exit status.
+    pub fn wrap(exit: Exit, err: anyhow::Error) -> anyhow::Error {
+        let message = format!("{err:#}");
+        anyhow::Error::new(Self {
+            exit,
+            code: None,
+            message,
+        })
+    }
+
+    /// The code of the first coded failure in a chain.
+    pub fn code_of(err: &anyhow::Error) -> Option<String> {
+        err.chain()
+            .filter_map(|e| e.downcast_ref::<Failure>())
+            .find_map(|f| f.code.clone())
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.code {
+            Some(code) if !self.message.starts_with(code.as_str()) => {
+                write!(f, "{code}: {}", self.message)
+            }
+            _ => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    #[test]
+    fn the_status_comes_from_the_failure_anywhere_in_the_chain() {
+        let e = anyhow::Error::new(Failure::new(Exit::Temporary, None, "tenancy unreachable"))
+            .context("checkin");
+        assert_eq!(Exit::of(&e), Exit::Temporary);
+        assert_eq!(Exit::of(&anyhow::anyhow!("plain")), Exit::Fail);
+        let coded: anyhow::Result<()> = Err(Failure::new(
+            Exit::Fail,
+            Some("ENV_INCOMPLETE".into()),
+            "unresolved: A",
+        )
+        .into());
+        let e = coded.context("apply").unwrap_err();
+        assert_eq!(Failure::code_of(&e).as_deref(), Some("ENV_INCOMPLETE"));
+        assert_eq!(format!("{e:#}"), "apply: ENV_INCOMPLETE: unresolved: A");
+        assert_eq!(
+            [Exit::Ok, Exit::Fail, Exit::Temporary, Exit::Config].map(Exit::code),
+            [0, 1, 75, 78]
+        );
+    }
+}

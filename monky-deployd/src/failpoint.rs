@@ -1,0 +1,20 @@
+//! Crash points for the crash-recovery tests (cargo feature `failpoints`).
+//!
+//! With the feature on, `MONKY_DEPLOYD_FAILPOINT=<name>` makes the process kill itself with
+//! SIGKILL when it reaches `hit(<name>)`, so a test can prove that a crash at that step loses
+//! nothing. Without the feature, `hit` compiles to nothing.
+
+/// Dies here if the failpoint `name` is armed (feature `failpoints` only).
+#[inline]
+pub fn hit(name: &str) {
+    #[cfg(feature = "failpoints")]
+    if std::env::var("MONKY_DEPLOYD_FAILPOINT").is_ok_and(|v| v == name) {
+        // SIGKILL: no destructors, no flush, exactly what a power cut or OOM kill leaves behind.
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &std::process::id().to_string()])
+            .status();
+        std::process::abort();
+    }
+    #[cfg(not(feature = "failpoints"))]
+    let _ = name;
+}

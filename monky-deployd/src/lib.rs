@@ -1,0 +1,48 @@
+//! monky-deployd: the agent that composes the protocol crates into ticks.
+//!
+//! [`run`] is the whole program behind `main`: it reads the config, runs the command and returns
+//! the exit status. A tick ([`tick::run_once`]) takes the state dir's lock, makes sure it holds
+//! an OpenBao token, checks in with tenancy and then heartbeats, retires or applies.
+
+pub mod cli;
+pub mod config;
+pub mod exit;
+mod failpoint;
+mod fsx;
+mod host;
+pub mod logging;
+mod peers;
+pub mod redact;
+mod release;
+mod runloop;
+pub mod state;
+mod status;
+pub mod tick;
+
+use crate::cli::{Cli, Command};
+use crate::config::Config;
+use crate::exit::Exit;
+
+/// The agent's version, reported in checkin.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Runs a parsed command line; the returned status is the process's.
+pub fn run(cli: Cli) -> anyhow::Result<Exit> {
+    let load = || -> anyhow::Result<Config> {
+        let cfg = Config::load(&cli.config)?;
+        logging::init(&cfg.log_level);
+        Ok(cfg)
+    };
+    match cli.command {
+        Command::Version => {
+            println!("monky-deployd {VERSION}");
+            Ok(Exit::Ok)
+        }
+        Command::Run { once: true, prune } => {
+            Ok(tick::run_once(&load()?, tick::TickOptions { prune }).exit)
+        }
+        Command::Run { once: false, prune } => runloop::run(&load()?, tick::TickOptions { prune }),
+        Command::Status { json } => status::show(&load()?, json),
+        Command::Bootstrap { force } => tick::bootstrap_command(&load()?, force),
+    }
+}

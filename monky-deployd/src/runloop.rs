@@ -1,0 +1,83 @@
+//! `run` without `--once`: ticks in a loop for boxes without the timer (laptops).
+//!
+//! The pace is tenancy's `checkin_interval_s` (config `interval_s` until it says one). A temporary
+//! failure backs off exponentially with jitter, never faster than the interval, and honours
+//! Retry-After. 78 ends the loop. SIGTERM and SIGINT let the current tick finish, then exit 0.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rand::Rng;
+use tracing::info;
+
+use crate::config::Config;
+use crate::exit::Exit;
+use crate::tick::{self, TickOptions};
+
+/// The longest a backoff grows.
+const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
+
+/// Loops until a signal or an unrecoverable status.
+pub fn run(cfg: &Config, opts: TickOptions) -> anyhow::Result<Exit> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).context("cannot install signal handler")?;
+    }
+    let mut failures = 0u32;
+    loop {
+        let outcome = tick::run_once(cfg, opts);
+        if outcome.exit == Exit::Config {
+            info!("exit 78: not retrying");
+            return Ok(Exit::Config);
+        }
+        let interval = outcome.interval.unwrap_or(cfg.interval).max(Duration::from_secs(1));
+        failures = if outcome.exit == Exit::Temporary { failures + 1 } else { 0 };
+        let wait = next_wait(interval, failures, outcome.retry_after, rand::rng().random_range(0.0..1.0));
+        if stop.load(Ordering::Relaxed) {
+            return Ok(Exit::Ok);
+        }
+        if failures > 0 {
+            info!("temporary failure #{failures}; next tick in {}s", wait.as_secs());
+        }
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            if stop.load(Ordering::Relaxed) {
+                info!("signal received; stopping");
+                return Ok(Exit::Ok);
+            }
+            std::thread::sleep(Duration::from_millis(100).min(until - Instant::now()));
+        }
+    }
+}
+
+/// The wait before the next tick: the interval when healthy; after `failures` temporary failures,
+/// interval x 2^(failures-1) plus up to half again of jitter, capped, and at least Retry-After.
+pub fn next_wait(interval: Duration, failures: u32, retry_after: Option<Duration>, jitter: f64) -> Duration {
+    if failures == 0 {
+        return interval;
+    }
+    let base = interval
+        .saturating_mul(1u32 << (failures - 1).min(16))
+        .min(MAX_BACKOFF.max(interval));
+    let jittered = base + base.mul_f64(jitter.clamp(0.0, 1.0) / 2.0);
+    jittered.max(retry_after.unwrap_or_default()).max(interval)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_never_undercuts_the_interval_and_honours_retry_after() {
+        let s = Duration::from_secs;
+        assert_eq!(next_wait(s(60), 0, None, 0.9), s(60));
+        assert_eq!(next_wait(s(60), 1, None, 0.0), s(60));
+        assert_eq!(next_wait(s(60), 2, None, 0.0), s(120));
+        assert_eq!(next_wait(s(60), 3, None, 1.0), s(360));
+        assert_eq!(next_wait(s(60), 30, None, 0.0), MAX_BACKOFF);
+        assert_eq!(next_wait(s(60), 1, Some(s(600)), 0.0), s(600));
+        assert_eq!(next_wait(s(3600), 5, None, 0.0), s(3600));
+    }
+}

@@ -1,0 +1,168 @@
+//! `state.json`: what the agent remembers between ticks. Never holds a secret.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::fsx;
+
+/// The state file's format version; another version is moved aside, not guessed at.
+pub const STATE_VERSION: u32 = 1;
+
+/// Where the OpenBao token came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenSource {
+    /// Minted from the kit's bootstrap grant.
+    Bootstrap,
+    /// Minted from a lease.
+    Lease,
+}
+
+/// What is known about the token in `bao.token` (never the token itself).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenState {
+    /// Bootstrap or lease.
+    pub source: TokenSource,
+    /// When it was minted (unix seconds).
+    pub obtained_at: u64,
+    /// When it expires unless renewed (unix seconds).
+    pub expires_at: u64,
+}
+
+/// A container as last seen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeenContainer {
+    /// Container name.
+    pub name: String,
+    /// `running`, `exited`, ...
+    pub state: String,
+    /// `healthy`, `unhealthy`, `starting`, or none without a healthcheck.
+    pub health: Option<String>,
+}
+
+/// The persisted state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct State {
+    /// Format version.
+    pub version: u32,
+    /// The env this state belongs to.
+    pub env_id: String,
+    /// The sha that is running and was last healthy.
+    pub applied_sha: Option<String>,
+    /// What tenancy last asked for.
+    pub desired_sha: Option<String>,
+    /// Every sha applied, oldest first (rollback checks).
+    pub applied_history: Vec<String>,
+    /// Last successful checkin (unix seconds).
+    pub last_checkin: Option<u64>,
+    /// Last report sent (unix seconds).
+    pub last_report: Option<u64>,
+    /// `applied`, `failed`, `down`, or `refused`.
+    pub last_result: Option<String>,
+    /// `CODE: names` of the last failure, redacted.
+    pub last_error: Option<String>,
+    /// Token facts.
+    pub token: Option<TokenState>,
+    /// Containers as last seen.
+    pub containers: Vec<SeenContainer>,
+    /// Tenancy's checkin interval.
+    pub checkin_interval_s: Option<u64>,
+    /// The KV mount tenancy named, when it differs from config.
+    pub kv_mount: Option<String>,
+    /// Whether the running release is prod (its bundle's tier), for retire without a bundle.
+    pub applied_prod: Option<bool>,
+    /// The compose version last seen (a heartbeat spawns no process to learn it again).
+    pub compose_version: Option<String>,
+}
+
+/// Seconds since the epoch.
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The state file inside a state dir.
+pub fn path(state_dir: &Path) -> PathBuf {
+    state_dir.join("state.json")
+}
+
+impl State {
+    /// Loads the state; a corrupt or foreign file is moved aside and a clean state returned,
+    /// with a note saying where the old file went.
+    pub fn load(state_dir: &Path, env_id: &str) -> anyhow::Result<(Self, Option<String>)> {
+        let p = path(state_dir);
+        let fresh = Self {
+            version: STATE_VERSION,
+            env_id: env_id.to_string(),
+            ..Self::default()
+        };
+        let bytes = match std::fs::read(&p) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((fresh, None)),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", p.display())),
+        };
+        let problem = match serde_json::from_slice::<Self>(&bytes) {
+            Ok(s) if s.version == STATE_VERSION && s.env_id == env_id => return Ok((s, None)),
+            Ok(s) if s.version != STATE_VERSION => format!("unknown version {}", s.version),
+            Ok(s) => format!("it belongs to env {:?}", s.env_id),
+            Err(e) => format!("it does not parse ({e})"),
+        };
+        let aside = state_dir.join(format!("state.json.bad.{}", now()));
+        std::fs::rename(&p, &aside)
+            .with_context(|| format!("cannot move {} aside", p.display()))?;
+        Ok((
+            fresh,
+            Some(format!(
+                "state.json set aside as {} because {problem}; starting clean",
+                aside.display()
+            )),
+        ))
+    }
+
+    /// Saves atomically (0600).
+    pub fn save(&self, state_dir: &Path) -> anyhow::Result<()> {
+        let mut bytes = serde_json::to_vec_pretty(self).context("cannot encode state")?;
+        bytes.push(b'\n');
+        fsx::atomic_write(&path(state_dir), &bytes, 0o600)
+    }
+
+    /// Records a sha as applied (and healthy).
+    pub fn mark_applied(&mut self, sha: &str) {
+        self.applied_sha = Some(sha.to_string());
+        self.applied_history.retain(|s| s != sha);
+        self.applied_history.push(sha.to_string());
+        let excess = self.applied_history.len().saturating_sub(50);
+        self.applied_history.drain(..excess);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_corrupt_files_are_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, note) = State::load(dir.path(), "e1").unwrap();
+        assert!(note.is_none());
+        s.mark_applied("aaa");
+        s.mark_applied("bbb");
+        s.mark_applied("aaa");
+        assert_eq!(s.applied_history, ["bbb", "aaa"]);
+        s.save(dir.path()).unwrap();
+        assert_eq!(State::load(dir.path(), "e1").unwrap().0, s);
+
+        for bad in [&b"{not json"[..], br#"{"version": 9, "env_id": "e1"}"#, br#"{"version": 1, "env_id": "e2"}"#] {
+            std::fs::write(path(dir.path()), bad).unwrap();
+            let (s, note) = State::load(dir.path(), "e1").unwrap();
+            assert_eq!(s.applied_sha, None);
+            assert!(note.unwrap().contains("set aside"));
+            assert!(!path(dir.path()).exists());
+        }
+    }
+}

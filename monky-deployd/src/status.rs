@@ -1,0 +1,97 @@
+//! `monky-deployd status [--json]`: what the box holds, from local state and the docker socket.
+//! No tenancy or OpenBao request is made.
+
+use serde_json::json;
+
+use crate::config::Config;
+use crate::exit::Exit;
+use crate::redact::redact;
+use crate::state::{self, State, TokenState};
+
+/// Prints the status; exits 0 when it could be read.
+pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
+    let st = match std::fs::read(state::path(&cfg.state_dir)) {
+        Ok(bytes) => serde_json::from_slice::<State>(&bytes).unwrap_or_default(),
+        Err(_) => State::default(),
+    };
+    let token_present = cfg.state_dir.join("bao.token").exists();
+    let containers = match monky_compose::Engine::from_env().containers(&cfg.compose_project) {
+        Ok(cs) => cs
+            .into_iter()
+            .map(|c| json!({"name": c.name, "state": c.state, "health": c.health}))
+            .collect(),
+        Err(_) => st
+            .containers
+            .iter()
+            .map(|c| json!({"name": c.name, "state": c.state, "health": c.health, "stale": true}))
+            .collect::<Vec<_>>(),
+    };
+    let token = token_json(token_present, st.token.as_ref());
+    let doc = json!({
+        "env_id": cfg.env_id,
+        "applied_sha": st.applied_sha,
+        "desired_sha": st.desired_sha,
+        "converged": st.applied_sha.is_some() && st.applied_sha == st.desired_sha,
+        "token": token,
+        "last_checkin": st.last_checkin.map(rfc3339),
+        "last_report": st.last_report.map(rfc3339),
+        "last_result": st.last_result,
+        "last_error": st.last_error,
+        "containers": containers,
+        "transport": cfg.transport.as_str(),
+    });
+    if as_json {
+        println!("{}", redact(&serde_json::to_string_pretty(&doc)?));
+        return Ok(Exit::Ok);
+    }
+    let line = |k: &str, v: &serde_json::Value| {
+        let v = match v {
+            serde_json::Value::Null => "-".to_string(),
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        println!("{k:<14} {}", redact(&v));
+    };
+    for k in ["env_id", "applied_sha", "desired_sha", "converged", "last_checkin", "last_report", "last_result", "last_error"] {
+        line(k, &doc[k]);
+    }
+    let t = &doc["token"];
+    println!(
+        "{:<14} {}",
+        "token",
+        if t["present"] == true {
+            format!(
+                "present ({}, expires {})",
+                t["source"].as_str().unwrap_or("unknown source"),
+                t["expires_at"].as_str().unwrap_or("unknown")
+            )
+        } else {
+            "absent".to_string()
+        }
+    );
+    println!("containers:");
+    for c in doc["containers"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<32} {:<10} {}",
+            c["name"].as_str().unwrap_or("?"),
+            c["state"].as_str().unwrap_or("?"),
+            c["health"].as_str().unwrap_or("-")
+        );
+    }
+    Ok(Exit::Ok)
+}
+
+fn token_json(present: bool, t: Option<&TokenState>) -> serde_json::Value {
+    json!({
+        "present": present,
+        "source": t.map(|t| t.source),
+        "obtained_at": t.map(|t| rfc3339(t.obtained_at)),
+        "expires_at": t.map(|t| rfc3339(t.expires_at)),
+    })
+}
+
+/// A unix time as RFC 3339 (UTC, seconds).
+pub fn rfc3339(secs: u64) -> String {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+        .to_string()
+}

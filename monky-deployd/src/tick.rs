@@ -1,0 +1,816 @@
+//! One tick: lock, token, checkin, then heartbeat, retire or apply, report, upkeep, save.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use monky_agent_proto as proto;
+use monky_bao_client as bao;
+use monky_bundle as bundle;
+use monky_compose as compose;
+use proto::{Action, ReportResult};
+use secrecy::{ExposeSecret, SecretString};
+use tracing::{info, warn};
+
+use crate::config::{Config, VolumesOnAbsent};
+use crate::exit::{Exit, Failure};
+use crate::state::{self, SeenContainer, State, TokenSource, TokenState};
+use crate::{failpoint, fsx, host, logging, peers, redact, release};
+
+/// Re-lease when the token is older than its max TTL (30 d) less two days.
+const RELEASE_AFTER: Duration = Duration::from_secs(28 * 24 * 3600);
+
+/// How a tick was asked to run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TickOptions {
+    /// Drop old releases and prune images after a successful apply.
+    pub prune: bool,
+}
+
+/// What a tick ended with, for the loop's pacing.
+#[derive(Debug)]
+pub struct TickOutcome {
+    /// The process status this tick maps to.
+    pub exit: Exit,
+    /// Tenancy's checkin interval, when it said one.
+    pub interval: Option<Duration>,
+    /// Retry-After from a 429.
+    pub retry_after: Option<Duration>,
+}
+
+/// Runs one tick and maps its result to an exit status; errors are logged, redacted, here.
+pub fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
+    logging::start_capture();
+    let mut retry_after = None;
+    let mut interval = None;
+    let exit = match tick(cfg, opts, &mut interval) {
+        Ok(exit) => exit,
+        Err(e) => {
+            retry_after = e
+                .chain()
+                .find_map(|c| c.downcast_ref::<proto::Error>())
+                .and_then(proto::Error::retry_after);
+            let exit = Exit::of(&e);
+            if exit == Exit::Temporary && cfg.laptop_mode {
+                info!("offline (laptop mode): {}", redact::redact(&first_line(&e)));
+                Exit::Ok
+            } else {
+                tracing::error!("{}", redact::redact(&format!("{e:#}")));
+                exit
+            }
+        }
+    };
+    TickOutcome {
+        exit,
+        interval,
+        retry_after,
+    }
+}
+
+fn first_line(e: &anyhow::Error) -> String {
+    e.chain().last().map(ToString::to_string).unwrap_or_default()
+}
+
+fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> anyhow::Result<Exit> {
+    fsx::private_dir(&cfg.state_dir, 0o700)?;
+    let Some(_lock) = lock(&cfg.state_dir)? else {
+        info!("another tick holds the lock; nothing to do");
+        return Ok(Exit::Ok);
+    };
+    let (state, note) = State::load(&cfg.state_dir, &cfg.env_id)?;
+    if let Some(note) = note {
+        warn!("{note}");
+    }
+    let mut agent = Agent::new(cfg, state, opts)?;
+    let result = agent.converge();
+    *interval = agent.state.checkin_interval_s.map(Duration::from_secs);
+    agent.finish(result.as_ref().err());
+    result
+}
+
+/// Takes the state dir's lock; `None` when another tick holds it.
+fn lock(state_dir: &Path) -> anyhow::Result<Option<File>> {
+    let p = state_dir.join("lock");
+    let f = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&p)
+        .with_context(|| format!("cannot open {}", p.display()))?;
+    match f.try_lock() {
+        Ok(()) => Ok(Some(f)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {}", p.display()))
+        }
+    }
+}
+
+/// The agent during one tick.
+pub(crate) struct Agent<'a> {
+    pub(crate) cfg: &'a Config,
+    pub(crate) state: State,
+    opts: TickOptions,
+    tenancy: proto::Client,
+    bao: bao::BaoClient,
+    docker: compose::Docker,
+    engine: compose::Engine,
+    token: Option<bao::Token>,
+}
+
+impl<'a> Agent<'a> {
+    pub(crate) fn new(cfg: &'a Config, state: State, opts: TickOptions) -> anyhow::Result<Self> {
+        let docker = compose::Docker::builder(cfg.docker_bin.clone())
+            .docker_config(cfg.docker_config_dir())
+            .build()
+            .context("docker")?;
+        Ok(Self {
+            tenancy: peers::tenancy(cfg)?,
+            bao: peers::openbao(cfg)?,
+            engine: compose::Engine::from_env(),
+            docker,
+            cfg,
+            state,
+            opts,
+            token: None,
+        })
+    }
+
+    fn token_path(&self) -> PathBuf {
+        self.cfg.state_dir.join("bao.token")
+    }
+
+    // ---- token ------------------------------------------------------------------------------
+
+    /// Loads the stored token, or bootstraps one from the kit's grant.
+    pub(crate) fn ensure_token(&mut self) -> anyhow::Result<()> {
+        if self.token.is_some() {
+            return Ok(());
+        }
+        match std::fs::read_to_string(self.token_path()) {
+            Ok(text) if !text.trim().is_empty() => {
+                redact::register(text.trim());
+                self.token = Some(bao::Token::new(text.trim().to_string()));
+                return Ok(());
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot read {}", self.token_path().display()));
+            }
+        }
+        self.bootstrap()
+    }
+
+    /// Logs in with the bootstrap grant, stores the token and deletes the grant.
+    pub(crate) fn bootstrap(&mut self) -> anyhow::Result<()> {
+        let grant_path = &self.cfg.bootstrap_file;
+        let grant = match std::fs::read_to_string(grant_path) {
+            Ok(g) if !g.trim().is_empty() => SecretString::from(g.trim().to_string()),
+            _ => {
+                return Err(Failure::new(
+                    Exit::Fail,
+                    Some("NO_CREDENTIALS".into()),
+                    format!(
+                        "no OpenBao token and no bootstrap grant at {}: re-run the install kit",
+                        grant_path.display()
+                    ),
+                )
+                .into());
+            }
+        };
+        redact::register(grant.expose_secret());
+        info!("bootstrapping: logging in to OpenBao with the kit's grant");
+        let login = self
+            .bao
+            .login_jwt(&self.cfg.bao.auth_mount, &self.cfg.bao.role, &grant)
+            .map_err(|e| {
+                let temporary = e.kind() == bao::ErrorKind::Temporary;
+                let f = peers::bao_failure("bootstrap login", e);
+                if temporary {
+                    f
+                } else {
+                    f.context("the bootstrap grant was refused: re-run the install kit")
+                }
+            })?;
+        self.install_token(login.token, TokenSource::Bootstrap, login.ttl)?;
+        match std::fs::remove_file(grant_path) {
+            Ok(()) => info!("bootstrap grant consumed and deleted"),
+            Err(e) => warn!("cannot delete {}: {e}", grant_path.display()),
+        }
+        Ok(())
+    }
+
+    /// Stores a new token (0600, atomically) and its facts; revokes the one it replaces.
+    fn install_token(
+        &mut self,
+        token: bao::Token,
+        source: TokenSource,
+        ttl: Duration,
+    ) -> anyhow::Result<()> {
+        redact::register(token.expose_secret());
+        fsx::atomic_write(&self.token_path(), token.expose_secret().as_bytes(), 0o600)?;
+        let now = state::now();
+        self.state.token = Some(TokenState {
+            source,
+            obtained_at: now,
+            expires_at: now + ttl.as_secs(),
+        });
+        if let Some(old) = self.token.replace(token) {
+            if old.expose_secret() != self.token.as_ref().map_or("", |t| t.expose_secret()) {
+                if let Err(e) = self.bao.revoke_self(&old) {
+                    warn!("could not revoke the previous token: {e}");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn bearer(&self) -> anyhow::Result<SecretString> {
+        self.token
+            .as_ref()
+            .map(|t| SecretString::from(t.expose_secret().to_string()))
+            .context("no token")
+    }
+
+    fn forget_token(&mut self) {
+        self.token = None;
+        self.state.token = None;
+        let _ = std::fs::remove_file(self.token_path());
+    }
+
+    /// Leases a grant, logs in with it, and makes the new token the bearer.
+    fn lease_login(&mut self, reason: &str) -> anyhow::Result<()> {
+        let req = proto::LeaseRequest {
+            env_id: self.cfg.env_id.clone(),
+            reason: reason.to_string(),
+        };
+        let lease = self
+            .tenancy
+            .lease(&self.bearer()?, &req)
+            .map_err(|e| peers::tenancy_failure("lease", e))?;
+        redact::register(lease.login_jwt.expose_secret());
+        let login = self
+            .bao
+            .login_jwt(&lease.mount, &lease.role, &lease.login_jwt)
+            .map_err(|e| peers::bao_failure("lease login", e))?;
+        info!("leased a deploy grant ({reason}); new OpenBao token in place");
+        self.install_token(login.token, TokenSource::Lease, login.ttl)
+    }
+
+    /// The token to read secrets with: a valid lease token is reused, a bootstrap token is
+    /// swapped for a lease once, and a rate-limited lease does not stop a deploy that already
+    /// holds a working token.
+    fn token_for_apply(&mut self) -> anyhow::Result<()> {
+        if let (Some(tok), Some(TokenState { source: TokenSource::Lease, .. })) =
+            (&self.token, &self.state.token)
+        {
+            match self.bao.lookup_self(tok) {
+                Ok(info) if info.ttl.as_secs() > self.cfg.bao.renew_below_s => return Ok(()),
+                Ok(_) => info!("lease token is close to expiry; leasing a new one"),
+                Err(e) if e.kind() == bao::ErrorKind::Temporary => {
+                    return Err(peers::bao_failure("token lookup", e));
+                }
+                Err(e) => info!("lease token no longer valid ({e}); leasing a new one"),
+            }
+        }
+        match self.lease_login("apply") {
+            Ok(()) => Ok(()),
+            Err(e) if is_rate_limited(&e) && self.token.is_some() => {
+                warn!("lease rate-limited; applying with the current token, swap deferred");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Renews or re-leases the token when due; runs at the end of every tick that has one.
+    fn upkeep(&mut self) -> anyhow::Result<()> {
+        let (Some(tok), Some(ts)) = (&self.token, self.state.token.clone()) else {
+            return Ok(());
+        };
+        let now = state::now();
+        if now.saturating_sub(ts.obtained_at) > RELEASE_AFTER.as_secs() {
+            info!("token is close to its max TTL; re-leasing");
+            return self.lease_login("renew");
+        }
+        if ts.expires_at.saturating_sub(now) < self.cfg.bao.renew_below_s {
+            let renewal = self
+                .bao
+                .renew_self(tok, None)
+                .map_err(|e| peers::bao_failure("token renew", e))?;
+            for w in &renewal.warnings {
+                warn!("renew: {w}");
+            }
+            info!("token renewed (ttl {}s)", renewal.ttl.as_secs());
+            if let Some(t) = self.state.token.as_mut() {
+                t.expires_at = now + renewal.ttl.as_secs();
+            }
+        }
+        Ok(())
+    }
+
+    // ---- checkin ----------------------------------------------------------------------------
+
+    fn containers(&self) -> Vec<SeenContainer> {
+        match self.engine.containers(&self.cfg.compose_project) {
+            Ok(cs) => cs
+                .into_iter()
+                .map(|c| SeenContainer {
+                    name: c.name,
+                    state: c.state,
+                    health: c.health,
+                })
+                .collect(),
+            Err(e) => {
+                warn!("cannot list containers: {e}");
+                Vec::new()
+            }
+        }
+    }
+
+    fn wire_containers(&self) -> Vec<proto::ContainerStatus> {
+        self.state
+            .containers
+            .iter()
+            .map(|c| proto::ContainerStatus {
+                name: c.name.clone(),
+                state: c.state.clone(),
+                health: c.health.clone(),
+            })
+            .collect()
+    }
+
+    fn checkin_request(&mut self) -> proto::CheckinRequest {
+        self.state.containers = self.containers();
+        let facts = self.engine.info().ok();
+        proto::CheckinRequest {
+            env_id: self.cfg.env_id.clone(),
+            agent_version: crate::VERSION.to_string(),
+            applied_sha: self.state.applied_sha.clone(),
+            host: proto::HostFacts {
+                hostname: host::hostname(),
+                os: host::os(),
+                kernel: host::kernel(),
+                docker: facts.as_ref().map(|f| f.server_version.clone()),
+                compose: self.state.compose_version.clone(),
+                free_bytes: facts.as_ref().and_then(|f| f.free_bytes),
+                agent_version: crate::VERSION.to_string(),
+                transport: self.cfg.transport.as_str().to_string(),
+                site: self.cfg.site.clone(),
+                laptop_mode: self.cfg.laptop_mode,
+            },
+            containers: self.wire_containers(),
+        }
+    }
+
+    /// Checks in; a superseded token is dropped and, with a fresh grant on disk, replaced.
+    fn checkin(&mut self) -> anyhow::Result<proto::CheckinResponse> {
+        let req = self.checkin_request();
+        match self.tenancy.checkin(&self.bearer()?, &req) {
+            Ok(r) => Ok(r),
+            Err(e) if e.kind() == proto::ErrorKind::Unauthenticated => {
+                warn!("tenancy refused the token ({e}); deleting it");
+                self.forget_token();
+                if !self.cfg.bootstrap_file.exists() {
+                    return Err(Failure::new(
+                        Exit::Fail,
+                        Some("AGENT_UNAUTHENTICATED".into()),
+                        "the token was superseded or revoked and no bootstrap grant is on disk: \
+                         re-run the install kit",
+                    )
+                    .into());
+                }
+                self.bootstrap()?;
+                self.tenancy
+                    .checkin(&self.bearer()?, &req)
+                    .map_err(|e| peers::tenancy_failure("checkin after re-bootstrap", e))
+            }
+            Err(e) => Err(peers::tenancy_failure("checkin", e)),
+        }
+    }
+
+    /// The whole tick after the lock: token, checkin, action.
+    fn converge(&mut self) -> anyhow::Result<Exit> {
+        self.ensure_token()?;
+        let resp = self.checkin()?;
+        self.state.last_checkin = Some(state::now());
+        self.state.desired_sha.clone_from(&resp.desired_sha);
+        self.state.checkin_interval_s = resp.checkin_interval_s;
+        if let Some(mount) = resp.vault.as_ref().and_then(|v| v.mount.clone()) {
+            if mount != self.cfg.bao.kv_mount && self.state.kv_mount.as_deref() != Some(&mount) {
+                info!("adopting KV mount {mount:?} from tenancy (config says {:?})", self.cfg.bao.kv_mount);
+            }
+            self.state.kv_mount = (mount != self.cfg.bao.kv_mount).then_some(mount);
+        }
+        info!(
+            "checkin: action={} desired={} applied={}",
+            action_name(resp.action),
+            short(resp.desired_sha.as_deref()),
+            short(self.state.applied_sha.as_deref())
+        );
+        match resp.action {
+            Action::None => self.heartbeat(),
+            Action::Down => self.retire(resp.purge_volumes),
+            Action::Apply => {
+                let sha = resp.desired_sha.clone().ok_or_else(|| {
+                    Failure::new(Exit::Fail, Some("CHECKIN_INVALID".into()), "action apply without desired_sha")
+                })?;
+                let url = resp
+                    .bundle_url
+                    .clone()
+                    .unwrap_or_else(|| format!("/v1/agent/bundle/{}/{sha}", self.cfg.env_id));
+                match self.apply(&sha, &url) {
+                    Ok(exit) => Ok(exit),
+                    Err(e) => {
+                        self.report_failure(Some(&sha), &e, None);
+                        Err(e)
+                    }
+                }
+            }
+        }
+    }
+
+    // ---- none / down ------------------------------------------------------------------------
+
+    fn heartbeat(&mut self) -> anyhow::Result<Exit> {
+        let bad: Vec<String> = self
+            .state
+            .containers
+            .iter()
+            .filter(|c| !container_ok(c))
+            .map(|c| format!("{} ({})", c.name, c.health.as_deref().unwrap_or(&c.state)))
+            .collect();
+        let missing = self.state.containers.is_empty() && self.state.applied_sha.is_some();
+        let sha = self.state.applied_sha.clone();
+        if bad.is_empty() && !missing {
+            info!("heartbeat: {} container(s) healthy", self.state.containers.len());
+            self.report(ReportResult::Applied, sha.as_deref(), None, None)?;
+            self.state.last_result = Some("applied".into());
+            self.state.last_error = None;
+            return Ok(Exit::Ok);
+        }
+        let detail = if missing {
+            "NOT_RUNNING: no container of the project is running".to_string()
+        } else {
+            format!("UNHEALTHY: {}", bad.join(", "))
+        };
+        warn!("heartbeat: {detail}");
+        self.report(ReportResult::Failed, sha.as_deref(), Some(&detail), None)?;
+        self.state.last_result = Some("failed".into());
+        self.state.last_error = Some(detail);
+        Ok(Exit::Fail)
+    }
+
+    fn retire(&mut self, purge_requested: bool) -> anyhow::Result<Exit> {
+        let prod = self.cfg.is_prod(self.state.applied_prod.unwrap_or(false));
+        let wanted = purge_requested || self.cfg.volumes_on_absent == VolumesOnAbsent::Purge;
+        let volumes = wanted && !prod;
+        if wanted && prod {
+            warn!("volume purge requested on a prod env: refused, volumes kept");
+        }
+        let current = release::current_dir(self.cfg);
+        if let Some(rel) = release::Release::open(&current) {
+            info!("compose down --remove-orphans{}", if volumes { " -v" } else { "" });
+            rel.compose(&self.docker, self.cfg)
+                .down(volumes)
+                .map_err(|e| Failure::new(Exit::Fail, Some("COMPOSE_DOWN_FAILED".into()), e.to_string()))?;
+        } else {
+            info!("nothing deployed; reporting down");
+        }
+        let sha = self.state.applied_sha.take();
+        release::clear_current(self.cfg)?;
+        self.state.containers = self.containers();
+        self.report(ReportResult::Down, sha.as_deref(), None, None)?;
+        self.state.last_result = Some("down".into());
+        self.state.last_error = None;
+        Ok(Exit::Ok)
+    }
+
+    // ---- apply ------------------------------------------------------------------------------
+
+    fn kv_mount(&self) -> String {
+        self.state
+            .kv_mount
+            .clone()
+            .unwrap_or_else(|| self.cfg.bao.kv_mount.clone())
+    }
+
+    fn apply(&mut self, sha: &str, url: &str) -> anyhow::Result<Exit> {
+        let dl = self
+            .tenancy
+            .bundle(&self.bearer()?, url)
+            .map_err(|e| peers::tenancy_failure("bundle", e))?;
+        let b = bundle::Bundle::parse(&dl.bytes, &bundle::Limits::default()).map_err(refusal)?;
+        b.check_sha(sha).map_err(refusal)?;
+        if let Some(h) = dl.header_sha.as_deref().filter(|h| *h != b.sha()) {
+            warn!("bundle header sha {} disagrees with its content {}", short(Some(h)), short(Some(b.sha())));
+        }
+        failpoint::hit("after-fetch");
+        let paths = self.refusal_checks(&b, sha)?;
+
+        // Secrets: names are logged, values never.
+        let manifest = b.manifest();
+        let mut values: BTreeMap<String, SecretString> = BTreeMap::new();
+        if !manifest.entries.is_empty() {
+            self.token_for_apply()?;
+            let token = self.token.as_ref().context("no token")?;
+            for (entry, path) in manifest.entries.iter().zip(&paths) {
+                let v = self
+                    .bao
+                    .read_kv(token, path, entry.version)
+                    .map_err(|e| peers::bao_failure(&format!("read {}", entry.var), e))?;
+                redact::register(v.expose_secret());
+                if entry.use_.as_deref() == Some("registry-auth") {
+                    self.write_registry_auth(&v);
+                } else {
+                    values.insert(entry.var.clone(), v);
+                }
+            }
+            info!(
+                "read {} secret(s): {}",
+                values.len(),
+                values.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+        }
+        let env_text = bundle::render_env(b.env_template(), &values);
+        drop(values);
+
+        let staged = release::stage(self.cfg, &b, &env_text)?;
+        failpoint::hit("after-staging");
+        if !self.bundle_allows_privileged(&b) {
+            let model = staged
+                .compose(&self.docker, self.cfg)
+                .config_json()
+                .map_err(|e| Failure::new(Exit::Fail, Some("COMPOSE_CONFIG_FAILED".into()), e.to_string()))?;
+            bundle::check_privileged(&model.to_string(), &|_| None).map_err(refusal)?;
+        }
+        let rel = release::promote(self.cfg, staged, sha)?;
+        failpoint::hit("after-swap");
+        self.state.applied_prod = Some(b.meta().is_prod());
+        self.state.compose_version = self.docker.compose_version().ok();
+        let project = rel.compose(&self.docker, self.cfg);
+        info!("compose pull");
+        if let Err(e) = project.pull() {
+            return Err(Failure::new(Exit::Fail, Some("COMPOSE_PULL_FAILED".into()), e.to_string()).into());
+        }
+        info!("compose up -d --remove-orphans");
+        failpoint::hit("before-up");
+        let up = project.up(Some(self.cfg.healthy_timeout));
+        failpoint::hit("after-up");
+        self.state.containers = self.containers();
+        let bad: Vec<String> = self
+            .state
+            .containers
+            .iter()
+            .filter(|c| !container_ok(c))
+            .map(|c| format!("{} ({})", c.name, c.health.as_deref().unwrap_or(&c.state)))
+            .collect();
+        if up.is_err() || !bad.is_empty() {
+            let logs = project.logs_tail(200).unwrap_or_default();
+            let detail = match (&up, bad.is_empty()) {
+                (Err(e), true) => format!("COMPOSE_UP_FAILED: {e}"),
+                _ => format!("UNHEALTHY: {}", bad.join(", ")),
+            };
+            warn!("apply of {} failed: {detail}", short(Some(sha)));
+            let e = anyhow::Error::new(Failure::new(Exit::Fail, None, detail.clone()));
+            self.report_failure(Some(sha), &e, Some(&logs));
+            return Err(e.context(ReportedMarker));
+        }
+        self.state.mark_applied(sha);
+        self.state.last_result = Some("applied".into());
+        self.state.last_error = None;
+        info!("applied {} ({} container(s) healthy)", short(Some(sha)), self.state.containers.len());
+        self.report(ReportResult::Applied, Some(sha), None, None)?;
+        if self.opts.prune {
+            release::prune(self.cfg, self.cfg.keep_releases);
+            if let Err(e) = self.docker.image_prune() {
+                warn!("image prune failed: {e}");
+            }
+        }
+        Ok(Exit::Ok)
+    }
+
+    fn bundle_allows_privileged(&self, b: &bundle::Bundle) -> bool {
+        b.meta().allow_privileged
+    }
+
+    /// Every refusal an apply can meet before any lease or secret read; returns the KV paths.
+    fn refusal_checks(&self, b: &bundle::Bundle, sha: &str) -> anyhow::Result<Vec<bao::KvPath>> {
+        let manifest = b.manifest();
+        let mount = self.kv_mount();
+        let mut paths = Vec::new();
+        let mut outside = Vec::new();
+        for e in &manifest.entries {
+            match bao::KvPath::parse(&e.path, &mount, &self.cfg.env_id) {
+                Ok(p) => paths.push(p),
+                Err(_) => outside.push(e.var.clone()),
+            }
+        }
+        if !outside.is_empty() {
+            return Err(Failure::new(
+                Exit::Fail,
+                Some("MANIFEST_PATH_REFUSED".into()),
+                format!(
+                    "outside {mount}/data/{}/see/: {}",
+                    self.cfg.env_id,
+                    outside.join(", ")
+                ),
+            )
+            .into());
+        }
+        let provided: BTreeSet<String> = manifest
+            .entries
+            .iter()
+            .filter(|e| e.use_.as_deref() != Some("registry-auth"))
+            .map(|e| e.var.clone())
+            .collect();
+        bundle::check_env_complete(b.env_template(), &provided).map_err(refusal)?;
+        if !b.meta().allow_privileged {
+            bundle::check_privileged(b.compose(), &|_| None).map_err(refusal)?;
+        }
+        let current = self.state.applied_sha.as_deref();
+        let history: Vec<String> = self
+            .state
+            .applied_history
+            .iter()
+            .filter(|s| Some(s.as_str()) != current)
+            .cloned()
+            .collect();
+        bundle::check_rollback(sha, &history, b.meta().allow_rollback).map_err(refusal)?;
+        match self.engine.info() {
+            Ok(facts) => {
+                if let Some(free) = facts.free_bytes {
+                    bundle::check_disk(
+                        free,
+                        b.meta().disk_need_bytes.unwrap_or(0),
+                        self.cfg.disk_factor,
+                        self.cfg.disk_headroom_bytes,
+                    )
+                    .map_err(refusal)?;
+                }
+            }
+            Err(e) => warn!("cannot read the docker data root's free space ({e}); disk check skipped"),
+        }
+        Ok(paths)
+    }
+
+    fn write_registry_auth(&self, value: &SecretString) {
+        let result = bundle::RegistryAuth::parse(value, Some(&self.cfg.registry_host))
+            .map_err(anyhow::Error::new)
+            .and_then(|auth| {
+                let json = auth.docker_config_json();
+                redact::register(json.expose_secret());
+                let dir = self.cfg.docker_config_dir();
+                fsx::private_dir(&dir, 0o700)?;
+                fsx::atomic_write(&dir.join("config.json"), json.expose_secret().as_bytes(), 0o600)?;
+                Ok(auth.registry().to_string())
+            });
+        match result {
+            Ok(registry) => info!("registry credential in place for {registry}"),
+            Err(e) => warn!("registry credential unusable ({e:#}); private images will not pull"),
+        }
+    }
+
+    // ---- report -----------------------------------------------------------------------------
+
+    fn report(
+        &mut self,
+        result: ReportResult,
+        sha: Option<&str>,
+        detail: Option<&str>,
+        extra_log: Option<&str>,
+    ) -> anyhow::Result<()> {
+        let mut tail = logging::tail(logging::LOG_TAIL_MAX);
+        if let Some(extra) = extra_log {
+            tail.push_str("--- compose logs ---\n");
+            tail.push_str(&redact::redact(extra));
+            tail = logging::tail_of(&tail, logging::LOG_TAIL_MAX);
+        }
+        let req = proto::ReportRequest {
+            env_id: self.cfg.env_id.clone(),
+            sha: sha.map(str::to_string),
+            result,
+            log_tail: tail,
+            containers: self.wire_containers(),
+            detail: detail.map(redact::redact),
+        };
+        self.tenancy
+            .report(&self.bearer()?, &req)
+            .map_err(|e| peers::tenancy_failure("report", e))?;
+        self.state.last_report = Some(state::now());
+        Ok(())
+    }
+
+    /// Reports a failed apply (once), recording `CODE: names` as the last error.
+    fn report_failure(&mut self, sha: Option<&str>, e: &anyhow::Error, logs: Option<&str>) {
+        if e.chain().any(|c| c.is::<ReportedMarker>()) {
+            return;
+        }
+        let detail = redact::redact(&failure_detail(e));
+        self.state.last_result = Some("failed".into());
+        self.state.last_error = Some(detail.clone());
+        if self.token.is_none() {
+            return;
+        }
+        if let Err(re) = self.report(ReportResult::Failed, sha, Some(&detail), logs) {
+            warn!("could not report the failure: {re:#}");
+        }
+    }
+
+    /// The tick's `finally`: token upkeep, staging cleanup, state saved.
+    fn finish(&mut self, error: Option<&anyhow::Error>) {
+        if let Some(e) = error {
+            if self.state.last_error.is_none() || Exit::of(e) != Exit::Fail {
+                self.state.last_error = Some(redact::redact(&failure_detail(e)));
+            }
+        }
+        let reached_tenancy = error.is_none_or(|e| Exit::of(e) != Exit::Temporary);
+        if reached_tenancy {
+            if let Err(e) = self.upkeep() {
+                warn!("token upkeep: {}", redact::redact(&format!("{e:#}")));
+            }
+        }
+        release::clean_staging(self.cfg);
+        failpoint::hit("before-save");
+        if let Err(e) = self.state.save(&self.cfg.state_dir) {
+            tracing::error!("cannot save state: {e:#}");
+        }
+    }
+}
+
+/// Marks an error whose report was already sent.
+#[derive(Debug)]
+struct ReportedMarker;
+
+impl std::fmt::Display for ReportedMarker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("apply failed")
+    }
+}
+
+/// `CODE: names` for a report's detail and state's last error.
+fn failure_detail(e: &anyhow::Error) -> String {
+    match e.chain().find_map(|c| c.downcast_ref::<Failure>()) {
+        Some(f) => f.to_string(),
+        None => format!("FAILED: {}", e.chain().last().map(ToString::to_string).unwrap_or_default()),
+    }
+}
+
+fn refusal(r: impl Into<bundle::Refusal>) -> anyhow::Error {
+    let r: bundle::Refusal = r.into();
+    Failure::new(Exit::Fail, Some(r.code.as_str().to_string()), r.to_string()).into()
+}
+
+fn is_rate_limited(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<Failure>())
+        .any(|f| f.code.as_deref() == Some("LEASE_RATE_LIMITED"))
+}
+
+fn container_ok(c: &SeenContainer) -> bool {
+    c.state == "running" && matches!(c.health.as_deref(), None | Some("healthy"))
+}
+
+fn action_name(a: Action) -> &'static str {
+    match a {
+        Action::Apply => "apply",
+        Action::None => "none",
+        Action::Down => "down",
+    }
+}
+
+/// The first 12 characters of a sha, for logs.
+pub fn short(sha: Option<&str>) -> &str {
+    sha.map_or("-", |s| &s[..s.len().min(12)])
+}
+
+/// `monky-deployd bootstrap [--force]`: log in with the kit's grant and store the token.
+pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
+    fsx::private_dir(&cfg.state_dir, 0o700)?;
+    let Some(_lock) = lock(&cfg.state_dir)? else {
+        anyhow::bail!("a tick is running; try again in a minute");
+    };
+    let (state, _) = State::load(&cfg.state_dir, &cfg.env_id)?;
+    let mut agent = Agent::new(cfg, state, TickOptions::default())?;
+    if agent.token_path().exists() && !force {
+        println!("a token is already stored; use --force to replace it");
+        return Ok(Exit::Ok);
+    }
+    if force {
+        // The old token stays valid until revoked by the new login's install_token.
+        if let Ok(text) = std::fs::read_to_string(agent.token_path()) {
+            redact::register(text.trim());
+            agent.token = Some(bao::Token::new(text.trim().to_string()));
+        }
+    }
+    let result = agent.bootstrap();
+    if let Err(e) = agent.state.save(&cfg.state_dir) {
+        warn!("cannot save state: {e:#}");
+    }
+    result?;
+    println!("token stored in {}", agent.token_path().display());
+    Ok(Exit::Ok)
+}
