@@ -1,1 +1,48 @@
-//! placeholder
+//! Tenancy's agent protocol: wire types, a blocking client and a loopback fake of tenancy.
+//!
+//! - [`wire`] (always on, re-exported here): the serde shapes of the four calls
+//!   (checkin, bundle, lease, report), the `{code, detail}` envelope and [`ErrorCode`].
+//! - `client` (feature `client`): [`Client`], a blocking reqwest client with bearer auth,
+//!   per-call deadlines, an address mapping for mesh transports and a classified [`Error`].
+//! - `testkit` (feature `testkit`): `FakeTenancy`, a loopback tenancy that signs ES256 deploy
+//!   grants, serves their JWKS, checks bearers against an OpenBao and enforces the rate buckets.
+//!
+//! No agent policy lives here: no configuration, no retries, no exit codes.
+//!
+//! ```
+//! use monky_agent_proto::{Action, CheckinResponse, ErrorCode, ErrorEnvelope};
+//!
+//! let resp: CheckinResponse = serde_json::from_str(
+//!     r#"{"env_id": "env-qa-02", "desired_sha": "7a10", "action": "apply", "new_field": 1}"#,
+//! )?;
+//! assert_eq!(resp.action, Action::Apply);
+//! assert!(!resp.purge_volumes);
+//!
+//! let err: ErrorEnvelope = serde_json::from_str(r#"{"code": "QUOTA_GONE", "detail": "x"}"#)?;
+//! assert_eq!(err.code, ErrorCode::Other("QUOTA_GONE".into()));
+//! assert_eq!(err.code.to_string(), "QUOTA_GONE");
+//! # Ok::<(), serde_json::Error>(())
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod wire;
+
+pub use wire::{
+    Action, BundleDownload, CheckinRequest, CheckinResponse, ContainerStatus, ErrorCode,
+    ErrorEnvelope, HostFacts, LeaseRequest, LeaseResponse, ReportRequest, ReportResult, VaultInfo,
+    is_retired_lease_shape,
+};
+
+#[cfg(feature = "client")]
+pub mod client;
+#[cfg(feature = "client")]
+pub mod error;
+
+#[cfg(feature = "client")]
+pub use client::{Client, ClientBuilder};
+#[cfg(feature = "client")]
+pub use error::{Error, ErrorKind, Result};
+
+#[cfg(feature = "testkit")]
+pub mod testkit;

@@ -1,0 +1,479 @@
+//! Blocking HTTP client for tenancy's four agent calls.
+//!
+//! The client adds the bearer, enforces a per-call deadline and the bundle size limit, never
+//! follows redirects, ignores proxy environment variables and classifies every failure (see
+//! [`ErrorKind`](crate::ErrorKind)). It holds no agent policy: no retries, no config, no exits.
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use reqwest::blocking::{RequestBuilder, Response};
+use reqwest::header::{self, HeaderMap, HeaderValue};
+use secrecy::{ExposeSecret, SecretString};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use url::Url;
+
+use crate::error::{Error, Result};
+use crate::wire::{
+    BundleDownload, CheckinRequest, CheckinResponse, LeaseRequest, LeaseResponse, ReportRequest,
+    is_retired_lease_shape,
+};
+
+/// Default per-call timeout: 30 seconds.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default bundle size limit: 4 MiB, the same as the bundle parser's.
+pub const DEFAULT_MAX_BUNDLE_BYTES: u64 = 4 * 1024 * 1024;
+/// JSON answers larger than this are refused rather than buffered.
+const MAX_JSON_BYTES: u64 = 1024 * 1024;
+
+/// Builder for [`Client`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    base_url: Url,
+    timeout: Duration,
+    connect_to: Option<SocketAddr>,
+    max_bundle_bytes: u64,
+    user_agent: String,
+    ca_bundle_pem: Option<Vec<u8>>,
+}
+
+impl ClientBuilder {
+    /// Deadline for each call, from connecting until the body is read (default 30 s).
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Send every connection to `addr` while the URL, the `Host` header and TLS SNI keep the
+    /// base URL's host name and port.
+    #[must_use]
+    pub fn connect_to(mut self, addr: SocketAddr) -> Self {
+        self.connect_to = Some(addr);
+        self
+    }
+
+    /// Largest bundle body accepted (default 4 MiB); enforced while reading.
+    #[must_use]
+    pub fn max_bundle_bytes(mut self, limit: u64) -> Self {
+        self.max_bundle_bytes = limit;
+        self
+    }
+
+    /// The `User-Agent` header (default `monky-agent-proto/<version>`).
+    #[must_use]
+    pub fn user_agent(mut self, user_agent: impl Into<String>) -> Self {
+        self.user_agent = user_agent.into();
+        self
+    }
+
+    /// Trust only the certificates of this PEM bundle for an `https` base URL.
+    #[must_use]
+    pub fn ca_bundle_pem(mut self, pem: Vec<u8>) -> Self {
+        self.ca_bundle_pem = Some(pem);
+        self
+    }
+
+    /// Build the client.
+    ///
+    /// # Errors
+    /// [`Error::BaseUrl`] for a URL that is not `http`/`https` with a host,
+    /// [`Error::CaBundle`] for an unreadable CA bundle, [`Error::Build`] otherwise.
+    pub fn build(self) -> Result<Client> {
+        let mut base = self.base_url;
+        let bad = |reason| Error::BaseUrl { url: base.to_string(), reason };
+        if !matches!(base.scheme(), "http" | "https") {
+            return Err(bad("the scheme must be http or https"));
+        }
+        let Some(host) = base.host_str().map(str::to_owned) else {
+            return Err(bad("the url has no host"));
+        };
+        if !base.username().is_empty() || base.password().is_some() {
+            return Err(bad("credentials do not belong in the url"));
+        }
+        if base.query().is_some() || base.fragment().is_some() {
+            return Err(bad("the url must not carry a query or fragment"));
+        }
+        if !base.path().ends_with('/') {
+            let path = format!("{}/", base.path());
+            base.set_path(&path);
+        }
+
+        let mut http = reqwest::blocking::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(self.timeout)
+            .connect_timeout(self.timeout)
+            .user_agent(self.user_agent);
+        if let Some(pem) = &self.ca_bundle_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|source| Error::CaBundle { source })?;
+            http = http.tls_certs_only(certs);
+        }
+        let mapping = self.connect_to.map(|addr| {
+            let host_header = match base.port() {
+                Some(port) => format!("{host}:{port}"),
+                None => host.clone(),
+            };
+            Mapping { addr, host_header }
+        });
+        if let (Some(mapping), Some(url::Host::Domain(domain))) = (&mapping, base.host()) {
+            // reqwest's resolver override ignores the port of `addr` when the URL names one,
+            // so the port is also rewritten per request (see `Client::wire_url`).
+            http = http.resolve(domain, mapping.addr);
+        }
+        let http = http.build().map_err(|source| Error::Build { source })?;
+        Ok(Client {
+            http,
+            base,
+            mapping,
+            timeout: self.timeout,
+            max_bundle_bytes: self.max_bundle_bytes,
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Mapping {
+    addr: SocketAddr,
+    host_header: String,
+}
+
+/// Blocking client for tenancy's agent entrypoint.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use monky_agent_proto::{Client, LeaseRequest};
+/// use secrecy::SecretString;
+///
+/// let client = Client::builder("http://monky.tenancy.deploy:443".parse()?)
+///     .connect_to("127.0.0.1:18443".parse()?)
+///     .build()?;
+/// let bearer = SecretString::from("s.token".to_owned());
+/// let lease = client.lease(&bearer, &LeaseRequest { env_id: "env-qa-02".into(), reason: "apply".into() })?;
+/// println!("grant for {}", lease.env_id);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::blocking::Client,
+    base: Url,
+    mapping: Option<Mapping>,
+    timeout: Duration,
+    max_bundle_bytes: u64,
+}
+
+impl Client {
+    /// Start building a client for tenancy at `base_url`.
+    #[must_use]
+    pub fn builder(base_url: Url) -> ClientBuilder {
+        ClientBuilder {
+            base_url,
+            timeout: DEFAULT_TIMEOUT,
+            connect_to: None,
+            max_bundle_bytes: DEFAULT_MAX_BUNDLE_BYTES,
+            user_agent: concat!("monky-agent-proto/", env!("CARGO_PKG_VERSION")).to_owned(),
+            ca_bundle_pem: None,
+        }
+    }
+
+    /// The base URL every call is resolved against.
+    #[must_use]
+    pub fn base_url(&self) -> &Url {
+        &self.base
+    }
+
+    /// `POST /v1/agent/checkin`.
+    ///
+    /// # Errors
+    /// Any [`Error`]; branch on [`Error::kind`].
+    pub fn checkin(&self, bearer: &SecretString, req: &CheckinRequest) -> Result<CheckinResponse> {
+        let url = self.endpoint("v1/agent/checkin");
+        let resp = self.post(&url, bearer, req)?;
+        let (status, value) = self.json_body(&url, resp)?;
+        typed(&url, status, value)
+    }
+
+    /// `GET <bundle_url>`: the bundle path from checkin, resolved against the base URL.
+    ///
+    /// The body is read with the size limit enforced while reading.
+    ///
+    /// # Errors
+    /// [`Error::BundleUrl`] for a URL that leaves tenancy's origin, [`Error::BundleTooLarge`]
+    /// beyond the limit, otherwise as for the other calls.
+    pub fn bundle(&self, bearer: &SecretString, bundle_url: &str) -> Result<BundleDownload> {
+        let url = self.bundle_url(bundle_url)?;
+        let deadline = Instant::now() + self.timeout;
+        let resp = self.send(&url, self.request(reqwest::Method::GET, &url, bearer))?;
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
+            return Err(self.error_response(&url, resp));
+        }
+        let header_sha = header_text(resp.headers(), "x-bundle-sha")
+            .or_else(|| header_text(resp.headers(), "x-bundle-sha256"));
+        let limit = self.max_bundle_bytes;
+        if resp.content_length().is_some_and(|len| len > limit) {
+            return Err(Error::BundleTooLarge { url, limit });
+        }
+        let bytes = read_capped(&url, resp, limit, deadline)?
+            .ok_or_else(|| Error::BundleTooLarge { url: url.clone(), limit })?;
+        Ok(BundleDownload { bytes, header_sha })
+    }
+
+    /// `POST /v1/agent/lease`.
+    ///
+    /// # Errors
+    /// [`Error::LeaseShape`] for a body in the retired AppRole shape, otherwise as for the other
+    /// calls.
+    pub fn lease(&self, bearer: &SecretString, req: &LeaseRequest) -> Result<LeaseResponse> {
+        let url = self.endpoint("v1/agent/lease");
+        let resp = self.post(&url, bearer, req)?;
+        let (status, value) = self.json_body(&url, resp)?;
+        if is_retired_lease_shape(&value) {
+            return Err(Error::LeaseShape { url });
+        }
+        typed(&url, status, value)
+    }
+
+    /// `POST /v1/agent/report`. Any JSON (or empty) 2xx answer counts as accepted.
+    ///
+    /// # Errors
+    /// As for the other calls.
+    pub fn report(&self, bearer: &SecretString, req: &ReportRequest) -> Result<()> {
+        let url = self.endpoint("v1/agent/report");
+        let resp = self.post(&url, bearer, req)?;
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
+            return Err(self.error_response(&url, resp));
+        }
+        let content_type = header_text(resp.headers(), "content-type");
+        let deadline = Instant::now() + self.timeout;
+        let body = read_json_capped(&url, status, resp, deadline)?;
+        if body.iter().all(u8::is_ascii_whitespace)
+            || serde_json::from_slice::<serde_json::Value>(&body).is_ok()
+        {
+            Ok(())
+        } else {
+            Err(Error::NotJson { url, status, content_type, retry_after: None })
+        }
+    }
+
+    fn endpoint(&self, path: &str) -> Url {
+        self.base.join(path).unwrap_or_else(|_| self.base.clone())
+    }
+
+    fn bundle_url(&self, bundle_url: &str) -> Result<Url> {
+        let refuse = |reason| Error::BundleUrl { url: bundle_url.to_owned(), reason };
+        let url = self.base.join(bundle_url).map_err(|_| refuse("not a url"))?;
+        let same_origin = url.scheme() == self.base.scheme()
+            && url.host_str() == self.base.host_str()
+            && url.port_or_known_default() == self.base.port_or_known_default();
+        if !same_origin {
+            return Err(refuse("it points away from tenancy"));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(refuse("it carries credentials"));
+        }
+        Ok(url)
+    }
+
+    /// The URL actually dialled: with a mapping, the mapped port (and address for an IP host).
+    fn wire_url(&self, url: &Url) -> Url {
+        let mut wire = url.clone();
+        if let Some(mapping) = &self.mapping {
+            if !matches!(wire.host(), Some(url::Host::Domain(_))) {
+                // An IP literal is not looked up, so the mapped address has to replace it.
+                let _ = wire.set_ip_host(mapping.addr.ip());
+            }
+            let _ = wire.set_port(Some(mapping.addr.port()));
+        }
+        wire
+    }
+
+    fn request(&self, method: reqwest::Method, url: &Url, bearer: &SecretString) -> RequestBuilder {
+        let mut auth = HeaderValue::from_str(&format!("Bearer {}", bearer.expose_secret()))
+            .unwrap_or_else(|_| HeaderValue::from_static("Bearer"));
+        auth.set_sensitive(true);
+        let mut req = self
+            .http
+            .request(method, self.wire_url(url))
+            .timeout(self.timeout)
+            .header(header::AUTHORIZATION, auth)
+            .header(header::ACCEPT, "application/json");
+        if let Some(mapping) = &self.mapping {
+            req = req.header(header::HOST, mapping.host_header.as_str());
+        }
+        req
+    }
+
+    fn post<T: Serialize>(&self, url: &Url, bearer: &SecretString, body: &T) -> Result<Response> {
+        self.send(url, self.request(reqwest::Method::POST, url, bearer).json(body))
+    }
+
+    fn send(&self, url: &Url, req: RequestBuilder) -> Result<Response> {
+        req.send().map_err(|source| Error::Transport {
+            url: url.clone(),
+            source: source.without_url(),
+        })
+    }
+
+    /// Read a JSON answer; a non-2xx status becomes the classified error.
+    fn json_body(&self, url: &Url, resp: Response) -> Result<(u16, serde_json::Value)> {
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
+            return Err(self.error_response(url, resp));
+        }
+        let content_type = header_text(resp.headers(), "content-type");
+        let deadline = Instant::now() + self.timeout;
+        let body = read_json_capped(url, status, resp, deadline)?;
+        let value = serde_json::from_slice(&body).map_err(|_| Error::NotJson {
+            url: url.clone(),
+            status,
+            content_type,
+            retry_after: None,
+        })?;
+        Ok((status, value))
+    }
+
+    fn error_response(&self, url: &Url, resp: Response) -> Error {
+        let status = resp.status().as_u16();
+        let content_type = header_text(resp.headers(), "content-type");
+        let retry_after = header_text(resp.headers(), "retry-after")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let deadline = Instant::now() + self.timeout;
+        let body = match read_json_capped(url, status, resp, deadline) {
+            Ok(body) => body,
+            Err(err) => return err,
+        };
+        match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(value) => {
+                let code = value.get("code").and_then(|c| c.as_str()).map(Into::into);
+                let detail = match value.get("detail") {
+                    Some(serde_json::Value::String(text)) => text.clone(),
+                    Some(other) => other.to_string(),
+                    None => String::new(),
+                };
+                Error::Status { url: url.clone(), status, code, detail, retry_after }
+            }
+            Err(_) => Error::NotJson { url: url.clone(), status, content_type, retry_after },
+        }
+    }
+}
+
+fn typed<T: DeserializeOwned>(url: &Url, status: u16, value: serde_json::Value) -> Result<T> {
+    serde_json::from_value(value).map_err(|source| Error::Shape { url: url.clone(), status, source })
+}
+
+fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+}
+
+/// Read a JSON-sized body; an oversized one is a shape refusal, not something to buffer.
+fn read_json_capped(url: &Url, status: u16, resp: Response, deadline: Instant) -> Result<Vec<u8>> {
+    read_capped(url, resp, MAX_JSON_BYTES, deadline)?.ok_or_else(|| Error::Shape {
+        url: url.clone(),
+        status,
+        source: serde::de::Error::custom(format!("response body exceeds {MAX_JSON_BYTES} bytes")),
+    })
+}
+
+/// Read at most `limit` bytes before `deadline`; `None` when the body is longer than `limit`.
+fn read_capped(
+    url: &Url,
+    mut resp: Response,
+    limit: u64,
+    deadline: Instant,
+) -> Result<Option<Vec<u8>>> {
+    let read_err = |source| Error::Read { url: url.clone(), source };
+    let hint = resp.content_length().unwrap_or(0).min(limit);
+    let mut body = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        if Instant::now() > deadline {
+            return Err(read_err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the call's deadline passed while reading the body",
+            )));
+        }
+        let n = match resp.read(&mut chunk) {
+            Ok(0) => return Ok(Some(body)),
+            Ok(n) => n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(read_err(err)),
+        };
+        if body.len() as u64 + n as u64 > limit {
+            return Ok(None);
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(base: &str, connect_to: Option<&str>) -> Client {
+        let mut builder = Client::builder(base.parse().unwrap());
+        if let Some(addr) = connect_to {
+            builder = builder.connect_to(addr.parse().unwrap());
+        }
+        builder.build().unwrap()
+    }
+
+    #[test]
+    fn mapping_rewrites_the_port_and_keeps_the_name() {
+        let c = client("http://monky.tenancy.deploy:443", Some("127.0.0.1:18443"));
+        let url = c.endpoint("v1/agent/checkin");
+        assert_eq!(url.as_str(), "http://monky.tenancy.deploy:443/v1/agent/checkin");
+        assert_eq!(c.wire_url(&url).as_str(), "http://monky.tenancy.deploy:18443/v1/agent/checkin");
+        assert_eq!(c.mapping.as_ref().unwrap().host_header, "monky.tenancy.deploy:443");
+
+        let c = client("https://monky.tenancy.deploy", Some("127.0.0.1:9"));
+        assert_eq!(c.mapping.as_ref().unwrap().host_header, "monky.tenancy.deploy");
+        let url = c.endpoint("v1/agent/lease");
+        assert_eq!(c.wire_url(&url).as_str(), "https://monky.tenancy.deploy:9/v1/agent/lease");
+
+        let c = client("http://10.1.2.3:8081/", Some("127.0.0.1:9"));
+        assert_eq!(c.wire_url(&c.endpoint("x")).as_str(), "http://127.0.0.1:9/x");
+        assert_eq!(c.mapping.as_ref().unwrap().host_header, "10.1.2.3:8081");
+    }
+
+    #[test]
+    fn endpoints_keep_a_base_path_prefix() {
+        let c = client("http://t.test:8081/tenancy", None);
+        assert_eq!(c.endpoint("v1/agent/report").as_str(), "http://t.test:8081/tenancy/v1/agent/report");
+        assert_eq!(c.wire_url(&c.endpoint("v1")).as_str(), "http://t.test:8081/tenancy/v1");
+    }
+
+    #[test]
+    fn bundle_urls_stay_on_tenancy() {
+        let c = client("http://t.test:8081/", None);
+        let check = |input: &str, expected: Option<&str>| {
+            let got = c.bundle_url(input).ok().map(|u| u.to_string());
+            assert_eq!(got.as_deref(), expected, "{input}");
+        };
+        check("/v1/agent/bundle/e/abc", Some("http://t.test:8081/v1/agent/bundle/e/abc"));
+        check("http://t.test:8081/v1/agent/bundle/e/abc", Some("http://t.test:8081/v1/agent/bundle/e/abc"));
+        check("http://evil.test:8081/v1/agent/bundle/e/abc", None);
+        check("//evil.test/v1/agent/bundle/e/abc", None);
+        check("https://t.test:8081/v1/agent/bundle/e/abc", None);
+        check("http://t.test:9/v1/agent/bundle/e/abc", None);
+        check("http://user:pw@t.test:8081/x", None);
+    }
+
+    #[test]
+    fn bad_base_urls_are_refused() {
+        let check = |base: &str| {
+            let err = Client::builder(base.parse().unwrap()).build().unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::Refused, "{base}");
+            assert!(matches!(err, Error::BaseUrl { .. }), "{base}");
+        };
+        check("ftp://t.test/");
+        check("unix:/run/x.sock");
+        check("http://u:p@t.test/");
+        check("http://t.test/?q=1");
+    }
+}

@@ -1,0 +1,254 @@
+//! The client's error type and the classification callers branch on.
+
+use std::time::Duration;
+
+use url::Url;
+
+use crate::wire::ErrorCode;
+
+/// Result of client calls.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How a failed call should be treated by its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Try again later: network, timeout, 429, 5xx, or a body that is not JSON (a proxy page).
+    Temporary,
+    /// 403 `AGENT_ENV_MISMATCH`: the token belongs to another environment; never retried.
+    EnvMismatch,
+    /// 401: the bearer is unknown, revoked or its grant was superseded.
+    Unauthenticated,
+    /// Any other 4xx, a response of the wrong shape, or a local refusal.
+    Refused,
+}
+
+const LEASE_SHAPE: &ErrorCode = &ErrorCode::LeaseShape;
+const BUNDLE_TOO_LARGE: &ErrorCode = &ErrorCode::BundleTooLarge;
+
+/// A failed tenancy call. Messages never contain the bearer token or a grant.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The base URL cannot be used for agent calls.
+    #[error("invalid tenancy base url {url}: {reason}")]
+    BaseUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A CA bundle could not be parsed.
+    #[error("invalid tenancy ca bundle")]
+    CaBundle {
+        /// The parser's error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The HTTP client could not be built.
+    #[error("cannot build the tenancy http client")]
+    Build {
+        /// reqwest's error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// A bundle URL from checkin points away from tenancy, or does not parse.
+    #[error("refusing bundle url {url}: {reason}")]
+    BundleUrl {
+        /// The URL as received.
+        url: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// The request did not produce a response: connect, TLS, timeout or a broken exchange.
+    #[error("request to {url} failed")]
+    Transport {
+        /// The URL called (the original, not the mapped address).
+        url: Url,
+        /// reqwest's error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// Reading the response body failed part way.
+    #[error("reading the response from {url} failed")]
+    Read {
+        /// The URL called.
+        url: Url,
+        /// The read error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Tenancy answered with an error status and a JSON body.
+    #[error("tenancy answered {status} from {url}: {} {detail}", code.as_ref().map_or("(no code)", ErrorCode::as_str))]
+    Status {
+        /// The URL called.
+        url: Url,
+        /// HTTP status.
+        status: u16,
+        /// The envelope's `code`, when there was one.
+        code: Option<ErrorCode>,
+        /// The envelope's `detail` (empty when absent).
+        detail: String,
+        /// `Retry-After` in its seconds form.
+        retry_after: Option<Duration>,
+    },
+    /// The body is not JSON, as when a proxy answers instead of tenancy.
+    #[error("tenancy answered {status} from {url} with a body that is not json ({})", content_type.as_deref().unwrap_or("no content type"))]
+    NotJson {
+        /// The URL called.
+        url: Url,
+        /// HTTP status.
+        status: u16,
+        /// The response's content type.
+        content_type: Option<String>,
+        /// `Retry-After` in its seconds form.
+        retry_after: Option<Duration>,
+    },
+    /// A successful response whose JSON does not have the expected shape.
+    #[error("unexpected response shape from {url}")]
+    Shape {
+        /// The URL called.
+        url: Url,
+        /// HTTP status.
+        status: u16,
+        /// The decode error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A lease body in the retired AppRole shape (`wrapping_token`/`role_id`); never unwrapped.
+    #[error("LEASE_SHAPE: lease from {url} has the retired approle shape; tenancy is stale")]
+    LeaseShape {
+        /// The URL called.
+        url: Url,
+    },
+    /// The bundle is larger than the configured limit; the body was not read beyond it.
+    #[error("BUNDLE_TOO_LARGE: bundle from {url} exceeds {limit} bytes")]
+    BundleTooLarge {
+        /// The URL called.
+        url: Url,
+        /// The limit in bytes.
+        limit: u64,
+    },
+}
+
+impl Error {
+    /// How the caller should treat this failure.
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Transport { source, .. } if source.is_builder() => ErrorKind::Refused,
+            Error::Transport { .. } | Error::Read { .. } | Error::NotJson { .. } => {
+                ErrorKind::Temporary
+            }
+            Error::Status { status, code, .. } => match (status, code) {
+                (429 | 500..=599, _) => ErrorKind::Temporary,
+                (401, _) => ErrorKind::Unauthenticated,
+                (403, Some(ErrorCode::AgentEnvMismatch)) => ErrorKind::EnvMismatch,
+                _ => ErrorKind::Refused,
+            },
+            Error::BaseUrl { .. }
+            | Error::CaBundle { .. }
+            | Error::Build { .. }
+            | Error::BundleUrl { .. }
+            | Error::Shape { .. }
+            | Error::LeaseShape { .. }
+            | Error::BundleTooLarge { .. } => ErrorKind::Refused,
+        }
+    }
+
+    /// The HTTP status, when a response arrived.
+    #[must_use]
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Error::Status { status, .. }
+            | Error::NotJson { status, .. }
+            | Error::Shape { status, .. } => Some(*status),
+            Error::Transport { source, .. } => source.status().map(|s| s.as_u16()),
+            _ => None,
+        }
+    }
+
+    /// The error code: tenancy's envelope code, or `LEASE_SHAPE`/`BUNDLE_TOO_LARGE` for the
+    /// client's own refusals.
+    #[must_use]
+    pub fn code(&self) -> Option<&ErrorCode> {
+        match self {
+            Error::Status { code, .. } => code.as_ref(),
+            Error::LeaseShape { .. } => Some(LEASE_SHAPE),
+            Error::BundleTooLarge { .. } => Some(BUNDLE_TOO_LARGE),
+            _ => None,
+        }
+    }
+
+    /// Tenancy's `detail` text, when it sent an envelope.
+    #[must_use]
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            Error::Status { detail, .. } => Some(detail),
+            _ => None,
+        }
+    }
+
+    /// How long tenancy asked to wait (`Retry-After`, seconds form).
+    #[must_use]
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Status { retry_after, .. } | Error::NotJson { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// True when the request timed out.
+    #[must_use]
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            Error::Transport { source, .. } => source.is_timeout(),
+            Error::Read { source, .. } => source.kind() == std::io::ErrorKind::TimedOut,
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(status: u16, code: Option<&str>) -> Error {
+        Error::Status {
+            url: Url::parse("http://tenancy.test/v1/agent/checkin").unwrap(),
+            status,
+            code: code.map(ErrorCode::from),
+            detail: "d".into(),
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn status_classification() {
+        let check = |code: u16, name: Option<&str>, expected: ErrorKind| {
+            assert_eq!(status(code, name).kind(), expected, "{code} {name:?}");
+        };
+        check(429, Some("LEASE_RATE_LIMITED"), ErrorKind::Temporary);
+        check(500, None, ErrorKind::Temporary);
+        check(503, Some("AGENT_ENV_MISMATCH"), ErrorKind::Temporary);
+        check(401, Some("AGENT_UNAUTHENTICATED"), ErrorKind::Unauthenticated);
+        check(401, None, ErrorKind::Unauthenticated);
+        check(403, Some("AGENT_ENV_MISMATCH"), ErrorKind::EnvMismatch);
+        check(403, Some("FORBIDDEN"), ErrorKind::Refused);
+        check(404, Some("BUNDLE_NOT_FOUND"), ErrorKind::Refused);
+        check(422, None, ErrorKind::Refused);
+        check(302, None, ErrorKind::Refused);
+    }
+
+    #[test]
+    fn display_is_lower_case_and_names_the_code() {
+        let text = status(404, Some("BUNDLE_NOT_FOUND")).to_string();
+        assert_eq!(
+            text,
+            "tenancy answered 404 from http://tenancy.test/v1/agent/checkin: BUNDLE_NOT_FOUND d"
+        );
+        let url = Url::parse("http://t.test/v1/agent/lease").unwrap();
+        let shape = Error::LeaseShape { url };
+        assert_eq!(shape.code(), Some(&ErrorCode::LeaseShape));
+        assert_eq!(shape.kind(), ErrorKind::Refused);
+    }
+}

@@ -1,0 +1,399 @@
+//! Tenancy's agent JSON shapes: the four calls, the `{code, detail}` envelope and its codes.
+//!
+//! Requests serialize with the keys and key order of the protocol's examples; optional request
+//! values are sent as `null` except `ReportRequest::detail`, which is left out when absent.
+//! Responses ignore fields they do not know, but an unknown `action` or `result` value is a
+//! decode error rather than a silent default.
+
+use std::fmt;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Body of `POST /v1/agent/checkin`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckinRequest {
+    /// The environment this agent deploys.
+    pub env_id: String,
+    /// The agent's version string.
+    pub agent_version: String,
+    /// The bundle sha the host runs now, `null` before the first apply.
+    pub applied_sha: Option<String>,
+    /// Facts about the host.
+    pub host: HostFacts,
+    /// The state of the project's containers.
+    pub containers: Vec<ContainerStatus>,
+}
+
+/// Host facts sent with every checkin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostFacts {
+    /// Host name.
+    pub hostname: String,
+    /// Operating system, e.g. `ubuntu-26.04`.
+    pub os: String,
+    /// Kernel release.
+    pub kernel: String,
+    /// Docker engine version, when known.
+    pub docker: Option<String>,
+    /// Compose version, when known.
+    pub compose: Option<String>,
+    /// Free bytes under the docker data root, when known.
+    pub free_bytes: Option<u64>,
+    /// The agent's version string.
+    pub agent_version: String,
+    /// How the agent reaches tenancy (`sdk`, `proxy`, ...).
+    pub transport: String,
+    /// The site the host belongs to.
+    pub site: String,
+    /// Whether the host runs in laptop mode.
+    pub laptop_mode: bool,
+}
+
+/// One container of the deployed project.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerStatus {
+    /// Container name.
+    pub name: String,
+    /// Engine state (`running`, `exited`, ...).
+    pub state: String,
+    /// Health status when the container has a health check.
+    pub health: Option<String>,
+}
+
+/// What tenancy wants the agent to do after a checkin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Fetch and apply the desired bundle (desired differs from applied).
+    Apply,
+    /// Converged: nothing to do but report a heartbeat.
+    None,
+    /// Retire: take the project down.
+    Down,
+}
+
+impl Action {
+    /// The wire spelling.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Apply => "apply",
+            Action::None => "none",
+            Action::Down => "down",
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Answer to a checkin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckinResponse {
+    /// The environment the answer is for.
+    pub env_id: String,
+    /// The bundle sha tenancy wants running, if any.
+    pub desired_sha: Option<String>,
+    /// What to do now.
+    pub action: Action,
+    /// Whether `down` also removes volumes (only meaningful with [`Action::Down`]).
+    #[serde(default)]
+    pub purge_volumes: bool,
+    /// Path of the bundle download, relative to tenancy's base URL.
+    pub bundle_url: Option<String>,
+    /// How long to wait before the next checkin, in seconds.
+    pub checkin_interval_s: Option<u64>,
+    /// Where the environment's secrets live.
+    pub vault: Option<VaultInfo>,
+}
+
+/// The OpenBao coordinates tenancy hands out with a checkin.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct VaultInfo {
+    /// OpenBao address (informational; the transport decides how it is reached).
+    pub addr: Option<String>,
+    /// The KV v2 mount.
+    pub mount: Option<String>,
+    /// The secret prefix inside the mount, `<env>/see`.
+    pub prefix: Option<String>,
+    /// The JWT auth mount used with lease grants.
+    pub auth_mount: Option<String>,
+    /// The JWT auth role used with lease grants.
+    pub auth_role: Option<String>,
+}
+
+/// Body of `POST /v1/agent/lease`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRequest {
+    /// The environment asking for a grant.
+    pub env_id: String,
+    /// Why the agent leases (`apply`, `renew`); tenancy ignores it, it is for its logs.
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// Answer to a lease: a fresh deploy grant to log in to OpenBao with.
+///
+/// A body in the retired AppRole shape (`wrapping_token`, `role_id`) is not a `LeaseResponse`;
+/// see [`is_retired_lease_shape`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LeaseResponse {
+    /// The environment the grant is for.
+    pub env_id: String,
+    /// The signed deploy grant (a JWT).
+    #[serde(serialize_with = "expose_secret")]
+    pub login_jwt: SecretString,
+    /// Lifetime of the grant in seconds.
+    pub ttl_s: u64,
+    /// OpenBao JWT auth mount to log in at.
+    pub mount: String,
+    /// OpenBao JWT auth role.
+    pub role: String,
+    /// OpenBao address for the login, when tenancy names one.
+    pub addr: Option<String>,
+}
+
+fn expose_secret<S: Serializer>(value: &SecretString, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(value.expose_secret())
+}
+
+/// True when a lease body carries the retired AppRole fields (`wrapping_token` or `role_id`).
+///
+/// Such a body is refused as [`ErrorCode::LeaseShape`]; it is never unwrapped.
+#[must_use]
+pub fn is_retired_lease_shape(body: &serde_json::Value) -> bool {
+    body.as_object()
+        .is_some_and(|o| o.contains_key("wrapping_token") || o.contains_key("role_id"))
+}
+
+/// Outcome of an apply, as reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportResult {
+    /// The bundle runs (also the heartbeat after `none`).
+    Applied,
+    /// The apply failed; `detail` says why.
+    Failed,
+    /// The project was taken down.
+    Down,
+}
+
+impl ReportResult {
+    /// The wire spelling.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReportResult::Applied => "applied",
+            ReportResult::Failed => "failed",
+            ReportResult::Down => "down",
+        }
+    }
+}
+
+impl fmt::Display for ReportResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Body of `POST /v1/agent/report`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportRequest {
+    /// The reporting environment.
+    pub env_id: String,
+    /// The bundle sha the report is about.
+    pub sha: Option<String>,
+    /// The outcome.
+    pub result: ReportResult,
+    /// The redacted tail of the agent's log.
+    pub log_tail: String,
+    /// The state of the project's containers.
+    pub containers: Vec<ContainerStatus>,
+    /// Code and names of a failure; left out of the body when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// Tenancy's error body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorEnvelope {
+    /// Machine-readable code.
+    pub code: ErrorCode,
+    /// Human-readable detail.
+    #[serde(default)]
+    pub detail: String,
+}
+
+/// The error codes tenancy (and this crate's client) use; unknown codes are kept verbatim.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The request's env_id differs from the bearer token's `meta.env_id`.
+    AgentEnvMismatch,
+    /// Missing, unknown, revoked or superseded bearer token.
+    AgentUnauthenticated,
+    /// The per-env lease bucket is empty.
+    LeaseRateLimited,
+    /// Another per-env bucket (checkin, bundle, report) is empty.
+    RateLimited,
+    /// The requested bundle sha is not published.
+    BundleNotFound,
+    /// The bundle body exceeded the client's limit.
+    BundleTooLarge,
+    /// A lease body in the retired AppRole shape.
+    LeaseShape,
+    /// Any other code, as sent.
+    Other(String),
+}
+
+impl ErrorCode {
+    /// The SCREAMING_CASE wire spelling.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        match self {
+            ErrorCode::AgentEnvMismatch => "AGENT_ENV_MISMATCH",
+            ErrorCode::AgentUnauthenticated => "AGENT_UNAUTHENTICATED",
+            ErrorCode::LeaseRateLimited => "LEASE_RATE_LIMITED",
+            ErrorCode::RateLimited => "RATE_LIMITED",
+            ErrorCode::BundleNotFound => "BUNDLE_NOT_FOUND",
+            ErrorCode::BundleTooLarge => "BUNDLE_TOO_LARGE",
+            ErrorCode::LeaseShape => "LEASE_SHAPE",
+            ErrorCode::Other(code) => code,
+        }
+    }
+}
+
+impl From<&str> for ErrorCode {
+    fn from(code: &str) -> Self {
+        match code {
+            "AGENT_ENV_MISMATCH" => ErrorCode::AgentEnvMismatch,
+            "AGENT_UNAUTHENTICATED" => ErrorCode::AgentUnauthenticated,
+            "LEASE_RATE_LIMITED" => ErrorCode::LeaseRateLimited,
+            "RATE_LIMITED" => ErrorCode::RateLimited,
+            "BUNDLE_NOT_FOUND" => ErrorCode::BundleNotFound,
+            "BUNDLE_TOO_LARGE" => ErrorCode::BundleTooLarge,
+            "LEASE_SHAPE" => ErrorCode::LeaseShape,
+            other => ErrorCode::Other(other.to_owned()),
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ErrorCode {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ErrorCode {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let code = String::deserialize(deserializer)?;
+        Ok(ErrorCode::from(code.as_str()))
+    }
+}
+
+/// A downloaded bundle and the sha tenancy claims for it.
+///
+/// The header is informational: only the agent's own computation over the members counts.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BundleDownload {
+    /// The raw body (a tar, possibly gzip-compressed).
+    pub bytes: Vec<u8>,
+    /// `X-Bundle-Sha` or, failing that, `X-Bundle-Sha256`.
+    pub header_sha: Option<String>,
+}
+
+impl fmt::Debug for BundleDownload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BundleDownload")
+            .field("bytes", &format_args!("{} bytes", self.bytes.len()))
+            .field("header_sha", &self.header_sha)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_codes_round_trip_and_keep_unknown_codes() {
+        for code in [
+            "AGENT_ENV_MISMATCH",
+            "AGENT_UNAUTHENTICATED",
+            "LEASE_RATE_LIMITED",
+            "RATE_LIMITED",
+            "BUNDLE_NOT_FOUND",
+            "BUNDLE_TOO_LARGE",
+            "LEASE_SHAPE",
+            "SOMETHING_NEW",
+        ] {
+            let parsed = ErrorCode::from(code);
+            assert_eq!(parsed.as_str(), code);
+            assert_eq!(parsed.to_string(), code);
+            let json = serde_json::to_string(&parsed).unwrap();
+            assert_eq!(json, format!("\"{code}\""));
+            assert_eq!(serde_json::from_str::<ErrorCode>(&json).unwrap(), parsed);
+        }
+        assert_eq!(
+            ErrorCode::from("SOMETHING_NEW"),
+            ErrorCode::Other("SOMETHING_NEW".into())
+        );
+        assert_eq!(ErrorCode::from("LEASE_SHAPE"), ErrorCode::LeaseShape);
+    }
+
+    #[test]
+    fn unknown_action_is_an_error_not_a_default() {
+        let body = r#"{"env_id":"e","desired_sha":null,"action":"reboot"}"#;
+        let err = serde_json::from_str::<CheckinResponse>(body).unwrap_err();
+        assert!(err.to_string().contains("reboot"), "{err}");
+    }
+
+    #[test]
+    fn missing_optional_response_fields_default() {
+        let body = r#"{"env_id":"e","action":"none","extra":{"x":1}}"#;
+        let resp: CheckinResponse = serde_json::from_str(body).unwrap();
+        assert_eq!(resp.action, Action::None);
+        assert!(!resp.purge_volumes);
+        assert_eq!(resp.desired_sha, None);
+        assert_eq!(resp.vault, None);
+    }
+
+    #[test]
+    fn retired_lease_shape_is_detected() {
+        let check = |body: &str, expected: bool| {
+            let value: serde_json::Value = serde_json::from_str(body).unwrap();
+            assert_eq!(is_retired_lease_shape(&value), expected, "{body}");
+        };
+        check(r#"{"wrapping_token":"x"}"#, true);
+        check(r#"{"role_id":"x","env_id":"e"}"#, true);
+        check(r#"{"env_id":"e","login_jwt":"j"}"#, false);
+        check("[]", false);
+    }
+
+    #[test]
+    fn lease_response_debug_hides_the_grant() {
+        let body = r#"{"env_id":"e","login_jwt":"eyJsecret","ttl_s":3600,"mount":"m","role":"r","addr":null}"#;
+        let resp: LeaseResponse = serde_json::from_str(body).unwrap();
+        assert!(!format!("{resp:?}").contains("eyJsecret"));
+        assert_eq!(resp.login_jwt.expose_secret(), "eyJsecret");
+    }
+
+    #[test]
+    fn bundle_download_debug_does_not_dump_the_body() {
+        let download = BundleDownload { bytes: vec![7; 3], header_sha: Some("ab".into()) };
+        assert_eq!(
+            format!("{download:?}"),
+            r#"BundleDownload { bytes: 3 bytes, header_sha: Some("ab") }"#
+        );
+    }
+}
