@@ -1,1 +1,47 @@
-//! placeholder
+//! A small blocking OpenBao client for the deploy agent: JWT login, token upkeep, KV v2 reads.
+//!
+//! - [`BaoClient`] talks to OpenBao over HTTPS with an optional private CA as the only trust
+//!   root, can send its connections to a mapped address while TLS keeps the configured host
+//!   name ([`BaoClientBuilder::connect_to`]), never follows redirects and ignores proxies.
+//! - [`Token`] holds a client token and never prints it.
+//! - [`KvPath`] is a manifest path proven to name one of the caller's own `see/` secrets;
+//!   anything else is refused before a request is sent.
+//! - [`Error`] keeps OpenBao's `errors[]` and status and sorts every failure into an
+//!   [`ErrorKind`].
+//! - With the `testkit` feature, `testkit::FakeBao` is a loopback OpenBao that verifies real
+//!   ES256 deploy grants against a JWKS, for tests and the demo.
+//!
+//! ```
+//! use monky_bao_client::{BaoClient, KvPath, PathRefusal};
+//!
+//! let path = KvPath::parse("monky/env-qa-02/see/pg_password", "monky", "env-qa-02")?;
+//! assert_eq!(path.api_path(), "monky/data/env-qa-02/see/pg_password");
+//!
+//! // Another env's secret is refused locally, before any request.
+//! let err = KvPath::parse("monky/env-qa-03/see/pg_password", "monky", "env-qa-02").unwrap_err();
+//! assert_eq!(err.path_refusal(), Some(PathRefusal::OtherEnv));
+//!
+//! let client = BaoClient::builder("https://bao.example.test:8200".parse()?)
+//!     .connect_to("127.0.0.1:18200".parse()?)
+//!     .build()?;
+//! assert_eq!(client.addr().as_str(), "https://bao.example.test:8200/");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![deny(missing_docs)]
+
+mod client;
+mod error;
+mod path;
+mod token;
+
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use client::{
+    BaoClient, BaoClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Login, Renewal,
+    TokenInfo,
+};
+pub use error::{Absence, Error, ErrorKind, PathRefusal, Result};
+pub use path::KvPath;
+pub use token::{Token, TokenShape};
