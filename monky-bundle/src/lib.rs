@@ -1,1 +1,72 @@
-//! placeholder
+//! Monky bundles: parsing, verification, the refusal checks, `.env` rendering and the
+//! registry credential. No network IO, no processes, nothing written to disk.
+//!
+//! - [`Bundle::parse`] reads the tar (or gzip tar) tenancy serves, in memory and under
+//!   [`Limits`], into members whose names are proven [`MemberName`]s, and parses
+//!   `secrets.manifest.json` ([`Manifest`]) and `bundle.json` ([`BundleMeta`]).
+//! - [`bundle_sha`] is the protocol's content hash; [`Bundle::check_sha`] compares it with the
+//!   desired sha.
+//! - The checks ([`check_env_complete`], [`check_privileged`], [`check_rollback`],
+//!   [`check_disk`]) return a [`Refusal`]: a [`RefusalCode`] and names, never values.
+//! - [`render_env`] turns `.env.template` and the secrets read into the `.env` text, as a
+//!   [`SecretString`](secrecy::SecretString).
+//! - [`RegistryAuth`] parses the `use: registry-auth` credential and renders the agent's own
+//!   Docker `config.json`.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use monky_bundle::{Bundle, Limits, MemberName, bundle_sha, pack_tar};
+//!
+//! let files = BTreeMap::from([
+//!     (MemberName::DOCKER_COMPOSE_YML, b"services:\n  web:\n    image: nginx\n".to_vec()),
+//!     (MemberName::ENV_TEMPLATE, b"# substitutes every ${VAR}\nKEY=${KEY}\n".to_vec()),
+//!     (
+//!         MemberName::SECRETS_MANIFEST,
+//!         br#"{"vault_mode":"openbao","entries":[{"var":"KEY","path":"monky/env-qa-02/see/key","kind":"supplied","version":1}]}"#.to_vec(),
+//!     ),
+//!     (MemberName::BUNDLE_JSON, br#"{"env_id":"env-qa-02","tier":"dev","renderer":"compose"}"#.to_vec()),
+//! ]);
+//! let tar = pack_tar(&files);
+//!
+//! let bundle = Bundle::parse(&tar, &Limits::default())?;
+//! let expected = bundle_sha(files.iter().map(|(n, c)| (n.as_str(), c.as_slice())));
+//! assert_eq!(bundle.sha(), expected);
+//! bundle.check_sha(&expected)?;
+//! assert_eq!(bundle.compose_file_name(), "docker-compose.yml");
+//! assert_eq!(bundle.manifest().env_entries().count(), 1);
+//! assert!(!bundle.meta().is_prod());
+//!
+//! let provided = bundle.manifest().env_entries().map(|e| e.var.clone()).collect();
+//! monky_bundle::check_env_complete(bundle.env_template(), &provided)?;
+//! monky_bundle::check_privileged(bundle.compose(), &|_| None)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(missing_docs)]
+
+mod checks;
+mod env;
+mod error;
+mod interp;
+mod limits;
+mod manifest;
+mod member;
+mod meta;
+mod pack;
+mod parse;
+mod refusal;
+mod registry;
+
+pub use checks::{
+    DEFAULT_DISK_FACTOR, DEFAULT_DISK_HEADROOM, check_disk, check_env_complete, check_privileged,
+    check_rollback,
+};
+pub use env::{referenced_vars, render_env, unresolved_vars};
+pub use error::{Error, ErrorKind, Result};
+pub use limits::Limits;
+pub use manifest::{Manifest, ManifestEntry, REGISTRY_AUTH_USE};
+pub use member::MemberName;
+pub use meta::{BundleMeta, RENDERER_COMPOSE};
+pub use pack::pack_tar;
+pub use parse::{Bundle, bundle_sha};
+pub use refusal::{Refusal, RefusalCode};
+pub use registry::RegistryAuth;

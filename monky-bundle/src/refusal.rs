@@ -1,0 +1,153 @@
+//! Refusals: a stable code plus the names (never the values) that explain it.
+
+use std::fmt;
+
+/// Why a bundle is refused. The string form is what the agent reports to tenancy.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RefusalCode {
+    /// `.env.template` references a variable that no manifest entry provides.
+    EnvIncomplete,
+    /// The compose file asks for host-level privileges.
+    PrivilegedRefused,
+    /// The desired sha was applied before and is not the current one.
+    RollbackRefused,
+    /// The docker data root has too little free space.
+    DiskInsufficient,
+    /// `bundle.json` names a renderer other than `compose`.
+    RendererRefused,
+    /// A manifest entry carries secret material instead of a path.
+    ManifestValueRefused,
+    /// The bundle's content does not hash to the desired sha.
+    BundleShaMismatch,
+    /// The bundle is malformed (tar structure, member names, required members, JSON, YAML).
+    BundleInvalid,
+    /// The bundle exceeds a [`Limits`](crate::Limits) value.
+    BundleTooLarge,
+}
+
+impl RefusalCode {
+    /// The SCREAMING_CASE wire form, e.g. `ENV_INCOMPLETE`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalCode::EnvIncomplete => "ENV_INCOMPLETE",
+            RefusalCode::PrivilegedRefused => "PRIVILEGED_REFUSED",
+            RefusalCode::RollbackRefused => "ROLLBACK_REFUSED",
+            RefusalCode::DiskInsufficient => "DISK_INSUFFICIENT",
+            RefusalCode::RendererRefused => "RENDERER_REFUSED",
+            RefusalCode::ManifestValueRefused => "MANIFEST_VALUE_REFUSED",
+            RefusalCode::BundleShaMismatch => "BUNDLE_SHA_MISMATCH",
+            RefusalCode::BundleInvalid => "BUNDLE_INVALID",
+            RefusalCode::BundleTooLarge => "BUNDLE_TOO_LARGE",
+        }
+    }
+}
+
+impl fmt::Display for RefusalCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A refusal: the code and the names that explain it.
+///
+/// `names` hold variable names, service names, member names, numbers and short reasons, never a
+/// secret value, so a refusal can go to the journal and into a report's `detail` as it is.
+///
+/// `Display` is `CODE: a, b`. `ENV_INCOMPLETE` keeps the protocol's wording and reads
+/// `ENV_INCOMPLETE: unresolved: A, B` while its `names` stay the bare variable names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The refusal code.
+    pub code: RefusalCode,
+    /// What the code is about, in a stable order.
+    pub names: Vec<String>,
+}
+
+impl Refusal {
+    /// A refusal with the given code and names.
+    pub fn new<I, S>(code: RefusalCode, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Refusal {
+            code,
+            names: names.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// A refusal with a single name.
+    pub(crate) fn one(code: RefusalCode, name: impl Into<String>) -> Self {
+        Refusal {
+            code,
+            names: vec![name.into()],
+        }
+    }
+
+    pub(crate) fn invalid(name: impl Into<String>) -> Self {
+        Refusal::one(RefusalCode::BundleInvalid, name)
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code.as_str())?;
+        if self.names.is_empty() {
+            return Ok(());
+        }
+        f.write_str(": ")?;
+        if self.code == RefusalCode::EnvIncomplete {
+            f.write_str("unresolved: ")?;
+        }
+        f.write_str(&self.names.join(", "))
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// Renders untrusted text (a member name, a renderer value) for a refusal: printable ASCII
+/// passes, everything else is escaped, and the result is cut at `max` characters so a
+/// hostile name cannot flood a report.
+pub(crate) fn printable(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (n, c) in text.chars().enumerate() {
+        if n >= max {
+            out.push_str("...");
+            break;
+        }
+        if c.is_ascii_graphic() || c == ' ' {
+            out.push(c);
+        } else {
+            out.extend(c.escape_default());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_joins_names() {
+        let r = Refusal::new(
+            RefusalCode::PrivilegedRefused,
+            ["web: privileged", "db: pid host"],
+        );
+        assert_eq!(
+            r.to_string(),
+            "PRIVILEGED_REFUSED: web: privileged, db: pid host"
+        );
+        let r = Refusal::new(RefusalCode::EnvIncomplete, ["A", "B"]);
+        assert_eq!(r.to_string(), "ENV_INCOMPLETE: unresolved: A, B");
+        let r = Refusal::new(RefusalCode::BundleInvalid, Vec::<String>::new());
+        assert_eq!(r.to_string(), "BUNDLE_INVALID");
+    }
+
+    #[test]
+    fn printable_escapes_and_truncates() {
+        assert_eq!(printable("a\nb\u{0}é", 80), "a\\nb\\u{0}\\u{e9}");
+        assert_eq!(printable("abcdef", 3), "abc...");
+    }
+}
