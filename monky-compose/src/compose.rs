@@ -1,0 +1,621 @@
+//! Driving `docker compose` for one project: pull, up, ps, logs, down, config; and the parsing
+//! of compose's version and output.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::container::{health_from_status, normalize_health};
+use crate::docker::{ComposeInfo, Docker};
+use crate::error::{Error, Result};
+use crate::process::{Invocation, Output};
+use crate::Container;
+
+/// A compose version, `major.minor.patch`; suffixes such as `-desktop.1` or `+ds1` are dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ComposeVersion {
+    /// Major version; 1 is the python compose, refused.
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+    /// Patch version.
+    pub patch: u32,
+}
+
+impl ComposeVersion {
+    /// `up --wait` exists from this version on.
+    pub const WAIT: ComposeVersion = ComposeVersion::new(2, 1, 1);
+    /// `up --wait-timeout` works from this version on (2.17.0-2.17.2 mangled it).
+    pub const WAIT_TIMEOUT: ComposeVersion = ComposeVersion::new(2, 17, 3);
+    /// `ps --format json` prints one object per line from this version on (an array before).
+    pub const PS_JSON_LINES: ComposeVersion = ComposeVersion::new(2, 21, 0);
+
+    /// A version from its parts.
+    #[must_use]
+    pub const fn new(major: u32, minor: u32, patch: u32) -> Self {
+        ComposeVersion {
+            major,
+            minor,
+            patch,
+        }
+    }
+
+    /// Parses `2.20.2`, `v2.20.2`, `2.26.1-desktop.1`, `2.24.6+ds1-0ubuntu1` or `1.29.2,`.
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        let text = text.trim().trim_start_matches(['v', 'V']);
+        let end = text
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(text.len());
+        let mut parts = text[..end].split('.');
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next().map_or(Some(0), |p| p.parse().ok())?;
+        let patch = parts.next().map_or(Some(0), |p| p.parse().ok())?;
+        Some(ComposeVersion::new(major, minor, patch))
+    }
+
+    /// Reads the version out of what `docker compose version` or `docker-compose version`
+    /// printed: `Docker Compose version v2.20.2` or `docker-compose version 1.29.2, build x`.
+    #[must_use]
+    pub fn from_version_output(output: &str) -> Option<Self> {
+        output.lines().find_map(|line| {
+            let mut words = line.split_whitespace();
+            words.find(|w| w.eq_ignore_ascii_case("version"))?;
+            ComposeVersion::parse(words.next()?)
+        })
+    }
+}
+
+impl fmt::Display for ComposeVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+impl FromStr for ComposeVersion {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ComposeVersion::parse(s).ok_or_else(|| format!("not a compose version: {s:?}"))
+    }
+}
+
+impl TryFrom<String> for ComposeVersion {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<ComposeVersion> for String {
+    fn from(v: ComposeVersion) -> String {
+        v.to_string()
+    }
+}
+
+/// One compose project: a name, its working directory, its compose file and its `.env` file.
+///
+/// Every command runs as `<compose> --ansi never -p <project> -f <file> --env-file <env_file>
+/// <subcommand>` in `workdir`. Secrets reach compose only through the env file.
+#[derive(Debug, Clone)]
+pub struct Compose {
+    docker: Docker,
+    project: String,
+    workdir: PathBuf,
+    file: PathBuf,
+    env_file: PathBuf,
+}
+
+impl Compose {
+    pub(crate) fn new(
+        docker: Docker,
+        project: &str,
+        workdir: &Path,
+        file: &Path,
+        env_file: &Path,
+    ) -> Self {
+        Compose {
+            docker,
+            project: project.to_owned(),
+            workdir: workdir.to_owned(),
+            file: file.to_owned(),
+            env_file: env_file.to_owned(),
+        }
+    }
+
+    /// The project name.
+    #[must_use]
+    pub fn project(&self) -> &str {
+        &self.project
+    }
+
+    /// `pull`. A failure becomes [`Error::PullFailed`] carrying the registry's own words,
+    /// whatever the exit code (18 up to compose 2.32, 1 from 2.33).
+    pub fn pull(&self) -> Result<()> {
+        let info = self.docker.compose_for_use()?;
+        let out = self.run(&info, ["pull"], self.docker.limits().timeout)?;
+        if out.success() {
+            return Ok(());
+        }
+        Err(Error::PullFailed {
+            message: pull_failure_message(&out.stderr, &out.stdout, out.code),
+        })
+    }
+
+    /// `up -d --remove-orphans`, then with `wait` set: waits until every container runs and
+    /// is healthy. Compose 2.17.3 and later wait themselves (`--wait --wait-timeout N`);
+    /// 2.1.1 to 2.17.2 get `--wait` bounded by the process timeout; older ones are polled.
+    pub fn up(&self, wait: Option<Duration>) -> Result<()> {
+        let info = self.docker.compose_for_use()?;
+        let base_timeout = self.docker.limits().timeout;
+        let mut args: Vec<OsString> = vec!["up".into(), "-d".into(), "--remove-orphans".into()];
+        let mode = match wait {
+            None => Wait::No,
+            Some(w) if info.version >= ComposeVersion::WAIT_TIMEOUT => Wait::Compose(w),
+            Some(w) if info.version >= ComposeVersion::WAIT => Wait::Unbounded(w),
+            Some(w) => Wait::Poll(w),
+        };
+        let timeout = match mode {
+            Wait::Compose(w) => {
+                let secs = (w.as_secs() + u64::from(w.subsec_nanos() > 0)).max(1);
+                args.extend(["--wait".into(), "--wait-timeout".into(), secs.to_string().into()]);
+                base_timeout + w
+            }
+            Wait::Unbounded(w) => {
+                args.push("--wait".into());
+                w
+            }
+            Wait::No | Wait::Poll(_) => base_timeout,
+        };
+        let started = Instant::now();
+        match (self.run(&info, args, timeout), mode) {
+            (Err(Error::Timeout { .. }), Wait::Unbounded(_)) => {
+                // This compose's --wait has no timeout of its own, so ours ended it.
+                Err(Error::Unhealthy {
+                    containers: self.docker.containers(&self.project).unwrap_or_default(),
+                    after: started.elapsed(),
+                })
+            }
+            (out, Wait::Poll(w)) => {
+                out?.check()?;
+                self.wait_healthy(w).map(drop)
+            }
+            (out, _) => out?.check().map(drop),
+        }
+    }
+
+    /// Polls the project's containers (Engine API, CLI fallback) until all are ready, one has
+    /// failed (exited, dead, unhealthy), or `timeout` passes.
+    pub fn wait_healthy(&self, timeout: Duration) -> Result<Vec<Container>> {
+        let started = Instant::now();
+        let interval = self.docker.limits().poll_interval;
+        loop {
+            let containers = self.docker.containers(&self.project)?;
+            let all_ready = containers.iter().all(Container::is_ready);
+            if all_ready {
+                return Ok(containers);
+            }
+            if containers.iter().any(Container::has_failed) || started.elapsed() >= timeout {
+                return Err(Error::Unhealthy {
+                    containers,
+                    after: started.elapsed(),
+                });
+            }
+            std::thread::sleep(interval.min(timeout.saturating_sub(started.elapsed())));
+        }
+    }
+
+    /// `ps -a --format json`, parsed from either output shape (an array before 2.21, one
+    /// object per line since).
+    pub fn ps(&self) -> Result<Vec<Container>> {
+        let info = self.docker.compose_for_use()?;
+        let out = self
+            .run(&info, ["ps", "-a", "--format", "json"], self.docker.limits().query_timeout)?
+            .check()?;
+        if out.stdout_truncated {
+            return Err(Error::OutputTooLarge {
+                what: out.what,
+                limit: self.docker.runner().max_output(),
+            });
+        }
+        parse_ps_json(&out.stdout).map_err(|detail| Error::Parse {
+            what: out.what,
+            detail,
+        })
+    }
+
+    /// `logs --no-color --tail <lines>`: stdout, then stderr if compose wrote any.
+    pub fn logs_tail(&self, lines: usize) -> Result<String> {
+        let info = self.docker.compose_for_use()?;
+        let out = self
+            .run(
+                &info,
+                [
+                    OsString::from("logs"),
+                    "--no-color".into(),
+                    "--tail".into(),
+                    lines.to_string().into(),
+                ],
+                self.docker.limits().query_timeout,
+            )?
+            .check()?;
+        let mut text = out.stdout;
+        if !out.stderr.trim().is_empty() {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&out.stderr);
+        }
+        Ok(text)
+    }
+
+    /// `down --remove-orphans`, with `-v` when `volumes` (only for a purge).
+    pub fn down(&self, volumes: bool) -> Result<()> {
+        let info = self.docker.compose_for_use()?;
+        let mut args = vec!["down", "--remove-orphans"];
+        if volumes {
+            args.push("-v");
+        }
+        self.run(&info, args, self.docker.limits().timeout)?.check()?;
+        Ok(())
+    }
+
+    /// `config --format json`: the interpolated model, for the authoritative privileged check.
+    ///
+    /// The output holds interpolated values, secrets included: it is parsed and never quoted
+    /// in errors or logs.
+    pub fn config_json(&self) -> Result<serde_json::Value> {
+        let info = self.docker.compose_for_use()?;
+        let out = self
+            .run(&info, ["config", "--format", "json"], self.docker.limits().query_timeout)?
+            .check()?;
+        if out.stdout_truncated {
+            return Err(Error::OutputTooLarge {
+                what: out.what,
+                limit: self.docker.runner().max_output(),
+            });
+        }
+        serde_json::from_str(&out.stdout).map_err(|e| Error::Parse {
+            what: out.what,
+            // serde_json's message names a line and column, not the content
+            detail: e.to_string(),
+        })
+    }
+
+    /// The invocation for `sub` (without running it): program and full argument list.
+    pub fn invocation<I, S>(&self, info: &ComposeInfo, sub: I, timeout: Duration) -> Invocation
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        let mut inv = Invocation::new(&info.program, timeout);
+        if info.plugin {
+            inv = inv.arg("compose");
+        }
+        inv.args([
+            OsString::from("--ansi"),
+            "never".into(),
+            "-p".into(),
+            self.project.clone().into(),
+            "-f".into(),
+            self.file.clone().into(),
+            "--env-file".into(),
+            self.env_file.clone().into(),
+        ])
+        .args(sub)
+        .current_dir(&self.workdir)
+    }
+
+    fn run<I, S>(&self, info: &ComposeInfo, sub: I, timeout: Duration) -> Result<Output>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.docker
+            .runner()
+            .run(&self.invocation(info, sub, timeout))
+    }
+}
+
+/// How `up` waits for health, by compose version.
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    No,
+    Compose(Duration),
+    Unbounded(Duration),
+    Poll(Duration),
+}
+
+/// Parses `compose ps --format json` output in both shapes: one JSON array (compose < 2.21)
+/// or one object per line (2.21+). Empty output is an empty project.
+pub fn parse_ps_json(text: &str) -> Result<Vec<Container>, String> {
+    let trimmed = text.trim();
+    let rows: Vec<PsRow> = if trimmed.is_empty() {
+        Vec::new()
+    } else if trimmed.starts_with('[') {
+        serde_json::from_str(trimmed).map_err(|e| format!("ps json array: {e}"))?
+    } else {
+        trimmed
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .enumerate()
+            .map(|(i, l)| serde_json::from_str(l).map_err(|e| format!("ps json line {}: {e}", i + 1)))
+            .collect::<Result<_, _>>()?
+    };
+    let mut containers: Vec<Container> = rows.into_iter().map(PsRow::into_container).collect();
+    containers.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(containers)
+}
+
+#[derive(Debug, Deserialize)]
+struct PsRow {
+    #[serde(rename = "Name", default)]
+    name: String,
+    #[serde(rename = "Service", default)]
+    service: String,
+    #[serde(rename = "State", default)]
+    state: String,
+    #[serde(rename = "Health", default)]
+    health: String,
+    #[serde(rename = "Status", default)]
+    status: String,
+}
+
+impl PsRow {
+    fn into_container(self) -> Container {
+        let health = normalize_health(&self.health).or_else(|| health_from_status(&self.status));
+        let state = if self.state.is_empty() {
+            crate::container::state_from_status(&self.status)
+        } else {
+            self.state.to_ascii_lowercase()
+        };
+        Container {
+            name: self.name.trim_start_matches('/').to_owned(),
+            service: self.service,
+            state,
+            health,
+        }
+    }
+}
+
+/// Text that identifies the registry's or the resolver's own diagnosis in pull output.
+const PULL_PATTERNS: &[&str] = &[
+    "no basic auth credentials",
+    "manifest unknown",
+    "unauthorized",
+    "authentication required",
+    "denied",
+    "not found",
+    "no such host",
+    "server misbehaving",
+    "temporary failure in name resolution",
+    "connection refused",
+    "i/o timeout",
+    "timeout",
+    "tls:",
+    "x509",
+    "certificate",
+    "toomanyrequests",
+    "rate limit",
+    "error response from daemon",
+    "failed to resolve reference",
+    "failed to do request",
+    "error pulling",
+    "no matching manifest",
+    "invalid reference format",
+];
+
+/// The most this crate quotes of a pull failure.
+const PULL_MESSAGE_MAX: usize = 600;
+
+/// Extracts the registry's message from a failed pull's output: the lines that carry a known
+/// diagnosis, else the last lines compose printed, else the exit code.
+#[must_use]
+pub fn pull_failure_message(stderr: &str, stdout: &str, code: Option<i32>) -> String {
+    let lines: Vec<String> = stderr
+        .lines()
+        .chain(stdout.lines())
+        .map(clean_line)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let mut picked: Vec<&str> = Vec::new();
+    for line in &lines {
+        let lower = line.to_ascii_lowercase();
+        if PULL_PATTERNS.iter().any(|p| lower.contains(p)) && !picked.contains(&line.as_str()) {
+            picked.push(line);
+        }
+    }
+    if picked.is_empty() {
+        let start = lines.len().saturating_sub(3);
+        picked = lines[start..].iter().map(String::as_str).collect();
+    }
+    if picked.is_empty() {
+        return match code {
+            Some(c) => format!("exit code {c} and no output"),
+            None => "killed by a signal and no output".to_owned(),
+        };
+    }
+    let joined = picked.join(" | ");
+    crate::process::tail_chars(&joined, PULL_MESSAGE_MAX)
+}
+
+/// Strips ANSI escapes and carriage-return progress redraws from one output line.
+fn clean_line(line: &str) -> String {
+    // a progress line redrawn with \r: only the last frame counts
+    let line = line.rsplit('\r').find(|s| !s.trim().is_empty()).unwrap_or("");
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                // CSI: parameters then one final byte in @..~
+                for n in chars.by_ref() {
+                    if ('@'..='~').contains(&n) {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        if !c.is_control() {
+            out.push(c);
+        }
+    }
+    out.trim().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_parse() {
+        let check = |text: &str, expected: Option<(u32, u32, u32)>| {
+            assert_eq!(
+                ComposeVersion::parse(text),
+                expected.map(|(a, b, c)| ComposeVersion::new(a, b, c)),
+                "{text:?}"
+            );
+        };
+        check("2.20.2", Some((2, 20, 2)));
+        check("v2.30.3", Some((2, 30, 3)));
+        check("2.26.1-desktop.1", Some((2, 26, 1)));
+        check("2.24.6+ds1-0ubuntu1~22.04.1", Some((2, 24, 6)));
+        check("1.29.2,", Some((1, 29, 2)));
+        check("2.17", Some((2, 17, 0)));
+        check("v2", Some((2, 0, 0)));
+        check("", None);
+        check("dev", None);
+        check("2.x.1", None);
+    }
+
+    #[test]
+    fn versions_from_version_output() {
+        let check = |text: &str, expected: Option<&str>| {
+            assert_eq!(
+                ComposeVersion::from_version_output(text).map(|v| v.to_string()),
+                expected.map(str::to_owned),
+                "{text:?}"
+            );
+        };
+        check("Docker Compose version v2.20.2\n", Some("2.20.2"));
+        check("Docker Compose version 2.24.6+ds1-0ubuntu1\n", Some("2.24.6"));
+        check(
+            "docker-compose version 1.29.2, build unknown\ndocker-py version: 5.0.3\n",
+            Some("1.29.2"),
+        );
+        check("docker: 'compose' is not a docker command.\n", None);
+        check("", None);
+    }
+
+    #[test]
+    fn version_order_and_thresholds() {
+        let v = |s: &str| ComposeVersion::parse(s).unwrap();
+        assert!(v("2.17.2") < ComposeVersion::WAIT_TIMEOUT);
+        assert!(v("2.17.3") >= ComposeVersion::WAIT_TIMEOUT);
+        assert!(v("2.1.0") < ComposeVersion::WAIT);
+        assert!(v("2.10.0") > v("2.9.9"));
+        assert_eq!(
+            serde_json::to_string(&v("v2.20.2")).unwrap(),
+            "\"2.20.2\""
+        );
+        assert_eq!(
+            serde_json::from_str::<ComposeVersion>("\"2.32.0\"").unwrap(),
+            v("2.32.0")
+        );
+        assert!(serde_json::from_str::<ComposeVersion>("\"x\"").is_err());
+    }
+
+    fn c(name: &str, service: &str, state: &str, health: Option<&str>) -> Container {
+        Container {
+            name: name.into(),
+            service: service.into(),
+            state: state.into(),
+            health: health.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn ps_both_shapes_parse_alike() {
+        let array = r#"[{"ID":"a1","Name":"p-web-1","Service":"web","State":"running","Health":"healthy","ExitCode":0},
+                        {"ID":"b2","Name":"p-db-1","Service":"db","State":"running","Health":"","ExitCode":0},
+                        {"ID":"c3","Name":"p-job-1","Service":"job","State":"exited","Health":"","ExitCode":1}]"#;
+        let lines = concat!(
+            r#"{"ID":"b2","Name":"p-db-1","Service":"db","State":"running","Health":"","Status":"Up 1 minute"}"#,
+            "\n",
+            r#"{"ID":"c3","Name":"p-job-1","Service":"job","State":"exited","Health":"","Status":"Exited (1) 2 minutes ago"}"#,
+            "\n\n",
+            r#"{"ID":"a1","Name":"p-web-1","Service":"web","State":"running","Health":"healthy","Status":"Up 1 minute (healthy)"}"#,
+            "\n"
+        );
+        let expected = vec![
+            c("p-db-1", "db", "running", None),
+            c("p-job-1", "job", "exited", None),
+            c("p-web-1", "web", "running", Some("healthy")),
+        ];
+        assert_eq!(parse_ps_json(array).unwrap(), expected);
+        assert_eq!(parse_ps_json(lines).unwrap(), expected);
+        assert_eq!(parse_ps_json("").unwrap(), vec![]);
+        assert_eq!(parse_ps_json("[]\n").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn ps_health_falls_back_to_status_text() {
+        let line = r#"{"Name":"p-web-1","Service":"web","State":"running","Status":"Up 3 seconds (health: starting)"}"#;
+        assert_eq!(
+            parse_ps_json(line).unwrap(),
+            vec![c("p-web-1", "web", "running", Some("starting"))]
+        );
+    }
+
+    #[test]
+    fn ps_garbage_is_an_error_naming_the_line() {
+        let err = parse_ps_json("{\"Name\":\"a\"}\nnot json\n").unwrap_err();
+        assert!(err.starts_with("ps json line 2"), "{err}");
+    }
+
+    #[test]
+    fn pull_messages_keep_the_registry_text() {
+        let check = |stderr: &str, code: Option<i32>, expected: &str| {
+            assert_eq!(pull_failure_message(stderr, "", code), expected, "{stderr:?}");
+        };
+        check(
+            " web Pulling \n web Error \nError response from daemon: Head \"https://harbor.example/v2/app/web/manifests/1.2\": no basic auth credentials\n",
+            Some(18),
+            "Error response from daemon: Head \"https://harbor.example/v2/app/web/manifests/1.2\": no basic auth credentials",
+        );
+        check(
+            "\u{1b}[31mweb Error\u{1b}[0m manifest unknown\r\n",
+            Some(1),
+            "web Error manifest unknown",
+        );
+        check(
+            "a\nb\nc\nd\n",
+            Some(1),
+            "b | c | d",
+        );
+        check("", Some(18), "exit code 18 and no output");
+        check("", None, "killed by a signal and no output");
+        check(
+            "Error response from daemon: Get \"https://harbor.example/v2/\": dial tcp: lookup harbor.example on 127.0.0.53:53: no such host\nError response from daemon: Get \"https://harbor.example/v2/\": dial tcp: lookup harbor.example on 127.0.0.53:53: no such host\n",
+            Some(1),
+            "Error response from daemon: Get \"https://harbor.example/v2/\": dial tcp: lookup harbor.example on 127.0.0.53:53: no such host",
+        );
+    }
+
+    #[test]
+    fn pull_message_is_capped() {
+        let long = format!("unauthorized: {}\n", "x".repeat(5000));
+        let msg = pull_failure_message(&long, "", Some(1));
+        assert!(msg.len() <= PULL_MESSAGE_MAX + 3, "{}", msg.len());
+        assert!(msg.starts_with("..."));
+    }
+}

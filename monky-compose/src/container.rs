@@ -1,0 +1,138 @@
+//! The state of one compose container, as both the Engine API and `compose ps` report it.
+
+use serde::{Deserialize, Serialize};
+
+/// One container of a compose project.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Container {
+    /// The container name without the leading `/`, for example `monky-env-qa-02-web-1`.
+    pub name: String,
+    /// The compose service it belongs to.
+    pub service: String,
+    /// The engine state: `created`, `running`, `restarting`, `paused`, `exited`, `dead`, ...
+    pub state: String,
+    /// `healthy`, `unhealthy` or `starting` when the service has a healthcheck.
+    pub health: Option<String>,
+}
+
+impl Container {
+    /// Running, and healthy if it has a healthcheck.
+    #[must_use]
+    pub fn is_ready(&self) -> bool {
+        self.state == "running" && self.health.as_deref().is_none_or(|h| h == "healthy")
+    }
+
+    /// Has failed for good: exited, dead, or its healthcheck says unhealthy. Compose's own
+    /// `--wait` gives up on the same conditions, an exit with code 0 included.
+    #[must_use]
+    pub fn has_failed(&self) -> bool {
+        matches!(self.state.as_str(), "exited" | "dead" | "removing")
+            || self.health.as_deref() == Some("unhealthy")
+    }
+}
+
+/// Normalises a health value from either source: compose's `Health` field (`healthy`,
+/// `unhealthy`, `starting`, or empty) or the engine's text (`health: starting`).
+pub(crate) fn normalize_health(raw: &str) -> Option<String> {
+    let h = raw.trim();
+    let h = h.strip_prefix("health:").map_or(h, str::trim);
+    match h.to_ascii_lowercase().as_str() {
+        "" | "none" => None,
+        "healthy" => Some("healthy".to_owned()),
+        "unhealthy" => Some("unhealthy".to_owned()),
+        "starting" => Some("starting".to_owned()),
+        _ => None,
+    }
+}
+
+/// Reads the health from a `Status` text such as `Up 3 minutes (healthy)` or
+/// `Up 2 seconds (health: starting)`. Other parentheses (`Exited (0) ...`, `(Paused)`) are not
+/// health.
+pub(crate) fn health_from_status(status: &str) -> Option<String> {
+    let open = status.rfind('(')?;
+    let close = status[open..].find(')')? + open;
+    normalize_health(&status[open + 1..close])
+}
+
+/// Guesses the state from a `Status` text for engines that do not send `State`.
+pub(crate) fn state_from_status(status: &str) -> String {
+    let s = status.trim_start();
+    let state = if s.starts_with("Up") {
+        if s.contains("(Paused)") {
+            "paused"
+        } else {
+            "running"
+        }
+    } else if s.starts_with("Exited") {
+        "exited"
+    } else if s.starts_with("Restarting") {
+        "restarting"
+    } else if s.starts_with("Created") {
+        "created"
+    } else if s.starts_with("Dead") {
+        "dead"
+    } else if s.starts_with("Removal") {
+        "removing"
+    } else {
+        "unknown"
+    };
+    state.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_from_status_text() {
+        let check = |status: &str, expected: Option<&str>| {
+            assert_eq!(
+                health_from_status(status).as_deref(),
+                expected,
+                "status {status:?}"
+            );
+        };
+        check("Up 3 minutes (healthy)", Some("healthy"));
+        check("Up 5 minutes (unhealthy)", Some("unhealthy"));
+        check("Up 2 seconds (health: starting)", Some("starting"));
+        check("Up 2 seconds", None);
+        check("Exited (0) 3 minutes ago", None);
+        check("Exited (137) 3 minutes ago", None);
+        check("Up 1 hour (Paused)", None);
+        check("Created", None);
+        check("", None);
+    }
+
+    #[test]
+    fn state_from_status_text() {
+        let check = |status: &str, expected: &str| {
+            assert_eq!(state_from_status(status), expected, "status {status:?}");
+        };
+        check("Up 3 minutes (healthy)", "running");
+        check("Up 1 hour (Paused)", "paused");
+        check("Exited (1) 2 minutes ago", "exited");
+        check("Restarting (1) 5 seconds ago", "restarting");
+        check("Created", "created");
+        check("Dead", "dead");
+        check("Removal In Progress", "removing");
+        check("something new", "unknown");
+    }
+
+    #[test]
+    fn readiness() {
+        let c = |state: &str, health: Option<&str>| Container {
+            name: "n".into(),
+            service: "s".into(),
+            state: state.into(),
+            health: health.map(str::to_owned),
+        };
+        assert!(c("running", None).is_ready());
+        assert!(c("running", Some("healthy")).is_ready());
+        assert!(!c("running", Some("starting")).is_ready());
+        assert!(!c("created", None).is_ready());
+        assert!(c("exited", None).has_failed());
+        assert!(c("running", Some("unhealthy")).has_failed());
+        assert!(!c("running", Some("starting")).has_failed());
+        assert!(!c("restarting", None).has_failed());
+    }
+}

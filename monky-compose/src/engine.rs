@@ -1,0 +1,399 @@
+//! The Docker Engine API over the unix socket, in-process: container states and daemon facts
+//! without spawning a process (a heartbeat must not cost a `docker compose ps`).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use reqwest::Url;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::container::{health_from_status, state_from_status};
+use crate::error::{Error, Result};
+use crate::Container;
+
+/// The socket the daemon listens on when `DOCKER_HOST` is not set.
+pub const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
+
+/// The label compose puts on every container of a project.
+pub const PROJECT_LABEL: &str = "com.docker.compose.project";
+/// The label naming the compose service.
+pub const SERVICE_LABEL: &str = "com.docker.compose.service";
+/// The label marking `compose run` one-off containers (`True`), which are not the project's
+/// state.
+pub const ONEOFF_LABEL: &str = "com.docker.compose.oneoff";
+
+/// The most this crate reads of one Engine API response.
+const MAX_BODY: u64 = 16 * 1024 * 1024;
+
+/// A reader of the Docker Engine API on a unix socket.
+///
+/// Paths are unversioned, so the daemon answers in its own current API version; only fields
+/// present since long before docker 20.10 are read. The daemon facts of [`Engine::info`] are
+/// fetched once and cached.
+#[derive(Debug)]
+pub struct Engine {
+    target: Target,
+    timeout: Duration,
+    client: Mutex<Option<reqwest::blocking::Client>>,
+    info: Mutex<Option<EngineInfo>>,
+}
+
+#[derive(Debug, Clone)]
+enum Target {
+    Unix(PathBuf),
+    /// A `DOCKER_HOST` this reader does not speak (tcp://, ssh://): only the CLI can reach it.
+    Other(String),
+}
+
+/// What the daemon says about itself (`GET /info`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineInfo {
+    /// The daemon version, for example `28.3.0` or `20.10.24+dfsg1`.
+    #[serde(rename = "ServerVersion")]
+    pub server_version: String,
+    /// The daemon's data root, for example `/var/lib/docker`.
+    #[serde(rename = "DockerRootDir")]
+    pub docker_root_dir: PathBuf,
+}
+
+impl Engine {
+    /// The engine named by `DOCKER_HOST` (`unix://...`), else [`DEFAULT_SOCKET`].
+    #[must_use]
+    pub fn from_env() -> Engine {
+        Engine::for_docker_host(std::env::var("DOCKER_HOST").ok().as_deref())
+    }
+
+    /// The engine for a `DOCKER_HOST` value: `unix:///path` or an empty/absent value use a
+    /// socket; any other scheme cannot be read in-process and every call returns
+    /// [`Error::EngineUnavailable`] (callers fall back to the CLI).
+    #[must_use]
+    pub fn for_docker_host(host: Option<&str>) -> Engine {
+        let target = match host.map(str::trim) {
+            None | Some("") => Target::Unix(PathBuf::from(DEFAULT_SOCKET)),
+            Some(h) => match h.strip_prefix("unix://") {
+                Some(path) if path.starts_with('/') => Target::Unix(PathBuf::from(path)),
+                _ => Target::Other(h.to_owned()),
+            },
+        };
+        Engine::with_target(target)
+    }
+
+    /// The engine on the socket at `path`.
+    #[must_use]
+    pub fn unix(path: impl Into<PathBuf>) -> Engine {
+        Engine::with_target(Target::Unix(path.into()))
+    }
+
+    fn with_target(target: Target) -> Engine {
+        Engine {
+            target,
+            timeout: Duration::from_secs(10),
+            client: Mutex::new(None),
+            info: Mutex::new(None),
+        }
+    }
+
+    /// The timeout of one API call (default 10 s).
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Engine {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The socket, when the engine is reached through one on this machine.
+    #[must_use]
+    pub fn socket(&self) -> Option<&Path> {
+        match &self.target {
+            Target::Unix(p) => Some(p),
+            Target::Other(_) => None,
+        }
+    }
+
+    /// The daemon's version and data root; fetched on the first call, cached after.
+    pub fn info(&self) -> Result<EngineInfo> {
+        let mut cached = self.info.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(info) = cached.as_ref() {
+            return Ok(info.clone());
+        }
+        let info: EngineInfo = self.get_json("/info", &[])?;
+        *cached = Some(info.clone());
+        Ok(info)
+    }
+
+    /// The containers of compose project `project`, one-off containers excluded, sorted by
+    /// name. `GET /containers/json?all=1&filters={"label":["com.docker.compose.project=<p>"]}`.
+    pub fn containers(&self, project: &str) -> Result<Vec<Container>> {
+        let filters = serde_json::json!({ "label": [format!("{PROJECT_LABEL}={project}")] });
+        let rows: Vec<ApiContainer> = self.get_json(
+            "/containers/json",
+            &[("all", "1"), ("filters", &filters.to_string())],
+        )?;
+        let mut out: Vec<Container> = rows
+            .into_iter()
+            .filter(|r| !r.is_oneoff())
+            .map(ApiContainer::into_container)
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    fn target_text(&self) -> String {
+        match &self.target {
+            Target::Unix(p) => format!("unix://{}", p.display()),
+            Target::Other(h) => h.clone(),
+        }
+    }
+
+    fn client(&self, socket: &Path) -> Result<reqwest::blocking::Client> {
+        let mut slot = self.client.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let client = reqwest::blocking::Client::builder()
+            .unix_socket(socket)
+            .no_proxy()
+            .timeout(self.timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| Error::EngineUnavailable {
+                target: self.target_text(),
+                reason: format!("cannot build an http client: {e}"),
+            })?;
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+
+    fn get_json<T: DeserializeOwned>(&self, path: &str, query: &[(&str, &str)]) -> Result<T> {
+        let socket = match &self.target {
+            Target::Unix(p) => p.clone(),
+            Target::Other(h) => {
+                return Err(Error::EngineUnavailable {
+                    target: h.clone(),
+                    reason: "DOCKER_HOST is not a unix socket".to_owned(),
+                });
+            }
+        };
+        if !socket.exists() {
+            return Err(Error::EngineUnavailable {
+                target: self.target_text(),
+                reason: "no such socket".to_owned(),
+            });
+        }
+        let client = self.client(&socket)?;
+        // The host name is never resolved: every connection goes to the socket.
+        let mut url = Url::parse("http://docker.sock").expect("static url parses");
+        url.set_path(path);
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        let mut resp = client.get(url).send().map_err(|e| self.send_error(path, e))?;
+        let status = resp.status();
+        let mut body = Vec::new();
+        (&mut resp)
+            .take(MAX_BODY + 1)
+            .read_to_end(&mut body)
+            .map_err(|e| Error::EngineUnavailable {
+                target: self.target_text(),
+                reason: format!("reading the answer to {path}: {e}"),
+            })?;
+        if body.len() as u64 > MAX_BODY {
+            return Err(Error::Parse {
+                what: format!("engine {path}"),
+                detail: format!("answer larger than {MAX_BODY} bytes"),
+            });
+        }
+        if !status.is_success() {
+            #[derive(Deserialize)]
+            struct ApiError {
+                message: String,
+            }
+            let message = serde_json::from_slice::<ApiError>(&body)
+                .map(|e| e.message)
+                .unwrap_or_else(|_| crate::process::tail_chars(&String::from_utf8_lossy(&body), 300));
+            return Err(Error::EngineStatus {
+                path: path.to_owned(),
+                status: status.as_u16(),
+                message,
+            });
+        }
+        serde_json::from_slice(&body).map_err(|e| Error::Parse {
+            what: format!("engine {path}"),
+            detail: e.to_string(),
+        })
+    }
+
+    fn send_error(&self, path: &str, e: reqwest::Error) -> Error {
+        if e.is_connect() || (io_cause(&e).is_some() && !e.is_timeout()) {
+            let reason = io_cause(&e).map_or_else(|| e.to_string(), |io| io.to_string());
+            Error::EngineUnavailable {
+                target: self.target_text(),
+                reason,
+            }
+        } else {
+            Error::EngineRequest {
+                path: path.to_owned(),
+                source: e,
+            }
+        }
+    }
+}
+
+fn io_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
+    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return Some(io);
+        }
+        cur = err.source();
+    }
+    None
+}
+
+#[derive(Debug, Deserialize)]
+struct ApiContainer {
+    #[serde(rename = "Names", default)]
+    names: Vec<String>,
+    #[serde(rename = "State", default)]
+    state: String,
+    #[serde(rename = "Status", default)]
+    status: String,
+    #[serde(rename = "Labels", default)]
+    labels: Option<BTreeMap<String, String>>,
+}
+
+impl ApiContainer {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.as_ref()?.get(key).map(String::as_str)
+    }
+
+    fn is_oneoff(&self) -> bool {
+        self.label(ONEOFF_LABEL)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    }
+
+    fn into_container(self) -> Container {
+        // Legacy links add names like "/other/alias"; the container's own has one slash.
+        let name = self
+            .names
+            .iter()
+            .map(|n| n.trim_start_matches('/'))
+            .find(|n| !n.contains('/'))
+            .or_else(|| self.names.first().map(|n| n.trim_start_matches('/')))
+            .unwrap_or_default()
+            .to_owned();
+        let service = self.label(SERVICE_LABEL).unwrap_or_default().to_owned();
+        let state = if self.state.is_empty() {
+            state_from_status(&self.status)
+        } else {
+            self.state.to_ascii_lowercase()
+        };
+        Container {
+            name,
+            service,
+            state,
+            health: health_from_status(&self.status),
+        }
+    }
+}
+
+/// Bytes available to unprivileged users on the filesystem holding `path` (`statvfs`:
+/// `f_bavail * f_frsize`). When `path` itself is missing (a data root on a not-yet-mounted
+/// disk, a private mount namespace), its nearest existing ancestor is measured.
+pub fn free_bytes(path: &Path) -> Result<u64> {
+    let mut probe = path;
+    loop {
+        match rustix::fs::statvfs(probe) {
+            Ok(st) => return Ok(st.f_bavail.saturating_mul(st.f_frsize)),
+            Err(rustix::io::Errno::NOENT) => match probe.parent() {
+                Some(parent) => probe = parent,
+                None => break,
+            },
+            Err(e) => {
+                return Err(Error::Statvfs {
+                    path: path.to_owned(),
+                    source: e.into(),
+                });
+            }
+        }
+    }
+    Err(Error::Statvfs {
+        path: path.to_owned(),
+        source: std::io::Error::from(std::io::ErrorKind::NotFound),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_host_values() {
+        let check = |host: Option<&str>, socket: Option<&str>| {
+            let e = Engine::for_docker_host(host);
+            assert_eq!(e.socket(), socket.map(Path::new), "{host:?}");
+        };
+        check(None, Some(DEFAULT_SOCKET));
+        check(Some(""), Some(DEFAULT_SOCKET));
+        check(Some("unix:///run/user/1000/docker.sock"), Some("/run/user/1000/docker.sock"));
+        check(Some("tcp://10.0.0.1:2376"), None);
+        check(Some("ssh://me@box"), None);
+        check(Some("unix://relative.sock"), None);
+    }
+
+    #[test]
+    fn a_non_unix_host_is_unavailable_not_an_attempt() {
+        let err = Engine::for_docker_host(Some("tcp://10.0.0.1:2376"))
+            .containers("p")
+            .unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::EngineUnavailable);
+        assert!(err.to_string().contains("tcp://10.0.0.1:2376"), "{err}");
+    }
+
+    #[test]
+    fn api_rows_become_containers() {
+        let rows: Vec<ApiContainer> = serde_json::from_str(
+            r#"[{"Names":["/p-web-1"],"State":"running","Status":"Up 2 minutes (healthy)",
+                 "Labels":{"com.docker.compose.service":"web","com.docker.compose.oneoff":"False"}},
+                {"Names":["/p-web-run-1"],"State":"running","Status":"Up 1 second",
+                 "Labels":{"com.docker.compose.service":"web","com.docker.compose.oneoff":"True"}},
+                {"Names":["/other/db","/p-db-1"],"Status":"Exited (0) 1 minute ago","Labels":null}]"#,
+        )
+        .unwrap();
+        let kept: Vec<Container> = rows
+            .into_iter()
+            .filter(|r| !r.is_oneoff())
+            .map(ApiContainer::into_container)
+            .collect();
+        assert_eq!(
+            kept,
+            vec![
+                Container {
+                    name: "p-web-1".into(),
+                    service: "web".into(),
+                    state: "running".into(),
+                    health: Some("healthy".into()),
+                },
+                Container {
+                    name: "p-db-1".into(),
+                    service: String::new(),
+                    state: "exited".into(),
+                    health: None,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn free_bytes_of_a_missing_path_measures_its_ancestor() {
+        let dir = tempfile::tempdir().unwrap();
+        let here = free_bytes(dir.path()).unwrap();
+        let below = free_bytes(&dir.path().join("not/yet/there")).unwrap();
+        assert!(here > 0);
+        // same filesystem; other tests may write meanwhile, so allow some drift
+        assert!(here.abs_diff(below) < 512 * 1024 * 1024, "{here} vs {below}");
+    }
+}

@@ -1,0 +1,318 @@
+//! The one error type of this crate and the coarse kinds callers branch on.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::Container;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while driving docker.
+///
+/// Messages never contain secret values: arguments are paths and names only, and process
+/// output is only quoted from stderr (never from `config` stdout, which holds interpolated
+/// values).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The builder was not given the agent's own `DOCKER_CONFIG` directory.
+    #[error(
+        "no docker config directory given: the agent needs its own DOCKER_CONFIG, never the invoking user's"
+    )]
+    MissingDockerConfig,
+
+    /// The `DOCKER_CONFIG` directory is not absolute (children run in other directories).
+    #[error("docker config directory {path} must be an absolute path")]
+    RelativeDockerConfig {
+        /// The path that was given.
+        path: PathBuf,
+    },
+
+    /// A process could not be started at all.
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        /// The program that was run.
+        program: PathBuf,
+        /// Why the operating system refused.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A process ran past its timeout; it and its process group were killed.
+    #[error("{what} timed out after {after:?} and was killed{}", tail_suffix(stderr))]
+    Timeout {
+        /// The command line, for example `docker compose ... pull`.
+        what: String,
+        /// The timeout that expired.
+        after: Duration,
+        /// The tail of what it wrote to stderr before it was killed.
+        stderr: String,
+    },
+
+    /// A process exited unsuccessfully.
+    #[error("{what} failed ({}){}", describe_code(*code), tail_suffix(stderr))]
+    Failed {
+        /// The command line.
+        what: String,
+        /// The exit code, `None` when a signal ended it.
+        code: Option<i32>,
+        /// The tail of its stderr.
+        stderr: String,
+    },
+
+    /// `compose pull` failed; `message` is the registry's own text ("no basic auth
+    /// credentials", "manifest unknown", a DNS failure), never just an exit code.
+    #[error("compose pull failed: {message}")]
+    PullFailed {
+        /// The relevant lines of compose's output, joined with ` | `.
+        message: String,
+    },
+
+    /// After `up`, containers did not all become running and healthy.
+    #[error("containers not healthy after {after:?}: {}", summarize(containers))]
+    Unhealthy {
+        /// The containers as last seen.
+        containers: Vec<Container>,
+        /// How long the wait lasted.
+        after: Duration,
+    },
+
+    /// No usable compose v2 exists; `detail` says where it was looked for.
+    #[error("no docker compose v2 found: {detail}")]
+    ComposeNotFound {
+        /// What was tried, in order.
+        detail: String,
+    },
+
+    /// Only compose v1 (the python `docker-compose` 1.x) exists; it is refused.
+    #[error(
+        "compose v1 ({version} at {path}) is not supported: install the docker compose v2 plugin (docker-compose-plugin)"
+    )]
+    ComposeV1 {
+        /// The v1 binary that was found.
+        path: PathBuf,
+        /// The version it printed.
+        version: String,
+    },
+
+    /// A command's output could not be understood.
+    #[error("cannot parse the output of {what}: {detail}")]
+    Parse {
+        /// The command or API path.
+        what: String,
+        /// What was wrong (never the output itself).
+        detail: String,
+    },
+
+    /// A command printed more than the configured output cap where all of it is needed.
+    #[error("{what} printed more than {limit} bytes")]
+    OutputTooLarge {
+        /// The command line.
+        what: String,
+        /// The cap in bytes.
+        limit: usize,
+    },
+
+    /// The Engine API cannot be reached (socket missing, refused, permission denied, or
+    /// `DOCKER_HOST` is not a unix socket).
+    #[error("docker engine at {target} is not reachable: {reason}")]
+    EngineUnavailable {
+        /// The socket path or `DOCKER_HOST` value.
+        target: String,
+        /// Why, in words.
+        reason: String,
+    },
+
+    /// An Engine API request failed after connecting (timeout, broken body).
+    #[error("docker engine request {path} failed: {source}")]
+    EngineRequest {
+        /// The API path.
+        path: String,
+        /// The transport error.
+        #[source]
+        source: reqwest::Error,
+    },
+
+    /// The Engine API answered with an error status.
+    #[error("docker engine answered {status} for {path}: {message}")]
+    EngineStatus {
+        /// The API path.
+        path: String,
+        /// The HTTP status.
+        status: u16,
+        /// The daemon's `message`.
+        message: String,
+    },
+
+    /// The free space of the docker data root could not be read.
+    #[error("cannot read the free space of {path}: {source}")]
+    Statvfs {
+        /// The directory.
+        path: PathBuf,
+        /// The system error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What a caller can do about an [`Error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The box is set up wrongly (no compose v2, compose v1 only, bad configuration,
+    /// docker missing): retrying will not help, an operator must act.
+    Setup,
+    /// A command ran too long and was killed.
+    Timeout,
+    /// A command failed (up, down, config, ...).
+    CommandFailed,
+    /// `compose pull` failed; the message says why.
+    PullFailed,
+    /// The containers did not become healthy.
+    Unhealthy,
+    /// The docker engine could not be reached; usually temporary.
+    EngineUnavailable,
+    /// Docker answered something unexpected (bad JSON, error status, oversized output).
+    Protocol,
+    /// A local filesystem call failed.
+    Io,
+}
+
+impl Error {
+    /// The coarse class of this error.
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::MissingDockerConfig
+            | Error::RelativeDockerConfig { .. }
+            | Error::Spawn { .. }
+            | Error::ComposeNotFound { .. }
+            | Error::ComposeV1 { .. } => ErrorKind::Setup,
+            Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::Failed { .. } => ErrorKind::CommandFailed,
+            Error::PullFailed { .. } => ErrorKind::PullFailed,
+            Error::Unhealthy { .. } => ErrorKind::Unhealthy,
+            Error::EngineUnavailable { .. } | Error::EngineRequest { .. } => {
+                ErrorKind::EngineUnavailable
+            }
+            Error::Parse { .. } | Error::OutputTooLarge { .. } | Error::EngineStatus { .. } => {
+                ErrorKind::Protocol
+            }
+            Error::Statvfs { .. } => ErrorKind::Io,
+        }
+    }
+
+    /// The exit code of a failed command, when there was one.
+    #[must_use]
+    pub fn exit_code(&self) -> Option<i32> {
+        match self {
+            Error::Failed { code, .. } => *code,
+            _ => None,
+        }
+    }
+}
+
+fn describe_code(code: Option<i32>) -> String {
+    match code {
+        Some(c) => format!("exit code {c}"),
+        None => "killed by a signal".to_owned(),
+    }
+}
+
+fn tail_suffix(stderr: &str) -> String {
+    let trimmed = stderr.trim();
+    if trimmed.is_empty() {
+        String::new()
+    } else {
+        format!(": {trimmed}")
+    }
+}
+
+fn summarize(containers: &[Container]) -> String {
+    let bad: Vec<String> = containers
+        .iter()
+        .filter(|c| !c.is_ready())
+        .map(|c| match &c.health {
+            Some(h) => format!("{} {} ({h})", c.name, c.state),
+            None => format!("{} {}", c.name, c.state),
+        })
+        .collect();
+    if bad.is_empty() {
+        "no containers".to_owned()
+    } else {
+        bad.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_lower_case_without_trailing_period() {
+        let errors = [
+            Error::MissingDockerConfig,
+            Error::Failed {
+                what: "docker compose up".into(),
+                code: Some(1),
+                stderr: "boom\n".into(),
+            },
+            Error::Failed {
+                what: "docker compose up".into(),
+                code: None,
+                stderr: String::new(),
+            },
+            Error::PullFailed {
+                message: "manifest unknown".into(),
+            },
+            Error::ComposeV1 {
+                path: "/usr/bin/docker-compose".into(),
+                version: "1.29.2".into(),
+            },
+        ];
+        for e in errors {
+            let text = e.to_string();
+            assert!(text.chars().next().unwrap().is_lowercase(), "{text}");
+            assert!(!text.ends_with('.'), "{text}");
+        }
+    }
+
+    #[test]
+    fn failed_names_code_and_stderr() {
+        let e = Error::Failed {
+            what: "docker compose up".into(),
+            code: Some(18),
+            stderr: "no such image\n".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "docker compose up failed (exit code 18): no such image"
+        );
+        assert_eq!(e.exit_code(), Some(18));
+        assert_eq!(e.kind(), ErrorKind::CommandFailed);
+    }
+
+    #[test]
+    fn unhealthy_lists_only_the_bad_containers() {
+        let c = |name: &str, state: &str, health: Option<&str>| Container {
+            name: name.into(),
+            service: name.into(),
+            state: state.into(),
+            health: health.map(str::to_owned),
+        };
+        let e = Error::Unhealthy {
+            containers: vec![
+                c("p-web-1", "running", Some("unhealthy")),
+                c("p-db-1", "running", None),
+                c("p-job-1", "exited", None),
+            ],
+            after: Duration::from_secs(3),
+        };
+        assert_eq!(
+            e.to_string(),
+            "containers not healthy after 3s: p-web-1 running (unhealthy), p-job-1 exited"
+        );
+    }
+}

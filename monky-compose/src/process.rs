@@ -1,0 +1,610 @@
+//! The one process wrapper: every docker and compose command of the agent goes through [`Runner`].
+//!
+//! A child gets an explicit program path, explicit arguments (paths and names, never secret
+//! values: secrets reach compose only through `--env-file <path>`), a working directory, a
+//! minimal environment built here rather than inherited, a timeout after which its whole process
+//! group is killed, and stdout/stderr captured up to a cap.
+
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// The `PATH` children get when the agent itself has none.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// How long to wait for the output pipes to close after the child has exited.
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs programs with an explicit, minimal environment.
+///
+/// The environment of every child is exactly: `PATH`, `DOCKER_HOST` (only if the agent has one),
+/// `DOCKER_CONFIG` (the agent's own directory) and `COMPOSE_INTERACTIVE_NO_CLI=1`. Nothing else
+/// from the agent's environment (`HOME`, tokens, proxies) reaches a child.
+#[derive(Debug, Clone)]
+pub struct Runner {
+    env: Vec<(OsString, OsString)>,
+    path: OsString,
+    max_output: usize,
+}
+
+/// Builds a [`Runner`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct RunnerBuilder {
+    docker_config: PathBuf,
+    path: Option<OsString>,
+    docker_host: Option<OsString>,
+    inherit_docker_host: bool,
+    max_output: usize,
+}
+
+impl Runner {
+    /// Starts a builder; `docker_config` is the agent's own `DOCKER_CONFIG` directory.
+    pub fn builder(docker_config: impl Into<PathBuf>) -> RunnerBuilder {
+        RunnerBuilder {
+            docker_config: docker_config.into(),
+            path: None,
+            docker_host: None,
+            inherit_docker_host: true,
+            max_output: 4 * 1024 * 1024,
+        }
+    }
+
+    /// The complete environment a child gets.
+    #[must_use]
+    pub fn env(&self) -> &[(OsString, OsString)] {
+        &self.env
+    }
+
+    /// The `PATH` children get, also used to resolve bare program names.
+    #[must_use]
+    pub fn path_env(&self) -> &OsStr {
+        &self.path
+    }
+
+    /// The number of bytes kept of each output stream (the tail is kept).
+    #[must_use]
+    pub fn max_output(&self) -> usize {
+        self.max_output
+    }
+
+    /// Finds `name` in the children's `PATH`, as an executable regular file.
+    #[must_use]
+    pub fn which(&self, name: &str) -> Option<PathBuf> {
+        std::env::split_paths(&self.path)
+            .filter(|dir| dir.is_absolute())
+            .map(|dir| dir.join(name))
+            .find(|candidate| is_executable(candidate))
+    }
+
+    /// Runs one invocation to completion or until its timeout.
+    ///
+    /// A non-zero exit is not an error here: the caller reads [`Output::code`] and decides
+    /// (a failed pull needs its output). Errors are: the program cannot be started
+    /// ([`Error::Spawn`]) and the timeout ([`Error::Timeout`]), after which the child's whole
+    /// process group has been killed.
+    pub fn run(&self, inv: &Invocation) -> Result<Output> {
+        let what = inv.describe();
+        let mut cmd = Command::new(&inv.program);
+        cmd.args(&inv.args)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group, so a timeout also kills what it started (the docker CLI
+            // runs the compose plugin as a child process).
+            .process_group(0);
+        if let Some(dir) = &inv.cwd {
+            cmd.current_dir(dir);
+        }
+        tracing::debug!(command = %what, "running");
+        let started = Instant::now();
+        let mut child = cmd.spawn().map_err(|source| Error::Spawn {
+            program: inv.program.clone(),
+            source,
+        })?;
+        let group = rustix::process::Pid::from_child(&child);
+        let (tx, rx) = mpsc::channel();
+        let readers = [
+            spawn_reader(child.stdout.take(), Stream::Stdout, self.max_output, tx.clone()),
+            spawn_reader(child.stderr.take(), Stream::Stderr, self.max_output, tx),
+        ];
+        let status = wait_with_deadline(&mut child, started + inv.timeout);
+        if status.is_none() {
+            kill_group(group);
+            // Reap it; after SIGKILL this returns at once.
+            let _ = child.wait();
+        }
+        let mut captured = Captured::default();
+        let mut pending = readers.iter().filter(|r| r.is_some()).count();
+        let mut drain_deadline = Instant::now() + DRAIN_GRACE;
+        let mut killed_for_pipes = false;
+        while pending > 0 {
+            let left = drain_deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((stream, buf)) => {
+                    captured.put(stream, buf);
+                    pending -= 1;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) if !killed_for_pipes => {
+                    // Something the child started still holds a pipe open.
+                    kill_group(group);
+                    killed_for_pipes = true;
+                    drain_deadline = Instant::now() + Duration::from_secs(1);
+                }
+                Err(_) => break,
+            }
+        }
+        let elapsed = started.elapsed();
+        match status {
+            None => Err(Error::Timeout {
+                what,
+                after: inv.timeout,
+                stderr: tail_chars(&captured.stderr.text(), 2048),
+            }),
+            Some(status) => {
+                let code = status.code();
+                tracing::debug!(command = %what, ?code, ?elapsed, "finished");
+                Ok(Output {
+                    what,
+                    code,
+                    stdout: captured.stdout.text(),
+                    stderr: captured.stderr.text(),
+                    stdout_truncated: captured.stdout.truncated,
+                    stderr_truncated: captured.stderr.truncated,
+                    elapsed,
+                })
+            }
+        }
+    }
+}
+
+impl RunnerBuilder {
+    /// The `PATH` children get (default: the agent's own `PATH`, else [`DEFAULT_PATH`]).
+    pub fn path_env(mut self, path: impl Into<OsString>) -> Self {
+        self.path = Some(path.into());
+        self
+    }
+
+    /// The `DOCKER_HOST` children get (default: the agent's own, if set). `None` removes it.
+    pub fn docker_host(mut self, host: Option<OsString>) -> Self {
+        self.docker_host = host;
+        self.inherit_docker_host = false;
+        self
+    }
+
+    /// How many bytes of each output stream to keep (the tail). Default 4 MiB.
+    pub fn max_output_bytes(mut self, bytes: usize) -> Self {
+        self.max_output = bytes.max(1);
+        self
+    }
+
+    /// Builds the runner; the agent's environment is read here, once.
+    pub fn build(self) -> Result<Runner> {
+        if !self.docker_config.is_absolute() {
+            return Err(Error::RelativeDockerConfig {
+                path: self.docker_config,
+            });
+        }
+        let path = self
+            .path
+            .or_else(|| std::env::var_os("PATH").filter(|p| !p.is_empty()))
+            .unwrap_or_else(|| DEFAULT_PATH.into());
+        let docker_host = if self.inherit_docker_host {
+            std::env::var_os("DOCKER_HOST").filter(|h| !h.is_empty())
+        } else {
+            self.docker_host
+        };
+        let env = child_env(&path, docker_host, &self.docker_config);
+        Ok(Runner {
+            env,
+            path,
+            max_output: self.max_output,
+        })
+    }
+}
+
+fn child_env(
+    path: &OsStr,
+    docker_host: Option<OsString>,
+    docker_config: &Path,
+) -> Vec<(OsString, OsString)> {
+    let mut env = vec![(OsString::from("PATH"), path.to_owned())];
+    if let Some(host) = docker_host {
+        env.push(("DOCKER_HOST".into(), host));
+    }
+    env.push(("DOCKER_CONFIG".into(), docker_config.as_os_str().to_owned()));
+    env.push(("COMPOSE_INTERACTIVE_NO_CLI".into(), "1".into()));
+    env
+}
+
+/// One command to run: program, arguments, working directory and timeout.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    program: PathBuf,
+    args: Vec<OsString>,
+    cwd: Option<PathBuf>,
+    timeout: Duration,
+}
+
+impl Invocation {
+    /// A command running `program` with no arguments, in the agent's working directory.
+    pub fn new(program: impl Into<PathBuf>, timeout: Duration) -> Self {
+        Invocation {
+            program: program.into(),
+            args: Vec::new(),
+            cwd: None,
+            timeout,
+        }
+    }
+
+    /// Appends one argument. Arguments must never carry secret values.
+    #[must_use]
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Appends arguments.
+    #[must_use]
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Runs in `dir`.
+    #[must_use]
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    /// The program.
+    #[must_use]
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+
+    /// The arguments.
+    #[must_use]
+    pub fn arguments(&self) -> &[OsString] {
+        &self.args
+    }
+
+    /// The command line as shown in logs and errors: the program's file name and the
+    /// arguments.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        let name = self
+            .program
+            .file_name()
+            .map_or_else(|| self.program.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let mut out = name;
+        for a in &self.args {
+            out.push(' ');
+            out.push_str(&a.to_string_lossy());
+        }
+        out
+    }
+}
+
+/// What a finished process left behind.
+#[derive(Debug, Clone)]
+pub struct Output {
+    /// The command line (see [`Invocation::describe`]).
+    pub what: String,
+    /// The exit code; `None` when a signal ended it.
+    pub code: Option<i32>,
+    /// Its stdout (lossy UTF-8; the tail when truncated).
+    pub stdout: String,
+    /// Its stderr (lossy UTF-8; the tail when truncated).
+    pub stderr: String,
+    /// Whether stdout was longer than the cap.
+    pub stdout_truncated: bool,
+    /// Whether stderr was longer than the cap.
+    pub stderr_truncated: bool,
+    /// How long it ran.
+    pub elapsed: Duration,
+}
+
+impl Output {
+    /// Exit code 0.
+    #[must_use]
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// Turns a non-zero exit into [`Error::Failed`] with the tail of stderr.
+    pub fn check(self) -> Result<Output> {
+        if self.success() {
+            Ok(self)
+        } else {
+            Err(Error::Failed {
+                stderr: tail_chars(&self.stderr, 2048),
+                what: self.what,
+                code: self.code,
+            })
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+#[derive(Debug, Default)]
+struct Capped {
+    bytes: Vec<u8>,
+    truncated: bool,
+}
+
+impl Capped {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Captured {
+    stdout: Capped,
+    stderr: Capped,
+}
+
+impl Captured {
+    fn put(&mut self, stream: Stream, buf: Capped) {
+        match stream {
+            Stream::Stdout => self.stdout = buf,
+            Stream::Stderr => self.stderr = buf,
+        }
+    }
+}
+
+fn spawn_reader<R: Read + Send + 'static>(
+    pipe: Option<R>,
+    stream: Stream,
+    cap: usize,
+    tx: mpsc::Sender<(Stream, Capped)>,
+) -> Option<thread::JoinHandle<()>> {
+    let mut pipe = pipe?;
+    let spawned = thread::Builder::new()
+        .name("monky-compose-pipe".into())
+        .spawn(move || {
+            let mut out = Capped::default();
+            let mut chunk = [0u8; 16 * 1024];
+            loop {
+                match pipe.read(&mut chunk) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        out.bytes.extend_from_slice(&chunk[..n]);
+                        // Keep the tail; trim in batches so long outputs stay linear.
+                        if out.bytes.len() > cap.saturating_mul(2) {
+                            let cut = out.bytes.len() - cap;
+                            out.bytes.drain(..cut);
+                            out.truncated = true;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            if out.bytes.len() > cap {
+                let cut = out.bytes.len() - cap;
+                out.bytes.drain(..cut);
+                out.truncated = true;
+            }
+            let _ = tx.send((stream, out));
+        });
+    spawned.ok()
+}
+
+/// Polls the child until it exits or the deadline passes (`None`).
+fn wait_with_deadline(child: &mut Child, deadline: Instant) -> Option<std::process::ExitStatus> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) => {}
+            // The child cannot be waited on; treat it like a hang so it gets killed.
+            Err(_) => return None,
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+fn kill_group(group: rustix::process::Pid) {
+    // ESRCH (already gone) is fine.
+    let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+}
+
+pub(crate) fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The last `max` bytes of `text`, cut at a character boundary, trimmed.
+pub(crate) fn tail_chars(text: &str, max: usize) -> String {
+    let text = text.trim();
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("...{}", &text[start..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runner(max: usize) -> Runner {
+        Runner::builder("/tmp/monky-agent-docker")
+            .path_env(DEFAULT_PATH)
+            .docker_host(None)
+            .max_output_bytes(max)
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn env_is_exactly_the_minimal_set() {
+        let r = Runner::builder("/var/lib/monky-deployd/docker")
+            .path_env("/usr/bin:/bin")
+            .docker_host(Some("unix:///run/docker.sock".into()))
+            .build()
+            .unwrap();
+        let env: Vec<(String, String)> = r
+            .env()
+            .iter()
+            .map(|(k, v)| (k.to_string_lossy().into(), v.to_string_lossy().into()))
+            .collect();
+        let expected: Vec<(String, String)> = [
+            ("PATH", "/usr/bin:/bin"),
+            ("DOCKER_HOST", "unix:///run/docker.sock"),
+            ("DOCKER_CONFIG", "/var/lib/monky-deployd/docker"),
+            ("COMPOSE_INTERACTIVE_NO_CLI", "1"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).into(), (*v).into()))
+        .collect();
+        assert_eq!(env, expected);
+    }
+
+    #[test]
+    fn relative_docker_config_is_refused() {
+        let err = Runner::builder("docker").build().unwrap_err();
+        assert!(matches!(err, Error::RelativeDockerConfig { .. }), "{err}");
+    }
+
+    #[test]
+    fn captures_output_code_and_cwd() {
+        let r = runner(1024);
+        let dir = tempfile::tempdir().unwrap();
+        let out = r
+            .run(
+                &Invocation::new("/bin/sh", Duration::from_secs(10))
+                    .args(["-c", "pwd; echo err >&2; exit 3"])
+                    .current_dir(dir.path()),
+            )
+            .unwrap();
+        assert_eq!(out.code, Some(3));
+        assert_eq!(
+            out.stdout.trim(),
+            dir.path().canonicalize().unwrap().to_str().unwrap()
+        );
+        assert_eq!(out.stderr.trim(), "err");
+        let err = out.check().unwrap_err();
+        assert_eq!(err.exit_code(), Some(3));
+        assert!(err.to_string().ends_with("(exit code 3): err"), "{err}");
+    }
+
+    #[test]
+    fn keeps_the_tail_when_output_is_too_long() {
+        let r = runner(100);
+        let out = r
+            .run(
+                &Invocation::new("/bin/sh", Duration::from_secs(10))
+                    .args(["-c", "seq 1 100000"]),
+            )
+            .unwrap();
+        assert!(out.stdout_truncated);
+        assert_eq!(out.stdout.len(), 100);
+        assert!(out.stdout.ends_with("99999\n100000\n"), "{}", out.stdout);
+    }
+
+    #[test]
+    fn timeout_kills_the_whole_group() {
+        let r = runner(1024);
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("grandchild.pid");
+        let script = format!(
+            "sleep 300 & echo $! > {}; echo started >&2; sleep 300",
+            pidfile.display()
+        );
+        let started = Instant::now();
+        let err = r
+            .run(&Invocation::new("/bin/sh", Duration::from_millis(500)).args(["-c", &script]))
+            .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        match &err {
+            Error::Timeout { stderr, after, .. } => {
+                assert_eq!(stderr, "started");
+                assert_eq!(*after, Duration::from_millis(500));
+            }
+            other => panic!("expected a timeout, got {other}"),
+        }
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        assert!(!process_alive(pid.trim()), "grandchild {pid} survived");
+    }
+
+    /// Alive means present and not a zombie waiting for its reaper.
+    pub(crate) fn process_alive(pid: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let alive = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                Ok(stat) => stat
+                    .rsplit_once(") ")
+                    .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+                Err(_) => false,
+            };
+            if !alive || Instant::now() > deadline {
+                return alive;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn missing_program_is_a_spawn_error() {
+        let err = runner(10)
+            .run(&Invocation::new("/nonexistent/docker", Duration::from_secs(1)))
+            .unwrap_err();
+        assert!(matches!(err, Error::Spawn { .. }), "{err}");
+        assert_eq!(err.kind(), crate::ErrorKind::Setup);
+    }
+
+    #[test]
+    fn which_finds_executables_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("tool");
+        let plain = dir.path().join("plain");
+        std::fs::write(&exe, "#!/bin/sh\n").unwrap();
+        std::fs::write(&plain, "").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let r = Runner::builder("/x")
+            .path_env(dir.path().as_os_str())
+            .build()
+            .unwrap();
+        assert_eq!(r.which("tool"), Some(exe));
+        assert_eq!(r.which("plain"), None);
+        assert_eq!(r.which("absent"), None);
+    }
+
+    #[test]
+    fn tail_chars_cuts_at_char_boundary() {
+        assert_eq!(tail_chars("  short \n", 10), "short");
+        assert_eq!(tail_chars("abcdef", 3), "...def");
+        assert_eq!(tail_chars("aé", 1), "...");
+    }
+}
