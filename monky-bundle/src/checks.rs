@@ -123,13 +123,28 @@ fn yaml_options() -> serde_saphyr::Options {
 /// problem and its position, never the text around it.
 fn parse_compose(yaml: &str) -> Result<Value, Refusal> {
     serde_saphyr::from_str_with_options::<Value>(yaml, yaml_options()).map_err(|e| {
-        let msg = e.to_string();
-        let what = if msg.contains("budget") || msg.contains("alias") || msg.contains("Alias") {
-            "yaml over the alias/size budget"
-        } else if msg.contains("uplicate") {
-            "duplicate key"
-        } else {
-            "invalid yaml"
+        use serde_saphyr::Error as E;
+        // Classified by variant: the rendered message quotes the YAML around the error.
+        let mut inner = &e;
+        loop {
+            match inner {
+                E::WithSnippet { error, .. } | E::AliasError { error, .. } => inner = error,
+                _ => break,
+            }
+        }
+        let what = match inner {
+            E::Budget {
+                breach: serde_saphyr::budget::BudgetBreach::Documents { .. },
+                ..
+            }
+            | E::MultipleDocuments { .. } => "more than one yaml document",
+            E::Budget { .. }
+            | E::AliasReplayCounterOverflow { .. }
+            | E::AliasReplayLimitExceeded { .. }
+            | E::AliasExpansionLimitExceeded { .. }
+            | E::AliasReplayStackDepthExceeded { .. } => "yaml over the alias/size budget",
+            E::DuplicateMappingKey { .. } => "duplicate key",
+            _ => "invalid yaml",
         };
         match e.location() {
             Some(l) if l.line() > 0 => Refusal::invalid(format!(
