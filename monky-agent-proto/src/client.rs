@@ -83,7 +83,10 @@ impl ClientBuilder {
     /// [`Error::CaBundle`] for an unreadable CA bundle, [`Error::Build`] otherwise.
     pub fn build(self) -> Result<Client> {
         let mut base = self.base_url;
-        let bad = |reason| Error::BaseUrl { url: base.to_string(), reason };
+        let bad = |reason| Error::BaseUrl {
+            url: base.to_string(),
+            reason,
+        };
         if !matches!(base.scheme(), "http" | "https") {
             return Err(bad("the scheme must be http or https"));
         }
@@ -215,10 +218,16 @@ impl Client {
             .or_else(|| header_text(resp.headers(), "x-bundle-sha256"));
         let limit = self.max_bundle_bytes;
         if resp.content_length().is_some_and(|len| len > limit) {
-            return Err(Error::BundleTooLarge { url, limit });
+            return Err(Error::BundleTooLarge {
+                url: Box::new(url),
+                limit,
+            });
         }
-        let bytes = read_capped(&url, resp, limit, deadline)?
-            .ok_or_else(|| Error::BundleTooLarge { url: url.clone(), limit })?;
+        let bytes =
+            read_capped(&url, resp, limit, deadline)?.ok_or_else(|| Error::BundleTooLarge {
+                url: Box::new(url.clone()),
+                limit,
+            })?;
         Ok(BundleDownload { bytes, header_sha })
     }
 
@@ -232,7 +241,7 @@ impl Client {
         let resp = self.post(&url, bearer, req)?;
         let (status, value) = self.json_body(&url, resp)?;
         if is_retired_lease_shape(&value) {
-            return Err(Error::LeaseShape { url });
+            return Err(Error::LeaseShape { url: Box::new(url) });
         }
         typed(&url, status, value)
     }
@@ -256,7 +265,12 @@ impl Client {
         {
             Ok(())
         } else {
-            Err(Error::NotJson { url, status, content_type, retry_after: None })
+            Err(Error::NotJson {
+                url: Box::new(url),
+                status,
+                content_type,
+                retry_after: None,
+            })
         }
     }
 
@@ -265,8 +279,14 @@ impl Client {
     }
 
     fn bundle_url(&self, bundle_url: &str) -> Result<Url> {
-        let refuse = |reason| Error::BundleUrl { url: bundle_url.to_owned(), reason };
-        let url = self.base.join(bundle_url).map_err(|_| refuse("not a url"))?;
+        let refuse = |reason| Error::BundleUrl {
+            url: bundle_url.to_owned(),
+            reason,
+        };
+        let url = self
+            .base
+            .join(bundle_url)
+            .map_err(|_| refuse("not a url"))?;
         let same_origin = url.scheme() == self.base.scheme()
             && url.host_str() == self.base.host_str()
             && url.port_or_known_default() == self.base.port_or_known_default();
@@ -309,12 +329,15 @@ impl Client {
     }
 
     fn post<T: Serialize>(&self, url: &Url, bearer: &SecretString, body: &T) -> Result<Response> {
-        self.send(url, self.request(reqwest::Method::POST, url, bearer).json(body))
+        self.send(
+            url,
+            self.request(reqwest::Method::POST, url, bearer).json(body),
+        )
     }
 
     fn send(&self, url: &Url, req: RequestBuilder) -> Result<Response> {
         req.send().map_err(|source| Error::Transport {
-            url: url.clone(),
+            url: Box::new(url.clone()),
             source: source.without_url(),
         })
     }
@@ -329,7 +352,7 @@ impl Client {
         let deadline = Instant::now() + self.timeout;
         let body = read_json_capped(url, status, resp, deadline)?;
         let value = serde_json::from_slice(&body).map_err(|_| Error::NotJson {
-            url: url.clone(),
+            url: Box::new(url.clone()),
             status,
             content_type,
             retry_after: None,
@@ -356,25 +379,43 @@ impl Client {
                     Some(other) => other.to_string(),
                     None => String::new(),
                 };
-                Error::Status { url: url.clone(), status, code, detail, retry_after }
+                Error::Status {
+                    url: Box::new(url.clone()),
+                    status,
+                    code,
+                    detail,
+                    retry_after,
+                }
             }
-            Err(_) => Error::NotJson { url: url.clone(), status, content_type, retry_after },
+            Err(_) => Error::NotJson {
+                url: Box::new(url.clone()),
+                status,
+                content_type,
+                retry_after,
+            },
         }
     }
 }
 
 fn typed<T: DeserializeOwned>(url: &Url, status: u16, value: serde_json::Value) -> Result<T> {
-    serde_json::from_value(value).map_err(|source| Error::Shape { url: url.clone(), status, source })
+    serde_json::from_value(value).map_err(|source| Error::Shape {
+        url: Box::new(url.clone()),
+        status,
+        source,
+    })
 }
 
 fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
 }
 
 /// Read a JSON-sized body; an oversized one is a shape refusal, not something to buffer.
 fn read_json_capped(url: &Url, status: u16, resp: Response, deadline: Instant) -> Result<Vec<u8>> {
     read_capped(url, resp, MAX_JSON_BYTES, deadline)?.ok_or_else(|| Error::Shape {
-        url: url.clone(),
+        url: Box::new(url.clone()),
         status,
         source: serde::de::Error::custom(format!("response body exceeds {MAX_JSON_BYTES} bytes")),
     })
@@ -387,7 +428,10 @@ fn read_capped(
     limit: u64,
     deadline: Instant,
 ) -> Result<Option<Vec<u8>>> {
-    let read_err = |source| Error::Read { url: url.clone(), source };
+    let read_err = |source| Error::Read {
+        url: Box::new(url.clone()),
+        source,
+    };
     let hint = resp.content_length().unwrap_or(0).min(limit);
     let mut body = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
     let mut chunk = [0u8; 16 * 1024];
@@ -427,25 +471,49 @@ mod tests {
     fn mapping_rewrites_the_port_and_keeps_the_name() {
         let c = client("http://monky.tenancy.deploy:443", Some("127.0.0.1:18443"));
         let url = c.endpoint("v1/agent/checkin");
-        assert_eq!(url.as_str(), "http://monky.tenancy.deploy:443/v1/agent/checkin");
-        assert_eq!(c.wire_url(&url).as_str(), "http://monky.tenancy.deploy:18443/v1/agent/checkin");
-        assert_eq!(c.mapping.as_ref().unwrap().host_header, "monky.tenancy.deploy:443");
+        assert_eq!(
+            url.as_str(),
+            "http://monky.tenancy.deploy:443/v1/agent/checkin"
+        );
+        assert_eq!(
+            c.wire_url(&url).as_str(),
+            "http://monky.tenancy.deploy:18443/v1/agent/checkin"
+        );
+        assert_eq!(
+            c.mapping.as_ref().unwrap().host_header,
+            "monky.tenancy.deploy:443"
+        );
 
         let c = client("https://monky.tenancy.deploy", Some("127.0.0.1:9"));
-        assert_eq!(c.mapping.as_ref().unwrap().host_header, "monky.tenancy.deploy");
+        assert_eq!(
+            c.mapping.as_ref().unwrap().host_header,
+            "monky.tenancy.deploy"
+        );
         let url = c.endpoint("v1/agent/lease");
-        assert_eq!(c.wire_url(&url).as_str(), "https://monky.tenancy.deploy:9/v1/agent/lease");
+        assert_eq!(
+            c.wire_url(&url).as_str(),
+            "https://monky.tenancy.deploy:9/v1/agent/lease"
+        );
 
         let c = client("http://10.1.2.3:8081/", Some("127.0.0.1:9"));
-        assert_eq!(c.wire_url(&c.endpoint("x")).as_str(), "http://127.0.0.1:9/x");
+        assert_eq!(
+            c.wire_url(&c.endpoint("x")).as_str(),
+            "http://127.0.0.1:9/x"
+        );
         assert_eq!(c.mapping.as_ref().unwrap().host_header, "10.1.2.3:8081");
     }
 
     #[test]
     fn endpoints_keep_a_base_path_prefix() {
         let c = client("http://t.test:8081/tenancy", None);
-        assert_eq!(c.endpoint("v1/agent/report").as_str(), "http://t.test:8081/tenancy/v1/agent/report");
-        assert_eq!(c.wire_url(&c.endpoint("v1")).as_str(), "http://t.test:8081/tenancy/v1");
+        assert_eq!(
+            c.endpoint("v1/agent/report").as_str(),
+            "http://t.test:8081/tenancy/v1/agent/report"
+        );
+        assert_eq!(
+            c.wire_url(&c.endpoint("v1")).as_str(),
+            "http://t.test:8081/tenancy/v1"
+        );
     }
 
     #[test]
@@ -455,8 +523,14 @@ mod tests {
             let got = c.bundle_url(input).ok().map(|u| u.to_string());
             assert_eq!(got.as_deref(), expected, "{input}");
         };
-        check("/v1/agent/bundle/e/abc", Some("http://t.test:8081/v1/agent/bundle/e/abc"));
-        check("http://t.test:8081/v1/agent/bundle/e/abc", Some("http://t.test:8081/v1/agent/bundle/e/abc"));
+        check(
+            "/v1/agent/bundle/e/abc",
+            Some("http://t.test:8081/v1/agent/bundle/e/abc"),
+        );
+        check(
+            "http://t.test:8081/v1/agent/bundle/e/abc",
+            Some("http://t.test:8081/v1/agent/bundle/e/abc"),
+        );
         check("http://evil.test:8081/v1/agent/bundle/e/abc", None);
         check("//evil.test/v1/agent/bundle/e/abc", None);
         check("https://t.test:8081/v1/agent/bundle/e/abc", None);

@@ -63,7 +63,7 @@ pub enum Error {
     #[error("request to {url} failed")]
     Transport {
         /// The URL called (the original, not the mapped address).
-        url: Url,
+        url: Box<Url>,
         /// reqwest's error.
         #[source]
         source: reqwest::Error,
@@ -72,7 +72,7 @@ pub enum Error {
     #[error("reading the response from {url} failed")]
     Read {
         /// The URL called.
-        url: Url,
+        url: Box<Url>,
         /// The read error.
         #[source]
         source: std::io::Error,
@@ -81,7 +81,7 @@ pub enum Error {
     #[error("tenancy answered {status} from {url}: {} {detail}", code.as_ref().map_or("(no code)", ErrorCode::as_str))]
     Status {
         /// The URL called.
-        url: Url,
+        url: Box<Url>,
         /// HTTP status.
         status: u16,
         /// The envelope's `code`, when there was one.
@@ -95,7 +95,7 @@ pub enum Error {
     #[error("tenancy answered {status} from {url} with a body that is not json ({})", content_type.as_deref().unwrap_or("no content type"))]
     NotJson {
         /// The URL called.
-        url: Url,
+        url: Box<Url>,
         /// HTTP status.
         status: u16,
         /// The response's content type.
@@ -107,7 +107,7 @@ pub enum Error {
     #[error("unexpected response shape from {url}")]
     Shape {
         /// The URL called.
-        url: Url,
+        url: Box<Url>,
         /// HTTP status.
         status: u16,
         /// The decode error.
@@ -118,13 +118,13 @@ pub enum Error {
     #[error("LEASE_SHAPE: lease from {url} has the retired approle shape; tenancy is stale")]
     LeaseShape {
         /// The URL called.
-        url: Url,
+        url: Box<Url>,
     },
     /// The bundle is larger than the configured limit; the body was not read beyond it.
     #[error("BUNDLE_TOO_LARGE: bundle from {url} exceeds {limit} bytes")]
     BundleTooLarge {
         /// The URL called.
-        url: Url,
+        url: Box<Url>,
         /// The limit in bytes.
         limit: u64,
     },
@@ -214,7 +214,7 @@ mod tests {
 
     fn status(status: u16, code: Option<&str>) -> Error {
         Error::Status {
-            url: Url::parse("http://tenancy.test/v1/agent/checkin").unwrap(),
+            url: Box::new(Url::parse("http://tenancy.test/v1/agent/checkin").unwrap()),
             status,
             code: code.map(ErrorCode::from),
             detail: "d".into(),
@@ -230,7 +230,11 @@ mod tests {
         check(429, Some("LEASE_RATE_LIMITED"), ErrorKind::Temporary);
         check(500, None, ErrorKind::Temporary);
         check(503, Some("AGENT_ENV_MISMATCH"), ErrorKind::Temporary);
-        check(401, Some("AGENT_UNAUTHENTICATED"), ErrorKind::Unauthenticated);
+        check(
+            401,
+            Some("AGENT_UNAUTHENTICATED"),
+            ErrorKind::Unauthenticated,
+        );
         check(401, None, ErrorKind::Unauthenticated);
         check(403, Some("AGENT_ENV_MISMATCH"), ErrorKind::EnvMismatch);
         check(403, Some("FORBIDDEN"), ErrorKind::Refused);
@@ -247,7 +251,7 @@ mod tests {
             "tenancy answered 404 from http://tenancy.test/v1/agent/checkin: BUNDLE_NOT_FOUND d"
         );
         let url = Url::parse("http://t.test/v1/agent/lease").unwrap();
-        let shape = Error::LeaseShape { url };
+        let shape = Error::LeaseShape { url: Box::new(url) };
         assert_eq!(shape.code(), Some(&ErrorCode::LeaseShape));
         assert_eq!(shape.kind(), ErrorKind::Refused);
     }

@@ -2,8 +2,8 @@
 //!
 //! - [`wire`] (always on, re-exported here): the serde shapes of the four calls
 //!   (checkin, bundle, lease, report), the `{code, detail}` envelope and [`ErrorCode`].
-//! - `client` (feature `client`): [`Client`], a blocking reqwest client with bearer auth,
-//!   per-call deadlines, an address mapping for mesh transports and a classified [`Error`].
+//! - `client` (feature `client`): `Client`, a blocking reqwest client with bearer auth,
+//!   per-call deadlines, an address mapping for mesh transports and a classified `Error`.
 //! - `testkit` (feature `testkit`): `FakeTenancy`, a loopback tenancy that signs ES256 deploy
 //!   grants, serves their JWKS, checks bearers against an OpenBao and enforces the rate buckets.
 //!

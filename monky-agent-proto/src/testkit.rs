@@ -98,13 +98,19 @@ impl Rate {
     /// `count` requests per minute.
     #[must_use]
     pub const fn per_minute(count: u32) -> Self {
-        Rate { count, per: Duration::from_secs(60) }
+        Rate {
+            count,
+            per: Duration::from_secs(60),
+        }
     }
 
     /// `count` requests per hour.
     #[must_use]
     pub const fn per_hour(count: u32) -> Self {
-        Rate { count, per: Duration::from_secs(3600) }
+        Rate {
+            count,
+            per: Duration::from_secs(3600),
+        }
     }
 }
 
@@ -168,13 +174,20 @@ impl Desired {
     /// Desire `sha`; the action follows the agent's `applied_sha`.
     #[must_use]
     pub fn sha(sha: impl Into<String>) -> Self {
-        Desired { sha: Some(sha.into()), ..Desired::default() }
+        Desired {
+            sha: Some(sha.into()),
+            ..Desired::default()
+        }
     }
 
     /// Retire the env (`action: down`).
     #[must_use]
     pub fn down(purge_volumes: bool) -> Self {
-        Desired { action: Some(Action::Down), purge_volumes, ..Desired::default() }
+        Desired {
+            action: Some(Action::Down),
+            purge_volumes,
+            ..Desired::default()
+        }
     }
 }
 
@@ -210,7 +223,11 @@ pub struct FakeTenancyBuilder {
 impl FakeTenancyBuilder {
     /// Check bearers against this OpenBao (`ca_pem` = its CA when it speaks TLS).
     pub fn bao(mut self, url: Url, ca_pem: Option<Vec<u8>>, root_token: SecretString) -> Self {
-        self.bao = Some(BaoConfig { url, ca_pem, root_token });
+        self.bao = Some(BaoConfig {
+            url,
+            ca_pem,
+            root_token,
+        });
         self
     }
 
@@ -250,7 +267,11 @@ impl FakeTenancyBuilder {
                 .spawn(move || accept_loop(&server, &shared))
                 .expect("spawn the fake tenancy thread")
         };
-        FakeTenancy { shared, server, thread: Some(thread) }
+        FakeTenancy {
+            shared,
+            server,
+            thread: Some(thread),
+        }
     }
 }
 
@@ -263,7 +284,9 @@ pub struct FakeTenancy {
 
 impl std::fmt::Debug for FakeTenancy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FakeTenancy").field("url", &self.shared.url.as_str()).finish()
+        f.debug_struct("FakeTenancy")
+            .field("url", &self.shared.url.as_str())
+            .finish()
     }
 }
 
@@ -296,14 +319,20 @@ impl FakeTenancy {
     #[must_use]
     pub fn addr(&self) -> std::net::SocketAddr {
         let url = &self.shared.url;
-        let ip = url.host_str().and_then(|h| h.parse().ok()).expect("loopback ip");
+        let ip = url
+            .host_str()
+            .and_then(|h| h.parse().ok())
+            .expect("loopback ip");
         std::net::SocketAddr::new(ip, url.port().expect("explicit port"))
     }
 
     /// `GET /.well-known/agent-jwks.json` on this fake.
     #[must_use]
     pub fn jwks_url(&self) -> Url {
-        self.shared.url.join(".well-known/agent-jwks.json").expect("jwks url")
+        self.shared
+            .url
+            .join(".well-known/agent-jwks.json")
+            .expect("jwks url")
     }
 
     /// The `iss` of the grants this fake signs (its base URL without the trailing slash).
@@ -323,7 +352,11 @@ impl FakeTenancy {
     /// # Panics
     /// When `ca_pem` is not a valid PEM bundle.
     pub fn set_bao(&self, url: Url, ca_pem: Option<Vec<u8>>, root_token: SecretString) {
-        let lookup = BaoLookup::new(BaoConfig { url, ca_pem, root_token });
+        let lookup = BaoLookup::new(BaoConfig {
+            url,
+            ca_pem,
+            root_token,
+        });
         self.state().bao = Some(lookup);
     }
 
@@ -350,9 +383,13 @@ impl FakeTenancy {
         let mut state = self.state();
         let (_, jti) = mint(&self.shared, &mut state, env_id);
         let token = format!("s.{}", random_base62(24));
-        state
-            .local_tokens
-            .insert(token.clone(), TokenMeta { env_id: Some(env_id.to_owned()), grant_jti: Some(jti) });
+        state.local_tokens.insert(
+            token.clone(),
+            TokenMeta {
+                env_id: Some(env_id.to_owned()),
+                grant_jti: Some(jti),
+            },
+        );
         SecretString::from(token)
     }
 
@@ -387,7 +424,9 @@ impl FakeTenancy {
 
     /// Publish a bundle body under `env_id`/`sha` (served as is; the sha is not recomputed).
     pub fn publish_bundle(&self, env_id: &str, sha: &str, bytes: Vec<u8>) {
-        self.state().bundles.insert((env_id.to_owned(), sha.to_owned()), bytes);
+        self.state()
+            .bundles
+            .insert((env_id.to_owned(), sha.to_owned()), bytes);
     }
 
     /// Inject `fault` at `endpoint` on every request until cleared.
@@ -414,7 +453,12 @@ impl FakeTenancy {
     /// The reports `env_id` delivered successfully, oldest first.
     #[must_use]
     pub fn reports(&self, env_id: &str) -> Vec<ReportRequest> {
-        self.state().reports.iter().filter(|r| r.env_id == env_id).cloned().collect()
+        self.state()
+            .reports
+            .iter()
+            .filter(|r| r.env_id == env_id)
+            .cloned()
+            .collect()
     }
 
     /// How many leases `env_id` was granted.
@@ -449,7 +493,10 @@ struct Shared {
 }
 
 fn lock(shared: &Shared) -> MutexGuard<'_, State> {
-    shared.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    shared
+        .state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[derive(Default)]
@@ -488,14 +535,19 @@ impl State {
 
     /// Take one token from the env's bucket, or say how long until one is there.
     fn take_token(&mut self, env_id: &str, endpoint: Endpoint) -> Result<(), Duration> {
-        let Some(rate) = self.limits.for_endpoint(endpoint) else { return Ok(()) };
+        let Some(rate) = self.limits.for_endpoint(endpoint) else {
+            return Ok(());
+        };
         let now = self.now();
         let capacity = f64::from(rate.count);
         let per_second = capacity / rate.per.as_secs_f64().max(f64::EPSILON);
         let bucket = self
             .buckets
             .entry((env_id.to_owned(), endpoint))
-            .or_insert(Bucket { tokens: capacity, at: now });
+            .or_insert(Bucket {
+                tokens: capacity,
+                at: now,
+            });
         let elapsed = now.saturating_sub(bucket.at).as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed * per_second).min(capacity);
         bucket.at = now;
@@ -551,6 +603,9 @@ impl BaoLookup {
         let mut http = reqwest::blocking::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
+            // No pooled connections: a stopped OpenBao fake must look unreachable at once
+            // rather than leave a lookup waiting on a connection nobody serves any more.
+            .pool_max_idle_per_host(0)
             .timeout(Duration::from_secs(10));
         if let Some(pem) = &config.ca_pem {
             let certs = reqwest::Certificate::from_pem_bundle(pem).expect("a PEM CA bundle");
@@ -580,10 +635,15 @@ impl BaoLookup {
         if !resp.status().is_success() {
             return Lookup::Unknown;
         }
-        let Ok(body) = resp.json::<Value>() else { return Lookup::Unknown };
+        let Ok(body) = resp.json::<Value>() else {
+            return Lookup::Unknown;
+        };
         let meta = &body["data"]["meta"];
         let field = |name: &str| meta.get(name).and_then(Value::as_str).map(str::to_owned);
-        Lookup::Found(TokenMeta { env_id: field("env_id"), grant_jti: field("grant_jti") })
+        Lookup::Found(TokenMeta {
+            env_id: field("env_id"),
+            grant_jti: field("grant_jti"),
+        })
     }
 }
 
@@ -598,15 +658,24 @@ impl Signer {
     fn generate(issuer: &str) -> Self {
         use aws_lc_rs::rand::SystemRandom;
         use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
-        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new())
-            .expect("generate a P-256 key");
+        let pkcs8 =
+            EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new())
+                .expect("generate a P-256 key");
         let key = EncodingKey::from_ec_der(pkcs8.as_ref());
-        let mut jwk = Jwk::from_encoding_key(&key, Algorithm::ES256).expect("public jwk of the key");
-        let kid = jwk.thumbprint(ThumbprintHash::SHA256).expect("jwk thumbprint");
+        let mut jwk =
+            Jwk::from_encoding_key(&key, Algorithm::ES256).expect("public jwk of the key");
+        let kid = jwk
+            .thumbprint(ThumbprintHash::SHA256)
+            .expect("jwk thumbprint");
         jwk.common.key_id = Some(kid.clone());
         jwk.common.public_key_use = Some(PublicKeyUse::Signature);
         let jwks = serde_json::to_value(JwkSet { keys: vec![jwk] }).expect("jwks json");
-        Signer { key, kid, jwks, issuer: issuer.to_owned() }
+        Signer {
+            key,
+            kid,
+            jwks,
+            issuer: issuer.to_owned(),
+        }
     }
 
     fn sign(&self, claims: &Value) -> SecretString {
@@ -619,7 +688,9 @@ impl Signer {
 
 fn mint(shared: &Shared, state: &mut State, env_id: &str) -> (SecretString, String) {
     let jti = random_hex(16);
-    let iat = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let iat = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let claims = json!({
         "iss": shared.signer.issuer,
         "aud": GRANT_AUDIENCE,
@@ -631,19 +702,29 @@ fn mint(shared: &Shared, state: &mut State, env_id: &str) -> (SecretString, Stri
         "exp": iat + GRANT_TTL.as_secs(),
     });
     let jwt = shared.signer.sign(&claims);
-    state.grants.insert(jti.clone(), Grant { env_id: env_id.to_owned(), superseded: false });
+    state.grants.insert(
+        jti.clone(),
+        Grant {
+            env_id: env_id.to_owned(),
+            superseded: false,
+        },
+    );
     (jwt, jti)
 }
 
 fn random_hex(bytes: usize) -> String {
     let mut rng = rand::rng();
-    (0..bytes).map(|_| format!("{:02x}", rng.random::<u8>())).collect()
+    (0..bytes)
+        .map(|_| format!("{:02x}", rng.random::<u8>()))
+        .collect()
 }
 
 fn random_base62(len: usize) -> String {
     const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     let mut rng = rand::rng();
-    (0..len).map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())])).collect()
+    (0..len)
+        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+        .collect()
 }
 
 fn accept_loop(server: &tiny_http::Server, shared: &Arc<Shared>) {
@@ -664,18 +745,34 @@ fn accept_loop(server: &tiny_http::Server, shared: &Arc<Shared>) {
 }
 
 enum Reply {
-    Json { status: u16, body: Value, retry_after: Option<u64> },
-    Raw { status: u16, body: Vec<u8>, headers: Vec<(&'static str, String)> },
+    Json {
+        status: u16,
+        body: Value,
+        retry_after: Option<u64>,
+    },
+    Raw {
+        status: u16,
+        body: Vec<u8>,
+        headers: Vec<(&'static str, String)>,
+    },
     Drop,
 }
 
 impl Reply {
     fn error(status: u16, code: &str, detail: impl Into<String>) -> Self {
-        Reply::Json { status, body: json!({ "code": code, "detail": detail.into() }), retry_after: None }
+        Reply::Json {
+            status,
+            body: json!({ "code": code, "detail": detail.into() }),
+            retry_after: None,
+        }
     }
 
     fn ok(body: Value) -> Self {
-        Reply::Json { status: 200, body, retry_after: None }
+        Reply::Json {
+            status: 200,
+            body,
+            retry_after: None,
+        }
     }
 
     fn status(&self) -> Option<u16> {
@@ -701,7 +798,12 @@ impl Incoming {
     fn env_id(&self) -> Option<String> {
         match &self.path_env {
             Some((env, _)) => Some(env.clone()),
-            None => self.body.as_ref()?.get("env_id")?.as_str().map(str::to_owned),
+            None => self
+                .body
+                .as_ref()?
+                .get("env_id")?
+                .as_str()
+                .map(str::to_owned),
         }
     }
 }
@@ -721,10 +823,22 @@ fn handle(shared: &Arc<Shared>, mut request: tiny_http::Request) {
     let method = request.method().as_str().to_owned();
     let path = request.url().to_owned();
     let mut raw_body = Vec::new();
-    let _ = request.as_reader().take(MAX_REQUEST_BYTES).read_to_end(&mut raw_body);
+    let _ = request
+        .as_reader()
+        .take(MAX_REQUEST_BYTES)
+        .read_to_end(&mut raw_body);
     let body = serde_json::from_slice::<Value>(&raw_body).ok();
     let (endpoint, path_env) = route(&method, &path);
-    let incoming = Incoming { method, path, endpoint, path_env, bearer, host, raw_body, body };
+    let incoming = Incoming {
+        method,
+        path,
+        endpoint,
+        path_env,
+        bearer,
+        host,
+        raw_body,
+        body,
+    };
 
     let reply = answer(shared, &incoming);
     let recorded = Recorded {
@@ -751,9 +865,10 @@ fn route(method: &str, path: &str) -> (Option<Endpoint>, Option<(String, String)
         ("GET", _) => {
             let rest = path.strip_prefix("/v1/agent/bundle/");
             match rest.map(|r| r.split('/').collect::<Vec<_>>()).as_deref() {
-                Some([env, sha]) if !env.is_empty() && !sha.is_empty() => {
-                    (Some(Endpoint::Bundle), Some(((*env).to_owned(), (*sha).to_owned())))
-                }
+                Some([env, sha]) if !env.is_empty() && !sha.is_empty() => (
+                    Some(Endpoint::Bundle),
+                    Some(((*env).to_owned(), (*sha).to_owned())),
+                ),
                 _ => (None, None),
             }
         }
@@ -763,7 +878,11 @@ fn route(method: &str, path: &str) -> (Option<Endpoint>, Option<(String, String)
 
 fn answer(shared: &Arc<Shared>, incoming: &Incoming) -> Reply {
     let Some(endpoint) = incoming.endpoint else {
-        return Reply::error(404, "NOT_FOUND", format!("no route {} {}", incoming.method, incoming.path));
+        return Reply::error(
+            404,
+            "NOT_FOUND",
+            format!("no route {} {}", incoming.method, incoming.path),
+        );
     };
     let fault = lock(shared).take_fault(endpoint);
     if let Some(fault) = fault {
@@ -771,7 +890,11 @@ fn answer(shared: &Arc<Shared>, incoming: &Incoming) -> Reply {
             Fault::Delay(delay) => sleep_unless_stopped(shared, delay),
             Fault::Status { status, body } => {
                 return match serde_json::from_str::<Value>(&body) {
-                    Ok(json) => Reply::Json { status, body: json, retry_after: None },
+                    Ok(json) => Reply::Json {
+                        status,
+                        body: json,
+                        retry_after: None,
+                    },
                     Err(_) => Reply::Raw {
                         status,
                         body: body.into_bytes(),
@@ -813,7 +936,11 @@ fn answer(shared: &Arc<Shared>, incoming: &Incoming) -> Reply {
         Err(reply) => return reply,
     };
     if meta.env_id.as_deref() != Some(env_id.as_str()) {
-        return Reply::error(403, "AGENT_ENV_MISMATCH", "the token belongs to another environment");
+        return Reply::error(
+            403,
+            "AGENT_ENV_MISMATCH",
+            "the token belongs to another environment",
+        );
     }
     {
         let mut state = lock(shared);
@@ -823,7 +950,11 @@ fn answer(shared: &Arc<Shared>, incoming: &Incoming) -> Reply {
             .and_then(|jti| state.grants.get(jti))
             .is_some_and(|g| g.env_id == env_id && !g.superseded);
         if !current {
-            return Reply::error(401, "AGENT_UNAUTHENTICATED", "the token's grant was superseded or revoked");
+            return Reply::error(
+                401,
+                "AGENT_UNAUTHENTICATED",
+                "the token's grant was superseded or revoked",
+            );
         }
         if let Err(wait) = state.take_token(&env_id, endpoint) {
             return rate_limited(endpoint, wait.as_secs_f64().ceil().max(1.0) as u64);
@@ -847,18 +978,26 @@ fn verify(shared: &Shared, bearer: &str) -> Result<TokenMeta, Reply> {
         return Ok(meta);
     }
     let unknown = || Reply::error(401, "AGENT_UNAUTHENTICATED", "unknown or revoked token");
-    let Some(bao) = bao else { return Err(unknown()) };
+    let Some(bao) = bao else {
+        return Err(unknown());
+    };
     match bao.lookup(bearer) {
         Lookup::Found(meta) => Ok(meta),
         Lookup::Unknown => Err(unknown()),
-        Lookup::Unreachable(why) => {
-            Err(Reply::error(503, "OPENBAO_UNAVAILABLE", format!("token lookup failed: {why}")))
-        }
+        Lookup::Unreachable(why) => Err(Reply::error(
+            503,
+            "OPENBAO_UNAVAILABLE",
+            format!("token lookup failed: {why}"),
+        )),
     }
 }
 
 fn rate_limited(endpoint: Endpoint, secs: u64) -> Reply {
-    let code = if endpoint == Endpoint::Lease { "LEASE_RATE_LIMITED" } else { "RATE_LIMITED" };
+    let code = if endpoint == Endpoint::Lease {
+        "LEASE_RATE_LIMITED"
+    } else {
+        "RATE_LIMITED"
+    };
     Reply::Json {
         status: 429,
         body: json!({ "code": code, "detail": format!("rate limit reached; retry in {secs} s") }),
@@ -894,7 +1033,10 @@ fn checkin(shared: &Shared, incoming: &Incoming, env_id: &str) -> Reply {
     });
     let resp = CheckinResponse {
         env_id: env_id.to_owned(),
-        bundle_url: desired.sha.as_ref().map(|sha| format!("/v1/agent/bundle/{env_id}/{sha}")),
+        bundle_url: desired
+            .sha
+            .as_ref()
+            .map(|sha| format!("/v1/agent/bundle/{env_id}/{sha}")),
         desired_sha: desired.sha,
         action,
         purge_volumes: desired.purge_volumes,
@@ -908,8 +1050,16 @@ fn bundle(shared: &Shared, incoming: &Incoming) -> Reply {
     let Some((env_id, sha)) = incoming.path_env.clone() else {
         return Reply::error(404, "BUNDLE_NOT_FOUND", "no such bundle");
     };
-    let Some(bytes) = lock(shared).bundles.get(&(env_id.clone(), sha.clone())).cloned() else {
-        return Reply::error(404, "BUNDLE_NOT_FOUND", format!("bundle {sha} is not published for {env_id}"));
+    let Some(bytes) = lock(shared)
+        .bundles
+        .get(&(env_id.clone(), sha.clone()))
+        .cloned()
+    else {
+        return Reply::error(
+            404,
+            "BUNDLE_NOT_FOUND",
+            format!("bundle {sha} is not published for {env_id}"),
+        );
     };
     Reply::Raw {
         status: 200,
@@ -930,7 +1080,10 @@ fn lease(shared: &Shared, incoming: &Incoming, env_id: &str) -> Reply {
     let mut state = lock(shared);
     let (login_jwt, _) = mint(shared, &mut state, env_id);
     *state.leases.entry(env_id.to_owned()).or_default() += 1;
-    let addr = state.bao.as_ref().map(|b| b.url.as_str().trim_end_matches('/').to_owned());
+    let addr = state
+        .bao
+        .as_ref()
+        .map(|b| b.url.as_str().trim_end_matches('/').to_owned());
     let resp = LeaseResponse {
         env_id: env_id.to_owned(),
         login_jwt,
@@ -967,7 +1120,11 @@ fn send(request: tiny_http::Request, reply: Reply) {
         tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("a valid header")
     };
     let result = match reply {
-        Reply::Json { status, body, retry_after } => {
+        Reply::Json {
+            status,
+            body,
+            retry_after,
+        } => {
             let mut response = tiny_http::Response::from_data(body.to_string().into_bytes())
                 .with_status_code(status)
                 .with_header(header("Content-Type", "application/json"));
@@ -976,7 +1133,11 @@ fn send(request: tiny_http::Request, reply: Reply) {
             }
             request.respond(response)
         }
-        Reply::Raw { status, body, headers } => {
+        Reply::Raw {
+            status,
+            body,
+            headers,
+        } => {
             let mut response = tiny_http::Response::new(
                 tiny_http::StatusCode(status),
                 Vec::new(),
@@ -991,7 +1152,9 @@ fn send(request: tiny_http::Request, reply: Reply) {
         }
         Reply::Drop => {
             let mut writer = request.into_writer();
-            writer.write_all(b"\x00\x00 connection reset by the mesh\r\n\r\n").and_then(|()| writer.flush())
+            writer
+                .write_all(b"\x00\x00 connection reset by the mesh\r\n\r\n")
+                .and_then(|()| writer.flush())
         }
     };
     let _ = result;
@@ -1023,7 +1186,10 @@ mod tests {
     #[test]
     fn token_bucket_refills_on_the_fake_clock() {
         let mut state = State {
-            limits: RateLimits { checkin: Rate::per_minute(2), ..RateLimits::default() },
+            limits: RateLimits {
+                checkin: Rate::per_minute(2),
+                ..RateLimits::default()
+            },
             ..State::default()
         };
         assert_eq!(state.take_token("e", Endpoint::Checkin), Ok(()));
@@ -1041,9 +1207,15 @@ mod tests {
     #[test]
     fn zero_rate_always_limits() {
         let mut state = State {
-            limits: RateLimits { lease: Rate::per_hour(0), ..RateLimits::default() },
+            limits: RateLimits {
+                lease: Rate::per_hour(0),
+                ..RateLimits::default()
+            },
             ..State::default()
         };
-        assert_eq!(state.take_token("e", Endpoint::Lease), Err(Duration::from_secs(3600)));
+        assert_eq!(
+            state.take_token("e", Endpoint::Lease),
+            Err(Duration::from_secs(3600))
+        );
     }
 }

@@ -390,7 +390,10 @@ mod tests {
 
     #[test]
     fn bundle_download_debug_does_not_dump_the_body() {
-        let download = BundleDownload { bytes: vec![7; 3], header_sha: Some("ab".into()) };
+        let download = BundleDownload {
+            bytes: vec![7; 3],
+            header_sha: Some("ab".into()),
+        };
         assert_eq!(
             format!("{download:?}"),
             r#"BundleDownload { bytes: 3 bytes, header_sha: Some("ab") }"#

@@ -1,0 +1,146 @@
+//! Round trips of the protocol's literal JSON examples through the wire types.
+
+use monky_agent_proto::{
+    Action, CheckinRequest, CheckinResponse, ErrorCode, ErrorEnvelope, LeaseRequest, LeaseResponse,
+    ReportRequest, ReportResult, is_retired_lease_shape,
+};
+use secrecy::ExposeSecret;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+fn fixture(name: &str) -> String {
+    let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The example without the whitespace between tokens, keys kept in their written order.
+fn minified(text: &str) -> String {
+    let (mut out, mut in_string, mut escaped) = (String::new(), false, false);
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !c.is_whitespace() {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Parse the fixture, serialize it back and demand the very same bytes (modulo whitespace).
+fn round_trip<T: Serialize + DeserializeOwned>(name: &str) -> T {
+    let text = fixture(name);
+    let parsed: T = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(
+        serde_json::to_string(&parsed).unwrap(),
+        minified(&text),
+        "{name}"
+    );
+    parsed
+}
+
+#[test]
+fn checkin_request_example_round_trips_byte_for_byte() {
+    let req: CheckinRequest = round_trip("checkin_request.json");
+    assert_eq!(req.applied_sha.as_deref(), Some("3f9c…"));
+    assert_eq!(req.host.free_bytes, Some(61_234_567_890));
+    assert_eq!(req.containers[0].health.as_deref(), Some("healthy"));
+
+    let first: CheckinRequest = round_trip("checkin_request_first.json");
+    assert_eq!(first.applied_sha, None);
+    assert_eq!(first.host.docker, None);
+    assert!(first.host.laptop_mode);
+}
+
+#[test]
+fn checkin_response_example_round_trips() {
+    let resp: CheckinResponse = round_trip("checkin_response.json");
+    assert_eq!(resp.action, Action::Apply);
+    assert_eq!(
+        resp.bundle_url.as_deref(),
+        Some("/v1/agent/bundle/env-qa-02/7a10…")
+    );
+    let vault = resp.vault.unwrap();
+    assert_eq!(vault.mount.as_deref(), Some("monky"));
+    assert_eq!(vault.auth_role.as_deref(), Some("see-env"));
+}
+
+#[test]
+fn lease_shapes() {
+    let req: LeaseRequest = round_trip("lease_request.json");
+    assert_eq!(req.reason, "apply");
+    // Tenancy's own AgentLease is just {env_id}; the fake must accept it.
+    let bare: LeaseRequest = serde_json::from_str(&fixture("lease_request_tenancy.json")).unwrap();
+    assert_eq!(bare.env_id, "env-qa-02");
+
+    let resp: LeaseResponse = round_trip("lease_response.json");
+    assert_eq!(resp.login_jwt.expose_secret(), "eyJ…");
+    assert_eq!(
+        resp.addr.as_deref(),
+        Some("https://bao.cbs.tikali.net:8200")
+    );
+
+    let approle: serde_json::Value =
+        serde_json::from_str(&fixture("lease_response_approle.json")).unwrap();
+    assert!(is_retired_lease_shape(&approle));
+    assert!(!is_retired_lease_shape(
+        &serde_json::from_str(&fixture("lease_response.json")).unwrap()
+    ));
+}
+
+#[test]
+fn report_request_examples_round_trip_and_leave_out_an_absent_detail() {
+    let failed: ReportRequest = round_trip("report_request.json");
+    assert_eq!(failed.result, ReportResult::Applied);
+    assert_eq!(
+        failed.detail.as_deref(),
+        Some("ENV_INCOMPLETE: unresolved: SEE_ADMIN_TOKEN")
+    );
+
+    let heartbeat: ReportRequest = round_trip("report_request_heartbeat.json");
+    assert_eq!(heartbeat.detail, None);
+    assert!(
+        !serde_json::to_string(&heartbeat)
+            .unwrap()
+            .contains("detail")
+    );
+}
+
+#[test]
+fn error_envelope_example_round_trips() {
+    let env: ErrorEnvelope = round_trip("error_env_mismatch.json");
+    assert_eq!(env.code, ErrorCode::AgentEnvMismatch);
+}
+
+#[test]
+fn unknown_enum_values_are_errors() {
+    let check = |text: &str| {
+        let value = fixture("checkin_response.json").replace(r#""action": "apply""#, text);
+        assert!(
+            serde_json::from_str::<CheckinResponse>(&value).is_err(),
+            "{text}"
+        );
+    };
+    check(r#""action": "reboot""#);
+    check(r#""action": "Apply""#);
+    check(r#""action": null"#);
+    let report = fixture("report_request.json").replace(r#""applied""#, r#""skipped""#);
+    assert!(serde_json::from_str::<ReportRequest>(&report).is_err());
+}
+
+#[test]
+fn unknown_response_fields_are_ignored() {
+    let text = fixture("checkin_response.json").replacen('{', r#"{"future": {"a": [1, 2]}, "#, 1);
+    let resp: CheckinResponse = serde_json::from_str(&text).unwrap();
+    assert_eq!(resp.env_id, "env-qa-02");
+    let lease = fixture("lease_response.json").replacen('{', r#"{"lease_id": "x", "#, 1);
+    assert!(serde_json::from_str::<LeaseResponse>(&lease).is_ok());
+}
