@@ -96,9 +96,10 @@ impl BaoClientBuilder {
             .connect_timeout(self.connect_timeout)
             .user_agent(self.user_agent);
         if let Some(pem) = &self.ca_bundle_pem {
-            let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| Error::CaBundle {
-                reason: e.to_string(),
-            })?;
+            let certs =
+                reqwest::Certificate::from_pem_bundle(pem).map_err(|e| Error::CaBundle {
+                    reason: e.to_string(),
+                })?;
             if certs.is_empty() {
                 return Err(Error::CaBundle {
                     reason: "no certificate in the bundle".to_owned(),
@@ -215,9 +216,15 @@ pub struct Renewal {
 
 /// What the failing call was, to classify OpenBao's answer.
 enum Call<'a> {
-    Login { mount: &'a str, role: &'a str },
+    Login {
+        mount: &'a str,
+        role: &'a str,
+    },
     Token,
-    Kv { path: &'a KvPath, version: Option<u64> },
+    Kv {
+        path: &'a KvPath,
+        version: Option<u64>,
+    },
 }
 
 impl BaoClient {
@@ -267,7 +274,10 @@ impl BaoClient {
     /// `GET /v1/auth/token/lookup-self`.
     pub fn lookup_self(&self, token: &Token) -> Result<TokenInfo> {
         let (url, shown) = self.url(&["auth", "token", "lookup-self"], None);
-        let request = self.http.get(url).header(TOKEN_HEADER, token.expose_secret());
+        let request = self
+            .http
+            .get(url)
+            .header(TOKEN_HEADER, token.expose_secret());
         let envelope: DataEnvelope<LookupData> = self.send(request, &shown, &Call::Token)?;
         let data = envelope.data.ok_or_else(|| no_field(&shown, "data"))?;
         Ok(data.into_info())
@@ -312,7 +322,10 @@ impl BaoClient {
     /// `POST /v1/auth/token/revoke-self` (OpenBao answers 204).
     pub fn revoke_self(&self, token: &Token) -> Result<()> {
         let (url, shown) = self.url(&["auth", "token", "revoke-self"], None);
-        let request = self.http.post(url).header(TOKEN_HEADER, token.expose_secret());
+        let request = self
+            .http
+            .post(url)
+            .header(TOKEN_HEADER, token.expose_secret());
         let response = self.execute(request, &shown)?;
         let status = response.status().as_u16();
         if (200..300).contains(&status) {
@@ -332,17 +345,17 @@ impl BaoClient {
     ) -> Result<SecretString> {
         let query = version.map(|v| v.to_string());
         let (url, shown) = self.url(&path.api_segments(), query.as_deref());
-        let request = self.http.get(url).header(TOKEN_HEADER, token.expose_secret());
+        let request = self
+            .http
+            .get(url)
+            .header(TOKEN_HEADER, token.expose_secret());
         let call = Call::Kv { path, version };
         let envelope: DataEnvelope<KvData> = self.send(request, &shown, &call)?;
         let missing = || Error::MissingValue {
             path: path.api_path(),
             version,
         };
-        let mut document = envelope
-            .data
-            .and_then(|d| d.data)
-            .ok_or_else(missing)?;
+        let mut document = envelope.data.and_then(|d| d.data).ok_or_else(missing)?;
         match document.remove("value") {
             Some(serde_json::Value::String(value)) => Ok(SecretString::from(value)),
             _ => Err(missing()),
@@ -366,7 +379,9 @@ impl BaoClient {
     }
 
     fn execute(&self, request: RequestBuilder, shown: &str) -> Result<Response> {
-        request.send().map_err(|source| network_error(shown, source))
+        request
+            .send()
+            .map_err(|source| network_error(shown, source))
     }
 
     fn send<T: DeserializeOwned>(
@@ -560,11 +575,7 @@ fn classify(shown: &str, status: u16, body: &[u8], call: &Call<'_>) -> Error {
 fn url_path(shown: &str) -> String {
     Url::parse(shown)
         .ok()
-        .and_then(|u| {
-            u.path()
-                .split_once("/v1/")
-                .map(|(_, rest)| rest.to_owned())
-        })
+        .and_then(|u| u.path().split_once("/v1/").map(|(_, rest)| rest.to_owned()))
         .unwrap_or_else(|| shown.to_owned())
 }
 
@@ -733,7 +744,10 @@ mod tests {
         let jwt = SecretString::from("x.y.z".to_owned());
         let check = |mount: &str, role: &str| {
             let err = c.login_jwt(mount, role, &jwt).unwrap_err();
-            assert!(matches!(err, Error::InvalidName { .. }), "{mount} {role}: {err}");
+            assert!(
+                matches!(err, Error::InvalidName { .. }),
+                "{mount} {role}: {err}"
+            );
         };
         check("../sys", "see-env");
         check("jwt-tenancy", "a/b");
@@ -749,7 +763,12 @@ mod tests {
             path: &path,
             version: Some(2),
         };
-        classify("https://b/v1/monky/data/env-a/see/pg", status, body.as_bytes(), &call)
+        classify(
+            "https://b/v1/monky/data/env-a/see/pg",
+            status,
+            body.as_bytes(),
+            &call,
+        )
     }
 
     #[test]
@@ -761,7 +780,12 @@ mod tests {
             assert_eq!(err.errors(), errors, "{status} {body}");
             assert_eq!(err.status(), Some(status));
         };
-        check(403, r#"{"errors":["permission denied"]}"#, PermissionDenied, &["permission denied"]);
+        check(
+            403,
+            r#"{"errors":["permission denied"]}"#,
+            PermissionDenied,
+            &["permission denied"],
+        );
         check(
             403,
             r#"{"errors":["1 error occurred:\n\t* permission denied\n\n"]}"#,
@@ -769,14 +793,37 @@ mod tests {
             &["1 error occurred:\n\t* permission denied\n\n"],
         );
         check(404, r#"{"errors":[]}"#, NotFound, &[]);
-        check(503, r#"{"errors":["Vault is sealed"]}"#, Temporary, &["Vault is sealed"]);
-        check(500, r#"{"errors":["internal error"]}"#, Temporary, &["internal error"]);
+        check(
+            503,
+            r#"{"errors":["Vault is sealed"]}"#,
+            Temporary,
+            &["Vault is sealed"],
+        );
+        check(
+            500,
+            r#"{"errors":["internal error"]}"#,
+            Temporary,
+            &["internal error"],
+        );
         check(502, "<html>bad gateway</html>", Temporary, &[]);
-        check(429, r#"{"errors":["request path \"x\": rate limit quota exceeded"]}"#, Temporary,
-            &["request path \"x\": rate limit quota exceeded"]);
-        check(400, r#"{"errors":["invalid version"]}"#, Refused, &["invalid version"]);
-        check(405, r#"{"errors":["1 error occurred:\n\t* unsupported operation\n\n"]}"#, Refused,
-            &["1 error occurred:\n\t* unsupported operation\n\n"]);
+        check(
+            429,
+            r#"{"errors":["request path \"x\": rate limit quota exceeded"]}"#,
+            Temporary,
+            &["request path \"x\": rate limit quota exceeded"],
+        );
+        check(
+            400,
+            r#"{"errors":["invalid version"]}"#,
+            Refused,
+            &["invalid version"],
+        );
+        check(
+            405,
+            r#"{"errors":["1 error occurred:\n\t* unsupported operation\n\n"]}"#,
+            Refused,
+            &["1 error occurred:\n\t* unsupported operation\n\n"],
+        );
         check(301, "", Refused, &["redirect not followed"]);
         // A proxy's HTML page for a 4xx: not OpenBao speaking, so try again later.
         check(403, "<html>forbidden</html>", Temporary, &[]);
@@ -785,9 +832,24 @@ mod tests {
     #[test]
     fn denial_forms_told_apart() {
         let plain = kv_error(403, r#"{"errors":["permission denied"]}"#);
-        let multi = kv_error(403, r#"{"errors":["1 error occurred:\n\t* permission denied\n\n"]}"#);
-        assert!(matches!(plain, Error::PermissionDenied { multi_error: false, .. }));
-        assert!(matches!(multi, Error::PermissionDenied { multi_error: true, .. }));
+        let multi = kv_error(
+            403,
+            r#"{"errors":["1 error occurred:\n\t* permission denied\n\n"]}"#,
+        );
+        assert!(matches!(
+            plain,
+            Error::PermissionDenied {
+                multi_error: false,
+                ..
+            }
+        ));
+        assert!(matches!(
+            multi,
+            Error::PermissionDenied {
+                multi_error: true,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -805,14 +867,20 @@ mod tests {
                 deletion_time: "2026-09-06T08:00:00.2Z".into()
             })
         );
-        assert!(deleted.to_string().contains("version 2 was deleted at"), "{deleted}");
+        assert!(
+            deleted.to_string().contains("version 2 was deleted at"),
+            "{deleted}"
+        );
         let destroyed = kv_error(
             404,
             r#"{"data":{"data":null,"metadata":{"created_time":"2026-09-05T07:40:00.1Z",
                "custom_metadata":null,"deletion_time":"","destroyed":true,"version":2}}}"#,
         );
         assert_eq!(destroyed.absence(), Some(&Absence::Destroyed));
-        assert!(destroyed.to_string().ends_with("version 2 was destroyed"), "{destroyed}");
+        assert!(
+            destroyed.to_string().ends_with("version 2 was destroyed"),
+            "{destroyed}"
+        );
         let missing = kv_error(404, r#"{"errors":[]}"#);
         assert_eq!(missing.absence(), Some(&Absence::Missing));
     }
@@ -830,7 +898,10 @@ mod tests {
             },
         );
         assert_eq!(login.kind(), crate::ErrorKind::LoginRejected);
-        assert!(login.to_string().contains("audience claim does not match"), "{login}");
+        assert!(
+            login.to_string().contains("audience claim does not match"),
+            "{login}"
+        );
         let other = classify("u", 400, body, &Call::Token);
         assert_eq!(other.kind(), crate::ErrorKind::Refused);
     }

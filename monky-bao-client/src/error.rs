@@ -402,7 +402,10 @@ mod tests {
             "permission denied at https://bao.example.test:8200/v1/monky/data/a/see/b \
              (status 403): 1 error occurred: * permission denied"
         );
-        assert_eq!(err.errors()[0], "1 error occurred:\n\t* permission denied\n\n");
+        assert_eq!(
+            err.errors()[0],
+            "1 error occurred:\n\t* permission denied\n\n"
+        );
         assert_eq!(err.kind(), ErrorKind::PermissionDenied);
         assert_eq!(err.status(), Some(403));
     }
@@ -440,7 +443,10 @@ mod tests {
     fn json_error_description_never_quotes_the_input() {
         let secret = "s.AAAAAAAAAAAAAAAAAAAAAAAA";
         let err = serde_json::from_str::<u64>(&format!("\"{secret}\"")).unwrap_err();
-        assert!(err.to_string().contains(secret), "serde itself quotes the input");
+        assert!(
+            err.to_string().contains(secret),
+            "serde itself quotes the input"
+        );
         let described = describe_json_error(&err);
         assert!(!described.contains(secret));
         assert!(described.starts_with("json of an unexpected shape"));

@@ -198,7 +198,12 @@ mod tests {
 
     #[test]
     fn env_named_data_is_unambiguous() {
-        check_for("monky/data/see/x", "monky", "data", Ok("monky/data/data/see/x"));
+        check_for(
+            "monky/data/see/x",
+            "monky",
+            "data",
+            Ok("monky/data/data/see/x"),
+        );
         check_for(
             "monky/data/data/see/x",
             "monky",

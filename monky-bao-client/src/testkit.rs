@@ -223,7 +223,9 @@ pub struct FakeBao {
 
 impl std::fmt::Debug for FakeBao {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FakeBao").field("url", &self.url).finish_non_exhaustive()
+        f.debug_struct("FakeBao")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
     }
 }
 
@@ -623,10 +625,7 @@ fn handle(shared: &Shared, mut request: tiny_http::Request) {
         }
     });
     let mut body = Vec::new();
-    let read = request
-        .as_reader()
-        .take(MAX_BODY)
-        .read_to_end(&mut body);
+    let read = request.as_reader().take(MAX_BODY).read_to_end(&mut body);
     let incoming = Incoming {
         method,
         rel: relative(&path).to_owned(),
@@ -915,7 +914,9 @@ fn read_kv(state: &State, key: &str, query: Option<&str>) -> Answer {
         Some(Err(_)) => {
             return Answer::errors(
                 400,
-                &["1 error occurred:\n\t* error converting input for field \"version\": invalid syntax\n\n"],
+                &[
+                    "1 error occurred:\n\t* error converting input for field \"version\": invalid syntax\n\n",
+                ],
             );
         }
     };
@@ -1046,16 +1047,20 @@ fn verify_grant(shared: &Shared, jwt: &str, now: i64) -> Result<Map<String, Valu
         _ => false,
     };
     if !audience_ok {
-        return Err("error validating token: invalid audience (aud) claim: audience claim does \
+        return Err(
+            "error validating token: invalid audience (aud) claim: audience claim does \
                     not match any expected audience"
-            .into());
+                .into(),
+        );
     }
     match claims.get("kind") {
         None => return Err("error validating claims: claim \"kind\" is missing".into()),
         Some(kind) if kind.as_str() != Some("deploy-grant") => {
-            return Err("error validating claims: claim \"kind\" does not match any associated \
+            return Err(
+                "error validating claims: claim \"kind\" does not match any associated \
                         bound claim values"
-                .into());
+                    .into(),
+            );
         }
         Some(_) => {}
     }
@@ -1185,7 +1190,11 @@ mod tests {
     #[test]
     fn increments() {
         let check = |body: &str, expected: Result<Option<u64>, ()>| {
-            assert_eq!(parse_increment(body.as_bytes()).map_err(|_| ()), expected, "{body}");
+            assert_eq!(
+                parse_increment(body.as_bytes()).map_err(|_| ()),
+                expected,
+                "{body}"
+            );
         };
         check("", Ok(None));
         check("{}", Ok(None));

@@ -1,0 +1,236 @@
+//! Test support: a tiny loopback JWKS issuer that signs ES256 deploy grants, TLS material made
+//! with rcgen, and a fake OpenBao wired to the issuer.
+
+#![allow(dead_code)] // Each test binary uses a different part of this module.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
+use jsonwebtoken::jwk::{Jwk, JwkSet, PublicKeyUse};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use monky_bao_client::testkit::FakeBao;
+use monky_bao_client::{BaoClient, Token};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{Value, json};
+use url::Url;
+
+/// One signing key and its public JWK.
+struct Key {
+    kid: String,
+    encoding: EncodingKey,
+    jwk: Jwk,
+}
+
+impl Key {
+    fn generate(kid: &str) -> Key {
+        let pkcs8 =
+            EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new())
+                .expect("generate a P-256 key");
+        let encoding = EncodingKey::from_ec_der(pkcs8.as_ref());
+        let mut jwk = Jwk::from_encoding_key(&encoding, Algorithm::ES256).expect("jwk of the key");
+        jwk.common.key_id = Some(kid.to_owned());
+        jwk.common.public_key_use = Some(PublicKeyUse::Signature);
+        Key {
+            kid: kid.to_owned(),
+            encoding,
+            jwk,
+        }
+    }
+
+    fn sign(&self, claims: &Value) -> SecretString {
+        let mut header = Header::new(Algorithm::ES256);
+        header.kid = Some(self.kid.clone());
+        SecretString::from(jsonwebtoken::encode(&header, claims, &self.encoding).expect("sign"))
+    }
+}
+
+/// A loopback JWKS endpoint and the keys behind it; the newest key signs.
+pub struct Issuer {
+    keys: Arc<Mutex<Vec<Key>>>,
+    fetches: Arc<AtomicUsize>,
+    server: Arc<tiny_http::Server>,
+    thread: Option<JoinHandle<()>>,
+    url: Url,
+}
+
+impl Drop for Issuer {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Issuer {
+    pub fn start() -> Issuer {
+        let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("bind"));
+        let addr = server.server_addr().to_ip().expect("ip listener");
+        let url = Url::parse(&format!("http://{addr}/.well-known/agent-jwks.json")).unwrap();
+        let keys = Arc::new(Mutex::new(vec![Key::generate("key-1")]));
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let thread = {
+            let (server, keys, fetches) = (server.clone(), keys.clone(), fetches.clone());
+            std::thread::spawn(move || {
+                for request in server.incoming_requests() {
+                    fetches.fetch_add(1, Ordering::SeqCst);
+                    let set = JwkSet {
+                        keys: keys.lock().unwrap().iter().map(|k| k.jwk.clone()).collect(),
+                    };
+                    let body = serde_json::to_string(&set).unwrap();
+                    let header =
+                        tiny_http::Header::from_bytes("Content-Type", "application/json").unwrap();
+                    let _ =
+                        request.respond(tiny_http::Response::from_string(body).with_header(header));
+                }
+            })
+        };
+        Issuer {
+            keys,
+            fetches,
+            server,
+            thread: Some(thread),
+            url,
+        }
+    }
+
+    pub fn jwks_url(&self) -> Url {
+        self.url.clone()
+    }
+
+    /// How many times the JWKS was served.
+    pub fn fetches(&self) -> usize {
+        self.fetches.load(Ordering::SeqCst)
+    }
+
+    /// A deploy grant's claims for `env_id`, valid for an hour from now.
+    pub fn claims(&self, env_id: &str) -> Value {
+        let now = unix_now();
+        json!({
+            "iss": "http://tenancy.test",
+            "aud": "openbao-see-env",
+            "sub": format!("agent:{env_id}"),
+            "env_id": env_id,
+            "kind": "deploy-grant",
+            "jti": format!("jti-{env_id}-{now}"),
+            "iat": now,
+            "exp": now + 3600,
+        })
+    }
+
+    /// Signs `claims` with the newest published key.
+    pub fn sign(&self, claims: &Value) -> SecretString {
+        self.keys.lock().unwrap().last().unwrap().sign(claims)
+    }
+
+    /// A valid grant for `env_id`.
+    pub fn grant(&self, env_id: &str) -> SecretString {
+        self.sign(&self.claims(env_id))
+    }
+
+    /// Signs with a key that is not published but claims the newest key's `kid`.
+    pub fn sign_forged(&self, claims: &Value) -> SecretString {
+        let kid = self.keys.lock().unwrap().last().unwrap().kid.clone();
+        Key::generate(&kid).sign(claims)
+    }
+
+    /// Publishes a new key, which signs from now on; the old one stays published.
+    pub fn rotate(&self, kid: &str) {
+        self.keys.lock().unwrap().push(Key::generate(kid));
+    }
+}
+
+pub fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// A CA and a leaf certificate for `host`, PEM.
+pub struct Pki {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl Pki {
+    pub fn for_host(host: &str) -> Pki {
+        use rcgen::{
+            BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
+            IsCa, KeyPair, KeyUsagePurpose,
+        };
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "monky test ca");
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+        let leaf_key = KeyPair::generate().unwrap();
+        let mut leaf_params = CertificateParams::new(vec![host.to_owned()]).unwrap();
+        leaf_params
+            .distinguished_name
+            .push(DnType::CommonName, host);
+        leaf_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let leaf = leaf_params.signed_by(&leaf_key, &ca).unwrap();
+        Pki {
+            ca_pem: ca.pem(),
+            cert_pem: leaf.pem(),
+            key_pem: leaf_key.serialize_pem(),
+        }
+    }
+}
+
+/// An issuer, a plain-HTTP fake OpenBao that trusts it, and a client of the fake.
+pub struct Setup {
+    pub issuer: Issuer,
+    pub bao: FakeBao,
+    pub client: BaoClient,
+}
+
+impl Setup {
+    pub fn start() -> Setup {
+        let issuer = Issuer::start();
+        let bao = FakeBao::builder().jwks_url(issuer.jwks_url()).start();
+        let client = BaoClient::builder(bao.url()).build().unwrap();
+        Setup {
+            issuer,
+            bao,
+            client,
+        }
+    }
+
+    /// Logs `env_id` in with a fresh grant.
+    pub fn login(&self, env_id: &str) -> Token {
+        self.client
+            .login_jwt("jwt-tenancy", "see-env", &self.issuer.grant(env_id))
+            .expect("login")
+            .token
+    }
+
+    /// The fake's root token as a [`Token`].
+    pub fn root(&self) -> Token {
+        Token::from(self.bao.root_token())
+    }
+}
+
+/// Asserts that neither the error's `Display` nor its `Debug` shows `secret`.
+pub fn assert_hidden(err: &monky_bao_client::Error, secret: &str) {
+    assert!(!err.to_string().contains(secret), "display leaks: {err}");
+    assert!(!format!("{err:?}").contains(secret), "debug leaks: {err:?}");
+    assert!(!format!("{err:#}").contains(secret));
+}
+
+/// The value of a secret, for assertions.
+pub fn reveal(secret: &SecretString) -> &str {
+    secret.expose_secret()
+}

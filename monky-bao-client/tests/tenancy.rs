@@ -1,0 +1,59 @@
+//! The grant flow with monky-agent-proto's fake tenancy: its JWKS and grants log in at the fake
+//! OpenBao, and tenancy verifies the resulting bearer with the root token.
+
+use monky_agent_proto::testkit::FakeTenancy;
+use monky_agent_proto::{CheckinRequest, Client, HostFacts};
+use monky_bao_client::BaoClient;
+use monky_bao_client::testkit::FakeBao;
+use secrecy::SecretString;
+
+fn checkin(env_id: &str) -> CheckinRequest {
+    CheckinRequest {
+        env_id: env_id.to_owned(),
+        agent_version: "0.2.0".into(),
+        applied_sha: None,
+        host: HostFacts {
+            hostname: env_id.to_owned(),
+            os: "ubuntu-26.04".into(),
+            kernel: "7.0.0".into(),
+            docker: None,
+            compose: None,
+            free_bytes: None,
+            agent_version: "0.2.0".into(),
+            transport: "proxy".into(),
+            site: "test".into(),
+            laptop_mode: false,
+        },
+        containers: vec![],
+    }
+}
+
+#[test]
+fn tenancy_grant_logs_in_and_the_bearer_checks_in() {
+    let tenancy = FakeTenancy::builder().start();
+    let bao = FakeBao::builder().jwks_url(tenancy.jwks_url()).start();
+    tenancy.set_bao(bao.url(), None, bao.root_token());
+    let client = BaoClient::builder(bao.url()).build().unwrap();
+
+    let login = client
+        .login_jwt("jwt-tenancy", "see-env", &tenancy.mint_grant("env-qa-02"))
+        .unwrap();
+    assert_eq!(login.metadata["env_id"], "env-qa-02");
+    assert_eq!(
+        tenancy.current_grants("env-qa-02"),
+        [login.metadata["grant_jti"].clone()]
+    );
+
+    let bearer = SecretString::from(login.token.expose_secret().to_owned());
+    let api = Client::builder(tenancy.url()).build().unwrap();
+    api.checkin(&bearer, &checkin("env-qa-02")).unwrap();
+    assert!(
+        bao.requests()
+            .iter()
+            .any(|r| r.by_root && r.path == "/v1/auth/token/lookup"),
+        "tenancy looked the bearer up with the root token"
+    );
+
+    client.revoke_self(&login.token).unwrap();
+    assert!(api.checkin(&bearer, &checkin("env-qa-02")).is_err());
+}
