@@ -126,11 +126,8 @@ fn parse_compose(yaml: &str) -> Result<Value, Refusal> {
         use serde_saphyr::Error as E;
         // Classified by variant: the rendered message quotes the YAML around the error.
         let mut inner = &e;
-        loop {
-            match inner {
-                E::WithSnippet { error, .. } | E::AliasError { error, .. } => inner = error,
-                _ => break,
-            }
+        while let E::WithSnippet { error, .. } | E::AliasError { error, .. } = inner {
+            inner = error;
         }
         let what = match inner {
             E::Budget {

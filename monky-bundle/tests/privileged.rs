@@ -241,10 +241,7 @@ fn hostile_yaml_is_refused_not_expanded() {
     );
     for i in 1..10 {
         let prev = format!("*a{}", i - 1);
-        bomb.push_str(&format!(
-            "a{i}: &a{i} [{}]\n",
-            vec![prev.as_str(); 9].join(",")
-        ));
+        bomb.push_str(&format!("a{i}: &a{i} [{}]\n", [prev.as_str(); 9].join(",")));
     }
     bomb.push_str("services:\n  web:\n    image: nginx\n    labels: *a9\n");
     let got = check_privileged(&bomb, &|_| None).expect_err("alias bomb");
