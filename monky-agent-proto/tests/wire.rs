@@ -144,3 +144,49 @@ fn unknown_response_fields_are_ignored() {
     let lease = fixture("lease_response.json").replacen('{', r#"{"lease_id": "x", "#, 1);
     assert!(serde_json::from_str::<LeaseResponse>(&lease).is_ok());
 }
+
+mod prop {
+    use monky_agent_proto::{ContainerStatus, ErrorCode, ReportRequest, ReportResult};
+    use proptest::prelude::*;
+
+    fn result() -> impl Strategy<Value = ReportResult> {
+        prop_oneof![
+            Just(ReportResult::Applied),
+            Just(ReportResult::Failed),
+            Just(ReportResult::Down)
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_error_code_string_survives(code in "\\PC{0,40}") {
+            let parsed = ErrorCode::from(code.as_str());
+            prop_assert_eq!(parsed.as_str(), code.as_str());
+            let back: ErrorCode = serde_json::from_str(&serde_json::to_string(&parsed).unwrap()).unwrap();
+            prop_assert_eq!(back, parsed);
+        }
+
+        #[test]
+        fn reports_round_trip(
+            env_id in "[a-z0-9-]{1,20}",
+            sha in proptest::option::of("[0-9a-f]{64}"),
+            result in result(),
+            log_tail in "\\PC{0,200}",
+            detail in proptest::option::of("\\PC{0,60}"),
+            health in proptest::option::of("[a-z]{0,10}"),
+        ) {
+            let report = ReportRequest {
+                env_id,
+                sha,
+                result,
+                log_tail,
+                containers: vec![ContainerStatus { name: "c".into(), state: "running".into(), health }],
+                detail,
+            };
+            let json = serde_json::to_string(&report).unwrap();
+            prop_assert_eq!(json.contains("\"detail\""), report.detail.is_some());
+            let back: ReportRequest = serde_json::from_str(&json).unwrap();
+            prop_assert_eq!(back, report);
+        }
+    }
+}
