@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
+use secrecy::zeroize::Zeroize;
 use serde_json::Value;
 
 use crate::env::unresolved_vars;
@@ -212,7 +213,23 @@ pub fn check_privileged(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), Refusal> {
     let mut doc = parse_compose(compose_yaml)?;
-    interpolate(&mut doc, env)?;
+    let interpolated = interpolate(&mut doc, env);
+    let verdict = interpolated.and_then(|()| judge(&doc));
+    // Interpolated strings may hold secret values: zero them before the tree is freed.
+    scrub(&mut doc);
+    verdict
+}
+
+fn scrub(v: &mut Value) {
+    match v {
+        Value::String(s) => s.zeroize(),
+        Value::Array(a) => a.iter_mut().for_each(scrub),
+        Value::Object(m) => m.values_mut().for_each(scrub),
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
+fn judge(doc: &Value) -> Result<(), Refusal> {
     let mut names: Vec<String> = Vec::new();
     let mut add = |who: &str, why: &str| {
         let n = format!("{who}: {why}");

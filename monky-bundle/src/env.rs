@@ -7,6 +7,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
+use secrecy::zeroize::Zeroizing;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::interp::{self, Mode};
@@ -84,7 +85,7 @@ pub fn render_env(template: &str, values: &BTreeMap<String, SecretString>) -> Se
     // Reserve generously so the buffer holding secret values is not reallocated (and the old
     // allocation left behind un-zeroed) while it is being filled.
     let value_bytes: usize = values.values().map(|v| v.expose_secret().len()).sum();
-    let mut out = String::with_capacity(template.len() + 4 * value_bytes + 64);
+    let mut out = Zeroizing::new(String::with_capacity(template.len() + 4 * value_bytes + 64));
     for line in template.split_inclusive('\n') {
         if is_comment_line(line) {
             out.push_str(line);
@@ -97,7 +98,8 @@ pub fn render_env(template: &str, values: &BTreeMap<String, SecretString>) -> Se
             out.push_str(line);
         }
     }
-    SecretString::from(out)
+    // Copied into an exact-size allocation; the working buffer is zeroed when dropped.
+    SecretString::from(out.as_str())
 }
 
 #[cfg(test)]

@@ -123,7 +123,7 @@ impl RegistryAuth {
         Ok(RegistryAuth {
             registry,
             username,
-            password: SecretString::from(password.to_string()),
+            password: SecretString::from(password.as_str()),
         })
     }
 
@@ -155,10 +155,11 @@ impl RegistryAuth {
             Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(pair.as_bytes()));
         // The host is JSON-escaped by serde_json; base64 needs no escaping.
         let host = Value::String(self.registry.clone()).to_string();
-        SecretString::from(format!(
+        let json = Zeroizing::new(format!(
             "{{\"auths\":{{{host}:{{\"auth\":\"{}\"}}}}}}",
             auth.as_str()
-        ))
+        ));
+        SecretString::from(json.as_str())
     }
 }
 
