@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::Container;
 use crate::container::{health_from_status, normalize_health};
 use crate::docker::{ComposeInfo, Docker};
 use crate::error::{Error, Result};
 use crate::process::{Invocation, Output};
-use crate::Container;
 
 /// A compose version, `major.minor.patch`; suffixes such as `-desktop.1` or `+ds1` are dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -164,7 +164,11 @@ impl Compose {
         let timeout = match mode {
             Wait::Compose(w) => {
                 let secs = (w.as_secs() + u64::from(w.subsec_nanos() > 0)).max(1);
-                args.extend(["--wait".into(), "--wait-timeout".into(), secs.to_string().into()]);
+                args.extend([
+                    "--wait".into(),
+                    "--wait-timeout".into(),
+                    secs.to_string().into(),
+                ]);
                 base_timeout + w
             }
             Wait::Unbounded(w) => {
@@ -216,7 +220,11 @@ impl Compose {
     pub fn ps(&self) -> Result<Vec<Container>> {
         let info = self.docker.compose_for_use()?;
         let out = self
-            .run(&info, ["ps", "-a", "--format", "json"], self.docker.limits().query_timeout)?
+            .run(
+                &info,
+                ["ps", "-a", "--format", "json"],
+                self.docker.limits().query_timeout,
+            )?
             .check()?;
         if out.stdout_truncated {
             return Err(Error::OutputTooLarge {
@@ -262,7 +270,8 @@ impl Compose {
         if volumes {
             args.push("-v");
         }
-        self.run(&info, args, self.docker.limits().timeout)?.check()?;
+        self.run(&info, args, self.docker.limits().timeout)?
+            .check()?;
         Ok(())
     }
 
@@ -273,7 +282,11 @@ impl Compose {
     pub fn config_json(&self) -> Result<serde_json::Value> {
         let info = self.docker.compose_for_use()?;
         let out = self
-            .run(&info, ["config", "--format", "json"], self.docker.limits().query_timeout)?
+            .run(
+                &info,
+                ["config", "--format", "json"],
+                self.docker.limits().query_timeout,
+            )?
             .check()?;
         if out.stdout_truncated {
             return Err(Error::OutputTooLarge {
@@ -346,7 +359,9 @@ pub fn parse_ps_json(text: &str) -> Result<Vec<Container>, String> {
             .map(str::trim)
             .filter(|l| !l.is_empty())
             .enumerate()
-            .map(|(i, l)| serde_json::from_str(l).map_err(|e| format!("ps json line {}: {e}", i + 1)))
+            .map(|(i, l)| {
+                serde_json::from_str(l).map_err(|e| format!("ps json line {}: {e}", i + 1))
+            })
             .collect::<Result<_, _>>()?
     };
     let mut containers: Vec<Container> = rows.into_iter().map(PsRow::into_container).collect();
@@ -449,7 +464,10 @@ pub fn pull_failure_message(stderr: &str, stdout: &str, code: Option<i32>) -> St
 /// Strips ANSI escapes and carriage-return progress redraws from one output line.
 fn clean_line(line: &str) -> String {
     // a progress line redrawn with \r: only the last frame counts
-    let line = line.rsplit('\r').find(|s| !s.trim().is_empty()).unwrap_or("");
+    let line = line
+        .rsplit('\r')
+        .find(|s| !s.trim().is_empty())
+        .unwrap_or("");
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars().peekable();
     while let Some(c) = chars.next() {
@@ -507,7 +525,10 @@ mod tests {
             );
         };
         check("Docker Compose version v2.20.2\n", Some("2.20.2"));
-        check("Docker Compose version 2.24.6+ds1-0ubuntu1\n", Some("2.24.6"));
+        check(
+            "Docker Compose version 2.24.6+ds1-0ubuntu1\n",
+            Some("2.24.6"),
+        );
         check(
             "docker-compose version 1.29.2, build unknown\ndocker-py version: 5.0.3\n",
             Some("1.29.2"),
@@ -523,10 +544,7 @@ mod tests {
         assert!(v("2.17.3") >= ComposeVersion::WAIT_TIMEOUT);
         assert!(v("2.1.0") < ComposeVersion::WAIT);
         assert!(v("2.10.0") > v("2.9.9"));
-        assert_eq!(
-            serde_json::to_string(&v("v2.20.2")).unwrap(),
-            "\"2.20.2\""
-        );
+        assert_eq!(serde_json::to_string(&v("v2.20.2")).unwrap(), "\"2.20.2\"");
         assert_eq!(
             serde_json::from_str::<ComposeVersion>("\"2.32.0\"").unwrap(),
             v("2.32.0")
@@ -585,7 +603,11 @@ mod tests {
     #[test]
     fn pull_messages_keep_the_registry_text() {
         let check = |stderr: &str, code: Option<i32>, expected: &str| {
-            assert_eq!(pull_failure_message(stderr, "", code), expected, "{stderr:?}");
+            assert_eq!(
+                pull_failure_message(stderr, "", code),
+                expected,
+                "{stderr:?}"
+            );
         };
         check(
             " web Pulling \n web Error \nError response from daemon: Head \"https://harbor.example/v2/app/web/manifests/1.2\": no basic auth credentials\n",
@@ -597,11 +619,7 @@ mod tests {
             Some(1),
             "web Error manifest unknown",
         );
-        check(
-            "a\nb\nc\nd\n",
-            Some(1),
-            "b | c | d",
-        );
+        check("a\nb\nc\nd\n", Some(1), "b | c | d");
         check("", Some(18), "exit code 18 and no output");
         check("", None, "killed by a signal and no output");
         check(

@@ -8,12 +8,12 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::Container;
 use crate::compose::{Compose, ComposeVersion};
 use crate::container::{health_from_status, state_from_status};
 use crate::engine::{self, Engine, EngineInfo, PROJECT_LABEL};
 use crate::error::{Error, Result};
 use crate::process::{Invocation, Runner, is_executable};
-use crate::Container;
 
 /// Where docker installs CLI plugins system-wide; the docker CLI searches these even when
 /// `DOCKER_CONFIG` is set.
@@ -271,10 +271,7 @@ impl Docker {
     }
 
     fn lock_compose(&self) -> std::sync::MutexGuard<'_, ComposeState> {
-        self.inner
-            .compose
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        self.inner.compose.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A found compose, or a hint whose files are unchanged (promoted to found).
@@ -498,8 +495,8 @@ impl Docker {
 
     /// `docker image prune -f`: drops dangling images.
     pub fn image_prune(&self) -> Result<()> {
-        let inv =
-            Invocation::new(&self.inner.bin, self.inner.limits.timeout).args(["image", "prune", "-f"]);
+        let inv = Invocation::new(&self.inner.bin, self.inner.limits.timeout)
+            .args(["image", "prune", "-f"]);
         self.inner.runner.run(&inv)?.check()?;
         Ok(())
     }
@@ -521,7 +518,12 @@ struct CliRow {
 /// Parses the fallback `docker ps` lines (one object per line, written by our template).
 fn parse_cli_ps(text: &str) -> Result<Vec<Container>, String> {
     let mut out = Vec::new();
-    for (i, line) in text.lines().map(str::trim).filter(|l| !l.is_empty()).enumerate() {
+    for (i, line) in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .enumerate()
+    {
         let row: CliRow =
             serde_json::from_str(line).map_err(|e| format!("docker ps line {}: {e}", i + 1))?;
         if row.oneoff.eq_ignore_ascii_case("true") {
@@ -610,7 +612,8 @@ impl DockerBuilder {
     /// Builds the driver. No process is started and nothing is connected here.
     pub fn build(self) -> Result<Docker> {
         let docker_config = self.docker_config.ok_or(Error::MissingDockerConfig)?;
-        let mut runner = Runner::builder(&docker_config).max_output_bytes(self.limits.max_output_bytes);
+        let mut runner =
+            Runner::builder(&docker_config).max_output_bytes(self.limits.max_output_bytes);
         if let Some(path) = self.path_env {
             runner = runner.path_env(path);
         }
@@ -679,7 +682,11 @@ mod tests {
                 },
             ]
         );
-        assert!(parse_cli_ps("nope\n").unwrap_err().starts_with("docker ps line 1"));
+        assert!(
+            parse_cli_ps("nope\n")
+                .unwrap_err()
+                .starts_with("docker ps line 1")
+        );
     }
 
     #[test]

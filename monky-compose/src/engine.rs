@@ -11,9 +11,9 @@ use reqwest::Url;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::Container;
 use crate::container::{health_from_status, state_from_status};
 use crate::error::{Error, Result};
-use crate::Container;
 
 /// The socket the daemon listens on when `DOCKER_HOST` is not set.
 pub const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
@@ -190,7 +190,10 @@ impl Engine {
         if !query.is_empty() {
             url.query_pairs_mut().extend_pairs(query);
         }
-        let mut resp = client.get(url).send().map_err(|e| self.send_error(path, e))?;
+        let mut resp = client
+            .get(url)
+            .send()
+            .map_err(|e| self.send_error(path, e))?;
         let status = resp.status();
         let mut body = Vec::new();
         (&mut resp)
@@ -213,7 +216,9 @@ impl Engine {
             }
             let message = serde_json::from_slice::<ApiError>(&body)
                 .map(|e| e.message)
-                .unwrap_or_else(|_| crate::process::tail_chars(&String::from_utf8_lossy(&body), 300));
+                .unwrap_or_else(|_| {
+                    crate::process::tail_chars(&String::from_utf8_lossy(&body), 300)
+                });
             return Err(Error::EngineStatus {
                 path: path.to_owned(),
                 status: status.as_u16(),
@@ -338,7 +343,10 @@ mod tests {
         };
         check(None, Some(DEFAULT_SOCKET));
         check(Some(""), Some(DEFAULT_SOCKET));
-        check(Some("unix:///run/user/1000/docker.sock"), Some("/run/user/1000/docker.sock"));
+        check(
+            Some("unix:///run/user/1000/docker.sock"),
+            Some("/run/user/1000/docker.sock"),
+        );
         check(Some("tcp://10.0.0.1:2376"), None);
         check(Some("ssh://me@box"), None);
         check(Some("unix://relative.sock"), None);
@@ -394,6 +402,9 @@ mod tests {
         let below = free_bytes(&dir.path().join("not/yet/there")).unwrap();
         assert!(here > 0);
         // same filesystem; other tests may write meanwhile, so allow some drift
-        assert!(here.abs_diff(below) < 512 * 1024 * 1024, "{here} vs {below}");
+        assert!(
+            here.abs_diff(below) < 512 * 1024 * 1024,
+            "{here} vs {below}"
+        );
     }
 }

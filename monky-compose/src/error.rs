@@ -41,7 +41,10 @@ pub enum Error {
     },
 
     /// A process ran past its timeout; it and its process group were killed.
-    #[error("{what} timed out after {after:?} and was killed{}", tail_suffix(stderr))]
+    #[error(
+        "{what} timed out after {after:?} and was killed{}",
+        tail_suffix(stderr)
+    )]
     Timeout {
         /// The command line, for example `docker compose ... pull`.
         what: String,

@@ -114,7 +114,12 @@ impl Runner {
         let group = rustix::process::Pid::from_child(&child);
         let (tx, rx) = mpsc::channel();
         let readers = [
-            spawn_reader(child.stdout.take(), Stream::Stdout, self.max_output, tx.clone()),
+            spawn_reader(
+                child.stdout.take(),
+                Stream::Stdout,
+                self.max_output,
+                tx.clone(),
+            ),
             spawn_reader(child.stderr.take(), Stream::Stderr, self.max_output, tx),
         ];
         let status = wait_with_deadline(&mut child, started + inv.timeout);
@@ -287,10 +292,10 @@ impl Invocation {
     /// arguments.
     #[must_use]
     pub fn describe(&self) -> String {
-        let name = self
-            .program
-            .file_name()
-            .map_or_else(|| self.program.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let name = self.program.file_name().map_or_else(
+            || self.program.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
         let mut out = name;
         for a in &self.args {
             out.push(' ');
@@ -522,10 +527,7 @@ mod tests {
     fn keeps_the_tail_when_output_is_too_long() {
         let r = runner(100);
         let out = r
-            .run(
-                &Invocation::new("/bin/sh", Duration::from_secs(10))
-                    .args(["-c", "seq 1 100000"]),
-            )
+            .run(&Invocation::new("/bin/sh", Duration::from_secs(10)).args(["-c", "seq 1 100000"]))
             .unwrap();
         assert!(out.stdout_truncated);
         assert_eq!(out.stdout.len(), 100);
@@ -577,7 +579,10 @@ mod tests {
     #[test]
     fn missing_program_is_a_spawn_error() {
         let err = runner(10)
-            .run(&Invocation::new("/nonexistent/docker", Duration::from_secs(1)))
+            .run(&Invocation::new(
+                "/nonexistent/docker",
+                Duration::from_secs(1),
+            ))
             .unwrap_err();
         assert!(matches!(err, Error::Spawn { .. }), "{err}");
         assert_eq!(err.kind(), crate::ErrorKind::Setup);

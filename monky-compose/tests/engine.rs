@@ -1,0 +1,514 @@
+//! The Engine API reader against a small fake daemon on a unix socket, and against the real
+//! engine at /var/run/docker.sock (required unless MONKY_NO_DOCKER=1).
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use monky_compose::{Container, Docker, Engine, ErrorKind};
+use support::{PROJECT, Stub};
+
+/// A fake daemon: answers each request with the canned (status, body) of its path, records
+/// the request targets, closes every connection.
+struct FakeEngine {
+    _dir: tempfile::TempDir,
+    socket: PathBuf,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl FakeEngine {
+    fn start(routes: Vec<(&'static str, u16, String)>) -> FakeEngine {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("docker.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&requests);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { break };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut request_line = String::new();
+                if reader.read_line(&mut request_line).is_err() {
+                    continue;
+                }
+                loop {
+                    let mut header = String::new();
+                    match reader.read_line(&mut header) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) if header == "\r\n" => break,
+                        Ok(_) => {}
+                    }
+                }
+                let target = request_line
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap_or("")
+                    .to_owned();
+                seen.lock().unwrap().push(format!(
+                    "{} {target}",
+                    request_line.split_whitespace().next().unwrap_or("")
+                ));
+                let path = target.split('?').next().unwrap_or("");
+                let (status, body) = routes
+                    .iter()
+                    .find(|(p, _, _)| *p == path)
+                    .map(|(_, s, b)| (*s, b.clone()))
+                    .unwrap_or((404, r#"{"message":"page not found"}"#.to_owned()));
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nApi-Version: 1.41\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        FakeEngine {
+            _dir: dir,
+            socket,
+            requests,
+        }
+    }
+
+    fn engine(&self) -> Engine {
+        Engine::unix(&self.socket)
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap());
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+const CONTAINERS: &str = r#"[
+ {"Id":"a1","Names":["/monky-env-t-web-1"],"Image":"web:1","State":"running","Status":"Up 2 minutes (healthy)",
+  "Labels":{"com.docker.compose.project":"monky-env-t","com.docker.compose.service":"web","com.docker.compose.oneoff":"False"}},
+ {"Id":"b2","Names":["/monky-env-t-worker-1"],"Image":"web:1","State":"running","Status":"Up 4 seconds (health: starting)",
+  "Labels":{"com.docker.compose.project":"monky-env-t","com.docker.compose.service":"worker","com.docker.compose.oneoff":"False"}},
+ {"Id":"c3","Names":["/monky-env-t-web-run-8c1d2e"],"Image":"web:1","State":"exited","Status":"Exited (0) 1 minute ago",
+  "Labels":{"com.docker.compose.project":"monky-env-t","com.docker.compose.service":"web","com.docker.compose.oneoff":"True"}},
+ {"Id":"d4","Names":["/monky-env-t-db-1"],"Image":"postgres:16","State":"exited","Status":"Exited (137) 5 seconds ago",
+  "Labels":{"com.docker.compose.project":"monky-env-t","com.docker.compose.service":"db"}}
+]"#;
+
+fn info_body(root: &Path) -> String {
+    serde_json::json!({
+        "ID": "X", "Containers": 4, "ServerVersion": "28.3.0",
+        "DockerRootDir": root, "Driver": "overlay2", "OperatingSystem": "Debian GNU/Linux 12"
+    })
+    .to_string()
+}
+
+#[test]
+fn containers_come_from_an_unversioned_filtered_list() {
+    let fake = FakeEngine::start(vec![("/containers/json", 200, CONTAINERS.to_owned())]);
+    let got = fake.engine().containers(PROJECT).unwrap();
+    let c = |name: &str, service: &str, state: &str, health: Option<&str>| Container {
+        name: name.into(),
+        service: service.into(),
+        state: state.into(),
+        health: health.map(str::to_owned),
+    };
+    assert_eq!(
+        got,
+        vec![
+            c("monky-env-t-db-1", "db", "exited", None),
+            c("monky-env-t-web-1", "web", "running", Some("healthy")),
+            c(
+                "monky-env-t-worker-1",
+                "worker",
+                "running",
+                Some("starting")
+            ),
+        ]
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 1);
+    let (path, query) = requests[0].split_once('?').unwrap();
+    assert_eq!(path, "GET /containers/json");
+    let mut pairs: Vec<(String, String)> = query
+        .split('&')
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap();
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect();
+    pairs.sort();
+    assert_eq!(pairs[0], ("all".to_owned(), "1".to_owned()));
+    assert_eq!(pairs[1].0, "filters");
+    let filters: serde_json::Value = serde_json::from_str(&pairs[1].1).unwrap();
+    assert_eq!(
+        filters,
+        serde_json::json!({"label": ["com.docker.compose.project=monky-env-t"]})
+    );
+}
+
+#[test]
+fn a_heartbeat_spawns_no_process_and_asks_info_once() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = FakeEngine::start(vec![
+        ("/containers/json", 200, CONTAINERS.to_owned()),
+        ("/info", 200, info_body(root.path())),
+    ]);
+    let stub = Stub::new(&[("COMPOSE_VERSION", "2.32.0")]);
+    let docker = stub.builder().engine(fake.engine()).build().unwrap();
+
+    // warm-up: the one compose lookup
+    let facts = docker.facts();
+    assert_eq!(facts.docker_version.as_deref(), Some("28.3.0"));
+    assert_eq!(facts.compose_version.as_deref(), Some("2.32.0"));
+    assert_eq!(facts.data_root.as_deref(), Some(root.path()));
+    assert!(facts.free_bytes.unwrap() > 0);
+    let spawned = stub.calls().len();
+    assert_eq!(spawned, 1, "only `docker compose version`");
+
+    for _ in 0..3 {
+        let again = docker.facts();
+        assert_eq!(again.docker_version, facts.docker_version);
+        assert_eq!(docker.containers(PROJECT).unwrap().len(), 3);
+    }
+    assert_eq!(stub.calls().len(), spawned, "heartbeats spawned a process");
+    let infos = fake
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("GET /info"))
+        .count();
+    assert_eq!(infos, 1, "/info is cached");
+
+    // the next run of the agent, handed the saved compose info, spawns nothing at all
+    std::fs::create_dir_all(stub.cfg.join("cli-plugins")).unwrap();
+    stub.install(&stub.cfg.join("cli-plugins"), "docker-compose", &[]);
+    let saved = stub
+        .builder()
+        .engine(fake.engine())
+        .build()
+        .unwrap()
+        .compose_info()
+        .unwrap();
+    let before = stub.calls().len();
+    let next_run = stub
+        .builder()
+        .engine(fake.engine())
+        .compose_hint(saved)
+        .build()
+        .unwrap();
+    assert_eq!(next_run.facts().compose_version.as_deref(), Some("2.32.0"));
+    next_run.containers(PROJECT).unwrap();
+    assert_eq!(stub.calls().len(), before);
+}
+
+#[test]
+fn an_error_status_keeps_the_daemons_message() {
+    let fake = FakeEngine::start(vec![(
+        "/containers/json",
+        500,
+        r#"{"message":"invalid filter 'labl'"}"#.to_owned(),
+    )]);
+    let err = fake.engine().containers(PROJECT).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Protocol);
+    assert_eq!(
+        err.to_string(),
+        "docker engine answered 500 for /containers/json: invalid filter 'labl'"
+    );
+}
+
+#[test]
+fn garbage_is_a_parse_error() {
+    let fake = FakeEngine::start(vec![("/info", 200, "<html>proxy</html>".to_owned())]);
+    let err = fake.engine().info().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Protocol);
+    assert!(
+        err.to_string()
+            .starts_with("cannot parse the output of engine /info"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_dead_socket_is_unavailable_so_callers_fall_back() {
+    let dir = tempfile::tempdir().unwrap();
+    // missing socket file
+    let err = Engine::unix(dir.path().join("none.sock"))
+        .containers(PROJECT)
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::EngineUnavailable, "{err}");
+    // a socket file nobody listens on any more: connection refused
+    let path = dir.path().join("stale.sock");
+    drop(UnixListener::bind(&path).unwrap());
+    let err = Engine::unix(&path).info().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::EngineUnavailable, "{err}");
+    assert!(err.to_string().contains("refused"), "{err}");
+}
+
+// ---- the real engine ---------------------------------------------------------------------------
+
+const REAL_SOCKET: &str = "/var/run/docker.sock";
+const IMAGE: &str = "monky-compose-test/rootfs:1";
+
+/// The real engine, or `None` when MONKY_NO_DOCKER=1 says this machine has none.
+fn real_engine() -> Option<PathBuf> {
+    if Path::new(REAL_SOCKET).exists() {
+        return Some(PathBuf::from(REAL_SOCKET));
+    }
+    if std::env::var("MONKY_NO_DOCKER").as_deref() == Ok("1") {
+        eprintln!("MONKY_NO_DOCKER=1: skipping the real-engine test");
+        return None;
+    }
+    panic!(
+        "no docker engine at {REAL_SOCKET}: start dockerd (the real-engine tests need it) or set MONKY_NO_DOCKER=1 to skip them"
+    );
+}
+
+fn docker_cli(args: &[&str]) -> String {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("the docker CLI runs");
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// A tiny image made from this machine's /bin/sh and sleep with their libraries (no registry
+/// is reachable here), imported once per test run.
+fn test_image() -> &'static str {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let root = tempfile::tempdir().unwrap();
+        for bin in ["/bin/sh", "/bin/sleep"] {
+            let ldd = Command::new("ldd").arg(bin).output().unwrap();
+            let libs = String::from_utf8_lossy(&ldd.stdout).into_owned();
+            let mut files = vec![bin.to_owned()];
+            for line in libs.lines() {
+                let path = match line.split_once("=>") {
+                    Some((_, rest)) => rest.split_whitespace().next(),
+                    None => line.split_whitespace().next(),
+                };
+                if let Some(p) = path.filter(|p| p.starts_with('/')) {
+                    files.push(p.to_owned());
+                }
+            }
+            for f in files {
+                let dest = root.path().join(f.trim_start_matches('/'));
+                std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+                std::fs::copy(&f, &dest).unwrap();
+            }
+        }
+        let mut tar = Command::new("tar")
+            .args(["-C"])
+            .arg(root.path())
+            .args(["-c", "."])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let import = Command::new("docker")
+            .args(["import", "-", IMAGE])
+            .stdin(tar.stdout.take().unwrap())
+            .output()
+            .unwrap();
+        assert!(tar.wait().unwrap().success());
+        assert!(
+            import.status.success(),
+            "docker import: {}",
+            String::from_utf8_lossy(&import.stderr)
+        );
+    });
+    IMAGE
+}
+
+/// Removes a test project's containers when dropped.
+struct Project(String);
+
+impl Project {
+    fn new(tag: &str) -> Project {
+        Project(format!("monkytest{}{tag}", std::process::id()))
+    }
+
+    fn run(&self, name: &str, service: &str, oneoff: bool, extra: &[&str], cmd: &[&str]) {
+        let mut args = vec![
+            "run".to_owned(),
+            "-d".into(),
+            "--name".into(),
+            format!("{}-{name}", self.0),
+            "--label".into(),
+            format!("com.docker.compose.project={}", self.0),
+            "--label".into(),
+            format!("com.docker.compose.service={service}"),
+            "--label".into(),
+            format!(
+                "com.docker.compose.oneoff={}",
+                if oneoff { "True" } else { "False" }
+            ),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args.push(test_image().to_owned());
+        args.extend(cmd.iter().map(|s| (*s).to_owned()));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        docker_cli(&refs);
+    }
+}
+
+impl Drop for Project {
+    fn drop(&mut self) {
+        let ids = Command::new("docker")
+            .args(["ps", "-aq", "--filter"])
+            .arg(format!("label=com.docker.compose.project={}", self.0))
+            .output();
+        if let Ok(ids) = ids {
+            let ids = String::from_utf8_lossy(&ids.stdout).into_owned();
+            let ids: Vec<&str> = ids.split_whitespace().collect();
+            if !ids.is_empty() {
+                let _ = Command::new("docker").args(["rm", "-f"]).args(ids).output();
+            }
+        }
+    }
+}
+
+#[test]
+fn real_engine_facts_match_the_cli() {
+    let Some(socket) = real_engine() else { return };
+    let engine = Engine::unix(&socket);
+    let info = engine.info().unwrap();
+    assert_eq!(
+        info.server_version,
+        docker_cli(&["version", "--format", "{{.Server.Version}}"])
+    );
+    assert_eq!(
+        info.docker_root_dir,
+        PathBuf::from(docker_cli(&["info", "--format", "{{.DockerRootDir}}"]))
+    );
+    let cfg = tempfile::tempdir().unwrap();
+    let docker = Docker::builder("docker")
+        .docker_config(cfg.path())
+        .engine(Engine::unix(&socket))
+        .build()
+        .unwrap();
+    let facts = docker.facts();
+    assert_eq!(
+        facts.docker_version.as_deref(),
+        Some(info.server_version.as_str())
+    );
+    assert_eq!(
+        facts.data_root.as_deref(),
+        Some(info.docker_root_dir.as_path())
+    );
+    assert!(facts.free_bytes.unwrap() > 0);
+    // compose v2 may or may not be installed on this machine; v1 must never be reported
+    match docker.compose_info() {
+        Ok(found) => assert!(found.version.major >= 2, "{found:?}"),
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Setup, "{e}"),
+    }
+}
+
+#[test]
+fn real_engine_reports_states_and_health_of_a_project() {
+    let Some(socket) = real_engine() else { return };
+    let project = Project::new("states");
+    let other = Project::new("other");
+    let health = |cmd: &'static str| -> [&'static str; 8] {
+        [
+            "--health-cmd",
+            cmd,
+            "--health-interval",
+            "1s",
+            "--health-retries",
+            "1",
+            "--health-timeout",
+            "5s",
+        ]
+    };
+    project.run(
+        "web-1",
+        "web",
+        false,
+        &health("exit 0"),
+        &["/bin/sleep", "300"],
+    );
+    project.run(
+        "bad-1",
+        "bad",
+        false,
+        &health("exit 1"),
+        &["/bin/sleep", "300"],
+    );
+    project.run("db-1", "db", false, &[], &["/bin/sleep", "300"]);
+    project.run("job-1", "job", false, &[], &["/bin/sh", "-c", "exit 3"]);
+    project.run("web-run-1", "web", true, &[], &["/bin/sleep", "300"]);
+    other.run("web-1", "web", false, &[], &["/bin/sleep", "300"]);
+
+    let engine = Engine::unix(&socket);
+    let p = &project.0;
+    let expected = vec![
+        Container {
+            name: format!("{p}-bad-1"),
+            service: "bad".into(),
+            state: "running".into(),
+            health: Some("unhealthy".into()),
+        },
+        Container {
+            name: format!("{p}-db-1"),
+            service: "db".into(),
+            state: "running".into(),
+            health: None,
+        },
+        Container {
+            name: format!("{p}-job-1"),
+            service: "job".into(),
+            state: "exited".into(),
+            health: None,
+        },
+        Container {
+            name: format!("{p}-web-1"),
+            service: "web".into(),
+            state: "running".into(),
+            health: Some("healthy".into()),
+        },
+    ];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut got = engine.containers(p).unwrap();
+    while got != expected && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(300));
+        got = engine.containers(p).unwrap();
+    }
+    assert_eq!(got, expected);
+
+    // the CLI fallback (engine unreachable) sees the same, through the real docker CLI
+    let cfg = tempfile::tempdir().unwrap();
+    let docker = Docker::builder("docker")
+        .docker_config(cfg.path())
+        .engine(Engine::unix(cfg.path().join("no.sock")))
+        .build()
+        .unwrap();
+    assert_eq!(docker.containers(p).unwrap(), expected);
+
+    // and an unknown project is empty, not an error
+    assert_eq!(engine.containers(&format!("{p}-nothing")).unwrap(), vec![]);
+}
