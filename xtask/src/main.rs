@@ -1,2 +1,54 @@
-//! xtask
-fn main() {}
+//! xtask: the project's own tasks, run as `cargo xtask <task>` (alias in .cargo/config.toml).
+//!
+//! - `setup`: docker engine, compose v2, an authenticated loopback registry with locally built
+//!   test images, a self-check; writes `target/ci-run/e2e.env` for the end-to-end suite.
+//! - `teardown`: stops what setup started and removes the suite's docker objects.
+//! - `ci`: setup, fmt, clippy, test, doc, teardown: what `.ci/run` runs.
+
+mod apt;
+mod ci;
+mod cmd;
+mod docker;
+mod net;
+mod procs;
+mod setup;
+mod state;
+mod teardown;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: cargo xtask <task> [options]
+
+tasks:
+  setup [--fresh]     docker engine, compose v2, registry with test images; writes target/ci-run/e2e.env
+  teardown            stop what setup started, remove monky-e2e-* containers/networks/volumes
+  ci [--fail-fast]    setup, fmt, clippy, test, doc, teardown (what .ci/run runs)";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((task, rest)) = args.split_first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let result = match task.as_str() {
+        "setup" => setup::main(rest),
+        "teardown" => teardown::main(rest),
+        "ci" => ci::main(rest),
+        "-h" | "--help" | "help" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => {
+            eprintln!("unknown task {other:?}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! `cargo xtask ci`: what `.ci/run` runs. setup, fmt, clippy, test (with the setup env file
+//! exported), doc, then teardown whatever happened. One line per step, a verdict at the end.
+
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+use crate::cmd;
+use crate::state::{self, EnvFile};
+use crate::teardown;
+
+/// Runs ci with the command-line `args` (after `ci`).
+pub fn main(args: &[String]) -> Result<()> {
+    let mut fail_fast = false;
+    for arg in args {
+        match arg.as_str() {
+            "--fail-fast" => fail_fast = true,
+            "-h" | "--help" => {
+                println!(
+                    "cargo xtask ci [--fail-fast]\n  setup, fmt, clippy, test, doc, teardown (always)\n  --fail-fast  skip the remaining checks after the first failure"
+                );
+                return Ok(());
+            }
+            other => bail!("ci: unknown argument {other:?} (try --help)"),
+        }
+    }
+    let started = Instant::now();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let cargo_cmd = |args: &[&str]| {
+        let mut c = Command::new(&cargo);
+        c.args(args).current_dir(state::workspace_root());
+        c
+    };
+    let total = 6;
+    let mut failed: Vec<&str> = Vec::new();
+
+    // Setup runs as a child process so that the services it starts are not our children.
+    let exe = std::env::current_exe().context("cannot find the xtask binary")?;
+    let mut setup = Command::new(&exe);
+    setup.arg("setup");
+    let setup_ok = step(1, total, "setup", &mut setup);
+    if !setup_ok {
+        failed.push("setup");
+    }
+
+    let mut checks: Vec<(&str, Command)> = vec![
+        ("fmt", cargo_cmd(&["fmt", "--all", "--check"])),
+        (
+            "clippy",
+            cargo_cmd(&[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--all-features",
+                "--locked",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+        ),
+        (
+            "test",
+            cargo_cmd(&["test", "--workspace", "--all-features", "--locked"]),
+        ),
+        ("doc", cargo_cmd(&["doc", "--workspace", "--no-deps"])),
+    ];
+    for (n, (name, command)) in checks.iter_mut().enumerate() {
+        if fail_fast && !failed.is_empty() {
+            println!("==> ci [{}/{total}] {name}: skipped (--fail-fast)", n + 2);
+            continue;
+        }
+        match *name {
+            "test" => export_e2e_env(command, setup_ok),
+            "doc" => {
+                command.env("RUSTDOCFLAGS", "-Dwarnings");
+            }
+            _ => {}
+        }
+        if !step(n + 2, total, name, command) {
+            failed.push(name);
+        }
+    }
+
+    let teardown_started = Instant::now();
+    println!("==> ci [{total}/{total}] teardown");
+    match teardown::teardown() {
+        Ok(()) => println!(
+            "<== ci [{total}/{total}] teardown: ok in {:.1}s",
+            teardown_started.elapsed().as_secs_f64()
+        ),
+        Err(e) => {
+            println!("<== ci [{total}/{total}] teardown: FAILED: {e:#}");
+            failed.push("teardown");
+        }
+    }
+
+    let minutes = started.elapsed().as_secs_f64() / 60.0;
+    if failed.is_empty() {
+        println!("ci: OK, every step succeeded in {minutes:.1} min");
+        Ok(())
+    } else {
+        bail!(
+            "ci: FAILED step(s): {} (after {minutes:.1} min)",
+            failed.join(", ")
+        )
+    }
+}
+
+/// Exports what the end-to-end suite needs: `MONKY_E2E_ENV`, every key of the env file, and
+/// `MONKY_E2E_REQUIRED=1` (so the suite fails instead of skipping when the env is missing).
+fn export_e2e_env(command: &mut Command, setup_ok: bool) {
+    command.env("MONKY_E2E_REQUIRED", "1");
+    let path = state::e2e_env_path();
+    if !setup_ok {
+        println!("    setup failed: the end-to-end tests get no MONKY_E2E_ENV and must fail");
+        return;
+    }
+    command.env("MONKY_E2E_ENV", &path);
+    match EnvFile::load(&path) {
+        Ok(Some(env)) => {
+            for (key, value) in env.entries() {
+                command.env(key, value);
+            }
+        }
+        Ok(None) => println!("    warning: {} is missing after setup", path.display()),
+        Err(e) => println!("    warning: {e:#}"),
+    }
+}
+
+/// Runs one step, printing a start and an end line; true on success.
+fn step(n: usize, total: usize, name: &str, command: &mut Command) -> bool {
+    let line = cmd::display(command);
+    println!("==> ci [{n}/{total}] {name}: {line}");
+    let started = Instant::now();
+    let result = cmd::run(command);
+    let secs = started.elapsed().as_secs_f64();
+    match result {
+        Ok(()) => {
+            println!("<== ci [{n}/{total}] {name}: ok in {secs:.1}s");
+            true
+        }
+        Err(e) => {
+            println!("<== ci [{n}/{total}] {name}: FAILED after {secs:.1}s: {e:#}");
+            false
+        }
+    }
+}
