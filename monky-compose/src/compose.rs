@@ -364,7 +364,11 @@ pub fn parse_ps_json(text: &str) -> Result<Vec<Container>, String> {
             })
             .collect::<Result<_, _>>()?
     };
-    let mut containers: Vec<Container> = rows.into_iter().map(PsRow::into_container).collect();
+    let mut containers: Vec<Container> = rows
+        .into_iter()
+        .filter(|r| !r.is_oneoff())
+        .map(PsRow::into_container)
+        .collect();
     containers.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(containers)
 }
@@ -381,9 +385,45 @@ struct PsRow {
     health: String,
     #[serde(rename = "Status", default)]
     status: String,
+    #[serde(rename = "Project", default)]
+    project: String,
+    /// A `k=v,k=v` string in newer versions; absent from the early array shape.
+    #[serde(rename = "Labels", default)]
+    labels: Option<serde_json::Value>,
 }
 
 impl PsRow {
+    /// `ps -a` of compose v2 also lists `compose run` one-off containers, which are not the
+    /// project's state. Their label says so where compose prints labels; otherwise their name
+    /// does: `<project>-<service>-run-<hex id>`.
+    fn is_oneoff(&self) -> bool {
+        let key = crate::engine::ONEOFF_LABEL;
+        match &self.labels {
+            Some(serde_json::Value::String(text)) => {
+                return text.split(',').any(|kv| {
+                    kv.split_once('=')
+                        .is_some_and(|(k, v)| k == key && v.eq_ignore_ascii_case("true"))
+                });
+            }
+            Some(serde_json::Value::Object(map)) => {
+                return map
+                    .get(key)
+                    .and_then(serde_json::Value::as_str)
+                    .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+            }
+            _ => {}
+        }
+        if self.project.is_empty() || self.service.is_empty() {
+            return false;
+        }
+        let name = self.name.trim_start_matches('/');
+        ['-', '_'].iter().any(|sep| {
+            let prefix = format!("{}{sep}{}{sep}run{sep}", self.project, self.service);
+            name.strip_prefix(&prefix)
+                .is_some_and(|id| id.len() >= 4 && id.chars().all(|c| c.is_ascii_hexdigit()))
+        })
+    }
+
     fn into_container(self) -> Container {
         let health = normalize_health(&self.health).or_else(|| health_from_status(&self.status));
         let state = if self.state.is_empty() {
@@ -583,6 +623,52 @@ mod tests {
         assert_eq!(parse_ps_json(lines).unwrap(), expected);
         assert_eq!(parse_ps_json("").unwrap(), vec![]);
         assert_eq!(parse_ps_json("[]\n").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn ps_leaves_out_one_off_containers() {
+        let check = |row: &str, kept: bool| {
+            assert_eq!(
+                parse_ps_json(row).unwrap().len(),
+                usize::from(kept),
+                "{row}"
+            );
+        };
+        // by label, in both label shapes
+        check(
+            r#"{"Name":"p-web-x","Project":"p","Service":"web","State":"exited","Labels":"com.docker.compose.project=p,com.docker.compose.oneoff=True"}"#,
+            false,
+        );
+        check(
+            r#"{"Name":"p-web-1","Project":"p","Service":"web","State":"running","Labels":"com.docker.compose.oneoff=False,com.docker.compose.project=p"}"#,
+            true,
+        );
+        check(
+            r#"{"Name":"p-web-x","Project":"p","Service":"web","State":"exited","Labels":{"com.docker.compose.oneoff":"True"}}"#,
+            false,
+        );
+        // by name where no labels are printed (the early array shape)
+        check(
+            r#"[{"Name":"p-web-run-8c1d2e3f4a5b","Project":"p","Service":"web","State":"exited"}]"#,
+            false,
+        );
+        check(
+            r#"[{"Name":"p_web_run_8c1d2e3f4a5b","Project":"p","Service":"web","State":"exited"}]"#,
+            false,
+        );
+        check(
+            r#"[{"Name":"p-web-run-now","Project":"p","Service":"web","State":"running"}]"#,
+            true,
+        );
+        check(
+            r#"[{"Name":"p-web-run-8c1d","Project":"","Service":"web","State":"running"}]"#,
+            true,
+        );
+        // a label string wins over the name
+        check(
+            r#"{"Name":"p-web-run-8c1d2e","Project":"p","Service":"web","State":"running","Labels":"com.docker.compose.oneoff=False"}"#,
+            true,
+        );
     }
 
     #[test]

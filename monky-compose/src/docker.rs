@@ -393,7 +393,9 @@ impl Docker {
     pub fn info(&self) -> Result<EngineInfo> {
         match self.inner.engine.info() {
             Ok(info) => Ok(info),
-            Err(e) if e.kind() == crate::ErrorKind::EngineUnavailable => {
+            // Only an unreachable socket: a daemon that accepted and then hung would hang
+            // the CLI as well.
+            Err(e @ Error::EngineUnavailable { .. }) => {
                 let mut cached = self
                     .inner
                     .cli_info
@@ -456,7 +458,7 @@ impl Docker {
     /// from `docker ps` only when the socket cannot be reached.
     pub fn containers(&self, project: &str) -> Result<Vec<Container>> {
         match self.inner.engine.containers(project) {
-            Err(e) if e.kind() == crate::ErrorKind::EngineUnavailable => {
+            Err(e @ Error::EngineUnavailable { .. }) => {
                 tracing::debug!(error = %e, "engine socket unreachable; asking the docker CLI");
                 self.cli_containers(project)
             }

@@ -265,6 +265,31 @@ fn a_dead_socket_is_unavailable_so_callers_fall_back() {
     assert!(err.to_string().contains("refused"), "{err}");
 }
 
+#[test]
+fn a_hung_daemon_times_out_without_a_cli_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hung.sock");
+    // connections queue in the backlog; nobody ever answers
+    let _listener = UnixListener::bind(&path).unwrap();
+    let stub = Stub::new(&[("COMPOSE_VERSION", "2.32.0")]);
+    let docker = stub
+        .builder()
+        .engine(Engine::unix(&path).with_timeout(Duration::from_millis(300)))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let err = docker.containers(PROJECT).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        matches!(err, monky_compose::Error::EngineRequest { .. }),
+        "{err}"
+    );
+    assert!(
+        stub.calls().is_empty(),
+        "the CLI would hang on the same daemon"
+    );
+}
+
 // ---- the real engine ---------------------------------------------------------------------------
 
 const REAL_SOCKET: &str = "/var/run/docker.sock";

@@ -180,6 +180,34 @@ fn old_compose_poll_fails_fast_on_unhealthy() {
 }
 
 #[test]
+fn a_wait_without_its_own_timeout_is_bounded_by_ours() {
+    // compose 2.1.1-2.17.2: `--wait` waits for a starting container for ever
+    let stub = stub_with(&[
+        ("COMPOSE_VERSION", "2.10.2".into()),
+        ("HANG", "up".into()),
+        (
+            "DOCKER_PS_SEQ",
+            data("cli-ps-starting.jsonl").display().to_string(),
+        ),
+    ]);
+    let started = Instant::now();
+    let err = stub
+        .compose(&stub.docker())
+        .up(Some(Duration::from_secs(1)))
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(8));
+    let Error::Unhealthy { containers, .. } = &err else {
+        panic!("expected Unhealthy, got {err}");
+    };
+    assert_eq!(containers.len(), 2);
+    assert!(
+        err.to_string()
+            .contains("monky-env-t-web-1 running (starting)"),
+        "{err}"
+    );
+}
+
+#[test]
 fn children_get_the_agents_docker_config_and_nothing_of_home() {
     let stub = stub_with(&v("2.30.3"));
     let docker = stub.docker();
