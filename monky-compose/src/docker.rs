@@ -228,9 +228,22 @@ impl Docker {
 
     /// Finds compose v2 (once; cached): `docker compose version` with the agent's
     /// `DOCKER_CONFIG`, then a `docker-compose` binary in the plugin directories, then
-    /// `docker-compose` on `PATH`, run standalone. Compose v1 is refused.
+    /// `docker-compose` on `PATH`, run standalone. Compose v1 is refused. A failure is
+    /// looked up again on the next call (the operator may have installed compose since).
+    ///
+    /// A plugin the docker CLI cannot see is run directly rather than made visible through
+    /// `cliPluginsExtraDirs`: the agent's `config.json` holds the registry credential and is
+    /// written elsewhere, so this crate never edits it.
     pub fn compose_info(&self) -> Result<ComposeInfo> {
         self.compose_for_use()
+    }
+
+    /// The compose already found (or a still-valid hint), without ever spawning: what to save
+    /// for the next run after [`Docker::facts`].
+    #[must_use]
+    pub fn known_compose(&self) -> Option<ComposeInfo> {
+        let state = self.lock_compose();
+        self.usable(&state)
     }
 
     /// Like [`Docker::compose_info`], but a remembered failure is retried: the operator may

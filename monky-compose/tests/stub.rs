@@ -596,7 +596,23 @@ fn compose_is_looked_up_once_per_driver() {
     compose.ps().unwrap();
     assert_eq!(stub.version_calls(), 1);
     assert_eq!(docker.facts().compose_version.as_deref(), Some("2.30.3"));
+    assert_eq!(
+        docker.known_compose().unwrap().version.to_string(),
+        "2.30.3"
+    );
     assert_eq!(stub.version_calls(), 1);
+}
+
+#[test]
+fn known_compose_never_spawns() {
+    let stub = Stub::new(&[]);
+    let docker = stub.docker();
+    assert_eq!(docker.known_compose(), None);
+    assert!(stub.calls().is_empty());
+    assert!(docker.compose_info().is_err());
+    let after_lookup = stub.calls().len();
+    assert_eq!(docker.known_compose(), None);
+    assert_eq!(stub.calls().len(), after_lookup);
 }
 
 #[test]
