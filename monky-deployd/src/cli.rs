@@ -63,7 +63,13 @@ mod tests {
         let b = Cli::try_parse_from(["m", "run", "--once", "--config", "/x.yaml"]).unwrap();
         assert_eq!(a.config, PathBuf::from("/x.yaml"));
         assert_eq!(b.config, PathBuf::from("/x.yaml"));
-        assert!(matches!(b.command, Command::Run { once: true, prune: false }));
+        assert!(matches!(
+            b.command,
+            Command::Run {
+                once: true,
+                prune: false
+            }
+        ));
     }
 
     #[test]

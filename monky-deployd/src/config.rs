@@ -329,7 +329,10 @@ impl Config {
         let url = Url::parse(&self.bao.addr)
             .with_context(|| format!("bao.addr: bad url {:?}", self.bao.addr))?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-            bail!("bao.addr: {:?} must be http(s)://host[:port]", self.bao.addr);
+            bail!(
+                "bao.addr: {:?} must be http(s)://host[:port]",
+                self.bao.addr
+            );
         }
         Ok(url)
     }
@@ -387,12 +390,18 @@ mod tests {
         let c = parse("env_id: env-qa-02\n").unwrap();
         assert_eq!(c.tenancy.port, 443);
         assert_eq!(c.tenancy.host, "monky.tenancy.deploy");
-        assert_eq!(c.tenancy_url().unwrap().as_str(), "http://monky.tenancy.deploy:443/");
+        assert_eq!(
+            c.tenancy_url().unwrap().as_str(),
+            "http://monky.tenancy.deploy:443/"
+        );
         assert_eq!(c.transport, TransportKind::Proxy);
         assert_eq!(c.compose_project, "monky-env-qa-02");
         assert_eq!(c.bao.renew_below_s, 43200);
         assert_eq!(c.disk_headroom_bytes, 2 << 30);
-        assert_eq!(c.tenancy_mapping().unwrap(), Some("127.0.0.1:18443".parse().unwrap()));
+        assert_eq!(
+            c.tenancy_mapping().unwrap(),
+            Some("127.0.0.1:18443".parse().unwrap())
+        );
         assert_eq!(c.state_dir, PathBuf::from("/var/lib/monky-deployd"));
     }
 
@@ -414,7 +423,10 @@ mod tests {
     #[test]
     fn bad_values_name_their_key() {
         assert!(err("env_id: ''\n").contains("env_id"));
-        assert!(err("env_id: e1\ntransport: proxy\nbao:\n  proxy_addr: nowhere\n").contains("bao.proxy_addr"));
+        assert!(
+            err("env_id: e1\ntransport: proxy\nbao:\n  proxy_addr: nowhere\n")
+                .contains("bao.proxy_addr")
+        );
         assert!(err("env_id: e1\ndisk_factor: 0.5\n").contains("disk_factor"));
         assert!(err("env_id: e1\ntenancy:\n  base_url: 'ftp://x'\n").contains("tenancy"));
     }

@@ -100,12 +100,8 @@ mod tests {
             .context("checkin");
         assert_eq!(Exit::of(&e), Exit::Temporary);
         assert_eq!(Exit::of(&anyhow::anyhow!("plain")), Exit::Fail);
-        let coded: anyhow::Result<()> = Err(Failure::new(
-            Exit::Fail,
-            Some("ENV_INCOMPLETE".into()),
-            "unresolved: A",
-        )
-        .into());
+        let coded: anyhow::Result<()> =
+            Err(Failure::new(Exit::Fail, Some("ENV_INCOMPLETE".into()), "unresolved: A").into());
         let e = coded.context("apply").unwrap_err();
         assert_eq!(Failure::code_of(&e).as_deref(), Some("ENV_INCOMPLETE"));
         assert_eq!(format!("{e:#}"), "apply: ENV_INCOMPLETE: unresolved: A");

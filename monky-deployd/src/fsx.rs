@@ -101,7 +101,10 @@ mod tests {
         atomic_write(&p, b"one", 0o600).unwrap();
         atomic_write(&p, b"two", 0o600).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"two");
-        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 

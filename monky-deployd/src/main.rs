@@ -11,7 +11,10 @@ fn main() -> ExitCode {
         Ok(exit) => ExitCode::from(exit.code()),
         Err(e) => {
             let exit = Exit::of(&e);
-            eprintln!("monky-deployd: {}", monky_deployd::redact::redact(&format!("{e:#}")));
+            eprintln!(
+                "monky-deployd: {}",
+                monky_deployd::redact::redact(&format!("{e:#}"))
+            );
             ExitCode::from(exit.code())
         }
     }

@@ -22,14 +22,18 @@ pub fn tenancy(cfg: &Config) -> anyhow::Result<proto::Client> {
     if let Some(addr) = cfg.tenancy_mapping()? {
         b = b.connect_to(addr);
     }
-    b.build()
-        .map_err(|e| Failure::wrap(Exit::Config, anyhow::Error::new(e).context("tenancy client")))
+    b.build().map_err(|e| {
+        Failure::wrap(
+            Exit::Config,
+            anyhow::Error::new(e).context("tenancy client"),
+        )
+    })
 }
 
 /// Builds the OpenBao client for the configured transport and CA bundle.
 pub fn openbao(cfg: &Config) -> anyhow::Result<bao::BaoClient> {
-    let mut b = bao::BaoClient::builder(cfg.bao_url()?)
-        .timeout(Duration::from_secs(cfg.bao.timeout_s));
+    let mut b =
+        bao::BaoClient::builder(cfg.bao_url()?).timeout(Duration::from_secs(cfg.bao.timeout_s));
     if let Some(ca) = &cfg.bao.ca_bundle {
         let pem = std::fs::read(ca)
             .with_context(|| format!("bao.ca_bundle: cannot read {}", ca.display()))
@@ -39,8 +43,12 @@ pub fn openbao(cfg: &Config) -> anyhow::Result<bao::BaoClient> {
     if let Some(addr) = cfg.bao_mapping()? {
         b = b.connect_to(addr);
     }
-    b.build()
-        .map_err(|e| Failure::wrap(Exit::Config, anyhow::Error::new(e).context("openbao client")))
+    b.build().map_err(|e| {
+        Failure::wrap(
+            Exit::Config,
+            anyhow::Error::new(e).context("openbao client"),
+        )
+    })
 }
 
 /// Turns a tenancy error into a failure with the right exit status and tenancy's code.

@@ -97,17 +97,20 @@ mod tests {
 
     #[test]
     fn token_shapes_are_masked_without_registration() {
-        check(
-            "token s.AbCdEfGhIjKlMnOpQrStUvWx ok",
-            "token *** ok",
-        );
+        check("token s.AbCdEfGhIjKlMnOpQrStUvWx ok", "token *** ok");
         check("hvs.CAESIJ7abcdefghijklmnopqrstuv", "***");
         check(
             "Authorization: Bearer hvs.whatever-value",
             "Authorization: Bearer ***",
         );
-        check("jwt eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln end", "jwt *** end");
-        check(r#"{"auths":{"r":{"auth":"dXNlcjpwYXNz"}}}"#, r#"{"auths":{"r":{"auth":"***"}}}"#);
+        check(
+            "jwt eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln end",
+            "jwt *** end",
+        );
+        check(
+            r#"{"auths":{"r":{"auth":"dXNlcjpwYXNz"}}}"#,
+            r#"{"auths":{"r":{"auth":"***"}}}"#,
+        );
         check("s.short is fine", "s.short is fine");
     }
 

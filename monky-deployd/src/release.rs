@@ -75,7 +75,7 @@ pub fn stage(cfg: &Config, b: &bundle::Bundle, env: &SecretString) -> anyhow::Re
     }
     fsx::private_dir(&dir, 0o700)?;
     write_files(&dir, b, env)?;
-    Ok(Release::open(&dir).context("staged release has no compose file")?)
+    Release::open(&dir).context("staged release has no compose file")
 }
 
 fn write_files(dir: &Path, b: &bundle::Bundle, env: &SecretString) -> anyhow::Result<()> {
@@ -141,7 +141,7 @@ pub fn prune(cfg: &Config, keep: usize) {
         .flatten()
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
         .collect();
-    all.sort_by(|a, b| b.0.cmp(&a.0));
+    all.sort_by_key(|e| std::cmp::Reverse(e.0));
     for (_, path) in all.into_iter().skip(keep) {
         let is_current = current
             .as_ref()

@@ -23,7 +23,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
 pub fn run(cfg: &Config, opts: TickOptions) -> anyhow::Result<Exit> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, Arc::clone(&stop)).context("cannot install signal handler")?;
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("cannot install signal handler")?;
     }
     let mut failures = 0u32;
     loop {
@@ -32,14 +33,29 @@ pub fn run(cfg: &Config, opts: TickOptions) -> anyhow::Result<Exit> {
             info!("exit 78: not retrying");
             return Ok(Exit::Config);
         }
-        let interval = outcome.interval.unwrap_or(cfg.interval).max(Duration::from_secs(1));
-        failures = if outcome.exit == Exit::Temporary { failures + 1 } else { 0 };
-        let wait = next_wait(interval, failures, outcome.retry_after, rand::rng().random_range(0.0..1.0));
+        let interval = outcome
+            .interval
+            .unwrap_or(cfg.interval)
+            .max(Duration::from_secs(1));
+        failures = if outcome.exit == Exit::Temporary {
+            failures + 1
+        } else {
+            0
+        };
+        let wait = next_wait(
+            interval,
+            failures,
+            outcome.retry_after,
+            rand::rng().random_range(0.0..1.0),
+        );
         if stop.load(Ordering::Relaxed) {
             return Ok(Exit::Ok);
         }
         if failures > 0 {
-            info!("temporary failure #{failures}; next tick in {}s", wait.as_secs());
+            info!(
+                "temporary failure #{failures}; next tick in {}s",
+                wait.as_secs()
+            );
         }
         let until = Instant::now() + wait;
         while Instant::now() < until {
@@ -54,7 +70,12 @@ pub fn run(cfg: &Config, opts: TickOptions) -> anyhow::Result<Exit> {
 
 /// The wait before the next tick: the interval when healthy; after `failures` temporary failures,
 /// interval x 2^(failures-1) plus up to half again of jitter, capped, and at least Retry-After.
-pub fn next_wait(interval: Duration, failures: u32, retry_after: Option<Duration>, jitter: f64) -> Duration {
+pub fn next_wait(
+    interval: Duration,
+    failures: u32,
+    retry_after: Option<Duration>,
+    jitter: f64,
+) -> Duration {
     if failures == 0 {
         return interval;
     }

@@ -75,8 +75,8 @@ pub struct State {
     pub kv_mount: Option<String>,
     /// Whether the running release is prod (its bundle's tier), for retire without a bundle.
     pub applied_prod: Option<bool>,
-    /// The compose version last seen (a heartbeat spawns no process to learn it again).
-    pub compose_version: Option<String>,
+    /// The compose found last time (a heartbeat spawns no process to find it again).
+    pub compose: Option<monky_compose::ComposeInfo>,
 }
 
 /// Seconds since the epoch.
@@ -157,7 +157,11 @@ mod tests {
         s.save(dir.path()).unwrap();
         assert_eq!(State::load(dir.path(), "e1").unwrap().0, s);
 
-        for bad in [&b"{not json"[..], br#"{"version": 9, "env_id": "e1"}"#, br#"{"version": 1, "env_id": "e2"}"#] {
+        for bad in [
+            &b"{not json"[..],
+            br#"{"version": 9, "env_id": "e1"}"#,
+            br#"{"version": 1, "env_id": "e2"}"#,
+        ] {
             std::fs::write(path(dir.path()), bad).unwrap();
             let (s, note) = State::load(dir.path(), "e1").unwrap();
             assert_eq!(s.applied_sha, None);

@@ -52,7 +52,16 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         };
         println!("{k:<14} {}", redact(&v));
     };
-    for k in ["env_id", "applied_sha", "desired_sha", "converged", "last_checkin", "last_report", "last_result", "last_error"] {
+    for k in [
+        "env_id",
+        "applied_sha",
+        "desired_sha",
+        "converged",
+        "last_checkin",
+        "last_report",
+        "last_result",
+        "last_error",
+    ] {
         line(k, &doc[k]);
     }
     let t = &doc["token"];

@@ -70,7 +70,10 @@ pub fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
 }
 
 fn first_line(e: &anyhow::Error) -> String {
-    e.chain().last().map(ToString::to_string).unwrap_or_default()
+    e.chain()
+        .last()
+        .map(ToString::to_string)
+        .unwrap_or_default()
 }
 
 fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> anyhow::Result<Exit> {
@@ -116,20 +119,20 @@ pub(crate) struct Agent<'a> {
     tenancy: proto::Client,
     bao: bao::BaoClient,
     docker: compose::Docker,
-    engine: compose::Engine,
     token: Option<bao::Token>,
 }
 
 impl<'a> Agent<'a> {
     pub(crate) fn new(cfg: &'a Config, state: State, opts: TickOptions) -> anyhow::Result<Self> {
-        let docker = compose::Docker::builder(cfg.docker_bin.clone())
-            .docker_config(cfg.docker_config_dir())
-            .build()
-            .context("docker")?;
+        let mut builder =
+            compose::Docker::builder(cfg.docker_bin.clone()).docker_config(cfg.docker_config_dir());
+        if let Some(hint) = state.compose.clone() {
+            builder = builder.compose_hint(hint);
+        }
+        let docker = builder.build().context("docker")?;
         Ok(Self {
             tenancy: peers::tenancy(cfg)?,
             bao: peers::openbao(cfg)?,
-            engine: compose::Engine::from_env(),
             docker,
             cfg,
             state,
@@ -158,7 +161,8 @@ impl<'a> Agent<'a> {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
-                return Err(e).with_context(|| format!("cannot read {}", self.token_path().display()));
+                return Err(e)
+                    .with_context(|| format!("cannot read {}", self.token_path().display()));
             }
         }
         self.bootstrap()
@@ -218,12 +222,12 @@ impl<'a> Agent<'a> {
             obtained_at: now,
             expires_at: now + ttl.as_secs(),
         });
-        if let Some(old) = self.token.replace(token) {
-            if old.expose_secret() != self.token.as_ref().map_or("", |t| t.expose_secret()) {
-                if let Err(e) = self.bao.revoke_self(&old) {
-                    warn!("could not revoke the previous token: {e}");
-                }
-            }
+        if let Some(old) = self.token.replace(token)
+            && old.expose_secret() != self.token.as_ref().map_or("", |t| t.expose_secret())
+            && let Err(e) = self.bao.revoke_self(&old)
+        {
+            // The policy may not grant revoke-self; the old token then simply expires.
+            warn!("could not revoke the previous token: {e}");
         }
         Ok(())
     }
@@ -264,8 +268,13 @@ impl<'a> Agent<'a> {
     /// swapped for a lease once, and a rate-limited lease does not stop a deploy that already
     /// holds a working token.
     fn token_for_apply(&mut self) -> anyhow::Result<()> {
-        if let (Some(tok), Some(TokenState { source: TokenSource::Lease, .. })) =
-            (&self.token, &self.state.token)
+        if let (
+            Some(tok),
+            Some(TokenState {
+                source: TokenSource::Lease,
+                ..
+            }),
+        ) = (&self.token, &self.state.token)
         {
             match self.bao.lookup_self(tok) {
                 Ok(info) if info.ttl.as_secs() > self.cfg.bao.renew_below_s => return Ok(()),
@@ -315,7 +324,7 @@ impl<'a> Agent<'a> {
     // ---- checkin ----------------------------------------------------------------------------
 
     fn containers(&self) -> Vec<SeenContainer> {
-        match self.engine.containers(&self.cfg.compose_project) {
+        match self.docker.containers(&self.cfg.compose_project) {
             Ok(cs) => cs
                 .into_iter()
                 .map(|c| SeenContainer {
@@ -345,7 +354,8 @@ impl<'a> Agent<'a> {
 
     fn checkin_request(&mut self) -> proto::CheckinRequest {
         self.state.containers = self.containers();
-        let facts = self.engine.info().ok();
+        let facts = self.docker.facts();
+        self.state.compose = self.docker.known_compose();
         proto::CheckinRequest {
             env_id: self.cfg.env_id.clone(),
             agent_version: crate::VERSION.to_string(),
@@ -354,9 +364,9 @@ impl<'a> Agent<'a> {
                 hostname: host::hostname(),
                 os: host::os(),
                 kernel: host::kernel(),
-                docker: facts.as_ref().map(|f| f.server_version.clone()),
-                compose: self.state.compose_version.clone(),
-                free_bytes: facts.as_ref().and_then(|f| f.free_bytes),
+                docker: facts.docker_version,
+                compose: facts.compose_version,
+                free_bytes: facts.free_bytes,
                 agent_version: crate::VERSION.to_string(),
                 transport: self.cfg.transport.as_str().to_string(),
                 site: self.cfg.site.clone(),
@@ -401,7 +411,10 @@ impl<'a> Agent<'a> {
         self.state.checkin_interval_s = resp.checkin_interval_s;
         if let Some(mount) = resp.vault.as_ref().and_then(|v| v.mount.clone()) {
             if mount != self.cfg.bao.kv_mount && self.state.kv_mount.as_deref() != Some(&mount) {
-                info!("adopting KV mount {mount:?} from tenancy (config says {:?})", self.cfg.bao.kv_mount);
+                info!(
+                    "adopting KV mount {mount:?} from tenancy (config says {:?})",
+                    self.cfg.bao.kv_mount
+                );
             }
             self.state.kv_mount = (mount != self.cfg.bao.kv_mount).then_some(mount);
         }
@@ -416,7 +429,11 @@ impl<'a> Agent<'a> {
             Action::Down => self.retire(resp.purge_volumes),
             Action::Apply => {
                 let sha = resp.desired_sha.clone().ok_or_else(|| {
-                    Failure::new(Exit::Fail, Some("CHECKIN_INVALID".into()), "action apply without desired_sha")
+                    Failure::new(
+                        Exit::Fail,
+                        Some("CHECKIN_INVALID".into()),
+                        "action apply without desired_sha",
+                    )
                 })?;
                 let url = resp
                     .bundle_url
@@ -446,7 +463,10 @@ impl<'a> Agent<'a> {
         let missing = self.state.containers.is_empty() && self.state.applied_sha.is_some();
         let sha = self.state.applied_sha.clone();
         if bad.is_empty() && !missing {
-            info!("heartbeat: {} container(s) healthy", self.state.containers.len());
+            info!(
+                "heartbeat: {} container(s) healthy",
+                self.state.containers.len()
+            );
             self.report(ReportResult::Applied, sha.as_deref(), None, None)?;
             self.state.last_result = Some("applied".into());
             self.state.last_error = None;
@@ -473,10 +493,19 @@ impl<'a> Agent<'a> {
         }
         let current = release::current_dir(self.cfg);
         if let Some(rel) = release::Release::open(&current) {
-            info!("compose down --remove-orphans{}", if volumes { " -v" } else { "" });
+            info!(
+                "compose down --remove-orphans{}",
+                if volumes { " -v" } else { "" }
+            );
             rel.compose(&self.docker, self.cfg)
                 .down(volumes)
-                .map_err(|e| Failure::new(Exit::Fail, Some("COMPOSE_DOWN_FAILED".into()), e.to_string()))?;
+                .map_err(|e| {
+                    Failure::new(
+                        Exit::Fail,
+                        Some("COMPOSE_DOWN_FAILED".into()),
+                        e.to_string(),
+                    )
+                })?;
         } else {
             info!("nothing deployed; reporting down");
         }
@@ -503,10 +532,15 @@ impl<'a> Agent<'a> {
             .tenancy
             .bundle(&self.bearer()?, url)
             .map_err(|e| peers::tenancy_failure("bundle", e))?;
-        let b = bundle::Bundle::parse(&dl.bytes, &bundle::Limits::default()).map_err(refusal)?;
+        let b =
+            bundle::Bundle::parse(&dl.bytes, &bundle::Limits::default()).map_err(bundle_error)?;
         b.check_sha(sha).map_err(refusal)?;
         if let Some(h) = dl.header_sha.as_deref().filter(|h| *h != b.sha()) {
-            warn!("bundle header sha {} disagrees with its content {}", short(Some(h)), short(Some(b.sha())));
+            warn!(
+                "bundle header sha {} disagrees with its content {}",
+                short(Some(h)),
+                short(Some(b.sha()))
+            );
         }
         failpoint::hit("after-fetch");
         let paths = self.refusal_checks(&b, sha)?;
@@ -544,17 +578,27 @@ impl<'a> Agent<'a> {
             let model = staged
                 .compose(&self.docker, self.cfg)
                 .config_json()
-                .map_err(|e| Failure::new(Exit::Fail, Some("COMPOSE_CONFIG_FAILED".into()), e.to_string()))?;
+                .map_err(|e| {
+                    Failure::new(
+                        Exit::Fail,
+                        Some("COMPOSE_CONFIG_FAILED".into()),
+                        e.to_string(),
+                    )
+                })?;
             bundle::check_privileged(&model.to_string(), &|_| None).map_err(refusal)?;
         }
         let rel = release::promote(self.cfg, staged, sha)?;
         failpoint::hit("after-swap");
         self.state.applied_prod = Some(b.meta().is_prod());
-        self.state.compose_version = self.docker.compose_version().ok();
         let project = rel.compose(&self.docker, self.cfg);
         info!("compose pull");
         if let Err(e) = project.pull() {
-            return Err(Failure::new(Exit::Fail, Some("COMPOSE_PULL_FAILED".into()), e.to_string()).into());
+            return Err(Failure::new(
+                Exit::Fail,
+                Some("COMPOSE_PULL_FAILED".into()),
+                e.to_string(),
+            )
+            .into());
         }
         info!("compose up -d --remove-orphans");
         failpoint::hit("before-up");
@@ -582,7 +626,11 @@ impl<'a> Agent<'a> {
         self.state.mark_applied(sha);
         self.state.last_result = Some("applied".into());
         self.state.last_error = None;
-        info!("applied {} ({} container(s) healthy)", short(Some(sha)), self.state.containers.len());
+        info!(
+            "applied {} ({} container(s) healthy)",
+            short(Some(sha)),
+            self.state.containers.len()
+        );
         self.report(ReportResult::Applied, Some(sha), None, None)?;
         if self.opts.prune {
             release::prune(self.cfg, self.cfg.keep_releases);
@@ -640,19 +688,17 @@ impl<'a> Agent<'a> {
             .cloned()
             .collect();
         bundle::check_rollback(sha, &history, b.meta().allow_rollback).map_err(refusal)?;
-        match self.engine.info() {
-            Ok(facts) => {
-                if let Some(free) = facts.free_bytes {
-                    bundle::check_disk(
-                        free,
-                        b.meta().disk_need_bytes.unwrap_or(0),
-                        self.cfg.disk_factor,
-                        self.cfg.disk_headroom_bytes,
-                    )
-                    .map_err(refusal)?;
-                }
+        match self.docker.free_bytes() {
+            Ok(free) => bundle::check_disk(
+                free,
+                b.meta().disk_need_bytes.unwrap_or(0),
+                self.cfg.disk_factor,
+                self.cfg.disk_headroom_bytes,
+            )
+            .map_err(refusal)?,
+            Err(e) => {
+                warn!("cannot read the docker data root's free space ({e}); disk check skipped")
             }
-            Err(e) => warn!("cannot read the docker data root's free space ({e}); disk check skipped"),
         }
         Ok(paths)
     }
@@ -665,7 +711,11 @@ impl<'a> Agent<'a> {
                 redact::register(json.expose_secret());
                 let dir = self.cfg.docker_config_dir();
                 fsx::private_dir(&dir, 0o700)?;
-                fsx::atomic_write(&dir.join("config.json"), json.expose_secret().as_bytes(), 0o600)?;
+                fsx::atomic_write(
+                    &dir.join("config.json"),
+                    json.expose_secret().as_bytes(),
+                    0o600,
+                )?;
                 Ok(auth.registry().to_string())
             });
         match result {
@@ -723,15 +773,11 @@ impl<'a> Agent<'a> {
     /// The tick's `finally`: token upkeep, staging cleanup, state saved.
     fn finish(&mut self, error: Option<&anyhow::Error>) {
         if let Some(e) = error {
-            if self.state.last_error.is_none() || Exit::of(e) != Exit::Fail {
-                self.state.last_error = Some(redact::redact(&failure_detail(e)));
-            }
+            self.state.last_error = Some(redact::redact(&failure_detail(e)));
         }
         let reached_tenancy = error.is_none_or(|e| Exit::of(e) != Exit::Temporary);
-        if reached_tenancy {
-            if let Err(e) = self.upkeep() {
-                warn!("token upkeep: {}", redact::redact(&format!("{e:#}")));
-            }
+        if reached_tenancy && let Err(e) = self.upkeep() {
+            warn!("token upkeep: {}", redact::redact(&format!("{e:#}")));
         }
         release::clean_staging(self.cfg);
         failpoint::hit("before-save");
@@ -745,6 +791,8 @@ impl<'a> Agent<'a> {
 #[derive(Debug)]
 struct ReportedMarker;
 
+impl std::error::Error for ReportedMarker {}
+
 impl std::fmt::Display for ReportedMarker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("apply failed")
@@ -755,13 +803,25 @@ impl std::fmt::Display for ReportedMarker {
 fn failure_detail(e: &anyhow::Error) -> String {
     match e.chain().find_map(|c| c.downcast_ref::<Failure>()) {
         Some(f) => f.to_string(),
-        None => format!("FAILED: {}", e.chain().last().map(ToString::to_string).unwrap_or_default()),
+        None => format!(
+            "FAILED: {}",
+            e.chain()
+                .last()
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        ),
     }
 }
 
-fn refusal(r: impl Into<bundle::Refusal>) -> anyhow::Error {
-    let r: bundle::Refusal = r.into();
+fn refusal(r: bundle::Refusal) -> anyhow::Error {
     Failure::new(Exit::Fail, Some(r.code.as_str().to_string()), r.to_string()).into()
+}
+
+fn bundle_error(e: bundle::Error) -> anyhow::Error {
+    match e.refusal() {
+        Some(r) => refusal(r.clone()),
+        None => Failure::new(Exit::Fail, Some("BUNDLE_INVALID".into()), e.to_string()).into(),
+    }
 }
 
 fn is_rate_limited(e: &anyhow::Error) -> bool {
