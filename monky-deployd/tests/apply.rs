@@ -1,0 +1,407 @@
+//! The apply branch: first apply from a bootstrap grant, heartbeats, new bundles, every refusal.
+
+use std::os::unix::fs::PermissionsExt;
+
+use monky_agent_proto::ReportResult;
+use serde_json::json;
+
+use crate::util::*;
+
+#[test]
+fn first_apply_from_a_bootstrap_grant() {
+    let w = World::new();
+    w.stage_grant();
+    let sha = w.publish(&TestBundle::default().with_registry_auth());
+    w.tick().ok();
+
+    // The grant is consumed, the token stored privately, one lease swapped it out.
+    assert!(!w.bootstrap_path().exists());
+    let token = w.state_dir().join("bao.token");
+    assert_eq!(
+        std::fs::metadata(&token).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(w.tenancy.lease_count(ENV), 1);
+    assert_eq!(w.state()["token"]["source"], "lease");
+
+    // The release: complete, current points at it, .env 0600 with the pinned versions.
+    assert_eq!(
+        w.current_target().unwrap(),
+        std::path::Path::new("releases").join(&sha)
+    );
+    let env = w.env_dir().join("current/.env");
+    assert_eq!(
+        std::fs::metadata(&env).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let text = std::fs::read_to_string(&env).unwrap();
+    assert!(text.contains(&format!("GEMINI_API_KEY={GEMINI}")), "{text}");
+    assert!(
+        text.contains(&format!("POSTGRES_PASSWORD={PGPASS}")),
+        "latest version: {text}"
+    );
+    assert!(
+        !text.contains("REGISTRY"),
+        "the registry credential is not an env var: {text}"
+    );
+    for f in [
+        "docker-compose.yml",
+        ".env.template",
+        "secrets.manifest.json",
+        "bundle.json",
+    ] {
+        assert!(w.env_dir().join("current").join(f).is_file(), "{f}");
+    }
+
+    // The registry credential went to the agent's own DOCKER_CONFIG.
+    let cfg = w.state_dir().join("docker/config.json");
+    assert_eq!(
+        std::fs::metadata(&cfg).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(
+        std::fs::metadata(cfg.parent().unwrap())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o700
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    assert!(doc["auths"]["127.0.0.1:5000"]["auth"].is_string(), "{doc}");
+    assert!(doc.get("credsStore").is_none());
+
+    // Compose ran with that config, in the release, in order.
+    let calls = w.docker_calls();
+    let subs: Vec<&str> = calls.iter().filter_map(|c| compose_sub(c)).collect();
+    assert_eq!(subs, ["config", "pull", "up"], "{calls:#?}");
+    let log = w.docker_log();
+    assert!(
+        log.contains(&format!(
+            "@@ENV DOCKER_CONFIG={}",
+            w.state_dir().join("docker").display()
+        )),
+        "{log}"
+    );
+
+    // The secrets were read at the pinned version, and the report says applied.
+    let reads: Vec<String> = w
+        .bao
+        .agent_requests()
+        .iter()
+        .filter(|r| r.path.contains("/data/"))
+        .map(|r| format!("{}?{}", r.path, r.query.clone().unwrap_or_default()))
+        .collect();
+    assert!(
+        reads.iter().any(|r| r.contains("gemini_api_key?version=1")),
+        "{reads:?}"
+    );
+    let r = w.last_report();
+    assert_report(&r, ReportResult::Applied, None);
+    assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+    assert_eq!(r.containers.len(), 1);
+    assert_eq!(r.containers[0].health.as_deref(), Some("healthy"));
+    assert!(
+        r.log_tail.contains("checkin: action=apply"),
+        "{}",
+        r.log_tail
+    );
+    assert_eq!(w.state()["applied_sha"], json!(sha));
+}
+
+/// The compose subcommand of a recorded `docker compose ...` call.
+pub fn compose_sub(call: &str) -> Option<&str> {
+    let mut words = call.split_whitespace();
+    if words.next()? != "compose" {
+        return None;
+    }
+    let mut skip = false;
+    for w in words {
+        if skip {
+            skip = false;
+        } else if matches!(
+            w,
+            "-p" | "-f" | "--env-file" | "--project-directory" | "--ansi"
+        ) {
+            skip = true;
+        } else if !w.starts_with('-') {
+            return Some(w);
+        }
+    }
+    None
+}
+
+#[test]
+fn a_heartbeat_is_two_tenancy_requests_no_openbao_and_no_process() {
+    let w = World::new();
+    let sha = w.applied();
+    let (tenancy_before, bao_before, docker_before) = (
+        w.requests().len(),
+        w.bao.agent_requests().len(),
+        w.docker_calls().len(),
+    );
+    w.tick().ok();
+    let new: Vec<String> = w.requests()[tenancy_before..]
+        .iter()
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(new, ["/v1/agent/checkin", "/v1/agent/report"]);
+    assert_eq!(
+        w.bao.agent_requests().len(),
+        bao_before,
+        "no OpenBao request on a heartbeat"
+    );
+    assert_eq!(
+        w.docker_calls().len(),
+        docker_before,
+        "a heartbeat spawns no docker process"
+    );
+    let r = w.last_report();
+    assert_report(&r, ReportResult::Applied, None);
+    assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+}
+
+#[test]
+fn an_unhealthy_heartbeat_reports_failed() {
+    let w = World::new();
+    w.applied();
+    let c = w.stub_dir().join("containers.json");
+    let text = std::fs::read_to_string(&c)
+        .unwrap()
+        .replace("(healthy)", "(unhealthy)");
+    std::fs::write(&c, text).unwrap();
+    w.tick().expect(1);
+    assert_report(&w.last_report(), ReportResult::Failed, Some("UNHEALTHY: "));
+}
+
+#[test]
+fn a_new_bundle_moves_current_and_keeps_the_old_release() {
+    let w = World::new();
+    let first = w.applied();
+    let second = w.publish(&TestBundle::tagged("2"));
+    w.tick().ok();
+    assert_eq!(
+        w.current_target().unwrap(),
+        std::path::Path::new("releases").join(&second)
+    );
+    assert!(
+        w.env_dir()
+            .join("releases")
+            .join(&first)
+            .join(".env")
+            .is_file()
+    );
+    assert_eq!(w.tenancy.lease_count(ENV), 1, "the lease token is reused");
+    assert_report(&w.last_report(), ReportResult::Applied, None);
+    assert_eq!(w.state()["applied_history"], json!([first, second]));
+}
+
+/// A refused bundle: exit 1, `failed` with the code, no lease, no secret read, no compose,
+/// and the running release and its .env untouched.
+fn check_refused(b: TestBundle, code: &str) {
+    let w = World::new();
+    let running = w.applied();
+    let env_before = std::fs::read(w.env_dir().join("current/.env")).unwrap();
+    let (leases, reads, calls) = (
+        w.tenancy.lease_count(ENV),
+        w.bao.agent_requests().len(),
+        w.docker_calls().len(),
+    );
+    w.publish(&b);
+    let run = w.tick();
+    run.expect(1);
+    let r = w.last_report();
+    assert_report(&r, ReportResult::Failed, Some(&format!("{code}: ")));
+    assert_eq!(w.tenancy.lease_count(ENV), leases, "{code}: no lease");
+    assert_eq!(
+        w.bao.agent_requests().len(),
+        reads,
+        "{code}: no OpenBao request"
+    );
+    assert_eq!(w.docker_calls().len(), calls, "{code}: no docker call");
+    assert_eq!(
+        w.current_target().unwrap(),
+        std::path::Path::new("releases").join(&running)
+    );
+    assert_eq!(
+        std::fs::read(w.env_dir().join("current/.env")).unwrap(),
+        env_before
+    );
+    assert_eq!(w.state()["applied_sha"], json!(running));
+    assert!(w.state()["last_error"].as_str().unwrap().starts_with(code));
+    assert!(run.stderr().contains(code), "{}", run.stderr());
+}
+
+#[test]
+fn unresolved_variables_are_refused_by_name() {
+    let mut b = TestBundle::default();
+    b.env_template
+        .push_str("SEE_ADMIN_TOKEN=${SEE_ADMIN_TOKEN}\n");
+    check_refused(b, "ENV_INCOMPLETE");
+}
+
+#[test]
+fn privileged_compose_is_refused() {
+    for compose in [
+        "services:\n  web:\n    image: x\n    privileged: true\n",
+        "services:\n  web:\n    image: x\n    network_mode: host\n",
+        "services:\n  web:\n    image: x\n    volumes: [\"/var/run/docker.sock:/var/run/docker.sock\"]\n",
+        "services:\n  web:\n    image: x\n    cap_add: [\"${CAP:-sys_admin}\"]\n",
+    ] {
+        let mut b = TestBundle::default();
+        b.compose = compose.into();
+        check_refused(b, "PRIVILEGED_REFUSED");
+    }
+}
+
+#[test]
+fn allow_privileged_lets_it_through() {
+    let w = World::new();
+    w.stage_grant();
+    let mut b = TestBundle::default();
+    b.compose = "services:\n  web:\n    image: x\n    privileged: true\n".into();
+    b.meta["agent"] = json!({"allow_privileged": true});
+    w.publish(&b);
+    w.tick().ok();
+}
+
+#[test]
+fn another_envs_path_is_refused_before_any_read() {
+    let mut b = TestBundle::default();
+    b.manifest["entries"][0]["path"] = json!("monky/env-other/see/gemini_api_key");
+    check_refused(b, "MANIFEST_PATH_REFUSED");
+}
+
+#[test]
+fn a_manifest_value_is_refused() {
+    let mut b = TestBundle::default();
+    b.manifest["entries"][0]["value"] = json!("leaked");
+    check_refused(b, "MANIFEST_VALUE_REFUSED");
+}
+
+#[test]
+fn a_foreign_renderer_is_refused() {
+    let mut b = TestBundle::default();
+    b.meta["renderer"] = json!("helm");
+    check_refused(b, "RENDERER_REFUSED");
+}
+
+#[test]
+fn too_little_disk_is_refused() {
+    let mut b = TestBundle::default();
+    b.meta["disk_need_bytes"] = json!(1u64 << 60);
+    check_refused(b, "DISK_INSUFFICIENT");
+}
+
+#[test]
+fn a_sha_mismatch_is_refused() {
+    let w = World::new();
+    let running = w.applied();
+    let b = TestBundle::tagged("evil");
+    let claimed = TestBundle::tagged("claimed").sha();
+    w.tenancy.publish_bundle(ENV, &claimed, b.tar());
+    w.tenancy
+        .set_desired(ENV, monky_agent_proto::testkit::Desired::sha(claimed));
+    w.tick().expect(1);
+    assert_report(
+        &w.last_report(),
+        ReportResult::Failed,
+        Some("BUNDLE_SHA_MISMATCH: "),
+    );
+    assert_eq!(w.state()["applied_sha"], json!(running));
+    assert_eq!(w.tenancy.lease_count(ENV), 1);
+}
+
+#[test]
+fn a_rollback_is_refused_unless_allowed() {
+    let w = World::new();
+    let first = w.applied();
+    w.publish(&TestBundle::tagged("2"));
+    w.tick().ok();
+    w.tenancy
+        .set_desired(ENV, monky_agent_proto::testkit::Desired::sha(first.clone()));
+    w.tick().expect(1);
+    assert_report(
+        &w.last_report(),
+        ReportResult::Failed,
+        Some("ROLLBACK_REFUSED: "),
+    );
+
+    let mut back = TestBundle::default();
+    back.meta["allow_rollback"] = json!(true);
+    w.publish(&back);
+    w.tick().ok();
+    assert_eq!(w.state()["applied_sha"], json!(back.sha()));
+}
+
+#[test]
+fn a_pull_failure_carries_the_registry_message_and_keeps_the_old_env() {
+    let w = World::new();
+    let first = w.applied();
+    let env_before = std::fs::read(w.env_dir().join(format!("releases/{first}/.env"))).unwrap();
+    w.stub("PULL_FAIL", "Error response from daemon: Head \"http://127.0.0.1:5000/v2/monky/web/manifests/2\": no basic auth credentials");
+    w.publish(&TestBundle::tagged("2"));
+    w.tick().expect(1);
+    let r = w.last_report();
+    assert_report(&r, ReportResult::Failed, Some("COMPOSE_PULL_FAILED: "));
+    assert!(
+        r.detail
+            .as_deref()
+            .unwrap()
+            .contains("no basic auth credentials"),
+        "{r:?}"
+    );
+    assert_eq!(w.state()["applied_sha"], json!(first));
+    assert_eq!(
+        std::fs::read(w.env_dir().join(format!("releases/{first}/.env"))).unwrap(),
+        env_before
+    );
+}
+
+#[test]
+fn an_unhealthy_apply_reports_failed_with_the_compose_logs() {
+    let w = World::new();
+    w.stage_grant();
+    w.stub("HEALTH", "unhealthy");
+    let logs = w.path("logs.txt");
+    std::fs::write(&logs, "web-1  | healthcheck: connection refused\n").unwrap();
+    w.stub("LOGS_FILE", logs.to_str().unwrap());
+    w.publish(&TestBundle::default());
+    w.tick().expect(1);
+    let r = w.last_report();
+    assert_report(&r, ReportResult::Failed, Some("UNHEALTHY: "));
+    assert!(
+        r.log_tail.contains("healthcheck: connection refused"),
+        "{}",
+        r.log_tail
+    );
+    assert!(w.state()["applied_sha"].is_null());
+}
+
+#[test]
+fn a_comment_mentioning_a_variable_is_not_a_reference() {
+    // The renderer's header says "substitutes every ${VAR}"; the default bundle carries it.
+    let w = World::new();
+    w.applied();
+    assert_report(&w.last_report(), ReportResult::Applied, None);
+}
+
+#[test]
+fn prune_keeps_the_newest_releases() {
+    let w = World::new();
+    w.config_extra("keep_releases: 2\n");
+    w.applied();
+    for tag in ["2", "3", "4"] {
+        w.publish(&TestBundle::tagged(tag));
+        w.run(&["run", "--once", "--prune"]).ok();
+    }
+    let n = std::fs::read_dir(w.env_dir().join("releases"))
+        .unwrap()
+        .count();
+    assert_eq!(n, 2);
+    assert!(
+        w.docker_calls()
+            .iter()
+            .any(|c| c.starts_with("image prune"))
+    );
+}

@@ -1,0 +1,186 @@
+//! Retire, laptop mode, temporary failures, the lock, corrupt state and the loop.
+
+use monky_agent_proto::ReportResult;
+use monky_agent_proto::testkit::{Desired, Endpoint, Fault};
+use serde_json::json;
+
+use crate::apply::compose_sub;
+use crate::util::*;
+
+fn down_args(w: &World) -> Vec<String> {
+    w.docker_calls()
+        .into_iter()
+        .filter(|c| compose_sub(c) == Some("down"))
+        .collect()
+}
+
+#[test]
+fn retire_keeps_volumes_unless_purge_is_asked() {
+    let w = World::new();
+    let sha = w.applied();
+    w.tenancy.set_desired(ENV, Desired::down(false));
+    w.tick().ok();
+    let downs = down_args(&w);
+    assert_eq!(downs.len(), 1);
+    assert!(
+        downs[0].contains("--remove-orphans") && !downs[0].contains(" -v"),
+        "{downs:?}"
+    );
+    let r = w.last_report();
+    assert_report(&r, ReportResult::Down, None);
+    assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+    assert!(w.state()["applied_sha"].is_null());
+    assert!(w.current_target().is_none());
+
+    let w = World::new();
+    w.applied();
+    w.tenancy.set_desired(ENV, Desired::down(true));
+    w.tick().ok();
+    assert!(down_args(&w)[0].contains(" -v"));
+}
+
+#[test]
+fn retire_never_purges_prod() {
+    let w = World::new();
+    w.stage_grant();
+    let mut b = TestBundle::default();
+    b.meta["tier"] = json!("prod");
+    w.publish(&b);
+    w.tick().ok();
+    w.tenancy.set_desired(ENV, Desired::down(true));
+    w.tick().ok();
+    assert!(!down_args(&w)[0].contains(" -v"));
+
+    let w = World::new();
+    w.config_extra("prod: true\nvolumes_on_absent: purge\n");
+    w.applied();
+    w.tenancy.set_desired(ENV, Desired::down(false));
+    w.tick().ok();
+    assert!(!down_args(&w)[0].contains(" -v"));
+}
+
+#[test]
+fn volumes_on_absent_purge() {
+    let w = World::new();
+    w.config_extra("volumes_on_absent: purge\n");
+    w.applied();
+    w.tenancy.set_desired(ENV, Desired::down(false));
+    w.tick().ok();
+    assert!(down_args(&w)[0].contains(" -v"));
+}
+
+#[test]
+fn tenancy_unreachable_is_temporary_and_quiet_on_a_laptop() {
+    let w = World::new();
+    w.applied();
+    w.tenancy
+        .set_fault(Endpoint::Checkin, Fault::DropConnection);
+    w.tick().expect(75);
+    w.tenancy.set_fault(
+        Endpoint::Checkin,
+        Fault::Status {
+            status: 503,
+            body: "<html>bad gateway</html>".into(),
+        },
+    );
+    w.tick().expect(75);
+    w.config_extra("laptop_mode: true\n");
+    let run = w.tick();
+    run.ok();
+    assert!(run.stderr().contains("offline"), "{}", run.stderr());
+    assert_eq!(
+        run.stderr().lines().count(),
+        1,
+        "one line, not a stack: {}",
+        run.stderr()
+    );
+}
+
+#[test]
+fn openbao_down_during_apply_is_temporary_and_changes_nothing() {
+    let w = World::new();
+    let first = w.applied();
+    w.bao
+        .set_fault("/v1/", monky_bao_client::testkit::Fault::Sealed);
+    // Force a lease: make the token look old enough to be re-leased at apply time.
+    w.publish(&TestBundle::tagged("2"));
+    let mut st = w.state();
+    st["token"]["source"] = json!("bootstrap");
+    std::fs::write(w.state_dir().join("state.json"), st.to_string()).unwrap();
+    w.tick().expect(75);
+    assert_eq!(w.state()["applied_sha"], json!(first));
+    assert_eq!(
+        w.current_target().unwrap(),
+        std::path::Path::new("releases").join(&first)
+    );
+}
+
+#[test]
+fn a_held_lock_exits_0_without_network() {
+    let w = World::new();
+    w.applied();
+    let before = w.requests().len();
+    let f = std::fs::File::options()
+        .write(true)
+        .open(w.state_dir().join("lock"))
+        .unwrap();
+    f.lock().unwrap();
+    w.tick().ok();
+    assert_eq!(w.requests().len(), before);
+    drop(f);
+    w.tick().ok();
+    assert_eq!(w.requests().len(), before + 2);
+}
+
+#[test]
+fn a_corrupt_state_is_set_aside_and_the_agent_recovers() {
+    let w = World::new();
+    w.applied();
+    std::fs::write(w.state_dir().join("state.json"), "{garbage").unwrap();
+    let run = w.tick();
+    run.ok();
+    assert!(run.stderr().contains("set aside"), "{}", run.stderr());
+    let aside = std::fs::read_dir(w.state_dir())
+        .unwrap()
+        .flatten()
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("state.json.bad.")
+        });
+    assert!(aside);
+    assert!(
+        w.state()["applied_sha"].is_string(),
+        "re-applied from tenancy's desired sha"
+    );
+}
+
+#[test]
+fn the_loop_stops_on_sigterm_after_the_current_tick() {
+    let w = World::new();
+    w.applied();
+    w.tenancy.set_desired(
+        ENV,
+        Desired {
+            checkin_interval_s: Some(1),
+            ..Desired::sha(w.state()["applied_sha"].as_str().unwrap())
+        },
+    );
+    let mut child = w
+        .command(&["run"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while w.reports().len() < 4 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(w.reports().len() >= 4, "the loop kept ticking");
+    let pid = child.id().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+}

@@ -1,0 +1,172 @@
+//! The token flows: bootstrap, reuse, rate-limited lease, superseded grants, env pinning,
+//! renewal and re-lease.
+
+use monky_agent_proto::testkit::{Endpoint, Fault, Rate, RateLimits};
+use monky_agent_proto::{ReportResult, testkit::Desired};
+use serde_json::json;
+
+use crate::util::*;
+
+#[test]
+fn no_token_and_no_grant_says_rerun_the_kit() {
+    let w = World::new();
+    let run = w.tick();
+    run.expect(1);
+    assert!(
+        run.stderr().contains("re-run the install kit"),
+        "{}",
+        run.stderr()
+    );
+    assert!(w.requests().is_empty(), "nothing was sent to tenancy");
+}
+
+#[test]
+fn a_lease_token_is_reused_and_a_rate_limited_lease_does_not_block_a_deploy() {
+    let w = World::new();
+    w.applied();
+    assert_eq!(w.tenancy.lease_count(ENV), 1);
+    w.publish(&TestBundle::tagged("2"));
+    w.tick().ok();
+    assert_eq!(
+        w.tenancy.lease_count(ENV),
+        1,
+        "a valid lease token is reused"
+    );
+
+    // A bootstrap token that meets a rate-limited lease still deploys, and swaps later.
+    let w = World::new();
+    w.tenancy.set_limits(RateLimits {
+        lease: Rate::per_hour(0),
+        ..RateLimits::default()
+    });
+    w.stage_grant();
+    w.publish(&TestBundle::default());
+    w.tick().ok();
+    assert_eq!(w.state()["token"]["source"], "bootstrap");
+    assert_report(&w.last_report(), ReportResult::Applied, None);
+}
+
+#[test]
+fn a_rate_limited_lease_with_a_token_deploys_and_a_rate_limited_checkin_is_temporary() {
+    let w = World::new();
+    w.stage_grant();
+    w.publish(&TestBundle::default());
+    w.tenancy.set_fault(Endpoint::Lease, Fault::RetryAfter(120));
+    // The bootstrap token exists, so the deploy goes on with it.
+    w.tick().ok();
+    // With the fault on checkin instead, the tick is temporary.
+    w.tenancy
+        .set_fault(Endpoint::Checkin, Fault::RetryAfter(30));
+    w.tick().expect(75);
+}
+
+#[test]
+fn a_superseded_grant_rebootstraps_with_a_fresh_one() {
+    let w = World::new();
+    w.applied();
+    w.tenancy.supersede(ENV);
+    w.stage_grant();
+    w.tick().ok();
+    assert!(!w.bootstrap_path().exists());
+    assert_eq!(w.state()["token"]["source"], "bootstrap");
+    assert_report(&w.last_report(), ReportResult::Applied, None);
+}
+
+#[test]
+fn a_superseded_grant_without_a_fresh_one_deletes_the_token() {
+    let w = World::new();
+    w.applied();
+    w.tenancy.supersede(ENV);
+    let run = w.tick();
+    run.expect(1);
+    assert!(
+        run.stderr().contains("AGENT_UNAUTHENTICATED"),
+        "{}",
+        run.stderr()
+    );
+    assert!(
+        run.stderr().contains("re-run the install kit"),
+        "{}",
+        run.stderr()
+    );
+    assert!(!w.state_dir().join("bao.token").exists());
+}
+
+#[test]
+fn a_token_of_another_env_exits_78_and_is_not_retried() {
+    let w = World::new();
+    w.applied();
+    let text = std::fs::read_to_string(w.config_path())
+        .unwrap()
+        .replace(&format!("env_id: {ENV}"), "env_id: env-other");
+    std::fs::write(w.config_path(), text).unwrap();
+    let run = w.tick();
+    run.expect(78);
+    assert!(
+        run.stderr().contains("AGENT_ENV_MISMATCH"),
+        "{}",
+        run.stderr()
+    );
+    // The loop ends on 78 instead of retrying.
+    w.run(&["run"]).expect(78);
+}
+
+#[test]
+fn renewal_when_the_ttl_runs_low() {
+    let w = World::new();
+    w.applied();
+    w.bao_extra("  renew_below_s: 200000\n");
+    let before = w.state()["token"]["expires_at"].as_u64().unwrap();
+    w.bao.advance_clock(std::time::Duration::from_secs(3600));
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    w.tick().ok();
+    assert!(
+        w.bao
+            .agent_requests()
+            .iter()
+            .any(|r| r.path.ends_with("/renew-self"))
+    );
+    assert!(w.state()["token"]["expires_at"].as_u64().unwrap() > before);
+}
+
+#[test]
+fn relase_before_the_max_ttl() {
+    let w = World::new();
+    w.applied();
+    let mut st = w.state();
+    st["token"]["obtained_at"] =
+        json!(st["token"]["obtained_at"].as_u64().unwrap() - 29 * 24 * 3600);
+    std::fs::write(w.state_dir().join("state.json"), st.to_string()).unwrap();
+    let old = std::fs::read_to_string(w.state_dir().join("bao.token")).unwrap();
+    w.tick().ok();
+    assert_eq!(w.tenancy.lease_count(ENV), 2);
+    let new = std::fs::read_to_string(w.state_dir().join("bao.token")).unwrap();
+    assert_ne!(old, new);
+    let lease_bodies: Vec<_> = w
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/agent/lease")
+        .filter_map(|r| r.body)
+        .collect();
+    assert_eq!(lease_bodies.last().unwrap()["reason"], "renew");
+    // The next tick works with the new token.
+    w.tick().ok();
+}
+
+#[test]
+fn bootstrap_command_stores_a_token() {
+    let w = World::new();
+    w.stage_grant();
+    let run = w.run(&["bootstrap"]);
+    run.ok();
+    assert!(w.state_dir().join("bao.token").exists());
+    assert!(!w.bootstrap_path().exists());
+    let again = w.run(&["bootstrap"]);
+    again.ok();
+    assert!(again.stdout().contains("--force"));
+    w.stage_grant();
+    w.run(&["bootstrap", "--force"]).ok();
+    assert!(!w.bootstrap_path().exists());
+    w.tenancy.set_desired(ENV, Desired::default());
+    w.tick().ok();
+}

@@ -1,0 +1,472 @@
+//! The test world: the agent binary in a temp dir, the testkit tenancy and OpenBao on
+//! 127.0.0.1:0, a recording stub `docker` and a fake engine socket that serves its containers.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use monky_agent_proto::testkit::{Desired, FakeTenancy, Recorded};
+use monky_agent_proto::{ReportRequest, ReportResult};
+use monky_bao_client::testkit::FakeBao;
+use monky_bundle::MemberName;
+use secrecy::ExposeSecret;
+use serde_json::{Value, json};
+
+pub const ENV: &str = "env-qa-02";
+
+/// The secret values every default bundle reads; the redaction tests grep for them.
+pub const GEMINI: &str = "gemini-Secret-Value-0001";
+pub const PGPASS: &str = "pg-Secret-Value-0002-x";
+pub const REGISTRY_PASS: &str = "registry-Robot-Pass-0003";
+
+/// A bundle under construction; `Default` is a typical two-secret bundle.
+#[derive(Clone)]
+pub struct TestBundle {
+    pub compose: String,
+    pub env_template: String,
+    pub manifest: Value,
+    pub meta: Value,
+}
+
+impl Default for TestBundle {
+    fn default() -> Self {
+        Self {
+            compose: "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    env_file: .env\n"
+                .into(),
+            env_template: "# rendered by monky-deploy; substitutes every ${VAR} from OpenBao\n\
+                           GEMINI_API_KEY=${GEMINI_API_KEY}\nPOSTGRES_PASSWORD=${POSTGRES_PASSWORD}\n\
+                           LOG_LEVEL=${LOG_LEVEL:-info}\n"
+                .into(),
+            manifest: json!({"vault_mode": "openbao", "entries": [
+                {"var": "GEMINI_API_KEY", "path": format!("monky/{ENV}/see/gemini_api_key"), "kind": "supplied", "version": 1},
+                {"var": "POSTGRES_PASSWORD", "path": format!("monky/data/{ENV}/see/pg_password"), "kind": "generated", "version": null},
+            ]}),
+            meta: json!({"env_id": ENV, "tier": "qa", "site": "cbs", "renderer": "compose"}),
+        }
+    }
+}
+
+impl TestBundle {
+    /// A variant: the same bundle with another image tag (so another sha).
+    pub fn tagged(tag: &str) -> Self {
+        let mut b = Self::default();
+        b.compose = b.compose.replace("web:1", &format!("web:{tag}"));
+        b
+    }
+
+    pub fn with_registry_auth(mut self) -> Self {
+        self.manifest["entries"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({
+            "var": "REGISTRY_AUTH", "path": format!("monky/{ENV}/see/registry"), "kind": "supplied",
+            "version": null, "use": "registry-auth"}));
+        self
+    }
+
+    pub fn tar(&self) -> Vec<u8> {
+        let mut files = BTreeMap::new();
+        let put = |files: &mut BTreeMap<_, _>, name: &[u8], bytes: Vec<u8>| {
+            files.insert(MemberName::parse(name).unwrap(), bytes);
+        };
+        put(
+            &mut files,
+            b"docker-compose.yml",
+            self.compose.clone().into_bytes(),
+        );
+        put(
+            &mut files,
+            b".env.template",
+            self.env_template.clone().into_bytes(),
+        );
+        put(
+            &mut files,
+            b"secrets.manifest.json",
+            self.manifest.to_string().into_bytes(),
+        );
+        put(
+            &mut files,
+            b"bundle.json",
+            self.meta.to_string().into_bytes(),
+        );
+        monky_bundle::pack_tar(&files)
+    }
+
+    pub fn sha(&self) -> String {
+        monky_bundle::Bundle::parse(&self.tar(), &monky_bundle::Limits::default())
+            .unwrap()
+            .sha()
+            .to_string()
+    }
+}
+
+/// A fake Docker Engine API on a unix socket, serving the stub's containers.json.
+struct FakeEngine {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakeEngine {
+    fn start(dir: &Path) -> Self {
+        let sock = dir.join("docker.sock");
+        let server = tiny_http::Server::http_unix(&sock).expect("fake engine socket");
+        let stop = Arc::new(AtomicBool::new(false));
+        let (flag, dir) = (Arc::clone(&stop), dir.to_path_buf());
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                let Ok(Some(req)) = server.recv_timeout(Duration::from_millis(50)) else {
+                    continue;
+                };
+                let path = req.url().split('?').next().unwrap_or("").to_string();
+                let body = if path.ends_with("/containers/json") {
+                    std::fs::read_to_string(dir.join("containers.json"))
+                        .unwrap_or_else(|_| "[]".into())
+                } else if path.ends_with("/info") {
+                    json!({"ServerVersion": "28.3.0", "DockerRootDir": dir}).to_string()
+                } else {
+                    let _ =
+                        req.respond(tiny_http::Response::from_string("{}").with_status_code(404));
+                    continue;
+                };
+                let header =
+                    tiny_http::Header::from_bytes("Content-Type", "application/json").unwrap();
+                let _ = req.respond(tiny_http::Response::from_string(body).with_header(header));
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for FakeEngine {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Options for building a world.
+#[derive(Default)]
+pub struct WorldOptions {
+    /// Serve OpenBao over TLS with a private CA, reached as `bao.example.test` via the proxy
+    /// transport.
+    pub tls_proxy: bool,
+}
+
+/// One agent on one box, with its peers.
+pub struct World {
+    pub dir: tempfile::TempDir,
+    pub tenancy: FakeTenancy,
+    pub bao: FakeBao,
+    _engine: FakeEngine,
+    config_extra: std::cell::RefCell<String>,
+    bao_extra: std::cell::RefCell<String>,
+    tls: Option<Pki>,
+}
+
+/// A private CA and a leaf for `bao.example.test` and 127.0.0.1.
+pub struct Pki {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl Pki {
+    pub fn new() -> Self {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let params = CertificateParams::new(vec![
+            "bao.example.test".to_string(),
+            "127.0.0.1".to_string(),
+        ])
+        .unwrap();
+        let cert = params.signed_by(&key, &ca).unwrap();
+        Self {
+            ca_pem: ca.pem(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+}
+
+impl World {
+    pub fn new() -> Self {
+        Self::with(WorldOptions::default())
+    }
+
+    pub fn with(opts: WorldOptions) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let tenancy = FakeTenancy::builder().start();
+        let pki = opts.tls_proxy.then(Pki::new);
+        let mut bao = FakeBao::builder().jwks_url(tenancy.jwks_url());
+        if let Some(p) = &pki {
+            bao = bao.tls(
+                p.cert_pem.clone().into_bytes(),
+                p.key_pem.clone().into_bytes(),
+            );
+        }
+        let bao = bao.start();
+        tenancy.set_bao(
+            bao.url(),
+            pki.as_ref().map(|p| p.ca_pem.clone().into_bytes()),
+            bao.root_token(),
+        );
+        bao.put_secret(ENV, "gemini_api_key", GEMINI);
+        bao.put_secret(ENV, "pg_password", "an-older-value");
+        bao.put_secret(ENV, "pg_password", PGPASS);
+        bao.put_secret(
+            ENV,
+            "registry",
+            &json!({"registry": "127.0.0.1:5000", "username": "robot", "password": REGISTRY_PASS})
+                .to_string(),
+        );
+        let stub_dir = dir.path().join("docker");
+        std::fs::create_dir_all(&stub_dir).unwrap();
+        let stub = stub_dir.join("docker");
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/docker-stub.sh"),
+            &stub,
+        )
+        .unwrap();
+        std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(stub_dir.join("stub.env"), "").unwrap();
+        let engine = FakeEngine::start(&stub_dir);
+        let w = Self {
+            dir,
+            tenancy,
+            bao,
+            _engine: engine,
+            config_extra: std::cell::RefCell::new(String::new()),
+            bao_extra: std::cell::RefCell::new(String::new()),
+            tls: pki,
+        };
+        w.write_config();
+        w
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.path("state")
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.path("config.yaml")
+    }
+
+    pub fn bootstrap_path(&self) -> PathBuf {
+        self.path("etc/bootstrap.jwt")
+    }
+
+    pub fn stub_dir(&self) -> PathBuf {
+        self.path("docker")
+    }
+
+    /// Appends top-level config lines (YAML) and rewrites the file.
+    pub fn config_extra(&self, lines: &str) {
+        self.config_extra.borrow_mut().push_str(lines);
+        self.write_config();
+    }
+
+    /// Appends lines to the `bao:` section (two-space indented YAML).
+    pub fn bao_extra(&self, lines: &str) {
+        self.bao_extra.borrow_mut().push_str(lines);
+        self.write_config();
+    }
+
+    fn write_config(&self) {
+        let t = self.tenancy.url();
+        let (transport, bao) = match &self.tls {
+            Some(_) => {
+                std::fs::write(self.path("ca.pem"), &self.tls.as_ref().unwrap().ca_pem).unwrap();
+                (
+                    format!(
+                        "transport: proxy\ntenancy:\n  host: monky.tenancy.deploy\n  port: 443\n  proxy_addr: {}\n",
+                        self.tenancy.addr()
+                    ),
+                    format!(
+                        "bao:\n  addr: https://bao.example.test:8200\n  ca_bundle: {}\n  proxy_addr: {}\n",
+                        self.path("ca.pem").display(),
+                        self.bao.addr()
+                    ),
+                )
+            }
+            None => (
+                format!("transport: system\ntenancy:\n  base_url: {t}\n"),
+                format!("bao:\n  addr: {}\n", self.bao.url()),
+            ),
+        };
+        let bao = format!("{bao}{}", self.bao_extra.borrow());
+        let text = format!(
+            "env_id: {ENV}\nsite: cbs\n{transport}{bao}state_dir: {}\nbootstrap_file: {}\n\
+             docker_bin: {}\nhealthy_timeout_s: 5\nregistry_host: 127.0.0.1:5000\n{}",
+            self.state_dir().display(),
+            self.bootstrap_path().display(),
+            self.stub_dir().join("docker").display(),
+            self.config_extra.borrow()
+        );
+        std::fs::write(self.config_path(), text).unwrap();
+    }
+
+    /// Stages a fresh bootstrap grant from tenancy (0600), as install.sh does.
+    pub fn stage_grant(&self) {
+        let grant = self.tenancy.mint_grant(ENV);
+        std::fs::create_dir_all(self.bootstrap_path().parent().unwrap()).unwrap();
+        std::fs::write(self.bootstrap_path(), grant.expose_secret()).unwrap();
+        std::fs::set_permissions(
+            self.bootstrap_path(),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+    }
+
+    /// Publishes a bundle and makes it the desired one; returns its sha.
+    pub fn publish(&self, b: &TestBundle) -> String {
+        let sha = b.sha();
+        self.tenancy.publish_bundle(ENV, &sha, b.tar());
+        self.tenancy.set_desired(ENV, Desired::sha(sha.clone()));
+        sha
+    }
+
+    /// Sets a stub scenario variable (`KEY=value` lines in stub.env).
+    pub fn stub(&self, key: &str, value: &str) {
+        let p = self.stub_dir().join("stub.env");
+        let mut text = std::fs::read_to_string(&p).unwrap_or_default();
+        text.push_str(&format!("{key}={}\n", shell_quote(value)));
+        std::fs::write(p, text).unwrap();
+    }
+
+    pub fn clear_stub(&self) {
+        std::fs::write(self.stub_dir().join("stub.env"), "").unwrap();
+    }
+
+    /// The docker calls so far, one `@@CALL` line each (argv only).
+    pub fn docker_calls(&self) -> Vec<String> {
+        std::fs::read_to_string(self.stub_dir().join("calls.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.strip_prefix("@@CALL ").map(str::to_string))
+            .collect()
+    }
+
+    /// Everything the stub recorded (argv, cwd, env).
+    pub fn docker_log(&self) -> String {
+        std::fs::read_to_string(self.stub_dir().join("calls.log")).unwrap_or_default()
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_monky-deployd"));
+        c.arg("--config")
+            .arg(self.config_path())
+            .args(args)
+            .env(
+                "DOCKER_HOST",
+                format!("unix://{}", self.stub_dir().join("docker.sock").display()),
+            )
+            .env_remove("RUST_LOG")
+            .env_remove("MONKY_DEPLOYD_CONFIG");
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        Run(self.command(args).output().unwrap())
+    }
+
+    pub fn tick(&self) -> Run {
+        self.run(&["run", "--once"])
+    }
+
+    pub fn reports(&self) -> Vec<ReportRequest> {
+        self.tenancy.reports(ENV)
+    }
+
+    pub fn last_report(&self) -> ReportRequest {
+        self.reports().pop().expect("a report")
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.tenancy.requests()
+    }
+
+    pub fn state(&self) -> Value {
+        serde_json::from_slice(&std::fs::read(self.state_dir().join("state.json")).unwrap())
+            .unwrap()
+    }
+
+    pub fn env_dir(&self) -> PathBuf {
+        self.state_dir().join(ENV)
+    }
+
+    pub fn current_target(&self) -> Option<PathBuf> {
+        std::fs::read_link(self.env_dir().join("current")).ok()
+    }
+
+    /// Bootstraps and applies the default bundle; returns its sha.
+    pub fn applied(&self) -> String {
+        self.stage_grant();
+        let sha = self.publish(&TestBundle::default());
+        self.tick().ok();
+        sha
+    }
+}
+
+fn shell_quote(v: &str) -> String {
+    format!("'{}'", v.replace('\'', r"'\''"))
+}
+
+/// A finished agent process.
+pub struct Run(pub Output);
+
+impl Run {
+    pub fn code(&self) -> i32 {
+        self.0.status.code().unwrap_or(-1)
+    }
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.0.stderr).into_owned()
+    }
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.0.stdout).into_owned()
+    }
+    #[track_caller]
+    pub fn ok(&self) -> &Self {
+        self.expect(0)
+    }
+    #[track_caller]
+    pub fn expect(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code(),
+            code,
+            "exit status\n--- stderr\n{}\n--- stdout\n{}",
+            self.stderr(),
+            self.stdout()
+        );
+        self
+    }
+}
+
+/// Asserts a report's result and, for failures, the start of its detail.
+#[track_caller]
+pub fn assert_report(r: &ReportRequest, result: ReportResult, detail_prefix: Option<&str>) {
+    assert_eq!(r.result, result, "report: {r:?}");
+    match detail_prefix {
+        Some(p) => assert!(
+            r.detail.as_deref().unwrap_or("").starts_with(p),
+            "detail {:?} does not start with {p:?}",
+            r.detail
+        ),
+        None => assert_eq!(r.detail, None),
+    }
+}
