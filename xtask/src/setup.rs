@@ -1,6 +1,31 @@
 //! `cargo xtask setup`: a real docker engine, compose v2, an authenticated registry on loopback
 //! holding locally built test images, a self-check of all of it, and the env file the
 //! end-to-end suite reads. Idempotent: a healthy previous run's registry is reused.
+//!
+//! The env file (`target/ci-run/e2e.env`, or `$MONKY_CI_RUN_DIR/e2e.env`; `cargo xtask ci`
+//! exports its path as `MONKY_E2E_ENV` and each key as an env var) holds one `KEY=VALUE` per
+//! line, never quoted:
+//!
+//! | key | value |
+//! | --- | --- |
+//! | `MONKY_E2E_RUN_ID` | `monky-e2e-<8 hex>`, unique per run |
+//! | `MONKY_E2E_NAME_PREFIX` | `<run id>-`: prefix for compose projects and container names |
+//! | `MONKY_E2E_CLEANUP_PREFIX` | `monky-e2e-`: teardown removes containers, networks, volumes named so |
+//! | `MONKY_E2E_LABEL` | `io.monky.e2e.run`: label key (value: run id) teardown also removes by |
+//! | `MONKY_E2E_RUN_DIR` | scratch folder of this run (removed by teardown) |
+//! | `MONKY_E2E_DOCKER` | absolute path of the docker CLI; `<it> compose` is compose v2 |
+//! | `MONKY_E2E_DOCKER_HOST` | `$DOCKER_HOST` or `unix:///var/run/docker.sock` |
+//! | `MONKY_E2E_DOCKER_CLIENT_VERSION`, `MONKY_E2E_DOCKER_ENGINE_VERSION` | as `docker version` says |
+//! | `MONKY_E2E_COMPOSE` | a standalone compose v2 binary (`docker-compose`) |
+//! | `MONKY_E2E_COMPOSE_VERSION` | e.g. `2.26.1-4` |
+//! | `MONKY_E2E_REGISTRY` | `127.0.0.1:<port>`, htpasswd auth, plain HTTP |
+//! | `MONKY_E2E_REGISTRY_USER`, `MONKY_E2E_REGISTRY_PASSWORD` | fixed test credentials |
+//! | `MONKY_E2E_IMAGE_WEB_1`, `_2`, `_BAD` | `<registry>/monky/web:1`, `:2`, `:bad` (unhealthy) |
+//! | `MONKY_E2E_IMAGE_WEB_MISSING` | `<registry>/monky/web:missing`, never pushed |
+//! | `MONKY_E2E_WEB_PORT` | `8080`, the web image's container port |
+//! | `MONKY_E2E_WEB_ENV_PREFIXES` | `DEMO_,SEE_`: what `/env.txt` of the web image lists |
+//!
+//! The pushed images are not left in the engine: the suite's pulls really hit the registry.
 
 use std::fs;
 use std::net::SocketAddr;
