@@ -632,6 +632,9 @@ impl BaoLookup {
             Ok(resp) => resp,
             Err(err) => return Lookup::Unreachable(err.without_url().to_string()),
         };
+        if resp.status().is_server_error() {
+            return Lookup::Unreachable(format!("openbao answered {}", resp.status()));
+        }
         if !resp.status().is_success() {
             return Lookup::Unknown;
         }

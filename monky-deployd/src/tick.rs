@@ -613,7 +613,10 @@ impl<'a> Agent<'a> {
             .map(|c| format!("{} ({})", c.name, c.health.as_deref().unwrap_or(&c.state)))
             .collect();
         if up.is_err() || !bad.is_empty() {
-            let logs = project.logs_tail(200).unwrap_or_default();
+            let logs = project.logs_tail(200).unwrap_or_else(|e| {
+                warn!("cannot read the compose logs: {e}");
+                String::new()
+            });
             let detail = match (&up, bad.is_empty()) {
                 (Err(e), true) => format!("COMPOSE_UP_FAILED: {e}"),
                 _ => format!("UNHEALTHY: {}", bad.join(", ")),
@@ -679,15 +682,8 @@ impl<'a> Agent<'a> {
         if !b.meta().allow_privileged {
             bundle::check_privileged(b.compose(), &|_| None).map_err(refusal)?;
         }
-        let current = self.state.applied_sha.as_deref();
-        let history: Vec<String> = self
-            .state
-            .applied_history
-            .iter()
-            .filter(|s| Some(s.as_str()) != current)
-            .cloned()
-            .collect();
-        bundle::check_rollback(sha, &history, b.meta().allow_rollback).map_err(refusal)?;
+        bundle::check_rollback(sha, &self.state.applied_history, b.meta().allow_rollback)
+            .map_err(refusal)?;
         match self.docker.free_bytes() {
             Ok(free) => bundle::check_disk(
                 free,
@@ -707,6 +703,7 @@ impl<'a> Agent<'a> {
         let result = bundle::RegistryAuth::parse(value, Some(&self.cfg.registry_host))
             .map_err(anyhow::Error::new)
             .and_then(|auth| {
+                redact::register_basic_auth(auth.username(), auth.password().expose_secret());
                 let json = auth.docker_config_json();
                 redact::register(json.expose_secret());
                 let dir = self.cfg.docker_config_dir();
@@ -756,7 +753,7 @@ impl<'a> Agent<'a> {
 
     /// Reports a failed apply (once), recording `CODE: names` as the last error.
     fn report_failure(&mut self, sha: Option<&str>, e: &anyhow::Error, logs: Option<&str>) {
-        if e.chain().any(|c| c.is::<ReportedMarker>()) {
+        if e.downcast_ref::<ReportedMarker>().is_some() {
             return;
         }
         let detail = redact::redact(&failure_detail(e));

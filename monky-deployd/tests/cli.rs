@@ -54,7 +54,12 @@ fn an_unusable_config_exits_78_naming_the_key() {
     let run = w.tick();
     run.expect(78);
     assert!(run.stderr().contains("tenancy_port"), "{}", run.stderr());
-    let run = w.run(&["--config", "/nonexistent/config.yaml", "run", "--once"]);
+    let run = Run(
+        std::process::Command::new(env!("CARGO_BIN_EXE_monky-deployd"))
+            .args(["--config", "/nonexistent/config.yaml", "run", "--once"])
+            .output()
+            .unwrap(),
+    );
     run.expect(78);
     assert!(
         run.stderr().contains("/nonexistent/config.yaml"),

@@ -100,9 +100,12 @@ fn tenancy_unreachable_is_temporary_and_quiet_on_a_laptop() {
 fn openbao_down_during_apply_is_temporary_and_changes_nothing() {
     let w = World::new();
     let first = w.applied();
-    w.bao
-        .set_fault("/v1/", monky_bao_client::testkit::Fault::Sealed);
-    // Force a lease: make the token look old enough to be re-leased at apply time.
+    // Sealed for the agent's logins; tenancy's own token lookups still pass.
+    w.bao.set_fault(
+        "/v1/auth/jwt-tenancy",
+        monky_bao_client::testkit::Fault::Sealed,
+    );
+    // A bootstrap token is swapped for a lease at apply time, so the apply needs a login.
     w.publish(&TestBundle::tagged("2"));
     let mut st = w.state();
     st["token"]["source"] = json!("bootstrap");

@@ -35,10 +35,11 @@ fn check_clean(w: &World, outputs: &[String]) {
     }
     for (where_, text) in &texts {
         for s in &secrets {
-            assert!(
-                !text.contains(s.as_str()),
-                "a secret leaked into {where_}:\n{text}"
-            );
+            if let Some(at) = text.find(s.as_str()) {
+                let from = text[..at].rfind('\n').map_or(0, |n| n + 1);
+                let to = text[at..].find('\n').map_or(text.len(), |n| at + n);
+                panic!("a secret leaked into {where_}: {}", &text[from..to]);
+            }
         }
         assert!(!text.contains("eyJ"), "a JWT leaked into {where_}:\n{text}");
     }

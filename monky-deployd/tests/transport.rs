@@ -12,7 +12,12 @@ fn proxy_transport_with_tls_and_a_ca_bundle() {
     assert_eq!(w.state()["applied_sha"], serde_json::json!(sha));
     assert_report(&w.last_report(), ReportResult::Applied, None);
     // Tenancy saw the intercept name and port in Host, though TCP went to its loopback port.
-    let hosts: Vec<_> = w.requests().into_iter().filter_map(|r| r.host).collect();
+    let hosts: Vec<_> = w
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/v1/agent/"))
+        .filter_map(|r| r.host)
+        .collect();
     assert!(
         hosts.iter().all(|h| h == "monky.tenancy.deploy:443"),
         "{hosts:?}"

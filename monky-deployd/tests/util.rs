@@ -68,7 +68,7 @@ impl TestBundle {
         self
     }
 
-    pub fn tar(&self) -> Vec<u8> {
+    fn files(&self) -> BTreeMap<MemberName, Vec<u8>> {
         let mut files = BTreeMap::new();
         let put = |files: &mut BTreeMap<_, _>, name: &[u8], bytes: Vec<u8>| {
             files.insert(MemberName::parse(name).unwrap(), bytes);
@@ -93,14 +93,16 @@ impl TestBundle {
             b"bundle.json",
             self.meta.to_string().into_bytes(),
         );
-        monky_bundle::pack_tar(&files)
+        files
+    }
+
+    pub fn tar(&self) -> Vec<u8> {
+        monky_bundle::pack_tar(&self.files())
     }
 
     pub fn sha(&self) -> String {
-        monky_bundle::Bundle::parse(&self.tar(), &monky_bundle::Limits::default())
-            .unwrap()
-            .sha()
-            .to_string()
+        let files = self.files();
+        monky_bundle::bundle_sha(files.iter().map(|(n, b)| (n.as_str(), b.as_slice())))
     }
 }
 
