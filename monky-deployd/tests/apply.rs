@@ -252,8 +252,10 @@ fn privileged_compose_is_refused() {
         "services:\n  web:\n    image: x\n    volumes: [\"/var/run/docker.sock:/var/run/docker.sock\"]\n",
         "services:\n  web:\n    image: x\n    cap_add: [\"${CAP:-sys_admin}\"]\n",
     ] {
-        let mut b = TestBundle::default();
-        b.compose = compose.into();
+        let b = TestBundle {
+            compose: compose.into(),
+            ..TestBundle::default()
+        };
         check_refused(b, "PRIVILEGED_REFUSED");
     }
 }
@@ -262,8 +264,10 @@ fn privileged_compose_is_refused() {
 fn allow_privileged_lets_it_through() {
     let w = World::new();
     w.stage_grant();
-    let mut b = TestBundle::default();
-    b.compose = "services:\n  web:\n    image: x\n    privileged: true\n".into();
+    let mut b = TestBundle {
+        compose: "services:\n  web:\n    image: x\n    privileged: true\n".into(),
+        ..TestBundle::default()
+    };
     b.meta["agent"] = json!({"allow_privileged": true});
     w.publish(&b);
     w.tick().ok();

@@ -104,6 +104,11 @@ mod tests {
         assert!(stop(pid, "sleep", Duration::from_secs(5)).unwrap());
         // The test process is the parent, so the child may linger as a zombie: that is dead.
         assert!(!is_alive(pid, "sleep"));
+        // The kernel may not have made the exit status reapable yet: give it a moment.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while running(&mut child) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         assert!(!running(&mut child));
         assert!(!stop(pid, "sleep", Duration::from_secs(1)).unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
