@@ -453,13 +453,7 @@ impl<'a> Agent<'a> {
     // ---- none / down ------------------------------------------------------------------------
 
     fn heartbeat(&mut self) -> anyhow::Result<Exit> {
-        let bad: Vec<String> = self
-            .state
-            .containers
-            .iter()
-            .filter(|c| !container_ok(c))
-            .map(|c| format!("{} ({})", c.name, c.health.as_deref().unwrap_or(&c.state)))
-            .collect();
+        let bad = not_ready(&self.state.containers);
         let missing = self.state.containers.is_empty() && self.state.applied_sha.is_some();
         let sha = self.state.applied_sha.clone();
         if bad.is_empty() && !missing {
@@ -605,13 +599,7 @@ impl<'a> Agent<'a> {
         let up = project.up(Some(self.cfg.healthy_timeout));
         failpoint::hit("after-up");
         self.state.containers = self.containers();
-        let bad: Vec<String> = self
-            .state
-            .containers
-            .iter()
-            .filter(|c| !container_ok(c))
-            .map(|c| format!("{} ({})", c.name, c.health.as_deref().unwrap_or(&c.state)))
-            .collect();
+        let bad = not_ready(&self.state.containers);
         if up.is_err() || !bad.is_empty() {
             let logs = project.logs_tail(200).unwrap_or_else(|e| {
                 warn!("cannot read the compose logs: {e}");
@@ -827,8 +815,15 @@ fn is_rate_limited(e: &anyhow::Error) -> bool {
         .any(|f| f.code.as_deref() == Some("LEASE_RATE_LIMITED"))
 }
 
-fn container_ok(c: &SeenContainer) -> bool {
-    c.state == "running" && matches!(c.health.as_deref(), None | Some("healthy"))
+/// The containers that are not running-and-healthy, as `name (state or health)`.
+fn not_ready(containers: &[SeenContainer]) -> Vec<String> {
+    containers
+        .iter()
+        .filter(|c| {
+            !(c.state == "running" && matches!(c.health.as_deref(), None | Some("healthy")))
+        })
+        .map(|c| format!("{} ({})", c.name, c.health.as_deref().unwrap_or(&c.state)))
+        .collect()
 }
 
 fn action_name(a: Action) -> &'static str {
