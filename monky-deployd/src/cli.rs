@@ -49,8 +49,34 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Offline checks of a bundle on disk, for the renderer's and tenancy's developers.
+    Bundle {
+        /// What to do with the bundle.
+        #[command(subcommand)]
+        command: BundleCommand,
+    },
     /// Print the version.
     Version,
+}
+
+/// `bundle` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum BundleCommand {
+    /// Run every offline check of an apply on a bundle (a tar or a directory of its members):
+    /// prints `sha256 <hex>`, then `FAIL CODE: names` per finding or one `ok` line; exit 0 or 1.
+    Check {
+        /// The bundle: a .tar, a .tar.gz, or a directory holding its members.
+        path: PathBuf,
+        /// The env the bundle is for (its manifest paths must be this env's).
+        #[arg(long = "env", value_name = "ENV_ID")]
+        env_id: String,
+        /// The KV mount the manifest paths live under.
+        #[arg(long, default_value = "monky")]
+        kv_mount: String,
+        /// Also check the bundle's sha against this one (BUNDLE_SHA_MISMATCH).
+        #[arg(long)]
+        sha: Option<String>,
+    },
 }
 
 #[cfg(test)]

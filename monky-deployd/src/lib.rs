@@ -4,6 +4,7 @@
 //! the exit status. A tick ([`tick::run_once`]) takes the state dir's lock, makes sure it holds
 //! an OpenBao token, checks in with tenancy and then heartbeats, retires or applies.
 
+pub mod checks;
 pub mod cli;
 pub mod config;
 pub mod exit;
@@ -19,7 +20,7 @@ pub mod state;
 mod status;
 pub mod tick;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{BundleCommand, Cli, Command};
 use crate::config::Config;
 use crate::exit::Exit;
 
@@ -34,6 +35,15 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Ok(cfg)
     };
     match cli.command {
+        Command::Bundle {
+            command:
+                BundleCommand::Check {
+                    path,
+                    env_id,
+                    kv_mount,
+                    sha,
+                },
+        } => checks::bundle_check(&path, &env_id, &kv_mount, sha.as_deref()),
         Command::Version => {
             println!("monky-deployd {VERSION}");
             Ok(Exit::Ok)

@@ -1,6 +1,6 @@
 //! One tick: lock, token, checkin, then heartbeat, retire or apply, report, upkeep, save.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use crate::config::{Config, VolumesOnAbsent};
 use crate::exit::{Exit, Failure};
 use crate::state::{self, SeenContainer, State, TokenSource, TokenState};
-use crate::{failpoint, fsx, host, logging, peers, redact, release};
+use crate::{checks, failpoint, fsx, host, logging, peers, redact, release};
 
 /// Re-lease when the token is older than its max TTL (30 d) less two days.
 const RELEASE_AFTER: Duration = Duration::from_secs(28 * 24 * 3600);
@@ -638,37 +638,9 @@ impl<'a> Agent<'a> {
 
     /// Every refusal an apply can meet before any lease or secret read; returns the KV paths.
     fn refusal_checks(&self, b: &bundle::Bundle, sha: &str) -> anyhow::Result<Vec<bao::KvPath>> {
-        let manifest = b.manifest();
-        let mount = self.kv_mount();
-        let mut paths = Vec::new();
-        let mut outside = Vec::new();
-        for e in &manifest.entries {
-            match bao::KvPath::parse(&e.path, &mount, &self.cfg.env_id) {
-                Ok(p) => paths.push(p),
-                Err(_) => outside.push(e.var.clone()),
-            }
-        }
-        if !outside.is_empty() {
-            return Err(Failure::new(
-                Exit::Fail,
-                Some("MANIFEST_PATH_REFUSED".into()),
-                format!(
-                    "outside {mount}/data/{}/see/: {}",
-                    self.cfg.env_id,
-                    outside.join(", ")
-                ),
-            )
-            .into());
-        }
-        let provided: BTreeSet<String> = manifest
-            .entries
-            .iter()
-            .filter(|e| e.use_.as_deref() != Some("registry-auth"))
-            .map(|e| e.var.clone())
-            .collect();
-        bundle::check_env_complete(b.env_template(), &provided).map_err(refusal)?;
-        if !b.meta().allow_privileged {
-            bundle::check_privileged(b.compose(), &|_| None).map_err(refusal)?;
+        let (paths, findings) = checks::offline(b, &self.cfg.env_id, &self.kv_mount());
+        if let Some(f) = findings.into_iter().next() {
+            return Err(f.into_failure());
         }
         bundle::check_rollback(sha, &self.state.applied_history, b.meta().allow_rollback)
             .map_err(refusal)?;

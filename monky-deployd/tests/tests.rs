@@ -4,6 +4,7 @@
 mod util;
 
 mod apply;
+mod bundle_check;
 mod cli;
 mod crash;
 mod lifecycle;

@@ -1,0 +1,99 @@
+//! `monky-deployd bundle check`: every offline finding of an apply, on a bundle on disk.
+
+use serde_json::json;
+
+use crate::util::*;
+
+fn write_dir(w: &World, name: &str, b: &TestBundle) -> std::path::PathBuf {
+    let dir = w.path(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("docker-compose.yml"), &b.compose).unwrap();
+    std::fs::write(dir.join(".env.template"), &b.env_template).unwrap();
+    std::fs::write(dir.join("secrets.manifest.json"), b.manifest.to_string()).unwrap();
+    std::fs::write(dir.join("bundle.json"), b.meta.to_string()).unwrap();
+    dir
+}
+
+fn check(w: &World, path: &std::path::Path, extra: &[&str]) -> Run {
+    let mut args = vec!["bundle", "check", path.to_str().unwrap(), "--env", ENV];
+    args.extend_from_slice(extra);
+    Run(
+        std::process::Command::new(env!("CARGO_BIN_EXE_monky-deployd"))
+            .args(&args)
+            .output()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn a_good_bundle_passes_as_a_directory_and_as_a_tar() {
+    let w = World::new();
+    let b = TestBundle::default();
+    let run = check(&w, &write_dir(&w, "good", &b), &["--sha", &b.sha()]);
+    run.ok();
+    assert_eq!(
+        run.stdout().lines().next().unwrap(),
+        format!("sha256 {}", b.sha())
+    );
+    assert!(
+        run.stdout().lines().last().unwrap().starts_with("ok "),
+        "{}",
+        run.stdout()
+    );
+    let tar = w.path("good.tar");
+    std::fs::write(&tar, b.tar()).unwrap();
+    check(&w, &tar, &[]).ok();
+}
+
+#[test]
+fn every_finding_is_listed_with_its_code() {
+    let w = World::new();
+    let mut b = TestBundle {
+        compose: "services:\n  web:\n    image: x\n    privileged: true\n".into(),
+        ..TestBundle::default()
+    };
+    b.env_template
+        .push_str("SEE_ADMIN_TOKEN=${SEE_ADMIN_TOKEN}\n");
+    b.manifest["entries"][0]["path"] = json!("monky/env-other/see/gemini_api_key");
+    let run = check(&w, &write_dir(&w, "bad", &b), &["--sha", "0000"]);
+    run.expect(1);
+    let fails: Vec<String> = run
+        .stdout()
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("FAIL ")
+                .map(|f| f.split(':').next().unwrap().to_string())
+        })
+        .collect();
+    assert_eq!(
+        fails,
+        [
+            "BUNDLE_SHA_MISMATCH",
+            "MANIFEST_PATH_REFUSED",
+            "ENV_INCOMPLETE",
+            "PRIVILEGED_REFUSED"
+        ],
+        "{}",
+        run.stdout()
+    );
+    assert!(run.stdout().contains("SEE_ADMIN_TOKEN"));
+}
+
+#[test]
+fn an_unknown_file_or_a_broken_tar_is_bundle_invalid() {
+    let w = World::new();
+    let dir = write_dir(&w, "extra", &TestBundle::default());
+    std::fs::write(dir.join("notes.txt"), "hi").unwrap();
+    let run = check(&w, &dir, &[]);
+    run.expect(1);
+    assert!(
+        run.stdout().starts_with("FAIL BUNDLE_INVALID"),
+        "{}",
+        run.stdout()
+    );
+    let tar = w.path("broken.tar");
+    std::fs::write(&tar, b"not a tar at all").unwrap();
+    let run = check(&w, &tar, &[]);
+    run.expect(1);
+    assert!(run.stdout().starts_with("FAIL BUNDLE_"), "{}", run.stdout());
+}
