@@ -14,7 +14,7 @@ fn write_dir(w: &World, name: &str, b: &TestBundle) -> std::path::PathBuf {
     dir
 }
 
-fn check(w: &World, path: &std::path::Path, extra: &[&str]) -> Run {
+fn check(path: &std::path::Path, extra: &[&str]) -> Run {
     let mut args = vec!["bundle", "check", path.to_str().unwrap(), "--env", ENV];
     args.extend_from_slice(extra);
     Run(
@@ -29,7 +29,7 @@ fn check(w: &World, path: &std::path::Path, extra: &[&str]) -> Run {
 fn a_good_bundle_passes_as_a_directory_and_as_a_tar() {
     let w = World::new();
     let b = TestBundle::default();
-    let run = check(&w, &write_dir(&w, "good", &b), &["--sha", &b.sha()]);
+    let run = check(&write_dir(&w, "good", &b), &["--sha", &b.sha()]);
     run.ok();
     assert_eq!(
         run.stdout().lines().next().unwrap(),
@@ -42,7 +42,7 @@ fn a_good_bundle_passes_as_a_directory_and_as_a_tar() {
     );
     let tar = w.path("good.tar");
     std::fs::write(&tar, b.tar()).unwrap();
-    check(&w, &tar, &[]).ok();
+    check(&tar, &[]).ok();
 }
 
 #[test]
@@ -55,7 +55,7 @@ fn every_finding_is_listed_with_its_code() {
     b.env_template
         .push_str("SEE_ADMIN_TOKEN=${SEE_ADMIN_TOKEN}\n");
     b.manifest["entries"][0]["path"] = json!("monky/env-other/see/gemini_api_key");
-    let run = check(&w, &write_dir(&w, "bad", &b), &["--sha", "0000"]);
+    let run = check(&write_dir(&w, "bad", &b), &["--sha", "0000"]);
     run.expect(1);
     let fails: Vec<String> = run
         .stdout()
@@ -84,7 +84,7 @@ fn an_unknown_file_or_a_broken_tar_is_bundle_invalid() {
     let w = World::new();
     let dir = write_dir(&w, "extra", &TestBundle::default());
     std::fs::write(dir.join("notes.txt"), "hi").unwrap();
-    let run = check(&w, &dir, &[]);
+    let run = check(&dir, &[]);
     run.expect(1);
     assert!(
         run.stdout().starts_with("FAIL BUNDLE_INVALID"),
@@ -93,7 +93,7 @@ fn an_unknown_file_or_a_broken_tar_is_bundle_invalid() {
     );
     let tar = w.path("broken.tar");
     std::fs::write(&tar, b"not a tar at all").unwrap();
-    let run = check(&w, &tar, &[]);
+    let run = check(&tar, &[]);
     run.expect(1);
     assert!(run.stdout().starts_with("FAIL BUNDLE_"), "{}", run.stdout());
 }
