@@ -443,4 +443,195 @@ mod tests {
         let c = parse(text).unwrap();
         assert_eq!(c.env_id, "env-qa-02");
     }
+
+    #[test]
+    fn alias_bombs_are_refused_quickly() {
+        // Billion laughs: nine levels of ten aliases would expand to 10^9 strings.
+        let mut text = String::from("a0: &a0 lol\n");
+        for n in 1..10 {
+            let refs = vec![format!("*a{}", n - 1); 10].join(", ");
+            text.push_str(&format!("a{n}: &a{n} [{refs}]\n"));
+        }
+        text.push_str("env_id: e1\n");
+        let started = std::time::Instant::now();
+        assert!(parse(&text).is_err());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    mod prop {
+        use super::parse;
+        use proptest::prelude::*;
+
+        /// Scalars a hand-written config may hold: right, wrong and YAML-tricky shapes.
+        fn scalar() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[a-z0-9._:/-]{0,20}",
+                "'[^'\n]{0,20}'",
+                "\"[^\"\\\\\n]{0,20}\"",
+                "-?[0-9]{1,22}",
+                prop::sample::select(vec![
+                    "true",
+                    "no",
+                    "yes",
+                    "on",
+                    "~",
+                    "null",
+                    "",
+                    "[1, 2]",
+                    "{a: b}",
+                    "&a x",
+                    "*a",
+                    "!!str 010",
+                    "0x1F",
+                    "1e3",
+                    ".inf",
+                    "-.nan",
+                    "0o17",
+                    "|",
+                    ">-",
+                    "[",
+                    "{",
+                    "'unterminated",
+                    "@x",
+                    "`x",
+                    "%x",
+                    "127.0.0.1:1",
+                    "http://127.0.0.1:9/",
+                    "https://bao.example.test:8200",
+                ])
+                .prop_map(str::to_string),
+                "[^\n]{0,30}",
+            ]
+        }
+
+        fn key() -> impl Strategy<Value = String> {
+            prop::sample::select(vec![
+                "env_id",
+                "site",
+                "transport",
+                "identity",
+                "state_dir",
+                "bootstrap_file",
+                "interval_s",
+                "laptop_mode",
+                "volumes_on_absent",
+                "prod",
+                "healthy_timeout_s",
+                "compose_project",
+                "docker_bin",
+                "log_level",
+                "registry_host",
+                "disk_factor",
+                "disk_headroom_bytes",
+                "keep_releases",
+                "tenancy",
+                "bao",
+                "service",
+                "host",
+                "port",
+                "scheme",
+                "proxy_addr",
+                "timeout_s",
+                "base_url",
+                "addr",
+                "ca_bundle",
+                "auth_mount",
+                "role",
+                "kv_mount",
+                "renew_below_s",
+                "approle",
+                "<<",
+                "unknown",
+            ])
+            .prop_map(str::to_string)
+        }
+
+        fn line() -> impl Strategy<Value = String> {
+            prop_oneof![
+                6 => ("( {2}){0,2}", key(), scalar()).prop_map(|(i, k, v)| format!("{i}{k}: {v}")),
+                2 => prop::sample::select(vec!["tenancy:", "bao:", "  approle:"]).prop_map(str::to_string),
+                1 => prop::sample::select(vec!["---", "...", "- x", "# comment", "\t", "x: &a {y: 1}", "z: *a", "<<: *a"])
+                    .prop_map(str::to_string),
+                1 => "[^\n]{0,40}",
+            ]
+        }
+
+        /// Valid env ids, including the ones YAML would read as something else when plain.
+        fn env_id() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[a-z][a-z0-9-]{0,20}",
+                "[A-Za-z0-9_-]{1,24}",
+                prop::sample::select(vec![
+                    "007",
+                    "1e3",
+                    "0x1F",
+                    "0o17",
+                    "yes",
+                    "no",
+                    "on",
+                    "off",
+                    "true",
+                    "null",
+                    "nan",
+                    "inf",
+                    "123",
+                    "1_000",
+                    "-1",
+                    "12-34",
+                    "env_qa_02",
+                    "Y",
+                    "n",
+                    "NULL",
+                    "True",
+                ])
+                .prop_map(str::to_string),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+            #[test]
+            fn yaml_ish_text_never_panics(lines in prop::collection::vec(line(), 0..14)) {
+                let _ = parse(&lines.join("\n"));
+            }
+
+            #[test]
+            fn arbitrary_text_never_panics(text in any::<String>()) {
+                let _ = parse(&text);
+            }
+
+            #[test]
+            fn an_accepted_env_id_is_the_one_written(
+                id in env_id(),
+                style in 0..3u8,
+                rest in prop::collection::vec(("[a-z_]{1,10}", "[a-z0-9]{0,8}"), 0..3),
+            ) {
+                let written = match style {
+                    0 => id.clone(),
+                    1 => format!("'{id}'"),
+                    _ => format!("\"{id}\""),
+                };
+                let alone = rest.is_empty();
+                let mut text = format!("env_id: {written}\n");
+                for (k, v) in rest {
+                    text.push_str(&format!("{k}: {v}\n"));
+                }
+                if let Ok(cfg) = parse(&text) {
+                    // Whatever YAML made of a plain scalar, the agent talks as exactly this env.
+                    prop_assert_eq!(&cfg.env_id, &id, "{}", text);
+                    prop_assert_eq!(&cfg.compose_project, &format!("monky-{id}"));
+                    prop_assert_eq!(cfg.env_dir(), cfg.state_dir.join(&id));
+                }
+                // Quoted, a valid name is always accepted.
+                if style != 0 && alone {
+                    prop_assert!(parse(&text).is_ok(), "{}", text);
+                }
+            }
+        }
+    }
 }
