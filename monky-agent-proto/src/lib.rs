@@ -34,6 +34,9 @@ pub use wire::{
     is_retired_lease_shape,
 };
 
+#[cfg(feature = "schema")]
+pub use wire::schemas;
+
 #[cfg(feature = "client")]
 pub mod client;
 #[cfg(feature = "client")]

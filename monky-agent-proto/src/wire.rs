@@ -11,6 +11,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Body of `POST /v1/agent/checkin`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckinRequest {
     /// The environment this agent deploys.
@@ -26,6 +27,7 @@ pub struct CheckinRequest {
 }
 
 /// Host facts sent with every checkin.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostFacts {
     /// Host name.
@@ -51,6 +53,7 @@ pub struct HostFacts {
 }
 
 /// One container of the deployed project.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContainerStatus {
     /// Container name.
@@ -62,6 +65,7 @@ pub struct ContainerStatus {
 }
 
 /// What tenancy wants the agent to do after a checkin.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
@@ -92,6 +96,7 @@ impl fmt::Display for Action {
 }
 
 /// Answer to a checkin.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckinResponse {
     /// The environment the answer is for.
@@ -112,6 +117,7 @@ pub struct CheckinResponse {
 }
 
 /// The OpenBao coordinates tenancy hands out with a checkin.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct VaultInfo {
     /// OpenBao address (informational; the transport decides how it is reached).
@@ -127,6 +133,7 @@ pub struct VaultInfo {
 }
 
 /// Body of `POST /v1/agent/lease`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseRequest {
     /// The environment asking for a grant.
@@ -140,12 +147,14 @@ pub struct LeaseRequest {
 ///
 /// A body in the retired AppRole shape (`wrapping_token`, `role_id`) is not a `LeaseResponse`;
 /// see [`is_retired_lease_shape`].
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LeaseResponse {
     /// The environment the grant is for.
     pub env_id: String,
     /// The signed deploy grant (a JWT).
     #[serde(serialize_with = "expose_secret")]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub login_jwt: SecretString,
     /// Lifetime of the grant in seconds.
     pub ttl_s: u64,
@@ -171,6 +180,7 @@ pub fn is_retired_lease_shape(body: &serde_json::Value) -> bool {
 }
 
 /// Outcome of an apply, as reported.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReportResult {
@@ -201,6 +211,7 @@ impl fmt::Display for ReportResult {
 }
 
 /// Body of `POST /v1/agent/report`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReportRequest {
     /// The reporting environment.
@@ -219,9 +230,11 @@ pub struct ReportRequest {
 }
 
 /// Tenancy's error body.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorEnvelope {
     /// Machine-readable code.
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub code: ErrorCode,
     /// Human-readable detail.
     #[serde(default)]
@@ -399,4 +412,24 @@ mod tests {
             r#"BundleDownload { bytes: 3 bytes, header_sha: Some("ab") }"#
         );
     }
+}
+
+/// The JSON Schemas of every request and response body, by file name (feature `schema`).
+///
+/// They are generated from these types and committed under `docs/schema/`, so tenancy's Python
+/// side can validate against the same contract.
+#[cfg(feature = "schema")]
+#[must_use]
+pub fn schemas() -> Vec<(&'static str, serde_json::Value)> {
+    fn of<T: schemars::JsonSchema>() -> serde_json::Value {
+        serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default()
+    }
+    vec![
+        ("checkin-request.json", of::<CheckinRequest>()),
+        ("checkin-response.json", of::<CheckinResponse>()),
+        ("lease-request.json", of::<LeaseRequest>()),
+        ("lease-response.json", of::<LeaseResponse>()),
+        ("report-request.json", of::<ReportRequest>()),
+        ("error-envelope.json", of::<ErrorEnvelope>()),
+    ]
 }
