@@ -581,12 +581,10 @@ impl<'a> Agent<'a> {
                 })?;
             bundle::check_privileged(&model.to_string(), &|_| None).map_err(refusal)?;
         }
-        let rel = release::promote(self.cfg, staged, sha)?;
-        failpoint::hit("after-swap");
-        self.state.applied_prod = Some(b.meta().is_prod());
-        let project = rel.compose(&self.docker, self.cfg);
+        // Pulled from the staging dir: a registry refusal leaves `current` naming the release
+        // that is still running.
         info!("compose pull");
-        if let Err(e) = project.pull() {
+        if let Err(e) = staged.compose(&self.docker, self.cfg).pull() {
             return Err(Failure::new(
                 Exit::Fail,
                 Some("COMPOSE_PULL_FAILED".into()),
@@ -594,6 +592,10 @@ impl<'a> Agent<'a> {
             )
             .into());
         }
+        let rel = release::promote(self.cfg, staged, sha)?;
+        failpoint::hit("after-swap");
+        self.state.applied_prod = Some(b.meta().is_prod());
+        let project = rel.compose(&self.docker, self.cfg);
         info!("compose up -d --remove-orphans");
         failpoint::hit("before-up");
         let up = project.up(Some(self.cfg.healthy_timeout));

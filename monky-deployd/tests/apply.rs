@@ -361,6 +361,11 @@ fn a_pull_failure_carries_the_registry_message_and_keeps_the_old_env() {
     );
     assert_eq!(w.state()["applied_sha"], json!(first));
     assert_eq!(
+        w.current_target().unwrap(),
+        std::path::Path::new("releases").join(&first),
+        "a failed pull moved current away from the running release"
+    );
+    assert_eq!(
         std::fs::read(w.env_dir().join(format!("releases/{first}/.env"))).unwrap(),
         env_before
     );
