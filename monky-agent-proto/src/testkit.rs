@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 use std::io::{Cursor, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -83,6 +84,26 @@ pub enum Fault {
     RetryAfter(u64),
     /// Answer a lease in the retired AppRole shape (`wrapping_token`, `role_id`).
     AppRoleLease,
+    /// Answer as usual, but send only the first `keep` bytes of the body (after a head that
+    /// announces all of it), then close the connection: a body cut short.
+    Truncate {
+        /// Body bytes delivered before the close.
+        keep: usize,
+    },
+    /// As [`Fault::Truncate`], but end with a TCP reset instead of a close, the way a
+    /// connection torn down mid-download looks to the client.
+    Reset {
+        /// Body bytes delivered before the reset.
+        keep: usize,
+    },
+    /// Answer 200 with `len` bytes of filler, produced while sending and never held in memory.
+    /// `chunked` leaves out the `Content-Length`, so only reading tells the client the size.
+    LargeBody {
+        /// Body length in bytes.
+        len: u64,
+        /// Send the body chunked, without a `Content-Length`.
+        chunked: bool,
+    },
 }
 
 /// One bucket: `count` requests per `per`, refilled continuously.
@@ -210,6 +231,8 @@ pub struct Recorded {
     pub status: Option<u16>,
     /// The JSON body, when the request had one.
     pub body: Option<Value>,
+    /// When the request arrived (before any injected delay), for tests that measure pacing.
+    pub at: Instant,
 }
 
 /// Builder for [`FakeTenancy`].
@@ -244,7 +267,9 @@ impl FakeTenancyBuilder {
     #[must_use]
     pub fn start(self) -> FakeTenancy {
         let server = tiny_http::Server::http("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let addr = server.server_addr().to_ip().expect("an ip listener");
+        let inner = server.server_addr().to_ip().expect("an ip listener");
+        let front = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let addr = front.local_addr().expect("the front listener's address");
         let url = Url::parse(&format!("http://{addr}/")).expect("loopback url");
         let bao = self.bao.map(BaoLookup::new);
         let shared = Arc::new(Shared {
@@ -267,10 +292,18 @@ impl FakeTenancyBuilder {
                 .spawn(move || accept_loop(&server, &shared))
                 .expect("spawn the fake tenancy thread")
         };
+        let front_thread = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("fake-tenancy-front".into())
+                .spawn(move || front_loop(&front, inner, &shared))
+                .expect("spawn the fake tenancy front thread")
+        };
         FakeTenancy {
             shared,
             server,
             thread: Some(thread),
+            front: Some(front_thread),
         }
     }
 }
@@ -280,6 +313,7 @@ pub struct FakeTenancy {
     shared: Arc<Shared>,
     server: Arc<tiny_http::Server>,
     thread: Option<JoinHandle<()>>,
+    front: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for FakeTenancy {
@@ -296,6 +330,11 @@ impl Drop for FakeTenancy {
         self.server.unblock();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+        if let Some(front) = self.front.take() {
+            // The front blocks in accept; one connection wakes it to see the stop flag.
+            let _ = TcpStream::connect(self.addr());
+            let _ = front.join();
         }
     }
 }
@@ -508,6 +547,7 @@ struct State {
     bundles: HashMap<(String, String), Vec<u8>>,
     faults: HashMap<Endpoint, (Fault, Option<u32>)>,
     requests: Vec<Recorded>,
+    cuts: HashMap<SocketAddr, Cut>,
     reports: Vec<ReportRequest>,
     leases: HashMap<String, usize>,
     limits: RateLimits,
@@ -747,6 +787,127 @@ fn accept_loop(server: &tiny_http::Server, shared: &Arc<Shared>) {
     }
 }
 
+/// The fake's public listener. Every connection is relayed to the HTTP server behind it, so
+/// that a fault can cut a response short or reset the connection part way through a body,
+/// which the server library itself cannot do.
+fn front_loop(front: &TcpListener, inner: SocketAddr, shared: &Arc<Shared>) {
+    for client in front.incoming() {
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(client) = client else { continue };
+        let Ok(upstream) = TcpStream::connect(inner) else {
+            continue;
+        };
+        // Without these, small answers wait on delayed ACKs at every hop of the relay.
+        let _ = client.set_nodelay(true);
+        let _ = upstream.set_nodelay(true);
+        let (Ok(key), Ok(client_down), Ok(upstream_down)) = (
+            upstream.local_addr(),
+            client.try_clone(),
+            upstream.try_clone(),
+        ) else {
+            continue;
+        };
+        let _ = std::thread::Builder::new()
+            .name("fake-tenancy-up".into())
+            .spawn(move || relay_up(client, upstream));
+        let shared = Arc::clone(shared);
+        let _ = std::thread::Builder::new()
+            .name("fake-tenancy-down".into())
+            .spawn(move || relay_down(upstream_down, client_down, key, &shared));
+    }
+}
+
+/// Client to server, until the client stops sending.
+fn relay_up(mut client: TcpStream, mut upstream: TcpStream) {
+    let _ = std::io::copy(&mut client, &mut upstream);
+    let _ = upstream.shutdown(Shutdown::Write);
+}
+
+/// Server to client, applying a cut registered for this connection (keyed by `key`, the
+/// relay's end of the inner connection).
+fn relay_down(mut upstream: TcpStream, mut client: TcpStream, key: SocketAddr, shared: &Shared) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut cutting: Option<Cutting> = None;
+    loop {
+        let n = match upstream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if cutting.is_none() {
+            cutting = lock(shared).cuts.remove(&key).map(Cutting::new);
+        }
+        let Some(c) = cutting.as_mut() else {
+            if client.write_all(&buf[..n]).is_err() {
+                break;
+            }
+            continue;
+        };
+        let (forward, done) = c.feed(&buf[..n]);
+        let written = client.write_all(&forward).and_then(|()| client.flush());
+        if done || written.is_err() {
+            if c.cut.reset {
+                // Linger 0 makes the last close send RST instead of FIN; shutting down the
+                // read side wakes the other relay thread so that it lets go of its handle
+                // without sending anything.
+                let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
+                let _ = client.shutdown(Shutdown::Read);
+            } else {
+                let _ = client.shutdown(Shutdown::Both);
+            }
+            let _ = upstream.shutdown(Shutdown::Both);
+            return;
+        }
+    }
+    let _ = client.shutdown(Shutdown::Write);
+}
+
+/// Where to stop a response: after `keep` body bytes, with a close or a reset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cut {
+    keep: usize,
+    reset: bool,
+}
+
+/// A cut in progress: the response head is held back until it is complete, then the body is
+/// counted down.
+#[derive(Debug)]
+struct Cutting {
+    cut: Cut,
+    head: Vec<u8>,
+    body_left: Option<usize>,
+}
+
+impl Cutting {
+    fn new(cut: Cut) -> Self {
+        Cutting {
+            cut,
+            head: Vec::new(),
+            body_left: None,
+        }
+    }
+
+    /// Takes the next bytes from the server; returns what to pass on and whether the cut
+    /// point has been reached.
+    fn feed(&mut self, bytes: &[u8]) -> (Vec<u8>, bool) {
+        if let Some(left) = self.body_left {
+            let take = bytes.len().min(left);
+            self.body_left = Some(left - take);
+            return (bytes[..take].to_vec(), left == take);
+        }
+        self.head.extend_from_slice(bytes);
+        let Some(end) = self.head.windows(4).position(|w| w == b"\r\n\r\n") else {
+            return (Vec::new(), false);
+        };
+        let head_len = end + 4;
+        let take = (self.head.len() - head_len).min(self.cut.keep);
+        let left = self.cut.keep - take;
+        self.body_left = Some(left);
+        (self.head[..head_len + take].to_vec(), left == 0)
+    }
+}
+
 enum Reply {
     Json {
         status: u16,
@@ -759,6 +920,16 @@ enum Reply {
         headers: Vec<(&'static str, String)>,
     },
     Drop,
+    /// Filler of this length, generated while sending.
+    Large {
+        len: u64,
+        chunked: bool,
+    },
+    /// The reply, cut short by the front relay.
+    Cut {
+        reply: Box<Reply>,
+        cut: Cut,
+    },
 }
 
 impl Reply {
@@ -781,6 +952,8 @@ impl Reply {
     fn status(&self) -> Option<u16> {
         match self {
             Reply::Json { status, .. } | Reply::Raw { status, .. } => Some(*status),
+            Reply::Large { .. } => Some(200),
+            Reply::Cut { reply, .. } => reply.status(),
             Reply::Drop => None,
         }
     }
@@ -812,6 +985,7 @@ impl Incoming {
 }
 
 fn handle(shared: &Arc<Shared>, mut request: tiny_http::Request) {
+    let at = Instant::now();
     let header = |name: &str| {
         request
             .headers()
@@ -853,9 +1027,10 @@ fn handle(shared: &Arc<Shared>, mut request: tiny_http::Request) {
         host: incoming.host.clone(),
         status: reply.status(),
         body: incoming.body.clone(),
+        at,
     };
     lock(shared).requests.push(recorded);
-    send(request, reply);
+    send(shared, request, reply);
 }
 
 fn route(method: &str, path: &str) -> (Option<Endpoint>, Option<(String, String)>) {
@@ -889,6 +1064,17 @@ fn answer(shared: &Arc<Shared>, incoming: &Incoming) -> Reply {
     };
     let fault = lock(shared).take_fault(endpoint);
     if let Some(fault) = fault {
+        let cut = match fault {
+            Fault::Truncate { keep } => Some(Cut { keep, reset: false }),
+            Fault::Reset { keep } => Some(Cut { keep, reset: true }),
+            _ => None,
+        };
+        if let Some(cut) = cut {
+            return Reply::Cut {
+                reply: Box::new(answer_unfaulted(shared, incoming, endpoint)),
+                cut,
+            };
+        }
         match fault {
             Fault::Delay(delay) => sleep_unless_stopped(shared, delay),
             Fault::Status { status, body } => {
@@ -922,8 +1108,15 @@ fn answer(shared: &Arc<Shared>, incoming: &Incoming) -> Reply {
                     "ttl_s": 60,
                 }));
             }
+            Fault::LargeBody { len, chunked } => return Reply::Large { len, chunked },
+            Fault::Truncate { .. } | Fault::Reset { .. } => {}
         }
     }
+    answer_unfaulted(shared, incoming, endpoint)
+}
+
+/// Tenancy's own handling of a request, once no fault took it over.
+fn answer_unfaulted(shared: &Arc<Shared>, incoming: &Incoming, endpoint: Endpoint) -> Reply {
     if endpoint == Endpoint::Jwks {
         return Reply::ok(shared.signer.jwks.clone());
     }
@@ -1118,7 +1311,7 @@ fn sleep_unless_stopped(shared: &Shared, total: Duration) {
     }
 }
 
-fn send(request: tiny_http::Request, reply: Reply) {
+fn send(shared: &Shared, request: tiny_http::Request, reply: Reply) {
     let header = |name: &str, value: &str| {
         tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("a valid header")
     };
@@ -1153,6 +1346,25 @@ fn send(request: tiny_http::Request, reply: Reply) {
             }
             request.respond(response)
         }
+        Reply::Large { len, chunked } => {
+            let length = (!chunked).then(|| usize::try_from(len).unwrap_or(usize::MAX));
+            let response = tiny_http::Response::new(
+                tiny_http::StatusCode(200),
+                vec![header("Content-Type", "application/x-tar")],
+                std::io::repeat(b'#').take(len),
+                length,
+                None,
+            );
+            request.respond(response)
+        }
+        Reply::Cut { reply, cut } => {
+            // The relay that carries this connection finds the cut under the address the
+            // server sees as the client: the relay's own end of the inner connection.
+            if let Some(peer) = request.remote_addr().copied() {
+                lock(shared).cuts.insert(peer, cut);
+            }
+            return send(shared, request, *reply);
+        }
         Reply::Drop => {
             let mut writer = request.into_writer();
             writer
@@ -1184,6 +1396,43 @@ mod tests {
             route("GET", "/v1/agent/bundle/env-a/abc").1,
             Some(("env-a".to_owned(), "abc".to_owned()))
         );
+    }
+
+    #[test]
+    fn a_cut_passes_the_head_and_counts_down_the_body() {
+        let check = |chunks: &[&[u8]], keep: usize, expected: &[u8], done_after: Option<usize>| {
+            let mut c = Cutting::new(Cut { keep, reset: false });
+            let mut out = Vec::new();
+            let mut done_at = None;
+            for (i, chunk) in chunks.iter().enumerate() {
+                let (bytes, done) = c.feed(chunk);
+                out.extend_from_slice(&bytes);
+                if done {
+                    done_at = Some(i);
+                    break;
+                }
+            }
+            assert_eq!(out, expected, "{chunks:?} keep {keep}");
+            assert_eq!(done_at, done_after, "{chunks:?} keep {keep}");
+        };
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n";
+        let whole = [&head[..], b"0123456789"].concat();
+        check(&[&whole], 4, &[&head[..], b"0123"].concat(), Some(0));
+        // The head split across reads is held back until it is complete.
+        check(
+            &[
+                &whole[..5],
+                &whole[5..head.len() + 2],
+                &whole[head.len() + 2..],
+            ],
+            3,
+            &[&head[..], b"012"].concat(),
+            Some(2),
+        );
+        // keep 0: only the head.
+        check(&[&whole], 0, head, Some(0));
+        // keep beyond the body: everything passes and the cut never fires.
+        check(&[&whole], 99, &whole, None);
     }
 
     #[test]

@@ -575,3 +575,76 @@ fn test_pki(host: &str) -> (String, String, String) {
         .unwrap();
     (ca.pem(), leaf.pem(), leaf_key.serialize_pem())
 }
+
+#[test]
+fn body_faults_cut_reset_and_flood_a_bundle_download() {
+    let fake = FakeTenancy::builder().start();
+    let client = Client::builder(fake.url())
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let bearer = fake.issue_token(ENV);
+    let body: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    fake.publish_bundle(ENV, "7a10", body.clone());
+    let url = "/v1/agent/bundle/env-qa-02/7a10";
+
+    // fault, what the client makes of it (bytes read, or the error's kind), and a word its
+    // error chain must carry (a cut is an early end of file, a reset is a reset).
+    let check = |fault: Option<Fault>, expected: Result<usize, ErrorKind>, says: &str| {
+        if let Some(f) = fault.clone() {
+            fake.set_fault_times(Endpoint::Bundle, f, Some(1));
+        }
+        let started = std::time::Instant::now();
+        let got = client
+            .bundle(&bearer, url)
+            .map(|d| d.bytes.len())
+            .map_err(|e| {
+                let mut chain = e.to_string();
+                let mut source = std::error::Error::source(&e);
+                while let Some(s) = source {
+                    chain.push_str(&format!(": {s}"));
+                    source = s.source();
+                }
+                assert!(chain.contains(says), "{fault:?}: {chain}");
+                e.kind()
+            });
+        assert_eq!(got, expected, "{fault:?}");
+        // A cut ends the exchange at once rather than leaving the client to its timeout.
+        assert!(started.elapsed() < Duration::from_secs(4), "{fault:?}");
+    };
+    check(None, Ok(body.len()), "");
+    check(
+        Some(Fault::Truncate { keep: 1000 }),
+        Err(ErrorKind::Temporary),
+        "end of file",
+    );
+    check(
+        Some(Fault::Reset { keep: 1000 }),
+        Err(ErrorKind::Temporary),
+        "reset",
+    );
+    check(
+        Some(Fault::Truncate { keep: 0 }),
+        Err(ErrorKind::Temporary),
+        "EOF",
+    );
+    // The connection after a cut is a new one and works.
+    check(None, Ok(body.len()), "");
+    for chunked in [false, true] {
+        check(
+            Some(Fault::LargeBody {
+                len: 100 * 1024 * 1024,
+                chunked,
+            }),
+            Err(ErrorKind::Refused),
+            "BUNDLE_TOO_LARGE",
+        );
+    }
+
+    // Requests carry their arrival time, in order.
+    let at: Vec<_> = fake.requests().iter().map(|r| r.at).collect();
+    assert_eq!(at.len(), 7);
+    let mut sorted = at.clone();
+    sorted.sort();
+    assert_eq!(at, sorted);
+}
