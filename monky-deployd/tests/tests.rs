@@ -1,5 +1,5 @@
 //! monky-deployd's integration tests: the real binary against the testkit peers and a stub
-//! docker, one module per concern.
+//! docker (in `e2e`, the real docker engine and a registry), one module per concern.
 
 mod util;
 
@@ -7,6 +7,7 @@ mod apply;
 mod bundle_check;
 mod cli;
 mod crash;
+mod e2e;
 mod lifecycle;
 mod redaction;
 mod token;

@@ -1,5 +1,6 @@
 //! The test world: the agent binary in a temp dir, the testkit tenancy and OpenBao on
-//! 127.0.0.1:0, a recording stub `docker` and a fake engine socket that serves its containers.
+//! 127.0.0.1:0, a recording stub `docker` and a fake engine socket that serves its containers;
+//! or, for the end-to-end suite, the real docker CLI and engine instead of the last two.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -163,12 +164,30 @@ pub struct WorldOptions {
     pub tls_proxy: bool,
 }
 
+/// The real engine a world drives in the end-to-end suite.
+#[derive(Clone, Debug)]
+pub struct RealDocker {
+    /// The docker CLI (`docker_bin` in the agent's config).
+    pub docker_bin: PathBuf,
+    /// The compose project; unique per test so parallel tests never share containers.
+    pub compose_project: String,
+    /// The registry the images come from; the seeded credential names it.
+    pub registry: String,
+    /// The registry user and password seeded in OpenBao as the `registry` secret.
+    pub registry_user: String,
+    /// See `registry_user`.
+    pub registry_password: String,
+    /// `healthy_timeout_s` of the agent.
+    pub healthy_timeout_s: u64,
+}
+
 /// One agent on one box, with its peers.
 pub struct World {
     pub dir: tempfile::TempDir,
     pub tenancy: FakeTenancy,
     pub bao: FakeBao,
-    _engine: FakeEngine,
+    _engine: Option<FakeEngine>,
+    real: Option<RealDocker>,
     config_extra: std::cell::RefCell<String>,
     bao_extra: std::cell::RefCell<String>,
     tls: Option<Pki>,
@@ -208,6 +227,15 @@ impl World {
     }
 
     pub fn with(opts: WorldOptions) -> Self {
+        Self::build(opts, None)
+    }
+
+    /// A world whose agent drives the real docker CLI and engine (the end-to-end suite).
+    pub fn real_docker(real: RealDocker) -> Self {
+        Self::build(WorldOptions::default(), Some(real))
+    }
+
+    fn build(opts: WorldOptions, real: Option<RealDocker>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let tenancy = FakeTenancy::builder().start();
         let pki = opts.tls_proxy.then(Pki::new);
@@ -227,12 +255,16 @@ impl World {
         bao.put_secret(ENV, "gemini_api_key", GEMINI);
         bao.put_secret(ENV, "pg_password", "an-older-value");
         bao.put_secret(ENV, "pg_password", PGPASS);
-        bao.put_secret(
-            ENV,
-            "registry",
-            &json!({"registry": "127.0.0.1:5000", "username": "robot", "password": REGISTRY_PASS})
-                .to_string(),
-        );
+        let registry = match &real {
+            Some(r) => json!({"registry": r.registry, "username": r.registry_user,
+                              "password": r.registry_password}),
+            None => {
+                json!({"registry": "127.0.0.1:5000", "username": "robot", "password": REGISTRY_PASS})
+            }
+        };
+        bao.put_secret(ENV, "registry", &registry.to_string());
+        // The agent's own HOME: in real mode nothing of the invoking user's `~/.docker` may help.
+        std::fs::create_dir_all(dir.path().join("home")).unwrap();
         let stub_dir = dir.path().join("docker");
         std::fs::create_dir_all(&stub_dir).unwrap();
         let stub = stub_dir.join("docker");
@@ -243,12 +275,13 @@ impl World {
         .unwrap();
         std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::write(stub_dir.join("stub.env"), "").unwrap();
-        let engine = FakeEngine::start(&stub_dir);
+        let engine = real.is_none().then(|| FakeEngine::start(&stub_dir));
         let w = Self {
             dir,
             tenancy,
             bao,
             _engine: engine,
+            real,
             config_extra: std::cell::RefCell::new(String::new()),
             bao_extra: std::cell::RefCell::new(String::new()),
             tls: pki,
@@ -312,12 +345,24 @@ impl World {
             ),
         };
         let bao = format!("{bao}{}", self.bao_extra.borrow());
+        let docker = match &self.real {
+            Some(r) => format!(
+                "docker_bin: {}\ncompose_project: {}\nhealthy_timeout_s: {}\nregistry_host: {}\n",
+                r.docker_bin.display(),
+                r.compose_project,
+                r.healthy_timeout_s,
+                r.registry
+            ),
+            None => format!(
+                "docker_bin: {}\nhealthy_timeout_s: 5\nregistry_host: 127.0.0.1:5000\n",
+                self.stub_dir().join("docker").display()
+            ),
+        };
         let text = format!(
             "env_id: {ENV}\nsite: cbs\n{transport}{bao}state_dir: {}\nbootstrap_file: {}\n\
-             docker_bin: {}\nhealthy_timeout_s: 5\nregistry_host: 127.0.0.1:5000\n{}",
+             {docker}{}",
             self.state_dir().display(),
             self.bootstrap_path().display(),
-            self.stub_dir().join("docker").display(),
             self.config_extra.borrow()
         );
         std::fs::write(self.config_path(), text).unwrap();
@@ -369,18 +414,43 @@ impl World {
         std::fs::read_to_string(self.stub_dir().join("calls.log")).unwrap_or_default()
     }
 
+    /// The agent's home directory (`HOME` of the agent process).
+    pub fn home(&self) -> PathBuf {
+        self.path("home")
+    }
+
     pub fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_monky-deployd"));
+        self.agent_args_env(&mut c, args);
+        c
+    }
+
+    /// The agent started through `wrapper` (a program and its arguments, e.g. `unshare ...`),
+    /// with the same arguments and environment as [`World::command`].
+    pub fn wrapped_command(&self, wrapper: &[&str], args: &[&str]) -> Command {
+        let mut c = Command::new(wrapper[0]);
+        c.args(&wrapper[1..])
+            .arg(env!("CARGO_BIN_EXE_monky-deployd"));
+        self.agent_args_env(&mut c, args);
+        c
+    }
+
+    fn agent_args_env(&self, c: &mut Command, args: &[&str]) {
         c.arg("--config")
             .arg(self.config_path())
             .args(args)
-            .env(
-                "DOCKER_HOST",
-                format!("unix://{}", self.stub_dir().join("docker.sock").display()),
-            )
             .env_remove("RUST_LOG")
             .env_remove("MONKY_DEPLOYD_CONFIG");
-        c
+        if self.real.is_some() {
+            // The real engine: the agent finds it as it would on a box (DOCKER_HOST as
+            // inherited, else the default socket), with a HOME of its own.
+            c.env("HOME", self.home());
+        } else {
+            c.env(
+                "DOCKER_HOST",
+                format!("unix://{}", self.stub_dir().join("docker.sock").display()),
+            );
+        }
     }
 
     pub fn run(&self, args: &[&str]) -> Run {

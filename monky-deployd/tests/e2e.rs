@@ -1,0 +1,1004 @@
+//! The end-to-end suite: the real agent binary against the testkit peers, the real docker CLI
+//! and engine, and the authenticated loopback registry `cargo xtask setup` starts.
+//!
+//! Every test reads the env file setup writes (`MONKY_E2E_ENV`, else
+//! `$MONKY_CI_RUN_DIR/e2e.env`, else `target/ci-run/e2e.env`). Without it every test fails and
+//! says to run `cargo xtask setup`; only `MONKY_E2E=skip` skips them, and says so. Each test owns
+//! a compose project named with `MONKY_E2E_NAME_PREFIX`, which a drop guard takes down with its
+//! volumes, pass or fail.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use monky_agent_proto::ReportResult;
+use monky_agent_proto::testkit::{Desired, Endpoint};
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+/// The secret values the e2e bundles read; `/env.txt` must show them, reports never.
+const DEMO_KEY: &str = "demo-Api-Key-e2e-0101";
+const ADMIN_TOKEN: &str = "see-Admin-Token-e2e-0202";
+
+// ---- the environment setup made --------------------------------------------------------------
+
+/// What `cargo xtask setup` recorded for this run.
+struct E2e {
+    file: PathBuf,
+    docker: PathBuf,
+    compose: PathBuf,
+    prefix: String,
+    registry: String,
+    user: String,
+    password: String,
+    image_1: String,
+    image_2: String,
+    image_bad: String,
+    image_missing: String,
+    web_port: u16,
+}
+
+impl E2e {
+    fn load() -> Result<E2e, String> {
+        // The same lookup as xtask's: MONKY_E2E_ENV, else the run dir's e2e.env.
+        let var = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        let file = var("MONKY_E2E_ENV")
+            .or_else(|| var("MONKY_CI_RUN_DIR").map(|d| d.join("e2e.env")))
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/ci-run/e2e.env")
+            });
+        let text = std::fs::read_to_string(&file).map_err(|e| {
+            format!(
+                "the end-to-end env file {} cannot be read ({e}): run `cargo xtask setup` first \
+                 (or set MONKY_E2E=skip to skip the real-engine tests on purpose)",
+                file.display()
+            )
+        })?;
+        let vars: BTreeMap<&str, &str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .filter_map(|l| l.split_once('='))
+            .collect();
+        let get = |key: &str| {
+            vars.get(key).map(|v| (*v).to_string()).ok_or_else(|| {
+                format!(
+                    "{} has no {key}: run `cargo xtask setup` again",
+                    file.display()
+                )
+            })
+        };
+        let e2e = E2e {
+            docker: get("MONKY_E2E_DOCKER")?.into(),
+            compose: get("MONKY_E2E_COMPOSE")?.into(),
+            prefix: get("MONKY_E2E_NAME_PREFIX")?,
+            registry: get("MONKY_E2E_REGISTRY")?,
+            user: get("MONKY_E2E_REGISTRY_USER")?,
+            password: get("MONKY_E2E_REGISTRY_PASSWORD")?,
+            image_1: get("MONKY_E2E_IMAGE_WEB_1")?,
+            image_2: get("MONKY_E2E_IMAGE_WEB_2")?,
+            image_bad: get("MONKY_E2E_IMAGE_WEB_BAD")?,
+            image_missing: get("MONKY_E2E_IMAGE_WEB_MISSING")?,
+            web_port: get("MONKY_E2E_WEB_PORT")?
+                .parse()
+                .map_err(|e| format!("MONKY_E2E_WEB_PORT: {e}"))?,
+            file,
+        };
+        // A stale env file (the registry stopped by a teardown) would otherwise surface as
+        // puzzling pull failures in every scenario.
+        let addr: SocketAddr = e2e
+            .registry
+            .parse()
+            .map_err(|e| format!("MONKY_E2E_REGISTRY {:?}: {e}", e2e.registry))?;
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| {
+            format!(
+                "the registry {addr} named in {} does not answer ({e}): run `cargo xtask setup`",
+                e2e.file.display()
+            )
+        })?;
+        Ok(e2e)
+    }
+}
+
+/// The suite's environment, or `None` when `MONKY_E2E=skip` asks to skip; anything else
+/// missing fails the test.
+fn e2e() -> Option<&'static E2e> {
+    static E2E: OnceLock<Result<E2e, String>> = OnceLock::new();
+    if std::env::var("MONKY_E2E").as_deref() == Ok("skip") {
+        assert!(
+            std::env::var("MONKY_E2E_REQUIRED").as_deref() != Ok("1"),
+            "MONKY_E2E=skip contradicts MONKY_E2E_REQUIRED=1"
+        );
+        eprintln!("end-to-end test skipped: MONKY_E2E=skip");
+        return None;
+    }
+    match E2E.get_or_init(E2e::load) {
+        Ok(e) => Some(e),
+        Err(msg) => panic!("{msg}"),
+    }
+}
+
+// ---- docker, from the test's side -------------------------------------------------------------
+
+/// A container of a project as the engine reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    name: String,
+    id: String,
+    started_at: String,
+    state: String,
+    health: String,
+}
+
+/// One compose project on the real engine. Dropping it removes its containers, networks and
+/// volumes, also when the test failed.
+struct Project {
+    name: String,
+    docker: PathBuf,
+    /// An empty DOCKER_CONFIG and working directory for the test's own docker calls.
+    scratch: tempfile::TempDir,
+}
+
+impl Project {
+    fn new(e2e: &E2e, short: &str) -> Self {
+        let p = Project {
+            // The pid keeps two runs of the suite with the same setup apart.
+            name: format!("{}{}-{short}", e2e.prefix, std::process::id()),
+            docker: e2e.docker.clone(),
+            scratch: tempfile::tempdir().unwrap(),
+        };
+        p.clean();
+        p
+    }
+
+    fn docker<I, S>(&self, args: I) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        Command::new(&self.docker)
+            .args(args)
+            .current_dir(self.scratch.path())
+            .env("DOCKER_CONFIG", self.scratch.path())
+            .output()
+            .expect("run the docker CLI")
+    }
+
+    #[track_caller]
+    fn docker_ok<I, S>(&self, args: I) -> String
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let out = self.docker(args);
+        assert!(
+            out.status.success(),
+            "docker failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn label(&self) -> String {
+        format!("label=com.docker.compose.project={}", self.name)
+    }
+
+    /// The ids of the project's containers, volumes or networks; `None` when docker failed.
+    fn try_ids(&self, kind: &str) -> Option<Vec<String>> {
+        let args: Vec<String> = match kind {
+            "container" => vec!["ps".into(), "-aq".into(), "--no-trunc".into()],
+            _ => vec![kind.into(), "ls".into(), "-q".into()],
+        };
+        let out = self.docker(
+            args.iter()
+                .map(String::as_str)
+                .chain(["--filter", &self.label()]),
+        );
+        out.status.success().then(|| {
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(str::to_string)
+                .collect()
+        })
+    }
+
+    /// Like `try_ids`, but a docker failure fails the test instead of looking like "none".
+    #[track_caller]
+    fn ids(&self, kind: &str) -> Vec<String> {
+        self.try_ids(kind)
+            .unwrap_or_else(|| panic!("cannot list the {kind}s of {}", self.name))
+    }
+
+    /// The project's containers, from `docker inspect`.
+    fn containers(&self) -> Vec<Seen> {
+        let ids = self.ids("container");
+        if ids.is_empty() {
+            return Vec::new();
+        }
+        let format = "{{.Name}}|{{.Id}}|{{.State.StartedAt}}|{{.State.Status}}|\
+                      {{if .State.Health}}{{.State.Health.Status}}{{end}}";
+        let text = self.docker_ok(
+            ["inspect", "--format", format]
+                .into_iter()
+                .chain(ids.iter().map(String::as_str)),
+        );
+        let mut seen: Vec<Seen> = text
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split('|').collect();
+                (f.len() == 5).then(|| Seen {
+                    name: f[0].trim_start_matches('/').to_string(),
+                    id: f[1].to_string(),
+                    started_at: f[2].to_string(),
+                    state: f[3].to_string(),
+                    health: f[4].to_string(),
+                })
+            })
+            .collect();
+        seen.sort_by(|a, b| a.name.cmp(&b.name));
+        seen
+    }
+
+    /// The project's named volumes (`docker volume ls`).
+    fn volumes(&self) -> Vec<String> {
+        self.docker_ok([
+            "volume",
+            "ls",
+            "--format",
+            "{{.Name}}",
+            "--filter",
+            &self.label(),
+        ])
+        .lines()
+        .map(str::to_string)
+        .collect()
+    }
+
+    /// `compose down -v`, then whatever a retire without `-v` left behind.
+    fn clean(&self) {
+        let _ = self.docker([
+            "compose",
+            "-p",
+            &self.name,
+            "down",
+            "-v",
+            "--remove-orphans",
+            "-t",
+            "1",
+        ]);
+        let containers = self.try_ids("container").unwrap_or_default();
+        if !containers.is_empty() {
+            let _ = self.docker(
+                ["rm", "-f", "-v"]
+                    .into_iter()
+                    .chain(containers.iter().map(String::as_str)),
+            );
+        }
+        for kind in ["volume", "network"] {
+            let ids = self.try_ids(kind).unwrap_or_default();
+            if !ids.is_empty() {
+                let _ = self.docker(
+                    [kind, "rm"]
+                        .into_iter()
+                        .chain(ids.iter().map(String::as_str)),
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Project {
+    fn drop(&mut self) {
+        self.clean();
+        let left: Vec<String> = ["container", "volume", "network"]
+            .iter()
+            .flat_map(|k| self.try_ids(k).unwrap_or_default())
+            .collect();
+        if !left.is_empty() && !std::thread::panicking() {
+            panic!("project {} left docker objects behind: {left:?}", self.name);
+        }
+    }
+}
+
+// ---- http --------------------------------------------------------------------------------------
+
+/// One HTTP/1.0 GET on 127.0.0.1: status and body.
+fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.set_write_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{text:?}"));
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(bad)?;
+    Ok((status, body.to_string()))
+}
+
+/// The body of a 200 answer, retried for a few seconds while the published port settles.
+#[track_caller]
+fn get_200(port: u16, path: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let last = match http_get(port, path) {
+            Ok((200, body)) => return body,
+            other => format!("{other:?}"),
+        };
+        assert!(
+            Instant::now() < deadline,
+            "GET 127.0.0.1:{port}{path}: {last}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+// ---- bundles -----------------------------------------------------------------------------------
+
+/// The web service's compose file: `image`, optionally published on 127.0.0.1:`port`, with a
+/// named volume, plus `service` lines (four-space indented) and extra `volumes` entries.
+fn compose_yaml(
+    e2e: &E2e,
+    image: &str,
+    port: Option<u16>,
+    service: &str,
+    volumes: &[&str],
+) -> String {
+    let mut y = format!("services:\n  web:\n    image: {image}\n    env_file: .env\n");
+    if let Some(port) = port {
+        y.push_str(&format!(
+            "    ports:\n      - \"127.0.0.1:{port}:{}\"\n",
+            e2e.web_port
+        ));
+    }
+    y.push_str("    volumes:\n      - data:/data\n");
+    for v in volumes {
+        y.push_str(&format!("      - \"{v}\"\n"));
+    }
+    y.push_str(service);
+    y.push_str("volumes:\n  data: {}\n");
+    y
+}
+
+/// A bundle of the web image reading two secrets whose names `/env.txt` lists, and the
+/// registry credential as the manifest's `use: registry-auth` entry.
+fn web_bundle(compose: String) -> TestBundle {
+    TestBundle {
+        compose,
+        env_template: "# rendered by monky-deploy; the agent substitutes every ${VAR}\n\
+                       DEMO_API_KEY=${DEMO_API_KEY}\nSEE_ADMIN_TOKEN=${SEE_ADMIN_TOKEN}\n\
+                       LOG_LEVEL=${LOG_LEVEL:-info}\n"
+            .into(),
+        manifest: json!({"vault_mode": "openbao", "entries": [
+            {"var": "DEMO_API_KEY", "path": format!("monky/{ENV}/see/demo_api_key"), "kind": "supplied", "version": 1},
+            {"var": "SEE_ADMIN_TOKEN", "path": format!("monky/data/{ENV}/see/admin_token"), "kind": "generated", "version": null},
+        ]}),
+        meta: json!({"env_id": ENV, "tier": "qa", "site": "cbs", "renderer": "compose"}),
+    }
+    .with_registry_auth()
+}
+
+/// A world on the real engine for `project`, with the e2e bundles' secrets seeded.
+fn real_world(e2e: &E2e, project: &Project, healthy_timeout_s: u64) -> World {
+    let w = World::real_docker(RealDocker {
+        docker_bin: e2e.docker.clone(),
+        compose_project: project.name.clone(),
+        registry: e2e.registry.clone(),
+        registry_user: e2e.user.clone(),
+        registry_password: e2e.password.clone(),
+        healthy_timeout_s,
+    });
+    w.bao.put_secret(ENV, "demo_api_key", DEMO_KEY);
+    w.bao.put_secret(ENV, "admin_token", "an-older-admin-token");
+    w.bao.put_secret(ENV, "admin_token", ADMIN_TOKEN);
+    w
+}
+
+// ---- one box -----------------------------------------------------------------------------------
+
+/// One box for one test: an agent world on the real engine, its project and its port.
+struct E2eBox {
+    e2e: &'static E2e,
+    w: World,
+    port: u16,
+    // Dropped last: the project is taken down after the world's peers stopped.
+    project: Project,
+}
+
+impl E2eBox {
+    fn new(short: &str) -> Option<Self> {
+        Self::with_timeout(short, 30)
+    }
+
+    fn with_timeout(short: &str, healthy_timeout_s: u64) -> Option<Self> {
+        let e2e = e2e()?;
+        let project = Project::new(e2e, short);
+        let w = real_world(e2e, &project, healthy_timeout_s);
+        Some(E2eBox {
+            e2e,
+            w,
+            port: free_port(),
+            project,
+        })
+    }
+
+    /// The default bundle of `image`, published on this box's port.
+    fn bundle(&self, image: &str) -> TestBundle {
+        web_bundle(compose_yaml(self.e2e, image, Some(self.port), "", &[]))
+    }
+
+    /// Bootstraps and applies `b`; asserts it applied and returns its sha.
+    #[track_caller]
+    fn first_apply(&self, b: &TestBundle) -> String {
+        self.w.stage_grant();
+        let sha = self.w.publish(b);
+        self.w.tick().ok();
+        assert_report(&self.w.last_report(), ReportResult::Applied, None);
+        sha
+    }
+
+    fn current(&self) -> Option<PathBuf> {
+        self.w.current_target()
+    }
+}
+
+fn release(sha: &str) -> PathBuf {
+    Path::new("releases").join(sha)
+}
+
+#[track_caller]
+fn assert_healthy(seen: &[Seen], project: &str) {
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].name, format!("{project}-web-1"));
+    assert_eq!(
+        (seen[0].state.as_str(), seen[0].health.as_str()),
+        ("running", "healthy"),
+        "{seen:?}"
+    );
+}
+
+#[track_caller]
+fn assert_reported_healthy(r: &monky_agent_proto::ReportRequest, project: &str) {
+    let got: Vec<(String, String, Option<String>)> = r
+        .containers
+        .iter()
+        .map(|c| (c.name.clone(), c.state.clone(), c.health.clone()))
+        .collect();
+    assert_eq!(
+        got,
+        [(
+            format!("{project}-web-1"),
+            "running".to_string(),
+            Some("healthy".to_string())
+        )]
+    );
+}
+
+/// Asserts no secret value is in the report, the agent's output or state.json.
+#[track_caller]
+fn assert_no_secret(b: &E2eBox, run: &Run) {
+    let state = std::fs::read_to_string(b.w.state_dir().join("state.json")).unwrap_or_default();
+    let reports = format!("{:?}", b.w.reports());
+    for v in [DEMO_KEY, ADMIN_TOKEN, b.e2e.password.as_str()] {
+        assert!(
+            !reports.contains(v),
+            "a secret value in a report: {reports}"
+        );
+        assert!(!run.stderr().contains(v), "a secret value on stderr");
+        assert!(!state.contains(v), "a secret value in state.json");
+    }
+}
+
+// ---- 1. first apply ---------------------------------------------------------------------------
+
+#[test]
+fn first_apply_pulls_with_the_agents_own_docker_config() {
+    let Some(b) = E2eBox::new("first-apply") else {
+        return;
+    };
+    // Nobody's `docker login` may be what makes the pull work: not the invoking user's
+    // ~/.docker (checked here), not the agent's HOME (empty).
+    if let Some(home) = std::env::var_os("HOME") {
+        let cfg = Path::new(&home).join(".docker/config.json");
+        let text = std::fs::read_to_string(&cfg).unwrap_or_default();
+        assert!(
+            !text.contains(&b.e2e.registry),
+            "{} holds a credential for {}: this test could not tell whose credential the pull \
+             used; remove it (`docker logout {}`)",
+            cfg.display(),
+            b.e2e.registry,
+            b.e2e.registry
+        );
+    }
+    b.w.stage_grant();
+    let sha = b.w.publish(&b.bundle(&b.e2e.image_1));
+    let run = b.w.tick();
+    run.ok();
+
+    // The credential came from the manifest into the agent's DOCKER_CONFIG, nowhere else.
+    let cfg: Value =
+        serde_json::from_slice(&std::fs::read(b.w.state_dir().join("docker/config.json")).unwrap())
+            .unwrap();
+    assert!(cfg["auths"][&b.e2e.registry]["auth"].is_string(), "{cfg}");
+    assert!(!b.w.home().join(".docker").exists());
+
+    // Healthy on the engine, the page answers, the secrets reached the container via .env.
+    assert_healthy(&b.project.containers(), &b.project.name);
+    assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
+    assert!(get_200(b.port, "/").contains('1'));
+    assert_eq!(
+        get_200(b.port, "/env.txt"),
+        format!("DEMO_API_KEY={DEMO_KEY}\nSEE_ADMIN_TOKEN={ADMIN_TOKEN}\n")
+    );
+
+    let r = b.w.last_report();
+    assert_report(&r, ReportResult::Applied, None);
+    assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+    assert_reported_healthy(&r, &b.project.name);
+    assert!(
+        r.log_tail.contains(&format!(
+            "registry credential in place for {}",
+            b.e2e.registry
+        )),
+        "{}",
+        r.log_tail
+    );
+    assert_eq!(b.current(), Some(release(&sha)));
+    assert_eq!(b.w.state()["applied_sha"], json!(sha));
+    assert_no_secret(&b, &run);
+}
+
+// ---- 2. heartbeat -----------------------------------------------------------------------------
+
+#[test]
+fn heartbeat_reports_real_health_and_touches_nothing() {
+    let Some(b) = E2eBox::new("heartbeat") else {
+        return;
+    };
+    let sha = b.first_apply(&b.bundle(&b.e2e.image_1));
+    let before = b.project.containers();
+    assert_healthy(&before, &b.project.name);
+    let n = b.w.requests().len();
+
+    b.w.tick().ok();
+    let new: Vec<Option<Endpoint>> = b.w.requests()[n..].iter().map(|r| r.endpoint).collect();
+    assert_eq!(new, [Some(Endpoint::Checkin), Some(Endpoint::Report)]);
+    let r = b.w.last_report();
+    assert_report(&r, ReportResult::Applied, None);
+    assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+    assert_reported_healthy(&r, &b.project.name);
+    assert!(!r.log_tail.contains("compose pull"), "{}", r.log_tail);
+    // Same containers, never restarted: no pull/up happened.
+    assert_eq!(b.project.containers(), before);
+}
+
+// ---- 3. new bundle ----------------------------------------------------------------------------
+
+#[test]
+fn a_new_bundle_recreates_the_containers_and_keeps_the_old_release() {
+    let Some(b) = E2eBox::new("new-bundle") else {
+        return;
+    };
+    let first = b.first_apply(&b.bundle(&b.e2e.image_1));
+    let before = b.project.containers();
+
+    let second = b.w.publish(&b.bundle(&b.e2e.image_2));
+    b.w.tick().ok();
+    let after = b.project.containers();
+    assert_healthy(&after, &b.project.name);
+    assert_ne!(after[0].id, before[0].id, "the container was not recreated");
+    assert_eq!(get_200(b.port, "/variant.txt").trim(), "2");
+    assert!(b.w.env_dir().join(release(&first)).join(".env").is_file());
+    assert_eq!(b.current(), Some(release(&second)));
+    let r = b.w.last_report();
+    assert_report(&r, ReportResult::Applied, None);
+    assert_eq!(r.sha.as_deref(), Some(second.as_str()));
+}
+
+// ---- 4. unhealthy -----------------------------------------------------------------------------
+
+#[test]
+fn an_unhealthy_bundle_fails_with_the_redacted_compose_logs() {
+    let Some(b) = E2eBox::with_timeout("unhealthy", 20) else {
+        return;
+    };
+    // The container prints a secret it got through .env; the report must carry *** instead.
+    let service = "    entrypoint: [\"/bin/sh\", \"-c\", \"echo leak=$$SEE_ADMIN_TOKEN; exec /bin/sh /app/entrypoint.sh\"]\n";
+    let bundle = web_bundle(compose_yaml(
+        b.e2e,
+        &b.e2e.image_bad,
+        Some(b.port),
+        service,
+        &[],
+    ));
+    b.w.stage_grant();
+    let sha = b.w.publish(&bundle);
+    let run = b.w.tick();
+    run.expect(1);
+
+    let r = b.w.last_report();
+    assert_report(&r, ReportResult::Failed, Some("UNHEALTHY: "));
+    assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+    assert!(
+        r.detail.as_deref().unwrap().contains(&b.project.name),
+        "{r:?}"
+    );
+    assert!(
+        r.log_tail.contains("--- compose logs ---"),
+        "{}",
+        r.log_tail
+    );
+    assert!(
+        r.log_tail.contains("healthz disabled"),
+        "the container's own output: {}",
+        r.log_tail
+    );
+    assert!(r.log_tail.contains("leak=***"), "{}", r.log_tail);
+    assert_no_secret(&b, &run);
+    let seen = b.project.containers();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].health, "unhealthy");
+    assert!(b.w.state()["applied_sha"].is_null());
+}
+
+// ---- 5. pull failures -------------------------------------------------------------------------
+
+/// A failed pull: exit 1, `COMPOSE_PULL_FAILED` with the registry's words, and the running
+/// release (if any) untouched.
+#[track_caller]
+fn check_pull_failure(
+    b: &E2eBox,
+    bundle: &TestBundle,
+    registry_says: &[&str],
+    previous: Option<&str>,
+) {
+    let before = b.project.containers();
+    b.w.publish(bundle);
+    let run = b.w.tick();
+    run.expect(1);
+    let r = b.w.last_report();
+    assert_report(&r, ReportResult::Failed, Some("COMPOSE_PULL_FAILED: "));
+    let detail = r.detail.clone().unwrap();
+    for words in registry_says {
+        assert!(detail.contains(words), "{words:?} not in {detail:?}");
+    }
+    assert!(
+        run.stderr().contains(registry_says[0]),
+        "the journal line: {}",
+        run.stderr()
+    );
+    assert_no_secret(b, &run);
+    assert_eq!(
+        b.project.containers(),
+        before,
+        "the running containers changed"
+    );
+    match previous {
+        Some(sha) => {
+            assert_eq!(b.current(), Some(release(sha)), "current moved");
+            assert_eq!(b.w.state()["applied_sha"], json!(sha));
+            assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
+        }
+        None => {
+            assert_eq!(b.current(), None);
+            assert!(before.is_empty());
+        }
+    }
+}
+
+#[test]
+fn a_pull_without_any_credential_says_so() {
+    let Some(b) = E2eBox::new("pull-no-cred") else {
+        return;
+    };
+    let mut bundle = b.bundle(&b.e2e.image_1);
+    bundle.manifest["entries"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|e| e.get("use").is_none());
+    b.w.stage_grant();
+    check_pull_failure(&b, &bundle, &["no basic auth credentials"], None);
+    assert!(!b.w.state_dir().join("docker/config.json").exists());
+}
+
+#[test]
+fn a_pull_with_a_wrong_password_keeps_the_running_release() {
+    let Some(b) = E2eBox::new("pull-wrong-pass") else {
+        return;
+    };
+    let first = b.first_apply(&b.bundle(&b.e2e.image_1));
+    let wrong = json!({"registry": b.e2e.registry, "username": b.e2e.user,
+                       "password": "not-the-registry-password"});
+    b.w.bao.put_secret(ENV, "registry", &wrong.to_string());
+    check_pull_failure(
+        &b,
+        &b.bundle(&b.e2e.image_2),
+        &["unauthorized", "authentication required"],
+        Some(&first),
+    );
+}
+
+#[test]
+fn a_pull_of_a_missing_tag_keeps_the_running_release() {
+    let Some(b) = E2eBox::new("pull-missing") else {
+        return;
+    };
+    let first = b.first_apply(&b.bundle(&b.e2e.image_1));
+    check_pull_failure(
+        &b,
+        &b.bundle(&b.e2e.image_missing),
+        &["manifest unknown", "not found"],
+        Some(&first),
+    );
+}
+
+// ---- 6. retire --------------------------------------------------------------------------------
+
+/// Applies a bundle of `tier`, retires it with `purge`, and checks the named volume's fate.
+fn check_retire(short: &str, tier: &str, purge: bool, volume_kept: bool) {
+    let Some(b) = E2eBox::new(short) else {
+        return;
+    };
+    let mut bundle = b.bundle(&b.e2e.image_1);
+    bundle.meta["tier"] = json!(tier);
+    let sha = b.first_apply(&bundle);
+    let volume = format!("{}_data", b.project.name);
+    assert_eq!(b.project.volumes(), std::slice::from_ref(&volume));
+
+    b.w.tenancy.set_desired(ENV, Desired::down(purge));
+    b.w.tick().ok();
+    let r = b.w.last_report();
+    assert_report(&r, ReportResult::Down, None);
+    assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+    assert_eq!(b.project.containers(), []);
+    assert_eq!(b.current(), None);
+    let expected: Vec<String> = if volume_kept { vec![volume] } else { vec![] };
+    assert_eq!(
+        b.project.volumes(),
+        expected,
+        "tier {tier}, purge_volumes {purge}"
+    );
+}
+
+#[test]
+fn retire_keeps_the_volume_without_purge() {
+    check_retire("retire-keep", "qa", false, true);
+}
+
+#[test]
+fn retire_with_purge_removes_the_volume() {
+    check_retire("retire-purge", "qa", true, false);
+}
+
+#[test]
+fn retire_never_purges_prod() {
+    check_retire("retire-prod", "prod", true, true);
+}
+
+// ---- 7. compose only in root's ~/.docker/cli-plugins ------------------------------------------
+
+/// A shell script for `unshare --mount` that hides `dirs` behind empty tmpfs mounts in the
+/// private namespace (the machine's own mounts are untouched), then runs its arguments.
+fn hide_dirs_script(dirs: &[&str]) -> String {
+    let mut s = String::from("set -e\n");
+    for d in dirs {
+        s.push_str(&format!(
+            "mount -t tmpfs -o size=1m monky-e2e-hide '{d}' || {{ echo 'monky-e2e: cannot mount over {d}' >&2; exit 97; }}\n"
+        ));
+    }
+    s.push_str("exec \"$@\"\n");
+    s
+}
+
+#[test]
+fn compose_only_in_roots_home_plugins_is_run_standalone() {
+    let Some(b) = E2eBox::new("home-plugin") else {
+        return;
+    };
+    let plugins = b.w.home().join(".docker/cli-plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let plugin = plugins.join("docker-compose");
+    let real = std::fs::canonicalize(&b.e2e.compose).unwrap();
+    std::fs::copy(&real, &plugin).unwrap();
+
+    let hidden: Vec<&str> = [
+        "/usr/local/lib/docker/cli-plugins",
+        "/usr/local/libexec/docker/cli-plugins",
+        "/usr/lib/docker/cli-plugins",
+        "/usr/libexec/docker/cli-plugins",
+    ]
+    .into_iter()
+    .filter(|d| Path::new(d).is_dir())
+    .collect();
+    // Also hide the directory of the machine's compose binary, wherever it is installed.
+    let real_dir = real.parent().unwrap().to_str().unwrap().to_string();
+    let mut dirs = hidden.clone();
+    if !dirs.contains(&real_dir.as_str()) && !matches!(real_dir.as_str(), "/usr/bin" | "/bin") {
+        dirs.push(&real_dir);
+    }
+    let script = hide_dirs_script(&dirs);
+    let wrapper = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "/bin/sh",
+        "-c",
+        &script,
+        "sh",
+    ];
+
+    // The premise: in that namespace the docker CLI has no compose plugin.
+    let probe = Command::new(wrapper[0])
+        .args(&wrapper[1..])
+        .arg(&b.e2e.docker)
+        .args(["compose", "version"])
+        .env("DOCKER_CONFIG", b.project.scratch.path())
+        .output()
+        .unwrap();
+    let probe_err = String::from_utf8_lossy(&probe.stderr);
+    assert!(
+        probe.status.code() != Some(97) && !probe_err.contains("unshare:"),
+        "cannot hide the system compose plugin in a private mount namespace (needs root and \
+         CAP_SYS_ADMIN, as `cargo xtask setup` does): {probe_err}"
+    );
+    assert!(
+        !probe.status.success(),
+        "`docker compose` still works with {dirs:?} hidden: {}",
+        String::from_utf8_lossy(&probe.stdout)
+    );
+
+    b.w.stage_grant();
+    let sha = b.w.publish(&b.bundle(&b.e2e.image_1));
+    let run = Run(b
+        .w
+        .wrapped_command(&wrapper, &["run", "--once"])
+        .output()
+        .unwrap());
+    run.ok();
+    assert_report(&b.w.last_report(), ReportResult::Applied, None);
+    assert_eq!(b.w.state()["applied_sha"], json!(sha));
+    let compose = &b.w.state()["compose"];
+    assert_eq!(compose["program"], json!(plugin), "{compose}");
+    assert_eq!(compose["plugin"], json!(false), "{compose}");
+    assert_healthy(&b.project.containers(), &b.project.name);
+    assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
+}
+
+// ---- 8. hostile compose files -----------------------------------------------------------------
+
+/// A hostile bundle is refused before any container of the project exists.
+fn check_hostile(e2e: &'static E2e, project: &Project, case: &Hostile) {
+    let port = None; // host networking and published ports do not mix; nothing may start anyway
+    let mut bundle = web_bundle(compose_yaml(
+        e2e,
+        &e2e.image_1,
+        port,
+        case.service,
+        case.volumes,
+    ));
+    bundle.env_template.push_str(case.env);
+    let w = real_world(e2e, project, 30);
+    w.stage_grant();
+    w.publish(&bundle);
+    let run = w.tick();
+    run.expect(1);
+    let r = w.last_report();
+    assert_report(&r, ReportResult::Failed, Some("PRIVILEGED_REFUSED: "));
+    assert!(
+        r.detail.as_deref().unwrap().contains(case.reason),
+        "{}: {:?}",
+        case.name,
+        r.detail
+    );
+    // The literal cases are refused before any lease; the .env ones only by the check of
+    // compose's interpolated model, after the secrets were read and before anything started.
+    assert_eq!(
+        w.tenancy.lease_count(ENV),
+        usize::from(case.after_interpolation),
+        "{}",
+        case.name
+    );
+    assert_eq!(project.containers(), [], "{}", case.name);
+    assert_eq!(w.current_target(), None, "{}", case.name);
+    assert!(w.state()["applied_sha"].is_null());
+}
+
+struct Hostile {
+    name: &'static str,
+    service: &'static str,
+    volumes: &'static [&'static str],
+    env: &'static str,
+    reason: &'static str,
+    /// Only `compose config` with the release's `.env` shows the danger.
+    after_interpolation: bool,
+}
+
+const HOSTILE: [Hostile; 6] = [
+    Hostile {
+        name: "privileged",
+        service: "    privileged: true\n",
+        volumes: &[],
+        env: "",
+        reason: "web: privileged",
+        after_interpolation: false,
+    },
+    Hostile {
+        name: "host network",
+        service: "    network_mode: host\n",
+        volumes: &[],
+        env: "",
+        reason: "web: network_mode host",
+        after_interpolation: false,
+    },
+    Hostile {
+        name: "docker socket bind",
+        service: "",
+        volumes: &["/var/run/docker.sock:/var/run/docker.sock"],
+        env: "",
+        reason: "web: bind /var/run/docker.sock",
+        after_interpolation: false,
+    },
+    Hostile {
+        name: "socket as an interpolation default",
+        service: "",
+        volumes: &["${X:-/var/run/docker.sock}:/host.sock"],
+        env: "",
+        reason: "web: bind /var/run/docker.sock",
+        after_interpolation: false,
+    },
+    // Only compose's own interpolation with the release's .env shows these two.
+    Hostile {
+        name: "host network from .env",
+        service: "    network_mode: ${NET_MODE:-bridge}\n",
+        volumes: &[],
+        env: "NET_MODE=host\n",
+        reason: "web: network_mode host",
+        after_interpolation: true,
+    },
+    Hostile {
+        name: "socket directory from .env",
+        service: "",
+        volumes: &["${SOCK_DIR:-/srv}/docker.sock:/host.sock"],
+        env: "SOCK_DIR=/var/run\n",
+        reason: "web: bind /var/run/docker.sock",
+        after_interpolation: true,
+    },
+];
+
+#[test]
+fn hostile_compose_files_are_refused_before_any_container_starts() {
+    let Some(e2e) = e2e() else {
+        return;
+    };
+    let project = Project::new(e2e, "hostile");
+    for case in &HOSTILE {
+        check_hostile(e2e, &project, case);
+    }
+}
