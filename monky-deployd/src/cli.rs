@@ -36,6 +36,17 @@ pub enum Command {
         /// After a successful apply, drop old releases and prune unused images.
         #[arg(long)]
         prune: bool,
+        /// Apply now even if a failed release is still waiting out its backoff.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Explain, from local state, what runs, what tenancy wants, and why they differ.
+    Explain,
+    /// Check the box: config, state dir, compose, docker socket, mesh, OpenBao, token, disk, timer.
+    Doctor {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
     },
     /// Show token, applied and desired sha, last checkin and report, and containers.
     Status {
@@ -93,7 +104,8 @@ mod tests {
             b.command,
             Command::Run {
                 once: true,
-                prune: false
+                prune: false,
+                force: false
             }
         ));
     }

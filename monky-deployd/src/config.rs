@@ -53,6 +53,16 @@ pub enum VolumesOnAbsent {
     Purge,
 }
 
+/// What a failed release leaves behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// Point `current` back at the last healthy release and bring it up again.
+    Revert,
+    /// Leave the failed release in place for a human to look at.
+    Leave,
+}
+
 /// The `tenancy:` section.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -171,6 +181,10 @@ struct RawConfig {
     #[serde(default)]
     keep_releases: Option<usize>,
     #[serde(default)]
+    on_failure: Option<OnFailure>,
+    #[serde(default)]
+    metrics_textfile: Option<PathBuf>,
+    #[serde(default)]
     tenancy: TenancyConfig,
     #[serde(default)]
     bao: BaoConfig,
@@ -217,6 +231,10 @@ pub struct Config {
     pub disk_headroom_bytes: u64,
     /// Releases kept on disk by `--prune`.
     pub keep_releases: usize,
+    /// After a failed release: revert or leave (unset: revert, but leave on prod).
+    pub on_failure: Option<OnFailure>,
+    /// The Prometheus textfile written after every tick, when set.
+    pub metrics_textfile: Option<PathBuf>,
     /// The tenancy section.
     pub tenancy: TenancyConfig,
     /// The OpenBao section.
@@ -299,6 +317,8 @@ impl Config {
             disk_factor,
             disk_headroom_bytes: raw.disk_headroom_bytes.unwrap_or(2 << 30),
             keep_releases: raw.keep_releases.unwrap_or(5).max(1),
+            on_failure: raw.on_failure,
+            metrics_textfile: raw.metrics_textfile,
             env_id,
             tenancy,
             bao: raw.bao,
@@ -360,6 +380,16 @@ impl Config {
     /// Whether the env counts as prod (config wins over the bundle's tier).
     pub fn is_prod(&self, bundle_says_prod: bool) -> bool {
         self.prod.unwrap_or(bundle_says_prod)
+    }
+
+    /// What a failed release leaves behind on this env.
+    pub fn on_failure(&self, bundle_says_prod: bool) -> OnFailure {
+        self.on_failure
+            .unwrap_or(if self.is_prod(bundle_says_prod) {
+                OnFailure::Leave
+            } else {
+                OnFailure::Revert
+            })
     }
 
     /// The agent's own docker config directory (`DOCKER_CONFIG`), never a human's `$HOME`.

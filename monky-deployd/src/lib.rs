@@ -7,17 +7,20 @@
 pub mod checks;
 pub mod cli;
 pub mod config;
+pub mod doctor;
 pub mod exit;
+pub mod explain;
 mod failpoint;
 mod fsx;
 mod host;
 pub mod logging;
+pub mod metrics;
 mod peers;
 pub mod redact;
 mod release;
 mod runloop;
 pub mod state;
-mod status;
+pub mod status;
 pub mod tick;
 
 use crate::cli::{BundleCommand, Cli, Command};
@@ -48,10 +51,16 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             println!("monky-deployd {VERSION}");
             Ok(Exit::Ok)
         }
-        Command::Run { once: true, prune } => {
-            Ok(tick::run_once(&load()?, tick::TickOptions { prune }).exit)
+        Command::Run { once, prune, force } => {
+            let opts = tick::TickOptions { prune, force };
+            if once {
+                Ok(tick::run_once(&load()?, opts).exit)
+            } else {
+                runloop::run(&load()?, opts)
+            }
         }
-        Command::Run { once: false, prune } => runloop::run(&load()?, tick::TickOptions { prune }),
+        Command::Explain => explain::show(&load()?),
+        Command::Doctor { json } => doctor::show(&load()?, json),
         Command::Status { json } => status::show(&load()?, json),
         Command::Bootstrap { force } => tick::bootstrap_command(&load()?, force),
     }

@@ -58,15 +58,34 @@ pub fn tenancy_failure(what: &str, e: proto::Error) -> anyhow::Error {
         proto::ErrorKind::EnvMismatch => Exit::Config,
         _ => Exit::Fail,
     };
-    let code = e.code().map(|c| c.to_string());
-    let mut msg = format!("{what}: {e}");
+    // Tenancy's own code when it sent one; otherwise a code for the kind of failure, so that a
+    // report's detail always starts with one.
+    let code = e.code().map(|c| c.to_string()).unwrap_or_else(|| {
+        match e.kind() {
+            proto::ErrorKind::Temporary => "TENANCY_UNAVAILABLE",
+            proto::ErrorKind::Unauthenticated => "AGENT_UNAUTHENTICATED",
+            proto::ErrorKind::EnvMismatch => "AGENT_ENV_MISMATCH",
+            _ => "TENANCY_REFUSED",
+        }
+        .to_string()
+    });
+    let text = if exit == Exit::Temporary {
+        with_causes(&e)
+    } else {
+        e.to_string()
+    };
+    // The client's own refusals already start with their code.
+    let text = text
+        .strip_prefix(&format!("{code}: "))
+        .map_or(text.clone(), str::to_owned);
+    let mut msg = format!("{what}: {text}");
     if exit == Exit::Config {
         msg.push_str(
             "; the token is pinned to another env than config.yaml's env_id: \
              fix env_id or re-run the install kit for this env",
         );
     }
-    Failure::new(exit, code, msg).into()
+    Failure::new(exit, Some(code), msg).into()
 }
 
 /// Turns an OpenBao error into a failure: unreachable or sealed is temporary, the rest fails.
@@ -82,5 +101,45 @@ pub fn bao_failure(what: &str, e: bao::Error) -> anyhow::Error {
         bao::ErrorKind::LoginRejected => "BAO_LOGIN_REJECTED",
         _ => "BAO_REFUSED",
     };
-    Failure::new(exit, Some(code.to_string()), format!("{what}: {e}")).into()
+    let text = if exit == Exit::Temporary {
+        with_causes(&e)
+    } else {
+        e.to_string()
+    };
+    Failure::new(exit, Some(code.to_string()), format!("{what}: {text}")).into()
+}
+
+/// An error and its causes on one line: "request to ... failed" alone does not say whether the
+/// connection was refused, timed out or failed its certificate check. Only for transport
+/// failures: a decoding error's cause can quote the body, and a body can hold a secret.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_are_kept_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let e = anyhow::Error::new(io).context("request to http://t.test/v1 failed");
+        let e: &dyn std::error::Error = e.as_ref();
+        assert_eq!(
+            with_causes(e),
+            "request to http://t.test/v1 failed: connection refused"
+        );
+        let plain = std::io::Error::other("sealed");
+        assert_eq!(with_causes(&plain), "sealed");
+    }
 }

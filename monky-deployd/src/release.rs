@@ -110,6 +110,15 @@ pub fn promote(cfg: &Config, staged: Release, sha: &str) -> anyhow::Result<Relea
     Release::open(&current_dir(cfg)).context("promoted release has no compose file")
 }
 
+/// Points `current` at an existing `releases/<sha>` (a fallback).
+pub fn point_current(cfg: &Config, sha: &str) -> anyhow::Result<Release> {
+    let dir = releases_dir(cfg).join(sha);
+    Release::open(&dir)
+        .with_context(|| format!("release {} is no longer on disk", dir.display()))?;
+    fsx::swap_symlink(&Path::new("releases").join(sha), &current_dir(cfg))?;
+    Release::open(&current_dir(cfg)).context("current has no compose file")
+}
+
 /// Removes `current` after a retire; the releases stay on disk.
 pub fn clear_current(cfg: &Config) -> anyhow::Result<()> {
     match fs::remove_file(current_dir(cfg)) {

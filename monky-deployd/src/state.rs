@@ -75,6 +75,18 @@ pub struct State {
     pub kv_mount: Option<String>,
     /// Whether the running release is prod (its bundle's tier), for retire without a bundle.
     pub applied_prod: Option<bool>,
+    /// The sha whose apply failed after it was staged (pull, up or health), if it still waits.
+    pub failed_sha: Option<String>,
+    /// How many applies of `failed_sha` failed in a row.
+    pub failed_attempts: u32,
+    /// When `failed_sha` may be tried again (unix seconds).
+    pub next_attempt_at: Option<u64>,
+    /// Refusals and failures seen, by code (for the metrics file).
+    pub refusals: std::collections::BTreeMap<String, u64>,
+    /// The last bundle's disk need in bytes (for `doctor`).
+    pub last_disk_need_bytes: Option<u64>,
+    /// The last tick that ended with exit 0 (unix seconds).
+    pub last_success: Option<u64>,
     /// The compose found last time (a heartbeat spawns no process to find it again).
     pub compose: Option<monky_compose::ComposeInfo>,
 }

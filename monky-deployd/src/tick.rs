@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use crate::config::{Config, VolumesOnAbsent};
 use crate::exit::{Exit, Failure};
 use crate::state::{self, SeenContainer, State, TokenSource, TokenState};
-use crate::{checks, failpoint, fsx, host, logging, peers, redact, release};
+use crate::{checks, failpoint, fsx, host, logging, metrics, peers, redact, release};
 
 /// Re-lease when the token is older than its max TTL (30 d) less two days.
 const RELEASE_AFTER: Duration = Duration::from_secs(28 * 24 * 3600);
@@ -27,6 +27,8 @@ const RELEASE_AFTER: Duration = Duration::from_secs(28 * 24 * 3600);
 pub struct TickOptions {
     /// Drop old releases and prune images after a successful apply.
     pub prune: bool,
+    /// Apply now even if the desired sha is waiting out a failure backoff.
+    pub force: bool,
 }
 
 /// What a tick ended with, for the loop's pacing.
@@ -42,6 +44,26 @@ pub struct TickOutcome {
 
 /// Runs one tick and maps its result to an exit status; errors are logged, redacted, here.
 pub fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
+    let started = std::time::Instant::now();
+    let outcome = run_tick(cfg, opts);
+    if let Some(path) = &cfg.metrics_textfile {
+        let st: State = std::fs::read(state::path(&cfg.state_dir))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let facts = metrics::TickFacts {
+            exit: outcome.exit,
+            duration: started.elapsed(),
+            ended_at: state::now(),
+        };
+        if let Err(e) = metrics::write(path, &metrics::render(&cfg.env_id, &st, facts)) {
+            warn!("cannot write the metrics file {}: {e:#}", path.display());
+        }
+    }
+    outcome
+}
+
+fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
     logging::start_capture();
     let mut retry_after = None;
     let mut interval = None;
@@ -89,7 +111,7 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> any
     let mut agent = Agent::new(cfg, state, opts)?;
     let result = agent.converge();
     *interval = agent.state.checkin_interval_s.map(Duration::from_secs);
-    agent.finish(result.as_ref().err());
+    agent.finish(&result);
     result
 }
 
@@ -120,6 +142,8 @@ pub(crate) struct Agent<'a> {
     bao: bao::BaoClient,
     docker: compose::Docker,
     token: Option<bao::Token>,
+    /// Why the last look at the containers failed; a heartbeat must not call that "not running".
+    docker_error: Option<String>,
 }
 
 impl<'a> Agent<'a> {
@@ -138,6 +162,7 @@ impl<'a> Agent<'a> {
             state,
             opts,
             token: None,
+            docker_error: None,
         })
     }
 
@@ -323,8 +348,10 @@ impl<'a> Agent<'a> {
 
     // ---- checkin ----------------------------------------------------------------------------
 
-    fn containers(&self) -> Vec<SeenContainer> {
-        match self.docker.containers(&self.cfg.compose_project) {
+    fn containers(&mut self) -> Vec<SeenContainer> {
+        let listed = self.docker.containers(&self.cfg.compose_project);
+        self.docker_error = listed.as_ref().err().map(ToString::to_string);
+        match listed {
             Ok(cs) => cs
                 .into_iter()
                 .map(|c| SeenContainer {
@@ -439,6 +466,9 @@ impl<'a> Agent<'a> {
                     .bundle_url
                     .clone()
                     .unwrap_or_else(|| format!("/v1/agent/bundle/{}/{sha}", self.cfg.env_id));
+                if let Some(deadline) = self.backoff_deadline(&sha) {
+                    return self.report_waiting(&sha, deadline);
+                }
                 match self.apply(&sha, &url) {
                     Ok(exit) => Ok(exit),
                     Err(e) => {
@@ -456,7 +486,8 @@ impl<'a> Agent<'a> {
         let bad = not_ready(&self.state.containers);
         let missing = self.state.containers.is_empty() && self.state.applied_sha.is_some();
         let sha = self.state.applied_sha.clone();
-        if bad.is_empty() && !missing {
+        let unknown = self.docker_error.clone();
+        if unknown.is_none() && bad.is_empty() && !missing {
             info!(
                 "heartbeat: {} container(s) healthy",
                 self.state.containers.len()
@@ -466,7 +497,9 @@ impl<'a> Agent<'a> {
             self.state.last_error = None;
             return Ok(Exit::Ok);
         }
-        let detail = if missing {
+        let detail = if let Some(e) = unknown {
+            format!("DOCKER_UNAVAILABLE: cannot list the containers: {e}")
+        } else if missing {
             "NOT_RUNNING: no container of the project is running".to_string()
         } else {
             format!("UNHEALTHY: {}", bad.join(", "))
@@ -584,11 +617,14 @@ impl<'a> Agent<'a> {
         // Pulled from the staging dir: a registry refusal leaves `current` naming the release
         // that is still running.
         info!("compose pull");
+        let prod = self.cfg.is_prod(b.meta().is_prod());
+        self.state.last_disk_need_bytes = b.meta().disk_need_bytes;
         if let Err(e) = staged.compose(&self.docker, self.cfg).pull() {
+            let note = self.release_failed(sha, prod, false);
             return Err(Failure::new(
                 Exit::Fail,
                 Some("COMPOSE_PULL_FAILED".into()),
-                e.to_string(),
+                format!("{e}; {note}"),
             )
             .into());
         }
@@ -612,13 +648,17 @@ impl<'a> Agent<'a> {
                 _ => format!("UNHEALTHY: {}", bad.join(", ")),
             };
             warn!("apply of {} failed: {detail}", short(Some(sha)));
-            let e = anyhow::Error::new(Failure::new(Exit::Fail, None, detail.clone()));
+            let note = self.release_failed(sha, prod, true);
+            let e = anyhow::Error::new(Failure::new(Exit::Fail, None, format!("{detail}; {note}")));
             self.report_failure(Some(sha), &e, Some(&logs));
             return Err(e.context(ReportedMarker));
         }
         self.state.mark_applied(sha);
         self.state.last_result = Some("applied".into());
         self.state.last_error = None;
+        self.state.failed_sha = None;
+        self.state.failed_attempts = 0;
+        self.state.next_attempt_at = None;
         info!(
             "applied {} ({} container(s) healthy)",
             short(Some(sha)),
@@ -632,6 +672,112 @@ impl<'a> Agent<'a> {
             }
         }
         Ok(Exit::Ok)
+    }
+
+    /// When the desired sha failed before and its backoff has not run out, the deadline.
+    fn backoff_deadline(&mut self, sha: &str) -> Option<u64> {
+        if self.state.failed_sha.as_deref() != Some(sha) {
+            // Tenancy wants something else now: the old failure no longer counts.
+            self.state.failed_sha = None;
+            self.state.failed_attempts = 0;
+            self.state.next_attempt_at = None;
+            return None;
+        }
+        let deadline = self.state.next_attempt_at?;
+        if self.opts.force {
+            info!(
+                "--force: trying {} again before its backoff ran out",
+                short(Some(sha))
+            );
+            return None;
+        }
+        (deadline > state::now()).then_some(deadline)
+    }
+
+    /// A failed release waiting out its backoff: report, but no bundle, lease, pull or up.
+    fn report_waiting(&mut self, sha: &str, deadline: u64) -> anyhow::Result<Exit> {
+        let base = self
+            .state
+            .last_error
+            .as_deref()
+            .and_then(|e| e.split("; ").next())
+            .unwrap_or("FAILED")
+            .to_string();
+        let running = self.state.applied_sha.clone();
+        let detail = format!(
+            "{base}; next attempt {}; running {}",
+            crate::status::rfc3339(deadline),
+            running.as_deref().map_or("nothing", |s| short(Some(s)))
+        );
+        info!(
+            "{} failed before; waiting until {} (`run --once --force` retries now)",
+            short(Some(sha)),
+            crate::status::rfc3339(deadline)
+        );
+        self.report(ReportResult::Failed, Some(sha), Some(&detail), None)?;
+        self.state.last_result = Some("failed".into());
+        self.state.last_error = Some(detail);
+        Ok(Exit::Fail)
+    }
+
+    /// After a release failed at pull, up or health: schedules the next attempt (1 min, 2, 4,
+    /// ... up to 1 h, jittered) and falls back to the last healthy release. Returns what the
+    /// report says about it.
+    fn release_failed(&mut self, sha: &str, prod: bool, started: bool) -> String {
+        let attempts = if self.state.failed_sha.as_deref() == Some(sha) {
+            self.state.failed_attempts + 1
+        } else {
+            1
+        };
+        let wait = failure_backoff(attempts, rand::random_range(0.0..1.0));
+        let next = state::now() + wait.as_secs();
+        self.state.failed_sha = Some(sha.to_string());
+        self.state.failed_attempts = attempts;
+        self.state.next_attempt_at = Some(next);
+        let previous = self.state.applied_sha.clone().filter(|p| p != sha);
+        let note = match previous {
+            // The pull failed before promotion: nothing changed on the engine or on disk.
+            Some(prev) if !started => format!("running {}", short(Some(&prev))),
+            None if !started => "nothing running".to_string(),
+            None => {
+                self.state.applied_sha = None;
+                "no earlier healthy release to fall back to".to_string()
+            }
+            Some(_) if self.cfg.on_failure(prod) == crate::config::OnFailure::Leave => {
+                self.state.applied_sha = None;
+                format!("left {} in place (on_failure: leave)", short(Some(sha)))
+            }
+            Some(prev) => self.revert_to(&prev),
+        };
+        format!("{note}; next attempt {}", crate::status::rfc3339(next))
+    }
+
+    /// Points `current` back at `prev` and brings it up again; volumes are not touched.
+    fn revert_to(&mut self, prev: &str) -> String {
+        let result = release::point_current(self.cfg, prev).and_then(|rel| {
+            info!("falling back to {}", short(Some(prev)));
+            rel.compose(&self.docker, self.cfg)
+                .up(Some(self.cfg.healthy_timeout))
+                .map_err(anyhow::Error::new)
+        });
+        self.state.containers = self.containers();
+        match result {
+            Ok(()) if not_ready(&self.state.containers).is_empty() => {
+                format!("reverted to {}", short(Some(prev)))
+            }
+            Ok(()) => {
+                self.state.applied_sha = None;
+                format!(
+                    "reverted to {}, which is not healthy either",
+                    short(Some(prev))
+                )
+            }
+            Err(e) => {
+                self.state.applied_sha = None;
+                warn!("fallback to {} failed: {e:#}", short(Some(prev)));
+                format!("fallback to {} failed", short(Some(prev)))
+            }
+        }
     }
 
     fn bundle_allows_privileged(&self, b: &bundle::Bundle) -> bool {
@@ -730,9 +876,27 @@ impl<'a> Agent<'a> {
     }
 
     /// The tick's `finally`: token upkeep, staging cleanup, state saved.
-    fn finish(&mut self, error: Option<&anyhow::Error>) {
+    fn finish(&mut self, result: &anyhow::Result<Exit>) {
+        let error = result.as_ref().err();
         if let Some(e) = error {
             self.state.last_error = Some(redact::redact(&failure_detail(e)));
+        }
+        match result {
+            Ok(Exit::Ok) => self.state.last_success = Some(state::now()),
+            Ok(_) | Err(_) => {
+                let code = self
+                    .state
+                    .last_error
+                    .as_deref()
+                    .and_then(|e| e.split(':').next())
+                    .filter(|c| {
+                        !c.is_empty() && c.chars().all(|ch| ch.is_ascii_uppercase() || ch == '_')
+                    })
+                    .map(str::to_string);
+                if let Some(code) = code {
+                    *self.state.refusals.entry(code).or_default() += 1;
+                }
+            }
         }
         let reached_tenancy = error.is_none_or(|e| Exit::of(e) != Exit::Temporary);
         if reached_tenancy && let Err(e) = self.upkeep() {
@@ -789,6 +953,13 @@ fn is_rate_limited(e: &anyhow::Error) -> bool {
         .any(|f| f.code.as_deref() == Some("LEASE_RATE_LIMITED"))
 }
 
+/// The wait after the `attempts`-th failure of the same release: 1 min doubling up to 1 h,
+/// spread by up to 20% (`jitter` in 0..1) so a fleet does not retry in step.
+pub fn failure_backoff(attempts: u32, jitter: f64) -> Duration {
+    let base = (60u64 << attempts.saturating_sub(1).min(6)).min(3600);
+    Duration::from_secs(base).mul_f64(0.9 + 0.2 * jitter.clamp(0.0, 1.0))
+}
+
 /// The containers that are not running-and-healthy, as `name (state or health)`.
 fn not_ready(containers: &[SeenContainer]) -> Vec<String> {
     containers
@@ -839,4 +1010,21 @@ pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
     result?;
     println!("token stored in {}", agent.token_path().display());
     Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_backoff_doubles_from_a_minute_to_an_hour_with_jitter() {
+        let secs = |n, j| failure_backoff(n, j).as_secs();
+        assert_eq!(
+            [1, 2, 3, 4, 5, 6, 7, 20].map(|n| secs(n, 0.5)),
+            [60, 120, 240, 480, 960, 1920, 3600, 3600]
+        );
+        assert_eq!(secs(1, 0.0), 54);
+        assert_eq!(secs(1, 1.0), 66);
+        assert_eq!(secs(30, 1.0), 3960);
+    }
 }

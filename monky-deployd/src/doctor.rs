@@ -1,0 +1,299 @@
+//! `monky-deployd doctor [--json]`: the box checklist, automated. Each check says ok, fail (with
+//! the fix) or skip; the exit status is 1 when any check fails.
+
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use monky_bao_client as bao;
+use monky_compose as compose;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::config::{Config, TransportKind};
+use crate::exit::Exit;
+use crate::peers;
+use crate::redact::redact;
+use crate::state::{self, State};
+
+/// A check's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Fine.
+    Ok,
+    /// Broken; `fix` says what to do.
+    Fail,
+    /// Not applicable on this box.
+    Skip,
+}
+
+/// One line of the checklist.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// What was checked.
+    pub name: &'static str,
+    /// Its verdict.
+    pub verdict: Verdict,
+    /// What was found.
+    pub detail: String,
+    /// What to do when it failed.
+    pub fix: &'static str,
+}
+
+fn check(name: &'static str, fix: &'static str, result: Result<String, String>) -> Check {
+    let (verdict, detail) = match result {
+        Ok(d) => (Verdict::Ok, d),
+        Err(d) => (Verdict::Fail, d),
+    };
+    Check {
+        name,
+        verdict,
+        detail: redact(&detail),
+        fix,
+    }
+}
+
+fn skip(name: &'static str, detail: &str) -> Check {
+    Check {
+        name,
+        verdict: Verdict::Skip,
+        detail: detail.into(),
+        fix: "",
+    }
+}
+
+/// Runs every check.
+pub fn run(cfg: &Config) -> Vec<Check> {
+    let mut out = vec![check(
+        "config",
+        "",
+        Ok(format!(
+            "{} parses (env {})",
+            cfg.path.display(),
+            cfg.env_id
+        )),
+    )];
+    out.push(check(
+        "state dir",
+        "create it 0700, owned by the agent's user (the package does this)",
+        state_dir(cfg),
+    ));
+    let docker = compose::Docker::builder(cfg.docker_bin.clone())
+        .docker_config(cfg.docker_config_dir())
+        .build();
+    out.push(check(
+        "compose v2",
+        "install the docker compose v2 plugin system-wide (/usr/libexec/docker/cli-plugins); a plugin in a user's ~/.docker is invisible to the agent",
+        match &docker {
+            Ok(d) => d
+                .compose_info()
+                .map(|i| format!("compose {} ({})", i.version, i.program.display()))
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        },
+    ));
+    let engine = compose::Engine::from_env();
+    out.push(check(
+        "docker socket",
+        "start the docker daemon and add the agent's user to the docker group",
+        engine
+            .info()
+            .map(|i| {
+                format!(
+                    "engine {} (data root {})",
+                    i.server_version,
+                    i.docker_root_dir.display()
+                )
+            })
+            .map_err(|e| e.to_string()),
+    ));
+    out.push(match (&cfg.transport, &cfg.identity) {
+        (TransportKind::Proxy, Some(id)) => check(
+            "identity",
+            "grant the agent read access: setfacl -m u:monky-deployd:r <identity file>",
+            std::fs::File::open(id)
+                .map(|_| format!("{} readable", id.display()))
+                .map_err(|e| format!("{}: {e}", id.display())),
+        ),
+        _ => skip("identity", "not configured or not used by this transport"),
+    });
+    out.push(check(
+        "tenancy",
+        "check the mesh: the proxy service (monky-deployd-proxy) or the tunneler, and tenancy.* in config",
+        tenancy_reachable(cfg),
+    ));
+    out.extend(openbao(cfg));
+    out.push(disk(cfg, docker.as_ref().ok()));
+    out.push(timer());
+    out
+}
+
+fn state_dir(cfg: &Config) -> Result<String, String> {
+    let meta = std::fs::metadata(&cfg.state_dir)
+        .map_err(|e| format!("{}: {e}", cfg.state_dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", cfg.state_dir.display()));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "{} has mode {mode:o}; it holds the token and must be 0700",
+            cfg.state_dir.display()
+        ));
+    }
+    let probe = cfg
+        .state_dir
+        .join(format!(".doctor.tmp.{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| format!("{} is not writable: {e}", cfg.state_dir.display()))?;
+    Ok(format!(
+        "{} (mode {mode:o}, writable)",
+        cfg.state_dir.display()
+    ))
+}
+
+fn tenancy_reachable(cfg: &Config) -> Result<String, String> {
+    let url = cfg.tenancy_url().map_err(|e| e.to_string())?;
+    let host = url.host_str().unwrap_or_default().to_string();
+    let port = url.port_or_known_default().unwrap_or(80);
+    let addrs: Vec<SocketAddr> = match cfg.tenancy_mapping().map_err(|e| e.to_string())? {
+        Some(mapped) => vec![mapped],
+        None => (host.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| format!("{host}:{port}: {e}"))?
+            .collect(),
+    };
+    let timeout = Duration::from_secs(cfg.tenancy.timeout_s.clamp(1, 10));
+    for a in &addrs {
+        if TcpStream::connect_timeout(a, timeout).is_ok() {
+            return Ok(format!("{host}:{port} reachable via {a}"));
+        }
+    }
+    Err(format!("{host}:{port} not reachable (tried {addrs:?})"))
+}
+
+fn openbao(cfg: &Config) -> Vec<Check> {
+    const FIX_REACH: &str = "check bao.addr, bao.ca_bundle and the proxy service; the certificate must be for bao.addr's host name";
+    const FIX_TOKEN: &str = "re-run the install kit (a fresh bootstrap grant), or wait for the next apply to lease a new token";
+    let client = match peers::openbao(cfg) {
+        Ok(c) => c,
+        Err(e) => return vec![check("openbao", FIX_REACH, Err(format!("{e:#}")))],
+    };
+    let token = std::fs::read_to_string(cfg.state_dir.join("bao.token")).ok();
+    let Some(token) = token.map(|t| bao::Token::new(t.trim().to_string())) else {
+        // No token: a lookup with an empty one still proves reachability and TLS (403 is fine).
+        let probe = client.lookup_self(&bao::Token::new(String::new()));
+        let reach = match probe {
+            Err(e) if e.kind() == bao::ErrorKind::Temporary => Err(e.to_string()),
+            _ => Ok(format!("{} reachable, certificate valid", cfg.bao.addr)),
+        };
+        return vec![
+            check("openbao", FIX_REACH, reach),
+            check("token", FIX_TOKEN, Err("no token stored".into())),
+        ];
+    };
+    match client.lookup_self(&token) {
+        Ok(info) => vec![
+            check(
+                "openbao",
+                FIX_REACH,
+                Ok(format!("{} reachable, certificate valid", cfg.bao.addr)),
+            ),
+            check(
+                "token",
+                FIX_TOKEN,
+                Ok(format!("valid, ttl {}s", info.ttl.as_secs())),
+            ),
+        ],
+        Err(e) if e.kind() == bao::ErrorKind::Temporary => vec![
+            check("openbao", FIX_REACH, Err(e.to_string())),
+            skip("token", "OpenBao not reachable"),
+        ],
+        Err(e) => vec![
+            check(
+                "openbao",
+                FIX_REACH,
+                Ok(format!("{} reachable, certificate valid", cfg.bao.addr)),
+            ),
+            check("token", FIX_TOKEN, Err(format!("refused: {e}"))),
+        ],
+    }
+}
+
+fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
+    const FIX: &str =
+        "free space on the docker data root: `monky-deployd run --once --prune`, or grow the disk";
+    let Some(docker) = docker else {
+        return skip("disk", "docker not usable");
+    };
+    let st: State = std::fs::read(state::path(&cfg.state_dir))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let need = st.last_disk_need_bytes.unwrap_or(0);
+    let want = (need as f64 * cfg.disk_factor) as u64 + cfg.disk_headroom_bytes;
+    check(
+        "disk",
+        FIX,
+        match docker.free_bytes() {
+            Ok(free) if free >= want => Ok(format!("{} free, {} needed", gib(free), gib(want))),
+            Ok(free) => Err(format!("{} free, {} needed", gib(free), gib(want))),
+            Err(e) => Err(e.to_string()),
+        },
+    )
+}
+
+fn gib(b: u64) -> String {
+    format!("{:.1} GiB", b as f64 / f64::from(1u32 << 30))
+}
+
+fn timer() -> Check {
+    if !std::path::Path::new("/run/systemd/system").is_dir() {
+        return skip(
+            "timer",
+            "systemd is not running here (loop mode: `monky-deployd run`)",
+        );
+    }
+    let runner = compose::process::Runner::builder(std::env::temp_dir()).build();
+    let inv = compose::process::Invocation::new("systemctl", Duration::from_secs(10))
+        .args(["is-active", "monky-deployd.timer"]);
+    check(
+        "timer",
+        "systemctl enable --now monky-deployd.timer",
+        match runner
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.run(&inv).map_err(|e| e.to_string()))
+        {
+            Ok(out) if out.success() => Ok("monky-deployd.timer active".into()),
+            Ok(out) => Err(format!("monky-deployd.timer {}", out.stdout.trim())),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// Prints the checklist; exit 1 when any check failed.
+pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
+    let checks = run(cfg);
+    let ok = checks.iter().all(|c| c.verdict != Verdict::Fail);
+    if as_json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"ok": ok, "checks": checks}))?
+        );
+    } else {
+        for c in &checks {
+            let v = match c.verdict {
+                Verdict::Ok => "ok  ",
+                Verdict::Fail => "FAIL",
+                Verdict::Skip => "skip",
+            };
+            println!("{v} {:<14} {}", c.name, c.detail);
+            if c.verdict == Verdict::Fail && !c.fix.is_empty() {
+                println!("     {:<14} fix: {}", "", c.fix);
+            }
+        }
+    }
+    Ok(if ok { Exit::Ok } else { Exit::Fail })
+}

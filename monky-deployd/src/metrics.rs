@@ -1,0 +1,162 @@
+//! The Prometheus textfile (`metrics_textfile`, node_exporter's textfile-collector convention),
+//! rewritten atomically at the end of every tick. It carries no secret: shas, codes and times.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::exit::Exit;
+use crate::fsx;
+use crate::state::State;
+
+/// What one tick ended with.
+#[derive(Debug, Clone, Copy)]
+pub struct TickFacts {
+    /// The exit status.
+    pub exit: Exit,
+    /// Wall time of the tick.
+    pub duration: Duration,
+    /// When it ended (unix seconds).
+    pub ended_at: u64,
+}
+
+/// Renders the metrics text for a tick and the state it left.
+pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
+    let env = escape(env_id);
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, f64)]| {
+        let _ = writeln!(out, "# HELP monky_deployd_{name} {help}");
+        let _ = writeln!(out, "# TYPE monky_deployd_{name} {kind}");
+        for (labels, value) in samples {
+            let sep = if labels.is_empty() { "" } else { "," };
+            let _ = writeln!(
+                out,
+                "monky_deployd_{name}{{env_id=\"{env}\"{sep}{labels}}} {value}"
+            );
+        }
+    };
+    let secs = |t: Option<u64>| t.map_or(0.0, |t| t as f64);
+    metric(
+        "tick_duration_seconds",
+        "gauge",
+        "Wall time of the last tick.",
+        &[(String::new(), tick.duration.as_secs_f64())],
+    );
+    metric(
+        "last_tick_timestamp_seconds",
+        "gauge",
+        "When the last tick ended.",
+        &[(String::new(), tick.ended_at as f64)],
+    );
+    metric(
+        "last_success_timestamp_seconds",
+        "gauge",
+        "When a tick last ended with exit 0 (0: never).",
+        &[(String::new(), secs(state.last_success))],
+    );
+    metric(
+        "exit_code",
+        "gauge",
+        "Exit status of the last tick (0, 1, 75, 78).",
+        &[(String::new(), f64::from(tick.exit.code()))],
+    );
+    let results = ["applied", "failed", "down", "refused"];
+    let current = state.last_result.as_deref().unwrap_or("");
+    let samples: Vec<(String, f64)> = results
+        .iter()
+        .map(|r| {
+            (
+                format!("result=\"{r}\""),
+                f64::from(u8::from(*r == current)),
+            )
+        })
+        .collect();
+    metric(
+        "last_result",
+        "gauge",
+        "1 for the result of the last report.",
+        &samples,
+    );
+    if let Some(sha) = &state.applied_sha {
+        metric(
+            "applied_info",
+            "gauge",
+            "The applied bundle sha, as a label.",
+            &[(format!("sha=\"{}\"", escape(sha)), 1.0)],
+        );
+    }
+    let ttl = state
+        .token
+        .as_ref()
+        .map_or(0.0, |t| t.expires_at.saturating_sub(tick.ended_at) as f64);
+    metric(
+        "token_ttl_seconds",
+        "gauge",
+        "Seconds left on the OpenBao token by the agent's record (0: none).",
+        &[(String::new(), ttl)],
+    );
+    let refusals: Vec<(String, f64)> = state
+        .refusals
+        .iter()
+        .map(|(code, n)| (format!("code=\"{}\"", escape(code)), *n as f64))
+        .collect();
+    metric(
+        "refusals_total",
+        "counter",
+        "Refusals and failures seen, by code.",
+        &refusals,
+    );
+    metric(
+        "backoff_deadline_timestamp_seconds",
+        "gauge",
+        "When a failed release may be tried again (0: no backoff).",
+        &[(String::new(), secs(state.next_attempt_at))],
+    );
+    out
+}
+
+/// Writes the file atomically, readable by node_exporter (0644).
+pub fn write(path: &Path, text: &str) -> anyhow::Result<()> {
+    fsx::atomic_write(path, text.as_bytes(), 0o644)
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', r"\\")
+        .replace('"', "\\\"")
+        .replace('\n', r"\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_family_with_the_env_label() {
+        let state = State {
+            applied_sha: Some("ab12".into()),
+            last_result: Some("failed".into()),
+            refusals: [("ENV_INCOMPLETE".to_string(), 2)].into(),
+            next_attempt_at: Some(1_900_000_000),
+            ..State::default()
+        };
+        let text = render(
+            "env-\"x\"",
+            &state,
+            TickFacts {
+                exit: Exit::Fail,
+                duration: Duration::from_millis(250),
+                ended_at: 1_800_000_000,
+            },
+        );
+        for line in [
+            "monky_deployd_exit_code{env_id=\"env-\\\"x\\\"\"} 1",
+            "monky_deployd_tick_duration_seconds{env_id=\"env-\\\"x\\\"\"} 0.25",
+            "monky_deployd_last_result{env_id=\"env-\\\"x\\\"\",result=\"failed\"} 1",
+            "monky_deployd_applied_info{env_id=\"env-\\\"x\\\"\",sha=\"ab12\"} 1",
+            "monky_deployd_refusals_total{env_id=\"env-\\\"x\\\"\",code=\"ENV_INCOMPLETE\"} 2",
+            "monky_deployd_backoff_deadline_timestamp_seconds{env_id=\"env-\\\"x\\\"\"} 1900000000",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
+        }
+    }
+}
