@@ -238,7 +238,8 @@ impl Compose {
         })
     }
 
-    /// `logs --no-color --tail <lines>`: stdout, then stderr if compose wrote any.
+    /// `logs --no-color --tail <lines>`: stdout, then stderr if compose wrote any, without
+    /// terminal control sequences.
     pub fn logs_tail(&self, lines: usize) -> Result<String> {
         let info = self.docker.compose_for_use()?;
         let out = self
@@ -260,7 +261,15 @@ impl Compose {
             }
             text.push_str(&out.stderr);
         }
-        Ok(text)
+        // Compose 2.26 starts every log line with ESC[2K even under --ansi never and
+        // --no-color; the tail ends up in reports and audit logs, and an escape inside a value
+        // would hide it from a redactor.
+        let mut clean = String::with_capacity(text.len());
+        for line in text.lines() {
+            clean.push_str(&strip_terminal(line));
+            clean.push('\n');
+        }
+        Ok(clean)
     }
 
     /// `down --remove-orphans`, with `-v` when `volumes` (only for a purge).
@@ -501,8 +510,14 @@ pub fn pull_failure_message(stderr: &str, stdout: &str, code: Option<i32>) -> St
     crate::process::tail_chars(&joined, PULL_MESSAGE_MAX)
 }
 
-/// Strips ANSI escapes and carriage-return progress redraws from one output line.
+/// Strips ANSI escapes and carriage-return progress redraws from one output line, trimmed.
 fn clean_line(line: &str) -> String {
+    strip_terminal(line).trim().to_owned()
+}
+
+/// One output line without terminal control: ANSI escape sequences, the frames a `\r` redraw
+/// overwrote, and control characters other than tabs.
+fn strip_terminal(line: &str) -> String {
     // a progress line redrawn with \r: only the last frame counts
     let line = line
         .rsplit('\r')
@@ -523,11 +538,11 @@ fn clean_line(line: &str) -> String {
             }
             continue;
         }
-        if !c.is_control() {
+        if !c.is_control() || c == '\t' {
             out.push(c);
         }
     }
-    out.trim().to_owned()
+    out
 }
 
 #[cfg(test)]
@@ -713,6 +728,18 @@ mod tests {
             Some(1),
             "Error response from daemon: Get \"https://harbor.example/v2/\": dial tcp: lookup harbor.example on 127.0.0.53:53: no such host",
         );
+    }
+
+    #[test]
+    fn terminal_control_is_stripped_from_lines() {
+        let check = |line: &str, expected: &str| {
+            assert_eq!(strip_terminal(line), expected, "{line:?}");
+        };
+        // compose 2.26 `logs --no-color` under --ansi never
+        check("\u{1b}[2Kweb-1  | leak=value", "web-1  | leak=value");
+        check("se\u{1b}[0mcret\tx", "secret\tx");
+        check("old frame\rnew frame", "new frame");
+        check("  indented stays  ", "  indented stays  ");
     }
 
     #[test]

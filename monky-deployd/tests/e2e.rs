@@ -660,6 +660,11 @@ fn an_unhealthy_bundle_fails_with_the_redacted_compose_logs() {
         r.log_tail
     );
     assert!(r.log_tail.contains("leak=***"), "{}", r.log_tail);
+    assert!(
+        !r.log_tail.contains('\u{1b}'),
+        "terminal escapes in the report: {:?}",
+        r.log_tail
+    );
     assert_no_secret(&b, &run);
     let seen = b.project.containers();
     assert_eq!(seen.len(), 1);
