@@ -672,6 +672,24 @@ fn an_unhealthy_bundle_fails_with_the_redacted_compose_logs() {
     assert!(b.w.state()["applied_sha"].is_null());
 }
 
+#[test]
+fn an_unhealthy_bundle_over_a_good_one_falls_back_to_it() {
+    let Some(b) = E2eBox::with_timeout("unhealthy-revert", 20) else {
+        return;
+    };
+    let first = b.first_apply(&b.bundle(&b.e2e.image_1));
+    b.w.publish(&b.bundle(&b.e2e.image_bad));
+    b.w.tick().expect(1);
+    let r = b.w.last_report();
+    assert_report(&r, ReportResult::Failed, Some("UNHEALTHY: "));
+    assert!(r.detail.as_deref().unwrap().contains(&first[..12]), "{r:?}");
+    // The last healthy release runs again, from its own release directory.
+    assert_eq!(b.current(), Some(release(&first)));
+    assert_eq!(b.w.state()["applied_sha"], json!(first));
+    assert_healthy(&b.project.containers(), &b.project.name);
+    assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
+}
+
 // ---- 5. pull failures -------------------------------------------------------------------------
 
 /// A failed pull: exit 1, `COMPOSE_PULL_FAILED` with the registry's words, and the running
