@@ -9,6 +9,7 @@ mod cli;
 mod crash;
 mod e2e;
 mod lifecycle;
+mod observe;
 mod redaction;
 mod token;
 mod transport;

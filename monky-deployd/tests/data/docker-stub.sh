@@ -13,27 +13,45 @@ here=$(cd "$(dirname "$0")" && pwd)
   env | sort | sed 's/^/@@ENV /'
 } >>"$here/calls.log"
 
+# DAEMON_DOWN: the CLI works but every call that needs the engine fails the way docker's does.
+daemon_down() {
+  [ -n "$DAEMON_DOWN" ] || return 0
+  echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?" >&2
+  exit 1
+}
+
 [ "$1" = compose ] || {
   case "$1" in
-    image) echo "Total reclaimed space: 0B"; exit 0 ;;
-    info) echo "{\"ServerVersion\":\"28.3.0\",\"DockerRootDir\":\"$here\"}"; exit 0 ;;
+    image) daemon_down; echo "Total reclaimed space: 0B"; exit 0 ;;
+    ps) daemon_down; exit 0 ;;
+    info) daemon_down; echo "{\"ServerVersion\":\"28.3.0\",\"DockerRootDir\":\"$here\"}"; exit 0 ;;
     *) echo "stub docker: unexpected: $*" >&2; exit 99 ;;
   esac
 }
 shift
+# NO_COMPOSE: this docker has no compose plugin.
+[ -n "$NO_COMPOSE" ] && { echo "docker: 'compose' is not a docker command." >&2; exit 1; }
 [ "$1" = version ] && { echo "Docker Compose version v${COMPOSE_VERSION:-2.32.0}"; exit 0; }
 
 project=
+file=
 while [ $# -gt 0 ]; do
   case "$1" in
     -p) project=$2; shift 2 ;;
-    -f | --env-file | --ansi | --project-directory) shift 2 ;;
+    -f) file=$2; shift 2 ;;
+    --env-file | --ansi | --project-directory) shift 2 ;;
     -*) shift ;;
     *) break ;;
   esac
 done
 sub=$1
 shift
+
+# FAULT_IF: the failures above hit only a compose file that contains this text (one release),
+# so that another release (the one fallen back to) still comes up.
+if [ -n "$FAULT_IF" ] && ! grep -qF -- "$FAULT_IF" "$file" 2>/dev/null; then
+  PULL_FAIL= UP_FAIL= HEALTH=healthy
+fi
 
 containers() { # containers STATE HEALTH: one container per service in $SERVICES
   local first=1
@@ -50,13 +68,20 @@ containers() { # containers STATE HEALTH: one container per service in $SERVICES
 }
 
 case "$sub" in
+  pull | up | logs | down | ps) daemon_down ;;
+esac
+
+case "$sub" in
   pull)
     [ -n "$PULL_FAIL" ] && { printf '%s\n' "$PULL_FAIL" >&2; exit 18; }
     echo "web Pulled" >&2
     ;;
   up)
     [ -n "$UP_FAIL" ] && { printf '%s\n' "$UP_FAIL" >&2; exit 1; }
-    containers running "${HEALTH-healthy}" >"$here/containers.json.tmp"
+    health=${HEALTH-healthy}
+    # UNHEALTHY_IF: releases whose compose file mentions this text never become healthy.
+    [ -n "$UNHEALTHY_IF" ] && grep -q "$UNHEALTHY_IF" "$file" && health=unhealthy
+    containers running "$health" >"$here/containers.json.tmp"
     mv "$here/containers.json.tmp" "$here/containers.json"
     ;;
   config)
