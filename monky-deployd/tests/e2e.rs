@@ -928,6 +928,17 @@ fn check_hostile(e2e: &'static E2e, project: &Project, case: &Hostile) {
     ));
     bundle.env_template.push_str(case.env);
     let w = real_world(e2e, project, 30);
+    if let Some((var, value)) = case.secret {
+        let name = var.to_ascii_lowercase();
+        bundle.manifest["entries"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({
+            "var": var, "path": format!("monky/{ENV}/see/{name}"), "kind": "supplied",
+            "version": null}));
+        bundle.env_template.push_str(&format!("{var}=${{{var}}}\n"));
+        w.bao.put_secret(ENV, &name, value);
+    }
     w.stage_grant();
     w.publish(&bundle);
     let run = w.tick();
@@ -940,14 +951,9 @@ fn check_hostile(e2e: &'static E2e, project: &Project, case: &Hostile) {
         case.name,
         r.detail
     );
-    // The literal cases are refused before any lease; the .env ones only by the check of
-    // compose's interpolated model, after the secrets were read and before anything started.
-    assert_eq!(
-        w.tenancy.lease_count(ENV),
-        usize::from(case.after_interpolation),
-        "{}",
-        case.name
-    );
+    if let Some(leases) = case.leases {
+        assert_eq!(w.tenancy.lease_count(ENV), leases, "{}", case.name);
+    }
     assert_eq!(project.containers(), [], "{}", case.name);
     assert_eq!(w.current_target(), None, "{}", case.name);
     assert!(w.state()["applied_sha"].is_null());
@@ -957,61 +963,81 @@ struct Hostile {
     name: &'static str,
     service: &'static str,
     volumes: &'static [&'static str],
+    /// Lines added to `.env.template`.
     env: &'static str,
+    /// A variable the manifest reads from OpenBao, and its value there.
+    secret: Option<(&'static str, &'static str)>,
     reason: &'static str,
-    /// Only `compose config` with the release's `.env` shows the danger.
-    after_interpolation: bool,
+    /// Leases before the refusal: 0 when the bundle alone shows the danger, 1 when only
+    /// compose's interpolation with the secrets does; `None` where either is right (a literal
+    /// in `.env.template` may be judged offline or on compose's model).
+    leases: Option<usize>,
 }
 
-const HOSTILE: [Hostile; 6] = [
+const HOSTILE: [Hostile; 7] = [
     Hostile {
         name: "privileged",
         service: "    privileged: true\n",
         volumes: &[],
         env: "",
+        secret: None,
         reason: "web: privileged",
-        after_interpolation: false,
+        leases: Some(0),
     },
     Hostile {
         name: "host network",
         service: "    network_mode: host\n",
         volumes: &[],
         env: "",
+        secret: None,
         reason: "web: network_mode host",
-        after_interpolation: false,
+        leases: Some(0),
     },
     Hostile {
         name: "docker socket bind",
         service: "",
         volumes: &["/var/run/docker.sock:/var/run/docker.sock"],
         env: "",
+        secret: None,
         reason: "web: bind /var/run/docker.sock",
-        after_interpolation: false,
+        leases: Some(0),
     },
     Hostile {
         name: "socket as an interpolation default",
         service: "",
         volumes: &["${X:-/var/run/docker.sock}:/host.sock"],
         env: "",
+        secret: None,
         reason: "web: bind /var/run/docker.sock",
-        after_interpolation: false,
+        leases: Some(0),
     },
-    // Only compose's own interpolation with the release's .env shows these two.
     Hostile {
-        name: "host network from .env",
+        name: "host network from a literal in .env",
         service: "    network_mode: ${NET_MODE:-bridge}\n",
         volumes: &[],
         env: "NET_MODE=host\n",
+        secret: None,
         reason: "web: network_mode host",
-        after_interpolation: true,
+        leases: None,
     },
     Hostile {
-        name: "socket directory from .env",
+        name: "socket directory from a literal in .env",
         service: "",
         volumes: &["${SOCK_DIR:-/srv}/docker.sock:/host.sock"],
         env: "SOCK_DIR=/var/run\n",
+        secret: None,
         reason: "web: bind /var/run/docker.sock",
-        after_interpolation: true,
+        leases: None,
+    },
+    // Only compose's own interpolation of the rendered .env shows this one.
+    Hostile {
+        name: "privileged from a secret's value",
+        service: "    privileged: ${SEE_PRIVILEGED:-false}\n",
+        volumes: &[],
+        env: "",
+        secret: Some(("SEE_PRIVILEGED", "true")),
+        reason: "web: privileged",
+        leases: Some(1),
     },
 ];
 
