@@ -4,6 +4,7 @@
 //! [`Exit::of`], which looks for a [`Failure`] in the chain. An error without one is a failure (1).
 
 use std::fmt;
+use std::time::Duration;
 
 /// The process exit statuses the systemd unit and operators rely on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -46,6 +47,8 @@ pub struct Failure {
     pub code: Option<String>,
     /// What happened, names only.
     pub message: String,
+    /// How long the peer asked to wait before the next try (`Retry-After`), for the loop.
+    pub retry_after: Option<Duration>,
 }
 
 impl Failure {
@@ -55,7 +58,15 @@ impl Failure {
             exit,
             code: code.into(),
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// Carries the peer's `Retry-After` up to the loop.
+    #[must_use]
+    pub fn with_retry_after(mut self, wait: Option<Duration>) -> Self {
+        self.retry_after = wait;
+        self
     }
 
     /// Marks an existing error chain with an exit status.
@@ -65,7 +76,15 @@ impl Failure {
             exit,
             code: None,
             message,
+            retry_after: None,
         })
+    }
+
+    /// The `Retry-After` of the first failure in a chain that carries one.
+    pub fn retry_after_of(err: &anyhow::Error) -> Option<Duration> {
+        err.chain()
+            .filter_map(|e| e.downcast_ref::<Failure>())
+            .find_map(|f| f.retry_after)
     }
 
     /// The code of the first coded failure in a chain.
@@ -105,6 +124,16 @@ mod tests {
         let e = coded.context("apply").unwrap_err();
         assert_eq!(Failure::code_of(&e).as_deref(), Some("ENV_INCOMPLETE"));
         assert_eq!(format!("{e:#}"), "apply: ENV_INCOMPLETE: unresolved: A");
+        assert_eq!(Failure::retry_after_of(&e), None);
+        let waited = anyhow::Error::new(
+            Failure::new(Exit::Temporary, None, "rate limited")
+                .with_retry_after(Some(Duration::from_secs(30))),
+        )
+        .context("checkin");
+        assert_eq!(
+            Failure::retry_after_of(&waited),
+            Some(Duration::from_secs(30))
+        );
         assert_eq!(
             [Exit::Ok, Exit::Fail, Exit::Temporary, Exit::Config].map(Exit::code),
             [0, 1, 75, 78]

@@ -85,7 +85,9 @@ pub fn tenancy_failure(what: &str, e: proto::Error) -> anyhow::Error {
              fix env_id or re-run the install kit for this env",
         );
     }
-    Failure::new(exit, Some(code), msg).into()
+    Failure::new(exit, Some(code), msg)
+        .with_retry_after(e.retry_after())
+        .into()
 }
 
 /// Turns an OpenBao error into a failure: unreachable or sealed is temporary, the rest fails.

@@ -70,10 +70,13 @@ fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
     let exit = match tick(cfg, opts, &mut interval) {
         Ok(exit) => exit,
         Err(e) => {
-            retry_after = e
-                .chain()
-                .find_map(|c| c.downcast_ref::<proto::Error>())
-                .and_then(proto::Error::retry_after);
+            // The tenancy error itself was turned into a Failure on the way up; it kept the
+            // wait tenancy asked for.
+            retry_after = Failure::retry_after_of(&e).or_else(|| {
+                e.chain()
+                    .find_map(|c| c.downcast_ref::<proto::Error>())
+                    .and_then(proto::Error::retry_after)
+            });
             let exit = Exit::of(&e);
             if exit == Exit::Temporary && cfg.laptop_mode {
                 info!("offline (laptop mode): {}", redact::redact(&first_line(&e)));

@@ -8,6 +8,7 @@ mod bundle_check;
 mod cli;
 mod crash;
 mod e2e;
+mod faults;
 mod lifecycle;
 mod observe;
 mod redaction;
