@@ -135,34 +135,92 @@ pub fn compose_sub(call: &str) -> Option<&str> {
     None
 }
 
+/// The request-count regression check (counts, never times): what each kind of tick costs the
+/// peers. A heartbeat is exactly two tenancy requests and nothing else; an apply leases once at
+/// most (the first swaps the bootstrap token, later ones reuse the lease token).
 #[test]
-fn a_heartbeat_is_two_tenancy_requests_no_openbao_and_no_process() {
+fn request_counts_of_a_first_apply_a_heartbeat_and_a_second_apply() {
     let w = World::new();
-    let sha = w.applied();
-    let (tenancy_before, bao_before, docker_before) = (
-        w.requests().len(),
-        w.bao.agent_requests().len(),
-        w.docker_calls().len(),
-    );
-    w.tick().ok();
-    let new: Vec<String> = w.requests()[tenancy_before..]
-        .iter()
-        .map(|r| r.path.clone())
-        .collect();
-    assert_eq!(new, ["/v1/agent/checkin", "/v1/agent/report"]);
+    // What each tick added: tenancy paths, the agent's OpenBao paths, docker calls.
+    let costs = |w: &World, tick: &dyn Fn()| {
+        let (t, b, d) = (
+            w.requests().len(),
+            w.bao.agent_requests().len(),
+            w.docker_calls().len(),
+        );
+        tick();
+        let path = |p: &str| p.split('?').next().unwrap_or_default().to_string();
+        // The agent's own calls: OpenBao fetching tenancy's JWKS is not the agent's cost.
+        let tenancy: Vec<String> = w.requests()[t..]
+            .iter()
+            .filter(|r| r.path.starts_with("/v1/agent/"))
+            .map(|r| path(&r.path))
+            .collect();
+        let bao: Vec<String> = w.bao.agent_requests()[b..]
+            .iter()
+            .map(|r| path(&r.path))
+            .collect();
+        (tenancy, bao, w.docker_calls().len() - d)
+    };
+    let kv = |name: &str| format!("/v1/monky/data/{ENV}/see/{name}");
+
+    let (tenancy, bao, _) = costs(&w, &|| {
+        w.applied();
+    });
     assert_eq!(
-        w.bao.agent_requests().len(),
-        bao_before,
-        "no OpenBao request on a heartbeat"
+        tenancy,
+        [
+            "/v1/agent/checkin".to_string(),
+            format!("/v1/agent/bundle/{ENV}/{}", TestBundle::default().sha()),
+            "/v1/agent/lease".into(),
+            "/v1/agent/report".into()
+        ]
     );
+    assert_eq!(w.tenancy.lease_count(ENV), 1);
     assert_eq!(
-        w.docker_calls().len(),
-        docker_before,
-        "a heartbeat spawns no docker process"
+        bao,
+        [
+            "/v1/auth/jwt-tenancy/login".to_string(),
+            "/v1/auth/jwt-tenancy/login".into(),
+            "/v1/auth/token/revoke-self".into(),
+            kv("gemini_api_key"),
+            kv("pg_password"),
+        ],
+        "bootstrap login, lease login, the bootstrap token revoked, two reads"
     );
+
+    let (tenancy, bao, docker) = costs(&w, &|| {
+        w.tick().ok();
+    });
+    assert_eq!(tenancy, ["/v1/agent/checkin", "/v1/agent/report"]);
+    assert!(bao.is_empty(), "no OpenBao request on a heartbeat: {bao:?}");
+    assert_eq!(docker, 0, "a heartbeat spawns no docker process");
     let r = w.last_report();
     assert_report(&r, ReportResult::Applied, None);
-    assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+    assert_eq!(r.sha, w.state()["applied_sha"].as_str().map(str::to_string));
+
+    let second = w.publish(&TestBundle::tagged("2"));
+    let (tenancy, bao, _) = costs(&w, &|| {
+        w.tick().ok();
+    });
+    assert_eq!(
+        tenancy,
+        [
+            "/v1/agent/checkin".to_string(),
+            format!("/v1/agent/bundle/{ENV}/{second}"),
+            "/v1/agent/report".into()
+        ],
+        "no lease: the lease token is reused"
+    );
+    assert_eq!(w.tenancy.lease_count(ENV), 1);
+    assert_eq!(
+        bao,
+        [
+            "/v1/auth/token/lookup-self".to_string(),
+            kv("gemini_api_key"),
+            kv("pg_password"),
+        ]
+    );
 }
 
 #[test]
