@@ -1,5 +1,6 @@
 //! `cargo xtask ci`: what `.ci/run` runs. setup, fmt, clippy, test (with the setup env file
-//! exported), doc, then teardown whatever happened. One line per step, a verdict at the end.
+//! exported), demo (`cargo xtask demo --ci`: the README's first command, asserted end to end),
+//! doc, then teardown whatever happened. One line per step, a verdict at the end.
 
 use std::process::Command;
 use std::time::Instant;
@@ -18,7 +19,7 @@ pub fn main(args: &[String]) -> Result<()> {
             "--fail-fast" => fail_fast = true,
             "-h" | "--help" => {
                 println!(
-                    "cargo xtask ci [--fail-fast]\n  setup, fmt, clippy, test, doc, teardown (always)\n  --fail-fast  skip the remaining checks after the first failure"
+                    "cargo xtask ci [--fail-fast]\n  setup, fmt, clippy, test, demo, doc, teardown (always)\n  --fail-fast  skip the remaining checks after the first failure"
                 );
                 return Ok(());
             }
@@ -32,7 +33,7 @@ pub fn main(args: &[String]) -> Result<()> {
         c.args(args).current_dir(state::workspace_root());
         c
     };
-    let total = 6;
+    let total = 7;
     let mut failed: Vec<&str> = Vec::new();
 
     // Setup runs as a child process so that the services it starts are not our children.
@@ -63,6 +64,11 @@ pub fn main(args: &[String]) -> Result<()> {
             "test",
             cargo_cmd(&["test", "--workspace", "--all-features", "--locked"]),
         ),
+        ("demo", {
+            let mut demo = Command::new(&exe);
+            demo.args(["demo", "--ci"]);
+            demo
+        }),
         ("doc", cargo_cmd(&["doc", "--workspace", "--no-deps"])),
     ];
     for (n, (name, command)) in checks.iter_mut().enumerate() {

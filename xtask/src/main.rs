@@ -3,11 +3,14 @@
 //! - `setup`: docker engine, compose v2, an authenticated loopback registry with locally built
 //!   test images, a self-check; writes `target/ci-run/e2e.env` for the end-to-end suite.
 //! - `teardown`: stops what setup started and removes the suite's docker objects.
-//! - `ci`: setup, fmt, clippy, test, doc, teardown: what `.ci/run` runs.
+//! - `ci`: setup, fmt, clippy, test, demo, doc, teardown: what `.ci/run` runs.
+//! - `demo`: the agent's main job on the dev peers and the local engine (the README's first
+//!   command).
 
 mod apt;
 mod ci;
 mod cmd;
+mod demo;
 mod docker;
 mod net;
 mod procs;
@@ -23,7 +26,8 @@ usage: cargo xtask <task> [options]
 tasks:
   setup [--fresh]     docker engine, compose v2, registry with test images; writes target/ci-run/e2e.env
   teardown            stop what setup started, remove monky-e2e-* containers/networks/volumes
-  ci [--fail-fast]    setup, fmt, clippy, test, doc, teardown (what .ci/run runs)";
+  ci [--fail-fast]    setup, fmt, clippy, test, demo, doc, teardown (what .ci/run runs)
+  demo [--keep]       the agent's main job on dev peers and the local engine (--stop ends a kept one)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -35,6 +39,7 @@ fn main() -> ExitCode {
         "setup" => setup::main(rest),
         "teardown" => teardown::main(rest),
         "ci" => ci::main(rest),
+        "demo" => demo::main(rest),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())

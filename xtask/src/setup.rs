@@ -577,8 +577,10 @@ fn build_and_push(docker: &Docker, run_dir: &Path, registry: &Registry) -> Resul
         step(&format!("pushed {reference}"));
     }
     remove_if_exists(&config)?;
-    // Drop the local tags so that the suite's pulls really go to the registry.
-    let mut rmi = vec!["rmi".to_owned()];
+    // Drop the local tags so that the suite's pulls really go to the registry. `--force` only
+    // untags an image that a container still runs (a kept demo, a suite running meanwhile);
+    // without it a rerun of setup fails on such a container.
+    let mut rmi = vec!["rmi".to_owned(), "--force".to_owned()];
     rmi.extend(refs.iter().map(|(_, r)| r.clone()));
     docker.capture(&rmi)?;
     Ok(Images {
@@ -733,7 +735,7 @@ fn self_check(
         started.elapsed().as_secs_f64()
     ));
     drop(containers);
-    docker.capture(["rmi", good, bad])?;
+    docker.capture(["rmi", "--force", good, bad])?;
     remove_if_exists(&config)?;
     let leftovers = docker.capture([
         "ps",
@@ -798,7 +800,8 @@ fn new_run_id() -> Result<String> {
     Ok(format!("{NAME_PREFIX}{}", random_hex(4)?))
 }
 
-fn random_hex(bytes: usize) -> Result<String> {
+/// `bytes` bytes from /dev/urandom as lower-case hex (run ids, the registry secret, demo values).
+pub fn random_hex(bytes: usize) -> Result<String> {
     use std::io::Read;
     let mut buf = vec![0u8; bytes];
     fs::File::open("/dev/urandom")

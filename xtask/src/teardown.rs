@@ -38,6 +38,11 @@ pub fn teardown() -> Result<()> {
         Some(docker) => remove_docker_objects(&docker)?,
         None => println!("    the docker engine does not answer: no docker objects to remove"),
     }
+    println!("==> teardown: a demo left running by `cargo xtask demo --keep`");
+    if let Err(e) = crate::demo::stop_kept() {
+        // Not fatal: the demo's containers went with the docker objects above.
+        println!("    warning: {e:#}");
+    }
     println!("==> teardown: processes started by setup");
     stop_registry(&run_state)?;
     if let Some(pid) = pid_of(&run_state, "DOCKERD_PID")
