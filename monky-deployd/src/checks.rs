@@ -2,12 +2,13 @@
 //! docker call that needs no knowledge of the box. The tick refuses on the first finding;
 //! `monky-deployd bundle check` prints them all.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use anyhow::Context;
 use monky_bao_client::KvPath;
 use monky_bundle as bundle;
+use secrecy::{ExposeSecret, SecretString};
 
 use crate::exit::{Exit, Failure};
 
@@ -64,12 +65,44 @@ pub fn offline(b: &bundle::Bundle, env_id: &str, kv_mount: &str) -> (Vec<KvPath>
     if let Err(r) = bundle::check_env_complete(b.env_template(), &provided) {
         findings.push(Finding::from_refusal(&r));
     }
+    let known = known_env_values(b.env_template(), &provided);
     if !b.meta().allow_privileged
-        && let Err(r) = bundle::check_privileged(b.compose(), &|_| None)
+        && let Err(r) = bundle::check_privileged(b.compose(), &|n| known.get(n).cloned())
     {
         findings.push(Finding::from_refusal(&r));
     }
     (paths, findings)
+}
+
+/// The values compose will interpolate from `.env` that are known before any secret is read:
+/// the template's literal assignments and the defaults of variables no manifest entry provides.
+/// A line that still holds a reference depends on a secret and is left out, so a compose file
+/// made privileged by `NET=host` in the template is refused here, before the lease; one made
+/// privileged by a secret's value is refused after staging, on compose's own interpolation.
+fn known_env_values(template: &str, provided: &BTreeSet<String>) -> BTreeMap<String, String> {
+    // Every provided variable renders as a bare `$`, which marks its line as unknown.
+    let unknown: BTreeMap<String, SecretString> = provided
+        .iter()
+        .map(|n| (n.clone(), SecretString::from("$")))
+        .collect();
+    let rendered = bundle::render_env(template, &unknown);
+    let mut out = BTreeMap::new();
+    for line in rendered.expose_secret().lines() {
+        let line = line.trim();
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let Some((name, value)) = line.split_once('=') else {
+            continue;
+        };
+        let value = value.trim();
+        let value = match value.as_bytes() {
+            [q @ (b'"' | b'\''), .., e] if q == e => &value[1..value.len() - 1],
+            _ => value.split(" #").next().unwrap_or_default().trim_end(),
+        };
+        if !line.starts_with('#') && !value.contains('$') {
+            out.insert(name.trim().to_string(), value.to_string());
+        }
+    }
+    out
 }
 
 /// A bundle from disk: a tar (optionally gzipped) or a directory of its members.
@@ -144,5 +177,41 @@ pub fn bundle_check(
         Ok(Exit::Ok)
     } else {
         Ok(Exit::Fail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(template: &str, provided: &[&str], expected: &[(&str, &str)]) {
+        let provided = provided.iter().map(|s| s.to_string()).collect();
+        let got = known_env_values(template, &provided);
+        let expected: BTreeMap<String, String> = expected
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(got, expected, "{template}");
+    }
+
+    #[test]
+    fn known_values_are_literals_and_unprovided_defaults() {
+        check("NET=host\n# X=y\n\nnoise\n", &[], &[("NET", "host")]);
+        check(
+            "A=\"quoted # kept\"\nB='single'\nexport C=plain # comment\n",
+            &[],
+            &[("A", "quoted # kept"), ("B", "single"), ("C", "plain")],
+        );
+        // A provided variable is a secret: unknown, default or not.
+        check(
+            "S=${SOCK:-/var/run/docker.sock}\nT=${SECRET}\nU=x${SECRET}y\n",
+            &["SOCK", "SECRET"],
+            &[],
+        );
+        check(
+            "S=${SOCK:-/var/run/docker.sock}\nD=$$literal\n",
+            &[],
+            &[("S", "/var/run/docker.sock")],
+        );
     }
 }

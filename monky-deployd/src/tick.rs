@@ -114,8 +114,16 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> any
     let mut agent = Agent::new(cfg, state, opts)?;
     let result = agent.converge();
     *interval = agent.state.checkin_interval_s.map(Duration::from_secs);
-    agent.finish(&result);
-    result
+    let saved = agent.finish(&result);
+    match (result, saved) {
+        // Converged, but the next tick would not know it: as much a failure as any other.
+        (Ok(_), Err(e)) => Err(e),
+        (result, Err(e)) => {
+            tracing::error!("{e:#}");
+            result
+        }
+        (result, Ok(())) => result,
+    }
 }
 
 /// Takes the state dir's lock; `None` when another tick holds it.
@@ -879,7 +887,8 @@ impl<'a> Agent<'a> {
     }
 
     /// The tick's `finally`: token upkeep, staging cleanup, state saved.
-    fn finish(&mut self, result: &anyhow::Result<Exit>) {
+    /// Returns the state save's error.
+    fn finish(&mut self, result: &anyhow::Result<Exit>) -> anyhow::Result<()> {
         let error = result.as_ref().err();
         if let Some(e) = error {
             self.state.last_error = Some(redact::redact(&failure_detail(e)));
@@ -907,9 +916,13 @@ impl<'a> Agent<'a> {
         }
         release::clean_staging(self.cfg);
         failpoint::hit("before-save");
-        if let Err(e) = self.state.save(&self.cfg.state_dir) {
-            tracing::error!("cannot save state: {e:#}");
-        }
+        self.state.save(&self.cfg.state_dir).with_context(|| {
+            format!(
+                "cannot save {}: free space in {} or the next tick repeats this one",
+                state::path(&self.cfg.state_dir).display(),
+                self.cfg.state_dir.display()
+            )
+        })
     }
 }
 
