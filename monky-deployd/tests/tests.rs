@@ -9,6 +9,7 @@ mod cli;
 mod crash;
 mod e2e;
 mod faults;
+mod hostile;
 mod lifecycle;
 mod observe;
 mod redaction;
