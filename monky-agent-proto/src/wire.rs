@@ -334,6 +334,26 @@ impl fmt::Debug for BundleDownload {
     }
 }
 
+/// The JSON Schemas of every request and response body, by file name (feature `schema`).
+///
+/// They are generated from these types and committed under `docs/schema/`, so tenancy's Python
+/// side can validate against the same contract.
+#[cfg(feature = "schema")]
+#[must_use]
+pub fn schemas() -> Vec<(&'static str, serde_json::Value)> {
+    fn of<T: schemars::JsonSchema>() -> serde_json::Value {
+        serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default()
+    }
+    vec![
+        ("checkin-request.json", of::<CheckinRequest>()),
+        ("checkin-response.json", of::<CheckinResponse>()),
+        ("lease-request.json", of::<LeaseRequest>()),
+        ("lease-response.json", of::<LeaseResponse>()),
+        ("report-request.json", of::<ReportRequest>()),
+        ("error-envelope.json", of::<ErrorEnvelope>()),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,24 +432,4 @@ mod tests {
             r#"BundleDownload { bytes: 3 bytes, header_sha: Some("ab") }"#
         );
     }
-}
-
-/// The JSON Schemas of every request and response body, by file name (feature `schema`).
-///
-/// They are generated from these types and committed under `docs/schema/`, so tenancy's Python
-/// side can validate against the same contract.
-#[cfg(feature = "schema")]
-#[must_use]
-pub fn schemas() -> Vec<(&'static str, serde_json::Value)> {
-    fn of<T: schemars::JsonSchema>() -> serde_json::Value {
-        serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default()
-    }
-    vec![
-        ("checkin-request.json", of::<CheckinRequest>()),
-        ("checkin-response.json", of::<CheckinResponse>()),
-        ("lease-request.json", of::<LeaseRequest>()),
-        ("lease-response.json", of::<LeaseResponse>()),
-        ("report-request.json", of::<ReportRequest>()),
-        ("error-envelope.json", of::<ErrorEnvelope>()),
-    ]
 }
