@@ -353,6 +353,21 @@ impl Apt {
         Ok(version)
     }
 
+    /// promtool validates the agent's metrics textfile in the suite. Debian ships it as its own
+    /// package from the release after bookworm on; there it comes through the same next-release
+    /// entry as compose, at that release's default pin (100), as the only candidate.
+    pub fn ensure_promtool(&mut self) -> Result<()> {
+        const PACKAGE: &str = "promtool";
+        if Self::installed(PACKAGE) {
+            return Ok(());
+        }
+        self.update_once()?;
+        if Self::candidate(PACKAGE)?.is_none() {
+            self.add_next_release("docker-compose")?;
+        }
+        self.ensure_installed(&[PACKAGE])
+    }
+
     fn add_next_release(&mut self, package: &str) -> Result<()> {
         let os = OsRelease::read()?;
         if os.id != "debian" {

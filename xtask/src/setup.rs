@@ -127,6 +127,7 @@ fn setup(fresh: bool) -> Result<PathBuf> {
 
     section("compose v2");
     let compose = ensure_compose(&mut apt, &docker)?;
+    apt.ensure_promtool()?;
 
     section("registry");
     let reused = if fresh { None } else { reusable(&previous) };
