@@ -6,6 +6,7 @@ use clap::Parser;
 use monky_deployd::exit::Exit;
 
 fn main() -> ExitCode {
+    monky_deployd::install_panic_hook();
     let cli = monky_deployd::cli::Cli::parse();
     match monky_deployd::run(cli) {
         Ok(exit) => ExitCode::from(exit.code()),

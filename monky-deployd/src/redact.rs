@@ -6,7 +6,7 @@
 //! plain, JSON-escaped and per-line forms), OpenBao token shapes, JWTs, bearer headers and
 //! registry auth strings.
 
-use std::sync::{OnceLock, RwLock};
+use std::sync::{OnceLock, RwLock, TryLockError};
 
 use base64::Engine as _;
 use regex::Regex;
@@ -76,15 +76,28 @@ impl Redactor {
 
     fn redact(&self, text: &str) -> String {
         let values = self.values.read().unwrap_or_else(|p| p.into_inner());
-        let mut out = mask_values(text.to_string(), &values);
-        for (re, with) in patterns() {
-            if re.is_match(&out) {
-                out = re.replace_all(&out, *with).into_owned();
-            }
-        }
-        // A pattern's mask next to the remains of a value can spell the value again.
-        mask_values(out, &values)
+        redact_with(&values, text)
     }
+
+    /// As [`Redactor::redact`], but `None` instead of waiting for a registration in progress.
+    fn try_redact(&self, text: &str) -> Option<String> {
+        match self.values.try_read() {
+            Ok(values) => Some(redact_with(&values, text)),
+            Err(TryLockError::Poisoned(p)) => Some(redact_with(&p.into_inner(), text)),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+fn redact_with(values: &[String], text: &str) -> String {
+    let mut out = mask_values(text.to_string(), values);
+    for (re, with) in patterns() {
+        if re.is_match(&out) {
+            out = re.replace_all(&out, *with).into_owned();
+        }
+    }
+    // A pattern's mask next to the remains of a value can spell the value again.
+    mask_values(out, values)
 }
 
 /// Replaces every registered value until none is left: a mask next to the text around it can
@@ -155,6 +168,12 @@ pub fn register_basic_auth(user: &str, password: &str) {
 /// Masks everything secret in `text`.
 pub fn redact(text: &str) -> String {
     global().redact(text)
+}
+
+/// Masks everything secret in `text` without waiting: `None` while a value is being registered.
+/// For the panic hook, which may run on the thread that holds the registration lock.
+pub fn try_redact(text: &str) -> Option<String> {
+    global().try_redact(text)
 }
 
 #[cfg(test)]

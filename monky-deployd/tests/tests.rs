@@ -10,6 +10,7 @@ mod crash;
 mod e2e;
 mod faults;
 mod hostile;
+mod leaks;
 mod lifecycle;
 mod observe;
 mod redaction;
