@@ -688,6 +688,24 @@ fn an_unhealthy_bundle_over_a_good_one_falls_back_to_it() {
     assert_eq!(b.w.state()["applied_sha"], json!(first));
     assert_healthy(&b.project.containers(), &b.project.name);
     assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
+
+    // The next tick is inside the backoff window: a report, but no lease, pull or up.
+    let (leases, ids) = (b.w.tenancy.lease_count(ENV), b.project.ids("container"));
+    let run = b.w.tick();
+    run.expect(1);
+    assert!(
+        !run.stderr().contains("compose pull") && !run.stderr().contains("compose up"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(b.w.tenancy.lease_count(ENV), leases);
+    assert_eq!(b.project.ids("container"), ids, "nothing was recreated");
+    let detail = b.w.last_report().detail.unwrap();
+    assert!(
+        detail.contains("next attempt") && detail.contains(&format!("running {}", &first[..12])),
+        "{detail}"
+    );
+    assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
 }
 
 // ---- 5. pull failures -------------------------------------------------------------------------
