@@ -107,10 +107,12 @@ pub fn main(args: &[String]) -> Result<()> {
             "setup failed (its output is above); fix that, then run `cargo xtask demo` again",
         )?;
     }
+    let (agent, helper_bin) = build(ci)?;
+    // Read after the build, which can take minutes: the registry then is the one that runs now.
     let env = Setup::load()?;
     let started_registry = setup_registry_pid()? != registry_before;
 
-    let mut demo = Demo::start(&env, ci)?;
+    let mut demo = Demo::start(&env, agent, &helper_bin)?;
     let outcome = demo.run(&env);
     match outcome {
         Ok(()) if keep => {
@@ -148,6 +150,31 @@ fn say(what: &str) {
 /// A detail of the current step.
 fn detail(what: &str) {
     println!("    {what}");
+}
+
+/// Builds the agent and the helper; returns their paths.
+fn build(ci: bool) -> Result<(PathBuf, PathBuf)> {
+    // Under ci, the test step's package selection and features (they decide the feature
+    // unification), so its artifacts are reused as they are instead of built again.
+    let packages: &[&str] = if ci {
+        &["--workspace", "--all-features", "--locked"]
+    } else {
+        &["--package", "monky-deployd"]
+    };
+    let mut args = vec!["build"];
+    args.extend(packages);
+    args.extend(["--bin", "monky-deployd", "--example", HELPER]);
+    say(&format!(
+        "building the agent and the dev peers (cargo {})",
+        args.join(" ")
+    ));
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    cmd::run(cmd::new(&cargo, &args).current_dir(state::workspace_root()))?;
+    let bin_dir = target_dir().join("debug");
+    Ok((
+        bin_dir.join("monky-deployd"),
+        bin_dir.join("examples").join(HELPER),
+    ))
 }
 
 /// What `cargo xtask setup` wrote to `e2e.env` that the demo needs.
@@ -203,33 +230,13 @@ struct Demo {
 }
 
 impl Demo {
-    /// Builds the binaries and starts the helper; from here on `tear_down` has something to do.
-    fn start(env: &Setup, ci: bool) -> Result<Demo> {
+    /// Starts the helper; from here on `tear_down` has something to do.
+    fn start(env: &Setup, agent: PathBuf, helper_bin: &Path) -> Result<Demo> {
         let project = format!("{PROJECT_PREFIX}{}", setup::random_hex(4)?);
-        // Under ci, the test step's package selection and features (they decide the feature
-        // unification), so its artifacts are reused as they are instead of built again.
-        let packages: &[&str] = if ci {
-            &["--workspace", "--all-features", "--locked"]
-        } else {
-            &["--package", "monky-deployd"]
-        };
-        let mut build = vec!["build"];
-        build.extend(packages);
-        build.extend(["--bin", "monky-deployd", "--example", HELPER]);
-        say(&format!(
-            "building the agent and the dev peers (cargo {})",
-            build.join(" ")
-        ));
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        cmd::run(cmd::new(&cargo, &build).current_dir(state::workspace_root()))?;
-        let bin_dir = target_dir().join("debug");
-        let agent = bin_dir.join("monky-deployd");
-        let helper_bin = bin_dir.join("examples").join(HELPER);
-
         say(&format!(
             "starting the dev tenancy and OpenBao on 127.0.0.1 (monky-deployd/examples/{HELPER}.rs)"
         ));
-        let mut helper = Helper::start(&helper_bin)?;
+        let mut helper = Helper::start(helper_bin)?;
         detail(&format!(
             "tenancy {}, OpenBao {} (pid {})",
             helper.tenancy, helper.bao, helper.pid
