@@ -13,6 +13,7 @@ mod hostile;
 mod leaks;
 mod lifecycle;
 mod observe;
+mod packaging;
 mod redaction;
 mod token;
 mod transport;

@@ -1,5 +1,6 @@
 //! `cargo xtask ci`: what `.ci/run` runs. setup, fmt, clippy, test (with the setup env file
 //! exported), demo (`cargo xtask demo --ci`: the README's first command, asserted end to end),
+//! packaging (`cargo xtask dist --test`: the .deb built, linted and installed under systemd),
 //! doc, then teardown whatever happened. One line per step, a verdict at the end.
 
 use std::process::Command;
@@ -19,7 +20,7 @@ pub fn main(args: &[String]) -> Result<()> {
             "--fail-fast" => fail_fast = true,
             "-h" | "--help" => {
                 println!(
-                    "cargo xtask ci [--fail-fast]\n  setup, fmt, clippy, test, demo, doc, teardown (always)\n  --fail-fast  skip the remaining checks after the first failure"
+                    "cargo xtask ci [--fail-fast]\n  setup, fmt, clippy, test, demo, packaging, doc, teardown (always)\n  --fail-fast  skip the remaining checks after the first failure"
                 );
                 return Ok(());
             }
@@ -33,7 +34,7 @@ pub fn main(args: &[String]) -> Result<()> {
         c.args(args).current_dir(state::workspace_root());
         c
     };
-    let total = 7;
+    let total = 8;
     let mut failed: Vec<&str> = Vec::new();
 
     // Setup runs as a child process so that the services it starts are not our children.
@@ -68,6 +69,13 @@ pub fn main(args: &[String]) -> Result<()> {
             let mut demo = Command::new(&exe);
             demo.args(["demo", "--ci"]);
             demo
+        }),
+        // The .deb, lintian, shellcheck, systemd-analyze, and the package installed under
+        // systemd in a container (xtask/src/pkgtest.rs).
+        ("packaging", {
+            let mut packaging = Command::new(&exe);
+            packaging.args(["dist", "--test"]);
+            packaging
         }),
         ("doc", cargo_cmd(&["doc", "--workspace", "--no-deps"])),
     ];

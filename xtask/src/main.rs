@@ -3,7 +3,9 @@
 //! - `setup`: docker engine, compose v2, an authenticated loopback registry with locally built
 //!   test images, a self-check; writes `target/ci-run/e2e.env` for the end-to-end suite.
 //! - `teardown`: stops what setup started and removes the suite's docker objects.
-//! - `ci`: setup, fmt, clippy, test, demo, doc, teardown: what `.ci/run` runs.
+//! - `ci`: setup, fmt, clippy, test, demo, packaging, doc, teardown: what `.ci/run` runs.
+//! - `dist`: the release binary, the .deb, its .sha256 and install.sh; `--test` runs the
+//!   packaging tests (ci's packaging step).
 //! - `demo`: the agent's main job on the dev peers and the local engine (the README's first
 //!   command).
 
@@ -11,8 +13,10 @@ mod apt;
 mod ci;
 mod cmd;
 mod demo;
+mod dist;
 mod docker;
 mod net;
+mod pkgtest;
 mod procs;
 mod setup;
 mod state;
@@ -26,7 +30,8 @@ usage: cargo xtask <task> [options]
 tasks:
   setup [--fresh]     docker engine, compose v2, registry with test images; writes target/ci-run/e2e.env
   teardown            stop what setup started, remove monky-e2e-* containers/networks/volumes
-  ci [--fail-fast]    setup, fmt, clippy, test, demo, doc, teardown (what .ci/run runs)
+  ci [--fail-fast]    setup, fmt, clippy, test, demo, packaging, doc, teardown (what .ci/run runs)
+  dist [--test]       release binary, .deb, .sha256, install.sh in target/dist-pkg; --test runs the packaging tests
   demo [--keep]       the agent's main job on dev peers and the local engine (--stop ends a kept one)";
 
 fn main() -> ExitCode {
@@ -40,6 +45,7 @@ fn main() -> ExitCode {
         "teardown" => teardown::main(rest),
         "ci" => ci::main(rest),
         "demo" => demo::main(rest),
+        "dist" => dist::main(rest),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())

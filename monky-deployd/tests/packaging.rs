@@ -1,0 +1,1556 @@
+//! Packaging: what a box gets, checked from the outside.
+//!
+//! Always run: install.sh in `--dry-run` (every action printed, the config it writes parsed by
+//! the agent's own parser, secrets never printed, bad input refused), the systemd units' required
+//! directives, and every command in the docs' `sh` blocks against the clap definition.
+//!
+//! Run by `cargo xtask dist --test` (the ci packaging step), which installs Debian's tools, builds
+//! the .deb and a Debian image first, so these are `#[ignore]`d in a plain `cargo test`:
+//! shellcheck, the ansible role's template rendered by jinja2 and parsed by the agent,
+//! `systemd-analyze security`, lintian, the .deb's contents, and the .deb installed in a
+//! container that boots systemd as PID 1, where the timer's tick applies a bundle through the
+//! host's docker engine against the testkit peers of this process.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use monky_agent_proto::ReportResult;
+use monky_agent_proto::testkit::FakeTenancy;
+use monky_bao_client::testkit::FakeBao;
+use monky_deployd::config::{Config, TransportKind};
+use secrecy::ExposeSecret;
+use serde_json::json;
+
+use crate::util::TestBundle;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?} failed:\n{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+// ---- install.sh --dry-run --------------------------------------------------------------------
+
+const GRANT: &str = "grant-Secret-Value-pkg-0301";
+const TOKEN: &str = "download-Token-pkg-0302";
+
+/// A folder that looks like a release (a .deb and its .sha256) and a grant file.
+struct DryRun {
+    dir: tempfile::TempDir,
+}
+
+impl DryRun {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let rel = dir.path().join("release");
+        std::fs::create_dir_all(&rel).unwrap();
+        std::fs::write(dir.path().join("grant.jwt"), GRANT).unwrap();
+        std::fs::write(dir.path().join("enrol.jwt"), "enrol-jwt").unwrap();
+        std::fs::write(
+            dir.path().join("ca.pem"),
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("daemon.json"),
+            "{\"data-root\": \"/srv/d\"}\n",
+        )
+        .unwrap();
+        Self { dir }
+    }
+
+    fn path(&self, rel: &str) -> String {
+        self.dir.path().join(rel).display().to_string()
+    }
+
+    /// install.sh --dry-run with `args` (`{dir}` stands for this folder).
+    fn run(&self, args: &[&str]) -> Output {
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| a.replace("{dir}", &self.dir.path().display().to_string()))
+            .collect();
+        Command::new("bash")
+            .arg(root().join("packaging/install.sh"))
+            .arg("--dry-run")
+            .args(&args)
+            .env(
+                "MONKY_DEPLOYD_DOCKER_DAEMON_JSON",
+                self.path("absent/daemon.json"),
+            )
+            .env_remove("MONKY_DEPLOYD_TOKEN")
+            .env_remove("MONKY_DEPLOYD_GITLAB_URL")
+            .env_remove("MONKY_DEPLOYD_GITEA_URL")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
+/// The file a dry run would write, as printed between its markers.
+fn written(out: &str, path: &str) -> Option<String> {
+    let start = format!("--- {path}\n");
+    let end = format!("--- end of {path}\n");
+    let from = out.find(&start)? + start.len();
+    let to = out[from..].find(&end)? + from;
+    Some(out[from..to].to_string())
+}
+
+/// The config a dry run writes, parsed by the agent.
+fn written_config(out: &str) -> Config {
+    let yaml = written(out, "/etc/monky-deployd/config.yaml")
+        .unwrap_or_else(|| panic!("no config.yaml in the dry run:\n{out}"));
+    Config::parse(&yaml, Path::new("/etc/monky-deployd/config.yaml"))
+        .unwrap_or_else(|e| panic!("the agent refuses the config install.sh writes: {e:#}\n{yaml}"))
+}
+
+struct Case {
+    args: &'static [&'static str],
+    /// Lines (or parts of lines) the dry run must print.
+    prints: &'static [&'static str],
+    /// Text it must not print.
+    not: &'static [&'static str],
+    check: fn(&Config),
+}
+
+#[test]
+fn install_sh_dry_run_prints_every_action_and_writes_a_config_the_agent_parses() {
+    let arch = Command::new("dpkg")
+        .arg("--print-architecture")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or_else(
+            || "amd64".to_string(),
+            |o| String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        );
+    let deb = format!("monky-deployd_{}-1_{arch}.deb", monky_deployd::VERSION);
+    let cases = [
+        Case {
+            // The kit's own invocation: the defaults.
+            args: &[
+                "--env",
+                "env-qa-02",
+                "--source",
+                "{dir}/release",
+                "--bootstrap-file",
+                "{dir}/grant.jwt",
+            ],
+            prints: &[
+                "+ cp {dir}/release/DEB {tmp}/DEB",
+                "+ cp {dir}/release/DEB.sha256 {tmp}/DEB.sha256",
+                "sha256sum --check --strict DEB.sha256",
+                "apt-get install -y -q {tmp}/DEB",
+                "+ install -d -o monky-deployd -g monky-deployd -m 0750 /etc/monky-deployd",
+                "+ write /etc/monky-deployd/config.yaml (mode 0640, owner root:monky-deployd)",
+                "+ write /etc/monky-deployd/proxy.env (mode 0640, owner root:monky-deployd)",
+                "MONKY_ZITI_IDENTITY=/opt/openziti/etc/identities/monky-host.env-qa-02.json",
+                "+ write /etc/monky-deployd/bootstrap.jwt (mode 0600, owner monky-deployd:monky-deployd)",
+                "+ systemctl daemon-reload",
+                "+ systemctl enable --now monky-deployd-proxy.service",
+                "+ systemctl enable --now monky-deployd.timer",
+                "+ systemctl start monky-deployd.service",
+                "+ monky-deployd --config /etc/monky-deployd/config.yaml status",
+            ],
+            not: &["daemon.json", "ziti-edge-tunnel enroll", "ca_bundle"],
+            check: |c| {
+                assert_eq!(c.env_id, "env-qa-02");
+                assert_eq!(c.site, "cbs");
+                assert_eq!(c.transport, TransportKind::Proxy);
+                assert!(!c.laptop_mode);
+                assert_eq!(
+                    c.tenancy_url().unwrap().as_str(),
+                    "http://monky.tenancy.deploy:443/"
+                );
+                assert_eq!(
+                    c.tenancy_mapping().unwrap(),
+                    Some("127.0.0.1:18443".parse().unwrap())
+                );
+                assert_eq!(c.bao.addr, "https://bao.cbs.tikali.net:8200");
+                assert_eq!(
+                    c.bao_mapping().unwrap(),
+                    Some("127.0.0.1:18200".parse().unwrap())
+                );
+                assert_eq!(
+                    c.bootstrap_file,
+                    PathBuf::from("/etc/monky-deployd/bootstrap.jwt")
+                );
+                assert_eq!(c.state_dir, PathBuf::from("/var/lib/monky-deployd"));
+            },
+        },
+        Case {
+            // A laptop whose tunneler resolves names itself: no proxy at all.
+            args: &[
+                "--env",
+                "env-dev-07",
+                "--site",
+                "lab",
+                "--transport",
+                "system",
+                "--laptop",
+                "--source",
+                "{dir}/release",
+            ],
+            prints: &["+ systemctl enable --now monky-deployd.timer"],
+            not: &["proxy.env", "monky-deployd-proxy", "bootstrap.jwt (mode"],
+            check: |c| {
+                assert_eq!(c.transport, TransportKind::System);
+                assert!(c.laptop_mode);
+                assert_eq!(c.site, "lab");
+                assert_eq!(c.bao.addr, "https://bao.lab.tikali.net:8200");
+                assert_eq!(c.tenancy_mapping().unwrap(), None);
+            },
+        },
+        Case {
+            args: &[
+                "--env",
+                "env-qa-02",
+                "--source",
+                "{dir}/release",
+                "--bao-ca",
+                "{dir}/ca.pem",
+                "--docker-data-root",
+                "/home/docker-data",
+                "--enrol-jwt",
+                "{dir}/enrol.jwt",
+                "--version",
+                "0.3.1",
+            ],
+            prints: &[
+                "monky-deployd_0.3.1-1_",
+                "+ write /etc/monky-deployd/openbao-ca.pem (mode 0640, owner root:monky-deployd)",
+                "(copy of {dir}/ca.pem)",
+                "+ install -d -m 0711 /home/docker-data",
+                "\"data-root\": \"/home/docker-data\"",
+                "+ systemctl restart docker.service",
+                "+ ziti-edge-tunnel enroll --jwt {dir}/enrol.jwt --identity /opt/openziti/etc/identities/monky-host.env-qa-02.json",
+                "+ rm -f {dir}/enrol.jwt",
+                "+ setfacl -m u:monky-deployd:r /opt/openziti/etc/identities/monky-host.env-qa-02.json",
+            ],
+            not: &["MIIB"],
+            check: |c| {
+                assert_eq!(
+                    c.bao.ca_bundle.as_deref(),
+                    Some(Path::new("/etc/monky-deployd/openbao-ca.pem"))
+                );
+            },
+        },
+        Case {
+            // A download: the token goes to curl on stdin, so neither argv nor the output has it.
+            args: &[
+                "--env",
+                "env-qa-02",
+                "--source",
+                "https://release.invalid/monky-deployd/0.2.0",
+                "--token",
+                TOKEN,
+            ],
+            prints: &[
+                "+ curl -fsSL --config - https://release.invalid/monky-deployd/0.2.0/DEB -o {tmp}/DEB",
+                "DEPLOY-TOKEN header from --token, on stdin",
+            ],
+            not: &[],
+            check: |_| {},
+        },
+    ];
+    for case in &cases {
+        let dry = DryRun::new();
+        let out = dry.run(case.args);
+        let all = text(&out);
+        assert!(out.status.success(), "{:?} failed:\n{all}", case.args);
+        let fill = |s: &str| {
+            s.replace("{dir}", &dry.path(""))
+                .replace("//", "/")
+                .replace("{tmp}", "/tmp/monky-deployd-install.XXXXXX")
+                .replace("DEB", &deb)
+        };
+        let all_flat = all.replace("//", "/");
+        for p in case.prints {
+            let p = if case.args.contains(&"0.3.1") {
+                fill(p).replace(monky_deployd::VERSION, "0.3.1")
+            } else {
+                fill(p)
+            };
+            assert!(
+                all_flat.contains(&p),
+                "{:?}: {p:?} not printed:\n{all}",
+                case.args
+            );
+        }
+        for n in case.not {
+            assert!(!all.contains(n), "{:?}: {n:?} printed:\n{all}", case.args);
+        }
+        for secret in [GRANT, TOKEN, "enrol-jwt\n"] {
+            assert!(!all.contains(secret), "a secret was printed:\n{all}");
+        }
+        (case.check)(&written_config(&all));
+    }
+}
+
+#[test]
+fn install_sh_refuses_what_it_cannot_install_before_changing_anything() {
+    let dry = DryRun::new();
+    let source: &[&str] = &["--source", "{dir}/release"];
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--transport", "sdk", "--env", "e1"],
+            "--transport sdk is not available",
+        ),
+        (
+            &["--transport", "tun", "--env", "e1"],
+            "use proxy or system",
+        ),
+        (&["--env", "env qa"], "letters, digits"),
+        (&["--site", "a/b", "--env", "e1"], "--site"),
+        (&[], "--env is required"),
+        (&["--env", "e1", "--version", "latest"], "is not a version"),
+        (
+            &["--env", "e1", "--bootstrap-file", "{dir}/none.jwt"],
+            "missing or empty",
+        ),
+        (
+            &["--env", "e1", "--bao-ca", "{dir}/grant.jwt"],
+            "not a PEM certificate",
+        ),
+        (
+            &["--env", "e1", "--docker-data-root", "rel/path"],
+            "absolute path",
+        ),
+        (
+            &["--env", "e1", "--frobnicate"],
+            "unknown argument '--frobnicate'",
+        ),
+        (&["--env", "e1", "--token"], "--token needs a value"),
+    ];
+    for (args, message) in cases {
+        let mut all_args = source.to_vec();
+        all_args.extend_from_slice(args);
+        let out = dry.run(&all_args);
+        let all = text(&out);
+        assert!(!out.status.success(), "{args:?} was accepted:\n{all}");
+        assert!(
+            all.contains(message),
+            "{args:?}: {message:?} not said:\n{all}"
+        );
+        assert!(
+            !all.contains("+ "),
+            "{args:?}: acted before refusing:\n{all}"
+        );
+    }
+    // An operator's own daemon.json is never rewritten.
+    let out = Command::new("bash")
+        .arg(root().join("packaging/install.sh"))
+        .args(["--dry-run", "--env", "e1", "--source"])
+        .arg(dry.path("release"))
+        .args(["--docker-data-root", "/home/docker-data"])
+        .env("MONKY_DEPLOYD_DOCKER_DAEMON_JSON", dry.path("daemon.json"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("add it by hand"), "{}", text(&out));
+    // Without a source location there is nothing to install.
+    let out = dry.run(&["--env", "e1"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("MONKY_DEPLOYD_GITLAB_URL"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn install_sh_takes_the_original_flags_and_defaults_to_its_own_version() {
+    let script = read("packaging/install.sh");
+    for flag in [
+        "--env",
+        "--site",
+        "--token",
+        "--bootstrap-file",
+        "--enrol-jwt",
+        "--transport",
+        "--version",
+        "--docker-data-root",
+        "--laptop",
+        "--bao-ca",
+        "--source",
+        "--dry-run",
+    ] {
+        assert!(
+            script.contains(&format!("    {flag})")),
+            "install.sh does not parse {flag}"
+        );
+    }
+    assert!(script.contains(&format!("DEFAULT_VERSION=\"{}\"", monky_deployd::VERSION)));
+    assert!(script.contains("TRANSPORT=\"proxy\""));
+}
+
+// ---- systemd units -----------------------------------------------------------------------------
+
+/// `Key=value` pairs of a unit file, in order (repeated keys kept).
+fn directives(unit: &str) -> Vec<(String, String)> {
+    unit.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#') && !l.starts_with('['))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+#[test]
+fn the_units_say_what_the_issue_asks() {
+    let service = directives(&read("packaging/systemd/monky-deployd.service"));
+    let has = |k: &str, v: &str| service.iter().any(|(a, b)| a == k && b == v);
+    for (k, v) in [
+        ("Type", "oneshot"),
+        ("ExecStart", "/usr/bin/monky-deployd run --once"),
+        ("User", "monky-deployd"),
+        ("SupplementaryGroups", "docker"),
+        ("SuccessExitStatus", "75"),
+        ("NoNewPrivileges", "yes"),
+        ("ProtectSystem", "strict"),
+        ("StateDirectory", "monky-deployd"),
+        ("StateDirectoryMode", "0700"),
+        ("ReadWritePaths", "-/etc/monky-deployd"),
+        ("UMask", "0077"),
+        ("CapabilityBoundingSet", ""),
+        ("AmbientCapabilities", ""),
+        ("ProtectHome", "yes"),
+        ("PrivateTmp", "yes"),
+    ] {
+        assert!(has(k, v), "monky-deployd.service lacks {k}={v}");
+    }
+    let values = |k: &str| -> Vec<&str> {
+        service
+            .iter()
+            .filter(|(a, _)| a == k)
+            .map(|(_, b)| b.as_str())
+            .collect()
+    };
+    // Only the two paths the agent writes; nothing else is writable.
+    assert_eq!(values("ReadWritePaths"), ["-/etc/monky-deployd"]);
+    let filters = values("SystemCallFilter").join(" ");
+    assert!(filters.contains("@system-service"), "{filters}");
+    assert!(
+        !filters.contains("@resources"),
+        "@resources must stay allowed (setrlimit, for the Go docker CLI): {filters}"
+    );
+    let families = values("RestrictAddressFamilies").join(" ");
+    assert!(
+        families.split_whitespace().any(|f| f == "AF_UNIX"),
+        "{families}"
+    );
+
+    let timer = directives(&read("packaging/systemd/monky-deployd.timer"));
+    for (k, v) in [
+        ("OnUnitInactiveSec", "60s"),
+        ("Persistent", "true"),
+        ("Unit", "monky-deployd.service"),
+        ("WantedBy", "timers.target"),
+    ] {
+        assert!(
+            timer.iter().any(|(a, b)| a == k && b == v),
+            "monky-deployd.timer lacks {k}={v}"
+        );
+    }
+    assert!(
+        timer
+            .iter()
+            .any(|(a, b)| a == "RandomizedDelaySec" && b != "0")
+    );
+
+    let proxy = read("packaging/systemd/monky-deployd-proxy.service");
+    assert!(proxy.contains(
+        "ExecStart=/usr/bin/ziti tunnel proxy -i ${MONKY_ZITI_IDENTITY} monky.tenancy.deploy:18443 openbao:18200"
+    ));
+    // The proxy's ports are the config's defaults.
+    let example = Config::parse(
+        &read("packaging/config.example.yaml"),
+        Path::new("config.example.yaml"),
+    )
+    .unwrap();
+    assert_eq!(example.tenancy.proxy_addr, "127.0.0.1:18443");
+    assert_eq!(example.bao.proxy_addr, "127.0.0.1:18200");
+}
+
+#[test]
+#[ignore = "needs systemd-analyze: run by `cargo xtask dist --test` (ci's packaging step)"]
+fn systemd_analyze_security_exposure_is_ok() {
+    for (unit, limit) in [
+        ("monky-deployd.service", 2.0),
+        ("monky-deployd-proxy.service", 2.0),
+    ] {
+        let path = root().join("packaging/systemd").join(unit);
+        let out = Command::new("systemd-analyze")
+            .args(["security", "--offline=true", "--no-pager"])
+            .arg(&path)
+            .output()
+            .expect("systemd-analyze (package systemd)");
+        let all = text(&out);
+        let exposure = exposure_of(&all).unwrap_or_else(|| panic!("no exposure in:\n{all}"));
+        println!("systemd-analyze security {unit}: exposure {exposure:.1}");
+        if unit == "monky-deployd.service" {
+            // OPERATIONS.md quotes the figure; it must be the one measured.
+            let doc = read("docs/OPERATIONS.md");
+            assert!(
+                doc.contains(&format!("rates the unit\n{exposure:.1}"))
+                    || doc.contains(&format!("rates the unit {exposure:.1}")),
+                "docs/OPERATIONS.md does not quote the measured exposure {exposure:.1}"
+            );
+        }
+        assert!(
+            exposure <= limit,
+            "{unit}: exposure {exposure} > {limit}\n{all}"
+        );
+    }
+}
+
+/// The figure of `Overall exposure level for X: 1.4 OK`.
+fn exposure_of(report: &str) -> Option<f64> {
+    report
+        .lines()
+        .find_map(|l| l.split_once("Overall exposure level for "))
+        .and_then(|(_, rest)| rest.split_once(": "))
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+}
+
+// ---- shell scripts, the ansible role -----------------------------------------------------------
+
+#[test]
+#[ignore = "needs shellcheck: run by `cargo xtask dist --test` (ci's packaging step)"]
+fn shellcheck_is_clean() {
+    for (script, shell) in [
+        ("packaging/install.sh", "bash"),
+        ("packaging/debian/postinst", "sh"),
+        ("packaging/debian/prerm", "sh"),
+        ("packaging/debian/postrm", "sh"),
+    ] {
+        let out = Command::new("shellcheck")
+            .args(["--shell", shell, "--severity", "style"])
+            .arg(root().join(script))
+            .output()
+            .expect("shellcheck (package shellcheck)");
+        assert!(
+            out.status.success() && out.stdout.is_empty(),
+            "shellcheck {script}:\n{}",
+            text(&out)
+        );
+    }
+}
+
+/// Renders the role's templates the way ansible would (its variables resolved against each
+/// other, its `bool` filter) and prints one JSON object of file name -> text.
+const RENDER_ROLE: &str = r#"
+import json, sys, yaml, jinja2
+role, overrides = sys.argv[1], json.loads(sys.argv[2])
+env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                         loader=jinja2.FileSystemLoader(role + "/templates"))
+def to_bool(v):  # ansible's bool filter
+    return v if isinstance(v, bool) else str(v).strip().lower() in ("yes", "on", "1", "true", "y")
+env.filters["bool"] = to_bool
+with open(role + "/defaults/main.yml") as f:
+    vars = yaml.safe_load(f)
+vars.update(overrides)
+for _ in range(10):  # defaults refer to each other, as ansible resolves lazily
+    vars = {k: env.from_string(v).render(vars) if isinstance(v, str) and "{{" in v else v
+            for k, v in vars.items()}
+for name in ("tasks/main.yml", "handlers/main.yml", "meta/main.yml"):
+    with open(role + "/" + name) as f:
+        yaml.safe_load(f)
+out = {t: env.get_template(t).render(vars) for t in ("config.yaml.j2", "proxy.env.j2")}
+out["vars"] = vars
+print(json.dumps(out))
+"#;
+
+#[test]
+#[ignore = "needs python3 with jinja2 and yaml: run by `cargo xtask dist --test` (ci's packaging step)"]
+fn the_ansible_template_renders_configs_the_agent_parses() {
+    let role = root().join("packaging/ansible/roles/monky_deployd");
+    let render = |overrides: serde_json::Value| -> serde_json::Value {
+        let out = Command::new("python3")
+            .arg("-c")
+            .arg(RENDER_ROLE)
+            .arg(&role)
+            .arg(overrides.to_string())
+            .output()
+            .expect("python3");
+        assert!(out.status.success(), "render failed:\n{}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let parse = |r: &serde_json::Value| {
+        let yaml = r["config.yaml.j2"].as_str().unwrap();
+        Config::parse(yaml, Path::new("config.yaml"))
+            .unwrap_or_else(|e| panic!("the agent refuses the role's config: {e:#}\n{yaml}"))
+    };
+
+    let plain = render(json!({"monky_deployd_env_id": "env-dev-06"}));
+    let c = parse(&plain);
+    assert_eq!(c.env_id, "env-dev-06");
+    assert_eq!(c.transport, TransportKind::Proxy);
+    assert_eq!(c.tenancy.port, 443);
+    assert_eq!(c.tenancy.service, "monky.tenancy.deploy");
+    assert_eq!(c.bao.addr, "https://bao.cbs.tikali.net:8200");
+    assert_eq!(c.bao.auth_mount, "jwt-tenancy");
+    assert_eq!(c.bao.role, "see-env");
+    assert_eq!(c.bao.ca_bundle, None);
+    assert_eq!(c.disk_factor, 1.5);
+    assert_eq!(c.disk_headroom_bytes, 2 << 30);
+    assert!(!c.laptop_mode);
+    assert_eq!(
+        c.identity.as_deref(),
+        Some(Path::new(
+            "/opt/openziti/etc/identities/monky-host.env-dev-06.json"
+        ))
+    );
+    assert_eq!(
+        plain["proxy.env.j2"].as_str().unwrap().lines().last(),
+        Some("MONKY_ZITI_IDENTITY=/opt/openziti/etc/identities/monky-host.env-dev-06.json")
+    );
+
+    let custom = render(json!({
+        "monky_deployd_env_id": "env-dev-09",
+        "monky_deployd_site": "lab",
+        "monky_deployd_transport": "system",
+        "monky_deployd_laptop_mode": "yes",
+        "monky_deployd_tenancy_port": 8443,
+        "monky_deployd_bao_ca_pem": "-----BEGIN CERTIFICATE-----\n",
+        "monky_deployd_disk_factor": 2.0,
+        "monky_deployd_disk_headroom_bytes": 1024,
+    }));
+    let c = parse(&custom);
+    assert_eq!(c.transport, TransportKind::System);
+    assert!(c.laptop_mode);
+    assert_eq!(c.tenancy.port, 8443);
+    assert_eq!(c.bao.addr, "https://bao.lab.tikali.net:8200");
+    assert_eq!(
+        c.bao.ca_bundle.as_deref(),
+        Some(Path::new("/etc/monky-deployd/openbao-ca.pem"))
+    );
+    assert_eq!((c.disk_factor, c.disk_headroom_bytes), (2.0, 1024));
+
+    // The original role's variables, with the defaults boxes already rely on.
+    let vars = &plain["vars"];
+    for (name, value) in [
+        ("monky_deployd_version", json!(monky_deployd::VERSION)),
+        ("monky_deployd_download_token", json!("")),
+        ("monky_deployd_site", json!("cbs")),
+        ("monky_deployd_transport", json!("proxy")),
+        ("monky_deployd_bootstrap_grant", json!("")),
+        ("monky_deployd_tenancy_port", json!(443)),
+        ("monky_deployd_bao_auth_mount", json!("jwt-tenancy")),
+        ("monky_deployd_bao_role", json!("see-env")),
+        ("monky_deployd_disk_factor", json!(1.5)),
+        ("monky_deployd_disk_headroom_bytes", json!(2147483648u64)),
+    ] {
+        assert_eq!(vars[name], value, "{name}");
+    }
+    assert!(vars["monky_deployd_bao_addr"].is_string());
+    assert!(vars["monky_deployd_env_id"].is_string());
+}
+
+// ---- the .deb ---------------------------------------------------------------------------------
+
+/// The .deb under test: `MONKY_PKG_DEB`, as `cargo xtask dist --test` sets it.
+fn deb() -> PathBuf {
+    let deb = std::env::var_os("MONKY_PKG_DEB")
+        .map(PathBuf::from)
+        .expect("MONKY_PKG_DEB is not set: run `cargo xtask dist --test`");
+    assert!(deb.is_file(), "{} is missing", deb.display());
+    deb
+}
+
+#[test]
+#[ignore = "needs the .deb: run by `cargo xtask dist --test` (ci's packaging step)"]
+fn the_deb_holds_what_a_box_needs_and_its_sha256_matches() {
+    let deb = deb();
+    let size = std::fs::metadata(&deb).unwrap().len();
+    println!(
+        "{}: {:.2} MiB",
+        deb.file_name().unwrap().to_string_lossy(),
+        size as f64 / 1048576.0
+    );
+    let listing = run_ok(Command::new("dpkg-deb").arg("--contents").arg(&deb));
+    let entries: BTreeMap<String, String> = listing
+        .lines()
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            Some((
+                cols.get(5)?.trim_start_matches('.').to_string(),
+                format!("{} {}", cols[0], cols[1]),
+            ))
+        })
+        .collect();
+    let v = monky_deployd::VERSION;
+    for (path, mode) in [
+        ("/usr/bin/monky-deployd", "-rwxr-xr-x root/root"),
+        (
+            "/lib/systemd/system/monky-deployd.service",
+            "-rw-r--r-- root/root",
+        ),
+        (
+            "/lib/systemd/system/monky-deployd.timer",
+            "-rw-r--r-- root/root",
+        ),
+        (
+            "/lib/systemd/system/monky-deployd-proxy.service",
+            "-rw-r--r-- root/root",
+        ),
+        (
+            "/usr/share/doc/monky-deployd/config.example.yaml",
+            "-rw-r--r-- root/root",
+        ),
+        (
+            "/usr/share/doc/monky-deployd/install.sh",
+            "-rw-r--r-- root/root",
+        ),
+        (
+            "/usr/share/doc/monky-deployd/copyright",
+            "-rw-r--r-- root/root",
+        ),
+        (
+            "/usr/share/doc/monky-deployd/changelog.Debian.gz",
+            "-rw-r--r-- root/root",
+        ),
+        (
+            "/usr/share/doc/monky-deployd/changelog.gz",
+            "-rw-r--r-- root/root",
+        ),
+        (
+            "/usr/share/man/man1/monky-deployd.1.gz",
+            "-rw-r--r-- root/root",
+        ),
+        (
+            "/usr/share/man/man1/monky-deployd-run.1.gz",
+            "-rw-r--r-- root/root",
+        ),
+        (
+            "/usr/share/bash-completion/completions/monky-deployd",
+            "-rw-r--r-- root/root",
+        ),
+        (
+            "/usr/share/zsh/vendor-completions/_monky-deployd",
+            "-rw-r--r-- root/root",
+        ),
+        (
+            "/usr/share/fish/vendor_completions.d/monky-deployd.fish",
+            "-rw-r--r-- root/root",
+        ),
+    ] {
+        assert_eq!(
+            entries.get(path).map(String::as_str),
+            Some(mode),
+            "{path} in\n{listing}"
+        );
+    }
+    let field = |f: &str| run_ok(Command::new("dpkg-deb").arg("--field").arg(&deb).arg(f));
+    assert_eq!(field("Version").trim(), format!("{v}-1"));
+    assert!(field("Depends").contains("adduser"));
+    // The TLS client loads the system's roots even for plain-http tenancy.
+    assert!(field("Depends").contains("ca-certificates"));
+    assert!(field("Depends").contains("libc6"));
+    let scripts = run_ok(Command::new("dpkg-deb").arg("--info").arg(&deb));
+    for s in ["postinst", "prerm", "postrm"] {
+        assert!(scripts.contains(s), "{s} missing:\n{scripts}");
+    }
+    // The .sha256 beside it is in `sha256sum --check` form and matches.
+    let dir = deb.parent().unwrap();
+    let sums = format!("{}.sha256", deb.file_name().unwrap().to_string_lossy());
+    run_ok(
+        Command::new("sha256sum")
+            .args(["--check", "--strict", &sums])
+            .current_dir(dir),
+    );
+    // The binary in the package is the one its version says.
+    let tmp = tempfile::tempdir().unwrap();
+    run_ok(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(tmp.path()));
+    let out = run_ok(Command::new(tmp.path().join("usr/bin/monky-deployd")).arg("version"));
+    assert_eq!(out.trim(), format!("monky-deployd {v}"));
+}
+
+#[test]
+#[ignore = "needs lintian and the .deb: run by `cargo xtask dist --test` (ci's packaging step)"]
+fn lintian_is_clean_and_every_override_says_why() {
+    let out = Command::new("lintian")
+        .args(["--fail-on", "warning", "--tag-display-limit", "0"])
+        .arg(deb())
+        .output()
+        .expect("lintian (package lintian)");
+    println!("lintian:\n{}", text(&out));
+    assert!(
+        out.status.success(),
+        "lintian --fail-on warning:\n{}",
+        text(&out)
+    );
+    // Each override line follows a comment that justifies it.
+    let overrides = read("packaging/debian/lintian-overrides");
+    let mut justified = false;
+    for line in overrides.lines().map(str::trim) {
+        if line.starts_with('#') {
+            justified = true;
+        } else if line.is_empty() {
+            justified = false;
+        } else {
+            assert!(
+                justified,
+                "lintian override {line:?} has no comment above it"
+            );
+        }
+    }
+}
+
+// ---- the .deb on a box: systemd as PID 1 in a container ----------------------------------------
+
+const ENV: &str = "env-qa-02";
+const SEE_VALUE: &str = "see-Value-pkg-0303";
+
+/// The run's keys from `cargo xtask setup`'s env file.
+struct E2e(BTreeMap<String, String>);
+
+impl E2e {
+    fn load() -> Self {
+        let file = std::env::var_os("MONKY_E2E_ENV")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root().join("target/ci-run/e2e.env"));
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}: run `cargo xtask setup` (ci does) before the install test",
+                file.display()
+            )
+        });
+        Self(
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    fn get(&self, key: &str) -> &str {
+        self.0
+            .get(key)
+            .unwrap_or_else(|| panic!("{key} missing in the e2e env file"))
+    }
+}
+
+/// A container booting systemd, removed with everything the agent started when dropped.
+struct Machine {
+    name: String,
+    docker: String,
+    project: String,
+}
+
+impl Machine {
+    fn docker(&self) -> Command {
+        Command::new(&self.docker)
+    }
+
+    /// `sh -c script` in the container, as root; the output whatever the status.
+    fn sh(&self, script: &str) -> Output {
+        self.docker()
+            .args(["exec", &self.name, "sh", "-c", script])
+            .output()
+            .unwrap()
+    }
+
+    /// Like [`Machine::sh`], asserting success; returns stdout.
+    #[track_caller]
+    fn ok(&self, script: &str) -> String {
+        let out = self.sh(script);
+        assert!(out.status.success(), "in the box: {script}\n{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Writes `content` to `path` in the container through stdin (secrets never reach argv).
+    fn put(&self, path: &str, content: &str) {
+        let mut child = self
+            .docker()
+            .args([
+                "exec",
+                "-i",
+                &self.name,
+                "sh",
+                "-c",
+                &format!("cat > {path}"),
+            ])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(content.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success(), "cannot write {path}");
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        if std::env::var_os("MONKY_PKG_KEEP").is_some() {
+            eprintln!("MONKY_PKG_KEEP: leaving container {} running", self.name);
+            return;
+        }
+        let _ = self
+            .docker()
+            .args(["rm", "--force", "--volumes", &self.name])
+            .output();
+        let _ = self
+            .docker()
+            .args([
+                "compose",
+                "-p",
+                &self.project,
+                "down",
+                "--volumes",
+                "--remove-orphans",
+            ])
+            .output();
+    }
+}
+
+/// The flags that let systemd run as PID 1. With cgroup v1 (or hybrid) the host's hierarchy is
+/// bind-mounted writable (docker mounts it read-only otherwise; systemd makes its cgroups under
+/// the container's own) and the container gets every capability the engine itself holds:
+/// `--privileged` asks for all of them and fails where the engine runs with a reduced bounding
+/// set, as on this project's CI machines. With cgroup v2 it is privileged with a private cgroup
+/// namespace.
+fn systemd_flags() -> Vec<String> {
+    let mut flags: Vec<String> = [
+        "--security-opt=seccomp=unconfined",
+        "--security-opt=apparmor=unconfined",
+        "--tmpfs=/run",
+        "--tmpfs=/run/lock",
+        "--tmpfs=/tmp",
+        "--cap-add=ALL",
+    ]
+    .map(String::from)
+    .to_vec();
+    let caps = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapBnd:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(u64::MAX);
+    // Capability numbers docker knows by name, for those this process's bounding set lacks.
+    const NAMES: [&str; 41] = [
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "DAC_READ_SEARCH",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "SETGID",
+        "SETUID",
+        "SETPCAP",
+        "LINUX_IMMUTABLE",
+        "NET_BIND_SERVICE",
+        "NET_BROADCAST",
+        "NET_ADMIN",
+        "NET_RAW",
+        "IPC_LOCK",
+        "IPC_OWNER",
+        "SYS_MODULE",
+        "SYS_RAWIO",
+        "SYS_CHROOT",
+        "SYS_PTRACE",
+        "SYS_PACCT",
+        "SYS_ADMIN",
+        "SYS_BOOT",
+        "SYS_NICE",
+        "SYS_RESOURCE",
+        "SYS_TIME",
+        "SYS_TTY_CONFIG",
+        "MKNOD",
+        "LEASE",
+        "AUDIT_WRITE",
+        "AUDIT_CONTROL",
+        "SETFCAP",
+        "MAC_OVERRIDE",
+        "MAC_ADMIN",
+        "SYSLOG",
+        "WAKE_ALARM",
+        "BLOCK_SUSPEND",
+        "AUDIT_READ",
+        "PERFMON",
+        "BPF",
+        "CHECKPOINT_RESTORE",
+    ];
+    for (bit, name) in NAMES.iter().enumerate() {
+        if caps & (1 << bit) == 0 {
+            flags.push(format!("--cap-drop={name}"));
+        }
+    }
+    let v2 = Command::new("stat")
+        .args(["-f", "-c", "%T", "/sys/fs/cgroup"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "cgroup2fs");
+    if v2 {
+        // docker mounts a private cgroup2 writable only for privileged containers.
+        flags.retain(|f| !f.starts_with("--cap-"));
+        flags.push("--privileged".into());
+        flags.push("--cgroupns=private".into());
+    } else {
+        flags.push("--cgroupns=host".into());
+        flags.push("--volume=/sys/fs/cgroup:/sys/fs/cgroup:rw".into());
+    }
+    flags
+}
+
+fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+#[ignore = "needs the .deb, the Debian image and docker: run by `cargo xtask dist --test` (ci's packaging step)"]
+fn the_deb_installs_and_ticks_under_systemd() {
+    let started = Instant::now();
+    let deb = deb();
+    let deb_name = deb.file_name().unwrap().to_string_lossy().into_owned();
+    let image = std::env::var("MONKY_PKG_IMAGE")
+        .expect("MONKY_PKG_IMAGE is not set: run `cargo xtask dist --test`");
+    let e2e = E2e::load();
+    let docker = e2e.get("MONKY_E2E_DOCKER").to_string();
+    let prefix = e2e.get("MONKY_E2E_NAME_PREFIX");
+    let registry = e2e.get("MONKY_E2E_REGISTRY");
+    let socket = e2e
+        .get("MONKY_E2E_DOCKER_HOST")
+        .strip_prefix("unix://")
+        .expect("the install test needs the engine on a unix socket")
+        .to_string();
+    let socket_gid = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&socket).unwrap().gid()
+    };
+
+    // The peers: this process's testkit tenancy and OpenBao on 127.0.0.1, which the container
+    // reaches because it shares the host's network namespace.
+    let tenancy = FakeTenancy::builder().start();
+    let bao = FakeBao::builder().jwks_url(tenancy.jwks_url()).start();
+    tenancy.set_bao(bao.url(), None, bao.root_token());
+    bao.put_secret(ENV, "see_value", SEE_VALUE);
+    bao.put_secret(
+        ENV,
+        "registry",
+        &json!({"registry": registry, "username": e2e.get("MONKY_E2E_REGISTRY_USER"),
+                "password": e2e.get("MONKY_E2E_REGISTRY_PASSWORD")})
+        .to_string(),
+    );
+
+    let b = Machine {
+        name: format!("{prefix}pkg-systemd"),
+        docker: docker.clone(),
+        project: format!("{prefix}pkg"),
+    };
+    let mut run = Command::new(&docker);
+    run.args([
+        "run",
+        "--detach",
+        "--name",
+        &b.name,
+        "--hostname",
+        "pkgtest",
+    ])
+    .args(["--network=host", "--label"])
+    .arg(format!(
+        "{}={}",
+        e2e.get("MONKY_E2E_LABEL"),
+        e2e.get("MONKY_E2E_RUN_ID")
+    ))
+    .args(systemd_flags())
+    .arg(format!("--volume={socket}:/run/docker.sock"))
+    .arg(format!("--volume={docker}:/usr/bin/docker:ro"))
+    .arg(format!(
+        "--volume={}:/usr/libexec/docker/cli-plugins/docker-compose:ro",
+        e2e.get("MONKY_E2E_COMPOSE")
+    ))
+    .arg(format!(
+        "--volume={}:/pkg:ro",
+        deb.parent().unwrap().display()
+    ))
+    .arg(&image);
+    run_ok(&mut run);
+    let state = wait_for("systemd to finish booting", Duration::from_secs(90), || {
+        let out = b.sh("systemctl is-system-running");
+        let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        matches!(s.as_str(), "running" | "degraded").then_some(s)
+    });
+    if state == "degraded" {
+        println!(
+            "systemd degraded before the install:\n{}",
+            b.ok("systemctl --failed --no-pager")
+        );
+    }
+    println!("box booted in {:.1}s", started.elapsed().as_secs_f64());
+    // docker came first on this box, with the group that owns the host's socket.
+    b.ok(&format!(
+        "groupadd --system --non-unique --gid {socket_gid} docker"
+    ));
+
+    // install.sh refuses a package whose .sha256 does not match, before installing anything.
+    let bad = b.sh(&format!(
+        "mkdir -p /tmp/bad && cp /pkg/{deb_name} /tmp/bad/ && \
+         echo '{zero}  {deb_name}' > /tmp/bad/{deb_name}.sha256 && \
+         bash /pkg/install.sh --source /tmp/bad --env {ENV}",
+        zero = "0".repeat(64)
+    ));
+    assert!(!bad.status.success());
+    assert!(text(&bad).contains("does not match"), "{}", text(&bad));
+    assert!(!b.sh("dpkg -s monky-deployd").status.success());
+
+    // apt-get install ./x.deb: user, groups, directories, units.
+    b.ok(&format!(
+        "cd /pkg && DEBIAN_FRONTEND=noninteractive apt-get install -y -q ./{deb_name}"
+    ));
+    let who = b.ok("getent passwd monky-deployd");
+    assert!(
+        who.trim_end()
+            .ends_with(":/var/lib/monky-deployd:/usr/sbin/nologin"),
+        "{who}"
+    );
+    let groups = b.ok("id -nG monky-deployd");
+    assert!(groups.split_whitespace().any(|g| g == "docker"), "{groups}");
+    assert_eq!(
+        b.ok("stat -c '%a %U %G %n' /var/lib/monky-deployd /etc/monky-deployd"),
+        "700 monky-deployd monky-deployd /var/lib/monky-deployd\n\
+         750 monky-deployd monky-deployd /etc/monky-deployd\n"
+    );
+    // Not enabled until install.sh (or ansible) has written a config.
+    assert_eq!(
+        b.sh("systemctl is-enabled monky-deployd.timer").stdout,
+        b"disabled\n"
+    );
+
+    // systemd-analyze verify on the installed units: no complaint at all. OpenZiti's `ziti`
+    // is not part of this package; an empty executable stands in for it while verify looks.
+    b.ok("printf '#!/bin/sh\\n' > /usr/bin/ziti && chmod 755 /usr/bin/ziti");
+    let verify = b.sh(
+        "systemd-analyze verify /lib/systemd/system/monky-deployd.service \
+         /lib/systemd/system/monky-deployd.timer /lib/systemd/system/monky-deployd-proxy.service",
+    );
+    b.ok("rm /usr/bin/ziti");
+    assert!(
+        verify.status.success() && verify.stderr.is_empty() && verify.stdout.is_empty(),
+        "systemd-analyze verify:\n{}",
+        text(&verify)
+    );
+    let security = b.ok("systemd-analyze security --no-pager monky-deployd.service");
+    let exposure = exposure_of(&security).expect("an exposure figure");
+    println!("systemd-analyze security monky-deployd.service (loaded, in the box): {exposure:.1}");
+    assert!(exposure <= 2.0, "{security}");
+
+    // install.sh for real: the config, the grant, the proxy, the timer and a first tick. Nothing
+    // listens on the proxy's loopback ports, so that tick ends 75 (temporary) and the unit
+    // counts it as a success.
+    let grant = tenancy.mint_grant(ENV);
+    b.put("/tmp/grant.jwt", grant.expose_secret());
+    let install = b.ok(&format!(
+        "bash /pkg/install.sh --source /pkg --env {ENV} --bootstrap-file /tmp/grant.jwt"
+    ));
+    assert!(install.contains("==> running one tick"), "{install}");
+    assert!(!install.contains(grant.expose_secret()));
+    assert_eq!(
+        b.ok("systemctl show -p Result -p ExecMainStatus monky-deployd.service"),
+        "Result=success\nExecMainStatus=75\n"
+    );
+    assert_eq!(
+        b.ok(
+            "stat -c '%a %U %G %n' /etc/monky-deployd/config.yaml /etc/monky-deployd/bootstrap.jwt"
+        ),
+        "640 root monky-deployd /etc/monky-deployd/config.yaml\n\
+         600 monky-deployd monky-deployd /etc/monky-deployd/bootstrap.jwt\n"
+    );
+    assert_eq!(
+        b.ok("systemctl is-enabled monky-deployd.timer monky-deployd-proxy.service"),
+        "enabled\nenabled\n"
+    );
+    // Without OpenZiti's CLI the proxy is skipped by its condition, not failed.
+    assert_eq!(
+        b.ok("systemctl show -p ConditionResult monky-deployd-proxy.service"),
+        "ConditionResult=no\n"
+    );
+    let tick_log = b.ok("journalctl -u monky-deployd.service --no-pager -o cat");
+    assert!(!tick_log.contains(grant.expose_secret()), "{tick_log}");
+
+    // Now the peers are this process's fakes, reached without a proxy.
+    let config = format!(
+        "env_id: {ENV}\nsite: cbs\ntransport: system\ncompose_project: {}\n\
+         registry_host: {registry}\nhealthy_timeout_s: 120\n\
+         tenancy:\n  base_url: {}\nbao:\n  addr: {}\n",
+        b.project,
+        tenancy.url(),
+        bao.url()
+    );
+    b.put("/etc/monky-deployd/config.yaml", &config);
+    let bundle = TestBundle {
+        compose: format!(
+            "services:\n  web:\n    image: {}\n    env_file: .env\n",
+            e2e.get("MONKY_E2E_IMAGE_WEB_1")
+        ),
+        env_template: "# the agent fills every ${VAR} from OpenBao\nSEE_VALUE=${SEE_VALUE}\n"
+            .into(),
+        manifest: json!({"vault_mode": "openbao", "entries": [
+            {"var": "SEE_VALUE", "path": format!("monky/{ENV}/see/see_value"), "kind": "supplied", "version": null},
+            {"var": "REGISTRY_AUTH", "path": format!("monky/{ENV}/see/registry"), "kind": "supplied",
+             "version": null, "use": "registry-auth"},
+        ]}),
+        meta: json!({"env_id": ENV, "tier": "qa", "site": "cbs", "renderer": "compose"}),
+    };
+    let sha = bundle.sha();
+    tenancy.publish_bundle(ENV, &sha, bundle.tar());
+    tenancy.set_desired(ENV, monky_agent_proto::testkit::Desired::sha(sha.clone()));
+
+    // The timer fires a minute after the last tick (plus its random delay); that tick bootstraps
+    // with the staged grant and applies the bundle.
+    let waited = Instant::now();
+    let report = wait_for(
+        "the timer's tick to report",
+        Duration::from_secs(240),
+        || tenancy.reports(ENV).into_iter().last(),
+    );
+    println!(
+        "the timer's tick reported {:?} after {:.1}s",
+        report.result,
+        waited.elapsed().as_secs_f64()
+    );
+    let journal = b.ok("journalctl -u monky-deployd.service --no-pager -o cat");
+    assert_eq!(
+        report.result,
+        ReportResult::Applied,
+        "{report:?}\n{journal}"
+    );
+    assert_eq!(report.sha.as_deref(), Some(sha.as_str()));
+    assert!(!report.containers.is_empty());
+    assert!(
+        report
+            .containers
+            .iter()
+            .all(|c| c.state == "running" && c.health.as_deref() == Some("healthy")),
+        "{report:?}"
+    );
+    let triggers = b.ok("systemctl show -p LastTriggerUSecMonotonic monky-deployd.timer");
+    assert!(
+        !triggers.contains("=0\n") && !triggers.contains("n/a"),
+        "{triggers}"
+    );
+    // The tick ran as monky-deployd: its journal lines carry that uid, its files are its own.
+    let uid = b.ok("id -u monky-deployd").trim().to_string();
+    let applied_uids = b.ok(&format!(
+        "journalctl -u monky-deployd.service -o json --no-pager | grep -F 'applied {}' \
+         | grep -o '\"_UID\":\"[0-9]*\"' | sort -u",
+        &sha[..12]
+    ));
+    assert_eq!(
+        applied_uids.trim(),
+        format!("\"_UID\":\"{uid}\""),
+        "{journal}"
+    );
+    assert_eq!(
+        b.ok("stat -c '%a %U' /var/lib/monky-deployd/bao.token /var/lib/monky-deployd/state.json"),
+        "600 monky-deployd\n600 monky-deployd\n"
+    );
+    assert!(
+        !b.sh("test -e /etc/monky-deployd/bootstrap.jwt")
+            .status
+            .success(),
+        "the grant was not consumed"
+    );
+    // The secret reached the container through .env (and nothing else of the journal).
+    let web = String::from_utf8_lossy(
+        &Command::new(&docker)
+            .args(["ps", "-q", "--filter"])
+            .arg(format!("label=com.docker.compose.project={}", b.project))
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .trim()
+    .to_string();
+    let env_txt = run_ok(Command::new(&docker).args([
+        "exec",
+        &web,
+        "wget",
+        "-qO-",
+        &format!("http://127.0.0.1:{}/env.txt", e2e.get("MONKY_E2E_WEB_PORT")),
+    ]));
+    assert!(
+        env_txt.contains(&format!("SEE_VALUE={SEE_VALUE}")),
+        "{env_txt}"
+    );
+    assert!(
+        !journal.contains(SEE_VALUE) && !journal.contains(e2e.get("MONKY_E2E_REGISTRY_PASSWORD"))
+    );
+
+    // remove keeps the config and the state; a reinstall finds them untouched; purge removes
+    // them and keeps the system user.
+    let config_sum = b.ok("sha256sum /etc/monky-deployd/config.yaml");
+    b.ok("DEBIAN_FRONTEND=noninteractive apt-get remove -y -q monky-deployd");
+    b.ok("test -s /var/lib/monky-deployd/bao.token && test -s /etc/monky-deployd/config.yaml");
+    b.ok("test ! -e /usr/bin/monky-deployd && test ! -e /lib/systemd/system/monky-deployd.timer");
+    b.ok(&format!(
+        "cd /pkg && DEBIAN_FRONTEND=noninteractive apt-get install -y -q ./{deb_name}"
+    ));
+    assert_eq!(b.ok("sha256sum /etc/monky-deployd/config.yaml"), config_sum);
+    b.ok("DEBIAN_FRONTEND=noninteractive apt-get purge -y -q monky-deployd");
+    b.ok("test ! -e /var/lib/monky-deployd && test ! -e /etc/monky-deployd");
+    b.ok("getent passwd monky-deployd");
+    println!(
+        "install test: {:.1}s in the box",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+// ---- the docs' commands ------------------------------------------------------------------------
+
+/// The docs whose `sh` blocks hold commands an operator types.
+const DOCS: [&str; 4] = [
+    "README.md",
+    "docs/OPERATIONS.md",
+    "docs/PROTOCOL.md",
+    "packaging/ansible/roles/monky_deployd/README.md",
+];
+
+/// Splits a command line into words, honouring single and double quotes.
+fn words(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quote: Option<char> = None;
+    let mut in_word = false;
+    for ch in line.chars() {
+        match (quote, ch) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(ch);
+                in_word = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if in_word {
+                    out.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            (None, c) => {
+                cur.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if in_word {
+        out.push(cur);
+    }
+    out
+}
+
+/// Every command in the ```sh blocks of `text`: continuation lines joined, comments dropped,
+/// pipelines and `&&` chains split.
+fn sh_commands(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_block = false;
+    let mut pending = String::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with("```") {
+            in_block = t == "```sh";
+            continue;
+        }
+        if !in_block {
+            continue;
+        }
+        let code = match t.find(" #") {
+            Some(i) => &t[..i],
+            None if t.starts_with('#') => "",
+            None => t,
+        };
+        if let Some(head) = code.strip_suffix('\\') {
+            pending.push_str(head);
+            pending.push(' ');
+            continue;
+        }
+        pending.push_str(code);
+        for part in pending.split(" | ").flat_map(|p| p.split(" && ")) {
+            let part = part.split_whitespace().collect::<Vec<_>>().join(" ");
+            if !part.is_empty() {
+                out.push(part);
+            }
+        }
+        pending.clear();
+    }
+    out
+}
+
+/// The flags install.sh parses, from its own `case`.
+fn install_sh_flags() -> Vec<String> {
+    read("packaging/install.sh")
+        .lines()
+        .filter_map(|l| l.trim().split(')').next())
+        .filter(|w| w.starts_with("--"))
+        .map(str::to_string)
+        .collect()
+}
+
+const UNITS: [&str; 3] = [
+    "monky-deployd.service",
+    "monky-deployd.timer",
+    "monky-deployd-proxy.service",
+];
+
+/// Checks one documented command; `Err` says what is wrong with it.
+fn check_command(cmd: &str) -> Result<(), String> {
+    let mut w = words(cmd);
+    if w.first().is_some_and(|x| x == "sudo") {
+        w.remove(0);
+        // `sudo -u monky-deployd ...`: the agent's own user, nobody else's.
+        if w.first().is_some_and(|x| x == "-u") {
+            if w.get(1).is_none_or(|u| u != "monky-deployd") {
+                return Err("sudo -u names another user than monky-deployd".into());
+            }
+            w.drain(..2);
+        }
+    }
+    let first = w.first().cloned().unwrap_or_default();
+    // A word naming one of our units must name a unit the package ships (with or without
+    // its .service suffix); `monky-deployd` alone is the agent's service.
+    let units_known = |w: &[String]| {
+        w.iter()
+            .filter(|a| a.starts_with("monky-deployd"))
+            .all(|a| {
+                UNITS.contains(&a.as_str()) || UNITS.contains(&format!("{a}.service").as_str())
+            })
+    };
+    match first.as_str() {
+        "monky-deployd" => monky_deployd::cli::Cli::try_parse_from(&w)
+            .map(|_| ())
+            .map_err(|e| format!("the CLI refuses it: {e}")),
+        "cargo" => match w.get(1).map(String::as_str) {
+            Some("xtask") => match w.get(2).map(String::as_str) {
+                Some("setup" | "teardown" | "ci" | "demo" | "dist") => Ok(()),
+                other => Err(format!("no xtask {other:?}")),
+            },
+            Some("test" | "build" | "fmt" | "clippy" | "doc") => Ok(()),
+            other => Err(format!("unexpected cargo command {other:?}")),
+        },
+        "bash" => {
+            // `bash install.sh ...`, or `bash -s -- ...` reading install.sh from a pipe.
+            let script = w.get(1).ok_or("bash without a script")?;
+            let args = if script == "-s" && w.get(2).is_some_and(|a| a == "--") {
+                3
+            } else if script.ends_with("install.sh") {
+                2
+            } else {
+                return Err(format!("bash runs {script}, not install.sh"));
+            };
+            let flags = install_sh_flags();
+            w.iter()
+                .skip(args)
+                .filter(|a| a.starts_with("--"))
+                .find(|a| !flags.contains(a))
+                .map_or(Ok(()), |a| Err(format!("install.sh has no {a}")))
+        }
+        "systemctl" | "journalctl" | "systemd-analyze" => {
+            if units_known(&w) {
+                Ok(())
+            } else {
+                Err("names a unit the package does not ship".into())
+            }
+        }
+        "docker" | "apt-get" | "dpkg" | "dpkg-deb" | "sha256sum" | "curl" | "lintian"
+        | "setfacl" | "getfacl" | "stat" | "ls" | "cat" | "df" | "id" | "rm" | "ziti" | "grep"
+        | "tail" => Ok(()),
+        other => Err(format!("{other:?} is not a command the docs may use")),
+    }
+}
+
+#[test]
+fn every_command_in_the_docs_exists() {
+    let mut checked = 0;
+    for doc in DOCS {
+        let path = root().join(doc);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            panic!("{doc} is missing");
+        };
+        for cmd in sh_commands(&text) {
+            if let Err(why) = check_command(&cmd) {
+                panic!("{doc}: `{cmd}`: {why}");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} commands found in the docs");
+}
+
+#[test]
+fn the_docs_checker_catches_wrong_commands() {
+    let check = |cmd: &str, ok: bool| {
+        assert_eq!(
+            check_command(cmd).is_ok(),
+            ok,
+            "{cmd}: {:?}",
+            check_command(cmd)
+        );
+    };
+    check("monky-deployd run --once", true);
+    check("sudo monky-deployd status --json", true);
+    check("monky-deployd run --twice", false);
+    check("monky-deployd deploy", false);
+    check("cargo xtask dist --test", true);
+    check("cargo xtask publish", false);
+    check("systemctl status monky-deployd.timer", true);
+    check("systemctl status monky-agent.timer", true); // not ours, but not a monky-deployd name
+    check("journalctl -u monky-deployd.socket", false);
+    check("sudo bash install.sh --env e1 --laptop", true);
+    check("bash install.sh --env e1 --fast", false);
+    check("frobnicate --all", false);
+    check("sudo -u monky-deployd monky-deployd run", true);
+    check("sudo -u root monky-deployd run", false);
+    assert_eq!(
+        sh_commands(
+            "x\n```sh\n# c\nmonky-deployd status   # why\nbash install.sh --env e \\\n  --laptop\na | b && c\n```\n```\nnot sh\n```\n"
+        ),
+        [
+            "monky-deployd status",
+            "bash install.sh --env e --laptop",
+            "a",
+            "b",
+            "c"
+        ]
+    );
+    assert_eq!(words("a 'b c' \"d\"e"), ["a", "b c", "de"]);
+}
