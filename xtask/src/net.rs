@@ -28,10 +28,12 @@ pub fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<Response> 
         .with_context(|| format!("cannot connect to {addr}"))?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
-    write!(
-        stream,
+    // One write: `write!` on an unbuffered stream sends each formatted piece on its own, and a
+    // server that answers after the first segment then closes on the rest (EPIPE here).
+    let request = format!(
         "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\nUser-Agent: monky-xtask\r\n\r\n"
-    )?;
+    );
+    stream.write_all(request.as_bytes())?;
     let mut raw = Vec::new();
     stream
         .read_to_end(&mut raw)
@@ -64,9 +66,15 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let server = std::thread::spawn(move || {
             let (mut conn, _) = listener.accept().unwrap();
+            // Reads up to the blank line that ends the request head, however it is segmented.
+            let mut raw = Vec::new();
             let mut buf = [0u8; 1024];
-            let n = conn.read(&mut buf).unwrap();
-            let request = String::from_utf8_lossy(&buf[..n]).into_owned();
+            while !raw.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = conn.read(&mut buf).unwrap();
+                assert_ne!(n, 0, "the client closed before the end of its request");
+                raw.extend_from_slice(&buf[..n]);
+            }
+            let request = String::from_utf8_lossy(&raw).into_owned();
             conn.write_all(b"HTTP/1.0 401 Unauthorized\r\nX: y\r\n\r\n{\"errors\":[]}")
                 .unwrap();
             request
