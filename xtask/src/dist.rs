@@ -405,14 +405,28 @@ fn man_pages() -> Result<Vec<ManPage>> {
         file: "monky-deployd.1".into(),
         roff: top,
     });
-    for sub in cli.get_subcommands() {
-        let name = format!("monky-deployd-{}", sub.get_name());
-        let sub = sub
-            .clone()
-            .display_name(name.clone())
-            .bin_name(format!("monky-deployd {}", sub.get_name()));
+    // One page per subcommand, nested ones too (`monky-deployd-bundle-check`), since each
+    // page's SUBCOMMANDS section points at them.
+    let mut queue: Vec<(String, String, clap::Command)> = cli
+        .get_subcommands()
+        .map(|s| {
+            (
+                format!("monky-deployd-{}", s.get_name()),
+                format!("monky-deployd {}", s.get_name()),
+                s.clone(),
+            )
+        })
+        .collect();
+    while let Some((name, bin, sub)) = queue.pop() {
+        for nested in sub.get_subcommands() {
+            queue.push((
+                format!("{name}-{}", nested.get_name()),
+                format!("{bin} {}", nested.get_name()),
+                nested.clone(),
+            ));
+        }
         let mut roff = Vec::new();
-        clap_mangen::Man::new(sub)
+        clap_mangen::Man::new(sub.display_name(name.clone()).bin_name(bin))
             .manual("monky-deployd manual")
             .render(&mut roff)?;
         pages.push(ManPage {
@@ -420,6 +434,7 @@ fn man_pages() -> Result<Vec<ManPage>> {
             roff,
         });
     }
+    pages[1..].sort_by(|a, b| a.file.cmp(&b.file));
     Ok(pages)
 }
 
@@ -579,12 +594,18 @@ mod tests {
     fn man_pages_cover_every_subcommand_and_the_exit_codes() {
         let pages = man_pages().unwrap();
         let files: Vec<&str> = pages.iter().map(|p| p.file.as_str()).collect();
-        let mut expected = vec!["monky-deployd.1".to_string()];
-        expected.extend(
-            monky_deployd::cli::Cli::command()
-                .get_subcommands()
-                .map(|s| format!("monky-deployd-{}.1", s.get_name())),
-        );
+        let mut expected: Vec<String> = monky_deployd::cli::Cli::command()
+            .get_subcommands()
+            .flat_map(|s| {
+                let page = format!("monky-deployd-{}", s.get_name());
+                std::iter::once(format!("{page}.1")).chain(
+                    s.get_subcommands()
+                        .map(move |n| format!("{page}-{}.1", n.get_name())),
+                )
+            })
+            .collect();
+        expected.sort();
+        expected.insert(0, "monky-deployd.1".to_string());
         assert_eq!(files, expected);
         assert!(files.contains(&"monky-deployd-run.1"));
         // roff escapes hyphens; the text a reader sees has them plain.
