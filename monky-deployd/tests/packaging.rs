@@ -1416,6 +1416,17 @@ fn sh_commands(text: &str) -> Vec<String> {
     out
 }
 
+/// The tasks `cargo xtask` knows, from the match in its main.rs (`"name" => module::main(rest)`).
+fn xtask_tasks() -> Vec<String> {
+    read("xtask/src/main.rs")
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('"'))
+        .filter_map(|l| l.split_once("\" => "))
+        .filter(|(_, rest)| rest.contains("::main("))
+        .map(|(name, _)| name.to_string())
+        .collect()
+}
+
 /// The flags install.sh parses, from its own `case`.
 fn install_sh_flags() -> Vec<String> {
     read("packaging/install.sh")
@@ -1460,11 +1471,15 @@ fn check_command(cmd: &str) -> Result<(), String> {
             .map(|_| ())
             .map_err(|e| format!("the CLI refuses it: {e}")),
         "cargo" => match w.get(1).map(String::as_str) {
-            Some("xtask") => match w.get(2).map(String::as_str) {
-                Some("setup" | "teardown" | "ci" | "demo" | "dist") => Ok(()),
-                other => Err(format!("no xtask {other:?}")),
-            },
-            Some("test" | "build" | "fmt" | "clippy" | "doc") => Ok(()),
+            Some("xtask") => {
+                let task = w.get(2).cloned().unwrap_or_default();
+                if xtask_tasks().contains(&task) {
+                    Ok(())
+                } else {
+                    Err(format!("xtask has no task {task:?}"))
+                }
+            }
+            Some("test" | "build" | "run" | "fmt" | "clippy" | "doc" | "bench" | "fuzz") => Ok(()),
             other => Err(format!("unexpected cargo command {other:?}")),
         },
         "bash" => {
@@ -1532,6 +1547,11 @@ fn the_docs_checker_catches_wrong_commands() {
     check("monky-deployd deploy", false);
     check("cargo xtask dist --test", true);
     check("cargo xtask publish", false);
+    assert!(
+        xtask_tasks().contains(&"dist".to_string()),
+        "{:?}",
+        xtask_tasks()
+    );
     check("systemctl status monky-deployd.timer", true);
     check("systemctl status monky-agent.timer", true); // not ours, but not a monky-deployd name
     check("journalctl -u monky-deployd.socket", false);
