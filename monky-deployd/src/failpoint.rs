@@ -2,7 +2,8 @@
 //!
 //! With the feature on, `MONKY_DEPLOYD_FAILPOINT=<name>` makes the process kill itself with
 //! SIGKILL when it reaches `hit(<name>)`, so a test can prove that a crash at that step loses
-//! nothing. Without the feature, `hit` compiles to nothing.
+//! nothing. Without the feature, `hit` compiles to nothing. The same test-only feature gives the
+//! loop mode a millisecond interval for the soak test (see `runloop`).
 
 /// Dies here if the failpoint `name` is armed (feature `failpoints` only).
 #[inline]

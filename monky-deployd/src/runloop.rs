@@ -27,16 +27,19 @@ pub fn run(cfg: &Config, opts: TickOptions) -> anyhow::Result<Exit> {
             .context("cannot install signal handler")?;
     }
     let mut failures = 0u32;
+    let test_interval = test_interval();
     loop {
         let outcome = tick::run_once(cfg, opts);
         if outcome.exit == Exit::Config {
             info!("exit 78: not retrying");
             return Ok(Exit::Config);
         }
-        let interval = outcome
-            .interval
-            .unwrap_or(cfg.interval)
-            .max(Duration::from_secs(1));
+        let interval = test_interval.unwrap_or_else(|| {
+            outcome
+                .interval
+                .unwrap_or(cfg.interval)
+                .max(Duration::from_secs(1))
+        });
         failures = if outcome.exit == Exit::Temporary {
             failures + 1
         } else {
@@ -66,6 +69,23 @@ pub fn run(cfg: &Config, opts: TickOptions) -> anyhow::Result<Exit> {
             std::thread::sleep(Duration::from_millis(100).min(until - Instant::now()));
         }
     }
+}
+
+/// The soak test's pace, in a build with the test-only feature `failpoints`:
+/// `MONKY_DEPLOYD_TEST_INTERVAL_MS` replaces the interval (whole seconds, at least one,
+/// everywhere else) so that thousands of ticks fit in a test run. Backoff and Retry-After still
+/// apply on top of it. A release build has no such knob: the variable is not even read.
+fn test_interval() -> Option<Duration> {
+    #[cfg(feature = "failpoints")]
+    {
+        std::env::var("MONKY_DEPLOYD_TEST_INTERVAL_MS")
+            .ok()?
+            .parse()
+            .ok()
+            .map(Duration::from_millis)
+    }
+    #[cfg(not(feature = "failpoints"))]
+    None
 }
 
 /// The wait before the next tick: the interval when healthy; after `failures` temporary failures,

@@ -15,5 +15,6 @@ mod lifecycle;
 mod observe;
 mod packaging;
 mod redaction;
+mod soak;
 mod token;
 mod transport;
