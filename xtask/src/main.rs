@@ -8,6 +8,7 @@
 //!   packaging tests (ci's packaging step).
 //! - `demo`: the agent's main job on the dev peers and the local engine (the README's first
 //!   command).
+//! - `fuzz`: the cargo-fuzz targets in `fuzz/` (its own workspace), N seconds each.
 
 mod apt;
 mod ci;
@@ -15,6 +16,7 @@ mod cmd;
 mod demo;
 mod dist;
 mod docker;
+mod fuzz;
 mod net;
 mod pkgtest;
 mod procs;
@@ -32,7 +34,8 @@ tasks:
   teardown            stop what setup started, remove monky-e2e-* containers/networks/volumes
   ci [--fail-fast]    setup, fmt, clippy, test, demo, packaging, doc, teardown (what .ci/run runs)
   dist [--test]       release binary, .deb, .sha256, install.sh in target/dist-pkg; --test runs the packaging tests
-  demo [--keep]       the agent's main job on dev peers and the local engine (--stop ends a kept one)";
+  demo [--keep]       the agent's main job on dev peers and the local engine (--stop ends a kept one)
+  fuzz [--seconds N]  every cargo-fuzz target in fuzz/ for N seconds each (default 60), on stable";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         "ci" => ci::main(rest),
         "demo" => demo::main(rest),
         "dist" => dist::main(rest),
+        "fuzz" => fuzz::main(rest),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())
