@@ -340,7 +340,6 @@ fn check(cell: &Cell) {
     let name = cell.name;
     let w = World::with(WorldOptions {
         tls_proxy: cell.tls,
-        ..WorldOptions::default()
     });
     let running = w.applied();
     assert_eq!(w.state()["applied_sha"], json!(running), "{name}: setup");
