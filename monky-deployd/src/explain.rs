@@ -238,4 +238,12 @@ mod tests {
         assert_eq!(human(3600), "60m");
         assert_eq!(human(90_000), "25h");
     }
+
+    #[test]
+    fn operations_md_documents_every_code() {
+        let doc = include_str!("../../docs/OPERATIONS.md");
+        for (code, _) in NEXT_STEPS {
+            assert!(doc.contains(&format!("`{code}`")), "docs/OPERATIONS.md lacks {code}");
+        }
+    }
 }
