@@ -9,8 +9,11 @@
 //! - `demo`: the agent's main job on the dev peers and the local engine (the README's first
 //!   command).
 //! - `fuzz`: the cargo-fuzz targets in `fuzz/` (its own workspace), N seconds each.
+//! - `bench`: the agent's tick, apply, verify and start-up costs next to their floors;
+//!   writes docs/PERFORMANCE.md.
 
 mod apt;
+mod bench;
 mod ci;
 mod cmd;
 mod demo;
@@ -35,7 +38,8 @@ tasks:
   ci [--fail-fast]    setup, fmt, clippy, test, demo, packaging, doc, teardown (what .ci/run runs)
   dist [--test]       release binary, .deb, .sha256, install.sh in target/dist-pkg; --test runs the packaging tests
   demo [--keep]       the agent's main job on dev peers and the local engine (--stop ends a kept one)
-  fuzz [--seconds N]  every cargo-fuzz target in fuzz/ for N seconds each (default 60), on stable";
+  fuzz [--seconds N]  every cargo-fuzz target in fuzz/ for N seconds each (default 60), on stable
+  bench [--runs N]    agent vs its floors, side by side; writes docs/PERFORMANCE.md";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -47,6 +51,7 @@ fn main() -> ExitCode {
         "setup" => setup::main(rest),
         "teardown" => teardown::main(rest),
         "ci" => ci::main(rest),
+        "bench" => bench::main(rest),
         "demo" => demo::main(rest),
         "dist" => dist::main(rest),
         "fuzz" => fuzz::main(rest),

@@ -1,0 +1,480 @@
+//! The measurements behind `cargo xtask bench` and docs/PERFORMANCE.md (harness = false).
+//!
+//! Every figure comes from a real process: the release agent against the testkit peers on
+//! loopback, with the stub docker or the real engine, next to the floors it is compared with
+//! (`docker compose ps`, a python3 that imports what the original agent imported, `sha256sum`).
+//! A process is measured by this same binary re-run as `--measure <program> <args>`: a fresh
+//! parent whose only child is the measured one, so that `getrusage(RUSAGE_CHILDREN)` is exactly
+//! that process tree (CPU in microseconds, the peak RSS of its largest member), and whose
+//! `waitid(WNOWAIT)` lets it read the child's `/proc/<pid>/stat` before the zombie is reaped.
+//!
+//! Output: one TSV line per sample set, `case<TAB>metric<TAB>unit<TAB>v1,v2,...`; xtask turns
+//! them into medians and spreads. Speed is never asserted here or in any test.
+
+#[path = "../tests/util.rs"]
+#[allow(dead_code)]
+mod util;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use monky_agent_proto::testkit::{Rate, RateLimits};
+use serde_json::json;
+
+use util::{RealDocker, TestBundle, World, WorldOptions};
+
+fn main() {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == "--measure") {
+        measure(&args[1..]);
+    }
+    let mut runs = 15usize;
+    let mut out: Option<PathBuf> = None;
+    let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--runs" => runs = it.next().and_then(|v| v.parse().ok()).expect("--runs N"),
+            "--out" => out = it.next().map(PathBuf::from),
+            // What cargo bench passes along.
+            "--bench" => {}
+            other => panic!("perf: unknown argument {other:?} (--runs N, --out FILE)"),
+        }
+    }
+    let mut rows = Rows::default();
+    noise_probe(&mut rows, runs);
+    startup_and_size(&mut rows, runs);
+    heartbeat_stub(&mut rows, runs);
+    apply_stub(&mut rows, runs, "apply 10 KiB bundle", 10 * 1024);
+    apply_stub(
+        &mut rows,
+        runs,
+        "apply 4 MiB bundle",
+        4 * 1024 * 1024 - 24 * 1024,
+    );
+    verify_throughput(&mut rows, runs);
+    python_floor(&mut rows, runs);
+    match E2e::from_env() {
+        Some(e2e) => real_engine(&mut rows, runs, &e2e),
+        None => eprintln!("perf: no MONKY_E2E_ENV: the real-engine cases are skipped"),
+    }
+    let text = rows.0.join("\n") + "\n";
+    match out {
+        Some(path) => {
+            std::fs::create_dir_all(path.parent().unwrap_or(Path::new("."))).unwrap();
+            std::fs::write(&path, text).unwrap();
+            eprintln!("perf: wrote {}", path.display());
+        }
+        None => print!("{text}"),
+    }
+}
+
+#[derive(Default)]
+struct Rows(Vec<String>);
+
+impl Rows {
+    fn add(&mut self, case: &str, metric: &str, unit: &str, values: &[f64]) {
+        let v: Vec<String> = values.iter().map(|v| format!("{v:.4}")).collect();
+        self.0
+            .push(format!("{case}\t{metric}\t{unit}\t{}", v.join(",")));
+        eprintln!("perf: {case} / {metric}: {} {unit}", median(values));
+    }
+
+    fn add_process(&mut self, case: &str, samples: &[Sample]) {
+        let col = |f: fn(&Sample) -> f64| samples.iter().map(f).collect::<Vec<_>>();
+        self.add(case, "wall", "ms", &col(|s| s.wall_ms));
+        self.add(case, "cpu total", "ms", &col(|s| s.cpu_ms));
+        self.add(case, "cpu children", "ms", &col(|s| s.children_ms));
+        self.add(case, "peak rss", "MiB", &col(|s| s.maxrss_kib / 1024.0));
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+// ---- measuring one process ---------------------------------------------------------------------
+
+/// One measured run of a process tree.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    wall_ms: f64,
+    /// The process and every child it waited for, from getrusage (microsecond resolution).
+    cpu_ms: f64,
+    /// Its waited-for children alone, from the zombie's /proc stat (clock-tick resolution).
+    children_ms: f64,
+    /// The largest RSS of any member of the tree.
+    maxrss_kib: f64,
+}
+
+/// `--measure PROGRAM ARGS...`: run it, print `wall_ns cpu_us children_ticks maxrss_kib code`.
+fn measure(args: &[OsString]) -> ! {
+    use nix::sys::resource::{UsageWho, getrusage};
+    use nix::sys::wait::{Id, WaitPidFlag, waitid};
+    let started = Instant::now();
+    let mut child = Command::new(&args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the measured program");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT).expect("waitid");
+    let wall = started.elapsed();
+    // Fields 16 and 17 (cutime, cstime) of the zombie: what its own children cost.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: u64 = [13, 14]
+        .iter()
+        .filter_map(|i| fields.get(*i).and_then(|f| f.parse::<u64>().ok()))
+        .sum();
+    let status = child.wait().expect("reap");
+    let usage = getrusage(UsageWho::RUSAGE_CHILDREN).expect("getrusage");
+    let us = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
+    println!(
+        "{} {} {} {} {}",
+        wall.as_nanos(),
+        us(usage.user_time()) + us(usage.system_time()),
+        ticks,
+        usage.max_rss(),
+        status.code().unwrap_or(-1)
+    );
+    std::process::exit(0)
+}
+
+/// Runs `cmd` under `--measure`, keeping its program, arguments, environment and directory.
+fn run_measured(cmd: &Command) -> Sample {
+    let mut m = Command::new(std::env::current_exe().unwrap());
+    m.arg("--measure")
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => m.env(k, v),
+            None => m.env_remove(k),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        m.current_dir(dir);
+    }
+    let out = m.output().expect("the measuring wrapper");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let f: Vec<f64> = text
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert_eq!(
+        f.len(),
+        5,
+        "wrapper said {text:?} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(f[4], 0.0, "{:?} exited {}", cmd, f[4]);
+    // USER_HZ is 100 on every Linux architecture the agent ships for.
+    let tick_ms = 10.0;
+    Sample {
+        wall_ms: f[0] / 1e6,
+        cpu_ms: f[1] / 1e3,
+        children_ms: f[2] * tick_ms,
+        maxrss_kib: f[3],
+    }
+}
+
+fn measure_n(runs: usize, mut before: impl FnMut(usize), cmd: &dyn Fn() -> Command) -> Vec<Sample> {
+    (0..runs)
+        .map(|i| {
+            before(i);
+            run_measured(&cmd())
+        })
+        .collect()
+}
+
+// ---- the cases ---------------------------------------------------------------------------------
+
+/// A fixed in-process workload (sha256 of 1 MiB): its spread is the machine's noise.
+fn noise_probe(rows: &mut Rows, runs: usize) {
+    let data = vec![7u8; 1 << 20];
+    let times: Vec<f64> = (0..runs.max(10) * 3)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(monky_bundle::bundle_sha([("x", data.as_slice())]));
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    rows.add(
+        "noise probe (sha256 of 1 MiB, in process)",
+        "wall",
+        "ms",
+        &times,
+    );
+}
+
+fn agent_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_monky-deployd"))
+}
+
+fn startup_and_size(rows: &mut Rows, runs: usize) {
+    let bin = agent_bin();
+    let size = std::fs::metadata(&bin).unwrap().len() as f64 / (1024.0 * 1024.0);
+    rows.add("binary (bench profile = release)", "size", "MiB", &[size]);
+    let stripped =
+        std::env::temp_dir().join(format!("monky-deployd-stripped.{}", std::process::id()));
+    if Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&bin)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        let size = std::fs::metadata(&stripped).unwrap().len() as f64 / (1024.0 * 1024.0);
+        rows.add("binary (release, stripped)", "size", "MiB", &[size]);
+        let _ = std::fs::remove_file(&stripped);
+    }
+    let dist = bin
+        .parent()
+        .and_then(Path::parent)
+        .map(|t| t.join("dist/monky-deployd"));
+    if let Some(dist) = dist.filter(|d| d.is_file()) {
+        let size = std::fs::metadata(&dist).unwrap().len() as f64 / (1024.0 * 1024.0);
+        rows.add(
+            "binary (dist profile: fat LTO, stripped)",
+            "size",
+            "MiB",
+            &[size],
+        );
+    }
+    let samples = measure_n(runs, |_| {}, &|| {
+        let mut c = Command::new(agent_bin());
+        c.arg("version");
+        c
+    });
+    rows.add_process("start-up: monky-deployd version", &samples);
+}
+
+/// Tenancy's buckets opened wide: a benchmark ticks faster than a box ever does.
+fn unlimited(w: &World) {
+    let wide = Rate::per_minute(1_000_000);
+    w.tenancy.set_limits(RateLimits {
+        checkin: wide,
+        bundle: wide,
+        report: wide,
+        lease: wide,
+    });
+}
+
+/// The production transport: tenancy plain HTTP via the proxy mapping, OpenBao over TLS with
+/// the configured CA bundle.
+fn stub_world() -> World {
+    let w = World::with(WorldOptions { tls_proxy: true });
+    unlimited(&w);
+    w
+}
+
+fn heartbeat_stub(rows: &mut Rows, runs: usize) {
+    let w = stub_world();
+    w.applied();
+    w.tick().ok();
+    let samples = measure_n(runs, |_| {}, &|| w.command(&["run", "--once"]));
+    assert!(w.reports().iter().all(|r| r.detail.is_none()));
+    rows.add_process(
+        "heartbeat tick (loopback peers, stub engine socket)",
+        &samples,
+    );
+}
+
+/// A bundle of about `size` bytes of tar: the default bundle, padded with comment lines in the
+/// compose file and `.env.template` (each member stays under the 2 MiB member limit); `run`
+/// makes each one a new sha.
+fn sized_bundle(size: usize, run: usize) -> TestBundle {
+    let mut b = TestBundle::default();
+    b.compose = format!("# run {run}\n{}", b.compose);
+    let pad = size.saturating_sub(b.tar().len());
+    let line = "# padding so that the bundle has a realistic size for this benchmark ......\n";
+    let lines = |n: usize| line.repeat(n / line.len());
+    let half = pad / 2;
+    b.compose.push_str(&lines(half));
+    b.env_template.push_str(&lines(pad - half));
+    b
+}
+
+fn apply_stub(rows: &mut Rows, runs: usize, case: &str, size: usize) {
+    let w = stub_world();
+    w.applied();
+    let bytes = sized_bundle(size, 0).tar().len();
+    let samples = measure_n(
+        runs,
+        |i| {
+            w.publish(&sized_bundle(size, i + 1));
+        },
+        &|| w.command(&["run", "--once"]),
+    );
+    let last = w.last_report();
+    assert!(last.detail.is_none(), "{last:?}");
+    assert_eq!(
+        w.state()["applied_sha"],
+        json!(sized_bundle(size, runs).sha())
+    );
+    rows.add(case, "bundle", "KiB", &[bytes as f64 / 1024.0]);
+    rows.add_process(case, &samples);
+}
+
+fn verify_throughput(rows: &mut Rows, runs: usize) {
+    let b = sized_bundle(4 * 1024 * 1024 - 24 * 1024, 0);
+    let tar = b.tar();
+    let sha = b.sha();
+    let limits = monky_bundle::Limits::default();
+    let ours: Vec<f64> = (0..runs.max(10))
+        .map(|_| {
+            let t = Instant::now();
+            let parsed = monky_bundle::Bundle::parse(&tar, &limits).unwrap();
+            parsed.check_sha(&sha).unwrap();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    let case = "verify 4 MiB bundle (parse + limits + sha256, in process)";
+    rows.add(case, "bundle", "KiB", &[tar.len() as f64 / 1024.0]);
+    rows.add(case, "wall", "ms", &ours);
+    let file = std::env::temp_dir().join(format!("monky-bench-bundle.{}.tar", std::process::id()));
+    std::fs::write(&file, &tar).unwrap();
+    let samples = measure_n(runs.max(10), |_| {}, &|| {
+        let mut c = Command::new("sha256sum");
+        c.arg(&file);
+        c
+    });
+    let _ = std::fs::remove_file(&file);
+    rows.add_process("sha256sum of the same bytes (process)", &samples);
+}
+
+fn python_floor(rows: &mut Rows, runs: usize) {
+    // The system python, not a version manager's shim script in front of it.
+    let python = ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file());
+    let Some(python) = python else {
+        eprintln!("perf: no python3: its floor is skipped");
+        return;
+    };
+    let samples = measure_n(runs, |_| {}, &|| {
+        let mut c = Command::new(python);
+        c.args([
+            "-c",
+            "import json, urllib.request, subprocess, ssl, hashlib, tarfile, logging, argparse, pathlib",
+        ]);
+        c
+    });
+    rows.add_process("python3 importing the original agent's modules", &samples);
+}
+
+// ---- the real engine ---------------------------------------------------------------------------
+
+struct E2e {
+    docker: PathBuf,
+    prefix: String,
+    registry: String,
+    user: String,
+    password: String,
+    image: String,
+}
+
+impl E2e {
+    fn from_env() -> Option<Self> {
+        let file = std::env::var_os("MONKY_E2E_ENV")?;
+        let text = std::fs::read_to_string(file).ok()?;
+        let get = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{k}=")))
+                .map(str::to_string)
+        };
+        Some(E2e {
+            docker: get("MONKY_E2E_DOCKER")?.into(),
+            prefix: get("MONKY_E2E_NAME_PREFIX")?,
+            registry: get("MONKY_E2E_REGISTRY")?,
+            user: get("MONKY_E2E_REGISTRY_USER")?,
+            password: get("MONKY_E2E_REGISTRY_PASSWORD")?,
+            image: get("MONKY_E2E_IMAGE_WEB_1")?,
+        })
+    }
+}
+
+/// Takes the benchmark's compose project down, whatever happened.
+struct Down<'a> {
+    docker: &'a Path,
+    project: String,
+}
+
+impl Drop for Down<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new(self.docker)
+            .args([
+                "compose",
+                "-p",
+                &self.project,
+                "down",
+                "-v",
+                "--remove-orphans",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn real_engine(rows: &mut Rows, runs: usize, e2e: &E2e) {
+    let project = format!("{}bench-{}", e2e.prefix, std::process::id());
+    let _down = Down {
+        docker: &e2e.docker,
+        project: project.clone(),
+    };
+    let w = World::real_docker(RealDocker {
+        docker_bin: e2e.docker.clone(),
+        compose_project: project.clone(),
+        registry: e2e.registry.clone(),
+        registry_user: e2e.user.clone(),
+        registry_password: e2e.password.clone(),
+        healthy_timeout_s: 120,
+    });
+    unlimited(&w);
+    let mut b = TestBundle::default().with_registry_auth();
+    b.compose = ["web", "api", "worker"]
+        .iter()
+        .map(|s| format!("  {s}:\n    image: {}\n    env_file: .env\n", e2e.image))
+        .fold("services:\n".to_string(), |acc, s| acc + &s);
+    w.stage_grant();
+    w.publish(&b);
+    let t = Instant::now();
+    let run = w.tick();
+    assert_eq!(run.code(), 0, "real-engine apply: {}", run.stderr());
+    eprintln!(
+        "perf: 3-container apply on the real engine took {:.1?}",
+        t.elapsed()
+    );
+    // One heartbeat first: it saves the compose facts that later ticks reuse.
+    w.tick().ok();
+    let samples = measure_n(runs, |_| {}, &|| w.command(&["run", "--once"]));
+    let last = w.last_report();
+    assert!(
+        last.detail.is_none() && last.containers.len() == 3,
+        "{last:?}"
+    );
+    rows.add_process(
+        "heartbeat tick (loopback peers, real engine, 3 containers)",
+        &samples,
+    );
+    let samples = measure_n(runs, |_| {}, &|| {
+        let mut c = Command::new(&e2e.docker);
+        c.args(["compose", "-p", &project, "ps", "-a", "--format", "json"])
+            .env("HOME", w.home());
+        c
+    });
+    rows.add_process(
+        "docker compose ps -a --format json (same project)",
+        &samples,
+    );
+}

@@ -1,0 +1,478 @@
+//! `cargo xtask bench`: measures the agent next to its floors in one run and writes
+//! docs/PERFORMANCE.md from the figures.
+//!
+//! The measuring itself is `monky-deployd/benches/perf.rs` (it needs the testkit peers); this
+//! task prepares the engine and registry (`setup`), runs it in the release profile with the e2e
+//! env file, and turns its samples into medians, spreads and the issue's goals. Figures are
+//! reported, never asserted.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::cmd;
+use crate::state;
+
+const USAGE: &str = "cargo xtask bench [--runs N] [--no-setup] [--dist] [--out FILE]
+  --runs N     samples per case (default 15)
+  --no-setup   do not run `cargo xtask setup` first (the real-engine cases need its env file)
+  --dist       build the dist profile first so that its binary size is reported
+  --out FILE   where the report goes (default docs/PERFORMANCE.md)";
+
+/// The issue's goal for a heartbeat tick, agent plus children.
+const GOAL_CPU_MS: f64 = 10.0;
+const GOAL_RSS_MIB: f64 = 12.0;
+
+const HEARTBEAT_REAL: &str = "heartbeat tick (loopback peers, real engine, 3 containers)";
+const HEARTBEAT_STUB: &str = "heartbeat tick (loopback peers, stub engine socket)";
+const COMPOSE_PS: &str = "docker compose ps -a --format json (same project)";
+const PYTHON: &str = "python3 importing the original agent's modules";
+const VERIFY: &str = "verify 4 MiB bundle (parse + limits + sha256, in process)";
+const SHA256SUM: &str = "sha256sum of the same bytes (process)";
+const NOISE: &str = "noise probe (sha256 of 1 MiB, in process)";
+
+/// Runs the benchmark with the command-line `args` (after `bench`).
+pub fn main(args: &[String]) -> Result<()> {
+    let mut runs = 15usize;
+    let mut setup = true;
+    let mut dist = false;
+    let mut out = state::workspace_root().join("docs/PERFORMANCE.md");
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--runs" => {
+                runs = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .context("--runs needs a number")?;
+            }
+            "--no-setup" => setup = false,
+            "--dist" => dist = true,
+            "--out" => out = PathBuf::from(it.next().context("--out needs a file")?),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            other => bail!("bench: unknown argument {other:?} (try --help)"),
+        }
+    }
+    let root = state::workspace_root();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    if setup {
+        // A child process, as in ci: what setup starts must not be ours.
+        let exe = std::env::current_exe().context("cannot find the xtask binary")?;
+        cmd::run(Command::new(exe).arg("setup"))?;
+    }
+    if dist {
+        cmd::run(
+            Command::new(&cargo)
+                .args(["build", "--profile", "dist", "-p", "monky-deployd"])
+                .current_dir(&root),
+        )?;
+    }
+    let before = Machine::now();
+    let tsv = target_dir().join("bench/perf.tsv");
+    let mut bench = Command::new(&cargo);
+    bench
+        .args(["bench", "-p", "monky-deployd", "--bench", "perf", "--"])
+        .arg("--runs")
+        .arg(runs.to_string())
+        .arg("--out")
+        .arg(&tsv)
+        .current_dir(&root);
+    let env_file = state::e2e_env_path();
+    if env_file.is_file() {
+        bench.env("MONKY_E2E_ENV", &env_file);
+    } else {
+        println!(
+            "bench: {} is missing: the real-engine cases are skipped",
+            env_file.display()
+        );
+    }
+    cmd::run(&mut bench)?;
+    let after = Machine::now();
+    let text =
+        std::fs::read_to_string(&tsv).with_context(|| format!("cannot read {}", tsv.display()))?;
+    let figures = Figures::parse(&text)?;
+    let report = render(&figures, runs, &before, &after);
+    std::fs::write(&out, &report).with_context(|| format!("cannot write {}", out.display()))?;
+    println!("{}", summary(&figures));
+    println!("bench: wrote {}", out.display());
+    Ok(())
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| state::workspace_root().join("target"))
+}
+
+// ---- figures -----------------------------------------------------------------------------------
+
+/// The samples of one case and metric, and their order statistics.
+#[derive(Debug, Clone)]
+struct Series {
+    values: Vec<f64>,
+}
+
+impl Series {
+    fn sorted(&self) -> Vec<f64> {
+        let mut v = self.values.clone();
+        v.sort_by(f64::total_cmp);
+        v
+    }
+
+    fn median(&self) -> f64 {
+        let v = self.sorted();
+        match v.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
+    }
+
+    fn min(&self) -> f64 {
+        self.sorted().first().copied().unwrap_or(f64::NAN)
+    }
+
+    fn max(&self) -> f64 {
+        self.sorted().last().copied().unwrap_or(f64::NAN)
+    }
+
+    /// "median (min-max)", or the single value.
+    fn cell(&self) -> String {
+        if self.values.len() == 1 {
+            return fmt(self.values[0]);
+        }
+        format!(
+            "{} ({}–{})",
+            fmt(self.median()),
+            fmt(self.min()),
+            fmt(self.max())
+        )
+    }
+}
+
+fn fmt(v: f64) -> String {
+    if v.is_nan() {
+        "–".into()
+    } else if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// Every case's series, in the order the benchmark wrote them.
+#[derive(Debug, Default)]
+struct Figures {
+    order: Vec<String>,
+    series: BTreeMap<(String, String), Series>,
+}
+
+impl Figures {
+    fn parse(text: &str) -> Result<Self> {
+        let mut f = Figures::default();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let cols: Vec<&str> = line.split('\t').collect();
+            // The unit column is for readers of the TSV; the report knows each metric's.
+            let [case, metric, _unit, values] = cols[..] else {
+                bail!("bench: malformed line {line:?}");
+            };
+            let values = values
+                .split(',')
+                .map(str::parse)
+                .collect::<Result<Vec<f64>, _>>()
+                .with_context(|| format!("bench: values of {line:?}"))?;
+            if !f.order.iter().any(|c| c == case) {
+                f.order.push(case.to_string());
+            }
+            f.series
+                .insert((case.to_string(), metric.to_string()), Series { values });
+        }
+        Ok(f)
+    }
+
+    fn get(&self, case: &str, metric: &str) -> Option<&Series> {
+        self.series.get(&(case.to_string(), metric.to_string()))
+    }
+
+    fn median(&self, case: &str, metric: &str) -> Option<f64> {
+        self.get(case, metric).map(Series::median)
+    }
+
+    fn cell(&self, case: &str, metric: &str) -> String {
+        self.get(case, metric)
+            .map_or_else(|| "–".to_string(), Series::cell)
+    }
+}
+
+// ---- the machine -------------------------------------------------------------------------------
+
+/// What the machine was like around the run.
+struct Machine {
+    loadavg: String,
+}
+
+impl Machine {
+    fn now() -> Self {
+        Machine {
+            loadavg: read("/proc/loadavg")
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
+        }
+    }
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn machine_facts() -> Vec<(String, String)> {
+    let cpuinfo = read("/proc/cpuinfo");
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let cpus = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
+    let mem = read("/proc/meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or("unknown".into(), |kib| {
+            format!("{:.1} GiB", kib / 1024.0 / 1024.0)
+        });
+    let version = |program: &str, arg: &str| {
+        Command::new(program)
+            .arg(arg)
+            .output()
+            .ok()
+            .map(|o| {
+                let text = String::from_utf8_lossy(&o.stdout).into_owned()
+                    + &String::from_utf8_lossy(&o.stderr);
+                text.lines().next().unwrap_or_default().trim().to_string()
+            })
+            .unwrap_or_else(|| "absent".into())
+    };
+    vec![
+        ("cpu".into(), format!("{model}, {cpus} logical")),
+        ("memory".into(), mem),
+        (
+            "kernel".into(),
+            read("/proc/sys/kernel/osrelease").trim().into(),
+        ),
+        ("rustc".into(), version("rustc", "--version")),
+        ("python3".into(), version("/usr/bin/python3", "--version")),
+    ]
+}
+
+// ---- the report --------------------------------------------------------------------------------
+
+fn verdict(value: Option<f64>, goal: f64) -> &'static str {
+    match value {
+        Some(v) if v <= goal => "met",
+        Some(_) => "missed",
+        None => "not measured",
+    }
+}
+
+fn summary(f: &Figures) -> String {
+    let hb = if f.get(HEARTBEAT_REAL, "cpu total").is_some() {
+        HEARTBEAT_REAL
+    } else {
+        HEARTBEAT_STUB
+    };
+    format!(
+        "bench: {hb}: cpu {} ms (goal {GOAL_CPU_MS}: {}), peak rss {} MiB (goal {GOAL_RSS_MIB}: {})",
+        f.cell(hb, "cpu total"),
+        verdict(f.median(hb, "cpu total"), GOAL_CPU_MS),
+        f.cell(hb, "peak rss"),
+        verdict(f.median(hb, "peak rss"), GOAL_RSS_MIB),
+    )
+}
+
+fn render(f: &Figures, runs: usize, before: &Machine, after: &Machine) -> String {
+    let mut s = String::new();
+    let w = &mut s;
+    let _ = writeln!(w, "# Performance\n");
+    let _ = writeln!(
+        w,
+        "Generated by `cargo xtask bench` (`monky-deployd/benches/perf.rs`); do not edit by hand, \
+         run it again. Every figure is a process measured on this machine in one run, side by \
+         side: **median (min–max)** of {runs} runs unless one value is shown. CPU is user + \
+         system time of the process and every child it waited for (`getrusage`, µs); \
+         \"children\" is the part its own children used (clock ticks, 10 ms resolution); peak \
+         RSS is the largest resident set of any process of the tree. The agent is the release \
+         build; its peers are the testkit tenancy and OpenBao on loopback (tenancy plain HTTP \
+         through the proxy mapping, OpenBao over TLS with a CA bundle, as on a box). Wall times \
+         include the fake peers' own latency (they run in the measuring process, debug-free \
+         but not tuned); CPU and RSS are the agent's alone.\n"
+    );
+    let _ = writeln!(w, "## The machine\n");
+    let _ = writeln!(w, "| | |\n|---|---|");
+    for (k, v) in machine_facts() {
+        let _ = writeln!(w, "| {k} | {v} |");
+    }
+    let _ = writeln!(
+        w,
+        "| load average (1/5/15 min) | {} before, {} after |",
+        before.loadavg, after.loadavg
+    );
+    let _ = writeln!(
+        w,
+        "| noise | {} ms for a fixed in-process workload ({}); the spread of every figure \
+         below is at least this relative spread |\n",
+        f.cell(NOISE, "wall"),
+        NOISE
+            .trim_start_matches("noise probe ")
+            .trim_matches(['(', ')'])
+    );
+
+    let _ = writeln!(w, "## Goals (issue 6)\n");
+    let hb = if f.get(HEARTBEAT_REAL, "cpu total").is_some() {
+        HEARTBEAT_REAL
+    } else {
+        HEARTBEAT_STUB
+    };
+    let _ = writeln!(w, "| {hb} | measured | goal | |\n|---|---|---|---|");
+    let _ = writeln!(
+        w,
+        "| CPU, agent + children | {} ms | ≤ {GOAL_CPU_MS} ms | {} |",
+        f.cell(hb, "cpu total"),
+        verdict(f.median(hb, "cpu total"), GOAL_CPU_MS)
+    );
+    let _ = writeln!(
+        w,
+        "| peak RSS | {} MiB | ≤ {GOAL_RSS_MIB} MiB | {} |\n",
+        f.cell(hb, "peak rss"),
+        verdict(f.median(hb, "peak rss"), GOAL_RSS_MIB)
+    );
+    let floor = f
+        .median(COMPOSE_PS, "cpu total")
+        .zip(f.median(PYTHON, "cpu total"));
+    if let (Some((ps, py)), Some(ours)) = (floor, f.median(hb, "cpu total")) {
+        let _ = writeln!(
+            w,
+            "The original agent paid at least a python3 start with its imports ({}) plus a \
+             `docker compose ps` ({}) on every tick: **{} ms of CPU**, against **{} ms** for a \
+             whole heartbeat tick here ({:.0}× less).\n",
+            fmt(py),
+            fmt(ps),
+            fmt(py + ps),
+            fmt(ours),
+            (py + ps) / ours
+        );
+    }
+
+    let _ = writeln!(w, "## Processes\n");
+    let _ = writeln!(
+        w,
+        "| case | wall ms | CPU ms (tree) | of which children | peak RSS MiB |\n|---|---|---|---|---|"
+    );
+    for case in &f.order {
+        if f.get(case, "cpu total").is_none() {
+            continue;
+        }
+        let _ = writeln!(
+            w,
+            "| {case} | {} | {} | {} | {} |",
+            f.cell(case, "wall"),
+            f.cell(case, "cpu total"),
+            f.cell(case, "cpu children"),
+            f.cell(case, "peak rss")
+        );
+    }
+    let _ = writeln!(
+        w,
+        "\nThe apply cases run the whole tick against the stub docker, so they measure what the \
+         agent itself does for an apply (bundle fetch, verify, refusals, lease-token check, \
+         secret reads, `.env`, staging, promotion, report) without `compose pull`/`up`; the \
+         stub's own cost (a shell per compose call) is the \"children\" column. Sizes: 10 KiB \
+         bundle {} KiB, 4 MiB bundle {} KiB of tar.\n",
+        f.cell("apply 10 KiB bundle", "bundle"),
+        f.cell("apply 4 MiB bundle", "bundle")
+    );
+
+    let _ = writeln!(w, "## Bundle verification\n");
+    if let (Some(ours), Some(kib), Some(sum)) = (
+        f.median(VERIFY, "wall"),
+        f.median(VERIFY, "bundle"),
+        f.median(SHA256SUM, "cpu total"),
+    ) {
+        let mib = kib / 1024.0;
+        let _ = writeln!(
+            w,
+            "| | time ms | throughput MiB/s |\n|---|---|---|\n\
+             | {VERIFY} | {} | {:.0} |\n\
+             | {SHA256SUM}, CPU | {} | {:.0} |\n\n\
+             The agent's whole verification takes **{:.2}×** the CPU of `sha256sum` over the \
+             same {:.1} MiB (which includes starting a process, about {} ms of it); hashing \
+             is the physical floor of verifying a bundle.\n",
+            f.cell(VERIFY, "wall"),
+            mib / (ours / 1e3),
+            f.cell(SHA256SUM, "cpu total"),
+            mib / (sum / 1e3),
+            ours / sum,
+            mib,
+            f.cell("start-up: monky-deployd version", "cpu total"),
+        );
+    }
+
+    let _ = writeln!(w, "## Binary\n");
+    let _ = writeln!(w, "| build | size MiB |\n|---|---|");
+    for case in &f.order {
+        if let Some(size) = f.get(case, "size") {
+            let _ = writeln!(w, "| {case} | {} |", size.cell());
+        }
+    }
+    let _ = writeln!(
+        w,
+        "\nStart-up (`monky-deployd version`, page cache warm): {} ms wall, {} ms CPU, {} MiB \
+         peak RSS.",
+        f.cell("start-up: monky-deployd version", "wall"),
+        f.cell("start-up: monky-deployd version", "cpu total"),
+        f.cell("start-up: monky-deployd version", "peak rss"),
+    );
+    let _ = writeln!(
+        w,
+        "\nWhat a tick costs the peers is a test, not a figure: `apply::request_counts_of_a_first_\
+         apply_a_heartbeat_and_a_second_apply` fails if a heartbeat makes more than its two \
+         tenancy requests or any OpenBao request, or an apply more than one lease."
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_parse_and_summarise() {
+        let f = Figures::parse(&format!(
+            "{HEARTBEAT_STUB}\tcpu total\tms\t3,1,2\n{HEARTBEAT_STUB}\tpeak rss\tMiB\t14,13,15,16\n"
+        ))
+        .unwrap();
+        let cpu = f.get(HEARTBEAT_STUB, "cpu total").unwrap();
+        assert_eq!((cpu.median(), cpu.min(), cpu.max()), (2.0, 1.0, 3.0));
+        assert_eq!(f.median(HEARTBEAT_STUB, "peak rss"), Some(14.5));
+        assert_eq!(cpu.cell(), "2.00 (1.00–3.00)");
+        let line = summary(&f);
+        assert!(
+            line.contains("goal 10: met") && line.contains("goal 12: missed"),
+            "{line}"
+        );
+        assert!(Figures::parse("a\tb\tms\t1,x\n").is_err());
+        assert!(Figures::parse("a\tb\n").is_err());
+    }
+}
