@@ -243,7 +243,10 @@ mod tests {
     fn operations_md_documents_every_code() {
         let doc = include_str!("../../docs/OPERATIONS.md");
         for (code, _) in NEXT_STEPS {
-            assert!(doc.contains(&format!("`{code}`")), "docs/OPERATIONS.md lacks {code}");
+            assert!(
+                doc.contains(&format!("`{code}`")),
+                "docs/OPERATIONS.md lacks {code}"
+            );
         }
     }
 }
