@@ -329,6 +329,24 @@ fn doctor_catches_a_wrong_ca() {
     let w = World::with(WorldOptions { tls_proxy: true });
     w.applied();
     assert_eq!(doctor(&w).0, 0);
+    // The proxy transport's identity file must be readable.
+    w.config_extra(&format!(
+        "identity: {}\n",
+        w.path("missing-identity.json").display()
+    ));
+    let (code, doc) = doctor(&w);
+    assert_eq!(
+        (code, verdict(&doc, "identity")),
+        (1, "fail".to_string()),
+        "{doc:#}"
+    );
+    std::fs::write(w.path("missing-identity.json"), "{}").unwrap();
+    let (code, doc) = doctor(&w);
+    assert_eq!(
+        (code, verdict(&doc, "identity")),
+        (0, "ok".to_string()),
+        "{doc:#}"
+    );
     std::fs::write(w.path("ca.pem"), Pki::new().ca_pem).unwrap();
     let (code, doc) = doctor(&w);
     assert_eq!(code, 1);
