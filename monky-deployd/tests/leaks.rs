@@ -117,7 +117,7 @@ fn docker_children_get_only_docker_config_and_the_env_file_path() {
     std::fs::write(&logs, "web-1  | ready\n").unwrap();
     w.stub("LOGS_FILE", logs.to_str().unwrap());
     w.stub("HEALTH", "unhealthy");
-    let first = w.publish(&bundle("1"));
+    w.publish(&bundle("1"));
     let mut cmd = w.command(&["run", "--once"]);
     cmd.envs(AGENT_ENV);
     let run = Run(cmd.output().unwrap());
@@ -173,7 +173,6 @@ fn docker_children_get_only_docker_config_and_the_env_file_path() {
     }
     assert!(calls.len() >= 6, "{calls:?}");
     assert!(w.current_target().is_some());
-    let _ = first;
 }
 
 /// The processes whose parent chain leads to `root`, by `/proc/<pid>/stat`.
