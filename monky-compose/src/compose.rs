@@ -218,20 +218,7 @@ impl Compose {
     /// `ps -a --format json`, parsed from either output shape (an array before 2.21, one
     /// object per line since).
     pub fn ps(&self) -> Result<Vec<Container>> {
-        let info = self.docker.compose_for_use()?;
-        let out = self
-            .run(
-                &info,
-                ["ps", "-a", "--format", "json"],
-                self.docker.limits().query_timeout,
-            )?
-            .check()?;
-        if out.stdout_truncated {
-            return Err(Error::OutputTooLarge {
-                what: out.what,
-                limit: self.docker.runner().max_output(),
-            });
-        }
+        let out = self.query(["ps", "-a", "--format", "json"])?;
         parse_ps_json(&out.stdout).map_err(|detail| Error::Parse {
             what: out.what,
             detail,
@@ -289,20 +276,7 @@ impl Compose {
     /// The output holds interpolated values, secrets included: it is parsed and never quoted
     /// in errors or logs.
     pub fn config_json(&self) -> Result<serde_json::Value> {
-        let info = self.docker.compose_for_use()?;
-        let out = self
-            .run(
-                &info,
-                ["config", "--format", "json"],
-                self.docker.limits().query_timeout,
-            )?
-            .check()?;
-        if out.stdout_truncated {
-            return Err(Error::OutputTooLarge {
-                what: out.what,
-                limit: self.docker.runner().max_output(),
-            });
-        }
+        let out = self.query(["config", "--format", "json"])?;
         serde_json::from_str(&out.stdout).map_err(|e| Error::Parse {
             what: out.what,
             // serde_json's message names a line and column, not the content
@@ -332,6 +306,22 @@ impl Compose {
         ])
         .args(sub)
         .current_dir(&self.workdir)
+    }
+
+    /// A read-only subcommand whose whole stdout is parsed: it must succeed and fit the cap,
+    /// since a truncated JSON document would only fail later with a less useful error.
+    fn query<const N: usize>(&self, sub: [&str; N]) -> Result<Output> {
+        let info = self.docker.compose_for_use()?;
+        let out = self
+            .run(&info, sub, self.docker.limits().query_timeout)?
+            .check()?;
+        if out.stdout_truncated {
+            return Err(Error::OutputTooLarge {
+                what: out.what,
+                limit: self.docker.runner().max_output(),
+            });
+        }
+        Ok(out)
     }
 
     fn run<I, S>(&self, info: &ComposeInfo, sub: I, timeout: Duration) -> Result<Output>

@@ -241,10 +241,6 @@ pub struct Config {
     pub bao: BaoConfig,
 }
 
-/// A mapped destination for the proxy transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mapped(pub SocketAddr);
-
 impl Config {
     /// Reads and validates the file; every problem is an [`Exit::Config`] failure naming the key.
     pub fn load(path: &Path) -> anyhow::Result<Self> {

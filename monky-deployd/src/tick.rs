@@ -612,7 +612,7 @@ impl<'a> Agent<'a> {
 
         let staged = release::stage(self.cfg, &b, &env_text)?;
         failpoint::hit("after-staging");
-        if !self.bundle_allows_privileged(&b) {
+        if !b.meta().allow_privileged {
             let model = staged
                 .compose(&self.docker, self.cfg)
                 .config_json()
@@ -789,10 +789,6 @@ impl<'a> Agent<'a> {
                 format!("fallback to {} failed", short(Some(prev)))
             }
         }
-    }
-
-    fn bundle_allows_privileged(&self, b: &bundle::Bundle) -> bool {
-        b.meta().allow_privileged
     }
 
     /// Every refusal an apply can meet before any lease or secret read; returns the KV paths.
