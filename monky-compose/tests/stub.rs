@@ -690,8 +690,16 @@ fn without_the_socket_containers_and_facts_come_from_the_cli() {
     let again = docker.facts();
     // Free space is measured anew on every call (other writers move it); the rest is cached.
     assert_eq!(
-        (&again.docker_version, &again.compose_version, &again.data_root),
-        (&facts.docker_version, &facts.compose_version, &facts.data_root)
+        (
+            &again.docker_version,
+            &again.compose_version,
+            &again.data_root
+        ),
+        (
+            &facts.docker_version,
+            &facts.compose_version,
+            &facts.data_root
+        )
     );
     assert_eq!(again.free_bytes.is_some(), facts.free_bytes.is_some());
     assert_eq!(stub.calls().len(), before, "facts are cached");
