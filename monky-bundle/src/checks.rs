@@ -162,9 +162,10 @@ fn interpolate(v: &mut Value, env: &dyn Fn(&str) -> Option<String>) -> Result<()
             if s.contains('$') {
                 let lookup = |n: &str| env(n).map(Cow::Owned);
                 let mut out = String::with_capacity(s.len());
-                interp::expand_into(s, &lookup, Mode::Compose, 0, &mut out).map_err(|_| {
-                    Refusal::invalid("compose file: interpolation nested too deeply")
-                })?;
+                interp::expand_into(s, &lookup, &interp::verbatim, Mode::Compose, 0, &mut out)
+                    .map_err(|_| {
+                        Refusal::invalid("compose file: interpolation nested too deeply")
+                    })?;
                 *s = out;
             }
         }

@@ -5,12 +5,14 @@
 //! ${VAR}", and counting that as a variable once refused a healthy bundle.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use secrecy::zeroize::Zeroizing;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::interp::{self, Mode};
+use crate::refusal::{Refusal, RefusalCode};
 
 /// Whether `line` (with or without its line ending) is a comment line.
 pub(crate) fn is_comment_line(line: &str) -> bool {
@@ -72,34 +74,261 @@ pub fn unresolved_vars(template: &str, provided: &BTreeSet<String>) -> BTreeSet<
 /// with missing values before anything is rendered. Comment lines are copied verbatim, with
 /// no substitution inside them. Line endings are kept.
 ///
+/// Values are written so that compose reads back exactly the value (compose's `.env` reader
+/// interpolates `$`, ends an unquoted value at ` #`, trims it and stops at a newline):
+/// - `KEY=${VAR}` (the reference is the whole unquoted value): a value without `$`, `\`,
+///   quotes, `#`, line breaks or blanks at its ends is written as it is; any other becomes
+///   `KEY="..."` with `\`, `"`, `$`, newline and carriage return escaped.
+/// - inside `"..."`: escaped the same way; inside `'...'`: `'` becomes `\'`.
+/// - elsewhere in an unquoted value: `$` becomes `$$`.
+///
+/// A value that cannot be written where the template puts it (a line break, `#`, a quote or
+/// a blank at its ends in the middle of an unquoted value; a backslash before a quote inside
+/// `'...'`) refuses with `ENV_VALUE_UNSAFE` naming the variable and the template line.
+///
 /// ```
 /// use std::collections::BTreeMap;
 /// use secrecy::{ExposeSecret, SecretString};
 ///
-/// let values = BTreeMap::from([("KEY".to_string(), SecretString::from("s3cret"))]);
-/// let env = monky_bundle::render_env("# uses ${KEY}\nKEY=${KEY}\nMODE=${MODE:-prod}\n", &values);
-/// assert_eq!(env.expose_secret(), "# uses ${KEY}\nKEY=s3cret\nMODE=prod\n");
+/// let values = BTreeMap::from([
+///     ("KEY".to_string(), SecretString::from("s3cret")),
+///     ("PW".to_string(), SecretString::from("pa$s #1")),
+/// ]);
+/// let env = monky_bundle::render_env(
+///     "# uses ${KEY}\nKEY=${KEY}\nMODE=${MODE:-prod}\nPW=${PW}\n",
+///     &values,
+/// )?;
+/// assert_eq!(
+///     env.expose_secret(),
+///     "# uses ${KEY}\nKEY=s3cret\nMODE=prod\nPW=\"pa$$s #1\"\n"
+/// );
+/// # Ok::<(), monky_bundle::Refusal>(())
 /// ```
-pub fn render_env(template: &str, values: &BTreeMap<String, SecretString>) -> SecretString {
+pub fn render_env(
+    template: &str,
+    values: &BTreeMap<String, SecretString>,
+) -> Result<SecretString, Refusal> {
     let lookup = |name: &str| values.get(name).map(|v| Cow::Borrowed(v.expose_secret()));
     // Reserve generously so the buffer holding secret values is not reallocated (and the old
     // allocation left behind un-zeroed) while it is being filled.
     let value_bytes: usize = values.values().map(|v| v.expose_secret().len()).sum();
     let mut out = Zeroizing::new(String::with_capacity(template.len() + 4 * value_bytes + 64));
-    for line in template.split_inclusive('\n') {
+    for (index, line) in template.split_inclusive('\n').enumerate() {
         if is_comment_line(line) {
             out.push_str(line);
             continue;
         }
+        let region = ValueRegion::of(line);
+        let unsafe_value = Cell::new(None);
         let mark = out.len();
-        if interp::expand_into(line, &lookup, Mode::Template, 0, &mut out).is_err() {
+        let mut too_deep = false;
+        for piece in interp::scan(line) {
+            let (raw, at) = match piece {
+                interp::Piece::Text(t) => {
+                    out.push_str(t);
+                    continue;
+                }
+                interp::Piece::Dollar => {
+                    out.push_str("$$");
+                    continue;
+                }
+                interp::Piece::Ref(r) => {
+                    let at = offset_in(line, r.raw);
+                    (r, at)
+                }
+            };
+            let place = region.place_of(at, &raw);
+            let put = |name: &str, value: &str, out: &mut String| {
+                let place = if name == raw.name {
+                    place
+                } else {
+                    place.nested()
+                };
+                if place.write(value, out).is_err() && unsafe_value.get().is_none() {
+                    unsafe_value.set(Some(values.get_key_value(name).map_or("", |(k, _)| k)));
+                }
+            };
+            if interp::expand_into(raw.raw, &lookup, &put, Mode::Template, 0, &mut out).is_err() {
+                too_deep = true;
+                break;
+            }
+        }
+        if let Some(name) = unsafe_value.get() {
+            return Err(Refusal::new(
+                RefusalCode::EnvValueUnsafe,
+                [
+                    name.to_string(),
+                    format!(".env.template line {}", index + 1),
+                ],
+            ));
+        }
+        if too_deep {
             // Too deeply nested to follow: keep the line as written, unresolved.
             out.truncate(mark);
             out.push_str(line);
         }
     }
     // Copied into an exact-size allocation; the working buffer is zeroed when dropped.
-    SecretString::from(out.as_str())
+    Ok(SecretString::from(out.as_str()))
+}
+
+/// Byte offset of `part` (a slice of `line`) in `line`.
+fn offset_in(line: &str, part: &str) -> usize {
+    part.as_ptr() as usize - line.as_ptr() as usize
+}
+
+/// The value of an assignment line as compose's `.env` reader sees it: its byte span and how
+/// it is quoted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ValueRegion {
+    start: usize,
+    end: usize,
+    quote: Option<u8>,
+}
+
+impl ValueRegion {
+    fn of(line: &str) -> ValueRegion {
+        let body = line.trim_end_matches(['\n', '\r']);
+        let bytes = body.as_bytes();
+        let Some(eq) = body.find('=') else {
+            return ValueRegion {
+                start: 0,
+                end: body.len(),
+                quote: None,
+            };
+        };
+        let mut start = eq + 1;
+        while matches!(bytes.get(start), Some(b' ' | b'\t')) {
+            start += 1;
+        }
+        match bytes.get(start) {
+            Some(&q @ (b'"' | b'\'')) => {
+                let mut i = start + 1;
+                while i < bytes.len() && bytes[i] != q {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                ValueRegion {
+                    start: start + 1,
+                    end: i.min(bytes.len()),
+                    quote: Some(q),
+                }
+            }
+            _ => {
+                let mut end = bytes.len();
+                for i in start..bytes.len() {
+                    if bytes[i] == b'#' && i > start && matches!(bytes[i - 1], b' ' | b'\t') {
+                        end = i;
+                        break;
+                    }
+                }
+                let end = start + body[start..end].trim_end_matches([' ', '\t']).len();
+                ValueRegion {
+                    start,
+                    end,
+                    quote: None,
+                }
+            }
+        }
+    }
+
+    /// Where a reference written at byte `at` of the line lands.
+    fn place_of(&self, at: usize, r: &interp::Ref<'_>) -> Place {
+        let inside = at >= self.start && at + r.raw.len() <= self.end;
+        match self.quote {
+            Some(b'"') if inside => Place::Double,
+            Some(_) if inside => Place::Single,
+            None if at == self.start
+                && at + r.raw.len() == self.end
+                && matches!(
+                    r.op,
+                    interp::Op::Plain | interp::Op::Default { .. } | interp::Op::Required { .. }
+                ) =>
+            {
+                Place::Whole
+            }
+            _ => Place::Unquoted,
+        }
+    }
+}
+
+/// Where a value lands in a `.env` line, which decides how it must be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// The whole unquoted value: quoted when it needs to be.
+    Whole,
+    /// Part of an unquoted value.
+    Unquoted,
+    /// Inside `"..."`.
+    Double,
+    /// Inside `'...'`.
+    Single,
+}
+
+impl Place {
+    /// Where a reference nested in this one's default or alternative lands.
+    fn nested(self) -> Place {
+        match self {
+            Place::Whole => Place::Unquoted,
+            other => other,
+        }
+    }
+
+    /// Appends `value` so that compose reads it back exactly; `Err` when it cannot be.
+    fn write(self, value: &str, out: &mut String) -> Result<(), ()> {
+        // compose trims an unquoted value of Unicode white space (U+00A0 included).
+        let blank_ends =
+            value.starts_with(char::is_whitespace) || value.ends_with(char::is_whitespace);
+        match self {
+            Place::Whole
+                if !blank_ends && !value.contains(['$', '\\', '"', '\'', '#', '\n', '\r']) =>
+            {
+                out.push_str(value);
+            }
+            Place::Whole => {
+                out.push('"');
+                escape_double(value, out);
+                out.push('"');
+            }
+            Place::Double => escape_double(value, out),
+            Place::Single => {
+                if value.ends_with('\\') || value.contains("\\'") {
+                    return Err(());
+                }
+                for c in value.chars() {
+                    if c == '\'' {
+                        out.push('\\');
+                    }
+                    out.push(c);
+                }
+            }
+            Place::Unquoted => {
+                if blank_ends || value.contains(['#', '"', '\'', '\n', '\r']) {
+                    return Err(());
+                }
+                for c in value.chars() {
+                    if c == '$' {
+                        out.push('$');
+                    }
+                    out.push(c);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The body of a `"..."` value reading back as `value`.
+fn escape_double(value: &str, out: &mut String) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '$' => out.push_str("$$"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -137,7 +366,7 @@ mod tests {
     #[test]
     fn render_keeps_crlf_and_comments() {
         let values = BTreeMap::from([("A".to_string(), SecretString::from("v"))]);
-        let out = render_env("# ${A}\r\nX=${A}\r\nY=$$A\r\nZ=${B}", &values);
+        let out = render_env("# ${A}\r\nX=${A}\r\nY=$$A\r\nZ=${B}", &values).unwrap();
         assert_eq!(out.expose_secret(), "# ${A}\r\nX=v\r\nY=$$A\r\nZ=${B}");
     }
 
@@ -147,6 +376,10 @@ mod tests {
             ("A".to_string(), SecretString::from("${B}")),
             ("B".to_string(), SecretString::from("leak")),
         ]);
-        assert_eq!(render_env("X=${A}\n", &values).expose_secret(), "X=${B}\n");
+        // and a value's `$` is escaped, so compose does not rescan it either
+        assert_eq!(
+            render_env("X=${A}\n", &values).unwrap().expose_secret(),
+            "X=\"$${B}\"\n"
+        );
     }
 }

@@ -181,10 +181,20 @@ pub(crate) enum Mode {
 /// Looks a variable up; borrowed values let `.env` rendering avoid copying secrets.
 pub(crate) type Lookup<'a> = dyn Fn(&str) -> Option<Cow<'a, str>> + 'a;
 
-/// Expands every reference in `s` through `lookup`, appending to `out`.
+/// Appends the value of the variable `name` to `out`: `.env` rendering escapes it for the
+/// place it lands in; compose interpolation copies it.
+pub(crate) type Put<'a> = dyn Fn(&str, &str, &mut String) + 'a;
+
+/// A [`Put`] that copies the value as it is.
+pub(crate) fn verbatim(_name: &str, value: &str, out: &mut String) {
+    out.push_str(value);
+}
+
+/// Expands every reference in `s` through `lookup`, appending to `out` (values via `put`).
 pub(crate) fn expand_into(
     s: &str,
     lookup: &Lookup<'_>,
+    put: &Put<'_>,
     mode: Mode,
     depth: usize,
     out: &mut String,
@@ -207,20 +217,20 @@ pub(crate) fn expand_into(
                 };
                 match r.op {
                     Op::Plain | Op::Required { .. } => match (&value, mode) {
-                        (Some(v), _) => out.push_str(v),
+                        (Some(v), _) => put(r.name, v, out),
                         (None, Mode::Template) => out.push_str(r.raw),
                         (None, Mode::Compose) => {}
                     },
                     Op::Default { colon, word } => {
                         if present(colon) {
-                            out.push_str(value.as_deref().unwrap_or_default());
+                            put(r.name, value.as_deref().unwrap_or_default(), out);
                         } else {
-                            expand_into(word, lookup, mode, depth + 1, out)?;
+                            expand_into(word, lookup, put, mode, depth + 1, out)?;
                         }
                     }
                     Op::Alt { colon, word } => {
                         if present(colon) {
-                            expand_into(word, lookup, mode, depth + 1, out)?;
+                            expand_into(word, lookup, put, mode, depth + 1, out)?;
                         }
                     }
                 }
@@ -288,7 +298,7 @@ mod tests {
 
     fn expand(s: &str, lookup: &Lookup<'_>, mode: Mode) -> Result<String, TooDeep> {
         let mut out = String::new();
-        expand_into(s, lookup, mode, 0, &mut out).map(|()| out)
+        expand_into(s, lookup, &verbatim, mode, 0, &mut out).map(|()| out)
     }
 
     fn check_expand(input: &str, mode: Mode, expected: &str) {

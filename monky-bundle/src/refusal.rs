@@ -24,6 +24,9 @@ pub enum RefusalCode {
     BundleInvalid,
     /// The bundle exceeds a [`Limits`](crate::Limits) value.
     BundleTooLarge,
+    /// A secret's value cannot be written where `.env.template` puts it without compose
+    /// reading something else (e.g. a newline in an unquoted `URL=x${VAR}y`).
+    EnvValueUnsafe,
 }
 
 impl RefusalCode {
@@ -39,6 +42,7 @@ impl RefusalCode {
             RefusalCode::BundleShaMismatch => "BUNDLE_SHA_MISMATCH",
             RefusalCode::BundleInvalid => "BUNDLE_INVALID",
             RefusalCode::BundleTooLarge => "BUNDLE_TOO_LARGE",
+            RefusalCode::EnvValueUnsafe => "ENV_VALUE_UNSAFE",
         }
     }
 }

@@ -14,7 +14,7 @@ fn values(pairs: &[(&str, &str)]) -> BTreeMap<String, SecretString> {
 }
 
 fn check(template: &str, pairs: &[(&str, &str)], expected: &str) {
-    let out = render_env(template, &values(pairs));
+    let out = render_env(template, &values(pairs)).unwrap();
     assert_eq!(out.expose_secret(), expected, "{template:?}");
 }
 
@@ -74,25 +74,84 @@ proptest! {
     #[test]
     fn text_without_dollar_renders_unchanged(lines in prop::collection::vec(plain(), 0..8)) {
         let template = lines.join("\n");
-        let out = render_env(&template, &values(&[("A", "x")]));
+        let out = render_env(&template, &values(&[("A", "x")])).unwrap();
         prop_assert_eq!(out.expose_secret(), template.as_str());
         prop_assert!(referenced_vars(&template).is_empty());
     }
 
     #[test]
-    fn a_value_is_inserted_verbatim(name in var_name(), value in any::<String>(), pre in plain(), post in plain()) {
-        // Whatever the value holds ($, newlines, ${...}), it is inserted once and never rescanned.
-        let template = format!("{pre}${{{name}}}#{post}");
+    fn a_whole_value_reads_back_exactly(name in var_name(), value in any::<String>()) {
+        // Whatever the value holds ($, #, quotes, newlines, ${...}), compose reads it back.
+        let template = format!("{name}=${{{name}}}\n");
         let map = BTreeMap::from([(name.clone(), SecretString::from(value.clone()))]);
-        let out = render_env(&template, &map);
-        prop_assert_eq!(out.expose_secret(), format!("{pre}{value}#{post}"));
+        let out = render_env(&template, &map).unwrap();
+        let line = out.expose_secret();
+        prop_assert_eq!(line.matches('\n').count(), 1, "one line: {:?}", line);
+        prop_assert_eq!(read_back(line), Some((name.clone(), value.clone())));
+        let plain = !value.is_empty() && value.chars().all(|c| c.is_ascii_alphanumeric());
+        if plain {
+            prop_assert_eq!(line, format!("{name}={value}\n"), "a plain value is written as it is");
+        }
+    }
+
+    #[test]
+    fn a_value_inside_double_quotes_reads_back_exactly(
+        name in var_name(), value in any::<String>(), pre in plain(), post in plain(),
+    ) {
+        let template = format!("{name}=\"{pre}${{{name}}}{post}\" # note\n");
+        let map = BTreeMap::from([(name.clone(), SecretString::from(value.clone()))]);
+        let out = render_env(&template, &map).unwrap();
+        prop_assert_eq!(read_back(out.expose_secret()), Some((name, format!("{pre}{value}{post}"))));
+    }
+
+    #[test]
+    fn a_value_inside_single_quotes_reads_back_or_is_refused(
+        name in var_name(), value in any::<String>(), pre in plain(),
+    ) {
+        let template = format!("{name}='{pre}${{{name}}}'\n");
+        let map = BTreeMap::from([(name.clone(), SecretString::from(value.clone()))]);
+        match render_env(&template, &map) {
+            Ok(out) => prop_assert_eq!(
+                read_back(out.expose_secret()),
+                Some((name, format!("{pre}{value}")))
+            ),
+            Err(refusal) => {
+                prop_assert!(value.ends_with('\\') || value.contains("\\'"), "{value:?}");
+                prop_assert_eq!(refusal.to_string(), format!("ENV_VALUE_UNSAFE: {name}, .env.template line 1"));
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_inside_an_unquoted_value_reads_back_or_is_refused(
+        name in var_name(), value in any::<String>(),
+    ) {
+        let template = format!("# header\n{name}=postgres://u:${{{name}}}@db/x\n");
+        let map = BTreeMap::from([(name.clone(), SecretString::from(value.clone()))]);
+        match render_env(&template, &map) {
+            Ok(out) => {
+                let text = out.expose_secret();
+                let line = text.strip_prefix("# header\n").unwrap();
+                prop_assert_eq!(read_back(line), Some((name, format!("postgres://u:{value}@db/x"))));
+            }
+            Err(refusal) => {
+                prop_assert!(
+                    value.contains(['#', '"', '\'', '\n', '\r'])
+                        || value.starts_with(char::is_whitespace)
+                        || value.ends_with(char::is_whitespace),
+                    "{value:?}"
+                );
+                // Names and the line only: the value never reaches a refusal.
+                prop_assert_eq!(refusal.to_string(), format!("ENV_VALUE_UNSAFE: {name}, .env.template line 2"));
+            }
+        }
     }
 
     #[test]
     fn comment_lines_are_copied_verbatim(body in any::<String>(), indent in "[ \t]{0,3}") {
         let body = body.replace('\n', " ");
         let template = format!("{indent}#{body}\n");
-        let out = render_env(&template, &values(&[("A", "1"), ("B", "2")]));
+        let out = render_env(&template, &values(&[("A", "1"), ("B", "2")])).unwrap();
         prop_assert_eq!(out.expose_secret(), template.as_str());
         prop_assert!(referenced_vars(&template).is_empty());
     }
@@ -100,7 +159,7 @@ proptest! {
     #[test]
     fn escaped_dollars_stay_escaped(name in var_name()) {
         let template = format!("X=$${name} $${{{name}}}\n");
-        let out = render_env(&template, &values(&[(name.as_str(), "v")]));
+        let out = render_env(&template, &values(&[(name.as_str(), "v")])).unwrap();
         prop_assert_eq!(out.expose_secret(), template.as_str());
         prop_assert!(referenced_vars(&template).is_empty());
     }
@@ -119,7 +178,7 @@ proptest! {
         prop_assert_eq!(check_env_complete(&template, &provided), Ok(()));
         let map: BTreeMap<String, SecretString> =
             names.iter().map(|n| (n.clone(), SecretString::from("value"))).collect();
-        let out = render_env(&template, &map);
+        let out = render_env(&template, &map).unwrap();
         prop_assert!(!out.expose_secret().contains('$'));
         // Dropping any one name makes the template incomplete, naming exactly that name.
         for missing in &names {
@@ -132,10 +191,70 @@ proptest! {
 
     #[test]
     fn arbitrary_templates_never_panic(template in any::<String>()) {
-        let out = render_env(&template, &values(&[("A", "1")]));
+        let out = render_env(&template, &values(&[("A", "1")])).unwrap();
         // A's value is shorter than any reference to it and a missing reference is kept as
         // written, so rendering can only shrink this template.
         prop_assert!(out.expose_secret().len() <= template.len());
         let _ = referenced_vars(&template);
     }
+}
+
+/// Reads a one-line `KEY=value` the way compose's `.env` reader does (as measured against
+/// `docker compose config`; the e2e suite checks the same values on the real tool): `"..."`
+/// takes `\\`, `\"`, `\n`, `\r` and `$$`; `'...'` is literal but for `\'`; an unquoted value
+/// ends at ` #`, is trimmed and takes `$$`. `None` when compose would interpolate a `$` or the
+/// line is not one assignment.
+fn read_back(line: &str) -> Option<(String, String)> {
+    let line = line.strip_suffix('\n').unwrap_or(line);
+    let (key, rest) = line.split_once('=')?;
+    let mut chars = rest.chars().peekable();
+    let mut value = String::new();
+    match chars.peek() {
+        Some('"') => {
+            chars.next();
+            loop {
+                match chars.next()? {
+                    '"' => break,
+                    '\\' => value.push(match chars.next()? {
+                        'n' => '\n',
+                        'r' => '\r',
+                        c @ ('\\' | '"') => c,
+                        _ => return None,
+                    }),
+                    '$' => {
+                        (chars.next()? == '$').then_some(())?;
+                        value.push('$');
+                    }
+                    c => value.push(c),
+                }
+            }
+        }
+        Some('\'') => {
+            chars.next();
+            loop {
+                match chars.next()? {
+                    '\'' => break,
+                    '\\' if chars.peek() == Some(&'\'') => {
+                        chars.next();
+                        value.push('\'');
+                    }
+                    c => value.push(c),
+                }
+            }
+        }
+        _ => {
+            let raw: String = chars.by_ref().collect();
+            let raw = raw.split(" #").next().unwrap_or_default().trim();
+            let mut it = raw.chars();
+            while let Some(c) = it.next() {
+                if c == '$' {
+                    (it.next()? == '$').then_some(())?;
+                }
+                value.push(c);
+            }
+        }
+    }
+    let tail: String = chars.collect();
+    (tail.trim().is_empty() || tail.trim_start().starts_with('#')).then_some(())?;
+    Some((key.to_string(), value))
 }

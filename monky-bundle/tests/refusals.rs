@@ -189,9 +189,10 @@ fn every_code_has_its_wire_string() {
         (RefusalCode::BundleShaMismatch, "BUNDLE_SHA_MISMATCH"),
         (RefusalCode::BundleInvalid, "BUNDLE_INVALID"),
         (RefusalCode::BundleTooLarge, "BUNDLE_TOO_LARGE"),
+        (RefusalCode::EnvValueUnsafe, "ENV_VALUE_UNSAFE"),
     ];
     let map: BTreeMap<RefusalCode, &str> = codes.into_iter().collect();
-    assert_eq!(map.len(), 9);
+    assert_eq!(map.len(), 10);
     for (code, text) in map {
         assert_eq!(code.as_str(), text);
         assert_eq!(code.to_string(), text);

@@ -85,7 +85,10 @@ fn known_env_values(template: &str, provided: &BTreeSet<String>) -> BTreeMap<Str
         .iter()
         .map(|n| (n.clone(), SecretString::from("$")))
         .collect();
-    let rendered = bundle::render_env(template, &unknown);
+    // `$` can be written in every place a template puts a value, so rendering cannot refuse.
+    let Ok(rendered) = bundle::render_env(template, &unknown) else {
+        return BTreeMap::new();
+    };
     let mut out = BTreeMap::new();
     for line in rendered.expose_secret().lines() {
         let line = line.trim();

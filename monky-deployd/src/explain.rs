@@ -14,6 +14,10 @@ pub const NEXT_STEPS: &[(&str, &str)] = &[
         "the bundle uses variables its manifest does not provide: fix the manifest or .env.template in the renderer",
     ),
     (
+        "ENV_VALUE_UNSAFE",
+        "a secret's value cannot be written where .env.template puts it unquoted: quote that line in the template (KEY=\"...${VAR}...\")",
+    ),
+    (
         "PRIVILEGED_REFUSED",
         "the compose file asks for host privileges: remove them, or set allow_privileged in bundle.json if this env really needs them",
     ),

@@ -607,7 +607,21 @@ impl<'a> Agent<'a> {
                 values.keys().cloned().collect::<Vec<_>>().join(", ")
             );
         }
-        let env_text = bundle::render_env(b.env_template(), &values);
+        // A value that cannot be written where the template puts it fails here, before staging,
+        // and waits out the backoff: the pinned versions make it fail the same way next time.
+        let env_text = match bundle::render_env(b.env_template(), &values) {
+            Ok(text) => text,
+            Err(r) => {
+                let prod = self.cfg.is_prod(b.meta().is_prod());
+                let note = self.release_failed(sha, prod, false);
+                return Err(Failure::new(
+                    Exit::Fail,
+                    Some(r.code.as_str().to_string()),
+                    format!("{r}; {note}"),
+                )
+                .into());
+            }
+        };
         drop(values);
 
         let staged = release::stage(self.cfg, &b, &env_text)?;

@@ -477,3 +477,65 @@ fn prune_keeps_the_newest_releases() {
             .any(|c| c.starts_with("image prune"))
     );
 }
+
+#[test]
+fn awkward_values_are_quoted_in_env_and_unwritable_ones_fail_before_staging() {
+    let w = World::new();
+    let first = w.applied();
+    let first_env = w.env_dir().join(format!("releases/{first}/.env"));
+    let env_before = std::fs::read(&first_env).unwrap();
+
+    // A whole value with `$` and ` #` is written double-quoted, `$` doubled for compose.
+    w.bao.put_secret(ENV, "pg_password", "pa$s #1");
+    let quoted = w.publish(&TestBundle::tagged("2"));
+    w.tick().ok();
+    let env = std::fs::read_to_string(w.env_dir().join(format!("releases/{quoted}/.env"))).unwrap();
+    assert!(env.contains("\nPOSTGRES_PASSWORD=\"pa$$s #1\"\n"), "{env}");
+    assert_eq!(w.state()["applied_sha"], json!(quoted));
+
+    // The same value inside an unquoted URL cannot be written: refused with the name and
+    // line, after the read, before anything is staged; the running release stays.
+    let mut url = TestBundle::tagged("3");
+    url.env_template = url.env_template.replace(
+        "POSTGRES_PASSWORD=${POSTGRES_PASSWORD}",
+        "DATABASE_URL=postgres://app:${POSTGRES_PASSWORD}@db/app",
+    );
+    let bad = w.publish(&url);
+    let calls = w.docker_calls().len();
+    let run = w.tick();
+    run.expect(1);
+    let r = w.last_report();
+    assert_report(
+        &r,
+        ReportResult::Failed,
+        Some("ENV_VALUE_UNSAFE: POSTGRES_PASSWORD, .env.template line 3; "),
+    );
+    assert!(!format!("{r:?}").contains("pa$s"), "{r:?}");
+    assert!(!run.stderr().contains("pa$s"), "{}", run.stderr());
+    assert_eq!(w.docker_calls().len(), calls, "no docker call");
+    assert!(!w.env_dir().join("releases").join(&bad).exists());
+    assert_eq!(
+        w.current_target().unwrap(),
+        std::path::Path::new("releases").join(&quoted)
+    );
+    assert_eq!(w.state()["applied_sha"], json!(quoted));
+    assert_eq!(w.state()["failed_sha"], json!(bad));
+
+    // It fails the same way next time (pinned versions): inside the backoff, no OpenBao read.
+    let reads = w.bao.agent_requests().len();
+    w.tick().expect(1);
+    assert_eq!(
+        w.bao.agent_requests().len(),
+        reads,
+        "no read inside the backoff"
+    );
+    assert!(
+        w.last_report().detail.unwrap().contains("next attempt"),
+        "waiting"
+    );
+    assert_eq!(
+        std::fs::read(&first_env).unwrap(),
+        env_before,
+        "older releases untouched"
+    );
+}

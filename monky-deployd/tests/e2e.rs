@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use monky_agent_proto::ReportResult;
 use monky_agent_proto::testkit::{Desired, Endpoint};
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 
 use crate::util::*;
@@ -1068,4 +1069,133 @@ fn hostile_compose_files_are_refused_before_any_container_starts() {
     for case in &HOSTILE {
         check_hostile(e2e, &project, case);
     }
+}
+
+// ---- secret values that compose's .env reader would otherwise change ------------------------
+
+/// `$` (interpolation), ` #` (a comment in an unquoted value), quotes, a backslash and blanks
+/// at both ends: each once changed what a container got from a naive `.env`.
+const AWKWARD: &str = " pa$s w'o\"rd #1 \\ $$x ${HOME} ";
+
+#[test]
+fn awkward_secret_values_reach_the_container_byte_exact() {
+    let Some(b) = E2eBox::new("awkward") else {
+        return;
+    };
+    b.w.bao.put_secret(ENV, "awkward", AWKWARD);
+    let mut bundle = b.bundle(&b.e2e.image_1);
+    bundle.env_template = "DEMO_API_KEY=${DEMO_API_KEY}\n\
+                           SEE_ADMIN_TOKEN=\"tok:${SEE_ADMIN_TOKEN} #not a comment\"\n"
+        .into();
+    bundle.manifest["entries"][0]["path"] = json!(format!("monky/{ENV}/see/awkward"));
+    bundle.manifest["entries"][0]["version"] = json!(null);
+    b.w.bao.put_secret(ENV, "admin_token", AWKWARD);
+    let run = {
+        b.w.stage_grant();
+        b.w.publish(&bundle);
+        b.w.tick()
+    };
+    run.ok();
+    assert_eq!(
+        get_200(b.port, "/env.txt"),
+        format!("DEMO_API_KEY={AWKWARD}\nSEE_ADMIN_TOKEN=tok:{AWKWARD} #not a comment\n")
+    );
+    let reports = format!("{:?}", b.w.reports());
+    assert!(!reports.contains(AWKWARD.trim()), "{reports}");
+    assert!(
+        !run.stderr().contains(AWKWARD.trim()),
+        "a secret value on stderr"
+    );
+}
+
+/// compose's own `.env` reader, on every way a template can place a value: what `render_env`
+/// writes reads back as the value, or the render refuses naming the variable. This is the
+/// ground truth for the model `monky-bundle`'s property tests read back with.
+#[test]
+fn compose_reads_every_rendered_value_back_exactly() {
+    let Some(e2e) = e2e() else {
+        return;
+    };
+    let values = [
+        "plain",
+        "",
+        "pa$s",
+        "$$",
+        "${HOME}",
+        "a #b",
+        "a#b",
+        " lead and trail ",
+        "\u{a0}nbsp\u{a0}",
+        "tab\tinside",
+        "line1\nline2",
+        "cr\r\nlf",
+        "back\\slash\\",
+        "back\\'quote",
+        "dq\"sq'",
+        "\\n is not a newline",
+        "ünïcödé ✓",
+    ];
+    let templates = [
+        ("whole", "V=${V}\n", "", ""),
+        ("double", "V=\"<${V}> #x\"\n", "<", "> #x"),
+        ("single", "V='<${V}>'\n", "<", ">"),
+        ("unquoted", "V=<${V}>\n", "<", ">"),
+        ("export", "export V=${V}\n", "", ""),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("compose.yaml"),
+        "services:\n  s:\n    image: scratch\n    env_file: .env\n",
+    )
+    .unwrap();
+    let mut checked = 0;
+    for (place, template, pre, post) in templates {
+        for value in values {
+            let map = BTreeMap::from([("V".to_string(), SecretString::from(value))]);
+            let rendered = match monky_bundle::render_env(template, &map) {
+                Ok(r) => r,
+                Err(refusal) => {
+                    assert_eq!(
+                        refusal.to_string(),
+                        "ENV_VALUE_UNSAFE: V, .env.template line 1",
+                        "{place} {value:?}"
+                    );
+                    assert!(
+                        matches!(place, "unquoted" | "single"),
+                        "{place} refused {value:?}"
+                    );
+                    continue;
+                }
+            };
+            std::fs::write(dir.path().join(".env"), rendered.expose_secret()).unwrap();
+            let out = Command::new(&e2e.docker)
+                .args([
+                    "compose",
+                    "--project-name",
+                    "dotenv",
+                    "config",
+                    "--format",
+                    "json",
+                ])
+                .current_dir(dir.path())
+                .env("DOCKER_CONFIG", dir.path())
+                .output()
+                .expect("run docker compose config");
+            assert!(
+                out.status.success(),
+                "{place} {value:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let model: Value = serde_json::from_slice(&out.stdout).unwrap();
+            // `config` writes a literal `$` as `$$` so that its output reads back the same.
+            let got = model["services"]["s"]["environment"]["V"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{place} {value:?}: no V in {model}"))
+                .replace("$$", "$");
+            assert_eq!(got, format!("{pre}{value}{post}"), "{place} {value:?}");
+            checked += 1;
+        }
+    }
+    // Refusals are the exception: the whole and double-quoted places take every value.
+    assert!(checked >= 2 * values.len() + values.len() / 2, "{checked}");
 }
