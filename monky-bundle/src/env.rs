@@ -172,6 +172,25 @@ pub fn render_env(
     Ok(SecretString::from(out.as_str()))
 }
 
+/// Every spelling [`render_env`] may give `value` in a `.env` file, for a redactor to mask: a
+/// message of compose's that quotes a line of the file shows the value escaped, not as read.
+///
+/// ```
+/// let forms = monky_bundle::env_spellings("pa$s \"x\"");
+/// assert!(forms.iter().any(|f| f == r#"pa$$s \"x\""#));
+/// ```
+pub fn env_spellings(value: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    // The whole-value form is the double-quoted one between quotes.
+    for place in [Place::Unquoted, Place::Double, Place::Single] {
+        let mut form = String::new();
+        if place.write(value, &mut form).is_ok() && form != value && !out.contains(&form) {
+            out.push(form);
+        }
+    }
+    out
+}
+
 /// Byte offset of `part` (a slice of `line`) in `line`.
 fn offset_in(line: &str, part: &str) -> usize {
     part.as_ptr() as usize - line.as_ptr() as usize

@@ -3,7 +3,7 @@
 //! Logs, the report's `log_tail` and `detail`, `status`, state.json's `last_error`, the error
 //! printed by `main` and a panic message are all passed through [`redact`]. It masks every value
 //! the agent has read from OpenBao (registered with [`register`] the moment it is read, in its
-//! plain, JSON-escaped and per-line forms), OpenBao token shapes, JWTs, bearer headers and
+//! plain, JSON-escaped, per-line and `.env` forms), OpenBao token shapes, JWTs, bearer headers and
 //! registry auth strings.
 
 use std::sync::{OnceLock, RwLock, TryLockError};
@@ -58,6 +58,8 @@ impl Redactor {
             forms.push(json_escape(value, ascii, html));
         }
         forms.extend(value.lines().map(|l| l.trim().to_string()));
+        // As `.env` holds it: compose quotes lines of that file in its errors.
+        forms.extend(monky_bundle::env_spellings(value));
         let mut guard = self.values.write().unwrap_or_else(|p| p.into_inner());
         for form in forms {
             if form.len() >= MIN_VALUE_LEN && !guard.contains(&form) {
@@ -213,6 +215,18 @@ mod tests {
         check(r#"{"v":"quote\"d-secret"}"#, r#"{"v":"***"}"#);
         check("cm9ib3Q6cmVnaXN0cnktcGFzcw==", "***");
         check("pw registry-pass", "pw ***");
+    }
+
+    #[test]
+    fn env_file_spellings_are_masked() {
+        let r = Redactor::default();
+        r.register("pa$s 'x' #1");
+        // compose quoting a line of .env in an error, however the agent wrote the value there
+        assert_eq!(
+            r.redact(r#"line 3: unexpected character in "pa$$s 'x' #1""#),
+            r#"line 3: unexpected character in "***""#
+        );
+        assert_eq!(r.redact(r"V='pa$s \'x\' #1'"), "V='***'");
     }
 
     #[test]
