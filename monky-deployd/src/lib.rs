@@ -54,6 +54,25 @@ pub fn install_panic_hook() {
     }));
 }
 
+/// Keeps the secrets this process will hold off the disk and away from other processes of its
+/// user: no core file (also for the docker CLI it starts, which inherits the limit) and no
+/// ptrace or `/proc/<pid>/mem` by the same uid. The unit sets `LimitCORE=0` too; this covers the
+/// loop started by hand on a laptop. Best effort: a kernel that refuses leaves the process as
+/// it was, which is how the original agent ran.
+pub fn protect_memory() {
+    use rustix::process::{DumpableBehavior, Resource, Rlimit, set_dumpable_behavior, setrlimit};
+    let none = Rlimit {
+        current: Some(0),
+        maximum: Some(0),
+    };
+    if let Err(e) = setrlimit(Resource::Core, none) {
+        eprintln!("monky-deployd: cannot disable core files: {e}");
+    }
+    if let Err(e) = set_dumpable_behavior(DumpableBehavior::NotDumpable) {
+        eprintln!("monky-deployd: cannot mark the process undumpable: {e}");
+    }
+}
+
 /// Runs a parsed command line; the returned status is the process's.
 pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     let load = || -> anyhow::Result<Config> {
@@ -92,6 +111,42 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
 
 #[cfg(test)]
 mod tests {
+    /// Changes the process for good, so it runs in a child: this test binary, run again.
+    #[test]
+    fn protect_memory_leaves_no_core_and_no_dump() {
+        use rustix::process::{DumpableBehavior, Resource, dumpable_behavior, getrlimit};
+        if std::env::var_os("MONKY_DEPLOYD_PROTECT_CHILD").is_some() {
+            assert_eq!(dumpable_behavior().unwrap(), DumpableBehavior::Dumpable);
+            super::protect_memory();
+            assert_eq!(dumpable_behavior().unwrap(), DumpableBehavior::NotDumpable);
+            let core = getrlimit(Resource::Core);
+            assert_eq!((core.current, core.maximum), (Some(0), Some(0)));
+            // What the agent starts inherits the limit.
+            let out = std::process::Command::new("sh")
+                .args(["-c", "ulimit -c; ulimit -H -c"])
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout), "0\n0\n");
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "tests::protect_memory_leaves_no_core_and_no_dump",
+                "--test-threads=1",
+            ])
+            .env("MONKY_DEPLOYD_PROTECT_CHILD", "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("1 passed"), "{stdout}");
+    }
+
     /// The hook is process-wide, so it is installed in a child: this test binary, run again
     /// for this test alone.
     #[test]

@@ -7,6 +7,7 @@ use monky_deployd::exit::Exit;
 
 fn main() -> ExitCode {
     monky_deployd::install_panic_hook();
+    monky_deployd::protect_memory();
     let cli = monky_deployd::cli::Cli::parse();
     match monky_deployd::run(cli) {
         Ok(exit) => ExitCode::from(exit.code()),

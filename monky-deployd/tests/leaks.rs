@@ -236,6 +236,29 @@ fn proc_shows_no_secret_of_the_agent_or_its_children_while_a_tick_runs() {
         .stderr(std::process::Stdio::null());
     let mut child = cmd.spawn().unwrap();
     let root = child.id();
+    // No core file can carry the secrets the tick holds (the agent and its docker children).
+    let core_limit = || {
+        let limits = std::fs::read_to_string(format!("/proc/{root}/limits")).unwrap_or_default();
+        limits
+            .lines()
+            .find(|l| l.starts_with("Max core file size"))
+            .map(|l| {
+                l.split_whitespace()
+                    .skip(4)
+                    .take(2)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+    };
+    let started = std::time::Instant::now();
+    while core_limit().as_deref() != Some("0 0") && started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        core_limit().as_deref(),
+        Some("0 0"),
+        "the agent's core limit"
+    );
     let done = Arc::new(AtomicBool::new(false));
     let sampler = {
         let done = Arc::clone(&done);

@@ -436,6 +436,7 @@ fn the_units_say_what_the_issue_asks() {
         ("StateDirectoryMode", "0700"),
         ("ReadWritePaths", "-/etc/monky-deployd"),
         ("UMask", "0077"),
+        ("LimitCORE", "0"),
         ("CapabilityBoundingSet", ""),
         ("AmbientCapabilities", ""),
         ("ProtectHome", "yes"),
