@@ -3,13 +3,20 @@
 //! Logs, the report's `log_tail` and `detail`, `status`, state.json's `last_error`, the error
 //! printed by `main` and a panic message are all passed through [`redact`]. It masks every value
 //! the agent has read from OpenBao (registered with [`register`] the moment it is read, in its
-//! plain, JSON-escaped, per-line and `.env` forms), OpenBao token shapes, JWTs, bearer headers and
+//! plain, JSON-escaped, per-line, `.env` and URL-encoded forms), OpenBao token shapes, JWTs, bearer headers and
 //! registry auth strings.
 
 use std::sync::{OnceLock, RwLock, TryLockError};
 
 use base64::Engine as _;
 use regex::Regex;
+
+/// Bytes a URL component keeps as they are (RFC 3986 "unreserved"); the rest is `%XX`.
+const URL_COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// What a masked value becomes.
 pub const MASK: &str = "***";
@@ -60,6 +67,10 @@ impl Redactor {
         forms.extend(value.lines().map(|l| l.trim().to_string()));
         // As `.env` holds it: compose quotes lines of that file in its errors.
         forms.extend(monky_bundle::env_spellings(value));
+        // As a URL carries it (a database URL in an application's log): percent-encoded, every
+        // byte but the unreserved ones, and form-encoded.
+        forms.push(percent_encoding::utf8_percent_encode(value, URL_COMPONENT).to_string());
+        forms.push(url::form_urlencoded::byte_serialize(value.as_bytes()).collect());
         let mut guard = self.values.write().unwrap_or_else(|p| p.into_inner());
         for form in forms {
             if form.len() >= MIN_VALUE_LEN && !guard.contains(&form) {
@@ -227,6 +238,17 @@ mod tests {
             r#"line 3: unexpected character in "***""#
         );
         assert_eq!(r.redact(r"V='pa$s \'x\' #1'"), "V='***'");
+    }
+
+    #[test]
+    fn url_encoded_spellings_are_masked() {
+        let r = Redactor::default();
+        r.register("p@ss w/rd:1");
+        assert_eq!(
+            r.redact("connect postgres://app:p%40ss%20w%2Frd%3A1@db/app failed"),
+            "connect postgres://app:***@db/app failed"
+        );
+        assert_eq!(r.redact("body pw=p%40ss+w%2Frd%3A1&x=1"), "body pw=***&x=1");
     }
 
     #[test]
