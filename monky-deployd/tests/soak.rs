@@ -146,10 +146,12 @@ fn two_thousand_heartbeats_hold_files_memory_and_processes_flat() {
             .all(|r| r.result == monky_agent_proto::ReportResult::Applied)
     );
     // Flat: no descriptor, thread or child leaks per tick (a leak of one per tick would show as
-    // 1,800 here); memory within allocator noise of the warm sample.
-    assert!(end.fds <= warm.fds + 2, "{warm:?} -> {end:?}");
-    assert!(end.threads <= warm.threads + 2, "{warm:?} -> {end:?}");
-    assert!(end.children <= warm.children, "{warm:?} -> {end:?}");
+    // 1,800 here); memory within allocator noise of the warm sample. On a loaded machine every
+    // look can land inside a tick, which holds a few connections, a resolver thread and maybe a
+    // child for its duration: the margins allow one tick in flight, far below any per-tick leak.
+    assert!(end.fds <= warm.fds + 8, "{warm:?} -> {end:?}");
+    assert!(end.threads <= warm.threads + 4, "{warm:?} -> {end:?}");
+    assert!(end.children <= warm.children + 2, "{warm:?} -> {end:?}");
     assert!(
         end.rss_kib <= warm.rss_kib + (warm.rss_kib / 4).max(2048),
         "{warm:?} -> {end:?}"
