@@ -65,6 +65,11 @@ pub fn unresolved_vars(template: &str, provided: &BTreeSet<String>) -> BTreeSet<
     out
 }
 
+/// The most the values substituted into one `.env` may take: a few references to large secrets
+/// fit many times over, while a small template that references a secret thousands of times
+/// cannot make the agent allocate gigabytes.
+pub const MAX_ENV_VALUE_BYTES: usize = 4 * 1024 * 1024;
+
 /// Renders `.env` from `.env.template`.
 ///
 /// References take their value from `values`; `${VAR:-x}`/`${VAR-x}` fall back to the default
@@ -84,7 +89,8 @@ pub fn unresolved_vars(template: &str, provided: &BTreeSet<String>) -> BTreeSet<
 ///
 /// A value that cannot be written where the template puts it (a line break, `#`, a quote or
 /// a blank at its ends in the middle of an unquoted value; a backslash before a quote inside
-/// `'...'`) refuses with `ENV_VALUE_UNSAFE` naming the variable and the template line.
+/// `'...'`) refuses with `ENV_VALUE_UNSAFE` naming the variable and the template line; values
+/// adding up to more than [`MAX_ENV_VALUE_BYTES`] refuse with `BUNDLE_TOO_LARGE`.
 ///
 /// ```
 /// use std::collections::BTreeMap;
@@ -109,10 +115,23 @@ pub fn render_env(
     values: &BTreeMap<String, SecretString>,
 ) -> Result<SecretString, Refusal> {
     let lookup = |name: &str| values.get(name).map(|v| Cow::Borrowed(v.expose_secret()));
-    // Reserve generously so the buffer holding secret values is not reallocated (and the old
-    // allocation left behind un-zeroed) while it is being filled.
-    let value_bytes: usize = values.values().map(|v| v.expose_secret().len()).sum();
-    let mut out = Zeroizing::new(String::with_capacity(template.len() + 4 * value_bytes + 64));
+    // The buffer is reserved once, for the template's own text plus a budget for values, and
+    // never grows: a reallocation would leave a copy of the secrets in freed memory. Every
+    // reference (at most one per `$`) writes at most its value escaped (two bytes a byte) and
+    // quoted; a template that could need more than MAX_ENV_VALUE_BYTES is refused when it does.
+    let longest = values
+        .values()
+        .map(|v| v.expose_secret().len())
+        .max()
+        .unwrap_or(0);
+    let refs: usize = code_lines(template).map(|l| l.matches('$').count()).sum();
+    let budget = refs
+        .saturating_mul(2 * longest + 2)
+        .min(MAX_ENV_VALUE_BYTES);
+    let mut out = Zeroizing::new(String::with_capacity(template.len() + budget));
+    let capacity = out.capacity();
+    let spent = Cell::new(0usize);
+    let over = Cell::new(false);
     for (index, line) in template.split_inclusive('\n').enumerate() {
         if is_comment_line(line) {
             out.push_str(line);
@@ -144,14 +163,26 @@ pub fn render_env(
                 } else {
                     place.nested()
                 };
+                if spent.get() + 2 * value.len() + 2 > budget {
+                    over.set(true);
+                    return;
+                }
+                let before = out.len();
                 if place.write(value, out).is_err() && unsafe_value.get().is_none() {
                     unsafe_value.set(Some(values.get_key_value(name).map_or("", |(k, _)| k)));
                 }
+                spent.set(spent.get() + out.len() - before);
             };
             if interp::expand_into(raw.raw, &lookup, &put, Mode::Template, 0, &mut out).is_err() {
                 too_deep = true;
                 break;
             }
+        }
+        if over.get() {
+            return Err(Refusal::one(
+                RefusalCode::BundleTooLarge,
+                format!(".env.template renders over {MAX_ENV_VALUE_BYTES} bytes of values"),
+            ));
         }
         if let Some(name) = unsafe_value.get() {
             return Err(Refusal::new(
@@ -168,6 +199,7 @@ pub fn render_env(
             out.push_str(line);
         }
     }
+    debug_assert_eq!(out.capacity(), capacity, "the .env buffer was reallocated");
     // Copied into an exact-size allocation; the working buffer is zeroed when dropped.
     Ok(SecretString::from(out.as_str()))
 }

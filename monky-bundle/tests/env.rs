@@ -258,3 +258,20 @@ fn read_back(line: &str) -> Option<(String, String)> {
     (tail.trim().is_empty() || tail.trim_start().starts_with('#')).then_some(())?;
     Some((key.to_string(), value))
 }
+
+#[test]
+fn a_template_cannot_amplify_a_secret_into_gigabytes() {
+    // 2 MiB of template (the member limit) could reference a 4 KiB secret ~500,000 times.
+    let value = "x".repeat(1024);
+    let map = BTreeMap::from([("BIG".to_string(), SecretString::from(value.as_str()))]);
+    let over = "A=${BIG}${BIG}${BIG}${BIG}\n".repeat(1100);
+    let refusal = render_env(&over, &map).expect_err("over the value budget");
+    assert_eq!(
+        refusal.to_string(),
+        "BUNDLE_TOO_LARGE: .env.template renders over 4194304 bytes of values"
+    );
+    // Well within it: every value written, nothing refused.
+    let within = "A=${BIG}${BIG}${BIG}${BIG}\n".repeat(900);
+    let out = render_env(&within, &map).unwrap();
+    assert_eq!(out.expose_secret().len(), 900 * (2 + 4 * 1024 + 1));
+}
