@@ -1,6 +1,7 @@
 //! The refusal checks an apply runs before it leases anything. Names only, never values.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::BTreeSet;
 
 use secrecy::zeroize::Zeroize;
@@ -155,28 +156,58 @@ fn parse_compose(yaml: &str) -> Result<Value, Refusal> {
     })
 }
 
-/// Interpolates every string value (not keys) the way compose does, through `env`.
-fn interpolate(v: &mut Value, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Refusal> {
+/// The most the values interpolated into a compose file may add up to: far above any real
+/// file, far below what a small file referencing a long value thousands of times would need.
+const MAX_INTERPOLATED_VALUE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Interpolates every string value (not keys) the way compose does, through `env`. `used`
+/// counts the value bytes substituted so far across the document.
+fn interpolate(
+    v: &mut Value,
+    env: &dyn Fn(&str) -> Option<String>,
+    used: &Cell<usize>,
+) -> Result<(), Refusal> {
     match v {
         Value::String(s) => {
             if s.contains('$') {
-                let lookup = |n: &str| env(n).map(Cow::Owned);
+                let over = Cell::new(false);
+                let lookup = |n: &str| {
+                    if over.get() {
+                        return None;
+                    }
+                    let value = env(n)?;
+                    if used.get() + value.len() > MAX_INTERPOLATED_VALUE_BYTES {
+                        over.set(true);
+                        return None;
+                    }
+                    used.set(used.get() + value.len());
+                    Some(Cow::Owned(value))
+                };
                 let mut out = String::with_capacity(s.len());
                 interp::expand_into(s, &lookup, &interp::verbatim, Mode::Compose, 0, &mut out)
                     .map_err(|_| {
                         Refusal::invalid("compose file: interpolation nested too deeply")
                     })?;
+                if over.get() {
+                    out.zeroize();
+                    return Err(Refusal::one(
+                        RefusalCode::BundleTooLarge,
+                        format!(
+                            "compose file interpolates over {MAX_INTERPOLATED_VALUE_BYTES} bytes of values"
+                        ),
+                    ));
+                }
                 *s = out;
             }
         }
         Value::Array(a) => {
             for item in a {
-                interpolate(item, env)?;
+                interpolate(item, env, used)?;
             }
         }
         Value::Object(m) => {
             for item in m.values_mut() {
-                interpolate(item, env)?;
+                interpolate(item, env, used)?;
             }
         }
         Value::Null | Value::Bool(_) | Value::Number(_) => {}
@@ -214,7 +245,7 @@ pub fn check_privileged(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), Refusal> {
     let mut doc = parse_compose(compose_yaml)?;
-    let interpolated = interpolate(&mut doc, env);
+    let interpolated = interpolate(&mut doc, env, &Cell::new(0));
     let verdict = interpolated.and_then(|()| judge(&doc));
     // Interpolated strings may hold secret values: zero them before the tree is freed.
     scrub(&mut doc);

@@ -273,3 +273,19 @@ fn hostile_yaml_is_refused_not_expanded() {
         "BUNDLE_INVALID: compose file: interpolation nested too deeply",
     );
 }
+
+#[test]
+fn interpolation_cannot_amplify_a_value_without_bound() {
+    // A 20 KiB compose file referencing a 4 KiB value 5,000 times would interpolate to 20 MB.
+    let refs = "${LONG}".repeat(5_000);
+    let yaml = format!("services:\n  web:\n    image: nginx\n    command: \"{refs}\"\n");
+    let long = "v".repeat(4096);
+    let err = check_privileged(&yaml, &|n| (n == "LONG").then(|| long.clone())).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "BUNDLE_TOO_LARGE: compose file interpolates over 8388608 bytes of values"
+    );
+    // A thousand of them fit.
+    let yaml = yaml.replace(&refs, &"${LONG}".repeat(1_000));
+    assert!(check_privileged(&yaml, &|n| (n == "LONG").then(|| long.clone())).is_ok());
+}
