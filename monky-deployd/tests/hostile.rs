@@ -200,6 +200,12 @@ const CASES: &[Case] = &[
         with(&vec![g; 70])
     } },
     Case { file: "member-over-limit.tar", code: "BUNDLE_TOO_LARGE", make: || with(&[entry(b".env.example", b'0', &vec![b'#'; 2 * 1024 * 1024 + 1], b"")]) },
+    // 66 KiB of bundle that interpolates to 13 MB: a 64 KiB literal referenced 200 times.
+    Case { file: "interpolation-bomb.tar", code: "BUNDLE_TOO_LARGE", make: || TestBundle {
+        compose: format!("{WEB}    command: \"{}\"\n", "${LONG}".repeat(200)),
+        env_template: format!("{}LONG={}\n", TestBundle::default().env_template, "v".repeat(64 * 1024)),
+        ..TestBundle::default()
+    }.tar() },
     // Compose files that are privileged only once interpolated or expanded.
     Case { file: "privileged-by-default-value.tar", code: "PRIVILEGED_REFUSED", make: || compose(&format!("{WEB}    privileged: ${{PRIVILEGED:-true}}\n")) },
     Case { file: "privileged-by-template-literal.tar", code: "PRIVILEGED_REFUSED", make: || TestBundle {
