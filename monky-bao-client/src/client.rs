@@ -426,11 +426,35 @@ fn check_name(what: &'static str, value: &str, nested: bool) -> Result<()> {
     Ok(())
 }
 
-fn read_body(response: Response, shown: &str) -> Result<Vec<u8>> {
-    response
-        .bytes()
-        .map(|b| b.to_vec())
-        .map_err(|source| network_error(shown, source))
+/// The largest OpenBao answer read: a KV version with its metadata is a few KiB, a login a few
+/// hundred bytes. A longer body is refused rather than buffered.
+pub const MAX_BODY_BYTES: u64 = 4 * 1024 * 1024;
+
+fn read_body(mut response: Response, shown: &str) -> Result<Vec<u8>> {
+    use std::io::Read as _;
+    let status = response.status().as_u16();
+    let hint = response.content_length().unwrap_or(0).min(MAX_BODY_BYTES);
+    let mut body = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
+    // The client's total timeout bounds the time; this bounds the memory.
+    let read = response
+        .by_ref()
+        .take(MAX_BODY_BYTES + 1)
+        .read_to_end(&mut body);
+    if let Err(source) = read {
+        return Err(Error::BodyRead {
+            url: shown.to_owned(),
+            source,
+        });
+    }
+    if body.len() as u64 > MAX_BODY_BYTES {
+        return Err(Error::UnexpectedBody {
+            url: shown.to_owned(),
+            status,
+            json: true,
+            detail: format!("body over {MAX_BODY_BYTES} bytes"),
+        });
+    }
+    Ok(body)
 }
 
 fn no_field(shown: &str, field: &str) -> Error {

@@ -160,6 +160,16 @@ pub enum Error {
         source: reqwest::Error,
     },
 
+    /// The answer's body could not be read to its end (cut, reset, timed out).
+    #[error("reading the answer of {url} failed")]
+    BodyRead {
+        /// The URL.
+        url: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// The TLS handshake failed because the server's certificate was rejected.
     #[error("tls certificate of {url} rejected: {reason}")]
     Tls {
@@ -279,6 +289,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Network { .. }
+            | Error::BodyRead { .. }
             | Error::Tls { .. }
             | Error::Sealed { .. }
             | Error::Unavailable { .. } => ErrorKind::Temporary,

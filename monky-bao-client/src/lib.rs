@@ -39,8 +39,8 @@ mod token;
 pub mod testkit;
 
 pub use client::{
-    BaoClient, BaoClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Login, Renewal,
-    TokenInfo,
+    BaoClient, BaoClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Login, MAX_BODY_BYTES,
+    Renewal, TokenInfo,
 };
 pub use error::{Absence, Error, ErrorKind, PathRefusal, Result};
 pub use path::KvPath;

@@ -244,3 +244,37 @@ fn sealed_during_a_read_is_temporary() {
     // Login and token calls are not under the faulted prefix.
     s.client.lookup_self(&token).unwrap();
 }
+
+#[test]
+fn an_endless_answer_is_refused_not_buffered() {
+    let s = Setup::start();
+    s.bao.put_secret("env-a", "big", "v");
+    let token = s.login("env-a");
+    let p = path("env-a", "big");
+    let padding = "x".repeat(monky_bao_client::MAX_BODY_BYTES as usize);
+    s.bao.set_fault(
+        "/v1/monky/data/env-a/see/big",
+        Fault::Status {
+            status: 200,
+            body: json!({"data": {"data": {"value": "v"}, "padding": padding}}).to_string(),
+        },
+    );
+    let err = s.client.read_kv(&token, &p, None).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Refused, "{err}");
+    assert!(
+        matches!(&err, Error::UnexpectedBody { status: 200, json: true, detail, .. }
+            if detail == "body over 4194304 bytes"),
+        "{err:?}"
+    );
+    // Just under the limit, the same answer is read.
+    let padding = "x".repeat(monky_bao_client::MAX_BODY_BYTES as usize - 100);
+    s.bao.clear_faults();
+    s.bao.set_fault(
+        "/v1/monky/data/env-a/see/big",
+        Fault::Status {
+            status: 200,
+            body: json!({"data": {"data": {"value": "v"}, "padding": padding}}).to_string(),
+        },
+    );
+    assert_eq!(reveal(&s.client.read_kv(&token, &p, None).unwrap()), "v");
+}
