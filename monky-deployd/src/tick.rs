@@ -607,21 +607,11 @@ impl<'a> Agent<'a> {
                 values.keys().cloned().collect::<Vec<_>>().join(", ")
             );
         }
+        let prod = self.cfg.is_prod(b.meta().is_prod());
         // A value that cannot be written where the template puts it fails here, before staging,
         // and waits out the backoff: the pinned versions make it fail the same way next time.
-        let env_text = match bundle::render_env(b.env_template(), &values) {
-            Ok(text) => text,
-            Err(r) => {
-                let prod = self.cfg.is_prod(b.meta().is_prod());
-                let note = self.release_failed(sha, prod, false);
-                return Err(Failure::new(
-                    Exit::Fail,
-                    Some(r.code.as_str().to_string()),
-                    format!("{r}; {note}"),
-                )
-                .into());
-            }
-        };
+        let env_text = bundle::render_env(b.env_template(), &values)
+            .map_err(|r| self.failed_before_start(sha, prod, r.code.as_str(), &r))?;
         drop(values);
 
         let staged = release::stage(self.cfg, &b, &env_text)?;
@@ -642,16 +632,9 @@ impl<'a> Agent<'a> {
         // Pulled from the staging dir: a registry refusal leaves `current` naming the release
         // that is still running.
         info!("compose pull");
-        let prod = self.cfg.is_prod(b.meta().is_prod());
         self.state.last_disk_need_bytes = b.meta().disk_need_bytes;
         if let Err(e) = staged.compose(&self.docker, self.cfg).pull() {
-            let note = self.release_failed(sha, prod, false);
-            return Err(Failure::new(
-                Exit::Fail,
-                Some("COMPOSE_PULL_FAILED".into()),
-                format!("{e}; {note}"),
-            )
-            .into());
+            return Err(self.failed_before_start(sha, prod, "COMPOSE_PULL_FAILED", &e));
         }
         let rel = release::promote(self.cfg, staged, sha)?;
         failpoint::hit("after-swap");
@@ -743,6 +726,19 @@ impl<'a> Agent<'a> {
         self.state.last_result = Some("failed".into());
         self.state.last_error = Some(detail);
         Ok(Exit::Fail)
+    }
+
+    /// A release that failed before anything of it started (its `.env` could not be written,
+    /// or its pull failed): the backoff as for any failed release, and the failure to report.
+    fn failed_before_start(
+        &mut self,
+        sha: &str,
+        prod: bool,
+        code: &str,
+        why: &dyn std::fmt::Display,
+    ) -> anyhow::Error {
+        let note = self.release_failed(sha, prod, false);
+        Failure::new(Exit::Fail, Some(code.to_string()), format!("{why}; {note}")).into()
     }
 
     /// After a release failed at pull, up or health: schedules the next attempt (1 min, 2, 4,
