@@ -55,6 +55,8 @@ mod pack;
 mod parse;
 mod refusal;
 mod registry;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 pub use checks::{
     DEFAULT_DISK_FACTOR, DEFAULT_DISK_HEADROOM, check_disk, check_env_complete, check_privileged,

@@ -148,7 +148,7 @@ fn structural_damage() {
     for (name, content) in minimal_files() {
         bytes.extend(raw_entry(name.as_str().as_bytes(), b'0', &content, b""));
     }
-    bytes.extend_from_slice(&raw_header(b".env.example", b'0', 4000, b""));
+    bytes.extend_from_slice(&raw_header(b".env.example", b"", b'0', 4000, b""));
     bytes.extend_from_slice(&[b'x'; 100]);
     assert_eq!(
         outcome(&bytes),

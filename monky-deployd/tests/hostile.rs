@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use monky_agent_proto::ReportResult;
 use monky_agent_proto::testkit::{Desired, Endpoint, Fault};
+use monky_bundle::testkit::{pax_record, prefixed_entry, raw_entry as entry};
 use monky_bundle::{Bundle, Limits, bundle_sha};
 use serde_json::json;
 
@@ -33,58 +34,12 @@ struct Case {
     make: fn() -> Vec<u8>,
 }
 
-/// Octal field: digits, then NUL.
-fn octal(field: &mut [u8], value: u64) {
-    let width = field.len() - 1;
-    field[..width].copy_from_slice(format!("{value:0width$o}").as_bytes());
-    field[width] = 0;
-}
-
-/// A raw ustar header: any name bytes (up to 100), prefix (up to 155), type flag and link.
-fn header(name: &[u8], prefix: &[u8], kind: u8, size: u64, link: &[u8]) -> [u8; 512] {
-    let mut h = [0u8; 512];
-    h[..name.len()].copy_from_slice(name);
-    octal(&mut h[100..108], 0o644);
-    octal(&mut h[108..116], 0);
-    octal(&mut h[116..124], 0);
-    octal(&mut h[124..136], size);
-    octal(&mut h[136..148], 0);
-    h[156] = kind;
-    h[157..157 + link.len()].copy_from_slice(link);
-    h[257..263].copy_from_slice(b"ustar\0");
-    h[263..265].copy_from_slice(b"00");
-    h[345..345 + prefix.len()].copy_from_slice(prefix);
-    h[148..156].fill(b' ');
-    let sum: u64 = h.iter().map(|b| u64::from(*b)).sum();
-    octal(&mut h[148..155], sum);
-    h[155] = b' ';
-    h
-}
-
-/// Header, data, padding to the next 512-byte block.
-fn raw(name: &[u8], prefix: &[u8], kind: u8, content: &[u8], link: &[u8]) -> Vec<u8> {
-    let mut out = header(name, prefix, kind, content.len() as u64, link).to_vec();
-    out.extend_from_slice(content);
-    out.resize(out.len().div_ceil(512) * 512, 0);
-    out
-}
-
-fn entry(name: &[u8], kind: u8, content: &[u8], link: &[u8]) -> Vec<u8> {
-    raw(name, b"", kind, content, link)
-}
-
 fn file(name: &[u8]) -> Vec<u8> {
     entry(name, b'0', b"pwned\n", b"")
 }
 
-/// A PAX record: `<len> <key>=<value>\n`, the length counting the whole line.
 fn pax(key: &str, value: &str) -> Vec<u8> {
-    let body = format!(" {key}={value}\n");
-    let mut len = body.len() + 1;
-    while len.to_string().len() + body.len() != len {
-        len += 1;
-    }
-    format!("{len}{body}").into_bytes()
+    pax_record(key, value).into_bytes()
 }
 
 /// The default bundle's four members.
@@ -158,7 +113,7 @@ const CASES: &[Case] = &[
     Case { file: "traversal-bare-dotdot.tar", code: "BUNDLE_INVALID", make: || with(&[file(b"..")]) },
     Case { file: "traversal-backslash.tar", code: "BUNDLE_INVALID", make: || with(&[file(b"..\\..\\..\\tmp\\monky-hostile-canary")]) },
     Case { file: "traversal-over-a-member.tar", code: "BUNDLE_INVALID", make: || with(&[file(b"../docker-compose.yml")]) },
-    Case { file: "traversal-ustar-prefix.tar", code: "BUNDLE_INVALID", make: || with(&[raw(b"monky-hostile-canary", b"../../../../../../tmp", b'0', b"pwned\n", b"")]) },
+    Case { file: "traversal-ustar-prefix.tar", code: "BUNDLE_INVALID", make: || with(&[prefixed_entry(b"../../../../../../tmp", b"monky-hostile-canary", b'0', b"pwned\n", b"")]) },
     Case { file: "traversal-pax-path.tar", code: "BUNDLE_INVALID", make: || with(&[entry(b"PaxHeader", b'x', &pax("path", "../../../../../../tmp/monky-hostile-canary"), b""), file(b".env.example")]) },
     Case { file: "traversal-pax-global.tar", code: "BUNDLE_INVALID", make: || with(&[entry(b"GlobalHead", b'g', &pax("path", "../../../../tmp/monky-hostile-canary"), b""), file(b".env.example")]) },
     Case { file: "traversal-gnu-longname.tar", code: "BUNDLE_INVALID", make: || {

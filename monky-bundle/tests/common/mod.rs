@@ -1,10 +1,11 @@
-//! Shared helpers for the behaviour tests: fixture files, a raw tar writer that can express
-//! what `tar::Builder` refuses to write, and a gzip bomb.
+//! Shared helpers for the behaviour tests: fixture files, raw tars (from the `testkit`
+//! writer, which can express what `tar::Builder` refuses to write), and a gzip bomb.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+pub use monky_bundle::testkit::{pax_record, raw_entry, raw_header};
 use monky_bundle::{Bundle, Limits, MemberName, pack_tar};
 
 /// The protocol sha of the files in `tests/data/bundle/`, computed with Python's hashlib by
@@ -53,52 +54,6 @@ pub fn outcome_with(bytes: &[u8], limits: &Limits) -> String {
         Ok(b) => format!("ok {}", b.sha()),
         Err(e) => e.to_string(),
     }
-}
-
-/// Octal field of `width` bytes: digits, then NUL.
-fn octal(field: &mut [u8], value: u64) {
-    let width = field.len() - 1;
-    let text = format!("{value:0width$o}");
-    field[..width].copy_from_slice(text.as_bytes());
-    field[width] = 0;
-}
-
-/// One raw ustar header. Any name bytes (up to 100) and any type flag.
-pub fn raw_header(name: &[u8], typeflag: u8, size: u64, link: &[u8]) -> [u8; 512] {
-    let mut h = [0u8; 512];
-    h[..name.len()].copy_from_slice(name);
-    octal(&mut h[100..108], 0o644);
-    octal(&mut h[108..116], 0);
-    octal(&mut h[116..124], 0);
-    octal(&mut h[124..136], size);
-    octal(&mut h[136..148], 0);
-    h[156] = typeflag;
-    h[157..157 + link.len()].copy_from_slice(link);
-    h[257..263].copy_from_slice(b"ustar\0");
-    h[263..265].copy_from_slice(b"00");
-    h[148..156].fill(b' ');
-    let sum: u32 = h.iter().map(|b| u32::from(*b)).sum();
-    octal(&mut h[148..155], u64::from(sum));
-    h[155] = b' ';
-    h
-}
-
-/// A raw entry: header, data, padding to 512.
-pub fn raw_entry(name: &[u8], typeflag: u8, content: &[u8], link: &[u8]) -> Vec<u8> {
-    let mut out = raw_header(name, typeflag, content.len() as u64, link).to_vec();
-    out.extend_from_slice(content);
-    out.resize(out.len().div_ceil(512) * 512, 0);
-    out
-}
-
-/// A PAX record line: `<len> <key>=<value>\n`, where len counts the whole line.
-pub fn pax_record(key: &str, value: &str) -> String {
-    let body = format!(" {key}={value}\n");
-    let mut len = body.len() + 1;
-    while format!("{len}").len() + body.len() != len {
-        len += 1;
-    }
-    format!("{len}{body}")
 }
 
 /// The valid members as raw entries, followed by `extra`, then the end-of-archive blocks.
