@@ -3,10 +3,8 @@
 
 mod common;
 
-use common::{
-    gzip_bomb, minimal_files, minimal_tar, outcome, outcome_with, pax_record, raw_entry,
-    raw_header, tar_with,
-};
+use common::{gzip_bomb, minimal_files, minimal_tar, outcome, outcome_with, tar_with};
+use monky_bundle::testkit::{pax_record, raw_entry, raw_header};
 use monky_bundle::{Limits, MemberName};
 
 /// A minimal valid bundle plus one extra raw entry, expected to be refused as `expected`.

@@ -3,7 +3,8 @@
 
 mod common;
 
-use common::{minimal_files, pax_record, raw_entry};
+use common::minimal_files;
+use monky_bundle::testkit::{pax_record, raw_entry};
 use monky_bundle::{Bundle, Limits, MemberName, bundle_sha, pack_tar};
 use proptest::prelude::*;
 

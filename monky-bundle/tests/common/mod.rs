@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-pub use monky_bundle::testkit::{pax_record, raw_entry, raw_header};
+use monky_bundle::testkit::raw_entry;
 use monky_bundle::{Bundle, Limits, MemberName, pack_tar};
 
 /// The protocol sha of the files in `tests/data/bundle/`, computed with Python's hashlib by
