@@ -84,7 +84,7 @@ impl ClientBuilder {
     pub fn build(self) -> Result<Client> {
         let mut base = self.base_url;
         let bad = |reason| Error::BaseUrl {
-            url: base.to_string(),
+            url: without_credentials(&base),
             reason,
         };
         if !matches!(base.scheme(), "http" | "https") {
@@ -298,7 +298,10 @@ impl Client {
             return Err(refuse("it points away from tenancy"));
         }
         if !url.username().is_empty() || url.password().is_some() {
-            return Err(refuse("it carries credentials"));
+            return Err(Error::BundleUrl {
+                url: without_credentials(&url),
+                reason: "it carries credentials",
+            });
         }
         Ok(url)
     }
@@ -425,6 +428,14 @@ fn read_json_capped(url: &Url, status: u16, resp: Response, deadline: Instant) -
     })
 }
 
+/// `url` for an error message: the user and password a url must not carry never are.
+fn without_credentials(url: &Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.to_string()
+}
+
 /// Read at most `limit` bytes before `deadline`; `None` when the body is longer than `limit`.
 fn read_capped(
     url: &Url,
@@ -540,6 +551,20 @@ mod tests {
         check("https://t.test:8081/v1/agent/bundle/e/abc", None);
         check("http://t.test:9/v1/agent/bundle/e/abc", None);
         check("http://user:pw@t.test:8081/x", None);
+    }
+
+    #[test]
+    fn a_password_in_a_url_is_never_quoted() {
+        let err = Client::builder("http://u:s3cret-pw@t.test/".parse().unwrap())
+            .build()
+            .unwrap_err();
+        assert!(!format!("{err} {err:?}").contains("s3cret-pw"), "{err:?}");
+        let c = client("http://t.test:8081", None);
+        let err = c
+            .bundle_url("http://u:s3cret-pw@t.test:8081/x")
+            .unwrap_err();
+        assert!(!format!("{err} {err:?}").contains("s3cret-pw"), "{err:?}");
+        assert!(err.to_string().contains("credentials"), "{err}");
     }
 
     #[test]

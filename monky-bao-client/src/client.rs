@@ -73,7 +73,7 @@ impl BaoClientBuilder {
     pub fn build(self) -> Result<BaoClient> {
         let addr = self.addr;
         let invalid = |reason: &str| Error::InvalidAddress {
-            addr: addr.to_string(),
+            addr: without_credentials(&addr),
             reason: reason.to_owned(),
         };
         if !matches!(addr.scheme(), "http" | "https") {
@@ -457,6 +457,14 @@ fn read_body(mut response: Response, shown: &str) -> Result<Vec<u8>> {
     Ok(body)
 }
 
+/// `url` for an error message: the user and password an address must not carry never are.
+fn without_credentials(url: &Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.to_string()
+}
+
 fn no_field(shown: &str, field: &str) -> Error {
     Error::UnexpectedBody {
         url: shown.to_owned(),
@@ -755,6 +763,15 @@ mod tests {
         check("https://u:p@bao.example.test", "credentials");
         check("https://bao.example.test/?x=1", "query");
         check("unix:/run/bao.sock", "scheme");
+    }
+
+    #[test]
+    fn a_password_in_the_address_is_never_quoted() {
+        let err = BaoClient::builder(Url::parse("https://u:s3cret-pw@bao.example.test").unwrap())
+            .build()
+            .unwrap_err();
+        assert!(!format!("{err} {err:?}").contains("s3cret-pw"), "{err:?}");
+        assert!(err.to_string().contains("bao.example.test"), "{err}");
     }
 
     #[test]
