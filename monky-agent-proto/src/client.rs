@@ -405,11 +405,27 @@ impl Client {
 }
 
 fn typed<T: DeserializeOwned>(url: &Url, status: u16, value: serde_json::Value) -> Result<T> {
-    serde_json::from_value(value).map_err(|source| Error::Shape {
+    serde_json::from_value(value).map_err(|e| Error::Shape {
         url: Box::new(url.clone()),
         status,
-        source,
+        detail: without_quoted_values(&e.to_string()),
     })
+}
+
+/// A decoder message with each `"..."` (a value from the body) cut to `"…"`; field names,
+/// which serde quotes with backticks, stay.
+fn without_quoted_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut inside = false;
+    for c in message.chars() {
+        if c == '"' {
+            out.push_str(if inside { "…\"" } else { "\"" });
+            inside = !inside;
+        } else if !inside {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
@@ -424,7 +440,7 @@ fn read_json_capped(url: &Url, status: u16, resp: Response, deadline: Instant) -
     read_capped(url, resp, MAX_JSON_BYTES, deadline)?.ok_or_else(|| Error::Shape {
         url: Box::new(url.clone()),
         status,
-        source: serde::de::Error::custom(format!("response body exceeds {MAX_JSON_BYTES} bytes")),
+        detail: format!("response body exceeds {MAX_JSON_BYTES} bytes"),
     })
 }
 
@@ -551,6 +567,22 @@ mod tests {
         check("https://t.test:8081/v1/agent/bundle/e/abc", None);
         check("http://t.test:9/v1/agent/bundle/e/abc", None);
         check("http://user:pw@t.test:8081/x", None);
+    }
+
+    #[test]
+    fn a_shape_error_quotes_no_value() {
+        let url: Url = "http://t.test/v1/agent/lease".parse().unwrap();
+        let body = serde_json::json!({"env_id": "e", "login_jwt": 7, "ttl_s": "eyJsecret.x.y"});
+        let err = typed::<crate::LeaseResponse>(&url, 200, body).unwrap_err();
+        let Error::Shape { detail, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert!(!format!("{err:?}").contains("eyJsecret"), "{err:?}");
+        assert!(detail.contains("invalid type"), "{detail}");
+        assert_eq!(
+            without_quoted_values(r#"invalid type: string "tok", expected u64"#),
+            "invalid type: string \"…\", expected u64"
+        );
     }
 
     #[test]

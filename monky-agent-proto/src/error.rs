@@ -110,9 +110,9 @@ pub enum Error {
         url: Box<Url>,
         /// HTTP status.
         status: u16,
-        /// The decode error.
-        #[source]
-        source: serde_json::Error,
+        /// What did not fit, with every quoted value the decoder would show left out: a field
+        /// of the wrong type may hold a token.
+        detail: String,
     },
     /// A lease body in the retired AppRole shape (`wrapping_token`/`role_id`); never unwrapped.
     #[error("LEASE_SHAPE: lease from {url} has the retired approle shape; tenancy is stale")]
