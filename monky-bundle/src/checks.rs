@@ -252,6 +252,15 @@ pub fn check_privileged(
     verdict
 }
 
+/// [`check_privileged`] on a compose model already parsed, e.g. the JSON of
+/// `docker compose config`, which holds the interpolated secrets: the model is zeroed before
+/// it is freed, whatever the verdict.
+pub fn check_privileged_model(mut model: Value) -> Result<(), Refusal> {
+    let verdict = interpolate(&mut model, &|_| None, &Cell::new(0)).and_then(|()| judge(&model));
+    scrub(&mut model);
+    verdict
+}
+
 fn scrub(v: &mut Value) {
     match v {
         Value::String(s) => s.zeroize(),

@@ -289,3 +289,15 @@ fn interpolation_cannot_amplify_a_value_without_bound() {
     let yaml = yaml.replace(&refs, &"${LONG}".repeat(1_000));
     assert!(check_privileged(&yaml, &|n| (n == "LONG").then(|| long.clone())).is_ok());
 }
+
+#[test]
+fn a_parsed_model_is_judged_like_its_yaml() {
+    use monky_bundle::check_privileged_model;
+    let model = serde_json::json!({"services": {"web": {"image": "x", "privileged": true}}});
+    assert_eq!(
+        check_privileged_model(model).unwrap_err().to_string(),
+        "PRIVILEGED_REFUSED: web: privileged"
+    );
+    let model = serde_json::json!({"services": {"web": {"image": "x", "network_mode": "bridge"}}});
+    assert!(check_privileged_model(model).is_ok());
+}

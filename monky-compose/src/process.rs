@@ -305,8 +305,9 @@ impl Invocation {
     }
 }
 
-/// What a finished process left behind.
-#[derive(Debug, Clone)]
+/// What a finished process left behind. Its `Debug` shows the streams' lengths, not their text:
+/// `compose config` prints every interpolated secret.
+#[derive(Clone)]
 pub struct Output {
     /// The command line (see [`Invocation::describe`]).
     pub what: String,
@@ -322,6 +323,20 @@ pub struct Output {
     pub stderr_truncated: bool,
     /// How long it ran.
     pub elapsed: Duration,
+}
+
+impl std::fmt::Debug for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Output")
+            .field("what", &self.what)
+            .field("code", &self.code)
+            .field("stdout_bytes", &self.stdout.len())
+            .field("stderr_bytes", &self.stderr.len())
+            .field("stdout_truncated", &self.stdout_truncated)
+            .field("stderr_truncated", &self.stderr_truncated)
+            .field("elapsed", &self.elapsed)
+            .finish()
+    }
 }
 
 impl Output {
@@ -518,6 +533,12 @@ mod tests {
             dir.path().canonicalize().unwrap().to_str().unwrap()
         );
         assert_eq!(out.stderr.trim(), "err");
+        // Debug shows the sizes of the streams, never what a child printed.
+        let debug = format!("{out:?}");
+        assert!(
+            debug.contains("stderr_bytes: 4") && !debug.contains("err\\n"),
+            "{debug}"
+        );
         let err = out.check().unwrap_err();
         assert_eq!(err.exit_code(), Some(3));
         assert!(err.to_string().ends_with("(exit code 3): err"), "{err}");

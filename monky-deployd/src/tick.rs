@@ -508,13 +508,14 @@ impl<'a> Agent<'a> {
             self.state.last_error = None;
             return Ok(Exit::Ok);
         }
-        let detail = if let Some(e) = unknown {
+        // Redacted once here: the same text goes to the report and to state.json.
+        let detail = redact::redact(&if let Some(e) = unknown {
             format!("DOCKER_UNAVAILABLE: cannot list the containers: {e}")
         } else if missing {
             "NOT_RUNNING: no container of the project is running".to_string()
         } else {
             format!("UNHEALTHY: {}", bad.join(", "))
-        };
+        });
         warn!("heartbeat: {detail}");
         self.report(ReportResult::Failed, sha.as_deref(), Some(&detail), None)?;
         self.state.last_result = Some("failed".into());
@@ -627,7 +628,7 @@ impl<'a> Agent<'a> {
                         e.to_string(),
                     )
                 })?;
-            bundle::check_privileged(&model.to_string(), &|_| None).map_err(refusal)?;
+            bundle::check_privileged_model(model).map_err(refusal)?;
         }
         // Pulled from the staging dir: a registry refusal leaves `current` naming the release
         // that is still running.
