@@ -79,11 +79,6 @@ impl MemberName {
     pub fn all() -> impl Iterator<Item = MemberName> {
         KNOWN.iter().map(|k| MemberName(k))
     }
-
-    /// Whether this is one of the two compose file names.
-    pub fn is_compose(&self) -> bool {
-        self.0 == DOCKER_COMPOSE_YML || self.0 == COMPOSE_YAML
-    }
 }
 
 impl fmt::Debug for MemberName {

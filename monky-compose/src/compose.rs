@@ -138,7 +138,7 @@ impl Compose {
     /// `pull`. A failure becomes [`Error::PullFailed`] carrying the registry's own words,
     /// whatever the exit code (18 up to compose 2.32, 1 from 2.33).
     pub fn pull(&self) -> Result<()> {
-        let info = self.docker.compose_for_use()?;
+        let info = self.docker.compose_info()?;
         let out = self.run(&info, ["pull"], self.docker.limits().timeout)?;
         if out.success() {
             return Ok(());
@@ -152,7 +152,7 @@ impl Compose {
     /// is healthy. Compose 2.17.3 and later wait themselves (`--wait --wait-timeout N`);
     /// 2.1.1 to 2.17.2 get `--wait` bounded by the process timeout; older ones are polled.
     pub fn up(&self, wait: Option<Duration>) -> Result<()> {
-        let info = self.docker.compose_for_use()?;
+        let info = self.docker.compose_info()?;
         let base_timeout = self.docker.limits().timeout;
         let mut args: Vec<OsString> = vec!["up".into(), "-d".into(), "--remove-orphans".into()];
         let mode = match wait {
@@ -228,7 +228,7 @@ impl Compose {
     /// `logs --no-color --tail <lines>`: stdout, then stderr if compose wrote any, without
     /// terminal control sequences.
     pub fn logs_tail(&self, lines: usize) -> Result<String> {
-        let info = self.docker.compose_for_use()?;
+        let info = self.docker.compose_info()?;
         let out = self
             .run(
                 &info,
@@ -261,7 +261,7 @@ impl Compose {
 
     /// `down --remove-orphans`, with `-v` when `volumes` (only for a purge).
     pub fn down(&self, volumes: bool) -> Result<()> {
-        let info = self.docker.compose_for_use()?;
+        let info = self.docker.compose_info()?;
         let mut args = vec!["down", "--remove-orphans"];
         if volumes {
             args.push("-v");
@@ -311,7 +311,7 @@ impl Compose {
     /// A read-only subcommand whose whole stdout is parsed: it must succeed and fit the cap,
     /// since a truncated JSON document would only fail later with a less useful error.
     fn query<const N: usize>(&self, sub: [&str; N]) -> Result<Output> {
-        let info = self.docker.compose_for_use()?;
+        let info = self.docker.compose_info()?;
         let out = self
             .run(&info, sub, self.docker.limits().query_timeout)?
             .check()?;

@@ -235,20 +235,6 @@ impl Docker {
     /// `cliPluginsExtraDirs`: the agent's `config.json` holds the registry credential and is
     /// written elsewhere, so this crate never edits it.
     pub fn compose_info(&self) -> Result<ComposeInfo> {
-        self.compose_for_use()
-    }
-
-    /// The compose already found (or a still-valid hint), without ever spawning: what to save
-    /// for the next run after [`Docker::facts`].
-    #[must_use]
-    pub fn known_compose(&self) -> Option<ComposeInfo> {
-        let state = self.lock_compose();
-        self.usable(&state)
-    }
-
-    /// Like [`Docker::compose_info`], but a remembered failure is retried: the operator may
-    /// have installed compose since.
-    pub(crate) fn compose_for_use(&self) -> Result<ComposeInfo> {
         let mut state = self.lock_compose();
         if let Some(info) = self.usable(&state) {
             return Ok(info);
@@ -259,6 +245,14 @@ impl Docker {
             Err(_) => ComposeState::Failed,
         };
         found.map_err(|f| f.to_error())
+    }
+
+    /// The compose already found (or a still-valid hint), without ever spawning: what to save
+    /// for the next run after [`Docker::facts`].
+    #[must_use]
+    pub fn known_compose(&self) -> Option<ComposeInfo> {
+        let state = self.lock_compose();
+        self.usable(&state)
     }
 
     /// For facts: never retries a remembered failure, so a heartbeat spawns nothing.

@@ -282,12 +282,6 @@ impl Invocation {
         &self.program
     }
 
-    /// The arguments.
-    #[must_use]
-    pub fn arguments(&self) -> &[OsString] {
-        &self.args
-    }
-
     /// The command line as shown in logs and errors: the program's file name and the
     /// arguments.
     #[must_use]

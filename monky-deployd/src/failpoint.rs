@@ -11,9 +11,8 @@ pub fn hit(name: &str) {
     #[cfg(feature = "failpoints")]
     if std::env::var("MONKY_DEPLOYD_FAILPOINT").is_ok_and(|v| v == name) {
         // SIGKILL: no destructors, no flush, exactly what a power cut or OOM kill leaves behind.
-        let _ = std::process::Command::new("kill")
-            .args(["-9", &std::process::id().to_string()])
-            .status();
+        use rustix::process::{Signal, getpid, kill_process};
+        let _ = kill_process(getpid(), Signal::KILL);
         std::process::abort();
     }
     #[cfg(not(feature = "failpoints"))]

@@ -18,6 +18,8 @@ use crate::exit::{Exit, Failure};
 pub fn tenancy(cfg: &Config) -> anyhow::Result<proto::Client> {
     let mut b = proto::Client::builder(cfg.tenancy_url()?)
         .timeout(Duration::from_secs(cfg.tenancy.timeout_s))
+        // The download stops where the parser would refuse: one limit, not two that can drift.
+        .max_bundle_bytes(monky_bundle::Limits::default().max_bytes)
         .user_agent(format!("monky-deployd/{}", crate::VERSION));
     if let Some(addr) = cfg.tenancy_mapping()? {
         b = b.connect_to(addr);

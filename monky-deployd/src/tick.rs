@@ -458,7 +458,7 @@ impl<'a> Agent<'a> {
         }
         info!(
             "checkin: action={} desired={} applied={}",
-            action_name(resp.action),
+            resp.action,
             short(resp.desired_sha.as_deref()),
             short(self.state.applied_sha.as_deref())
         );
@@ -596,7 +596,7 @@ impl<'a> Agent<'a> {
                     .read_kv(token, path, entry.version)
                     .map_err(|e| peers::bao_failure(&format!("read {}", entry.var), e))?;
                 redact::register(v.expose_secret());
-                if entry.use_.as_deref() == Some("registry-auth") {
+                if entry.is_registry_auth() {
                     self.write_registry_auth(&v);
                 } else {
                     values.insert(entry.var.clone(), v);
@@ -608,11 +608,10 @@ impl<'a> Agent<'a> {
                 values.keys().cloned().collect::<Vec<_>>().join(", ")
             );
         }
-        let prod = self.cfg.is_prod(b.meta().is_prod());
         // A value that cannot be written where the template puts it fails here, before staging,
         // and waits out the backoff: the pinned versions make it fail the same way next time.
         let env_text = bundle::render_env(b.env_template(), &values)
-            .map_err(|r| self.failed_before_start(sha, prod, r.code.as_str(), &r))?;
+            .map_err(|r| self.failed_before_start(sha, r.code.as_str(), &r))?;
         drop(values);
 
         let staged = release::stage(self.cfg, &b, &env_text)?;
@@ -635,8 +634,9 @@ impl<'a> Agent<'a> {
         info!("compose pull");
         self.state.last_disk_need_bytes = b.meta().disk_need_bytes;
         if let Err(e) = staged.compose(&self.docker, self.cfg).pull() {
-            return Err(self.failed_before_start(sha, prod, "COMPOSE_PULL_FAILED", &e));
+            return Err(self.failed_before_start(sha, "COMPOSE_PULL_FAILED", &e));
         }
+        let prod = self.cfg.is_prod(b.meta().is_prod());
         let rel = release::promote(self.cfg, staged, sha)?;
         failpoint::hit("after-swap");
         self.state.applied_prod = Some(b.meta().is_prod());
@@ -734,11 +734,11 @@ impl<'a> Agent<'a> {
     fn failed_before_start(
         &mut self,
         sha: &str,
-        prod: bool,
         code: &str,
         why: &dyn std::fmt::Display,
     ) -> anyhow::Error {
-        let note = self.release_failed(sha, prod, false);
+        // Nothing started, so nothing falls back: prod or not does not matter here.
+        let note = self.release_failed(sha, false, false);
         Failure::new(Exit::Fail, Some(code.to_string()), format!("{why}; {note}")).into()
     }
 
@@ -992,14 +992,6 @@ fn not_ready(containers: &[SeenContainer]) -> Vec<String> {
         })
         .map(|c| format!("{} ({})", c.name, c.health.as_deref().unwrap_or(&c.state)))
         .collect()
-}
-
-fn action_name(a: Action) -> &'static str {
-    match a {
-        Action::Apply => "apply",
-        Action::None => "none",
-        Action::Down => "down",
-    }
 }
 
 /// The first 12 characters of a sha, for logs.
