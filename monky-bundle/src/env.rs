@@ -223,6 +223,106 @@ pub fn env_spellings(value: &str) -> Vec<String> {
     out
 }
 
+/// The secret values in a rendered `.env`, read back as compose reads them, for a redactor that
+/// must know the secrets of a release it did not render itself (compose quotes `.env` lines in
+/// its errors, and containers print their environment).
+///
+/// A line of `env` counts when the `.env.template` line with the same key references one of
+/// `secret_vars`; its whole value is returned (`postgres://app:<pw>@db` for a value built
+/// around a secret). Lines that are comments or not assignments are skipped.
+///
+/// ```
+/// use std::collections::BTreeSet;
+/// use secrecy::ExposeSecret;
+///
+/// let template = "# every ${PW}\nPW=${PW}\nMODE=prod\n";
+/// let env = "# every ${PW}\nPW=\"pa$$s #1\"\nMODE=prod\n";
+/// let values = monky_bundle::secret_values(template, env, &BTreeSet::from(["PW".to_string()]));
+/// let values: Vec<&str> = values.iter().map(|v| v.expose_secret()).collect();
+/// assert_eq!(values, ["pa$s #1"]);
+/// ```
+pub fn secret_values(
+    template: &str,
+    env: &str,
+    secret_vars: &BTreeSet<String>,
+) -> Vec<SecretString> {
+    let secret_keys: BTreeSet<&str> = code_lines(template)
+        .filter_map(|line| {
+            let (key, _) = assignment(line)?;
+            let mut names = BTreeSet::new();
+            interp::names(line, &mut names, 0);
+            names.iter().any(|n| secret_vars.contains(n)).then_some(key)
+        })
+        .collect();
+    code_lines(env)
+        .filter_map(|line| {
+            let (key, value) = assignment(line)?;
+            secret_keys
+                .contains(key)
+                .then(|| SecretString::from(read_value(value)))
+        })
+        .collect()
+}
+
+/// `KEY` and the raw value of a `KEY=value` or `export KEY=value` line.
+fn assignment(line: &str) -> Option<(&str, &str)> {
+    let line = line.trim_end_matches(['\n', '\r']);
+    let (key, value) = line.split_once('=')?;
+    let key = key.trim();
+    let key = key.strip_prefix("export ").map_or(key, str::trim_start);
+    interp::is_env_name(key).then_some((key, value))
+}
+
+/// A raw `.env` value as compose reads it: `"..."` with its escapes, `'...'` with `\'`, or an
+/// unquoted value cut at ` #` and trimmed; `$$` is a dollar.
+fn read_value(raw: &str) -> String {
+    let raw = raw.trim_start_matches([' ', '\t']);
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars().peekable();
+    match chars.peek() {
+        Some('"') => {
+            chars.next();
+            while let Some(c) = chars.next() {
+                match c {
+                    '"' => break,
+                    '\\' => match chars.next() {
+                        Some('n') => out.push('\n'),
+                        Some('r') => out.push('\r'),
+                        Some(other) => out.push(other),
+                        None => out.push('\\'),
+                    },
+                    '$' if chars.peek() == Some(&'$') => {
+                        chars.next();
+                        out.push('$');
+                    }
+                    c => out.push(c),
+                }
+            }
+        }
+        Some('\'') => {
+            chars.next();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\'' => break,
+                    '\\' if chars.peek() == Some(&'\'') => {
+                        chars.next();
+                        out.push('\'');
+                    }
+                    c => out.push(c),
+                }
+            }
+        }
+        _ => {
+            let end = raw
+                .match_indices('#')
+                .find(|(i, _)| *i > 0 && raw[..*i].ends_with([' ', '\t']))
+                .map_or(raw.len(), |(i, _)| i);
+            out.push_str(&raw[..end].trim().replace("$$", "$"));
+        }
+    }
+    out
+}
+
 /// Byte offset of `part` (a slice of `line`) in `line`.
 fn offset_in(line: &str, part: &str) -> usize {
     part.as_ptr() as usize - line.as_ptr() as usize

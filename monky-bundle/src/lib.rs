@@ -62,7 +62,9 @@ pub use checks::{
     DEFAULT_DISK_FACTOR, DEFAULT_DISK_HEADROOM, check_disk, check_env_complete, check_privileged,
     check_privileged_model, check_rollback,
 };
-pub use env::{MAX_ENV_VALUE_BYTES, env_spellings, referenced_vars, render_env, unresolved_vars};
+pub use env::{
+    MAX_ENV_VALUE_BYTES, env_spellings, referenced_vars, render_env, secret_values, unresolved_vars,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use limits::Limits;
 pub use manifest::{Manifest, ManifestEntry, REGISTRY_AUTH_USE};

@@ -95,6 +95,19 @@ proptest! {
     }
 
     #[test]
+    fn secret_values_reads_back_what_render_wrote(name in var_name(), value in any::<String>()) {
+        prop_assume!(name != "PLAIN");
+        let template = format!("# ${{{name}}}\n{name}=${{{name}}}\nQ=\"<${{{name}}}>\"\nPLAIN=x\n");
+        let map = BTreeMap::from([(name.clone(), SecretString::from(value.clone()))]);
+        let out = render_env(&template, &map).unwrap();
+        let secret = BTreeSet::from([name.clone()]);
+        let read = monky_bundle::secret_values(&template, out.expose_secret(), &secret);
+        let read: Vec<&str> = read.iter().map(|v| v.expose_secret()).collect();
+        let quoted = format!("<{value}>");
+        prop_assert_eq!(read, [value.as_str(), quoted.as_str()]);
+    }
+
+    #[test]
     fn a_value_inside_double_quotes_reads_back_exactly(
         name in var_name(), value in any::<String>(), pre in plain(), post in plain(),
     ) {

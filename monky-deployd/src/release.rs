@@ -41,14 +41,39 @@ impl Release {
         &self.dir
     }
 
-    /// The compose project for this release.
+    /// The compose project for this release. Every compose call on a release goes through
+    /// here, so this is where the release's secrets become known to the redactor, also when
+    /// this process did not read them (a retire or a fallback to an older release).
     pub fn compose(&self, docker: &compose::Docker, cfg: &Config) -> compose::Compose {
+        self.register_secrets();
         docker.compose(
             &cfg.compose_project,
             &self.dir,
             &self.dir.join(&self.compose_file),
             &self.dir.join(ENV_FILE),
         )
+    }
+}
+
+impl Release {
+    /// Registers with the redactor the values of `.env` that came from the manifest's secrets.
+    fn register_secrets(&self) {
+        let read = |name: &str| fs::read(self.dir.join(name)).ok();
+        let (Some(manifest), Some(template), Some(env)) = (
+            read(bundle::MemberName::SECRETS_MANIFEST.as_str()),
+            read(bundle::MemberName::ENV_TEMPLATE.as_str()),
+            read(ENV_FILE).map(zeroize::Zeroizing::new),
+        ) else {
+            return;
+        };
+        let Ok(manifest) = bundle::Manifest::parse(&manifest) else {
+            return;
+        };
+        let vars = manifest.env_entries().map(|e| e.var.clone()).collect();
+        let env = String::from_utf8_lossy(&env);
+        for value in bundle::secret_values(&String::from_utf8_lossy(&template), &env, &vars) {
+            crate::redact::register(value.expose_secret());
+        }
     }
 }
 

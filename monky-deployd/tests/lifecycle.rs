@@ -187,3 +187,39 @@ fn the_loop_stops_on_sigterm_after_the_current_tick() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+#[test]
+fn a_retire_masks_the_secrets_of_a_release_it_did_not_render() {
+    let w = World::new();
+    w.applied();
+    let kv_reads = |w: &World| {
+        w.bao
+            .agent_requests()
+            .iter()
+            .filter(|r| r.path.contains("/data/"))
+            .count()
+    };
+    let reads_before = kv_reads(&w);
+    // This tick reads no secret, yet compose quotes the release's .env in its error.
+    w.tenancy.set_desired(ENV, Desired::down(false));
+    w.stub("DOWN_FAIL_QUOTING_ENV", "1");
+    let run = w.tick();
+    run.expect(1);
+    let last_error = w.state()["last_error"].as_str().unwrap().to_string();
+    assert!(
+        last_error.starts_with("COMPOSE_DOWN_FAILED: "),
+        "{last_error}"
+    );
+    assert!(last_error.contains("failed to read .env"), "{last_error}");
+    assert!(
+        run.stderr().contains("failed to read .env"),
+        "{}",
+        run.stderr()
+    );
+    let state = w.state().to_string();
+    for secret in [GEMINI, PGPASS] {
+        assert!(!run.stderr().contains(secret), "{}", run.stderr());
+        assert!(!state.contains(secret), "{state}");
+    }
+    assert_eq!(kv_reads(&w), reads_before, "the retire read no secret");
+}

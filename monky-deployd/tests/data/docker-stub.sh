@@ -35,11 +35,13 @@ shift
 
 project=
 file=
+envfile=
 while [ $# -gt 0 ]; do
   case "$1" in
     -p) project=$2; shift 2 ;;
     -f) file=$2; shift 2 ;;
-    --env-file | --ansi | --project-directory) shift 2 ;;
+    --env-file) envfile=$2; shift 2 ;;
+    --ansi | --project-directory) shift 2 ;;
     -*) shift ;;
     *) break ;;
   esac
@@ -91,6 +93,11 @@ case "$sub" in
     if [ -n "$LOGS_FILE" ]; then cat "$LOGS_FILE"; else echo "web-1  | ready"; fi
     ;;
   down)
+    # DOWN_FAIL_QUOTING_ENV: fail as compose does on a bad .env, quoting its lines.
+    if [ -n "$DOWN_FAIL_QUOTING_ENV" ]; then
+      sed 's/^/failed to read .env: /' "$envfile" >&2
+      exit 1
+    fi
     echo '[]' >"$here/containers.json"
     ;;
   ps) echo '[]' ;;
