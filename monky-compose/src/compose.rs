@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::Container;
-use crate::container::{health_from_status, normalize_health};
+use crate::container::normalize_health;
 use crate::docker::{ComposeInfo, Docker};
 use crate::error::{Error, Result};
 use crate::process::{Invocation, Output};
@@ -424,18 +424,13 @@ impl PsRow {
     }
 
     fn into_container(self) -> Container {
-        let health = normalize_health(&self.health).or_else(|| health_from_status(&self.status));
-        let state = if self.state.is_empty() {
-            crate::container::state_from_status(&self.status)
-        } else {
-            self.state.to_ascii_lowercase()
-        };
-        Container {
-            name: self.name.trim_start_matches('/').to_owned(),
-            service: self.service,
-            state,
-            health,
-        }
+        Container::from_row(
+            self.name.trim_start_matches('/').to_owned(),
+            self.service,
+            &self.state,
+            &self.status,
+            normalize_health(&self.health),
+        )
     }
 }
 

@@ -16,6 +16,28 @@ pub struct Container {
 }
 
 impl Container {
+    /// From what every source reports: the engine's `state` (read from the `status` text when
+    /// empty, as old engines leave it) and the health (from the `status` text unless given).
+    pub(crate) fn from_row(
+        name: String,
+        service: String,
+        state: &str,
+        status: &str,
+        health: Option<String>,
+    ) -> Self {
+        let state = if state.is_empty() {
+            state_from_status(status)
+        } else {
+            state.to_ascii_lowercase()
+        };
+        Container {
+            name,
+            service,
+            state,
+            health: health.or_else(|| health_from_status(status)),
+        }
+    }
+
     /// Running, and healthy if it has a healthcheck.
     #[must_use]
     pub fn is_ready(&self) -> bool {

@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::Container;
 use crate::compose::{Compose, ComposeVersion};
-use crate::container::{health_from_status, state_from_status};
 use crate::engine::{self, Engine, EngineInfo, PROJECT_LABEL};
 use crate::error::{Error, Result};
 use crate::process::{Invocation, Runner, is_executable};
@@ -544,17 +543,13 @@ fn parse_cli_ps(text: &str) -> Result<Vec<Container>, String> {
             .find(|n| !n.contains('/'))
             .unwrap_or(&row.name)
             .to_owned();
-        let state = if row.state.is_empty() {
-            state_from_status(&row.status)
-        } else {
-            row.state.to_ascii_lowercase()
-        };
-        out.push(Container {
+        out.push(Container::from_row(
             name,
-            service: row.service,
-            state,
-            health: health_from_status(&row.status),
-        });
+            row.service,
+            &row.state,
+            &row.status,
+            None,
+        ));
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)

@@ -12,7 +12,6 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::Container;
-use crate::container::{health_from_status, state_from_status};
 use crate::error::{Error, Result};
 
 /// The socket the daemon listens on when `DOCKER_HOST` is not set.
@@ -294,17 +293,7 @@ impl ApiContainer {
             .unwrap_or_default()
             .to_owned();
         let service = self.label(SERVICE_LABEL).unwrap_or_default().to_owned();
-        let state = if self.state.is_empty() {
-            state_from_status(&self.status)
-        } else {
-            self.state.to_ascii_lowercase()
-        };
-        Container {
-            name,
-            service,
-            state,
-            health: health_from_status(&self.status),
-        }
+        Container::from_row(name, service, &self.state, &self.status, None)
     }
 }
 
