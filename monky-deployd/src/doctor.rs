@@ -76,9 +76,23 @@ pub fn run(cfg: &Config) -> Vec<Check> {
     )];
     out.push(check(
         "state dir",
-        "create it 0700, owned by the agent's user (the package does this)",
+        "make it a directory owned by the agent's user, mode 0700, with nothing planted below it \
+         (`chown -R monky-deployd: <state_dir> && chmod 0700 <state_dir>`; the package does this)",
         state_dir(cfg),
     ));
+    out.push(grant(cfg));
+    out.push(match &cfg.metrics_textfile {
+        Some(path) => check(
+            "metrics dir",
+            "make the textfile's directory owned by the agent's user (or root) and not writable by \
+             group or others (`chown monky-deployd: <dir> && chmod 0755 <dir>`)",
+            path.parent()
+                .map_or(Err("the metrics textfile has no directory".into()), |d| {
+                    crate::fsx::check_dir_owner(d).map(|()| format!("{} owned and not shared", d.display()))
+                }),
+        ),
+        None => skip("metrics dir", "metrics_textfile is not set"),
+    });
     let docker = compose::Docker::builder(cfg.docker_bin.clone())
         .docker_config(cfg.docker_config_dir())
         .build();
@@ -129,11 +143,38 @@ pub fn run(cfg: &Config) -> Vec<Check> {
     out
 }
 
+/// The bootstrap grant, when one is staged: a regular file, private, owned, small.
+fn grant(cfg: &Config) -> Check {
+    let path = &cfg.bootstrap_file;
+    if std::fs::symlink_metadata(path).is_err() {
+        return skip("grant", "no bootstrap grant staged (consumed, or a token is in use)");
+    }
+    check(
+        "grant",
+        "stage the grant again as a regular file, mode 0600, owned by the agent's user \
+         (re-run the install kit)",
+        crate::fsx::read_private(path, crate::tick::MAX_GRANT_BYTES)
+            .map(|_| format!("{} is a private regular file", path.display()))
+            .map_err(|p| format!("{}: {p}", path.display())),
+    )
+}
+
 fn state_dir(cfg: &Config) -> Result<String, String> {
     let meta = std::fs::metadata(&cfg.state_dir)
         .map_err(|e| format!("{}: {e}", cfg.state_dir.display()))?;
     if !meta.is_dir() {
         return Err(format!("{} is not a directory", cfg.state_dir.display()));
+    }
+    let st = rustix::fs::stat(&cfg.state_dir).map_err(|e| e.to_string())?;
+    let euid = rustix::process::geteuid().as_raw();
+    if let Some(p) = crate::fsx::owner_mode_problem(&st, &[euid]) {
+        return Err(format!("{}: {p}", cfg.state_dir.display()));
+    }
+    for sub in ["docker", cfg.env_id.as_str()] {
+        let p = cfg.state_dir.join(sub);
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(format!("{} is a symlink the agent did not make", p.display()));
+        }
     }
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
@@ -142,12 +183,12 @@ fn state_dir(cfg: &Config) -> Result<String, String> {
             cfg.state_dir.display()
         ));
     }
-    let probe = cfg
-        .state_dir
-        .join(format!(".doctor.tmp.{}", std::process::id()));
-    std::fs::write(&probe, b"")
-        .and_then(|()| std::fs::remove_file(&probe))
-        .map_err(|e| format!("{} is not writable: {e}", cfg.state_dir.display()))?;
+    crate::fsx::Dir::state_root(&cfg.state_dir)
+        .and_then(|d| {
+            d.write_atomic(".doctor-probe", b"", 0o600)?;
+            d.remove_file(".doctor-probe")
+        })
+        .map_err(|e| format!("{} is not writable: {e:#}", cfg.state_dir.display()))?;
     Ok(format!(
         "{} (mode {mode:o}, writable)",
         cfg.state_dir.display()

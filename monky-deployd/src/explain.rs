@@ -78,6 +78,18 @@ pub const NEXT_STEPS: &[(&str, &str)] = &[
         "compose down failed: check that the docker daemon answers",
     ),
     (
+        "STATE_DIR_UNSAFE",
+        "the state dir, or something below it, is owned or writable by another user or is a link the agent did not make: remove what was planted, `chown -R` the state dir to the agent's user and `chmod 0700` it",
+    ),
+    (
+        "GRANT_UNSAFE",
+        "the bootstrap grant is a link, FIFO or device, readable by others, owned by another user, or too large: stage it again as a regular 0600 file owned by the agent's user (re-run the install kit)",
+    ),
+    (
+        "RELEASE_MODIFIED",
+        "a release's files or its .env changed on disk since the agent wrote it, so it was not started: find what wrote it (a container binding its own release dir?), then apply a release again from tenancy",
+    ),
+    (
         "NO_CREDENTIALS",
         "no OpenBao token and no bootstrap grant: re-run the install kit",
     ),

@@ -1,119 +1,679 @@
-//! Crash-safe file operations: atomic writes with a mode, private directories, symlink swaps.
+//! Files on a hostile box: directories walked from a directory fd with `O_NOFOLLOW`, atomic
+//! writes through temp files created `O_CREAT|O_EXCL|O_NOFOLLOW` under unpredictable names,
+//! bounded reads that accept regular files only, and StrictModes-style owner and mode checks.
+//!
+//! The state dir itself may be reached through links the admin made (it is named in the
+//! config); every component below it is opened relative to its parent's fd and must not be a
+//! symlink, except `current`, which only the agent creates.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::ffi::OsStr;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
+use rustix::io::Errno;
 
-/// Creates `dir` (and parents) and makes it mode `mode`.
-pub fn private_dir(dir: &Path, mode: u32) -> anyhow::Result<()> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(mode)
-        .create(dir)
-        .with_context(|| format!("cannot create {}", dir.display()))?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(mode))
-        .with_context(|| format!("cannot set mode {mode:o} on {}", dir.display()))
+use crate::exit::{Exit, Failure};
+
+/// The code of a refusal to work in a state dir (or under it) that someone else could change.
+pub const STATE_DIR_UNSAFE: &str = "STATE_DIR_UNSAFE";
+
+/// The largest file the agent reads back from its own state dir (state.json, bao.token, a key).
+pub const MAX_STATE_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+const DIR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// A refusal with the state-dir code: `path` and why it cannot be trusted, and the fix.
+pub fn unsafe_path(path: &Path, why: &str) -> anyhow::Error {
+    Failure::new(
+        Exit::Fail,
+        Some(STATE_DIR_UNSAFE.into()),
+        format!(
+            "{}: {why}; only the agent's user may change anything under its state dir \
+             (remove what was planted, then `chown -R` the state dir to the agent's user and \
+             `chmod 0700` it)",
+            path.display()
+        ),
+    )
+    .into()
 }
 
-/// Writes `bytes` to `path` atomically with `mode`: a temp file in the same directory, fsync,
-/// rename, fsync the directory. A crash leaves the old file or the new one, never a torn one.
-pub fn atomic_write(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// What is wrong with a directory's owner or mode, as sshd's StrictModes judges it: the owner
+/// must be one of `owners` and neither group nor others may write it.
+pub fn owner_mode_problem(st: &rustix::fs::Stat, owners: &[u32]) -> Option<String> {
+    let mode = st.st_mode & 0o7777;
+    if !owners.contains(&st.st_uid) {
+        return Some(format!(
+            "owned by uid {}, not by {}",
+            st.st_uid,
+            owners
+                .iter()
+                .map(|u| format!("uid {u}"))
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ));
+    }
+    if mode & 0o022 != 0 {
+        return Some(format!("mode {mode:o} lets group or others write it"));
+    }
+    None
+}
+
+/// Checks a directory outside the state dir that the agent writes into (the metrics textfile's):
+/// a directory owned by the agent's uid or root, not writable by group or others.
+pub fn check_dir_owner(dir: &Path) -> Result<(), String> {
+    let st = rustix::fs::stat(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    match owner_mode_problem(&st, &[euid(), 0]) {
+        Some(p) => Err(format!("{}: {p}", dir.display())),
+        None => Ok(()),
+    }
+}
+
+/// A directory held open; every name below it is resolved from this fd without following links.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl Dir {
+    /// Opens (creating it 0700 if missing) the agent's state dir and checks it as sshd's
+    /// StrictModes would: a directory owned by the agent's uid, not writable by group or others.
+    /// Anything else is refused with [`STATE_DIR_UNSAFE`].
+    pub fn state_root(path: &Path) -> anyhow::Result<Self> {
+        match rustix::fs::mkdir(path, Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(Errno::NOENT) => {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .create(path)
+                    .with_context(|| format!("cannot create {}", path.display()))?;
+                rustix::fs::chmod(path, Mode::from_raw_mode(0o700))
+                    .with_context(|| format!("cannot set mode 700 on {}", path.display()))?;
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", path.display())),
+        }
+        let fd = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| unsafe_path(path, &format!("cannot open it as a directory ({e})")))?;
+        let st = rustix::fs::fstat(&fd)?;
+        if let Some(p) = owner_mode_problem(&st, &[euid()]) {
+            return Err(unsafe_path(path, &p));
+        }
+        if st.st_mode & 0o077 != 0 {
+            // Readable by others but writable only by the agent: safe to narrow, so narrow it.
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))
+                .with_context(|| format!("cannot set mode 700 on {}", path.display()))?;
+        }
+        Ok(Self {
+            fd,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The directory's path, for messages and for the programs that need one (compose).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path of `name` in this directory, for messages.
+    pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Opens the subdirectory `name` without following a link; `None` when it does not exist.
+    pub fn sub(&self, name: &str) -> anyhow::Result<Option<Self>> {
+        match rustix::fs::openat(&self.fd, name, DIR_FLAGS, Mode::empty()) {
+            Ok(fd) => self.checked_sub(fd, name).map(Some),
+            Err(Errno::NOENT) => Ok(None),
+            Err(Errno::LOOP | Errno::NOTDIR) => Err(unsafe_path(
+                &self.join(name),
+                "it is a symlink or not a directory, and the agent did not make it",
+            )),
+            Err(e) => Err(e).with_context(|| format!("cannot open {}", self.join(name).display())),
+        }
+    }
+
+    /// Opens the subdirectory `name`, creating it with `mode` if missing, and sets `mode` on it.
+    pub fn ensure_sub(&self, name: &str, mode: u32) -> anyhow::Result<Self> {
+        match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode)) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("cannot create {}", self.join(name).display()));
+            }
+        }
+        let dir = self.sub(name)?.with_context(|| {
+            format!("{} vanished while it was created", self.join(name).display())
+        })?;
+        rustix::fs::fchmod(&dir.fd, Mode::from_raw_mode(mode))
+            .with_context(|| format!("cannot set mode {mode:o} on {}", dir.path.display()))?;
+        Ok(dir)
+    }
+
+    fn checked_sub(&self, fd: OwnedFd, name: &str) -> anyhow::Result<Self> {
+        let path = self.join(name);
+        let st = rustix::fs::fstat(&fd)?;
+        if let Some(p) = owner_mode_problem(&st, &[euid()]) {
+            return Err(unsafe_path(&path, &p));
+        }
+        Ok(Self { fd, path })
+    }
+
+    /// Writes `bytes` to `name` atomically with exactly `mode`: a temp file created
+    /// `O_EXCL|O_NOFOLLOW` under an unpredictable name, fsync, rename over `name`, fsync the
+    /// directory. A crash leaves the old file or the new one; a planted name is never reused.
+    pub fn write_atomic(&self, name: &str, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+        let (tmp, fd) = self.create_temp(name, mode)?;
+        let result = (|| {
+            // The umask may have narrowed the mode, never widened it; set it exactly.
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
+            crate::failpoint::hit("mid-write");
+            let mut f = std::fs::File::from(fd);
+            f.write_all(bytes)
+                .and_then(|()| f.sync_all())
+                .with_context(|| format!("cannot write {}", self.join(&tmp).display()))?;
+            rustix::fs::renameat(&self.fd, tmp.as_str(), &self.fd, name)
+                .with_context(|| format!("cannot move {} into place", self.join(name).display()))?;
+            self.sync()
+        })();
+        if result.is_err() {
+            let _ = rustix::fs::unlinkat(&self.fd, tmp.as_str(), AtFlags::empty());
+        }
+        result
+    }
+
+    fn create_temp(&self, name: &str, mode: u32) -> anyhow::Result<(String, OwnedFd)> {
+        let flags = OFlags::WRONLY
+            | OFlags::CREATE
+            | OFlags::EXCL
+            | OFlags::NOFOLLOW
+            | OFlags::CLOEXEC
+            | OFlags::NOCTTY;
+        for _ in 0..16 {
+            let tmp = temp_name(name);
+            match rustix::fs::openat(&self.fd, tmp.as_str(), flags, Mode::from_raw_mode(mode)) {
+                Ok(fd) => return Ok((tmp, fd)),
+                Err(Errno::EXIST) => continue,
+                Err(e) => {
+                    return Err(e)
+                        .with_context(|| format!("cannot create {}", self.join(&tmp).display()));
+                }
+            }
+        }
+        anyhow::bail!(
+            "cannot create a temp file for {}: every name tried exists",
+            self.join(name).display()
+        )
+    }
+
+    /// Reads `name` if it is a regular file of at most `max` bytes, opened `O_NOFOLLOW|O_NONBLOCK`
+    /// so a link, FIFO or device is refused instead of followed, waited on or read forever.
+    /// `None` when it does not exist.
+    pub fn read_file(&self, name: &str, max: u64) -> anyhow::Result<Option<Vec<u8>>> {
+        match self.read(name, max) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(ReadProblem::Missing) => Ok(None),
+            Err(p) => Err(unsafe_path(&self.join(name), &p.to_string())),
+        }
+    }
+
+    /// As [`Dir::read_file`], with the problem itself for the caller to name.
+    pub fn read(&self, name: &str, max: u64) -> Result<Vec<u8>, ReadProblem> {
+        read_regular(Some(&self.fd), Path::new(name), max)
+    }
+
+    /// Opens (creating it with `mode` if missing) a regular file for writing, without following
+    /// a link and without truncating it (the lock file).
+    pub fn open_plain(&self, name: &str, mode: u32) -> anyhow::Result<std::fs::File> {
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+            Mode::from_raw_mode(mode),
+        )
+        .map_err(|e| match e {
+            Errno::LOOP => unsafe_path(&self.join(name), "it is a symlink"),
+            e => anyhow::Error::new(e).context(format!("cannot open {}", self.join(name).display())),
+        })?;
+        let st = rustix::fs::fstat(&fd)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(unsafe_path(&self.join(name), "it is not a regular file"));
+        }
+        Ok(std::fs::File::from(fd))
+    }
+
+    /// Removes the file or link `name` (never what a link points to); a missing one is fine.
+    pub fn remove_file(&self, name: &str) -> anyhow::Result<()> {
+        match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("cannot remove {}", self.join(name).display())),
+        }
+    }
+
+    /// Removes `name` and everything below it without following any link: a planted link is
+    /// removed itself, its target is left alone. A missing `name` is fine.
+    pub fn remove_tree(&self, name: &str) -> anyhow::Result<()> {
+        match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => return Ok(()),
+            Err(Errno::ISDIR | Errno::PERM) => {}
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("cannot remove {}", self.join(name).display()));
+            }
+        }
+        let fd = match rustix::fs::openat(&self.fd, name, DIR_FLAGS, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(()),
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot open {}", self.join(name).display()));
+            }
+        };
+        let sub = Self {
+            fd,
+            path: self.join(name),
+        };
+        for (entry, _) in sub.entries()? {
+            sub.remove_tree(&entry)?;
+        }
+        drop(sub);
+        match rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("cannot remove {}", self.join(name).display())),
+        }
+    }
+
+    /// The names in this directory (not `.` or `..`) with their types, as the directory says
+    /// them (a link is a link).
+    pub fn entries(&self) -> anyhow::Result<Vec<(String, FileType)>> {
+        let fd = rustix::fs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty())?;
+        let mut dir = rustix::fs::Dir::new(fd)
+            .with_context(|| format!("cannot list {}", self.path.display()))?;
+        let mut out = Vec::new();
+        while let Some(entry) = dir.read() {
+            let entry =
+                entry.with_context(|| format!("cannot list {}", self.path.display()))?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let mut kind = entry.file_type();
+            if kind == FileType::Unknown {
+                kind = rustix::fs::statat(&self.fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW)
+                    .map_or(FileType::Unknown, |st| FileType::from_raw_mode(st.st_mode));
+            }
+            out.push((String::from_utf8_lossy(name).into_owned(), kind));
+        }
+        Ok(out)
+    }
+
+    /// The modification time of `name` (a link's own), in seconds.
+    pub fn mtime(&self, name: &str) -> Option<i64> {
+        rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .map(|st| st.st_mtime)
+    }
+
+    /// Moves `name` to `to` in `dest` (a rename within the file system).
+    pub fn rename_to(&self, name: &str, dest: &Dir, to: &str) -> anyhow::Result<()> {
+        rustix::fs::renameat(&self.fd, name, &dest.fd, to).with_context(|| {
+            format!(
+                "cannot move {} to {}",
+                self.join(name).display(),
+                dest.join(to).display()
+            )
+        })
+    }
+
+    /// Swaps `name` here with `other` in `dest` atomically (`RENAME_EXCHANGE`); `false` when
+    /// the file system cannot, so the caller takes another way.
+    pub fn exchange(&self, name: &str, dest: &Dir, other: &str) -> anyhow::Result<bool> {
+        match rustix::fs::renameat_with(&self.fd, name, &dest.fd, other, RenameFlags::EXCHANGE) {
+            Ok(()) => Ok(true),
+            Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => Ok(false),
+            Err(e) => Err(e).with_context(|| {
+                format!(
+                    "cannot exchange {} and {}",
+                    self.join(name).display(),
+                    dest.join(other).display()
+                )
+            }),
+        }
+    }
+
+    /// Points the symlink `name` at `target` atomically (a temp link under an unpredictable name,
+    /// renamed over it).
+    pub fn swap_symlink(&self, target: &Path, name: &str) -> anyhow::Result<()> {
+        let mut last = None;
+        for _ in 0..16 {
+            let tmp = temp_name(name);
+            match rustix::fs::symlinkat(target, &self.fd, tmp.as_str()) {
+                Ok(()) => {
+                    let moved = rustix::fs::renameat(&self.fd, tmp.as_str(), &self.fd, name);
+                    if let Err(e) = moved {
+                        let _ = rustix::fs::unlinkat(&self.fd, tmp.as_str(), AtFlags::empty());
+                        return Err(e)
+                            .with_context(|| format!("cannot swap {}", self.join(name).display()));
+                    }
+                    return self.sync();
+                }
+                Err(Errno::EXIST) => last = Some(Errno::EXIST),
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!("cannot create symlink {}", self.join(&tmp).display())
+                    });
+                }
+            }
+        }
+        Err(last.unwrap_or(Errno::EXIST))
+            .with_context(|| format!("cannot create a temp link for {}", self.join(name).display()))
+    }
+
+    /// The target of the symlink `name`, when it is one.
+    pub fn read_link(&self, name: &str) -> Option<PathBuf> {
+        rustix::fs::readlinkat(&self.fd, name, Vec::new())
+            .ok()
+            .map(|t| PathBuf::from(OsStr::from_bytes(t.as_bytes())))
+    }
+
+    /// fsyncs the directory so a rename in it is durable.
+    pub fn sync(&self) -> anyhow::Result<()> {
+        rustix::fs::fsync(&self.fd).with_context(|| format!("cannot sync {}", self.path.display()))
+    }
+
+    /// Removes leftover temp files (`.<name>.tmp.<suffix>`) a killed process left here.
+    pub fn remove_temp_files(&self) {
+        let Ok(entries) = self.entries() else {
+            return;
+        };
+        for (name, _) in entries {
+            if is_temp_name(&name) {
+                let _ = rustix::fs::unlinkat(&self.fd, name.as_str(), AtFlags::empty());
+            }
+        }
+    }
+}
+
+/// `.<name>.tmp.<16 random hex digits>`: nobody can plant it ahead of the agent.
+fn temp_name(name: &str) -> String {
+    format!(".{name}.tmp.{:016x}", rand::random::<u64>())
+}
+
+/// Whether `name` has the shape of the agent's temp files.
+pub fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.') && name.contains(".tmp.")
+}
+
+/// Why a bounded read refused a file.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReadProblem {
+    /// It does not exist.
+    Missing,
+    /// A symlink, FIFO, device, socket or directory.
+    NotRegular(&'static str),
+    /// Group or others may read it (only for reads that ask for a private file).
+    Readable(u32),
+    /// Owned by another uid (only for reads that ask for a private file).
+    Owner(u32),
+    /// Larger than allowed.
+    TooLarge(u64),
+    /// Any other error.
+    Io(String),
+}
+
+impl std::fmt::Display for ReadProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Missing => f.write_str("it does not exist"),
+            Self::NotRegular(kind) => write!(f, "it is a {kind}, not a regular file"),
+            Self::Readable(mode) => write!(f, "mode {mode:o} lets group or others read it"),
+            Self::Owner(uid) => write!(f, "it is owned by uid {uid}"),
+            Self::TooLarge(max) => write!(f, "it is larger than {max} bytes"),
+            Self::Io(e) => f.write_str(e),
+        }
+    }
+}
+
+fn kind_name(t: FileType) -> &'static str {
+    match t {
+        FileType::Symlink => "symlink",
+        FileType::Fifo => "FIFO",
+        FileType::CharacterDevice => "character device",
+        FileType::BlockDevice => "block device",
+        FileType::Socket => "socket",
+        FileType::Directory => "directory",
+        _ => "special file",
+    }
+}
+
+fn open_regular(at: Option<&OwnedFd>, path: &Path) -> Result<OwnedFd, ReadProblem> {
+    let flags =
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let opened = match at {
+        Some(dir) => rustix::fs::openat(dir, path, flags, Mode::empty()),
+        None => rustix::fs::open(path, flags, Mode::empty()),
+    };
+    opened.map_err(|e| match e {
+        Errno::NOENT => ReadProblem::Missing,
+        Errno::LOOP => ReadProblem::NotRegular("symlink"),
+        e => ReadProblem::Io(e.to_string()),
+    })
+}
+
+fn read_fd(fd: OwnedFd, max: u64) -> Result<Vec<u8>, ReadProblem> {
+    let st = rustix::fs::fstat(&fd).map_err(|e| ReadProblem::Io(e.to_string()))?;
+    let kind = FileType::from_raw_mode(st.st_mode);
+    if kind != FileType::RegularFile {
+        return Err(ReadProblem::NotRegular(kind_name(kind)));
+    }
+    if u64::try_from(st.st_size).unwrap_or(u64::MAX) > max {
+        return Err(ReadProblem::TooLarge(max));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::from(fd)
+        .take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| ReadProblem::Io(e.to_string()))?;
+    // The file may have grown between the stat and the read.
+    if bytes.len() as u64 > max {
+        return Err(ReadProblem::TooLarge(max));
+    }
+    Ok(bytes)
+}
+
+fn read_regular(at: Option<&OwnedFd>, path: &Path, max: u64) -> Result<Vec<u8>, ReadProblem> {
+    read_fd(open_regular(at, path)?, max)
+}
+
+/// Reads a private file someone else could have planted (the bootstrap grant): a regular file,
+/// not a link, FIFO or device, owned by the agent's uid or root, not readable by group or
+/// others, at most `max` bytes.
+pub fn read_private(path: &Path, max: u64) -> Result<Vec<u8>, ReadProblem> {
+    let fd = open_regular(None, path)?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| ReadProblem::Io(e.to_string()))?;
+    let kind = FileType::from_raw_mode(st.st_mode);
+    if kind != FileType::RegularFile {
+        return Err(ReadProblem::NotRegular(kind_name(kind)));
+    }
+    if st.st_uid != euid() && st.st_uid != 0 {
+        return Err(ReadProblem::Owner(st.st_uid));
+    }
+    if st.st_mode & 0o077 != 0 {
+        return Err(ReadProblem::Readable(st.st_mode & 0o777));
+    }
+    read_fd(fd, max)
+}
+
+/// Reads a file outside the state dir that the agent only reports on (state.json for the
+/// metrics and `status`): regular files only, bounded, no link followed at the last step.
+pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, ReadProblem> {
+    read_regular(None, path, max)
+}
+
+/// Writes the metrics textfile: its directory must pass [`check_dir_owner`]; the file is
+/// written atomically through an unpredictable temp name, so a link is replaced, never
+/// written through.
+pub fn write_outside(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
     let dir = path
         .parent()
-        .with_context(|| format!("{} has no parent directory", path.display()))?;
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let name = path
         .file_name()
-        .with_context(|| format!("{} has no file name", path.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
-        // The umask may have narrowed the mode, never widened it; set it exactly.
-        f.set_permissions(fs::Permissions::from_mode(mode))?;
-        crate::failpoint::hit("mid-write");
-        f.write_all(bytes)
-            .and_then(|()| f.sync_all())
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        fs::rename(&tmp, path)
-            .with_context(|| format!("cannot move {} into place", path.display()))?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
-
-/// Points the symlink `link` at `target` atomically (a temp link renamed over it).
-pub fn swap_symlink(target: &Path, link: &Path) -> anyhow::Result<()> {
-    let dir = link
-        .parent()
-        .with_context(|| format!("{} has no parent directory", link.display()))?;
-    let tmp = dir.join(format!(".current.tmp.{}", std::process::id()));
-    let _ = fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(target, &tmp)
-        .with_context(|| format!("cannot create symlink {}", tmp.display()))?;
-    fs::rename(&tmp, link).with_context(|| format!("cannot swap {}", link.display()))?;
-    sync_dir(dir)
-}
-
-/// fsyncs a directory so a rename in it is durable.
-pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("cannot sync {}", dir.display()))
-}
-
-/// Removes leftover temp files (`.<name>.tmp.<pid>`) a killed process left in `dir`.
-pub fn remove_temp_files(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
+        .and_then(OsStr::to_str)
+        .with_context(|| format!("{} has no usable file name", path.display()))?;
+    check_dir_owner(dir).map_err(|p| {
+        anyhow::anyhow!(
+            "refusing to write {}: {p}; make the directory owned by the agent's user (or root) \
+             and not writable by group or others",
+            path.display()
+        )
+    })?;
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .with_context(|| format!("cannot open {}", dir.display()))?;
+    let dir = Dir {
+        fd,
+        path: dir.to_path_buf(),
     };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with('.') && name.contains(".tmp.") {
-            let _ = fs::remove_file(e.path());
-        }
+    dir.write_atomic(name, bytes, mode)
+}
+
+/// The raw fd of a [`Dir`], for the few callers that pass it on.
+impl AsFd for Dir {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn root() -> (tempfile::TempDir, Dir) {
+        let t = tempfile::tempdir().unwrap();
+        let d = Dir::state_root(&t.path().join("state")).unwrap();
+        (t, d)
+    }
 
     #[test]
-    fn atomic_write_sets_the_exact_mode_and_leaves_no_temp() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("x.token");
-        atomic_write(&p, b"one", 0o600).unwrap();
-        atomic_write(&p, b"two", 0o600).unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"two");
+    fn write_atomic_sets_the_exact_mode_and_leaves_no_temp() {
+        let (_t, d) = root();
+        d.write_atomic("x.token", b"one", 0o600).unwrap();
+        d.write_atomic("x.token", b"two", 0o600).unwrap();
+        let p = d.join("x.token");
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
         assert_eq!(
-            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
             0o600
         );
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert_eq!(d.entries().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_planted_temp_name_is_never_followed_or_reused() {
+        let (t, d) = root();
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, "root only").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // The names the old code would have used, for this pid.
+        let pid = std::process::id();
+        std::os::unix::fs::symlink(&victim, d.join(format!(".x.token.tmp.{pid}"))).unwrap();
+        d.write_atomic("x.token", b"secret", 0o644).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"root only");
+        assert_eq!(
+            std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+
+    #[test]
+    fn symlinked_subdirs_are_refused_and_removed_without_following() {
+        let (t, d) = root();
+        let outside = t.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("keep"), "x").unwrap();
+        std::os::unix::fs::symlink(&outside, d.join("staging")).unwrap();
+        let e = d.ensure_sub("staging", 0o700).unwrap_err();
+        assert!(format!("{e:#}").contains(STATE_DIR_UNSAFE), "{e:#}");
+        assert!(d.sub("staging").is_err());
+        d.remove_tree("staging").unwrap();
+        assert!(outside.join("keep").exists());
+        assert_eq!(
+            std::fs::metadata(&outside).unwrap().permissions().mode() & 0o777,
+            0o755
+        );
+        let s = d.ensure_sub("staging", 0o700).unwrap();
+        let inner = s.ensure_sub("a", 0o700).unwrap();
+        inner.write_atomic("f", b"1", 0o600).unwrap();
+        std::os::unix::fs::symlink(&outside, inner.join("link")).unwrap();
+        d.remove_tree("staging").unwrap();
+        assert!(!d.join("staging").exists());
+        assert!(outside.join("keep").exists());
+    }
+
+    #[test]
+    fn reads_refuse_links_fifos_devices_and_large_files() {
+        let (t, d) = root();
+        std::fs::write(d.join("ok"), "fine").unwrap();
+        assert_eq!(d.read_file("ok", 10).unwrap().unwrap(), b"fine");
+        assert!(d.read_file("missing", 10).unwrap().is_none());
+        assert!(d.read_file("ok", 2).is_err());
+        std::os::unix::fs::symlink(t.path(), d.join("link")).unwrap();
+        assert!(d.read_file("link", 10).is_err());
+        rustix::fs::mknodat(
+            &d,
+            "fifo",
+            FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        assert_eq!(
+            read_bounded(&d.join("fifo"), 10),
+            Err(ReadProblem::NotRegular("FIFO"))
+        );
+        assert_eq!(
+            read_bounded(Path::new("/dev/zero"), 10),
+            Err(ReadProblem::NotRegular("character device"))
+        );
+    }
+
+    #[test]
+    fn strict_modes_refuse_a_group_writable_state_dir() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("state");
+        std::fs::create_dir(&p).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o770)).unwrap();
+        let e = Dir::state_root(&p).unwrap_err();
+        assert!(format!("{e:#}").contains("group or others write"), "{e:#}");
     }
 
     #[test]
     fn swap_symlink_replaces_the_link() {
-        let dir = tempfile::tempdir().unwrap();
-        let link = dir.path().join("current");
-        swap_symlink(Path::new("releases/a"), &link).unwrap();
-        swap_symlink(Path::new("releases/b"), &link).unwrap();
-        assert_eq!(fs::read_link(&link).unwrap(), Path::new("releases/b"));
+        let (_t, d) = root();
+        d.swap_symlink(Path::new("releases/a"), "current").unwrap();
+        d.swap_symlink(Path::new("releases/b"), "current").unwrap();
+        assert_eq!(d.read_link("current").unwrap(), Path::new("releases/b"));
     }
 }

@@ -115,9 +115,11 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
     out
 }
 
-/// Writes the file atomically, readable by node_exporter (0644).
+/// Writes the file atomically, readable by node_exporter (0644). Its directory must be owned by
+/// the agent's user or root and not writable by group or others; the file is replaced through
+/// an unpredictable temp name, never written through a link.
 pub fn write(path: &Path, text: &str) -> anyhow::Result<()> {
-    fsx::atomic_write(path, text.as_bytes(), 0o644)
+    fsx::write_outside(path, text.as_bytes(), 0o644)
 }
 
 fn escape(v: &str) -> String {

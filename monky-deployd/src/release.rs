@@ -3,42 +3,59 @@
 //! Layout under `<state_dir>/<env_id>/`: `staging/<sha>.<pid>/` while a release is written,
 //! `releases/<sha>/` once complete (bundle files + `.env`, 0600), and `current -> releases/<sha>`.
 //! Every step is a rename, so a crash leaves `current` naming a complete release.
+//!
+//! Every directory is opened from the state dir's fd without following links ([`fsx::Dir`]),
+//! and a release is checked before any compose command that starts or stops it
+//! ([`verify`]): its members must still hash to its sha and its `.env` must match the keyed
+//! digest recorded when the agent wrote it (`<env_id>/env-digests/<sha>`, HMAC-SHA256 under
+//! the box-local key `<state_dir>/release.key`), because a container that binds its own
+//! release dir can rewrite both.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use hmac::{Hmac, Mac};
 use monky_bundle as bundle;
 use monky_compose as compose;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::config::Config;
-use crate::fsx;
+use crate::exit::{Exit, Failure};
+use crate::fsx::{self, Dir};
 
 const ENV_FILE: &str = ".env";
+const DIGESTS: &str = "env-digests";
+const KEY_FILE: &str = "release.key";
+
+/// The code of a release refused because it changed on disk since the agent wrote it.
+pub const RELEASE_MODIFIED: &str = "RELEASE_MODIFIED";
+
+/// More entries than this in a release dir is not a release any more (nor worth listing).
+const MAX_RELEASE_ENTRIES: usize = 4096;
+
+/// The largest `.env` read back: the template's member cap plus the values' cap, escaped.
+const MAX_ENV_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A complete release directory (staged or promoted).
 #[derive(Debug)]
 pub struct Release {
     dir: PathBuf,
     compose_file: String,
+    /// The keyed digest of the `.env` this process wrote into a staged release.
+    env_digest: Option<String>,
 }
 
 impl Release {
-    /// Opens a release directory if it holds a compose file.
+    /// Opens a release directory if it holds a compose file (a regular file, not a link).
     pub fn open(dir: &Path) -> Option<Self> {
         ["docker-compose.yml", "compose.yaml"]
             .into_iter()
-            .find(|f| dir.join(f).is_file())
+            .find(|f| std::fs::symlink_metadata(dir.join(f)).is_ok_and(|m| m.is_file()))
             .map(|f| Self {
                 dir: dir.to_path_buf(),
                 compose_file: f.to_string(),
+                env_digest: None,
             })
-    }
-
-    /// The directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     /// The compose project for this release. Every compose call on a release goes through
@@ -58,7 +75,10 @@ impl Release {
 impl Release {
     /// Registers with the redactor the values of `.env` that came from the manifest's secrets.
     fn register_secrets(&self) {
-        let read = |name: &str| fs::read(self.dir.join(name)).ok();
+        // Bounded, regular files only: a FIFO planted as `.env` cannot hang the tick here.
+        let read = |name: &str| {
+            fsx::read_bounded(&self.dir.join(name), MAX_ENV_BYTES).ok()
+        };
         let (Some(manifest), Some(template), Some(env)) = (
             read(bundle::MemberName::SECRETS_MANIFEST.as_str()),
             read(bundle::MemberName::ENV_TEMPLATE.as_str()),
@@ -82,107 +102,288 @@ pub fn current_dir(cfg: &Config) -> PathBuf {
     cfg.env_dir().join("current")
 }
 
-fn releases_dir(cfg: &Config) -> PathBuf {
-    cfg.env_dir().join("releases")
+/// The env's directory, opened from the checked state dir (created 0700 if missing).
+fn env_dir(cfg: &Config) -> anyhow::Result<(Dir, Dir)> {
+    let root = Dir::state_root(&cfg.state_dir)?;
+    let env = root.ensure_sub(&cfg.env_id, 0o700)?;
+    Ok((root, env))
 }
 
-fn staging_dir(cfg: &Config) -> PathBuf {
-    cfg.env_dir().join("staging")
+/// The box-local key of the `.env` digests, made on first use (32 random bytes, 0600).
+fn digest_key(root: &Dir) -> anyhow::Result<zeroize::Zeroizing<Vec<u8>>> {
+    if let Some(key) = root.read_file(KEY_FILE, 1024)? {
+        if key.len() >= 32 {
+            return Ok(zeroize::Zeroizing::new(key));
+        }
+    }
+    let key = zeroize::Zeroizing::new(rand::random::<[u8; 32]>().to_vec());
+    root.write_atomic(KEY_FILE, &key, 0o600)?;
+    Ok(key)
+}
+
+/// HMAC-SHA256 of a `.env` under the box-local key, in hex. Keyed, so a digest that leaks
+/// (it is no secret to the agent) does not let anyone test guesses of a short secret offline.
+fn env_digest(key: &[u8], env: &[u8]) -> String {
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes any key length");
+    mac.update(env);
+    hex::encode(mac.finalize().into_bytes())
 }
 
 /// Writes the bundle's files and the rendered `.env` (0600) into a fresh staging directory.
 pub fn stage(cfg: &Config, b: &bundle::Bundle, env: &SecretString) -> anyhow::Result<Release> {
-    fsx::private_dir(&cfg.env_dir(), 0o700)?;
-    fsx::private_dir(&staging_dir(cfg), 0o700)?;
-    let dir = staging_dir(cfg).join(format!("{}.{}", b.sha(), std::process::id()));
-    if dir.exists() {
-        fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+    let (root, envd) = env_dir(cfg)?;
+    let staging = envd.ensure_sub("staging", 0o700)?;
+    let name = format!("{}.{}", b.sha(), std::process::id());
+    staging.remove_tree(&name)?;
+    let dir = staging.ensure_sub(&name, 0o700)?;
+    for (member, bytes) in b.files() {
+        dir.write_atomic(member.as_str(), bytes, 0o600)?;
     }
-    fsx::private_dir(&dir, 0o700)?;
-    write_files(&dir, b, env)?;
-    Release::open(&dir).context("staged release has no compose file")
-}
-
-fn write_files(dir: &Path, b: &bundle::Bundle, env: &SecretString) -> anyhow::Result<()> {
-    for (name, bytes) in b.files() {
-        fsx::atomic_write(&dir.join(name.as_str()), bytes, 0o600)?;
-    }
-    fsx::atomic_write(&dir.join(ENV_FILE), env.expose_secret().as_bytes(), 0o600)
+    let env = env.expose_secret().as_bytes();
+    dir.write_atomic(ENV_FILE, env, 0o600)?;
+    let digest = env_digest(&digest_key(&root)?, env);
+    let mut rel = Release::open(dir.path()).context("staged release has no compose file")?;
+    rel.env_digest = Some(digest);
+    Ok(rel)
 }
 
 /// Makes a staged release `releases/<sha>` and points `current` at it.
 ///
-/// When `releases/<sha>` already exists (a retry of the same sha), its files are replaced one
-/// atomic write at a time instead, so the directory `current` may name is never missing.
+/// When `releases/<sha>` already exists (a retry of the same sha), the staged dir is exchanged
+/// with it in one step (`RENAME_EXCHANGE`), so the directory `current` may name is never
+/// missing and nothing of the old copy survives; where the file system cannot exchange, the
+/// files are replaced one atomic write at a time.
 pub fn promote(cfg: &Config, staged: Release, sha: &str) -> anyhow::Result<Release> {
-    let releases = releases_dir(cfg);
-    fsx::private_dir(&releases, 0o700)?;
-    let target = releases.join(sha);
-    if target.is_dir() {
-        for entry in fs::read_dir(staged.dir())? {
-            let entry = entry?;
-            let bytes = fs::read(entry.path())?;
-            fsx::atomic_write(&target.join(entry.file_name()), &bytes, 0o600)?;
+    let (_root, envd) = env_dir(cfg)?;
+    let releases = envd.ensure_sub("releases", 0o700)?;
+    let staging = envd.ensure_sub("staging", 0o700)?;
+    let name = staged
+        .dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .context("staged release has no name")?
+        .to_string();
+    let digest = staged
+        .env_digest
+        .as_deref()
+        .context("staged release has no .env digest")?;
+    envd.ensure_sub(DIGESTS, 0o700)?
+        .write_atomic(sha, digest.as_bytes(), 0o600)?;
+    if let Some(old) = releases.sub(sha)? {
+        if staging.exchange(&name, &releases, sha)? {
+            drop(old);
+            releases.sync()?;
+        } else {
+            let new = staging.sub(&name)?.context("staged release vanished")?;
+            for (member, _) in new.entries()? {
+                let bytes = new
+                    .read_file(&member, fsx::MAX_STATE_FILE_BYTES)?
+                    .with_context(|| format!("{} vanished", new.join(&member).display()))?;
+                old.write_atomic(&member, &bytes, 0o600)?;
+            }
         }
-        fs::remove_dir_all(staged.dir())?;
+        staging.remove_tree(&name)?;
     } else {
-        fs::rename(staged.dir(), &target)
-            .with_context(|| format!("cannot promote to {}", target.display()))?;
-        fsx::sync_dir(&releases)?;
+        staging.rename_to(&name, &releases, sha)?;
+        releases.sync()?;
     }
     crate::failpoint::hit("before-swap");
-    fsx::swap_symlink(&Path::new("releases").join(sha), &current_dir(cfg))?;
+    envd.swap_symlink(&Path::new("releases").join(sha), "current")?;
     Release::open(&current_dir(cfg)).context("promoted release has no compose file")
 }
 
 /// Points `current` at an existing `releases/<sha>` (a fallback).
 pub fn point_current(cfg: &Config, sha: &str) -> anyhow::Result<Release> {
-    let dir = releases_dir(cfg).join(sha);
-    Release::open(&dir)
-        .with_context(|| format!("release {} is no longer on disk", dir.display()))?;
-    fsx::swap_symlink(&Path::new("releases").join(sha), &current_dir(cfg))?;
+    let (_root, envd) = env_dir(cfg)?;
+    let releases = envd.ensure_sub("releases", 0o700)?;
+    releases
+        .sub(sha)?
+        .and_then(|d| Release::open(d.path()))
+        .with_context(|| {
+            format!(
+                "release {} is no longer on disk",
+                releases.join(sha).display()
+            )
+        })?;
+    envd.swap_symlink(&Path::new("releases").join(sha), "current")?;
     Release::open(&current_dir(cfg)).context("current has no compose file")
+}
+
+/// The sha `current` names, when it is the agent's own link into `releases/`.
+pub fn current_sha(cfg: &Config) -> anyhow::Result<Option<String>> {
+    let (_root, envd) = env_dir(cfg)?;
+    let Some(target) = envd.read_link("current") else {
+        return Ok(None);
+    };
+    let sha = target
+        .strip_prefix("releases")
+        .ok()
+        .and_then(|s| s.to_str())
+        .filter(|s| s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')));
+    match sha {
+        Some(s) => Ok(Some(s.to_string())),
+        None => Err(fsx::unsafe_path(
+            &envd.join("current"),
+            &format!(
+                "it points at {}, not into releases/ (the agent never makes such a link)",
+                target.display()
+            ),
+        )),
+    }
+}
+
+fn modified(dir: &Path, why: &str) -> anyhow::Error {
+    Failure::new(
+        Exit::Fail,
+        Some(RELEASE_MODIFIED.into()),
+        format!(
+            "{}: {why}; the release changed on disk since the agent wrote it and is not \
+             started; find what wrote it (a container binding its own release dir?)",
+            dir.display()
+        ),
+    )
+    .into()
+}
+
+/// Checks `releases/<sha>` before a compose command starts or stops it: every bundle member
+/// there is a regular file (opened `O_NOFOLLOW|O_NONBLOCK`, bounded) and together they hash to
+/// `sha`; `.env` is a regular file whose keyed digest is the one recorded when the agent wrote
+/// it. Other entries (a relative bind's source dir) are not compose input and are left alone.
+///
+/// A release written by a version that kept no digest has its `.env` digest recorded now,
+/// once, after its members verified.
+pub fn verify(cfg: &Config, sha: &str) -> anyhow::Result<()> {
+    let (root, envd) = env_dir(cfg)?;
+    let releases = envd
+        .sub("releases")?
+        .with_context(|| format!("{} does not exist", envd.join("releases").display()))?;
+    let dir = releases
+        .sub(sha)?
+        .with_context(|| format!("release {} is no longer on disk", releases.join(sha).display()))?;
+    let limits = bundle::Limits::default();
+    let entries = dir.entries()?;
+    if entries.len() > MAX_RELEASE_ENTRIES {
+        return Err(modified(
+            dir.path(),
+            &format!("it holds more than {MAX_RELEASE_ENTRIES} entries"),
+        ));
+    }
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    for (name, _) in entries {
+        if name == ENV_FILE || bundle::MemberName::parse(name.as_bytes()).is_err() {
+            continue;
+        }
+        let bytes = dir
+            .read(&name, limits.max_member_bytes)
+            .map_err(|p| modified(dir.path(), &format!("{name}: {p}")))?;
+        files.push((name, bytes));
+    }
+    let actual = bundle::bundle_sha(files.iter().map(|(n, b)| (n.as_str(), b.as_slice())));
+    if actual != sha {
+        return Err(modified(
+            dir.path(),
+            &format!(
+                "its members ({}) no longer hash to its sha",
+                files
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    let env = dir
+        .read(ENV_FILE, MAX_ENV_BYTES)
+        .map(zeroize::Zeroizing::new)
+        .map_err(|p| modified(dir.path(), &format!("{ENV_FILE}: {p}")))?;
+    let key = digest_key(&root)?;
+    let digests = envd.ensure_sub(DIGESTS, 0o700)?;
+    let digest = env_digest(&key, &env);
+    match digests.read_file(sha, 1024)? {
+        Some(recorded) if recorded == digest.as_bytes() => Ok(()),
+        Some(_) => Err(modified(
+            dir.path(),
+            &format!("{ENV_FILE} differs from the one the agent wrote"),
+        )),
+        None => {
+            tracing::warn!(
+                "no digest recorded for {} (written before digests were kept); recording it now",
+                dir.join(ENV_FILE).display()
+            );
+            digests.write_atomic(sha, digest.as_bytes(), 0o600)
+        }
+    }
 }
 
 /// Removes `current` after a retire; the releases stay on disk.
 pub fn clear_current(cfg: &Config) -> anyhow::Result<()> {
-    match fs::remove_file(current_dir(cfg)) {
-        Ok(()) => fsx::sync_dir(&cfg.env_dir()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).context("cannot remove current"),
+    let (_root, envd) = env_dir(cfg)?;
+    if envd.read_link("current").is_some() {
+        envd.remove_file("current")?;
+        envd.sync()?;
     }
+    Ok(())
 }
 
 /// Removes staging leftovers and temp files (after every tick, and so after a crash).
+/// Nothing here follows a link: a planted one is removed itself.
 pub fn clean_staging(cfg: &Config) {
-    let _ = fs::remove_dir_all(staging_dir(cfg));
-    fsx::remove_temp_files(&cfg.env_dir());
-    fsx::remove_temp_files(&cfg.state_dir);
-    if let Ok(entries) = fs::read_dir(releases_dir(cfg)) {
-        for e in entries.flatten() {
-            fsx::remove_temp_files(&e.path());
+    let Ok(root) = Dir::state_root(&cfg.state_dir) else {
+        return;
+    };
+    root.remove_temp_files();
+    if let Ok(Some(docker)) = root.sub("docker") {
+        docker.remove_temp_files();
+    }
+    let Ok(Some(envd)) = root.sub(&cfg.env_id) else {
+        return;
+    };
+    if let Err(e) = envd.remove_tree("staging") {
+        tracing::warn!("cannot clear staging: {e:#}");
+    }
+    envd.remove_temp_files();
+    for sub in [DIGESTS, "releases"] {
+        if let Ok(Some(d)) = envd.sub(sub) {
+            d.remove_temp_files();
+        }
+    }
+    if let Ok(Some(releases)) = envd.sub("releases") {
+        for (name, _) in releases.entries().unwrap_or_default() {
+            if let Ok(Some(r)) = releases.sub(&name) {
+                r.remove_temp_files();
+            }
         }
     }
 }
 
 /// Keeps the newest `keep` releases (and always the current one).
 pub fn prune(cfg: &Config, keep: usize) {
-    let current = fs::read_link(current_dir(cfg)).ok();
-    let Ok(entries) = fs::read_dir(releases_dir(cfg)) else {
+    let Ok((_root, envd)) = env_dir(cfg) else {
         return;
     };
-    let mut all: Vec<(std::time::SystemTime, PathBuf)> = entries
-        .flatten()
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+    let current = envd.read_link("current");
+    let Ok(Some(releases)) = envd.sub("releases") else {
+        return;
+    };
+    let digests = envd.sub(DIGESTS).ok().flatten();
+    let mut all: Vec<(i64, String)> = releases
+        .entries()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(n, _)| !fsx::is_temp_name(n))
+        .filter_map(|(n, _)| Some((releases.mtime(&n)?, n)))
         .collect();
     all.sort_by_key(|e| std::cmp::Reverse(e.0));
-    for (_, path) in all.into_iter().skip(keep) {
+    for (_, name) in all.into_iter().skip(keep) {
         let is_current = current
             .as_ref()
-            .is_some_and(|c| path.file_name() == c.file_name());
+            .is_some_and(|c| c.file_name().and_then(|f| f.to_str()) == Some(name.as_str()));
         if !is_current {
-            tracing::info!("pruning release {}", path.display());
-            let _ = fs::remove_dir_all(&path);
+            tracing::info!("pruning release {}", releases.join(&name).display());
+            let _ = releases.remove_tree(&name);
+            if let Some(d) = &digests {
+                let _ = d.remove_file(&name);
+            }
         }
     }
 }

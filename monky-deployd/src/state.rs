@@ -98,9 +98,11 @@ pub fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+const FILE: &str = "state.json";
+
 /// The state file inside a state dir.
 pub fn path(state_dir: &Path) -> PathBuf {
-    state_dir.join("state.json")
+    state_dir.join(FILE)
 }
 
 impl State {
@@ -113,10 +115,9 @@ impl State {
             env_id: env_id.to_string(),
             ..Self::default()
         };
-        let bytes = match std::fs::read(&p) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((fresh, None)),
-            Err(e) => return Err(e).with_context(|| format!("cannot read {}", p.display())),
+        let root = fsx::Dir::state_root(state_dir)?;
+        let Some(bytes) = root.read_file(FILE, fsx::MAX_STATE_FILE_BYTES)? else {
+            return Ok((fresh, None));
         };
         let problem = match serde_json::from_slice::<Self>(&bytes) {
             Ok(s) if s.version == STATE_VERSION && s.env_id == env_id => return Ok((s, None)),
@@ -124,8 +125,9 @@ impl State {
             Ok(s) => format!("it belongs to env {:?}", s.env_id),
             Err(e) => format!("it does not parse ({e})"),
         };
-        let aside = state_dir.join(format!("state.json.bad.{}", now()));
-        std::fs::rename(&p, &aside)
+        let aside_name = format!("{FILE}.bad.{}", now());
+        let aside = state_dir.join(&aside_name);
+        root.rename_to(FILE, &root, &aside_name)
             .with_context(|| format!("cannot move {} aside", p.display()))?;
         Ok((
             fresh,
@@ -140,7 +142,7 @@ impl State {
     pub fn save(&self, state_dir: &Path) -> anyhow::Result<()> {
         let mut bytes = serde_json::to_vec_pretty(self).context("cannot encode state")?;
         bytes.push(b'\n');
-        fsx::atomic_write(&path(state_dir), &bytes, 0o600)
+        fsx::Dir::state_root(state_dir)?.write_atomic(FILE, &bytes, 0o600)
     }
 
     /// Records a sha as applied (and healthy).

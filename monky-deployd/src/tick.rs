@@ -22,6 +22,16 @@ use crate::{checks, failpoint, fsx, host, logging, metrics, peers, redact, relea
 /// Re-lease when the token is older than its max TTL (30 d) less two days.
 const RELEASE_AFTER: Duration = Duration::from_secs(28 * 24 * 3600);
 
+const TOKEN_FILE: &str = "bao.token";
+const MAX_TOKEN_BYTES: u64 = 64 * 1024;
+
+/// The largest bootstrap grant read (a deploy grant JWT is well under 4 KiB).
+pub const MAX_GRANT_BYTES: u64 = 16 * 1024;
+
+/// The code of a bootstrap grant refused before it is read: a link, FIFO, device, a file others
+/// may read or own, or one too large.
+pub const GRANT_UNSAFE: &str = "GRANT_UNSAFE";
+
 /// How a tick was asked to run.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TickOptions {
@@ -47,7 +57,7 @@ pub fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
     let started = std::time::Instant::now();
     let outcome = run_tick(cfg, opts);
     if let Some(path) = &cfg.metrics_textfile {
-        let st: State = std::fs::read(state::path(&cfg.state_dir))
+        let st: State = fsx::read_bounded(&state::path(&cfg.state_dir), fsx::MAX_STATE_FILE_BYTES)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
@@ -102,7 +112,6 @@ fn first_line(e: &anyhow::Error) -> String {
 }
 
 fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> anyhow::Result<Exit> {
-    fsx::private_dir(&cfg.state_dir, 0o700)?;
     let Some(_lock) = lock(&cfg.state_dir)? else {
         info!("another tick holds the lock; nothing to do");
         return Ok(Exit::Ok);
@@ -126,15 +135,12 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> any
     }
 }
 
-/// Takes the state dir's lock; `None` when another tick holds it.
+/// Checks the state dir (owner and mode, as sshd's StrictModes) and takes its lock; `None`
+/// when another tick holds it.
 fn lock(state_dir: &Path) -> anyhow::Result<Option<File>> {
-    let p = state_dir.join("lock");
-    let f = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&p)
-        .with_context(|| format!("cannot open {}", p.display()))?;
+    let root = fsx::Dir::state_root(state_dir)?;
+    let p = root.join("lock");
+    let f = root.open_plain("lock", 0o600)?;
     match f.try_lock() {
         Ok(()) => Ok(Some(f)),
         Err(std::fs::TryLockError::WouldBlock) => Ok(None),
@@ -178,7 +184,15 @@ impl<'a> Agent<'a> {
     }
 
     fn token_path(&self) -> PathBuf {
-        self.cfg.state_dir.join("bao.token")
+        self.cfg.state_dir.join(TOKEN_FILE)
+    }
+
+    /// The stored token's text, read without following a link and bounded.
+    fn read_token(&self) -> anyhow::Result<Option<zeroize::Zeroizing<String>>> {
+        let root = fsx::Dir::state_root(&self.cfg.state_dir)?;
+        Ok(root
+            .read_file(TOKEN_FILE, MAX_TOKEN_BYTES)?
+            .map(|b| zeroize::Zeroizing::new(String::from_utf8_lossy(&b).into_owned())))
     }
 
     // ---- token ------------------------------------------------------------------------------
@@ -188,18 +202,12 @@ impl<'a> Agent<'a> {
         if self.token.is_some() {
             return Ok(());
         }
-        match std::fs::read_to_string(self.token_path()) {
-            Ok(text) if !text.trim().is_empty() => {
-                redact::register(text.trim());
-                self.token = Some(bao::Token::new(text.trim().to_string()));
-                return Ok(());
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(e)
-                    .with_context(|| format!("cannot read {}", self.token_path().display()));
-            }
+        if let Some(text) = self.read_token()?
+            && !text.trim().is_empty()
+        {
+            redact::register(text.trim());
+            self.token = Some(bao::Token::new(text.trim().to_string()));
+            return Ok(());
         }
         self.bootstrap()
     }
@@ -207,8 +215,26 @@ impl<'a> Agent<'a> {
     /// Logs in with the bootstrap grant, stores the token and deletes the grant.
     pub(crate) fn bootstrap(&mut self) -> anyhow::Result<()> {
         let grant_path = &self.cfg.bootstrap_file;
-        let grant = match std::fs::read_to_string(grant_path) {
-            Ok(g) if !g.trim().is_empty() => SecretString::from(g.trim().to_string()),
+        let grant = match fsx::read_private(grant_path, MAX_GRANT_BYTES) {
+            Ok(g) if !String::from_utf8_lossy(&g).trim().is_empty() => {
+                let g = zeroize::Zeroizing::new(g);
+                SecretString::from(String::from_utf8_lossy(&g).trim().to_string())
+            }
+            Err(p @ (fsx::ReadProblem::NotRegular(_)
+            | fsx::ReadProblem::Readable(_)
+            | fsx::ReadProblem::Owner(_)
+            | fsx::ReadProblem::TooLarge(_))) => {
+                return Err(Failure::new(
+                    Exit::Fail,
+                    Some(GRANT_UNSAFE.into()),
+                    format!(
+                        "bootstrap grant {} refused: {p}; stage it again as a regular file, mode \
+                         0600, owned by the agent's user (the install kit does this)",
+                        grant_path.display()
+                    ),
+                )
+                .into());
+            }
             _ => {
                 return Err(Failure::new(
                     Exit::Fail,
@@ -251,7 +277,11 @@ impl<'a> Agent<'a> {
         ttl: Duration,
     ) -> anyhow::Result<()> {
         redact::register(token.expose_secret());
-        fsx::atomic_write(&self.token_path(), token.expose_secret().as_bytes(), 0o600)?;
+        fsx::Dir::state_root(&self.cfg.state_dir)?.write_atomic(
+            TOKEN_FILE,
+            token.expose_secret().as_bytes(),
+            0o600,
+        )?;
         let now = state::now();
         self.state.token = Some(TokenState {
             source,
@@ -278,7 +308,9 @@ impl<'a> Agent<'a> {
     fn forget_token(&mut self) {
         self.token = None;
         self.state.token = None;
-        let _ = std::fs::remove_file(self.token_path());
+        if let Ok(root) = fsx::Dir::state_root(&self.cfg.state_dir) {
+            let _ = root.remove_file(TOKEN_FILE);
+        }
     }
 
     /// Leases a grant, logs in with it, and makes the new token the bearer.
@@ -531,6 +563,10 @@ impl<'a> Agent<'a> {
             warn!("volume purge requested on a prod env: refused, volumes kept");
         }
         let current = release::current_dir(self.cfg);
+        if let Some(sha) = release::current_sha(self.cfg)? {
+            // A release changed on disk could steer `down -v` at volumes it never owned.
+            release::verify(self.cfg, &sha)?;
+        }
         if let Some(rel) = release::Release::open(&current) {
             info!(
                 "compose down --remove-orphans{}",
@@ -639,6 +675,7 @@ impl<'a> Agent<'a> {
         let prod = self.cfg.is_prod(b.meta().is_prod());
         let rel = release::promote(self.cfg, staged, sha)?;
         failpoint::hit("after-swap");
+        release::verify(self.cfg, sha)?;
         self.state.applied_prod = Some(b.meta().is_prod());
         let project = rel.compose(&self.docker, self.cfg);
         info!("compose up -d --remove-orphans");
@@ -776,6 +813,17 @@ impl<'a> Agent<'a> {
 
     /// Points `current` back at `prev` and brings it up again; volumes are not touched.
     fn revert_to(&mut self, prev: &str) -> String {
+        if let Err(e) = release::verify(self.cfg, prev) {
+            // Nothing is started from a release that changed on disk; what runs stays.
+            self.state.applied_sha = None;
+            warn!(
+                "fallback to {} refused: {}",
+                short(Some(prev)),
+                redact::redact(&format!("{e:#}"))
+            );
+            let code = crate::exit::Failure::code_of(&e).unwrap_or_else(|| "FAILED".into());
+            return format!("fallback to {} refused ({code})", short(Some(prev)));
+        }
         let result = release::point_current(self.cfg, prev).and_then(|rel| {
             info!("falling back to {}", short(Some(prev)));
             rel.compose(&self.docker, self.cfg)
@@ -832,13 +880,9 @@ impl<'a> Agent<'a> {
                 redact::register_basic_auth(auth.username(), auth.password().expose_secret());
                 let json = auth.docker_config_json();
                 redact::register(json.expose_secret());
-                let dir = self.cfg.docker_config_dir();
-                fsx::private_dir(&dir, 0o700)?;
-                fsx::atomic_write(
-                    &dir.join("config.json"),
-                    json.expose_secret().as_bytes(),
-                    0o600,
-                )?;
+                fsx::Dir::state_root(&self.cfg.state_dir)?
+                    .ensure_sub("docker", 0o700)?
+                    .write_atomic("config.json", json.expose_secret().as_bytes(), 0o600)?;
                 Ok(auth.registry().to_string())
             });
         match result {
@@ -1001,7 +1045,6 @@ pub fn short(sha: Option<&str>) -> &str {
 
 /// `monky-deployd bootstrap [--force]`: log in with the kit's grant and store the token.
 pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
-    fsx::private_dir(&cfg.state_dir, 0o700)?;
     let Some(_lock) = lock(&cfg.state_dir)? else {
         anyhow::bail!("a tick is running; try again in a minute");
     };
@@ -1013,7 +1056,7 @@ pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
     }
     if force {
         // The old token stays valid until revoked by the new login's install_token.
-        if let Ok(text) = std::fs::read_to_string(agent.token_path()) {
+        if let Ok(Some(text)) = agent.read_token() {
             redact::register(text.trim());
             agent.token = Some(bao::Token::new(text.trim().to_string()));
         }
