@@ -496,7 +496,12 @@ impl<'a> Agent<'a> {
         );
         match resp.action {
             Action::None => self.heartbeat(),
-            Action::Down => self.retire(resp.purge_volumes),
+            Action::Down => self.retire(resp.purge_volumes).inspect_err(|e| {
+                if Failure::code_of(e).as_deref() == Some(release::RELEASE_MODIFIED) {
+                    let sha = self.state.applied_sha.clone();
+                    self.report_failure(sha.as_deref(), e, None);
+                }
+            }),
             Action::Apply => {
                 let sha = resp.desired_sha.clone().ok_or_else(|| {
                     Failure::new(

@@ -4,6 +4,7 @@
 mod util;
 
 mod apply;
+mod boxfiles;
 mod bundle_check;
 mod cli;
 mod crash;
