@@ -269,7 +269,7 @@ fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
     let Some(docker) = docker else {
         return skip("disk", "docker not usable");
     };
-    let st: State = std::fs::read(state::path(&cfg.state_dir))
+    let st: State = crate::fsx::read_bounded(&state::path(&cfg.state_dir), crate::fsx::MAX_STATE_FILE_BYTES)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default();

@@ -13,7 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use crate::exit::{Exit, Failure};
@@ -339,22 +339,6 @@ impl Dir {
                 dest.join(to).display()
             )
         })
-    }
-
-    /// Swaps `name` here with `other` in `dest` atomically (`RENAME_EXCHANGE`); `false` when
-    /// the file system cannot, so the caller takes another way.
-    pub fn exchange(&self, name: &str, dest: &Dir, other: &str) -> anyhow::Result<bool> {
-        match rustix::fs::renameat_with(&self.fd, name, &dest.fd, other, RenameFlags::EXCHANGE) {
-            Ok(()) => Ok(true),
-            Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => Ok(false),
-            Err(e) => Err(e).with_context(|| {
-                format!(
-                    "cannot exchange {} and {}",
-                    self.join(name).display(),
-                    dest.join(other).display()
-                )
-            }),
-        }
     }
 
     /// Points the symlink `name` at `target` atomically (a temp link under an unpredictable name,

@@ -149,10 +149,11 @@ pub fn stage(cfg: &Config, b: &bundle::Bundle, env: &SecretString) -> anyhow::Re
 
 /// Makes a staged release `releases/<sha>` and points `current` at it.
 ///
-/// When `releases/<sha>` already exists (a retry of the same sha), the staged dir is exchanged
-/// with it in one step (`RENAME_EXCHANGE`), so the directory `current` may name is never
-/// missing and nothing of the old copy survives; where the file system cannot exchange, the
-/// files are replaced one atomic write at a time.
+/// When `releases/<sha>` already exists (a retry of the same sha), its members and `.env` are
+/// replaced one atomic write at a time (a link planted at a member's name is replaced, never
+/// written through), a member-named file the bundle does not have is removed, and anything else
+/// there (a relative bind's source dir a container may still use) is kept, so the directory
+/// `current` may name is never missing.
 pub fn promote(cfg: &Config, staged: Release, sha: &str) -> anyhow::Result<Release> {
     let (_root, envd) = env_dir(cfg)?;
     let releases = envd.ensure_sub("releases", 0o700)?;
@@ -170,16 +171,19 @@ pub fn promote(cfg: &Config, staged: Release, sha: &str) -> anyhow::Result<Relea
     envd.ensure_sub(DIGESTS, 0o700)?
         .write_atomic(sha, digest.as_bytes(), 0o600)?;
     if let Some(old) = releases.sub(sha)? {
-        if staging.exchange(&name, &releases, sha)? {
-            drop(old);
-            releases.sync()?;
-        } else {
-            let new = staging.sub(&name)?.context("staged release vanished")?;
-            for (member, _) in new.entries()? {
-                let bytes = new
-                    .read_file(&member, fsx::MAX_STATE_FILE_BYTES)?
-                    .with_context(|| format!("{} vanished", new.join(&member).display()))?;
-                old.write_atomic(&member, &bytes, 0o600)?;
+        let new = staging.sub(&name)?.context("staged release vanished")?;
+        let written: Vec<String> = new.entries()?.into_iter().map(|(n, _)| n).collect();
+        for member in &written {
+            let bytes = new
+                .read(member, MAX_ENV_BYTES)
+                .map_err(|p| anyhow::anyhow!("{}: {p}", new.join(member).display()))?;
+            old.write_atomic(member, &bytes, 0o600)?;
+        }
+        for (entry, _) in old.entries()? {
+            let stale = bundle::MemberName::parse(entry.as_bytes()).is_ok()
+                && !written.contains(&entry);
+            if stale {
+                old.remove_tree(&entry)?;
             }
         }
         staging.remove_tree(&name)?;
