@@ -88,7 +88,8 @@ pub fn run(cfg: &Config) -> Vec<Check> {
              group or others (`chown monky-deployd: <dir> && chmod 0755 <dir>`)",
             path.parent()
                 .map_or(Err("the metrics textfile has no directory".into()), |d| {
-                    crate::fsx::check_dir_owner(d).map(|()| format!("{} owned and not shared", d.display()))
+                    crate::fsx::check_dir_owner(d)
+                        .map(|()| format!("{} owned and not shared", d.display()))
                 }),
         ),
         None => skip("metrics dir", "metrics_textfile is not set"),
@@ -147,7 +148,10 @@ pub fn run(cfg: &Config) -> Vec<Check> {
 fn grant(cfg: &Config) -> Check {
     let path = &cfg.bootstrap_file;
     if std::fs::symlink_metadata(path).is_err() {
-        return skip("grant", "no bootstrap grant staged (consumed, or a token is in use)");
+        return skip(
+            "grant",
+            "no bootstrap grant staged (consumed, or a token is in use)",
+        );
     }
     check(
         "grant",
@@ -173,7 +177,10 @@ fn state_dir(cfg: &Config) -> Result<String, String> {
     for sub in ["docker", cfg.env_id.as_str()] {
         let p = cfg.state_dir.join(sub);
         if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(format!("{} is a symlink the agent did not make", p.display()));
+            return Err(format!(
+                "{} is a symlink the agent did not make",
+                p.display()
+            ));
         }
     }
     let mode = meta.permissions().mode() & 0o777;
@@ -269,10 +276,13 @@ fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
     let Some(docker) = docker else {
         return skip("disk", "docker not usable");
     };
-    let st: State = crate::fsx::read_bounded(&state::path(&cfg.state_dir), crate::fsx::MAX_STATE_FILE_BYTES)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
+    let st: State = crate::fsx::read_bounded(
+        &state::path(&cfg.state_dir),
+        crate::fsx::MAX_STATE_FILE_BYTES,
+    )
+    .ok()
+    .and_then(|b| serde_json::from_slice(&b).ok())
+    .unwrap_or_default();
     let need = st.last_disk_need_bytes.unwrap_or(0);
     let want = (need as f64 * cfg.disk_factor) as u64 + cfg.disk_headroom_bytes;
     check(

@@ -160,7 +160,10 @@ impl Dir {
             }
         }
         let dir = self.sub(name)?.with_context(|| {
-            format!("{} vanished while it was created", self.join(name).display())
+            format!(
+                "{} vanished while it was created",
+                self.join(name).display()
+            )
         })?;
         rustix::fs::fchmod(&dir.fd, Mode::from_raw_mode(mode))
             .with_context(|| format!("cannot set mode {mode:o} on {}", dir.path.display()))?;
@@ -250,7 +253,9 @@ impl Dir {
         )
         .map_err(|e| match e {
             Errno::LOOP => unsafe_path(&self.join(name), "it is a symlink"),
-            e => anyhow::Error::new(e).context(format!("cannot open {}", self.join(name).display())),
+            e => {
+                anyhow::Error::new(e).context(format!("cannot open {}", self.join(name).display()))
+            }
         })?;
         let st = rustix::fs::fstat(&fd)?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
@@ -263,7 +268,9 @@ impl Dir {
     pub fn remove_file(&self, name: &str) -> anyhow::Result<()> {
         match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
             Ok(()) | Err(Errno::NOENT) => Ok(()),
-            Err(e) => Err(e).with_context(|| format!("cannot remove {}", self.join(name).display())),
+            Err(e) => {
+                Err(e).with_context(|| format!("cannot remove {}", self.join(name).display()))
+            }
         }
     }
 
@@ -282,7 +289,8 @@ impl Dir {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(()),
             Err(e) => {
-                return Err(e).with_context(|| format!("cannot open {}", self.join(name).display()));
+                return Err(e)
+                    .with_context(|| format!("cannot open {}", self.join(name).display()));
             }
         };
         let sub = Self {
@@ -295,7 +303,9 @@ impl Dir {
         drop(sub);
         match rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR) {
             Ok(()) | Err(Errno::NOENT) => Ok(()),
-            Err(e) => Err(e).with_context(|| format!("cannot remove {}", self.join(name).display())),
+            Err(e) => {
+                Err(e).with_context(|| format!("cannot remove {}", self.join(name).display()))
+            }
         }
     }
 
@@ -307,8 +317,7 @@ impl Dir {
             .with_context(|| format!("cannot list {}", self.path.display()))?;
         let mut out = Vec::new();
         while let Some(entry) = dir.read() {
-            let entry =
-                entry.with_context(|| format!("cannot list {}", self.path.display()))?;
+            let entry = entry.with_context(|| format!("cannot list {}", self.path.display()))?;
             let name = entry.file_name().to_bytes();
             if name == b"." || name == b".." {
                 continue;
@@ -365,8 +374,12 @@ impl Dir {
                 }
             }
         }
-        Err(last.unwrap_or(Errno::EXIST))
-            .with_context(|| format!("cannot create a temp link for {}", self.join(name).display()))
+        Err(last.unwrap_or(Errno::EXIST)).with_context(|| {
+            format!(
+                "cannot create a temp link for {}",
+                self.join(name).display()
+            )
+        })
     }
 
     /// The target of the symlink `name`, when it is one.
@@ -625,14 +638,7 @@ mod tests {
         assert!(d.read_file("ok", 2).is_err());
         std::os::unix::fs::symlink(t.path(), d.join("link")).unwrap();
         assert!(d.read_file("link", 10).is_err());
-        rustix::fs::mknodat(
-            &d,
-            "fifo",
-            FileType::Fifo,
-            Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+        rustix::fs::mknodat(&d, "fifo", FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
         assert_eq!(
             read_bounded(&d.join("fifo"), 10),
             Err(ReadProblem::NotRegular("FIFO"))

@@ -76,9 +76,7 @@ impl Release {
     /// Registers with the redactor the values of `.env` that came from the manifest's secrets.
     fn register_secrets(&self) {
         // Bounded, regular files only: a FIFO planted as `.env` cannot hang the tick here.
-        let read = |name: &str| {
-            fsx::read_bounded(&self.dir.join(name), MAX_ENV_BYTES).ok()
-        };
+        let read = |name: &str| fsx::read_bounded(&self.dir.join(name), MAX_ENV_BYTES).ok();
         let (Some(manifest), Some(template), Some(env)) = (
             read(bundle::MemberName::SECRETS_MANIFEST.as_str()),
             read(bundle::MemberName::ENV_TEMPLATE.as_str()),
@@ -111,10 +109,10 @@ fn env_dir(cfg: &Config) -> anyhow::Result<(Dir, Dir)> {
 
 /// The box-local key of the `.env` digests, made on first use (32 random bytes, 0600).
 fn digest_key(root: &Dir) -> anyhow::Result<zeroize::Zeroizing<Vec<u8>>> {
-    if let Some(key) = root.read_file(KEY_FILE, 1024)? {
-        if key.len() >= 32 {
-            return Ok(zeroize::Zeroizing::new(key));
-        }
+    if let Some(key) = root.read_file(KEY_FILE, 1024)?
+        && key.len() >= 32
+    {
+        return Ok(zeroize::Zeroizing::new(key));
     }
     let key = zeroize::Zeroizing::new(rand::random::<[u8; 32]>().to_vec());
     root.write_atomic(KEY_FILE, &key, 0o600)?;
@@ -180,8 +178,8 @@ pub fn promote(cfg: &Config, staged: Release, sha: &str) -> anyhow::Result<Relea
             old.write_atomic(member, &bytes, 0o600)?;
         }
         for (entry, _) in old.entries()? {
-            let stale = bundle::MemberName::parse(entry.as_bytes()).is_ok()
-                && !written.contains(&entry);
+            let stale =
+                bundle::MemberName::parse(entry.as_bytes()).is_ok() && !written.contains(&entry);
             if stale {
                 old.remove_tree(&entry)?;
             }
@@ -261,9 +259,12 @@ pub fn verify(cfg: &Config, sha: &str) -> anyhow::Result<()> {
     let releases = envd
         .sub("releases")?
         .with_context(|| format!("{} does not exist", envd.join("releases").display()))?;
-    let dir = releases
-        .sub(sha)?
-        .with_context(|| format!("release {} is no longer on disk", releases.join(sha).display()))?;
+    let dir = releases.sub(sha)?.with_context(|| {
+        format!(
+            "release {} is no longer on disk",
+            releases.join(sha).display()
+        )
+    })?;
     let limits = bundle::Limits::default();
     let entries = dir.entries()?;
     if entries.len() > MAX_RELEASE_ENTRIES {

@@ -10,7 +10,10 @@ use crate::state::{self, State, TokenState};
 
 /// Prints the status; exits 0 when it could be read.
 pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
-    let st = match crate::fsx::read_bounded(&state::path(&cfg.state_dir), crate::fsx::MAX_STATE_FILE_BYTES) {
+    let st = match crate::fsx::read_bounded(
+        &state::path(&cfg.state_dir),
+        crate::fsx::MAX_STATE_FILE_BYTES,
+    ) {
         Ok(bytes) => serde_json::from_slice::<State>(&bytes).unwrap_or_default(),
         Err(_) => State::default(),
     };

@@ -220,10 +220,12 @@ impl<'a> Agent<'a> {
                 let g = zeroize::Zeroizing::new(g);
                 SecretString::from(String::from_utf8_lossy(&g).trim().to_string())
             }
-            Err(p @ (fsx::ReadProblem::NotRegular(_)
-            | fsx::ReadProblem::Readable(_)
-            | fsx::ReadProblem::Owner(_)
-            | fsx::ReadProblem::TooLarge(_))) => {
+            Err(
+                p @ (fsx::ReadProblem::NotRegular(_)
+                | fsx::ReadProblem::Readable(_)
+                | fsx::ReadProblem::Owner(_)
+                | fsx::ReadProblem::TooLarge(_)),
+            ) => {
                 return Err(Failure::new(
                     Exit::Fail,
                     Some(GRANT_UNSAFE.into()),
@@ -568,7 +570,9 @@ impl<'a> Agent<'a> {
             warn!("volume purge requested on a prod env: refused, volumes kept");
         }
         let current = release::current_dir(self.cfg);
-        if let Some(sha) = release::current_sha(self.cfg)? {
+        if let Some(sha) = release::current_sha(self.cfg)?
+            && current.exists()
+        {
             // A release changed on disk could steer `down -v` at volumes it never owned.
             release::verify(self.cfg, &sha)?;
         }

@@ -44,7 +44,11 @@ fn chmod(path: &Path, mode: u32) {
 }
 
 fn mode_of(path: &Path) -> u32 {
-    std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
 }
 
 /// Lets uid 65534 reach into the world's directory (a temp dir is 0700).
@@ -137,7 +141,10 @@ fn metrics_temp_names_planted_for_every_pid_are_never_written_through() {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root only\n");
     assert_eq!(mode_of(&victim), 0o600);
     let meta = std::fs::symlink_metadata(&prom).unwrap();
-    assert!(meta.file_type().is_file(), "the link was replaced by a file");
+    assert!(
+        meta.file_type().is_file(),
+        "the link was replaced by a file"
+    );
     assert_eq!(mode_of(&prom), 0o644);
     assert!(
         std::fs::read_to_string(&prom)
@@ -172,7 +179,10 @@ fn a_state_dir_owned_by_another_user_is_refused_before_any_secret_is_written() {
         "{}",
         run.stderr()
     );
-    assert!(!state.join("bao.token").exists(), "no token in a foreign dir");
+    assert!(
+        !state.join("bao.token").exists(),
+        "no token in a foreign dir"
+    );
     assert!(!state.join(ENV).exists(), "no release in a foreign dir");
     for e in std::fs::read_dir(&state).unwrap() {
         let e = e.unwrap();
@@ -180,7 +190,10 @@ fn a_state_dir_owned_by_another_user_is_refused_before_any_secret_is_written() {
     }
     assert_eq!(logins(&w), 0, "the grant was not used");
     assert!(w.bootstrap_path().exists(), "the grant was not consumed");
-    assert!(w.requests().is_empty(), "no tenancy call from a foreign dir");
+    assert!(
+        w.requests().is_empty(),
+        "no tenancy call from a foreign dir"
+    );
 }
 
 #[test]
@@ -200,7 +213,11 @@ fn a_group_or_world_writable_state_dir_is_refused() {
             run.stderr()
         );
         assert!(!w.state_dir().join("bao.token").exists());
-        assert_eq!(mode_of(&w.state_dir()), mode, "the agent did not take it over");
+        assert_eq!(
+            mode_of(&w.state_dir()),
+            mode,
+            "the agent did not take it over"
+        );
         assert_eq!(logins(&w), 0);
     }
 }
@@ -266,7 +283,9 @@ fn symlinked_state_dirs_are_refused_and_never_followed() {
                 w.state()
             );
             assert!(
-                !w.docker_calls().iter().any(|c| compose_sub(c) == Some("up")),
+                !w.docker_calls()
+                    .iter()
+                    .any(|c| compose_sub(c) == Some("up")),
                 "{planted}: nothing started"
             );
         }
@@ -405,13 +424,19 @@ fn doctor_fails_a_foreign_state_dir_and_metrics_dir_and_names_the_fix() {
     let state = find(&bad, "state dir");
     assert_eq!(state["verdict"], "fail", "{bad:#}");
     assert!(
-        state["detail"].as_str().unwrap().contains("owned by uid 65534"),
+        state["detail"]
+            .as_str()
+            .unwrap()
+            .contains("owned by uid 65534"),
         "{bad:#}"
     );
     assert!(state["fix"].as_str().unwrap().contains("chown"), "{bad:#}");
     let metrics = find(&bad, "metrics dir");
     assert_eq!(metrics["verdict"], "fail", "{bad:#}");
-    assert!(metrics["fix"].as_str().unwrap().contains("chown"), "{bad:#}");
+    assert!(
+        metrics["fix"].as_str().unwrap().contains("chown"),
+        "{bad:#}"
+    );
     assert_eq!(bad["ok"], false);
 }
 
@@ -434,7 +459,9 @@ fn a_fifo_env_does_not_hang_a_retire() {
         "{last_error}"
     );
     assert!(
-        !w.docker_calls().iter().any(|c| compose_sub(c) == Some("down")),
+        !w.docker_calls()
+            .iter()
+            .any(|c| compose_sub(c) == Some("down")),
         "no compose down on a changed release"
     );
     assert!(w.current_target().is_some(), "current stays");
@@ -461,11 +488,18 @@ fn fallback_after(change: fn(&Path)) -> (World, String) {
         .iter()
         .filter(|c| compose_sub(c) == Some("up"))
         .count();
-    assert_eq!(ups, ups_before + 1, "only release 2 was started, not the fallback");
+    assert_eq!(
+        ups,
+        ups_before + 1,
+        "only release 2 was started, not the fallback"
+    );
     let r = w.last_report();
     let detail = r.detail.clone().unwrap_or_default();
     assert!(
-        detail.contains(&format!("fallback to {} refused (RELEASE_MODIFIED)", &first[..12])),
+        detail.contains(&format!(
+            "fallback to {} refused (RELEASE_MODIFIED)",
+            &first[..12]
+        )),
         "{detail}"
     );
     assert!(
