@@ -123,6 +123,8 @@ fn metrics_temp_names_planted_for_every_pid_are_never_written_through() {
         chown(&link, NOBODY);
     }
     let run = w.tick();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root only\n");
+    assert_eq!(mode_of(&victim), 0o600);
     run.expect(1);
     assert!(
         run.stderr().contains("cannot write the metrics file")
@@ -130,8 +132,6 @@ fn metrics_temp_names_planted_for_every_pid_are_never_written_through() {
         "{}",
         run.stderr()
     );
-    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root only\n");
-    assert_eq!(mode_of(&victim), 0o600);
 
     // The same links in a directory the attacker cannot write (left over from before it was
     // fixed): the file is written, as a file of its own, and no link is followed.
@@ -173,12 +173,6 @@ fn a_state_dir_owned_by_another_user_is_refused_before_any_secret_is_written() {
         state.display()
     ));
     let run = w.tick();
-    run.expect(1);
-    assert!(
-        run.stderr().contains("STATE_DIR_UNSAFE") && run.stderr().contains("owned by uid 65534"),
-        "{}",
-        run.stderr()
-    );
     assert!(
         !state.join("bao.token").exists(),
         "no token in a foreign dir"
@@ -193,6 +187,12 @@ fn a_state_dir_owned_by_another_user_is_refused_before_any_secret_is_written() {
     assert!(
         w.requests().is_empty(),
         "no tenancy call from a foreign dir"
+    );
+    run.expect(1);
+    assert!(
+        run.stderr().contains("STATE_DIR_UNSAFE") && run.stderr().contains("owned by uid 65534"),
+        "{}",
+        run.stderr()
     );
 }
 
@@ -264,6 +264,7 @@ fn symlinked_state_dirs_are_refused_and_never_followed() {
         };
         std::os::unix::fs::symlink(&o, &link).unwrap();
         let run = w.tick();
+        assert_outside_untouched(&o);
         assert!(
             run.stderr().contains("STATE_DIR_UNSAFE"),
             "{planted}: {}",
@@ -367,13 +368,13 @@ fn an_unsafe_bootstrap_grant_is_refused_by_name_and_never_sent() {
             std::fs::write(w.config_path(), text + "\n").unwrap();
         }
         let run = run_bounded(&w, &["run", "--once"]);
+        assert_eq!(logins(&w), 0, "{name}: nothing went to OpenBao's login");
         run.expect(1);
         assert!(
             run.stderr().contains("GRANT_UNSAFE") && run.stderr().contains(says),
             "{name}: {}",
             run.stderr()
         );
-        assert_eq!(logins(&w), 0, "{name}: nothing went to OpenBao's login");
         assert!(!w.state_dir().join("bao.token").exists(), "{name}");
         let run = run_bounded(&w, &["doctor", "--json"]);
         let doc: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
