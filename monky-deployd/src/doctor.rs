@@ -229,8 +229,11 @@ fn openbao(cfg: &Config) -> Vec<Check> {
         Ok(c) => c,
         Err(e) => return vec![check("openbao", FIX_REACH, Err(format!("{e:#}")))],
     };
-    let token = std::fs::read_to_string(cfg.state_dir.join("bao.token")).ok();
-    let Some(token) = token.map(|t| bao::Token::new(t.trim().to_string())) else {
+    // Bounded and regular-only, as the tick reads it: a FIFO planted here cannot hang doctor.
+    let token = crate::fsx::read_bounded(&cfg.state_dir.join("bao.token"), 64 * 1024).ok();
+    let Some(token) =
+        token.map(|t| bao::Token::new(String::from_utf8_lossy(&t).trim().to_string()))
+    else {
         // No token: a lookup with an empty one still proves reachability and TLS (403 is fine).
         let probe = client.lookup_self(&bao::Token::new(String::new()));
         let reach = match probe {
