@@ -89,7 +89,16 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
                     kv_mount,
                     sha,
                 },
-        } => checks::bundle_check(&path, &env_id, &kv_mount, sha.as_deref()),
+        } => {
+            // The box's own policy when this box has a config; the defaults elsewhere (a
+            // renderer's CI has no config file).
+            let cfg = if cli.config.exists() {
+                Some(Config::load(&cli.config)?)
+            } else {
+                None
+            };
+            checks::bundle_check(&path, &env_id, &kv_mount, sha.as_deref(), cfg.as_ref())
+        }
         Command::Version => {
             println!("monky-deployd {VERSION}");
             Ok(Exit::Ok)

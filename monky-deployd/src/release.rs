@@ -41,6 +41,20 @@ impl Release {
         &self.dir
     }
 
+    /// The compose file's text.
+    pub fn compose_yaml(&self) -> anyhow::Result<String> {
+        let path = self.dir.join(&self.compose_file);
+        fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))
+    }
+
+    /// The release's `allow_privileged` (false when its `bundle.json` cannot be read).
+    pub fn allow_privileged(&self) -> bool {
+        fs::read(self.dir.join(bundle::MemberName::BUNDLE_JSON.as_str()))
+            .ok()
+            .and_then(|b| bundle::BundleMeta::parse(&b).ok())
+            .is_some_and(|m| m.allow_privileged)
+    }
+
     /// The compose project for this release. Every compose call on a release goes through
     /// here, so this is where the release's secrets become known to the redactor, also when
     /// this process did not read them (a retire or a fallback to an older release).
@@ -110,11 +124,15 @@ fn write_files(dir: &Path, b: &bundle::Bundle, env: &SecretString) -> anyhow::Re
     fsx::atomic_write(&dir.join(ENV_FILE), env.expose_secret().as_bytes(), 0o600)
 }
 
-/// Makes a staged release `releases/<sha>` and points `current` at it.
+/// A check a release must pass before `current` names it.
+pub type Gate<'a> = &'a dyn Fn(&Release) -> anyhow::Result<()>;
+
+/// Makes a staged release `releases/<sha>` and, once `gate` passed on it, points `current` at
+/// it.
 ///
 /// When `releases/<sha>` already exists (a retry of the same sha), its files are replaced one
 /// atomic write at a time instead, so the directory `current` may name is never missing.
-pub fn promote(cfg: &Config, staged: Release, sha: &str) -> anyhow::Result<Release> {
+pub fn promote(cfg: &Config, staged: Release, sha: &str, gate: Gate<'_>) -> anyhow::Result<Release> {
     let releases = releases_dir(cfg);
     fsx::private_dir(&releases, 0o700)?;
     let target = releases.join(sha);
@@ -130,16 +148,18 @@ pub fn promote(cfg: &Config, staged: Release, sha: &str) -> anyhow::Result<Relea
             .with_context(|| format!("cannot promote to {}", target.display()))?;
         fsx::sync_dir(&releases)?;
     }
+    gate(&Release::open(&target).context("promoted release has no compose file")?)?;
     crate::failpoint::hit("before-swap");
     fsx::swap_symlink(&Path::new("releases").join(sha), &current_dir(cfg))?;
     Release::open(&current_dir(cfg)).context("promoted release has no compose file")
 }
 
-/// Points `current` at an existing `releases/<sha>` (a fallback).
-pub fn point_current(cfg: &Config, sha: &str) -> anyhow::Result<Release> {
+/// Points `current` at an existing `releases/<sha>` (a fallback), once `gate` passed on it.
+pub fn point_current(cfg: &Config, sha: &str, gate: Gate<'_>) -> anyhow::Result<Release> {
     let dir = releases_dir(cfg).join(sha);
-    Release::open(&dir)
+    let rel = Release::open(&dir)
         .with_context(|| format!("release {} is no longer on disk", dir.display()))?;
+    gate(&rel)?;
     fsx::swap_symlink(&Path::new("releases").join(sha), &current_dir(cfg))?;
     Release::open(&current_dir(cfg)).context("current has no compose file")
 }

@@ -41,7 +41,7 @@ while [ $# -gt 0 ]; do
     -p) project=$2; shift 2 ;;
     -f) file=$2; shift 2 ;;
     --env-file) envfile=$2; shift 2 ;;
-    --ansi | --project-directory) shift 2 ;;
+    --ansi | --project-directory | --profile) shift 2 ;;
     -*) shift ;;
     *) break ;;
   esac
