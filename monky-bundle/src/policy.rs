@@ -925,7 +925,8 @@ impl Ctx<'_> {
                 }
             }
             C::CapAdd => {
-                for cap in strings(value) {
+                // An empty entry is compose's to refuse; it asks for nothing.
+                for cap in strings(value).iter().filter(|c| !c.trim().is_empty()) {
                     let upper = cap.trim().to_ascii_uppercase();
                     let bare = upper.strip_prefix("CAP_").unwrap_or(&upper);
                     if !DEFAULT_CAPS.contains(&bare) {
@@ -934,7 +935,7 @@ impl Ctx<'_> {
                 }
             }
             C::SecurityOpt => {
-                for opt in strings(value) {
+                for opt in strings(value).iter().filter(|o| !o.trim().is_empty()) {
                     let o = opt.trim();
                     if !matches!(
                         o,
@@ -1168,12 +1169,15 @@ impl Ctx<'_> {
                 if relabel {
                     return Some((Severity::Privileged, format!("{shown} relabels a host path")));
                 }
-                if self
-                    .policy
-                    .allowed_binds
-                    .iter()
-                    .any(|a| a.covers(&path, writable))
-                {
+                // The allowed prefix is resolved like the path: `/etc/localtime` is itself a link,
+                // and a link planted below an allowed dir must not lead out of it.
+                if self.policy.allowed_binds.iter().any(|a| {
+                    let prefix = AllowedBind {
+                        prefix: resolve(&a.prefix, self.read_link),
+                        writable: a.writable,
+                    };
+                    prefix.covers(&path, writable) || a.covers(&path, writable)
+                }) {
                     None
                 } else {
                     Some((Severity::Privileged, shown))

@@ -128,6 +128,12 @@ fn e2e() -> Option<&'static E2e> {
     }
 }
 
+/// The real docker CLI (with compose v2) of the setup, for suites that need real compose but no
+/// engine; `None` only when `MONKY_E2E=skip` asks to skip.
+pub fn real_docker_cli() -> Option<PathBuf> {
+    e2e().map(|e| e.docker.clone())
+}
+
 // ---- docker, from the test's side -------------------------------------------------------------
 
 /// A container of a project as the engine reports it.
