@@ -1058,7 +1058,10 @@ impl Ctx<'_> {
                 }
             }
             C::OwnName => {
-                let external = site.parent.get("external").is_some_and(|e| truthy(e) || e.is_object());
+                let external = site
+                    .parent
+                    .get("external")
+                    .is_some_and(|e| truthy(e) || e.is_object());
                 if let Some(name) = value.as_str()
                     && !external
                     && !name.starts_with(&format!("{}_", p.project))
@@ -1133,7 +1136,9 @@ impl Ctx<'_> {
                         match sub {
                             Some(s)
                                 if Path::new(s).is_absolute()
-                                    || Path::new(s).components().any(|c| c == Component::ParentDir) =>
+                                    || Path::new(s)
+                                        .components()
+                                        .any(|c| c == Component::ParentDir) =>
                             {
                                 priv_(format!("{source} subpath {}", printable(s, 80)))
                             }
@@ -1154,8 +1159,7 @@ impl Ctx<'_> {
             Place::Release(rest) => {
                 let own_file = rest.is_empty()
                     || (rest.len() == 1
-                        && (rest[0] == ".env"
-                            || MemberName::all().any(|m| m.as_str() == rest[0])));
+                        && (rest[0] == ".env" || MemberName::all().any(|m| m.as_str() == rest[0])));
                 if own_file && !read_only {
                     return Some((
                         Severity::Privileged,
@@ -1167,7 +1171,10 @@ impl Ctx<'_> {
             Place::Host(path) => {
                 let writable = !read_only;
                 if relabel {
-                    return Some((Severity::Privileged, format!("{shown} relabels a host path")));
+                    return Some((
+                        Severity::Privileged,
+                        format!("{shown} relabels a host path"),
+                    ));
                 }
                 // The allowed prefix is resolved like the path: `/etc/localtime` is itself a link,
                 // and a link planted below an allowed dir must not lead out of it.
@@ -1203,10 +1210,12 @@ impl Ctx<'_> {
                 for c in path.components() {
                     match c {
                         Component::Normal(n) => parts.push(n.to_string_lossy().into_owned()),
+                        // Climbing out of the release dir lands somewhere on the host.
+                        Component::ParentDir if parts.is_empty() => {
+                            return Place::Host(PathBuf::from("/"));
+                        }
                         Component::ParentDir => {
-                            if parts.pop().is_none() {
-                                return Place::Host(PathBuf::from("/"));
-                            }
+                            parts.pop();
                         }
                         _ => {}
                     }
@@ -1337,7 +1346,10 @@ fn value_text(v: &Value) -> String {
 fn strings(v: &Value) -> Vec<String> {
     match v {
         Value::String(s) => vec![s.clone()],
-        Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|x| x.as_str().map(str::to_string))
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -1385,16 +1397,35 @@ mod tests {
             "/loop" => Some(PathBuf::from("/loop")),
             _ => None,
         };
-        assert_eq!(resolve(Path::new("/r/current/x"), &links), Path::new("/r/releases/abc/x"));
-        assert_eq!(resolve(Path::new("/r/current/data/up/y"), &links), Path::new("/r/y"));
-        assert_eq!(resolve(Path::new("/r/current/data/etc/shadow"), &links), Path::new("/etc/shadow"));
+        assert_eq!(
+            resolve(Path::new("/r/current/x"), &links),
+            Path::new("/r/releases/abc/x")
+        );
+        assert_eq!(
+            resolve(Path::new("/r/current/data/up/y"), &links),
+            Path::new("/r/y")
+        );
+        assert_eq!(
+            resolve(Path::new("/r/current/data/etc/shadow"), &links),
+            Path::new("/etc/shadow")
+        );
         assert_eq!(resolve(Path::new("/loop/x"), &links), Path::new("/"));
     }
 
     #[test]
     fn allowed_binds_parse() {
-        assert_eq!("/srv/shared:rw".parse::<AllowedBind>().unwrap().to_string(), "/srv/shared:rw");
-        for bad in ["srv:ro", "/srv", "/srv:rx", "/srv/../etc:ro", "/srv/:ro", "//srv:ro"] {
+        assert_eq!(
+            "/srv/shared:rw".parse::<AllowedBind>().unwrap().to_string(),
+            "/srv/shared:rw"
+        );
+        for bad in [
+            "srv:ro",
+            "/srv",
+            "/srv:rx",
+            "/srv/../etc:ro",
+            "/srv/:ro",
+            "//srv:ro",
+        ] {
             assert!(bad.parse::<AllowedBind>().is_err(), "{bad}");
         }
         let a: AllowedBind = "/srv/shared:ro".parse().unwrap();

@@ -208,20 +208,56 @@ fn the_box_admin_widens_never_the_bundle() {
     // allow_privileged waives host power, never identity or integrity.
     let allowed = policy().allow_privileged(true);
     check_with(&allowed, &yaml, &[], "ok");
-    check_with(&allowed, &svc("privileged: true\nnetwork_mode: host"), &[], "ok");
-    check_with(&allowed, "name: monky-env-other\nservices: {}\n", &[], "BUNDLE_INVALID: name monky-env-other");
-    check_with(&allowed, &svc("include_me: 1"), &[], "BUNDLE_INVALID: web: unknown key include_me");
+    check_with(
+        &allowed,
+        &svc("privileged: true\nnetwork_mode: host"),
+        &[],
+        "ok",
+    );
+    check_with(
+        &allowed,
+        "name: monky-env-other\nservices: {}\n",
+        &[],
+        "BUNDLE_INVALID: name monky-env-other",
+    );
+    check_with(
+        &allowed,
+        &svc("include_me: 1"),
+        &[],
+        "BUNDLE_INVALID: web: unknown key include_me",
+    );
 }
 
 #[test]
 fn interpolation_and_expansion_happen_before_the_check() {
     let p = policy();
     check(&svc("privileged: ${PRIV:-true}"), &format!("{P}privileged"));
-    check_with(&p, &svc("privileged: ${PRIV:-true}"), &[("PRIV", "false")], "ok");
-    check_with(&p, &svc("network_mode: ${NET}"), &[("NET", "host")], &format!("{P}network_mode host"));
-    check(&svc("volumes: [\"${SOCK:-/var/run/docker.sock}:/s\"]"), &format!("{P}volumes /var/run/docker.sock"));
-    check(&svc("volumes: [\"${A:-${B:-/}}:/h\"]"), &format!("{P}volumes /"));
-    check_with(&p, &svc("network_mode: \"$$NM\""), &[("NM", "host")], &format!("{P}network_mode $NM"));
+    check_with(
+        &p,
+        &svc("privileged: ${PRIV:-true}"),
+        &[("PRIV", "false")],
+        "ok",
+    );
+    check_with(
+        &p,
+        &svc("network_mode: ${NET}"),
+        &[("NET", "host")],
+        &format!("{P}network_mode host"),
+    );
+    check(
+        &svc("volumes: [\"${SOCK:-/var/run/docker.sock}:/s\"]"),
+        &format!("{P}volumes /var/run/docker.sock"),
+    );
+    check(
+        &svc("volumes: [\"${A:-${B:-/}}:/h\"]"),
+        &format!("{P}volumes /"),
+    );
+    check_with(
+        &p,
+        &svc("network_mode: \"$$NM\""),
+        &[("NM", "host")],
+        &format!("{P}network_mode $NM"),
+    );
     check(
         "x-danger: &danger\n  privileged: true\n  network_mode: host\nservices:\n  web:\n    <<: *danger\n    image: nginx\n",
         &format!("{P}network_mode host, web: privileged"),
@@ -234,13 +270,20 @@ fn interpolation_and_expansion_happen_before_the_check() {
 
 #[test]
 fn hostile_yaml_is_refused_not_expanded() {
-    let mut bomb = String::from("x-a0: &a0 [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n");
+    let mut bomb = String::from(
+        "x-a0: &a0 [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+    );
     for i in 1..10 {
         let prev = format!("*a{}", i - 1);
-        bomb.push_str(&format!("x-a{i}: &a{i} [{}]\n", [prev.as_str(); 9].join(",")));
+        bomb.push_str(&format!(
+            "x-a{i}: &a{i} [{}]\n",
+            [prev.as_str(); 9].join(",")
+        ));
     }
     bomb.push_str("services:\n  web:\n    image: nginx\n    labels: *a9\n");
-    let got = policy().check_file(&bomb, &|_| None, &BTreeSet::new()).expect_err("alias bomb");
+    let got = policy()
+        .check_file(&bomb, &|_| None, &BTreeSet::new())
+        .expect_err("alias bomb");
     assert!(
         got.to_string()
             .starts_with("BUNDLE_INVALID: compose file: yaml over the alias/size budget at line "),
@@ -250,13 +293,22 @@ fn hostile_yaml_is_refused_not_expanded() {
         "services:\n  web:\n    image: nginx\n    privileged: false\n    privileged: true\n",
         "BUNDLE_INVALID: compose file: duplicate key at line 5 column 5",
     );
-    check("services:\n  web: [unclosed\n", "BUNDLE_INVALID: compose file: invalid yaml at line 2 column 8");
-    check("a: 1\n---\nb: 2\n", "BUNDLE_INVALID: compose file: more than one yaml document at line 2 column 1");
+    check(
+        "services:\n  web: [unclosed\n",
+        "BUNDLE_INVALID: compose file: invalid yaml at line 2 column 8",
+    );
+    check(
+        "a: 1\n---\nb: 2\n",
+        "BUNDLE_INVALID: compose file: more than one yaml document at line 2 column 1",
+    );
     let mut deep = String::from("/");
     for _ in 0..40 {
         deep = format!("${{X:-{deep}}}");
     }
-    check(&svc(&format!("volumes: [\"{deep}:/h\"]")), "BUNDLE_INVALID: compose file: interpolation nested too deeply");
+    check(
+        &svc(&format!("volumes: [\"{deep}:/h\"]")),
+        "BUNDLE_INVALID: compose file: interpolation nested too deeply",
+    );
 }
 
 #[test]
@@ -266,10 +318,19 @@ fn interpolation_cannot_amplify_a_value_without_bound() {
     let yaml = format!("services:\n  web:\n    image: nginx\n    command: \"{refs}\"\n");
     let long = "v".repeat(4096);
     let none = BTreeSet::new();
-    let err = policy().check_file(&yaml, &|n| (n == "LONG").then(|| long.clone()), &none).unwrap_err();
-    assert_eq!(err.to_string(), "BUNDLE_TOO_LARGE: compose file interpolates over 8388608 bytes of values");
+    let err = policy()
+        .check_file(&yaml, &|n| (n == "LONG").then(|| long.clone()), &none)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "BUNDLE_TOO_LARGE: compose file interpolates over 8388608 bytes of values"
+    );
     let yaml = yaml.replace(&refs, &"${LONG}".repeat(1_000));
-    assert!(policy().check_file(&yaml, &|n| (n == "LONG").then(|| long.clone()), &none).is_ok());
+    assert!(
+        policy()
+            .check_file(&yaml, &|n| (n == "LONG").then(|| long.clone()), &none)
+            .is_ok()
+    );
 }
 
 /// compose's model of a release at `/r/releases/abc`, reached through `/r/current`.
@@ -290,14 +351,19 @@ fn the_model_is_judged_with_its_absolute_paths_and_links() {
     use serde_json::json;
     let web = |extra: serde_json::Value| {
         let mut svc = json!({"image": "x", "command": null, "entrypoint": null, "networks": {"default": null}});
-        svc.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        svc.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
         json!({"name": PROJECT, "services": {"web": svc},
                "networks": {"default": {"name": format!("{PROJECT}_default"), "ipam": {}}}})
     };
     let bind = |src: &str, ro: bool| json!({"volumes": [{"type": "bind", "source": src, "target": "/d", "read_only": ro, "bind": {"create_host_path": true}}]});
     let raw = "services:\n  web:\n    image: x\n    volumes: [./data:/d]\n";
     assert_eq!(model_check(web(bind("/r/current/data", false)), raw), "ok");
-    assert_eq!(model_check(web(bind("/r/releases/abc/conf", false)), raw), "ok");
+    assert_eq!(
+        model_check(web(bind("/r/releases/abc/conf", false)), raw),
+        "ok"
+    );
     assert_eq!(
         model_check(web(bind("/r/current", false)), raw),
         "PRIVILEGED_REFUSED: web: volumes /r/current writable over the release's own files"
@@ -309,9 +375,13 @@ fn the_model_is_judged_with_its_absolute_paths_and_links() {
         "PRIVILEGED_REFUSED: web: volumes /r/current/data/escape/shadow"
     );
     // A value that came from a variable is named by it, never printed.
-    let raw_secret = "services:\n  web:\n    image: x\n    privileged: ${PRIV}\n    cap_add: [\"${CAP}\"]\n";
+    let raw_secret =
+        "services:\n  web:\n    image: x\n    privileged: ${PRIV}\n    cap_add: [\"${CAP}\"]\n";
     assert_eq!(
-        model_check(web(json!({"privileged": true, "cap_add": ["s3cr3t-value"]})), raw_secret),
+        model_check(
+            web(json!({"privileged": true, "cap_add": ["s3cr3t-value"]})),
+            raw_secret
+        ),
         "PRIVILEGED_REFUSED: web: cap_add from ${CAP}, web: privileged"
     );
     // A key the compose file does not have (it came from elsewhere) is not printed either.
@@ -320,7 +390,10 @@ fn the_model_is_judged_with_its_absolute_paths_and_links() {
         "PRIVILEGED_REFUSED: web: cap_add (value not shown: not in the compose file)"
     );
     assert_eq!(
-        model_check(json!({"name": "monky-env-other", "services": {}}), "name: monky-env-other\n"),
+        model_check(
+            json!({"name": "monky-env-other", "services": {}}),
+            "name: monky-env-other\n"
+        ),
         "BUNDLE_INVALID: name monky-env-other"
     );
 }
@@ -341,7 +414,10 @@ fn the_table_classifies_every_key_of_the_compose_specification() {
     };
     let mut unclassified = Vec::new();
     let mut count = 0;
-    for key in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+    for key in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
         count += 1;
         if rule_of(key).is_some() {
             continue;
@@ -365,7 +441,10 @@ fn the_table_classifies_every_key_of_the_compose_specification() {
         }
     }
     assert!(count > 300, "the key list has {count} keys");
-    assert!(unclassified.is_empty(), "keys the policy table does not classify: {unclassified:?}");
+    assert!(
+        unclassified.is_empty(),
+        "keys the policy table does not classify: {unclassified:?}"
+    );
 }
 
 /// docs/compose-policy.md names every row of the table.
@@ -380,5 +459,8 @@ fn every_row_is_documented() {
         .map(|r| r.path)
         .filter(|p| !doc.contains(&format!("`{p}`")))
         .collect();
-    assert!(missing.is_empty(), "not in docs/compose-policy.md: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "not in docs/compose-policy.md: {missing:?}"
+    );
 }

@@ -373,9 +373,7 @@ services:\n  web:\n    <<: *common\n    image: registry.example/monky/web:${TAG:
   worker:\n    <<: *common\n    image: registry.example/monky/worker:${TAG:-1}\n    command: [worker, --queue, default]\n    profiles: [jobs]\n\
 volumes:\n  webdata: {}\n  pgdata: {}\n";
     let dir = Path::new("/var/lib/monky-deployd/env-qa-02/releases/0123456789abcdef");
-    let bind = |src: &str, target: &str, ro: bool| {
-        json!({"type": "bind", "source": src, "target": target, "read_only": ro, "bind": {"create_host_path": true}})
-    };
+    let bind = |src: &str, target: &str, ro: bool| json!({"type": "bind", "source": src, "target": target, "read_only": ro, "bind": {"create_host_path": true}});
     let common = |image: &str| {
         json!({"image": image, "command": null, "entrypoint": null, "restart": "unless-stopped",
                "environment": {"GEMINI_API_KEY": "x", "POSTGRES_PASSWORD": "y", "LOG_LEVEL": "info"},
@@ -399,13 +397,21 @@ volumes:\n  webdata: {}\n  pgdata: {}\n";
         "healthcheck": {"test": ["CMD-SHELL", "pg_isready"], "interval": "5s"}, "tmpfs": ["/run"]
     }).as_object().unwrap().clone());
     let mut worker = common("registry.example/monky/worker:1");
-    worker.as_object_mut().unwrap().extend(json!({"command": ["worker", "--queue", "default"], "profiles": ["jobs"]}).as_object().unwrap().clone());
+    worker.as_object_mut().unwrap().extend(
+        json!({"command": ["worker", "--queue", "default"], "profiles": ["jobs"]})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
     let project = "monky-env-qa-02";
     let model = json!({"name": project, "services": {"web": web, "db": db, "worker": worker},
         "networks": {"default": {"name": format!("{project}_default"), "ipam": {}}},
         "volumes": {"webdata": {"name": format!("{project}_webdata")}, "pgdata": {"name": format!("{project}_pgdata")}}});
     let policy = monky_bundle::ComposePolicy::new(project);
-    let secrets = std::collections::BTreeSet::from(["GEMINI_API_KEY".to_string(), "POSTGRES_PASSWORD".to_string()]);
+    let secrets = std::collections::BTreeSet::from([
+        "GEMINI_API_KEY".to_string(),
+        "POSTGRES_PASSWORD".to_string(),
+    ]);
     let read_link = |p: &Path| std::fs::read_link(p).ok();
     let samples: Vec<f64> = (0..runs.max(10) * 10)
         .map(|_| {

@@ -245,7 +245,10 @@ fn model_of_bundle(
     base: &bundle::ComposePolicy,
     cfg: Option<&crate::config::Config>,
 ) -> anyhow::Result<Vec<Finding>> {
-    let docker_bin = cfg.map_or_else(|| Path::new("docker").to_path_buf(), |c| c.docker_bin.clone());
+    let docker_bin = cfg.map_or_else(
+        || Path::new("docker").to_path_buf(),
+        |c| c.docker_bin.clone(),
+    );
     let dir = tempfile::Builder::new()
         .prefix("monky-bundle-check.")
         .tempdir()

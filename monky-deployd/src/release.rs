@@ -132,7 +132,12 @@ pub type Gate<'a> = &'a dyn Fn(&Release) -> anyhow::Result<()>;
 ///
 /// When `releases/<sha>` already exists (a retry of the same sha), its files are replaced one
 /// atomic write at a time instead, so the directory `current` may name is never missing.
-pub fn promote(cfg: &Config, staged: Release, sha: &str, gate: Gate<'_>) -> anyhow::Result<Release> {
+pub fn promote(
+    cfg: &Config,
+    staged: Release,
+    sha: &str,
+    gate: Gate<'_>,
+) -> anyhow::Result<Release> {
     let releases = releases_dir(cfg);
     fsx::private_dir(&releases, 0o700)?;
     let target = releases.join(sha);

@@ -765,12 +765,13 @@ impl<'a> Agent<'a> {
 
     /// Points `current` back at `prev` and brings it up again; volumes are not touched.
     fn revert_to(&mut self, prev: &str) -> String {
-        let result = release::point_current(self.cfg, prev, &|r| self.policy_gate(r)).and_then(|rel| {
-            info!("falling back to {}", short(Some(prev)));
-            rel.compose(&self.docker, self.cfg)
-                .up(Some(self.cfg.healthy_timeout))
-                .map_err(anyhow::Error::new)
-        });
+        let result =
+            release::point_current(self.cfg, prev, &|r| self.policy_gate(r)).and_then(|rel| {
+                info!("falling back to {}", short(Some(prev)));
+                rel.compose(&self.docker, self.cfg)
+                    .up(Some(self.cfg.healthy_timeout))
+                    .map_err(anyhow::Error::new)
+            });
         self.state.containers = self.containers();
         match result {
             Ok(()) if not_ready(&self.state.containers).is_empty() => {
@@ -800,7 +801,12 @@ impl<'a> Agent<'a> {
     fn policy_gate(&self, rel: &release::Release) -> anyhow::Result<()> {
         let policy = self.cfg.compose_policy(rel.allow_privileged());
         let raw = rel.compose_yaml()?;
-        let findings = checks::model(&policy, &rel.compose(&self.docker, self.cfg), &raw, rel.dir())?;
+        let findings = checks::model(
+            &policy,
+            &rel.compose(&self.docker, self.cfg),
+            &raw,
+            rel.dir(),
+        )?;
         match findings.into_iter().next() {
             Some(f) => Err(f.into_failure()),
             None => Ok(()),

@@ -724,7 +724,10 @@ fn a_fallback_to_a_release_changed_on_disk_is_refused() {
         return;
     };
     let first = b.first_apply(&b.bundle(&b.e2e.image_1));
-    let file = b.w.env_dir().join(release(&first)).join("docker-compose.yml");
+    let file =
+        b.w.env_dir()
+            .join(release(&first))
+            .join("docker-compose.yml");
     let text = std::fs::read_to_string(&file).unwrap();
     let rewritten = text.replace(
         "    env_file: .env\n",
@@ -743,9 +746,12 @@ fn a_fallback_to_a_release_changed_on_disk_is_refused() {
     );
     // Nothing of the project runs privileged: the changed release was not started again.
     for id in b.project.ids("container") {
-        let privileged =
-            b.project
-                .docker_ok(["inspect", "--format", "{{.HostConfig.Privileged}}", id.as_str()]);
+        let privileged = b.project.docker_ok([
+            "inspect",
+            "--format",
+            "{{.HostConfig.Privileged}}",
+            id.as_str(),
+        ]);
         assert_eq!(privileged.trim(), "false", "{id}");
     }
     assert_ne!(b.current(), Some(release(&first)));

@@ -28,12 +28,34 @@ struct Case {
     model: bool,
 }
 
-const fn case(name: &'static str, compose: &'static str, code: &'static str, names: &'static str) -> Case {
-    Case { name, compose, code, names, model: true }
+const fn case(
+    name: &'static str,
+    compose: &'static str,
+    code: &'static str,
+    names: &'static str,
+) -> Case {
+    Case {
+        name,
+        compose,
+        code,
+        names,
+        model: true,
+    }
 }
 
-const fn file_only(name: &'static str, compose: &'static str, code: &'static str, names: &'static str) -> Case {
-    Case { name, compose, code, names, model: false }
+const fn file_only(
+    name: &'static str,
+    compose: &'static str,
+    code: &'static str,
+    names: &'static str,
+) -> Case {
+    Case {
+        name,
+        compose,
+        code,
+        names,
+        model: false,
+    }
 }
 
 const PR: &str = "PRIVILEGED_REFUSED";
@@ -221,10 +243,19 @@ fn through_bundle_check(w: &World, docker: &Path, c: &Case) {
         .output()
         .unwrap();
     let run = Run(out);
-    assert_eq!(run.code(), 1, "{}: {}{}", c.name, run.stdout(), run.stderr());
+    assert_eq!(
+        run.code(),
+        1,
+        "{}: {}{}",
+        c.name,
+        run.stdout(),
+        run.stderr()
+    );
     let want = format!("FAIL {}: ", c.code);
     assert!(
-        run.stdout().lines().any(|l| l.starts_with(&want) && l.contains(c.names)),
+        run.stdout()
+            .lines()
+            .any(|l| l.starts_with(&want) && l.contains(c.names)),
         "{}: wanted {want}...{} in\n{}{}",
         c.name,
         c.names,
@@ -250,7 +281,9 @@ fn through_a_tick(w: &World, c: &Case) {
     assert!(detail.contains(c.names), "{}: {detail}", c.name);
     let calls = w.docker_calls();
     assert!(
-        !calls.iter().any(|call| call.contains(" pull") || call.contains(" up ") || call.ends_with(" up")),
+        !calls
+            .iter()
+            .any(|call| call.contains(" pull") || call.contains(" up ") || call.ends_with(" up")),
         "{}: {calls:#?}",
         c.name
     );
@@ -268,7 +301,12 @@ fn through_the_model(w: &World, docker: &Path, c: &Case) {
         .docker_config(w.path("model-docker-config"))
         .build()
         .unwrap();
-    let project = d.compose(PROJECT, &dir, &dir.join("docker-compose.yml"), &dir.join(".env"));
+    let project = d.compose(
+        PROJECT,
+        &dir,
+        &dir.join("docker-compose.yml"),
+        &dir.join(".env"),
+    );
     let verdict = match project.config_json() {
         Err(_) => "COMPOSE_CONFIG_FAILED".to_string(),
         Ok(model) => match monky_bundle::ComposePolicy::new(PROJECT).check_model(
@@ -304,7 +342,10 @@ fn check_cases(filter: impl Fn(&Case) -> bool) {
     assert!(n > 0);
     // Refused before the lease: no secret was ever read.
     assert!(
-        w.bao.agent_requests().iter().all(|r| !r.path.contains("/data/")),
+        w.bao
+            .agent_requests()
+            .iter()
+            .all(|r| !r.path.contains("/data/")),
         "a hostile bundle led to a secret read"
     );
 }
@@ -319,39 +360,84 @@ fn the_corpus_is_large_and_its_names_are_unique() {
 #[test]
 fn capabilities_and_confinement_are_refused() {
     check_cases(|c| {
-        ["cap-", "seccomp", "apparmor", "label-", "systempaths", "device", "cgroup-parent", "privileged", "gpu", "runtime", "userns", "isolation", "sysctl", "oom", "ulimit", "realtime", "log-"]
-            .iter()
-            .any(|p| c.name.starts_with(p))
+        [
+            "cap-",
+            "seccomp",
+            "apparmor",
+            "label-",
+            "systempaths",
+            "device",
+            "cgroup-parent",
+            "privileged",
+            "gpu",
+            "runtime",
+            "userns",
+            "isolation",
+            "sysctl",
+            "oom",
+            "ulimit",
+            "realtime",
+            "log-",
+        ]
+        .iter()
+        .any(|p| c.name.starts_with(p))
     });
 }
 
 #[test]
 fn host_paths_are_refused() {
-    check_cases(|c| c.name.starts_with("bind-") && !c.name.contains("release") && !["bind-compose-file", "bind-env", "bind-bundle-json"].contains(&c.name) || c.name.starts_with("volume-"));
+    check_cases(|c| {
+        c.name.starts_with("bind-")
+            && !c.name.contains("release")
+            && !["bind-compose-file", "bind-env", "bind-bundle-json"].contains(&c.name)
+            || c.name.starts_with("volume-")
+    });
 }
 
 #[test]
 fn host_files_read_other_ways_are_refused() {
-    check_cases(|c| ["config-", "secret-", "env-file", "build", "pull-policy"].iter().any(|p| c.name.starts_with(p)));
-}
-
-#[test]
-fn other_envs_are_out_of_reach() {
     check_cases(|c| {
-        ["pid-", "ipc-", "network-", "uts-", "cgroup-host", "volumes-from", "external-", "project-", "container-", "compose-labels"]
+        ["config-", "secret-", "env-file", "build", "pull-policy"]
             .iter()
             .any(|p| c.name.starts_with(p))
     });
 }
 
 #[test]
+fn other_envs_are_out_of_reach() {
+    check_cases(|c| {
+        [
+            "pid-",
+            "ipc-",
+            "network-",
+            "uts-",
+            "cgroup-host",
+            "volumes-from",
+            "external-",
+            "project-",
+            "container-",
+            "compose-labels",
+        ]
+        .iter()
+        .any(|p| c.name.starts_with(p))
+    });
+}
+
+#[test]
 fn files_outside_the_bundle_and_unknown_keys_are_refused() {
-    check_cases(|c| ["include-", "extends-", "unknown-", "develop"].iter().any(|p| c.name.starts_with(p)));
+    check_cases(|c| {
+        ["include-", "extends-", "unknown-", "develop"]
+            .iter()
+            .any(|p| c.name.starts_with(p))
+    });
 }
 
 #[test]
 fn a_release_cannot_be_made_to_write_its_own_files() {
-    check_cases(|c| c.name.contains("release") || ["bind-compose-file", "bind-env", "bind-bundle-json"].contains(&c.name));
+    check_cases(|c| {
+        c.name.contains("release")
+            || ["bind-compose-file", "bind-env", "bind-bundle-json"].contains(&c.name)
+    });
 }
 
 #[test]
@@ -359,11 +445,39 @@ fn every_case_belongs_to_a_class() {
     // The class filters above together cover the corpus, so no case is silently unchecked.
     let classes: [&dyn Fn(&Case) -> bool; 1] = [&|c: &Case| {
         let p = |xs: &[&str]| xs.iter().any(|x| c.name.starts_with(x));
-        p(&["cap-", "seccomp", "apparmor", "label-", "systempaths", "device", "cgroup-parent", "privileged", "gpu", "runtime", "userns", "isolation", "sysctl", "oom", "ulimit", "realtime", "log-"])
-            || c.name.starts_with("bind-")
+        p(&[
+            "cap-",
+            "seccomp",
+            "apparmor",
+            "label-",
+            "systempaths",
+            "device",
+            "cgroup-parent",
+            "privileged",
+            "gpu",
+            "runtime",
+            "userns",
+            "isolation",
+            "sysctl",
+            "oom",
+            "ulimit",
+            "realtime",
+            "log-",
+        ]) || c.name.starts_with("bind-")
             || c.name.starts_with("volume-")
             || p(&["config-", "secret-", "env-file", "build", "pull-policy"])
-            || p(&["pid-", "ipc-", "network-", "uts-", "cgroup-host", "volumes-from", "external-", "project-", "container-", "compose-labels"])
+            || p(&[
+                "pid-",
+                "ipc-",
+                "network-",
+                "uts-",
+                "cgroup-host",
+                "volumes-from",
+                "external-",
+                "project-",
+                "container-",
+                "compose-labels",
+            ])
             || p(&["include-", "extends-", "unknown-", "develop"])
     }];
     for c in CASES {
@@ -399,15 +513,23 @@ fn values_from_secrets_are_judged_on_composes_model_and_named_by_variable() {
         w.clear_stub();
         std::fs::remove_file(w.stub_dir().join("calls.log")).ok();
         w.stub("REAL_COMPOSE", docker.to_str().unwrap());
-        let mut b = TestBundle::default();
-        b.compose = format!("{WEB}    env_file: .env\n    {}\n", case.body);
+        let mut b = TestBundle {
+            compose: format!("{WEB}    env_file: .env\n    {}\n", case.body),
+            ..TestBundle::default()
+        };
         b.manifest["entries"].as_array_mut().unwrap().push(json!({
             "var": "HOSTILE", "path": format!("monky/{ENV}/see/hostile{n}"), "kind": "supplied", "version": null}));
         b.env_template.push_str("HOSTILE=${HOSTILE}\n");
         w.bao.put_secret(ENV, &format!("hostile{n}"), case.value);
         // The file as the bundle carries it passes: only the secret makes it hostile.
         let policy = monky_bundle::ComposePolicy::new(PROJECT);
-        assert!(policy.check_file(&b.compose, &|_| None, &["HOSTILE".to_string()].into()).is_ok(), "{}", case.body);
+        assert!(
+            policy
+                .check_file(&b.compose, &|_| None, &["HOSTILE".to_string()].into())
+                .is_ok(),
+            "{}",
+            case.body
+        );
         w.publish(&b);
         w.tenancy.advance_clock(std::time::Duration::from_secs(60));
         let run = w.tick();
@@ -417,12 +539,25 @@ fn values_from_secrets_are_judged_on_composes_model_and_named_by_variable() {
         let detail = r.detail.clone().unwrap_or_default();
         assert!(detail.contains(case.names), "{}: {detail}", case.body);
         if case.value.len() > 4 {
-            assert!(!detail.contains(case.value), "{}: the value leaked: {detail}", case.body);
-            assert!(!run.stderr().contains(case.value), "{}: the value leaked", case.body);
+            assert!(
+                !detail.contains(case.value),
+                "{}: the value leaked: {detail}",
+                case.body
+            );
+            assert!(
+                !run.stderr().contains(case.value),
+                "{}: the value leaked",
+                case.body
+            );
         }
         let calls = w.docker_calls();
         assert!(calls.iter().any(|c| c.contains(" config ")), "{calls:#?}");
-        assert!(!calls.iter().any(|c| c.contains(" pull") || c.ends_with(" up") || c.contains(" up ")), "{calls:#?}");
+        assert!(
+            !calls
+                .iter()
+                .any(|c| c.contains(" pull") || c.ends_with(" up") || c.contains(" up ")),
+            "{calls:#?}"
+        );
         assert_eq!(w.current_target(), None);
     }
 }
@@ -472,7 +607,13 @@ fn realistic_backends_pass_every_check_and_apply() {
     let w = World::new();
     w.stage_grant();
     for (n, yaml) in BENIGN.iter().enumerate() {
-        let c = Case { name: "benign", compose: yaml, code: "", names: "", model: true };
+        let c = Case {
+            name: "benign",
+            compose: yaml,
+            code: "",
+            names: "",
+            model: true,
+        };
         let b = bundle_of(&c);
         // bundle check: ok with the model checked too.
         let dir = w.path(&format!("benign/{n}"));
@@ -486,8 +627,18 @@ fn realistic_backends_pass_every_check_and_apply() {
             .output()
             .unwrap();
         let run = Run(out);
-        assert_eq!(run.code(), 0, "benign {n}:\n{yaml}\n{}{}", run.stdout(), run.stderr());
-        assert!(!run.stderr().contains("not checked"), "benign {n}: {}", run.stderr());
+        assert_eq!(
+            run.code(),
+            0,
+            "benign {n}:\n{yaml}\n{}{}",
+            run.stdout(),
+            run.stderr()
+        );
+        assert!(
+            !run.stderr().contains("not checked"),
+            "benign {n}: {}",
+            run.stderr()
+        );
         // A tick with the real compose model applies it (the stub plays pull and up).
         w.clear_stub();
         w.stub("REAL_COMPOSE", docker.to_str().unwrap());
