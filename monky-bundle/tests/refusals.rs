@@ -65,7 +65,7 @@ fn privileged_refused() {
             &|_| None,
             &Default::default()
         )),
-        "PRIVILEGED_REFUSED: db: pid host, web: privileged, web: cap_add SYS_ADMIN"
+        "PRIVILEGED_REFUSED: db: pid host, web: cap_add SYS_ADMIN, web: privileged"
     );
 }
 
