@@ -503,6 +503,29 @@ mod tests {
     }
 
     #[test]
+    fn the_compose_policy_allowlists_are_the_admins() {
+        let c = parse("env_id: e1\n").unwrap();
+        assert_eq!(
+            c.allowed_binds
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["/etc/localtime:ro", "/etc/timezone:ro"]
+        );
+        assert!(c.allowed_external_volumes.is_empty() && c.allowed_external_networks.is_empty());
+        let c = parse(
+            "env_id: e1\nallowed_binds: [/srv/shared:rw]\nallowed_external_networks: [edge]\n",
+        )
+        .unwrap();
+        assert_eq!(c.allowed_binds.len(), 1);
+        assert_eq!(c.allowed_external_networks, ["edge"]);
+        let err = parse("env_id: e1\nallowed_binds: [srv:rw]\n").unwrap_err();
+        assert!(format!("{err:#}").starts_with("allowed_binds: "), "{err:#}");
+        let err = parse("env_id: e1\nallowed_binds: [/srv:rwx]\n").unwrap_err();
+        assert!(format!("{err:#}").contains("ro or rw"), "{err:#}");
+    }
+
+    #[test]
     fn alias_bombs_are_refused_quickly() {
         // Billion laughs: nine levels of ten aliases would expand to 10^9 strings.
         let mut text = String::from("a0: &a0 lol\n");
