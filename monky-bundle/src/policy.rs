@@ -680,13 +680,16 @@ struct Site<'a> {
     subject: &'a str,
     /// The object holding the key.
     parent: &'a Map<String, Value>,
-    /// The raw (uninterpolated) value of the subject's first key, in a model check.
+    /// The compose file's own (uninterpolated) value of the subject's first key: it names the
+    /// variables a model value came from, and the secrets a file path may not come from.
     raw: Option<&'a Value>,
 }
 
 struct Walk {
     findings: Vec<(Severity, String)>,
+    /// Judging compose's model, whose values may hold secrets, rather than the file.
     model: bool,
+    /// The project's own services, which namespaces and `volumes_from` may name.
     services: BTreeSet<String>,
 }
 
