@@ -367,11 +367,24 @@ fn verify_throughput(rows: &mut Rows, runs: usize) {
 /// the check of the file before the lease and the check of compose's model before pull, in
 /// process. compose's own `config` run is the model's price, measured with the apply ticks.
 fn compose_policy(rows: &mut Rows, runs: usize) {
-    let yaml = "x-common: &common\n  restart: unless-stopped\n  env_file: .env\n  logging: {driver: json-file, options: {max-size: 10m}}\n\
-services:\n  web:\n    <<: *common\n    image: registry.example/monky/web:${TAG:-1}\n    ports: [\"8080:80\"]\n    volumes: [./conf:/conf:ro, webdata:/data, /etc/localtime:/etc/localtime:ro]\n    depends_on: {db: {condition: service_healthy}}\n    healthcheck: {test: [CMD, wget, -qO-, http://localhost/health], interval: 10s}\n    security_opt: [no-new-privileges:true]\n    cap_drop: [ALL]\n    cap_add: [NET_BIND_SERVICE]\n    deploy: {resources: {limits: {cpus: \"1\", memory: 512M}}}\n\
-  db:\n    <<: *common\n    image: postgres:16\n    volumes: [pgdata:/var/lib/postgresql/data]\n    healthcheck: {test: [CMD-SHELL, pg_isready], interval: 5s}\n    tmpfs: [/run]\n\
-  worker:\n    <<: *common\n    image: registry.example/monky/worker:${TAG:-1}\n    command: [worker, --queue, default]\n    profiles: [jobs]\n\
-volumes:\n  webdata: {}\n  pgdata: {}\n";
+    let yaml = concat!(
+        "x-common: &common\n  restart: unless-stopped\n  env_file: .env\n",
+        "  logging: {driver: json-file, options: {max-size: 10m}}\n",
+        "services:\n  web:\n    <<: *common\n    image: registry.example/monky/web:${TAG:-1}\n",
+        "    ports: [\"8080:80\"]\n",
+        "    volumes: [./conf:/conf:ro, webdata:/data, /etc/localtime:/etc/localtime:ro]\n",
+        "    depends_on: {db: {condition: service_healthy}}\n",
+        "    healthcheck: {test: [CMD, wget, -qO-, http://localhost/health], interval: 10s}\n",
+        "    security_opt: [no-new-privileges:true]\n    cap_drop: [ALL]\n",
+        "    cap_add: [NET_BIND_SERVICE]\n",
+        "    deploy: {resources: {limits: {cpus: \"1\", memory: 512M}}}\n",
+        "  db:\n    <<: *common\n    image: postgres:16\n",
+        "    volumes: [pgdata:/var/lib/postgresql/data]\n",
+        "    healthcheck: {test: [CMD-SHELL, pg_isready], interval: 5s}\n    tmpfs: [/run]\n",
+        "  worker:\n    <<: *common\n    image: registry.example/monky/worker:${TAG:-1}\n",
+        "    command: [worker, --queue, default]\n    profiles: [jobs]\n",
+        "volumes:\n  webdata: {}\n  pgdata: {}\n",
+    );
     let dir = Path::new("/var/lib/monky-deployd/env-qa-02/releases/0123456789abcdef");
     let bind = |src: &str, target: &str, ro: bool| json!({"type": "bind", "source": src, "target": target, "read_only": ro, "bind": {"create_host_path": true}});
     let common = |image: &str| {
