@@ -91,9 +91,13 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
                 },
         } => {
             // The box's own policy when this box has a config; the defaults elsewhere (a
-            // renderer's CI has no config file).
+            // renderer's CI has no config file) and when this user cannot read it.
             let cfg = if cli.config.exists() {
-                Some(Config::load(&cli.config)?)
+                Config::load(&cli.config)
+                    .map_err(|e| {
+                        eprintln!("note: the default compose policy applies: {e:#}");
+                    })
+                    .ok()
             } else {
                 None
             };

@@ -648,3 +648,44 @@ fn realistic_backends_pass_every_check_and_apply() {
         assert_report(&w.last_report(), ReportResult::Applied, None);
     }
 }
+
+// ---- the box's allowlists ---------------------------------------------------------------------
+
+#[test]
+fn bundle_check_and_the_tick_use_the_boxs_allowlists() {
+    let w = World::new();
+    let b = TestBundle {
+        compose: format!(
+            "{WEB}    volumes: [\"/srv/shared:/s\"]\n    networks: [edge]\nnetworks:\n  edge:\n    external: true\n"
+        ),
+        ..TestBundle::default()
+    };
+    let dir = w.path("allowlists");
+    write_dir(&dir, &b);
+    let check = || w.run(&["bundle", "check", dir.to_str().unwrap(), "--env", ENV]);
+    let run = check();
+    run.expect(1);
+    assert!(
+        run.stdout().contains(
+            "FAIL PRIVILEGED_REFUSED: networks.edge: external edge, web: volumes /srv/shared"
+        ),
+        "{}",
+        run.stdout()
+    );
+    w.stage_grant();
+    w.publish(&b);
+    w.tick().expect(1);
+    assert_report(
+        &w.last_report(),
+        ReportResult::Failed,
+        Some("PRIVILEGED_REFUSED: "),
+    );
+
+    // The box's admin widens the lists: the same bundle passes and applies.
+    w.config_extra("allowed_binds: [/srv/shared:rw]\nallowed_external_networks: [edge]\n");
+    check().ok();
+    w.tenancy
+        .advance_clock(std::time::Duration::from_secs(3600));
+    w.tick().ok();
+    assert_report(&w.last_report(), ReportResult::Applied, None);
+}
