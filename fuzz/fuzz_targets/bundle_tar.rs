@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use libfuzzer_sys::fuzz_target;
-use monky_bundle::{Bundle, Limits, bundle_sha, check_env_complete, check_privileged, render_env};
+use monky_bundle::{Bundle, ComposePolicy, Limits, bundle_sha, check_env_complete, render_env};
 use secrecy::SecretString;
 
 fuzz_target!(|data: &[u8]| {
@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
     );
     let provided: BTreeSet<String> = b.manifest().env_entries().map(|e| e.var.clone()).collect();
     let _ = check_env_complete(b.env_template(), &provided);
-    let _ = check_privileged(b.compose(), &|_| None);
+    let _ = ComposePolicy::new("monky-fuzz").check_file(b.compose(), &|_| None, &Default::default());
     let values: BTreeMap<String, SecretString> = provided
         .iter()
         .map(|v| (v.clone(), SecretString::from("value")))

@@ -1,22 +1,24 @@
-//! The compose file's privileged check: YAML with anchors, merge keys and interpolation.
+//! The compose policy on a compose file: YAML with anchors, merge keys and interpolation.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use monky_bundle::{RefusalCode, check_privileged};
+use monky_bundle::{ComposePolicy, RefusalCode};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(yaml) = std::str::from_utf8(data) else {
         return;
     };
     let env = |name: &str| (name.len() % 2 == 0).then(|| "host".to_string());
+    let policy = ComposePolicy::new("monky-fuzz");
+    let secrets = std::collections::BTreeSet::from(["SECRET".to_string()]);
     for lookup in [
         &|_: &str| None as Option<String>,
         &env as &dyn Fn(&str) -> Option<String>,
     ] {
-        if let Err(r) = check_privileged(yaml, lookup) {
+        if let Err(r) = policy.check_file(yaml, lookup, &secrets) {
             assert!(matches!(
                 r.code,
-                RefusalCode::PrivilegedRefused | RefusalCode::BundleInvalid
+                RefusalCode::PrivilegedRefused | RefusalCode::BundleInvalid | RefusalCode::BundleTooLarge
             ));
         }
     }

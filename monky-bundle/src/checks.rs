@@ -123,7 +123,7 @@ fn yaml_options() -> serde_saphyr::Options {
 
 /// Parses compose YAML into a JSON value under [`yaml_options`]. The refusal names the kind of
 /// problem and its position, never the text around it.
-fn parse_compose(yaml: &str) -> Result<Value, Refusal> {
+pub(crate) fn parse_compose(yaml: &str) -> Result<Value, Refusal> {
     serde_saphyr::from_str_with_options::<Value>(yaml, yaml_options()).map_err(|e| {
         use serde_saphyr::Error as E;
         // Classified by variant: the rendered message quotes the YAML around the error.
@@ -215,224 +215,23 @@ fn interpolate(
     Ok(())
 }
 
-/// Refuses with `PRIVILEGED_REFUSED` when a service asks for host-level power.
-///
-/// The compose YAML is parsed (duplicate keys refused, aliases and merge keys expanded under
-/// limits, so an alias bomb is `BUNDLE_INVALID`), then every string value is interpolated
-/// through `env` with compose's rules (`${VAR}`, `$VAR`, `${VAR:-default}`, `${VAR-default}`,
-/// `$$`), so a value that only turns dangerous after interpolation is caught. Per service it
-/// refuses: `privileged` true (also `"true"`, `yes`, `on`, `1`), `network_mode: host`, `pid`,
-/// `ipc`, `userns_mode`, `uts` or `cgroup: host`, `cap_add` containing `SYS_ADMIN` or `ALL`
-/// (any case, with or without `CAP_`), `devices`, a bind (short or long volume syntax) of `/`,
-/// the docker socket (`/var/run/docker.sock`, `/run/docker.sock`) or a directory holding it
-/// (`/var`, `/var/run`, `/run`), anything under `/proc` (`/proc/1/root` is the host's root),
-/// a relative bind that climbs out of the project directory, and a `build` that is privileged
-/// or uses the host network. A top-level volume whose `driver_opts.device` is such a path is
-/// refused too.
-///
-/// Names are `service: reason` with fixed reasons (`web: privileged`, `web: cap_add SYS_ADMIN`,
-/// `web: bind /var/run/docker.sock`); no interpolated value is ever named. The caller skips
-/// this check when the bundle's `allow_privileged` is set.
-///
-/// ```
-/// let yaml = "services:\n  web:\n    image: nginx\n    network_mode: ${MODE:-host}\n";
-/// let err = monky_bundle::check_privileged(yaml, &|_| None).unwrap_err();
-/// assert_eq!(err.to_string(), "PRIVILEGED_REFUSED: web: network_mode host");
-/// assert!(monky_bundle::check_privileged(yaml, &|_| Some("bridge".into())).is_ok());
-/// ```
-pub fn check_privileged(
-    compose_yaml: &str,
+/// Interpolates every string value of a parsed compose file through `env`, with the cap on
+/// the values substituted.
+pub(crate) fn interpolate_compose(
+    doc: &mut Value,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), Refusal> {
-    let mut doc = parse_compose(compose_yaml)?;
-    let interpolated = interpolate(&mut doc, env, &Cell::new(0));
-    let verdict = interpolated.and_then(|()| judge(&doc));
-    // Interpolated strings may hold secret values: zero them before the tree is freed.
-    scrub(&mut doc);
-    verdict
+    interpolate(doc, env, &Cell::new(0))
 }
 
-/// [`check_privileged`] on a compose model already parsed, e.g. the JSON of
-/// `docker compose config`, which holds the interpolated secrets: the model is zeroed before
-/// it is freed, whatever the verdict.
-pub fn check_privileged_model(mut model: Value) -> Result<(), Refusal> {
-    let verdict = interpolate(&mut model, &|_| None, &Cell::new(0)).and_then(|()| judge(&model));
-    scrub(&mut model);
-    verdict
-}
-
-fn scrub(v: &mut Value) {
+/// Zeroes every string of a tree that may hold secret values, before it is freed.
+pub(crate) fn scrub(v: &mut Value) {
     match v {
         Value::String(s) => s.zeroize(),
         Value::Array(a) => a.iter_mut().for_each(scrub),
         Value::Object(m) => m.values_mut().for_each(scrub),
         Value::Null | Value::Bool(_) | Value::Number(_) => {}
     }
-}
-
-fn judge(doc: &Value) -> Result<(), Refusal> {
-    let mut names: Vec<String> = Vec::new();
-    let mut add = |who: &str, why: &str| {
-        let n = format!("{who}: {why}");
-        if !names.contains(&n) {
-            names.push(n);
-        }
-    };
-    if let Some(Value::Object(services)) = doc.get("services") {
-        for (service, def) in services {
-            for why in service_reasons(def) {
-                add(service, &why);
-            }
-        }
-    }
-    if let Some(Value::Object(volumes)) = doc.get("volumes") {
-        for (volume, def) in volumes {
-            if let Some(why) = def
-                .get("driver_opts")
-                .and_then(|o| o.get("device"))
-                .and_then(Value::as_str)
-                .and_then(judge_bind_source)
-            {
-                add(&format!("volume {volume}"), &why);
-            }
-        }
-    }
-    if names.is_empty() {
-        Ok(())
-    } else {
-        Err(Refusal::new(RefusalCode::PrivilegedRefused, names))
-    }
-}
-
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Bool(b) => *b,
-        Value::String(s) => matches!(
-            s.trim().to_ascii_lowercase().as_str(),
-            "true" | "yes" | "y" | "on" | "1"
-        ),
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Value::Null | Value::Array(_) | Value::Object(_) => false,
-    }
-}
-
-fn is_host(v: Option<&Value>) -> bool {
-    v.and_then(Value::as_str)
-        .is_some_and(|s| s.trim().eq_ignore_ascii_case("host"))
-}
-
-/// Entries of a field that may be a list or a single string.
-fn list(v: Option<&Value>) -> Vec<&Value> {
-    match v {
-        Some(Value::Array(a)) => a.iter().collect(),
-        Some(v @ Value::String(_)) => vec![v],
-        _ => Vec::new(),
-    }
-}
-
-fn service_reasons(def: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    let Value::Object(svc) = def else {
-        return out;
-    };
-    if svc.get("privileged").is_some_and(truthy) {
-        out.push("privileged".to_owned());
-    }
-    if is_host(svc.get("network_mode")) {
-        out.push("network_mode host".to_owned());
-    }
-    for key in ["pid", "ipc", "userns_mode", "uts", "cgroup"] {
-        if is_host(svc.get(key)) {
-            out.push(format!("{key} host"));
-        }
-    }
-    for cap in list(svc.get("cap_add")) {
-        let Some(cap) = cap.as_str() else { continue };
-        let upper = cap.trim().to_ascii_uppercase();
-        let bare = upper.strip_prefix("CAP_").unwrap_or(&upper);
-        if bare == "SYS_ADMIN" || bare == "ALL" {
-            let why = format!("cap_add {bare}");
-            if !out.contains(&why) {
-                out.push(why);
-            }
-        }
-    }
-    for vol in list(svc.get("volumes")) {
-        let source = match vol {
-            Value::String(s) => s.split_once(':').map(|(src, _)| src),
-            Value::Object(m) => m.get("source").and_then(Value::as_str),
-            _ => None,
-        };
-        if let Some(why) = source.and_then(judge_bind_source)
-            && !out.contains(&why)
-        {
-            out.push(why);
-        }
-    }
-    if !list(svc.get("devices")).is_empty() {
-        out.push("devices".to_owned());
-    }
-    if let Some(Value::Object(build)) = svc.get("build") {
-        if build.get("privileged").is_some_and(truthy) {
-            out.push("build privileged".to_owned());
-        }
-        if is_host(build.get("network")) {
-            out.push("build network host".to_owned());
-        }
-    }
-    out
-}
-
-/// Host paths whose bind gives a container the host: the root, the docker socket and the
-/// directories holding it.
-const DANGEROUS_SOURCES: [&str; 6] = [
-    "/",
-    "/var",
-    "/var/run",
-    "/run",
-    "/var/run/docker.sock",
-    "/run/docker.sock",
-];
-
-/// Why a bind source is refused, or `None` for a named volume or a harmless path.
-fn judge_bind_source(source: &str) -> Option<String> {
-    let source = source.trim();
-    if let Some(abs) = source.strip_prefix('/') {
-        let mut parts: Vec<&str> = Vec::new();
-        for seg in abs.split('/') {
-            match seg {
-                "" | "." => {}
-                ".." => {
-                    parts.pop();
-                }
-                s => parts.push(s),
-            }
-        }
-        let norm = format!("/{}", parts.join("/"));
-        if parts.first() == Some(&"proc") {
-            return Some("bind /proc".to_owned());
-        }
-        return DANGEROUS_SOURCES
-            .iter()
-            .find(|d| **d == norm)
-            .map(|d| format!("bind {d}"));
-    }
-    if source.starts_with('.') || source.starts_with('~') {
-        let mut depth = 0usize;
-        for seg in source.split('/').skip(1) {
-            match seg {
-                "" | "." => {}
-                ".." if depth == 0 => return Some("bind outside the project directory".to_owned()),
-                ".." => depth -= 1,
-                _ => depth += 1,
-            }
-        }
-        // The first segment itself: `..` climbs at once; `.` and `~` are the base.
-        if source == ".." || source.starts_with("../") {
-            return Some("bind outside the project directory".to_owned());
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -444,35 +243,5 @@ mod tests {
         assert_eq!(human(0), "0 bytes");
         assert_eq!(human(MIB), "1.0 MiB");
         assert_eq!(human(3 * GIB + GIB / 2), "3.5 GiB");
-    }
-
-    #[test]
-    fn bind_sources() {
-        for (src, expected) in [
-            ("/", Some("bind /")),
-            ("//", Some("bind /")),
-            ("/.", Some("bind /")),
-            ("/etc/..", Some("bind /")),
-            ("/var/run/docker.sock", Some("bind /var/run/docker.sock")),
-            ("/var/run/./docker.sock", Some("bind /var/run/docker.sock")),
-            (
-                "/var/lib/../run/docker.sock",
-                Some("bind /var/run/docker.sock"),
-            ),
-            ("/run/docker.sock/", Some("bind /run/docker.sock")),
-            ("/run", Some("bind /run")),
-            ("/proc/1/root", Some("bind /proc")),
-            ("/srv/data", None),
-            ("/var/lib/app", None),
-            ("./data", None),
-            ("./a/../b", None),
-            ("./..", Some("bind outside the project directory")),
-            ("../x", Some("bind outside the project directory")),
-            ("./a/../../x", Some("bind outside the project directory")),
-            ("~/../..", Some("bind outside the project directory")),
-            ("pgdata", None),
-        ] {
-            assert_eq!(judge_bind_source(src).as_deref(), expected, "{src}");
-        }
     }
 }

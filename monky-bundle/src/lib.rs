@@ -6,8 +6,9 @@
 //!   `secrets.manifest.json` ([`Manifest`]) and `bundle.json` ([`BundleMeta`]).
 //! - [`bundle_sha`] is the protocol's content hash; [`Bundle::check_sha`] compares it with the
 //!   desired sha.
-//! - The checks ([`check_env_complete`], [`check_privileged`], [`check_rollback`],
-//!   [`check_disk`]) return a [`Refusal`]: a [`RefusalCode`] and names, never values.
+//! - The checks ([`check_env_complete`], [`check_rollback`], [`check_disk`]) and the compose
+//!   policy ([`ComposePolicy`], one default-deny table in [`policy`]) return a [`Refusal`]: a
+//!   [`RefusalCode`] and names, never values.
 //! - [`render_env`] turns `.env.template` and the secrets read into the `.env` text, as a
 //!   [`SecretString`](secrecy::SecretString).
 //! - [`RegistryAuth`] parses the `use: registry-auth` credential and renders the agent's own
@@ -38,7 +39,7 @@
 //!
 //! let provided = bundle.manifest().env_entries().map(|e| e.var.clone()).collect();
 //! monky_bundle::check_env_complete(bundle.env_template(), &provided)?;
-//! monky_bundle::check_privileged(bundle.compose(), &|_| None)?;
+//! monky_bundle::ComposePolicy::new("monky-env-qa-02").check_file(bundle.compose(), &|_| None, &Default::default())?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![deny(missing_docs)]
@@ -53,14 +54,14 @@ mod member;
 mod meta;
 mod pack;
 mod parse;
+pub mod policy;
 mod refusal;
 mod registry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
 pub use checks::{
-    DEFAULT_DISK_FACTOR, DEFAULT_DISK_HEADROOM, check_disk, check_env_complete, check_privileged,
-    check_privileged_model, check_rollback,
+    DEFAULT_DISK_FACTOR, DEFAULT_DISK_HEADROOM, check_disk, check_env_complete, check_rollback,
 };
 pub use env::{
     MAX_ENV_VALUE_BYTES, env_spellings, referenced_vars, render_env, secret_values, unresolved_vars,
@@ -72,5 +73,6 @@ pub use member::MemberName;
 pub use meta::{BundleMeta, RENDERER_COMPOSE};
 pub use pack::pack_tar;
 pub use parse::{Bundle, bundle_sha};
+pub use policy::{AllowedBind, ComposePolicy};
 pub use refusal::{Refusal, RefusalCode};
 pub use registry::RegistryAuth;

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use common::{minimal_files, outcome};
 use monky_bundle::{
-    Bundle, DEFAULT_DISK_FACTOR, DEFAULT_DISK_HEADROOM, Limits, MemberName, Refusal, RefusalCode,
-    check_disk, check_env_complete, check_privileged, check_rollback, pack_tar,
+    Bundle, ComposePolicy, DEFAULT_DISK_FACTOR, DEFAULT_DISK_HEADROOM, Limits, MemberName, Refusal,
+    RefusalCode, check_disk, check_env_complete, check_rollback, pack_tar,
 };
 
 fn shown(r: Result<(), Refusal>) -> String {
@@ -60,8 +60,12 @@ fn env_incomplete() {
 fn privileged_refused() {
     let yaml = "services:\n  web:\n    image: nginx\n    privileged: true\n    cap_add: [cap_sys_admin]\n  db:\n    image: postgres\n    pid: host\n";
     assert_eq!(
-        shown(check_privileged(yaml, &|_| None)),
-        "PRIVILEGED_REFUSED: db: pid host, web: privileged, web: cap_add SYS_ADMIN"
+        shown(ComposePolicy::new("monky-env-qa-02").check_file(
+            yaml,
+            &|_| None,
+            &Default::default()
+        )),
+        "PRIVILEGED_REFUSED: db: pid host, web: cap_add SYS_ADMIN, web: privileged"
     );
 }
 

@@ -271,12 +271,14 @@ impl Compose {
         Ok(())
     }
 
-    /// `config --format json`: the interpolated model, for the authoritative privileged check.
+    /// `--profile * config --format json`: the interpolated model with every profile active,
+    /// which the compose policy judges.
     ///
     /// The output holds interpolated values, secrets included: it is parsed and never quoted
     /// in errors or logs.
     pub fn config_json(&self) -> Result<serde_json::Value> {
-        let out = self.query(["config", "--format", "json"])?;
+        // Every profile: the model judged must hold every service any `up` could start.
+        let out = self.query(["--profile", "*", "config", "--format", "json"])?;
         serde_json::from_str(&out.stdout).map_err(|e| Error::Parse {
             what: out.what,
             // serde_json's message names a line and column, not the content

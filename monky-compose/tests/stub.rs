@@ -69,7 +69,7 @@ fn project_commands_have_exact_argument_lists() {
     check_argv(
         "2.30.3",
         &|c| drop(c.config_json().unwrap()),
-        &["config", "--format", "json"],
+        &["--profile", "*", "config", "--format", "json"],
     );
 }
 

@@ -32,17 +32,27 @@ fn main() {
     }
     let mut runs = 15usize;
     let mut out: Option<PathBuf> = None;
+    let mut policy_only = false;
     let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
     while let Some(a) = it.next() {
         match a.as_str() {
             "--runs" => runs = it.next().and_then(|v| v.parse().ok()).expect("--runs N"),
             "--out" => out = it.next().map(PathBuf::from),
+            // Only the in-process compose policy case: no peers, no docker.
+            "--policy-only" => policy_only = true,
             // What cargo bench passes along.
             "--bench" => {}
-            other => panic!("perf: unknown argument {other:?} (--runs N, --out FILE)"),
+            other => {
+                panic!("perf: unknown argument {other:?} (--runs N, --out FILE, --policy-only)")
+            }
         }
     }
     let mut rows = Rows::default();
+    if policy_only {
+        compose_policy(&mut rows, runs);
+        print!("{}", rows.0.join("\n") + "\n");
+        return;
+    }
     noise_probe(&mut rows, runs);
     startup_and_size(&mut rows, runs);
     heartbeat_stub(&mut rows, runs);
@@ -54,6 +64,7 @@ fn main() {
         4 * 1024 * 1024 - 24 * 1024,
     );
     verify_throughput(&mut rows, runs);
+    compose_policy(&mut rows, runs);
     python_floor(&mut rows, runs);
     match E2e::from_env() {
         Some(e2e) => real_engine(&mut rows, runs, &e2e),
@@ -350,6 +361,86 @@ fn verify_throughput(rows: &mut Rows, runs: usize) {
     });
     let _ = std::fs::remove_file(&file);
     rows.add_process("sha256sum of the same bytes (process)", &samples);
+}
+
+/// The compose policy's own cost on a typical bundle (a web app, its database and a worker):
+/// the check of the file before the lease and the check of compose's model before pull, in
+/// process. compose's own `config` run is the model's price, measured with the apply ticks.
+fn compose_policy(rows: &mut Rows, runs: usize) {
+    let yaml = concat!(
+        "x-common: &common\n  restart: unless-stopped\n  env_file: .env\n",
+        "  logging: {driver: json-file, options: {max-size: 10m}}\n",
+        "services:\n  web:\n    <<: *common\n    image: registry.example/monky/web:${TAG:-1}\n",
+        "    ports: [\"8080:80\"]\n",
+        "    volumes: [./conf:/conf:ro, webdata:/data, /etc/localtime:/etc/localtime:ro]\n",
+        "    depends_on: {db: {condition: service_healthy}}\n",
+        "    healthcheck: {test: [CMD, wget, -qO-, http://localhost/health], interval: 10s}\n",
+        "    security_opt: [no-new-privileges:true]\n    cap_drop: [ALL]\n",
+        "    cap_add: [NET_BIND_SERVICE]\n",
+        "    deploy: {resources: {limits: {cpus: \"1\", memory: 512M}}}\n",
+        "  db:\n    <<: *common\n    image: postgres:16\n",
+        "    volumes: [pgdata:/var/lib/postgresql/data]\n",
+        "    healthcheck: {test: [CMD-SHELL, pg_isready], interval: 5s}\n    tmpfs: [/run]\n",
+        "  worker:\n    <<: *common\n    image: registry.example/monky/worker:${TAG:-1}\n",
+        "    command: [worker, --queue, default]\n    profiles: [jobs]\n",
+        "volumes:\n  webdata: {}\n  pgdata: {}\n",
+    );
+    let dir = Path::new("/var/lib/monky-deployd/env-qa-02/releases/0123456789abcdef");
+    let bind = |src: &str, target: &str, ro: bool| json!({"type": "bind", "source": src, "target": target, "read_only": ro, "bind": {"create_host_path": true}});
+    let common = |image: &str| {
+        json!({"image": image, "command": null, "entrypoint": null, "restart": "unless-stopped",
+               "environment": {"GEMINI_API_KEY": "x", "POSTGRES_PASSWORD": "y", "LOG_LEVEL": "info"},
+               "logging": {"driver": "json-file", "options": {"max-size": "10m"}},
+               "networks": {"default": null}})
+    };
+    let mut web = common("registry.example/monky/web:1");
+    web.as_object_mut().unwrap().extend(json!({
+        "ports": [{"mode": "ingress", "target": 80, "published": "8080", "protocol": "tcp"}],
+        "volumes": [bind(&format!("{}/conf", dir.display()), "/conf", true),
+                    {"type": "volume", "source": "webdata", "target": "/data", "volume": {}},
+                    bind("/etc/localtime", "/etc/localtime", true)],
+        "depends_on": {"db": {"condition": "service_healthy", "required": true}},
+        "healthcheck": {"test": ["CMD", "wget", "-qO-", "http://localhost/health"], "interval": "10s"},
+        "security_opt": ["no-new-privileges:true"], "cap_drop": ["ALL"], "cap_add": ["NET_BIND_SERVICE"],
+        "deploy": {"resources": {"limits": {"cpus": 1.0, "memory": "536870912"}}, "placement": {}}
+    }).as_object().unwrap().clone());
+    let mut db = common("postgres:16");
+    db.as_object_mut().unwrap().extend(json!({
+        "volumes": [{"type": "volume", "source": "pgdata", "target": "/var/lib/postgresql/data", "volume": {}}],
+        "healthcheck": {"test": ["CMD-SHELL", "pg_isready"], "interval": "5s"}, "tmpfs": ["/run"]
+    }).as_object().unwrap().clone());
+    let mut worker = common("registry.example/monky/worker:1");
+    worker.as_object_mut().unwrap().extend(
+        json!({"command": ["worker", "--queue", "default"], "profiles": ["jobs"]})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let project = "monky-env-qa-02";
+    let model = json!({"name": project, "services": {"web": web, "db": db, "worker": worker},
+        "networks": {"default": {"name": format!("{project}_default"), "ipam": {}}},
+        "volumes": {"webdata": {"name": format!("{project}_webdata")}, "pgdata": {"name": format!("{project}_pgdata")}}});
+    let policy = monky_bundle::ComposePolicy::new(project);
+    let secrets = std::collections::BTreeSet::from([
+        "GEMINI_API_KEY".to_string(),
+        "POSTGRES_PASSWORD".to_string(),
+    ]);
+    let read_link = |p: &Path| std::fs::read_link(p).ok();
+    let samples: Vec<f64> = (0..runs.max(10) * 10)
+        .map(|_| {
+            let m = model.clone();
+            let t = Instant::now();
+            policy.check_file(yaml, &|_| None, &secrets).unwrap();
+            policy.check_model(m, yaml, dir, &read_link).unwrap();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    rows.add(
+        "compose policy, typical bundle (file + model, in process)",
+        "wall",
+        "ms",
+        &samples,
+    );
 }
 
 fn python_floor(rows: &mut Rows, runs: usize) {

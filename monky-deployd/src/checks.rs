@@ -35,9 +35,16 @@ impl Finding {
     }
 }
 
-/// Manifest paths, unresolved variables and privileged compose: the checks that need only the
-/// bundle, the env id and the KV mount. Returns the KV paths to read and every finding.
-pub fn offline(b: &bundle::Bundle, env_id: &str, kv_mount: &str) -> (Vec<KvPath>, Vec<Finding>) {
+/// Manifest paths, unresolved variables and the compose policy on the file as the bundle
+/// carries it: the checks that need only the bundle, the env id, the KV mount and the box's
+/// policy (`base`, whose `allow_privileged` is replaced by the bundle's). Returns the KV paths
+/// to read and every finding.
+pub fn offline(
+    b: &bundle::Bundle,
+    env_id: &str,
+    kv_mount: &str,
+    base: &bundle::ComposePolicy,
+) -> (Vec<KvPath>, Vec<Finding>) {
     let manifest = b.manifest();
     let mut findings = Vec::new();
     let mut paths = Vec::new();
@@ -66,12 +73,38 @@ pub fn offline(b: &bundle::Bundle, env_id: &str, kv_mount: &str) -> (Vec<KvPath>
         findings.push(Finding::from_refusal(&r));
     }
     let known = known_env_values(b.env_template(), &provided);
-    if !b.meta().allow_privileged
-        && let Err(r) = bundle::check_privileged(b.compose(), &|n| known.get(n).cloned())
-    {
+    let policy = base.clone().allow_privileged(b.meta().allow_privileged);
+    for r in policy.findings_file(b.compose(), &|n| known.get(n).cloned(), &provided) {
         findings.push(Finding::from_refusal(&r));
     }
     (paths, findings)
+}
+
+/// The compose policy on compose's own model of a release dir (`docker compose config`):
+/// every finding, or the failure of `compose config` itself (`COMPOSE_CONFIG_FAILED`).
+///
+/// `raw_yaml` is the release's compose file, so that a value that came from a variable is
+/// named by it; `dir` is the release dir compose resolved the model's paths against. Links on
+/// the way of a path are followed as they are on disk now.
+pub fn model(
+    policy: &bundle::ComposePolicy,
+    project: &monky_compose::Compose,
+    raw_yaml: &str,
+    dir: &Path,
+) -> anyhow::Result<Vec<Finding>> {
+    let model = project.config_json().map_err(|e| {
+        Failure::new(
+            Exit::Fail,
+            Some("COMPOSE_CONFIG_FAILED".into()),
+            e.to_string(),
+        )
+    })?;
+    let read_link = |p: &Path| std::fs::read_link(p).ok();
+    Ok(policy
+        .findings_model(model, raw_yaml, dir, &read_link)
+        .iter()
+        .map(Finding::from_refusal)
+        .collect())
 }
 
 /// The values compose will interpolate from `.env` that are known before any secret is read:
@@ -148,11 +181,18 @@ pub fn load(path: &Path) -> anyhow::Result<Result<bundle::Bundle, Finding>> {
 
 /// `monky-deployd bundle check <dir|tar> --env <env_id>`: prints the sha and each finding;
 /// exit 0 when the bundle would pass every offline check.
+///
+/// The compose policy is the box's when `cfg` is given (its project name and allowlists),
+/// else the defaults for `env_id`. When `docker compose` is present, compose's own model of
+/// the bundle is judged too, with the template's literal values in `.env` and every secret
+/// empty; a model that compose cannot build without the secrets is noted on stderr, not
+/// failed, since the tick builds it with the real values.
 pub fn bundle_check(
     path: &Path,
     env_id: &str,
     kv_mount: &str,
     expected_sha: Option<&str>,
+    cfg: Option<&crate::config::Config>,
 ) -> anyhow::Result<Exit> {
     let b = match load(path)? {
         Ok(b) => b,
@@ -168,7 +208,22 @@ pub fn bundle_check(
     {
         findings.push(Finding::from_refusal(&r));
     }
-    findings.extend(offline(&b, env_id, kv_mount).1);
+    let base = match cfg {
+        Some(c) => c.compose_policy(false),
+        None => bundle::ComposePolicy::new(&format!("monky-{env_id}")),
+    };
+    let offline = offline(&b, env_id, kv_mount, &base).1;
+    let compose_clean = !offline
+        .iter()
+        .any(|f| f.code == "BUNDLE_INVALID" && f.text.contains("compose file:"));
+    findings.extend(offline);
+    if compose_clean {
+        for f in model_of_bundle(&b, &base, cfg)? {
+            if !findings.contains(&f) {
+                findings.push(f);
+            }
+        }
+    }
     for f in &findings {
         println!("FAIL {}", f.text);
     }
@@ -180,6 +235,62 @@ pub fn bundle_check(
         Ok(Exit::Ok)
     } else {
         Ok(Exit::Fail)
+    }
+}
+
+/// [`model`] for `bundle check`: the members and a `.env` without secret values in a private
+/// temp dir, compose run there. No finding when `docker compose` is not there to ask.
+fn model_of_bundle(
+    b: &bundle::Bundle,
+    base: &bundle::ComposePolicy,
+    cfg: Option<&crate::config::Config>,
+) -> anyhow::Result<Vec<Finding>> {
+    let docker_bin = cfg.map_or_else(
+        || Path::new("docker").to_path_buf(),
+        |c| c.docker_bin.clone(),
+    );
+    let dir = tempfile::Builder::new()
+        .prefix("monky-bundle-check.")
+        .tempdir()
+        .context("cannot make a temp dir for compose's model")?;
+    let docker = monky_compose::Docker::builder(docker_bin)
+        .docker_config(dir.path().join("docker"))
+        .build()
+        .context("docker")?;
+    if let Err(e) = docker.compose_info() {
+        eprintln!("note: compose's model not checked: {e}");
+        return Ok(Vec::new());
+    }
+    let release = dir.path().join("release");
+    std::fs::create_dir(&release)?;
+    for (name, bytes) in b.files() {
+        std::fs::write(release.join(name.as_str()), bytes)?;
+    }
+    let provided: BTreeMap<String, SecretString> = b
+        .manifest()
+        .env_entries()
+        .map(|e| (e.var.clone(), SecretString::from("")))
+        .collect();
+    let env = bundle::render_env(b.env_template(), &provided)
+        .map(|e| e.expose_secret().to_string())
+        .unwrap_or_default();
+    std::fs::write(release.join(".env"), env)?;
+    let compose = docker.compose(
+        base.project(),
+        &release,
+        &release.join(b.compose_file_name()),
+        &release.join(".env"),
+    );
+    let policy = base.clone().allow_privileged(b.meta().allow_privileged);
+    match model(&policy, &compose, b.compose(), &release) {
+        Ok(findings) => Ok(findings),
+        Err(e) => {
+            eprintln!(
+                "note: compose's model not checked (the tick checks it with the secrets' values): {}",
+                crate::redact::redact(&format!("{e:#}"))
+            );
+            Ok(Vec::new())
+        }
     }
 }
 

@@ -73,8 +73,10 @@ pub enum Command {
 /// `bundle` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum BundleCommand {
-    /// Run every offline check of an apply on a bundle (a tar or a directory of its members):
-    /// prints `sha256 <hex>`, then `FAIL CODE: names` per finding or one `ok` line; exit 0 or 1.
+    /// Run every offline check of an apply on a bundle (a tar or a directory of its members),
+    /// the compose policy included (the box's own when its config exists), and compose's own
+    /// model when `docker compose` is installed: prints `sha256 <hex>`, then `FAIL CODE: names`
+    /// per finding or one `ok` line; exit 0 or 1.
     Check {
         /// The bundle: a .tar, a .tar.gz, or a directory holding its members.
         path: PathBuf,

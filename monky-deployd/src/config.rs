@@ -185,6 +185,12 @@ struct RawConfig {
     #[serde(default)]
     metrics_textfile: Option<PathBuf>,
     #[serde(default)]
+    allowed_binds: Option<Vec<String>>,
+    #[serde(default)]
+    allowed_external_volumes: Vec<String>,
+    #[serde(default)]
+    allowed_external_networks: Vec<String>,
+    #[serde(default)]
     tenancy: TenancyConfig,
     #[serde(default)]
     bao: BaoConfig,
@@ -235,6 +241,12 @@ pub struct Config {
     pub on_failure: Option<OnFailure>,
     /// The Prometheus textfile written after every tick, when set.
     pub metrics_textfile: Option<PathBuf>,
+    /// Host paths a bundle may bind (`path:ro|rw`); the box's admin owns this, never a bundle.
+    pub allowed_binds: Vec<monky_bundle::AllowedBind>,
+    /// External volumes a bundle may use.
+    pub allowed_external_volumes: Vec<String>,
+    /// External networks a bundle may use.
+    pub allowed_external_networks: Vec<String>,
     /// The tenancy section.
     pub tenancy: TenancyConfig,
     /// The OpenBao section.
@@ -286,6 +298,13 @@ impl Config {
         if !(disk_factor.is_finite() && disk_factor >= 1.0) {
             bail!("disk_factor: must be a number >= 1.0");
         }
+        let allowed_binds = match raw.allowed_binds {
+            None => monky_bundle::AllowedBind::defaults(),
+            Some(list) => list
+                .iter()
+                .map(|b| b.parse().map_err(|e| anyhow::anyhow!("allowed_binds: {e}")))
+                .collect::<anyhow::Result<_>>()?,
+        };
         let cfg = Self {
             path: path.to_path_buf(),
             site: raw.site,
@@ -315,6 +334,9 @@ impl Config {
             keep_releases: raw.keep_releases.unwrap_or(5).max(1),
             on_failure: raw.on_failure,
             metrics_textfile: raw.metrics_textfile,
+            allowed_binds,
+            allowed_external_volumes: raw.allowed_external_volumes,
+            allowed_external_networks: raw.allowed_external_networks,
             env_id,
             tenancy,
             bao: raw.bao,
@@ -397,6 +419,16 @@ impl Config {
     pub fn env_dir(&self) -> PathBuf {
         self.state_dir.join(&self.env_id)
     }
+
+    /// The compose policy of this box for a bundle: the project name and the admin's
+    /// allowlists, plus the bundle's own `allow_privileged`.
+    pub fn compose_policy(&self, allow_privileged: bool) -> monky_bundle::ComposePolicy {
+        monky_bundle::ComposePolicy::new(&self.compose_project)
+            .allowed_binds(self.allowed_binds.clone())
+            .allowed_external_volumes(self.allowed_external_volumes.iter().cloned())
+            .allowed_external_networks(self.allowed_external_networks.iter().cloned())
+            .allow_privileged(allow_privileged)
+    }
 }
 
 #[cfg(test)]
@@ -468,6 +500,29 @@ mod tests {
         let text = include_str!("../../packaging/config.example.yaml");
         let c = parse(text).unwrap();
         assert_eq!(c.env_id, "env-qa-02");
+    }
+
+    #[test]
+    fn the_compose_policy_allowlists_are_the_admins() {
+        let c = parse("env_id: e1\n").unwrap();
+        assert_eq!(
+            c.allowed_binds
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["/etc/localtime:ro", "/etc/timezone:ro"]
+        );
+        assert!(c.allowed_external_volumes.is_empty() && c.allowed_external_networks.is_empty());
+        let c = parse(
+            "env_id: e1\nallowed_binds: [/srv/shared:rw]\nallowed_external_networks: [edge]\n",
+        )
+        .unwrap();
+        assert_eq!(c.allowed_binds.len(), 1);
+        assert_eq!(c.allowed_external_networks, ["edge"]);
+        let err = parse("env_id: e1\nallowed_binds: [srv:rw]\n").unwrap_err();
+        assert!(format!("{err:#}").starts_with("allowed_binds: "), "{err:#}");
+        let err = parse("env_id: e1\nallowed_binds: [/srv:rwx]\n").unwrap_err();
+        assert!(format!("{err:#}").contains("ro or rw"), "{err:#}");
     }
 
     #[test]

@@ -89,7 +89,20 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
                     kv_mount,
                     sha,
                 },
-        } => checks::bundle_check(&path, &env_id, &kv_mount, sha.as_deref()),
+        } => {
+            // The box's own policy when this box has a config; the defaults elsewhere (a
+            // renderer's CI has no config file) and when this user cannot read it.
+            let cfg = if cli.config.exists() {
+                Config::load(&cli.config)
+                    .map_err(|e| {
+                        eprintln!("note: the default compose policy applies: {e:#}");
+                    })
+                    .ok()
+            } else {
+                None
+            };
+            checks::bundle_check(&path, &env_id, &kv_mount, sha.as_deref(), cfg.as_ref())
+        }
         Command::Version => {
             println!("monky-deployd {VERSION}");
             Ok(Exit::Ok)

@@ -58,6 +58,30 @@ impl Release {
             })
     }
 
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The compose file's text.
+    pub fn compose_yaml(&self) -> anyhow::Result<String> {
+        let path = self.dir.join(&self.compose_file);
+        let bytes = fsx::read_bounded(&path, MAX_ENV_BYTES)
+            .map_err(|p| anyhow::anyhow!("cannot read {}: {p}", path.display()))?;
+        String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8", path.display()))
+    }
+
+    /// The release's `allow_privileged` (false when its `bundle.json` cannot be read).
+    pub fn allow_privileged(&self) -> bool {
+        fsx::read_bounded(
+            &self.dir.join(bundle::MemberName::BUNDLE_JSON.as_str()),
+            MAX_ENV_BYTES,
+        )
+        .ok()
+            .and_then(|b| bundle::BundleMeta::parse(&b).ok())
+            .is_some_and(|m| m.allow_privileged)
+    }
+
     /// The compose project for this release. Every compose call on a release goes through
     /// here, so this is where the release's secrets become known to the redactor, also when
     /// this process did not read them (a retire or a fallback to an older release).
@@ -145,14 +169,23 @@ pub fn stage(cfg: &Config, b: &bundle::Bundle, env: &SecretString) -> anyhow::Re
     Ok(rel)
 }
 
-/// Makes a staged release `releases/<sha>` and points `current` at it.
+/// A check a release must pass before `current` names it.
+pub type Gate<'a> = &'a dyn Fn(&Release) -> anyhow::Result<()>;
+
+/// Makes a staged release `releases/<sha>` and, once `gate` passed on it, points `current` at
+/// it.
 ///
 /// When `releases/<sha>` already exists (a retry of the same sha), its members and `.env` are
 /// replaced one atomic write at a time (a link planted at a member's name is replaced, never
 /// written through), a member-named file the bundle does not have is removed, and anything else
 /// there (a relative bind's source dir a container may still use) is kept, so the directory
 /// `current` may name is never missing.
-pub fn promote(cfg: &Config, staged: Release, sha: &str) -> anyhow::Result<Release> {
+pub fn promote(
+    cfg: &Config,
+    staged: Release,
+    sha: &str,
+    gate: Gate<'_>,
+) -> anyhow::Result<Release> {
     let (_root, envd) = env_dir(cfg)?;
     let releases = envd.ensure_sub("releases", 0o700)?;
     let staging = envd.ensure_sub("staging", 0o700)?;
@@ -189,16 +222,17 @@ pub fn promote(cfg: &Config, staged: Release, sha: &str) -> anyhow::Result<Relea
         staging.rename_to(&name, &releases, sha)?;
         releases.sync()?;
     }
+    gate(&Release::open(&releases.join(sha)).context("promoted release has no compose file")?)?;
     crate::failpoint::hit("before-swap");
     envd.swap_symlink(&Path::new("releases").join(sha), "current")?;
     Release::open(&current_dir(cfg)).context("promoted release has no compose file")
 }
 
-/// Points `current` at an existing `releases/<sha>` (a fallback).
-pub fn point_current(cfg: &Config, sha: &str) -> anyhow::Result<Release> {
+/// Points `current` at an existing `releases/<sha>` (a fallback), once `gate` passed on it.
+pub fn point_current(cfg: &Config, sha: &str, gate: Gate<'_>) -> anyhow::Result<Release> {
     let (_root, envd) = env_dir(cfg)?;
     let releases = envd.ensure_sub("releases", 0o700)?;
-    releases
+    let rel = releases
         .sub(sha)?
         .and_then(|d| Release::open(d.path()))
         .with_context(|| {
@@ -207,6 +241,7 @@ pub fn point_current(cfg: &Config, sha: &str) -> anyhow::Result<Release> {
                 releases.join(sha).display()
             )
         })?;
+    gate(&rel)?;
     envd.swap_symlink(&Path::new("releases").join(sha), "current")?;
     Release::open(&current_dir(cfg)).context("current has no compose file")
 }

@@ -661,19 +661,8 @@ impl<'a> Agent<'a> {
 
         let staged = release::stage(self.cfg, &b, &env_text)?;
         failpoint::hit("after-staging");
-        if !b.meta().allow_privileged {
-            let model = staged
-                .compose(&self.docker, self.cfg)
-                .config_json()
-                .map_err(|e| {
-                    Failure::new(
-                        Exit::Fail,
-                        Some("COMPOSE_CONFIG_FAILED".into()),
-                        e.to_string(),
-                    )
-                })?;
-            bundle::check_privileged_model(model).map_err(refusal)?;
-        }
+        // compose's own model is the authority: a value from a secret is only visible there.
+        self.policy_gate(&staged)?;
         // Pulled from the staging dir: a registry refusal leaves `current` naming the release
         // that is still running.
         info!("compose pull");
@@ -682,7 +671,7 @@ impl<'a> Agent<'a> {
             return Err(self.failed_before_start(sha, "COMPOSE_PULL_FAILED", &e));
         }
         let prod = self.cfg.is_prod(b.meta().is_prod());
-        let rel = release::promote(self.cfg, staged, sha)?;
+        let rel = release::promote(self.cfg, staged, sha, &|r| self.policy_gate(r))?;
         failpoint::hit("after-swap");
         release::verify(self.cfg, sha)?;
         self.state.applied_prod = Some(b.meta().is_prod());
@@ -833,12 +822,13 @@ impl<'a> Agent<'a> {
             let code = crate::exit::Failure::code_of(&e).unwrap_or_else(|| "FAILED".into());
             return format!("fallback to {} refused ({code})", short(Some(prev)));
         }
-        let result = release::point_current(self.cfg, prev).and_then(|rel| {
-            info!("falling back to {}", short(Some(prev)));
-            rel.compose(&self.docker, self.cfg)
-                .up(Some(self.cfg.healthy_timeout))
-                .map_err(anyhow::Error::new)
-        });
+        let result =
+            release::point_current(self.cfg, prev, &|r| self.policy_gate(r)).and_then(|rel| {
+                info!("falling back to {}", short(Some(prev)));
+                rel.compose(&self.docker, self.cfg)
+                    .up(Some(self.cfg.healthy_timeout))
+                    .map_err(anyhow::Error::new)
+            });
         self.state.containers = self.containers();
         match result {
             Ok(()) if not_ready(&self.state.containers).is_empty() => {
@@ -854,14 +844,40 @@ impl<'a> Agent<'a> {
             Err(e) => {
                 self.state.applied_sha = None;
                 warn!("fallback to {} failed: {e:#}", short(Some(prev)));
-                format!("fallback to {} failed", short(Some(prev)))
+                match Failure::code_of(&e) {
+                    Some(code) => format!("fallback to {} refused ({code})", short(Some(prev))),
+                    None => format!("fallback to {} failed", short(Some(prev))),
+                }
             }
+        }
+    }
+
+    /// The compose policy on compose's model of `rel`, before compose pulls or starts it: the
+    /// staged release, the promoted one before `current` names it, and a release fallen back
+    /// to, whose files may have changed on disk since it was checked.
+    fn policy_gate(&self, rel: &release::Release) -> anyhow::Result<()> {
+        let policy = self.cfg.compose_policy(rel.allow_privileged());
+        let raw = rel.compose_yaml()?;
+        let findings = checks::model(
+            &policy,
+            &rel.compose(&self.docker, self.cfg),
+            &raw,
+            rel.dir(),
+        )?;
+        match findings.into_iter().next() {
+            Some(f) => Err(f.into_failure()),
+            None => Ok(()),
         }
     }
 
     /// Every refusal an apply can meet before any lease or secret read; returns the KV paths.
     fn refusal_checks(&self, b: &bundle::Bundle, sha: &str) -> anyhow::Result<Vec<bao::KvPath>> {
-        let (paths, findings) = checks::offline(b, &self.cfg.env_id, &self.kv_mount());
+        let (paths, findings) = checks::offline(
+            b,
+            &self.cfg.env_id,
+            &self.kv_mount(),
+            &self.cfg.compose_policy(false),
+        );
         if let Some(f) = findings.into_iter().next() {
             return Err(f.into_failure());
         }

@@ -128,6 +128,12 @@ fn e2e() -> Option<&'static E2e> {
     }
 }
 
+/// The real docker CLI (with compose v2) of the setup, for suites that need real compose but no
+/// engine; `None` only when `MONKY_E2E=skip` asks to skip.
+pub fn real_docker_cli() -> Option<PathBuf> {
+    e2e().map(|e| e.docker.clone())
+}
+
 // ---- docker, from the test's side -------------------------------------------------------------
 
 /// A container of a project as the engine reports it.
@@ -709,6 +715,49 @@ fn an_unhealthy_bundle_over_a_good_one_falls_back_to_it() {
     assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
 }
 
+/// The attack of a container that rewrote its own release's compose file: the next release
+/// fails, and the fallback finds the old release changed. compose's model of it is judged
+/// again before its `up`, so the rewritten file never starts.
+#[test]
+fn a_fallback_to_a_release_changed_on_disk_is_refused() {
+    let Some(b) = E2eBox::with_timeout("changed-revert", 20) else {
+        return;
+    };
+    let first = b.first_apply(&b.bundle(&b.e2e.image_1));
+    let file =
+        b.w.env_dir()
+            .join(release(&first))
+            .join("docker-compose.yml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let rewritten = text.replace(
+        "    env_file: .env\n",
+        "    env_file: .env\n    privileged: true\n    cap_add: [SYS_ADMIN]\n",
+    );
+    assert_ne!(text, rewritten);
+    std::fs::write(&file, rewritten).unwrap();
+
+    b.w.publish(&b.bundle(&b.e2e.image_bad));
+    b.w.tick().expect(1);
+    let r = b.w.last_report();
+    let detail = r.detail.clone().unwrap();
+    assert!(
+        detail.contains(&format!("fallback to {} refused", &first[..12])),
+        "{detail}"
+    );
+    // Nothing of the project runs privileged: the changed release was not started again.
+    for id in b.project.ids("container") {
+        let privileged = b.project.docker_ok([
+            "inspect",
+            "--format",
+            "{{.HostConfig.Privileged}}",
+            id.as_str(),
+        ]);
+        assert_eq!(privileged.trim(), "false", "{id}");
+    }
+    assert_ne!(b.current(), Some(release(&first)));
+    assert!(b.w.state()["applied_sha"].is_null());
+}
+
 // ---- 5. pull failures -------------------------------------------------------------------------
 
 /// A failed pull: exit 1, `COMPOSE_PULL_FAILED` with the registry's words, and the running
@@ -993,7 +1042,7 @@ struct Hostile {
     leases: Option<usize>,
 }
 
-const HOSTILE: [Hostile; 7] = [
+const HOSTILE: [Hostile; 12] = [
     Hostile {
         name: "privileged",
         service: "    privileged: true\n",
@@ -1018,7 +1067,7 @@ const HOSTILE: [Hostile; 7] = [
         volumes: &["/var/run/docker.sock:/var/run/docker.sock"],
         env: "",
         secret: None,
-        reason: "web: bind /var/run/docker.sock",
+        reason: "web: volumes /var/run/docker.sock",
         leases: Some(0),
     },
     Hostile {
@@ -1027,7 +1076,7 @@ const HOSTILE: [Hostile; 7] = [
         volumes: &["${X:-/var/run/docker.sock}:/host.sock"],
         env: "",
         secret: None,
-        reason: "web: bind /var/run/docker.sock",
+        reason: "web: volumes /var/run/docker.sock",
         leases: Some(0),
     },
     Hostile {
@@ -1045,10 +1094,55 @@ const HOSTILE: [Hostile; 7] = [
         volumes: &["${SOCK_DIR:-/srv}/docker.sock:/host.sock"],
         env: "SOCK_DIR=/var/run\n",
         secret: None,
-        reason: "web: bind /var/run/docker.sock",
+        reason: "web: volumes /var/run/docker.sock",
         leases: None,
     },
-    // Only compose's own interpolation of the rendered .env shows this one.
+    Hostile {
+        name: "a capability beyond docker's defaults",
+        service: "    cap_add: [SYS_MODULE]\n",
+        volumes: &[],
+        env: "",
+        secret: None,
+        reason: "web: cap_add SYS_MODULE",
+        leases: Some(0),
+    },
+    Hostile {
+        name: "a host path off the box's allowed_binds",
+        service: "",
+        volumes: &["/etc:/host-etc:ro"],
+        env: "",
+        secret: None,
+        reason: "web: volumes /etc",
+        leases: Some(0),
+    },
+    Hostile {
+        name: "the release dir bound writable",
+        service: "",
+        volumes: &[".:/cfg"],
+        env: "",
+        secret: None,
+        reason: "web: volumes . writable over the release's own files",
+        leases: Some(0),
+    },
+    Hostile {
+        name: "an external network called host",
+        service: "    networks: [h]\nnetworks:\n  h:\n    external: true\n    name: host\n",
+        volumes: &[],
+        env: "",
+        secret: None,
+        reason: "networks.h: external host",
+        leases: Some(0),
+    },
+    // Only compose's own interpolation of the rendered .env shows these two.
+    Hostile {
+        name: "a capability from a secret's value",
+        service: "    cap_add: [\"${SEE_CAP:-CHOWN}\"]\n",
+        volumes: &[],
+        env: "",
+        secret: Some(("SEE_CAP", "SYS_PTRACE")),
+        reason: "web: cap_add from ${SEE_CAP}",
+        leases: Some(1),
+    },
     Hostile {
         name: "privileged from a secret's value",
         service: "    privileged: ${SEE_PRIVILEGED:-false}\n",

@@ -15,6 +15,7 @@ mod leaks;
 mod lifecycle;
 mod observe;
 mod packaging;
+mod policy;
 mod redaction;
 mod soak;
 mod token;

@@ -73,7 +73,7 @@ fi
 # skip compose's global flags to find the subcommand
 while [ $# -gt 0 ]; do
   case "$1" in
-    --ansi | -p | -f | --env-file | --project-directory) shift 2 ;;
+    --ansi | -p | -f | --env-file | --project-directory | --profile) shift 2 ;;
     -*) shift ;;
     *) break ;;
   esac

@@ -32,6 +32,7 @@ shift
 # NO_COMPOSE: this docker has no compose plugin.
 [ -n "$NO_COMPOSE" ] && { echo "docker: 'compose' is not a docker command." >&2; exit 1; }
 [ "$1" = version ] && { echo "Docker Compose version v${COMPOSE_VERSION:-2.32.0}"; exit 0; }
+compose_args=("$@")
 
 project=
 file=
@@ -41,7 +42,7 @@ while [ $# -gt 0 ]; do
     -p) project=$2; shift 2 ;;
     -f) file=$2; shift 2 ;;
     --env-file) envfile=$2; shift 2 ;;
-    --ansi | --project-directory) shift 2 ;;
+    --ansi | --project-directory | --profile) shift 2 ;;
     -*) shift ;;
     *) break ;;
   esac
@@ -87,7 +88,9 @@ case "$sub" in
     mv "$here/containers.json.tmp" "$here/containers.json"
     ;;
   config)
-    if [ -n "$CONFIG_FILE" ]; then cat "$CONFIG_FILE"; else echo '{"name":"x","services":{"web":{"image":"x"}}}'; fi
+    # REAL_COMPOSE: the real docker CLI builds the model (config only; nothing else is real).
+    if [ -n "$REAL_COMPOSE" ]; then exec "$REAL_COMPOSE" compose "${compose_args[@]}"; fi
+    if [ -n "$CONFIG_FILE" ]; then cat "$CONFIG_FILE"; else echo "{\"name\":\"$project\",\"services\":{\"web\":{\"image\":\"x\"}}}"; fi
     ;;
   logs)
     if [ -n "$LOGS_FILE" ]; then cat "$LOGS_FILE"; else echo "web-1  | ready"; fi

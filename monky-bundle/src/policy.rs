@@ -1,0 +1,1457 @@
+//! The compose policy: one default-deny table that says, for every key a compose file may use,
+//! whether a bundle may use it freely, under a constraint, only with `allow_privileged`, or not
+//! at all. A key the table does not know is refused, so a new compose feature never slips
+//! through unjudged.
+//!
+//! The same table judges the compose file as the bundle carries it (before any lease) and
+//! compose's own interpolated model (`docker compose config --format json`), which is the
+//! authority: only there is a value that came from a secret visible.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+use std::str::FromStr;
+use std::sync::OnceLock;
+
+use serde_json::{Map, Value};
+
+use crate::checks::{interpolate_compose, parse_compose, scrub};
+use crate::member::MemberName;
+use crate::refusal::{Refusal, RefusalCode, printable};
+
+/// How the table classifies a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// Any value. When the table lists keys below this one, those are judged too.
+    Allowed,
+    /// Allowed when the constraint holds; a violation is refused like a privileged key, or as
+    /// `BUNDLE_INVALID` for the constraints that keep the project's identity.
+    Constrained(Constraint),
+    /// Refused with `PRIVILEGED_REFUSED` unless the bundle's `allow_privileged` is set.
+    Privileged,
+    /// Refused with `BUNDLE_INVALID` whatever the bundle says: a feature the agent never
+    /// runs, or one that would make what was checked differ from what runs.
+    Refused,
+}
+
+/// The constraint of a [`Rule::Constrained`] key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Constraint {
+    /// The value must be false (or absent).
+    False,
+    /// The top-level `name` must be the agent's own project.
+    ProjectName,
+    /// A `container_name` must start with `<project>-`.
+    ContainerName,
+    /// No label in compose's own `com.docker.compose.` namespace.
+    Labels,
+    /// Only capabilities of docker's default set.
+    CapAdd,
+    /// Only `no-new-privileges`.
+    SecurityOpt,
+    /// Only `net.*` sysctls.
+    Sysctls,
+    /// `service:<a service of this project>`, or one of the listed private modes.
+    Namespace(&'static [&'static str]),
+    /// Only services of this project.
+    VolumesFrom,
+    /// Binds inside the release dir (never writable over its own files) or on the box's
+    /// allowlist; named volumes and tmpfs; no mount propagation.
+    ServiceVolumes,
+    /// Files inside the release dir only.
+    InRelease,
+    /// `oom_score_adj` of 0 or more.
+    OomScoreAdj,
+    /// No `rtprio`, `rttime` or `memlock` ulimit.
+    Ulimits,
+    /// A logging driver that writes on the box: `json-file`, `local`, `journald`, `none`.
+    LogDriver,
+    /// Not `build`.
+    PullPolicy,
+    /// `external` only for a name on the box's allowlist.
+    ExternalVolume,
+    /// See [`Constraint::ExternalVolume`].
+    ExternalNetwork,
+    /// A custom name must start with `<project>_`, as compose names the project's own.
+    OwnName,
+    /// The default volume driver (`local`) only.
+    VolumeDriver,
+    /// The default network driver (`bridge`) only.
+    NetworkDriver,
+    /// Present only as an empty object (compose writes `ipam: {}` into its model).
+    Empty,
+}
+
+/// One row of the policy table: a key path, its rule and why.
+///
+/// Key paths: `a.b` is key `b` of the object at `a`; `a.*` every entry of the named map at `a`
+/// (a service, a volume); `a[]` every item of the list at `a`.
+#[derive(Debug, Clone, Copy)]
+pub struct TableRow {
+    /// The key path.
+    pub path: &'static str,
+    /// Its rule.
+    pub rule: Rule,
+    /// Why, in a sentence for the renderer's authors.
+    pub why: &'static str,
+}
+
+const fn row(path: &'static str, rule: Rule, why: &'static str) -> TableRow {
+    TableRow { path, rule, why }
+}
+
+use Constraint as C;
+use Rule::{Allowed as A, Constrained as K, Privileged as P, Refused as R};
+
+const LIMIT: &str = "A resource limit on the service's own containers.";
+const PLAIN: &str = "Shapes the service's own containers; nothing on the host.";
+const SWARM: &str = "Swarm scheduling; compose ignores it or uses it for its own containers only.";
+const HOOK: &str = "Runs inside the service's own container.";
+const DEVICE: &str = "Hands a host device to the container.";
+
+/// The policy table: every key of the compose specification and of compose's model.
+#[rustfmt::skip]
+pub const TABLE: &[TableRow] = &[
+    // Top level.
+    row("version", A, "Ignored by compose v2."),
+    row("name", K(C::ProjectName), "The agent names the project; another name would reach another env's containers."),
+    row("include", R, "Reads more compose files at every pull, up and revert: what was checked would not be what runs."),
+    row("services", A, "The services; each is judged below."),
+    row("services.*", A, "One service; its keys are judged below."),
+    row("networks", A, "The project's own networks; each is judged below."),
+    row("networks.*", A, "One network; its keys are judged below."),
+    row("volumes", A, "The project's own named volumes; each is judged below."),
+    row("volumes.*", A, "One volume; its keys are judged below."),
+    row("secrets", A, "File-based secrets; each is judged below."),
+    row("secrets.*", A, "One secret; its keys are judged below."),
+    row("configs", A, "File-based configs; each is judged below."),
+    row("configs.*", A, "One config; its keys are judged below."),
+    row("models", R, "AI model runner integration: not something a box runs."),
+    // A service.
+    row("services.*.annotations", P, "OCI annotations reach the runtime, which may act on them (device injection)."),
+    row("services.*.attach", A, PLAIN),
+    row("services.*.blkio_config", A, LIMIT),
+    row("services.*.blkio_config.device_read_bps", A, LIMIT),
+    row("services.*.blkio_config.device_read_iops", A, LIMIT),
+    row("services.*.blkio_config.device_write_bps", A, LIMIT),
+    row("services.*.blkio_config.device_write_iops", A, LIMIT),
+    row("services.*.blkio_config.weight", A, LIMIT),
+    row("services.*.blkio_config.weight_device", A, LIMIT),
+    row("services.*.build", R, "The agent pulls images and builds nothing on a box; build contexts read host paths."),
+    row("services.*.cap_add", K(C::CapAdd), "Only docker's default capabilities; every other one (SYS_MODULE, SYS_PTRACE, NET_ADMIN, BPF ...) widens what a container can do to the host kernel."),
+    row("services.*.cap_drop", A, "Dropping capabilities only narrows the container."),
+    row("services.*.cgroup", K(C::Namespace(&["private"])), "The host's cgroup namespace is refused."),
+    row("services.*.cgroup_parent", P, "Places the container in a cgroup of the host's choosing, outside docker's limits."),
+    row("services.*.command", A, PLAIN),
+    row("services.*.configs", A, "Grants the service a config of this project."),
+    row("services.*.configs[].source", A, PLAIN),
+    row("services.*.configs[].target", A, PLAIN),
+    row("services.*.configs[].uid", A, PLAIN),
+    row("services.*.configs[].gid", A, PLAIN),
+    row("services.*.configs[].mode", A, PLAIN),
+    row("services.*.container_name", K(C::ContainerName), "A fixed name must start with the project's name, so it cannot take another env's container name."),
+    row("services.*.cpu_count", A, LIMIT),
+    row("services.*.cpu_percent", A, LIMIT),
+    row("services.*.cpu_shares", A, LIMIT),
+    row("services.*.cpu_quota", A, LIMIT),
+    row("services.*.cpu_period", A, LIMIT),
+    row("services.*.cpu_rt_period", P, "Real-time scheduling can starve the host."),
+    row("services.*.cpu_rt_runtime", P, "Real-time scheduling can starve the host."),
+    row("services.*.cpus", A, LIMIT),
+    row("services.*.cpuset", A, LIMIT),
+    row("services.*.credential_spec", P, "Windows credential specs read host files and registry keys."),
+    row("services.*.depends_on", A, "Start order between the project's own services."),
+    row("services.*.depends_on.*", A, "One dependency."),
+    row("services.*.depends_on.*.condition", A, PLAIN),
+    row("services.*.depends_on.*.required", A, PLAIN),
+    row("services.*.depends_on.*.restart", A, PLAIN),
+    row("services.*.deploy", A, "Resources and restart policy; each key is judged below."),
+    row("services.*.deploy.mode", A, SWARM),
+    row("services.*.deploy.endpoint_mode", A, SWARM),
+    row("services.*.deploy.replicas", A, SWARM),
+    row("services.*.deploy.labels", A, SWARM),
+    row("services.*.deploy.placement", A, SWARM),
+    row("services.*.deploy.placement.constraints", A, SWARM),
+    row("services.*.deploy.placement.preferences", A, SWARM),
+    row("services.*.deploy.placement.preferences[].spread", A, SWARM),
+    row("services.*.deploy.placement.max_replicas_per_node", A, SWARM),
+    row("services.*.deploy.resources", A, LIMIT),
+    row("services.*.deploy.resources.limits", A, LIMIT),
+    row("services.*.deploy.resources.limits.cpus", A, LIMIT),
+    row("services.*.deploy.resources.limits.memory", A, LIMIT),
+    row("services.*.deploy.resources.limits.pids", A, LIMIT),
+    row("services.*.deploy.resources.reservations", A, LIMIT),
+    row("services.*.deploy.resources.reservations.cpus", A, LIMIT),
+    row("services.*.deploy.resources.reservations.memory", A, LIMIT),
+    row("services.*.deploy.resources.reservations.devices", P, "GPU and device requests hand host devices to the container."),
+    row("services.*.deploy.resources.reservations.generic_resources", P, "Reserves host hardware."),
+    row("services.*.deploy.restart_policy", A, SWARM),
+    row("services.*.deploy.restart_policy.condition", A, SWARM),
+    row("services.*.deploy.restart_policy.delay", A, SWARM),
+    row("services.*.deploy.restart_policy.max_attempts", A, SWARM),
+    row("services.*.deploy.restart_policy.window", A, SWARM),
+    row("services.*.deploy.rollback_config", A, SWARM),
+    row("services.*.deploy.rollback_config.parallelism", A, SWARM),
+    row("services.*.deploy.rollback_config.delay", A, SWARM),
+    row("services.*.deploy.rollback_config.failure_action", A, SWARM),
+    row("services.*.deploy.rollback_config.monitor", A, SWARM),
+    row("services.*.deploy.rollback_config.max_failure_ratio", A, SWARM),
+    row("services.*.deploy.rollback_config.order", A, SWARM),
+    row("services.*.deploy.update_config", A, SWARM),
+    row("services.*.deploy.update_config.parallelism", A, SWARM),
+    row("services.*.deploy.update_config.delay", A, SWARM),
+    row("services.*.deploy.update_config.failure_action", A, SWARM),
+    row("services.*.deploy.update_config.monitor", A, SWARM),
+    row("services.*.deploy.update_config.max_failure_ratio", A, SWARM),
+    row("services.*.deploy.update_config.order", A, SWARM),
+    row("services.*.develop", R, "Only `compose watch` uses it, and it names host paths; a box never runs it."),
+    row("services.*.device_cgroup_rules", P, DEVICE),
+    row("services.*.devices", P, DEVICE),
+    row("services.*.dns", A, PLAIN),
+    row("services.*.dns_opt", A, PLAIN),
+    row("services.*.dns_search", A, PLAIN),
+    row("services.*.domainname", A, PLAIN),
+    row("services.*.entrypoint", A, PLAIN),
+    row("services.*.env_file", K(C::InRelease), "Read by compose as root: only files inside the release dir, or it reads any host file into the container."),
+    row("services.*.env_file[].path", A, "Judged by the env_file constraint."),
+    row("services.*.env_file[].format", A, PLAIN),
+    row("services.*.env_file[].required", A, PLAIN),
+    row("services.*.environment", A, PLAIN),
+    row("services.*.expose", A, PLAIN),
+    row("services.*.extends", A, "Another service of the same file; the file form is refused below."),
+    row("services.*.extends.service", A, "A service of the same file."),
+    row("services.*.extends.file", R, "Reads another compose file at every pull, up and revert: what was checked would not be what runs."),
+    row("services.*.external_links", P, "Links to containers outside the project: another env's processes."),
+    row("services.*.extra_hosts", A, PLAIN),
+    row("services.*.gpus", P, DEVICE),
+    row("services.*.group_add", A, "Groups inside the container; host files are reachable only through allowed binds."),
+    row("services.*.healthcheck", A, "The agent waits on it."),
+    row("services.*.healthcheck.disable", A, PLAIN),
+    row("services.*.healthcheck.interval", A, PLAIN),
+    row("services.*.healthcheck.retries", A, PLAIN),
+    row("services.*.healthcheck.test", A, PLAIN),
+    row("services.*.healthcheck.timeout", A, PLAIN),
+    row("services.*.healthcheck.start_period", A, PLAIN),
+    row("services.*.healthcheck.start_interval", A, PLAIN),
+    row("services.*.hostname", A, PLAIN),
+    row("services.*.image", A, "Pulled with the agent's own registry credential."),
+    row("services.*.init", A, PLAIN),
+    row("services.*.ipc", K(C::Namespace(&["private", "shareable", "none"])), "The host's or another container's IPC namespace is refused."),
+    row("services.*.isolation", P, "Selects another isolation technology than the box's default."),
+    row("services.*.label_file", K(C::InRelease), "Read by compose as root: only files inside the release dir."),
+    row("services.*.labels", K(C::Labels), "compose's own labels decide which project a container belongs to."),
+    row("services.*.links", A, "Links between the project's own services."),
+    row("services.*.logging", A, "Log options of the service's own containers."),
+    row("services.*.logging.driver", K(C::LogDriver), "Drivers that write on the box only; a plugin driver is code on the host."),
+    row("services.*.logging.options", A, PLAIN),
+    row("services.*.mac_address", A, PLAIN),
+    row("services.*.mem_limit", A, LIMIT),
+    row("services.*.mem_reservation", A, LIMIT),
+    row("services.*.mem_swappiness", A, LIMIT),
+    row("services.*.memswap_limit", A, LIMIT),
+    row("services.*.models", R, "AI model runner integration: not something a box runs."),
+    row("services.*.network_mode", K(C::Namespace(&["none"])), "Host networking, another container's network and docker's shared default bridge are refused."),
+    row("services.*.networks", A, "The project's own networks."),
+    row("services.*.networks.*", A, "One network attachment."),
+    row("services.*.networks.*.aliases", A, PLAIN),
+    row("services.*.networks.*.interface_name", A, PLAIN),
+    row("services.*.networks.*.ipv4_address", A, PLAIN),
+    row("services.*.networks.*.ipv6_address", A, PLAIN),
+    row("services.*.networks.*.link_local_ips", A, PLAIN),
+    row("services.*.networks.*.mac_address", A, PLAIN),
+    row("services.*.networks.*.driver_opts", P, "Driver options can join host interfaces."),
+    row("services.*.networks.*.priority", A, PLAIN),
+    row("services.*.networks.*.gw_priority", A, PLAIN),
+    row("services.*.oom_kill_disable", K(C::False), "A container the OOM killer may not kill takes the host down instead."),
+    row("services.*.oom_score_adj", K(C::OomScoreAdj), "A negative score makes the kernel kill host processes first."),
+    row("services.*.pid", K(C::Namespace(&[])), "The host's or another container's PID namespace is refused."),
+    row("services.*.pids_limit", A, LIMIT),
+    row("services.*.platform", A, PLAIN),
+    row("services.*.ports", A, "Published ports are how a backend is reached."),
+    row("services.*.ports[].name", A, PLAIN),
+    row("services.*.ports[].mode", A, PLAIN),
+    row("services.*.ports[].host_ip", A, PLAIN),
+    row("services.*.ports[].target", A, PLAIN),
+    row("services.*.ports[].published", A, PLAIN),
+    row("services.*.ports[].protocol", A, PLAIN),
+    row("services.*.ports[].app_protocol", A, PLAIN),
+    row("services.*.post_start", A, HOOK),
+    row("services.*.post_start[].command", A, HOOK),
+    row("services.*.post_start[].user", A, HOOK),
+    row("services.*.post_start[].privileged", K(C::False), "A privileged hook is a privileged process."),
+    row("services.*.post_start[].working_dir", A, HOOK),
+    row("services.*.post_start[].environment", A, HOOK),
+    row("services.*.pre_stop", A, HOOK),
+    row("services.*.pre_stop[].command", A, HOOK),
+    row("services.*.pre_stop[].user", A, HOOK),
+    row("services.*.pre_stop[].privileged", K(C::False), "A privileged hook is a privileged process."),
+    row("services.*.pre_stop[].working_dir", A, HOOK),
+    row("services.*.pre_stop[].environment", A, HOOK),
+    row("services.*.privileged", K(C::False), "A privileged container is root on the host."),
+    row("services.*.profiles", A, PLAIN),
+    row("services.*.provider", P, "Delegates the service to a provider plugin: a program on the host."),
+    row("services.*.pull_policy", K(C::PullPolicy), "`build` is refused with build itself."),
+    row("services.*.pull_refresh_after", A, PLAIN),
+    row("services.*.read_only", A, PLAIN),
+    row("services.*.restart", A, PLAIN),
+    row("services.*.runtime", P, "Selects another container runtime than the box's default."),
+    row("services.*.scale", A, PLAIN),
+    row("services.*.secrets", A, "Grants the service a secret of this project."),
+    row("services.*.secrets[].source", A, PLAIN),
+    row("services.*.secrets[].target", A, PLAIN),
+    row("services.*.secrets[].uid", A, PLAIN),
+    row("services.*.secrets[].gid", A, PLAIN),
+    row("services.*.secrets[].mode", A, PLAIN),
+    row("services.*.security_opt", K(C::SecurityOpt), "Only no-new-privileges; seccomp, apparmor, label and systempaths options lift the container's confinement."),
+    row("services.*.shm_size", A, LIMIT),
+    row("services.*.stdin_open", A, PLAIN),
+    row("services.*.stop_grace_period", A, PLAIN),
+    row("services.*.stop_signal", A, PLAIN),
+    row("services.*.storage_opt", A, LIMIT),
+    row("services.*.sysctls", K(C::Sysctls), "Only net.*, which docker namespaces per container."),
+    row("services.*.tmpfs", A, "Memory-backed scratch space inside the container."),
+    row("services.*.tty", A, PLAIN),
+    row("services.*.ulimits", K(C::Ulimits), "rtprio, rttime and memlock let a container starve or pin the host."),
+    row("services.*.use_api_socket", K(C::False), "The docker API socket is root on the host."),
+    row("services.*.user", A, PLAIN),
+    row("services.*.userns_mode", P, "Leaves the box's user namespace setup."),
+    row("services.*.uts", K(C::Namespace(&[])), "The host's UTS namespace is refused."),
+    row("services.*.volumes", K(C::ServiceVolumes), "Binds only inside the release dir (read-only over the release's own files) or on the box's allowed_binds; named volumes of this project; tmpfs."),
+    row("services.*.volumes[].type", A, "Judged by the volumes constraint."),
+    row("services.*.volumes[].source", A, "Judged by the volumes constraint."),
+    row("services.*.volumes[].target", A, PLAIN),
+    row("services.*.volumes[].read_only", A, "Judged by the volumes constraint."),
+    row("services.*.volumes[].consistency", A, PLAIN),
+    row("services.*.volumes[].bind", A, "Bind options, judged by the volumes constraint."),
+    row("services.*.volumes[].bind.propagation", A, "Judged by the volumes constraint: only private."),
+    row("services.*.volumes[].bind.create_host_path", A, PLAIN),
+    row("services.*.volumes[].bind.recursive", A, "Judged by the volumes constraint: not writable."),
+    row("services.*.volumes[].bind.selinux", A, "Judged by the volumes constraint: relabels only inside the release dir."),
+    row("services.*.volumes[].volume", A, PLAIN),
+    row("services.*.volumes[].volume.labels", A, PLAIN),
+    row("services.*.volumes[].volume.nocopy", A, PLAIN),
+    row("services.*.volumes[].volume.subpath", A, "Judged by the volumes constraint: stays inside the volume."),
+    row("services.*.volumes[].tmpfs", A, PLAIN),
+    row("services.*.volumes[].tmpfs.size", A, PLAIN),
+    row("services.*.volumes[].tmpfs.mode", A, PLAIN),
+    row("services.*.volumes[].image", A, "Judged by the volumes constraint: image mounts are refused."),
+    row("services.*.volumes[].image.subpath", A, PLAIN),
+    row("services.*.volumes_from", K(C::VolumesFrom), "Only the project's own services; another container's volumes are another env's data."),
+    row("services.*.working_dir", A, PLAIN),
+    // Networks.
+    row("networks.*.name", K(C::OwnName), "Another name would join another env's network."),
+    row("networks.*.driver", K(C::NetworkDriver), "Other drivers (host, macvlan, ipvlan, overlay) reach the host's networks."),
+    row("networks.*.driver_opts", P, "Bridge options can take over host interfaces."),
+    row("networks.*.ipam", K(C::Empty), "A chosen subnet can capture the host's traffic to that range."),
+    row("networks.*.external", K(C::ExternalNetwork), "Only networks on the box's allowed_external_networks; an external `host` network is host networking."),
+    row("networks.*.external.name", A, "Judged by the external constraint."),
+    row("networks.*.internal", A, PLAIN),
+    row("networks.*.enable_ipv4", A, PLAIN),
+    row("networks.*.enable_ipv6", A, PLAIN),
+    row("networks.*.attachable", A, PLAIN),
+    row("networks.*.labels", K(C::Labels), "compose's own labels decide which project a network belongs to."),
+    // Volumes.
+    row("volumes.*.name", K(C::OwnName), "Another name would open another env's volume."),
+    row("volumes.*.driver", K(C::VolumeDriver), "Other drivers are plugins: code and mounts on the host."),
+    row("volumes.*.driver_opts", P, "The local driver's options are mount options: they mount host paths, block devices, proc or overlays."),
+    row("volumes.*.external", K(C::ExternalVolume), "Only volumes on the box's allowed_external_volumes."),
+    row("volumes.*.external.name", A, "Judged by the external constraint."),
+    row("volumes.*.labels", K(C::Labels), "compose's own labels decide which project a volume belongs to."),
+    // Secrets and configs.
+    row("secrets.*.name", A, PLAIN),
+    row("secrets.*.environment", A, "Taken from the release's own .env."),
+    row("secrets.*.file", K(C::InRelease), "compose binds the file read-only into the container: only files inside the release dir."),
+    row("secrets.*.external", R, "Swarm secrets; compose cannot use them."),
+    row("secrets.*.labels", A, PLAIN),
+    row("secrets.*.driver", R, "Swarm secret drivers; compose cannot use them."),
+    row("secrets.*.driver_opts", R, "Swarm secret drivers; compose cannot use them."),
+    row("secrets.*.template_driver", R, "Swarm templating; compose cannot use it."),
+    row("configs.*.name", A, PLAIN),
+    row("configs.*.content", A, "Inline content, part of the checked file."),
+    row("configs.*.environment", A, "Taken from the release's own .env."),
+    row("configs.*.file", K(C::InRelease), "compose binds the file read-only into the container: only files inside the release dir."),
+    row("configs.*.external", R, "Swarm configs; compose cannot use them."),
+    row("configs.*.labels", A, PLAIN),
+    row("configs.*.template_driver", R, "Swarm templating; compose cannot use it."),
+];
+
+/// Docker's default capabilities: adding one back after a `cap_drop` gives nothing docker
+/// would not give anyway.
+const DEFAULT_CAPS: [&str; 14] = [
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "NET_RAW",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+struct Index {
+    rules: BTreeMap<&'static str, Rule>,
+    /// Paths that have rows below them (`a.b` or `a[].b`).
+    parents: BTreeSet<String>,
+}
+
+fn index() -> &'static Index {
+    static INDEX: OnceLock<Index> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        let mut rules = BTreeMap::new();
+        let mut parents = BTreeSet::new();
+        for r in TABLE {
+            rules.insert(r.path, r.rule);
+            let mut p = r.path;
+            while let Some(cut) = p.rfind(['.', '[']) {
+                p = &p[..cut];
+                parents.insert(p.to_string());
+            }
+        }
+        Index { rules, parents }
+    })
+}
+
+/// The rule of a key path, if the table has one.
+#[must_use]
+pub fn rule_of(path: &str) -> Option<Rule> {
+    index().rules.get(path).copied()
+}
+
+/// A host path prefix the box's admin allows to be bound into containers, read-only or not.
+///
+/// Parsed from `path:ro` or `path:rw`; the path must be absolute and plain (no `.` or `..`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedBind {
+    prefix: PathBuf,
+    writable: bool,
+}
+
+impl AllowedBind {
+    /// The box's default: the clock's time zone, read-only.
+    #[must_use]
+    pub fn defaults() -> Vec<AllowedBind> {
+        vec![
+            AllowedBind {
+                prefix: "/etc/localtime".into(),
+                writable: false,
+            },
+            AllowedBind {
+                prefix: "/etc/timezone".into(),
+                writable: false,
+            },
+        ]
+    }
+
+    fn covers(&self, path: &Path, writable: bool) -> bool {
+        path.starts_with(&self.prefix) && (self.writable || !writable)
+    }
+}
+
+impl FromStr for AllowedBind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (path, mode) = s
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{s:?}: expected path:ro or path:rw"))?;
+        let writable = match mode {
+            "ro" => false,
+            "rw" => true,
+            _ => return Err(format!("{s:?}: the mode must be ro or rw")),
+        };
+        let prefix = PathBuf::from(path);
+        let plain = prefix.is_absolute()
+            && prefix
+                .components()
+                .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+            && !path.ends_with('/');
+        if !plain || path.contains("//") {
+            return Err(format!(
+                "{s:?}: the path must be absolute, without . or .. or a trailing /"
+            ));
+        }
+        Ok(AllowedBind { prefix, writable })
+    }
+}
+
+impl fmt::Display for AllowedBind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mode = if self.writable { "rw" } else { "ro" };
+        write!(f, "{}:{mode}", self.prefix.display())
+    }
+}
+
+/// The compose policy of one box for one bundle: the agent's project name, the box admin's
+/// allowlists, and the bundle's `allow_privileged`.
+///
+/// ```
+/// use monky_bundle::ComposePolicy;
+/// let policy = ComposePolicy::new("monky-env-qa-02");
+/// let ok = "services:\n  web:\n    image: nginx\n    volumes:\n      - ./conf:/conf:ro\n";
+/// let secrets = Default::default();
+/// policy.check_file(ok, &|_| None, &secrets)?;
+/// let bad = "services:\n  web:\n    image: nginx\n    cap_add: [SYS_MODULE]\n";
+/// let err = policy.check_file(bad, &|_| None, &secrets).unwrap_err();
+/// assert_eq!(err.to_string(), "PRIVILEGED_REFUSED: web: cap_add SYS_MODULE");
+/// assert!(policy.allow_privileged(true).check_file(bad, &|_| None, &secrets).is_ok());
+/// # Ok::<(), monky_bundle::Refusal>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct ComposePolicy {
+    project: String,
+    allowed_binds: Vec<AllowedBind>,
+    external_volumes: BTreeSet<String>,
+    external_networks: BTreeSet<String>,
+    allow_privileged: bool,
+}
+
+impl ComposePolicy {
+    /// The policy for `project` with the default allowlists and no `allow_privileged`.
+    #[must_use]
+    pub fn new(project: &str) -> Self {
+        ComposePolicy {
+            project: project.to_string(),
+            allowed_binds: AllowedBind::defaults(),
+            external_volumes: BTreeSet::new(),
+            external_networks: BTreeSet::new(),
+            allow_privileged: false,
+        }
+    }
+
+    /// The compose project name the policy holds a bundle to.
+    #[must_use]
+    pub fn project(&self) -> &str {
+        &self.project
+    }
+
+    /// The host paths the box allows to be bound (`allowed_binds`).
+    #[must_use]
+    pub fn allowed_binds(mut self, binds: Vec<AllowedBind>) -> Self {
+        self.allowed_binds = binds;
+        self
+    }
+
+    /// The external volumes the box allows (`allowed_external_volumes`).
+    #[must_use]
+    pub fn allowed_external_volumes<I: IntoIterator<Item = String>>(mut self, names: I) -> Self {
+        self.external_volumes = names.into_iter().collect();
+        self
+    }
+
+    /// The external networks the box allows (`allowed_external_networks`).
+    #[must_use]
+    pub fn allowed_external_networks<I: IntoIterator<Item = String>>(mut self, names: I) -> Self {
+        self.external_networks = names.into_iter().collect();
+        self
+    }
+
+    /// The bundle's `allow_privileged`: waives every `PRIVILEGED_REFUSED` finding, never a
+    /// `BUNDLE_INVALID` one.
+    #[must_use]
+    pub fn allow_privileged(mut self, allow: bool) -> Self {
+        self.allow_privileged = allow;
+        self
+    }
+
+    /// Judges the compose file as the bundle carries it, before any secret is read.
+    ///
+    /// The YAML is parsed under limits (duplicate keys refused, aliases and merge keys
+    /// expanded), every string is interpolated through `env` with compose's rules (the
+    /// values known before the lease: the template's literals and defaults), and the tree
+    /// is judged against [`TABLE`]. Relative paths are judged against the release dir, as
+    /// compose resolves them.
+    ///
+    /// `secrets` names the variables whose values are secrets, unknown until the lease. A file
+    /// path (`env_file`, `label_file`, a config's or secret's `file`) may not take its value
+    /// from one: compose reads those files into its model, so the model could not show them.
+    pub fn check_file(
+        &self,
+        compose_yaml: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+        secrets: &BTreeSet<String>,
+    ) -> Result<(), Refusal> {
+        first(self.findings_file(compose_yaml, env, secrets))
+    }
+
+    /// Every refusal of [`check_file`](Self::check_file): at most one per code.
+    pub fn findings_file(
+        &self,
+        compose_yaml: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+        secrets: &BTreeSet<String>,
+    ) -> Vec<Refusal> {
+        let mut doc = match parse_compose(compose_yaml) {
+            Ok(d) => d,
+            Err(r) => return vec![r],
+        };
+        // The file as written holds no secret value: it may be kept to name variables.
+        let raw = doc.clone();
+        let verdict = match interpolate_compose(&mut doc, env) {
+            Ok(()) => {
+                let ctx = Ctx {
+                    policy: self,
+                    release: None,
+                    read_link: &|_| None,
+                    secrets: Some(secrets),
+                };
+                ctx.judge(&doc, &raw, false)
+            }
+            Err(r) => vec![r],
+        };
+        // Interpolated strings may hold values: zero them before the tree is freed.
+        scrub(&mut doc);
+        verdict
+    }
+
+    /// Judges compose's own model of a release (`docker compose config --format json`),
+    /// whose paths compose made absolute from `release_dir`.
+    ///
+    /// `raw_yaml` is the release's compose file: a finding whose key takes any value from a
+    /// variable names the variable instead of printing the value. Paths are resolved through
+    /// `read_link` (symlinks on the box, e.g. a link a container planted in a bound dir)
+    /// before they are judged. The model is zeroed before it is freed, whatever the verdict.
+    pub fn check_model(
+        &self,
+        model: Value,
+        raw_yaml: &str,
+        release_dir: &Path,
+        read_link: &dyn Fn(&Path) -> Option<PathBuf>,
+    ) -> Result<(), Refusal> {
+        first(self.findings_model(model, raw_yaml, release_dir, read_link))
+    }
+
+    /// Every refusal of [`check_model`](Self::check_model): at most one per code.
+    pub fn findings_model(
+        &self,
+        mut model: Value,
+        raw_yaml: &str,
+        release_dir: &Path,
+        read_link: &dyn Fn(&Path) -> Option<PathBuf>,
+    ) -> Vec<Refusal> {
+        let raw = parse_compose(raw_yaml).unwrap_or(Value::Null);
+        let release = resolve(&lexical(release_dir), read_link);
+        let ctx = Ctx {
+            policy: self,
+            release: Some(release),
+            read_link,
+            secrets: None,
+        };
+        let verdict = ctx.judge(&model, &raw, true);
+        scrub(&mut model);
+        verdict
+    }
+}
+
+fn first(mut refusals: Vec<Refusal>) -> Result<(), Refusal> {
+    if refusals.is_empty() {
+        Ok(())
+    } else {
+        Err(refusals.swap_remove(0))
+    }
+}
+
+/// What a finding costs: `PRIVILEGED_REFUSED` (waived by `allow_privileged`) or
+/// `BUNDLE_INVALID` (never waived).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Severity {
+    Privileged,
+    Invalid,
+}
+
+struct Ctx<'a> {
+    policy: &'a ComposePolicy,
+    /// The release dir with its links resolved; `None` for the file as the bundle carries it.
+    release: Option<PathBuf>,
+    read_link: &'a dyn Fn(&Path) -> Option<PathBuf>,
+    /// The secret variables, when the file as the bundle carries it is judged.
+    secrets: Option<&'a BTreeSet<String>>,
+}
+
+/// Where a key sits while the tree is walked.
+#[derive(Clone, Copy)]
+struct Site<'a> {
+    /// `web` for a service, `volumes.pgdata` for a top-level volume, empty at the top.
+    subject: &'a str,
+    /// The object holding the key.
+    parent: &'a Map<String, Value>,
+    /// The compose file's own (uninterpolated) value of the subject's first key: it names the
+    /// variables a model value came from, and the secrets a file path may not come from.
+    raw: Option<&'a Value>,
+}
+
+struct Walk {
+    findings: Vec<(Severity, String)>,
+    /// Judging compose's model, whose values may hold secrets, rather than the file.
+    model: bool,
+    /// The project's own services, which namespaces and `volumes_from` may name.
+    services: BTreeSet<String>,
+}
+
+impl Walk {
+    fn add(&mut self, sev: Severity, site: &Site<'_>, what: &str) {
+        let text = if site.subject.is_empty() {
+            what.to_string()
+        } else {
+            format!("{}: {what}", site.subject)
+        };
+        if !self.findings.iter().any(|(_, t)| *t == text) {
+            self.findings.push((sev, text));
+        }
+    }
+
+    /// `key value`, where a value that may have come from a variable is named by it.
+    fn key_value(&self, site: &Site<'_>, key: &str, value: &str) -> String {
+        if !self.model {
+            return format!("{key} {}", printable(value, 80));
+        }
+        match site.raw {
+            None => format!("{key} (value not shown: not in the compose file)"),
+            Some(raw) => {
+                let mut vars = BTreeSet::new();
+                raw_vars(raw, &mut vars);
+                if vars.is_empty() {
+                    format!("{key} {}", printable(value, 80))
+                } else {
+                    let names: Vec<String> = vars.iter().map(|v| format!("${{{v}}}")).collect();
+                    format!("{key} from {}", names.join(" "))
+                }
+            }
+        }
+    }
+}
+
+/// The variable names a raw value references.
+fn raw_vars(v: &Value, out: &mut BTreeSet<String>) {
+    match v {
+        Value::String(s) if s.contains('$') => crate::interp::names(s, out, 0),
+        Value::Array(a) => a.iter().for_each(|x| raw_vars(x, out)),
+        Value::Object(m) => m.values().for_each(|x| raw_vars(x, out)),
+        _ => {}
+    }
+}
+
+fn join(base: &str, key: &str) -> String {
+    if base.is_empty() {
+        key.to_string()
+    } else {
+        format!("{base}.{key}")
+    }
+}
+
+impl Ctx<'_> {
+    fn judge(&self, doc: &Value, raw: &Value, model: bool) -> Vec<Refusal> {
+        let Value::Object(top) = doc else {
+            return vec![Refusal::invalid("compose file: not a mapping")];
+        };
+        let mut walk = Walk {
+            findings: Vec::new(),
+            model,
+            services: top
+                .get("services")
+                .and_then(Value::as_object)
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default(),
+        };
+        self.object(&mut walk, "", "", "", top, Some(raw));
+        let mut invalid = Vec::new();
+        let mut privileged = Vec::new();
+        for (sev, text) in walk.findings {
+            match sev {
+                Severity::Invalid => invalid.push(text),
+                Severity::Privileged => privileged.push(text),
+            }
+        }
+        let mut out = Vec::new();
+        if !invalid.is_empty() {
+            out.push(Refusal::new(RefusalCode::BundleInvalid, invalid));
+        }
+        if !privileged.is_empty() && !self.policy.allow_privileged {
+            out.push(Refusal::new(RefusalCode::PrivilegedRefused, privileged));
+        }
+        out
+    }
+
+    /// Judges every key of `obj`, found at table path `pat`.
+    #[allow(clippy::too_many_arguments)]
+    fn object(
+        &self,
+        walk: &mut Walk,
+        pat: &str,
+        subject: &str,
+        rel: &str,
+        obj: &Map<String, Value>,
+        raw: Option<&Value>,
+    ) {
+        let named_map = index().rules.contains_key(join(pat, "*").as_str());
+        for (key, value) in obj {
+            // Extensions are inert: compose ignores them, and anchors that pull them into
+            // real keys are expanded before anything is judged.
+            if key.starts_with("x-") {
+                continue;
+            }
+            let (child_pat, child_subject, child_rel) = match (named_map, subject.is_empty()) {
+                // A service, a volume, a network ... becomes the subject of what is below it.
+                (true, true) if pat == "services" => (join(pat, "*"), key.clone(), String::new()),
+                (true, true) => (join(pat, "*"), format!("{pat}.{key}"), String::new()),
+                (true, false) => (join(pat, "*"), subject.to_string(), join(rel, key)),
+                (false, _) => (join(pat, key), subject.to_string(), join(rel, key)),
+            };
+            // The raw value is tracked down to the subject's first key: every model value below
+            // it is printed only when that whole raw value holds no variable.
+            let child_raw = if rel.is_empty() || subject.is_empty() {
+                raw.and_then(|r| r.get(key))
+            } else {
+                raw
+            };
+            let site = Site {
+                subject: &child_subject,
+                parent: obj,
+                raw: child_raw,
+            };
+            let Some(rule) = rule_of(&child_pat) else {
+                let name = if child_rel.is_empty() {
+                    key.as_str()
+                } else {
+                    child_rel.as_str()
+                };
+                walk.add(
+                    Severity::Invalid,
+                    &site,
+                    &format!("unknown key {}", printable(name, 80)),
+                );
+                continue;
+            };
+            let shown_key = if child_rel.is_empty() {
+                key.as_str()
+            } else {
+                child_rel.as_str()
+            };
+            match rule {
+                Rule::Allowed => {}
+                Rule::Constrained(c) => self.constraint(walk, c, &site, value, shown_key),
+                Rule::Privileged => {
+                    if present(value) {
+                        walk.add(Severity::Privileged, &site, shown_key);
+                    }
+                    continue;
+                }
+                Rule::Refused => {
+                    if present(value) {
+                        walk.add(Severity::Invalid, &site, shown_key);
+                    }
+                    continue;
+                }
+            }
+            self.descend(
+                walk,
+                &child_pat,
+                &child_subject,
+                &child_rel,
+                value,
+                child_raw,
+            );
+        }
+    }
+
+    fn descend(
+        &self,
+        walk: &mut Walk,
+        pat: &str,
+        subject: &str,
+        rel: &str,
+        value: &Value,
+        raw: Option<&Value>,
+    ) {
+        let parents = &index().parents;
+        match value {
+            Value::Object(m) if parents.contains(pat) => {
+                self.object(walk, pat, subject, rel, m, raw);
+            }
+            Value::Array(items) => {
+                let item_pat = format!("{pat}[]");
+                if parents.contains(&item_pat) {
+                    for item in items {
+                        if let Value::Object(m) = item {
+                            self.object(walk, &item_pat, subject, rel, m, raw);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn constraint(
+        &self,
+        walk: &mut Walk,
+        c: Constraint,
+        site: &Site<'_>,
+        value: &Value,
+        shown: &str,
+    ) {
+        let p = self.policy;
+        let bad = |walk: &mut Walk, sev: Severity, v: &str| {
+            let text = walk.key_value(site, shown, v);
+            walk.add(sev, site, &text);
+        };
+        match c {
+            C::False => {
+                if truthy(value) {
+                    walk.add(Severity::Privileged, site, shown);
+                }
+            }
+            C::ProjectName => {
+                if let Some(name) = value.as_str()
+                    && name != p.project
+                {
+                    bad(walk, Severity::Invalid, name);
+                }
+            }
+            C::ContainerName => {
+                if let Some(name) = value.as_str()
+                    && !name.starts_with(&format!("{}-", p.project))
+                {
+                    bad(walk, Severity::Invalid, name);
+                }
+            }
+            C::Labels => {
+                for name in keys_of(value) {
+                    if name.starts_with("com.docker.compose.") {
+                        bad(walk, Severity::Invalid, &name);
+                    }
+                }
+            }
+            C::CapAdd => {
+                // An empty entry is compose's to refuse; it asks for nothing.
+                for cap in strings(value).iter().filter(|c| !c.trim().is_empty()) {
+                    let upper = cap.trim().to_ascii_uppercase();
+                    let bare = upper.strip_prefix("CAP_").unwrap_or(&upper);
+                    if !DEFAULT_CAPS.contains(&bare) {
+                        bad(walk, Severity::Privileged, bare);
+                    }
+                }
+            }
+            C::SecurityOpt => {
+                for opt in strings(value).iter().filter(|o| !o.trim().is_empty()) {
+                    let o = opt.trim();
+                    if !matches!(
+                        o,
+                        "no-new-privileges" | "no-new-privileges:true" | "no-new-privileges=true"
+                    ) {
+                        bad(walk, Severity::Privileged, o);
+                    }
+                }
+            }
+            C::Sysctls => {
+                for name in keys_of(value) {
+                    if !name.trim().starts_with("net.") {
+                        bad(walk, Severity::Privileged, name.trim());
+                    }
+                }
+            }
+            C::Namespace(private) => {
+                let Some(mode) = value.as_str() else { return };
+                let mode = mode.trim();
+                let own = mode
+                    .strip_prefix("service:")
+                    .is_some_and(|s| walk.services.contains(s));
+                if !(mode.is_empty() || own || private.contains(&mode)) {
+                    bad(walk, Severity::Privileged, mode);
+                }
+            }
+            C::VolumesFrom => {
+                for from in strings(value) {
+                    let name = from.strip_prefix("service:").unwrap_or(&from);
+                    let name = name
+                        .strip_suffix(":ro")
+                        .or_else(|| name.strip_suffix(":rw"))
+                        .unwrap_or(name);
+                    if !walk.services.contains(name) {
+                        bad(walk, Severity::Privileged, &from);
+                    }
+                }
+            }
+            C::ServiceVolumes => {
+                if let Value::Array(items) = value {
+                    for item in items {
+                        if let Some((sev, what)) = self.volume(item) {
+                            bad(walk, sev, &what);
+                        }
+                    }
+                }
+            }
+            C::InRelease => {
+                if let (Some(secrets), Some(raw)) = (self.secrets, site.raw) {
+                    let mut vars = BTreeSet::new();
+                    raw_vars(raw, &mut vars);
+                    for v in vars.intersection(secrets) {
+                        walk.add(
+                            Severity::Privileged,
+                            site,
+                            &format!("{shown} from ${{{v}}}, a secret"),
+                        );
+                    }
+                }
+                // An empty path is compose's to refuse (a secret's is refused above).
+                for path in paths_of(value).into_iter().filter(|p| !p.trim().is_empty()) {
+                    match self.place(&path) {
+                        Place::Release(rest) if !rest.is_empty() => {}
+                        _ => bad(walk, Severity::Privileged, &path),
+                    }
+                }
+            }
+            C::OomScoreAdj => {
+                let n = match value {
+                    Value::Number(n) => n.as_f64(),
+                    Value::String(s) => s.trim().parse::<f64>().ok(),
+                    _ => None,
+                };
+                if n.is_some_and(|n| n < 0.0) {
+                    bad(walk, Severity::Privileged, &value_text(value));
+                }
+            }
+            C::Ulimits => {
+                for name in keys_of(value) {
+                    if matches!(name.as_str(), "rtprio" | "rttime" | "memlock") {
+                        bad(walk, Severity::Privileged, &name);
+                    }
+                }
+            }
+            C::LogDriver => {
+                if let Some(d) = value.as_str()
+                    && !matches!(d, "" | "json-file" | "local" | "journald" | "none")
+                {
+                    bad(walk, Severity::Privileged, d);
+                }
+            }
+            C::PullPolicy => {
+                if value.as_str() == Some("build") {
+                    bad(walk, Severity::Invalid, "build");
+                }
+            }
+            C::ExternalVolume | C::ExternalNetwork => {
+                let external = truthy(value) || value.is_object();
+                if !external {
+                    return;
+                }
+                let name = value
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .or_else(|| site.parent.get("name").and_then(Value::as_str))
+                    .map(str::to_string)
+                    .unwrap_or_else(|| {
+                        site.subject
+                            .split_once('.')
+                            .map_or(site.subject, |(_, n)| n)
+                            .to_string()
+                    });
+                let allowed = if c == C::ExternalVolume {
+                    &p.external_volumes
+                } else {
+                    &p.external_networks
+                };
+                if !allowed.contains(&name) {
+                    bad(walk, Severity::Privileged, &name);
+                }
+            }
+            C::OwnName => {
+                let external = site
+                    .parent
+                    .get("external")
+                    .is_some_and(|e| truthy(e) || e.is_object());
+                if let Some(name) = value.as_str()
+                    && !external
+                    && !name.starts_with(&format!("{}_", p.project))
+                {
+                    bad(walk, Severity::Privileged, name);
+                }
+            }
+            C::VolumeDriver => {
+                if let Some(d) = value.as_str()
+                    && !matches!(d, "" | "local")
+                {
+                    bad(walk, Severity::Privileged, d);
+                }
+            }
+            C::NetworkDriver => {
+                if let Some(d) = value.as_str()
+                    && !matches!(d, "" | "bridge")
+                {
+                    bad(walk, Severity::Privileged, d);
+                }
+            }
+            C::Empty => {
+                if present(value) {
+                    walk.add(Severity::Privileged, site, shown);
+                }
+            }
+        }
+    }
+
+    /// Judges one entry of a service's `volumes`: the reason it is refused, if it is.
+    fn volume(&self, item: &Value) -> Option<(Severity, String)> {
+        let priv_ = |s: String| Some((Severity::Privileged, s));
+        match item {
+            Value::String(s) => {
+                let parts: Vec<&str> = s.split(':').collect();
+                if parts.len() < 2 {
+                    return None; // an anonymous volume
+                }
+                let source = parts[0];
+                let opts: Vec<&str> = parts.get(2).map_or(Vec::new(), |o| o.split(',').collect());
+                if !is_path(source) {
+                    return None; // a named volume: compose refuses one the file does not declare
+                }
+                let ro = opts.contains(&"ro");
+                if let Some(p) = opts.iter().find(|o| is_propagation(o)) {
+                    return priv_(format!("{source} propagation {p}"));
+                }
+                let relabel = opts.iter().any(|o| *o == "z" || *o == "Z");
+                self.bind(source, ro, relabel)
+            }
+            Value::Object(m) => {
+                let kind = m.get("type").and_then(Value::as_str).unwrap_or("volume");
+                let source = m.get("source").and_then(Value::as_str).unwrap_or("");
+                match kind {
+                    "bind" => {
+                        let ro = m.get("read_only").is_some_and(truthy);
+                        let bind = m.get("bind");
+                        let opt = |k: &str| bind.and_then(|b| b.get(k)).and_then(Value::as_str);
+                        if let Some(p) = opt("propagation").filter(|p| is_propagation(p)) {
+                            return priv_(format!("{source} propagation {p}"));
+                        }
+                        if opt("recursive") == Some("writable") {
+                            return priv_(format!("{source} recursive writable"));
+                        }
+                        self.bind(source, ro, opt("selinux").is_some())
+                    }
+                    "volume" => {
+                        let sub = m
+                            .get("volume")
+                            .and_then(|v| v.get("subpath"))
+                            .and_then(Value::as_str);
+                        match sub {
+                            Some(s)
+                                if Path::new(s).is_absolute()
+                                    || Path::new(s)
+                                        .components()
+                                        .any(|c| c == Component::ParentDir) =>
+                            {
+                                priv_(format!("{source} subpath {}", printable(s, 80)))
+                            }
+                            _ => None,
+                        }
+                    }
+                    "tmpfs" => None,
+                    other => priv_(format!("type {}", printable(other, 40))),
+                }
+            }
+            _ => None,
+        }
+    }
+
+    fn bind(&self, source: &str, read_only: bool, relabel: bool) -> Option<(Severity, String)> {
+        let shown = printable(source, 120);
+        match self.place(source) {
+            Place::Release(rest) => {
+                let own_file = rest.is_empty()
+                    || (rest.len() == 1
+                        && (rest[0] == ".env" || MemberName::all().any(|m| m.as_str() == rest[0])));
+                if own_file && !read_only {
+                    return Some((
+                        Severity::Privileged,
+                        format!("{shown} writable over the release's own files"),
+                    ));
+                }
+                None
+            }
+            Place::Host(path) => {
+                let writable = !read_only;
+                if relabel {
+                    return Some((
+                        Severity::Privileged,
+                        format!("{shown} relabels a host path"),
+                    ));
+                }
+                // The allowed prefix is resolved like the path: `/etc/localtime` is itself a link,
+                // and a link planted below an allowed dir must not lead out of it.
+                if self.policy.allowed_binds.iter().any(|a| {
+                    let prefix = AllowedBind {
+                        prefix: resolve(&a.prefix, self.read_link),
+                        writable: a.writable,
+                    };
+                    prefix.covers(&path, writable) || a.covers(&path, writable)
+                }) {
+                    None
+                } else {
+                    Some((Severity::Privileged, shown))
+                }
+            }
+        }
+    }
+
+    /// Where a path lands: inside the release dir (the components below it), or on the host.
+    fn place(&self, raw: &str) -> Place {
+        let raw = raw.trim();
+        if raw.starts_with('~') {
+            // compose expands `~` to the home of the user it runs as: root's.
+            return Place::Host(PathBuf::from("/root"));
+        }
+        let path = Path::new(raw);
+        match &self.release {
+            None => {
+                if path.is_absolute() {
+                    return Place::Host(lexical(path));
+                }
+                let mut parts: Vec<String> = Vec::new();
+                for c in path.components() {
+                    match c {
+                        Component::Normal(n) => parts.push(n.to_string_lossy().into_owned()),
+                        // Climbing out of the release dir lands somewhere on the host.
+                        Component::ParentDir if parts.is_empty() => {
+                            return Place::Host(PathBuf::from("/"));
+                        }
+                        Component::ParentDir => {
+                            parts.pop();
+                        }
+                        _ => {}
+                    }
+                }
+                Place::Release(parts)
+            }
+            Some(release) => {
+                let abs = if path.is_absolute() {
+                    lexical(path)
+                } else {
+                    lexical(&release.join(path))
+                };
+                let resolved = resolve(&abs, self.read_link);
+                match resolved.strip_prefix(release) {
+                    Ok(rest) => Place::Release(
+                        rest.components()
+                            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                            .collect(),
+                    ),
+                    Err(_) => Place::Host(resolved),
+                }
+            }
+        }
+    }
+}
+
+enum Place {
+    Release(Vec<String>),
+    Host(PathBuf),
+}
+
+fn is_path(source: &str) -> bool {
+    source.starts_with('/') || source.starts_with('.') || source.starts_with('~')
+}
+
+fn is_propagation(o: &str) -> bool {
+    matches!(o, "shared" | "rshared" | "slave" | "rslave")
+}
+
+/// `path` with `.` and `..` applied lexically (`..` at the root stays at the root).
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in path.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// `path` (absolute, lexical) with every symlink on the way replaced by its target, as the
+/// kernel would follow them when docker mounts it. Forty links at most, as the kernel allows.
+fn resolve(path: &Path, read_link: &dyn Fn(&Path) -> Option<PathBuf>) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    let mut todo: std::collections::VecDeque<std::ffi::OsString> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_owned()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect();
+    let mut hops = 0;
+    while let Some(part) = todo.pop_front() {
+        if part == ".." {
+            out.pop();
+            continue;
+        }
+        out.push(&part);
+        if let Some(target) = read_link(&out) {
+            hops += 1;
+            if hops > 40 {
+                // A loop: whatever it names, it is not a plain path inside the release.
+                return PathBuf::from("/");
+            }
+            out.pop();
+            if target.is_absolute() {
+                out = PathBuf::from("/");
+            }
+            for c in target.components().rev() {
+                match c {
+                    Component::Normal(n) => todo.push_front(n.to_owned()),
+                    Component::ParentDir => todo.push_front("..".into()),
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether a refused key is actually used: null, false, `""`, `[]` and `{}` ask for nothing.
+fn present(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::String(s) => !s.trim().is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(m) => !m.is_empty(),
+        Value::Number(_) => true,
+    }
+}
+
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Bool(b) => *b,
+        Value::String(s) => matches!(
+            s.trim().to_ascii_lowercase().as_str(),
+            "true" | "yes" | "y" | "on" | "1"
+        ),
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::Null | Value::Array(_) | Value::Object(_) => false,
+    }
+}
+
+fn value_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The strings of a value that may be one string or a list.
+fn strings(v: &Value) -> Vec<String> {
+    match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|x| x.as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The names of a list-or-map value: a map's keys, or the part of each `NAME=value` item
+/// before the `=`.
+fn keys_of(v: &Value) -> Vec<String> {
+    match v {
+        Value::Object(m) => m.keys().cloned().collect(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|s| s.split(['=', ':']).next().unwrap_or(s).trim().to_string())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The paths of a path-or-list value, where a list item may be `{path: ...}`.
+fn paths_of(v: &Value) -> Vec<String> {
+    match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|x| match x {
+                Value::String(s) => Some(s.clone()),
+                Value::Object(m) => m.get("path").and_then(Value::as_str).map(str::to_string),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolve_follows_links() {
+        let links = |p: &Path| match p.to_str()? {
+            "/r/current" => Some(PathBuf::from("releases/abc")),
+            "/r/releases/abc/data/up" => Some(PathBuf::from("../../..")),
+            "/r/releases/abc/data/etc" => Some(PathBuf::from("/etc")),
+            "/loop" => Some(PathBuf::from("/loop")),
+            _ => None,
+        };
+        assert_eq!(
+            resolve(Path::new("/r/current/x"), &links),
+            Path::new("/r/releases/abc/x")
+        );
+        assert_eq!(
+            resolve(Path::new("/r/current/data/up/y"), &links),
+            Path::new("/r/y")
+        );
+        assert_eq!(
+            resolve(Path::new("/r/current/data/etc/shadow"), &links),
+            Path::new("/etc/shadow")
+        );
+        assert_eq!(resolve(Path::new("/loop/x"), &links), Path::new("/"));
+    }
+
+    #[test]
+    fn allowed_binds_parse() {
+        assert_eq!(
+            "/srv/shared:rw".parse::<AllowedBind>().unwrap().to_string(),
+            "/srv/shared:rw"
+        );
+        for bad in [
+            "srv:ro",
+            "/srv",
+            "/srv:rx",
+            "/srv/../etc:ro",
+            "/srv/:ro",
+            "//srv:ro",
+        ] {
+            assert!(bad.parse::<AllowedBind>().is_err(), "{bad}");
+        }
+        let a: AllowedBind = "/srv/shared:ro".parse().unwrap();
+        assert!(a.covers(Path::new("/srv/shared/x"), false));
+        assert!(!a.covers(Path::new("/srv/shared/x"), true));
+        assert!(!a.covers(Path::new("/srv/sharedx"), false));
+    }
+
+    #[test]
+    fn every_parent_row_is_allowed_or_constrained() {
+        // A refused key's children are covered by its refusal; rows under one would be dead.
+        for r in TABLE {
+            let mut p = r.path;
+            while let Some(cut) = p.rfind(['.', '[']) {
+                p = &p[..cut];
+                if let Some(rule) = rule_of(p) {
+                    assert!(
+                        matches!(rule, Rule::Allowed | Rule::Constrained(_)),
+                        "{} sits under refused {p}",
+                        r.path
+                    );
+                }
+            }
+        }
+    }
+}

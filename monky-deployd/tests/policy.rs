@@ -1,0 +1,691 @@
+//! The compose policy at the agent's level: a corpus of hostile compose files, one per way a
+//! bundle could take the box, each refused by `bundle check`, by a real tick (with the real
+//! `docker compose config` behind the stub), and by compose's own model on its own; a corpus of
+//! realistic backends that still applies; and values from secrets that only compose's model
+//! shows.
+
+use std::path::{Path, PathBuf};
+
+use monky_agent_proto::ReportResult;
+use serde_json::json;
+
+use crate::util::*;
+
+const PROJECT: &str = "monky-env-qa-02";
+
+/// One hostile compose file: the body under `services.web` (or a whole file), the code and the
+/// names the refusal must carry.
+struct Case {
+    name: &'static str,
+    /// Lines under `services.web` (indented by the harness), then top-level keys; or a whole
+    /// file when it has a `services:` line.
+    compose: &'static str,
+    code: &'static str,
+    names: &'static str,
+    /// Whether compose's model alone must show it too. False only where compose consumes the
+    /// key while building the model (an `env_file` is read into `environment`; `-p` overrides
+    /// `name`): the file check before the lease is the guard there.
+    model: bool,
+}
+
+const fn case(
+    name: &'static str,
+    compose: &'static str,
+    code: &'static str,
+    names: &'static str,
+) -> Case {
+    Case {
+        name,
+        compose,
+        code,
+        names,
+        model: true,
+    }
+}
+
+const fn file_only(
+    name: &'static str,
+    compose: &'static str,
+    code: &'static str,
+    names: &'static str,
+) -> Case {
+    Case {
+        name,
+        compose,
+        code,
+        names,
+        model: false,
+    }
+}
+
+const PR: &str = "PRIVILEGED_REFUSED";
+const BI: &str = "BUNDLE_INVALID";
+
+/// The web service every whole-file case starts from.
+const WEB: &str = "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n";
+
+#[rustfmt::skip]
+const CASES: &[Case] = &[
+    // Capabilities and confinement.
+    case("cap-sys-module", "cap_add: [SYS_MODULE]", PR, "web: cap_add SYS_MODULE"),
+    case("cap-dac-read-search", "cap_add: [DAC_READ_SEARCH]", PR, "web: cap_add DAC_READ_SEARCH"),
+    case("cap-sys-ptrace", "cap_add: [SYS_PTRACE]", PR, "web: cap_add SYS_PTRACE"),
+    case("cap-sys-rawio", "cap_add: [SYS_RAWIO]", PR, "web: cap_add SYS_RAWIO"),
+    case("cap-bpf", "cap_add: [BPF]", PR, "web: cap_add BPF"),
+    case("cap-perfmon", "cap_add: [PERFMON]", PR, "web: cap_add PERFMON"),
+    case("cap-net-admin", "cap_add: [NET_ADMIN]", PR, "web: cap_add NET_ADMIN"),
+    case("cap-sys-admin-lowercase", "cap_add: [cap_sys_admin]", PR, "web: cap_add SYS_ADMIN"),
+    case("cap-all", "cap_add: [ALL]", PR, "web: cap_add ALL"),
+    case("cap-sys-boot-among-defaults", "cap_add: [CHOWN, SYS_BOOT]", PR, "web: cap_add SYS_BOOT"),
+    case("seccomp-unconfined", "security_opt: [seccomp=unconfined]", PR, "web: security_opt seccomp=unconfined"),
+    case("apparmor-unconfined", "security_opt: [apparmor=unconfined]", PR, "web: security_opt apparmor=unconfined"),
+    case("label-disable", "security_opt: [label=disable]", PR, "web: security_opt label=disable"),
+    case("systempaths-unconfined", "security_opt: [systempaths=unconfined]", PR, "web: security_opt systempaths=unconfined"),
+    case("device-cgroup-rules", "device_cgroup_rules: [\"a *:* rwm\"]", PR, "web: device_cgroup_rules"),
+    case("cgroup-parent", "cgroup_parent: system.slice", PR, "web: cgroup_parent"),
+    case("privileged", "privileged: true", PR, "web: privileged"),
+    case("privileged-string", "privileged: \"true\"", PR, "web: privileged"),
+    case("devices", "devices: [\"/dev/mem:/dev/mem\"]", PR, "web: devices"),
+    case("gpu-request", "deploy:\n  resources:\n    reservations:\n      devices:\n        - driver: nvidia\n          capabilities: [gpu]", PR, "web: deploy.resources.reservations.devices"),
+    case("runtime", "runtime: runc", PR, "web: runtime"),
+    case("userns-host", "userns_mode: host", PR, "web: userns_mode"),
+    case("isolation", "isolation: default", PR, "web: isolation"),
+    case("sysctl-kernel-list", "sysctls: [kernel.shm_rmid_forced=1]", PR, "web: sysctls kernel.shm_rmid_forced"),
+    case("sysctl-kernel-map", "sysctls:\n  kernel.msgmax: 65536", PR, "web: sysctls kernel.msgmax"),
+    case("oom-kill-disable", "oom_kill_disable: true", PR, "web: oom_kill_disable"),
+    case("oom-score-negative", "oom_score_adj: -999", PR, "web: oom_score_adj -999"),
+    case("ulimit-rtprio", "ulimits:\n  rtprio: 99", PR, "web: ulimits rtprio"),
+    case("realtime-runtime", "cpu_rt_runtime: 950000", PR, "web: cpu_rt_runtime"),
+    case("log-driver-plugin", "logging:\n  driver: fluentd", PR, "web: logging.driver fluentd"),
+    // Host paths, bound directly.
+    case("bind-etc", "volumes: [\"/etc:/host-etc\"]", PR, "web: volumes /etc"),
+    case("bind-sys", "volumes: [\"/sys:/host-sys\"]", PR, "web: volumes /sys"),
+    case("bind-dev", "volumes: [\"/dev:/host-dev\"]", PR, "web: volumes /dev"),
+    case("bind-root-home", "volumes: [\"/root:/r\"]", PR, "web: volumes /root"),
+    case("bind-usr-local-bin", "volumes: [\"/usr/local/bin:/b\"]", PR, "web: volumes /usr/local/bin"),
+    case("bind-agent-config", "volumes: [\"/etc/monky-deployd:/c:ro\"]", PR, "web: volumes /etc/monky-deployd"),
+    case("bind-agent-state", "volumes: [\"/var/lib/monky-deployd:/s\"]", PR, "web: volumes /var/lib/monky-deployd"),
+    case("bind-docker-data", "volumes: [\"/var/lib/docker:/d\"]", PR, "web: volumes /var/lib/docker"),
+    case("bind-containerd-data", "volumes: [\"/var/lib/containerd:/d\"]", PR, "web: volumes /var/lib/containerd"),
+    case("bind-containerd-socket", "volumes: [\"/run/containerd/containerd.sock:/c.sock\"]", PR, "web: volumes /run/containerd/containerd.sock"),
+    case("bind-docker-socket", "volumes: [\"/var/run/docker.sock:/var/run/docker.sock\"]", PR, "web: volumes /var/run/docker.sock"),
+    case("bind-dbus", "volumes: [\"/run/dbus/system_bus_socket:/bus\"]", PR, "web: volumes /run/dbus/system_bus_socket"),
+    case("bind-systemd-private", "volumes: [\"/run/systemd/private:/p\"]", PR, "web: volumes /run/systemd/private"),
+    case("bind-root-read-only", "volumes: [\"/:/host:ro\"]", PR, "web: volumes /"),
+    case("bind-proc-1-root", "volumes: [\"/proc/1/root:/h\"]", PR, "web: volumes /proc/1/root"),
+    // The agent runs compose without HOME, so compose's model places `~` inside the release
+    // dir; the file check refuses it anyway, as a compose with HOME would mean root's home.
+    file_only("bind-home-tilde", "volumes: [\"~/.ssh:/k\"]", PR, "web: volumes ~/.ssh"),
+    case("bind-localtime-writable", "volumes: [\"/etc/localtime:/etc/localtime\"]", PR, "web: volumes /etc/localtime"),
+    case("bind-long-syntax", "volumes:\n  - type: bind\n    source: /etc\n    target: /e\n    read_only: true", PR, "web: volumes /etc"),
+    case("bind-propagation-short", "volumes: [\"./data:/d:rshared\"]", PR, "web: volumes ./data propagation rshared"),
+    // Host paths mounted by a volume driver.
+    case("volume-bind-root", "volumes: [\"vol:/v\"]\nvolumes:\n  vol:\n    driver_opts: {type: none, o: bind, device: /}", PR, "volumes.vol: driver_opts"),
+    case("volume-proc", "volumes: [\"vol:/v\"]\nvolumes:\n  vol:\n    driver_opts: {type: proc, device: proc}", PR, "volumes.vol: driver_opts"),
+    case("volume-sysfs", "volumes: [\"vol:/v\"]\nvolumes:\n  vol:\n    driver_opts: {type: sysfs, device: sysfs}", PR, "volumes.vol: driver_opts"),
+    case("volume-block-device", "volumes: [\"vol:/v\"]\nvolumes:\n  vol:\n    driver_opts: {type: ext4, device: /dev/sda1}", PR, "volumes.vol: driver_opts"),
+    case("volume-overlay", "volumes: [\"vol:/v\"]\nvolumes:\n  vol:\n    driver_opts: {type: overlay, o: \"lowerdir=/,upperdir=/tmp/u,workdir=/tmp/w\", device: overlay}", PR, "volumes.vol: driver_opts"),
+    case("volume-plugin-driver", "volumes: [\"vol:/v\"]\nvolumes:\n  vol:\n    driver: vieux/sshfs", PR, "volumes.vol: driver vieux/sshfs"),
+    // Host files read in other ways.
+    case("config-file-root", "configs: [c]\nconfigs:\n  c:\n    file: /", PR, "configs.c: file /"),
+    case("config-file-shadow", "configs: [c]\nconfigs:\n  c:\n    file: /etc/shadow", PR, "configs.c: file /etc/shadow"),
+    case("secret-file-token", "secrets: [s]\nsecrets:\n  s:\n    file: /var/lib/monky-deployd/bao.token", PR, "secrets.s: file /var/lib/monky-deployd/bao.token"),
+    case("secret-file-climbs", "secrets: [s]\nsecrets:\n  s:\n    file: ../../bao.token", PR, "secrets.s: file ../../bao.token"),
+    file_only("env-file-absolute", "env_file: /etc/os-release", PR, "web: env_file /etc/os-release"),
+    file_only("env-file-climbs", "env_file: [.env, ../../../../etc/os-release]", PR, "web: env_file ../../../../etc/os-release"),
+    case("build-context-root", "build: /", BI, "web: build"),
+    case("build-additional-contexts", "build:\n  context: .\n  additional_contexts:\n    etc: /etc", BI, "web: build"),
+    case("pull-policy-build", "pull_policy: build", BI, "web: pull_policy build"),
+    // Other envs.
+    case("pid-container", "pid: \"container:monky-env-other-db-1\"", PR, "web: pid container:monky-env-other-db-1"),
+    case("ipc-container", "ipc: \"container:monky-env-other-db-1\"", PR, "web: ipc container:monky-env-other-db-1"),
+    case("network-container", "network_mode: \"container:monky-env-other-db-1\"", PR, "web: network_mode container:monky-env-other-db-1"),
+    case("network-host", "network_mode: host", PR, "web: network_mode host"),
+    case("network-default-bridge", "network_mode: bridge", PR, "web: network_mode bridge"),
+    case("pid-host", "pid: host", PR, "web: pid host"),
+    case("ipc-host", "ipc: host", PR, "web: ipc host"),
+    case("uts-host", "uts: host", PR, "web: uts host"),
+    case("cgroup-host", "cgroup: host", PR, "web: cgroup host"),
+    case("volumes-from-container", "volumes_from: [\"container:monky-env-other-db-1\"]", PR, "web: volumes_from container:monky-env-other-db-1"),
+    case("external-volume", "volumes: [\"pg:/pg\"]\nvolumes:\n  pg:\n    external: true\n    name: monky-env-other_pgdata", PR, "volumes.pg: external monky-env-other_pgdata"),
+    case("external-volume-by-key", "volumes: [\"shared:/s\"]\nvolumes:\n  shared:\n    external: true", PR, "volumes.shared: external shared"),
+    case("external-network-host", "networks: [h]\nnetworks:\n  h:\n    external: true\n    name: host", PR, "networks.h: external host"),
+    case("external-network-other", "networks: [o]\nnetworks:\n  o:\n    external: true\n    name: monky-env-other_default", PR, "networks.o: external monky-env-other_default"),
+    case("volume-named-like-another-env", "volumes: [\"pg:/pg\"]\nvolumes:\n  pg:\n    name: monky-env-other_pgdata", PR, "volumes.pg: name monky-env-other_pgdata"),
+    case("network-named-like-another-env", "networks: [n]\nnetworks:\n  n:\n    name: monky-env-other_default", PR, "networks.n: name monky-env-other_default"),
+    case("network-macvlan", "networks: [n]\nnetworks:\n  n:\n    driver: macvlan", PR, "networks.n: driver macvlan"),
+    case("network-bridge-options", "networks: [n]\nnetworks:\n  n:\n    driver_opts:\n      com.docker.network.bridge.name: docker0", PR, "networks.n: driver_opts"),
+    case("network-subnet", "networks: [n]\nnetworks:\n  n:\n    ipam:\n      config: [{subnet: 10.0.0.0/8}]", PR, "networks.n: ipam"),
+    case("external-links", "external_links: [monky-env-other-db-1]", PR, "web: external_links"),
+    file_only("project-name", "name: monky-env-other\nservices:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n", BI, "name monky-env-other"),
+    case("container-name", "container_name: monky-env-other-web-1", BI, "web: container_name monky-env-other-web-1"),
+    case("compose-labels", "labels:\n  com.docker.compose.project: monky-env-other", BI, "web: labels com.docker.compose.project"),
+    // Files outside the bundle, re-read at every pull, up and revert.
+    case("include-relative", "include: [../other/docker-compose.yml]\nservices:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n", BI, "include"),
+    case("include-absolute", "include:\n  - path: /etc/monky/other.yml\nservices:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n", BI, "include"),
+    case("extends-file-absolute", "extends:\n  service: web\n  file: /etc/monky/other.yml", BI, "web: extends.file"),
+    case("extends-file-relative", "extends:\n  service: web\n  file: ../other/docker-compose.yml", BI, "web: extends.file"),
+    // The release's own files, writable by its containers.
+    case("bind-release-dir", "volumes: [\".:/cfg\"]", PR, "web: volumes . writable over the release's own files"),
+    case("bind-release-dir-long", "volumes:\n  - type: bind\n    source: .\n    target: /cfg", PR, "web: volumes . writable over the release's own files"),
+    case("bind-compose-file", "volumes: [\"./docker-compose.yml:/c.yml\"]", PR, "web: volumes ./docker-compose.yml writable over the release's own files"),
+    case("bind-env", "volumes: [\"./.env:/e\"]", PR, "web: volumes ./.env writable over the release's own files"),
+    case("bind-bundle-json", "volumes: [\"./bundle.json:/b.json:rw\"]", PR, "web: volumes ./bundle.json writable over the release's own files"),
+    case("bind-back-into-release", "volumes: [\"./data/..:/cfg\"]", PR, "web: volumes ./data/.. writable over the release's own files"),
+    case("bind-out-of-release", "volumes: [\"../../..:/up\"]", PR, "web: volumes ../../.."),
+    // Keys the table does not know: refused, never waved through.
+    case("unknown-service-key", "frobnicate: true", BI, "web: unknown key frobnicate"),
+    case("unknown-top-level-key", "x-ok: 1\nfrobnicate: true\nservices:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n", BI, "unknown key frobnicate"),
+    case("unknown-nested-key", "deploy:\n  resources:\n    limits:\n      gpus: 1", BI, "web: unknown key deploy.resources.limits.gpus"),
+    case("develop-watch", "develop:\n  watch:\n    - path: /\n      action: sync\n      target: /host", BI, "web: develop"),
+];
+
+/// The compose file of a case.
+fn compose_of(c: &Case) -> String {
+    if c.compose.lines().any(|l| l.starts_with("services:")) {
+        return c.compose.to_string();
+    }
+    // Lines go under the service until a bare `volumes:` (networks, configs, secrets) follows
+    // the service's own use of that key: from there on, the lines are top-level.
+    let mut out = String::from(WEB);
+    let mut top = false;
+    let mut used: Vec<&str> = Vec::new();
+    for line in c.compose.lines() {
+        if let Some((key, _)) = line.split_once(':')
+            && !line.starts_with(' ')
+        {
+            if line == format!("{key}:") && used.contains(&key) {
+                top = true;
+            }
+            used.push(key);
+        }
+        if top {
+            out.push_str(line);
+        } else {
+            out.push_str("    ");
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn bundle_of(c: &Case) -> TestBundle {
+    TestBundle {
+        compose: compose_of(c),
+        ..TestBundle::default()
+    }
+}
+
+/// The real docker CLI; the corpus needs real compose (not the engine).
+fn docker() -> Option<PathBuf> {
+    crate::e2e::real_docker_cli()
+}
+
+fn write_dir(dir: &Path, b: &TestBundle) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("docker-compose.yml"), &b.compose).unwrap();
+    std::fs::write(dir.join(".env.template"), &b.env_template).unwrap();
+    std::fs::write(dir.join("secrets.manifest.json"), b.manifest.to_string()).unwrap();
+    std::fs::write(dir.join("bundle.json"), b.meta.to_string()).unwrap();
+}
+
+/// `bundle check` with the real docker on PATH: exit 1, a `FAIL CODE: ...names...` line.
+fn through_bundle_check(w: &World, docker: &Path, c: &Case) {
+    let dir = w.path(&format!("bundles/{}", c.name));
+    write_dir(&dir, &bundle_of(c));
+    let path = format!("{}:/usr/bin:/bin", docker.parent().unwrap().display());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_monky-deployd"))
+        .args(["--config", "/nonexistent/config.yaml", "bundle", "check"])
+        .arg(&dir)
+        .args(["--env", ENV])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let run = Run(out);
+    assert_eq!(
+        run.code(),
+        1,
+        "{}: {}{}",
+        c.name,
+        run.stdout(),
+        run.stderr()
+    );
+    let want = format!("FAIL {}: ", c.code);
+    assert!(
+        run.stdout()
+            .lines()
+            .any(|l| l.starts_with(&want) && l.contains(c.names)),
+        "{}: wanted {want}...{} in\n{}{}",
+        c.name,
+        c.names,
+        run.stdout(),
+        run.stderr()
+    );
+}
+
+/// A real tick (compose's `config` is the real one behind the stub): exit 1, a failed report
+/// with the code and the names, no pull, no up, nothing promoted.
+fn through_a_tick(w: &World, c: &Case) {
+    w.clear_stub();
+    std::fs::remove_file(w.stub_dir().join("calls.log")).ok();
+    w.stub("REAL_COMPOSE", docker().unwrap().to_str().unwrap());
+    w.publish(&bundle_of(c));
+    // Past tenancy's checkin rate bucket: one tick a minute, as on a box.
+    w.tenancy.advance_clock(std::time::Duration::from_secs(60));
+    let run = w.tick();
+    run.expect(1);
+    let r = w.last_report();
+    assert_report(&r, ReportResult::Failed, Some(&format!("{}: ", c.code)));
+    let detail = r.detail.clone().unwrap_or_default();
+    assert!(detail.contains(c.names), "{}: {detail}", c.name);
+    let calls = w.docker_calls();
+    assert!(
+        !calls
+            .iter()
+            .any(|call| call.contains(" pull") || call.contains(" up ") || call.ends_with(" up")),
+        "{}: {calls:#?}",
+        c.name
+    );
+    assert_eq!(w.current_target(), None, "{}", c.name);
+}
+
+/// compose's own model of the case, built by the real `docker compose config` in a release
+/// dir: refused by the policy, or not built at all. Either way nothing could start.
+fn through_the_model(w: &World, docker: &Path, c: &Case) {
+    let dir = w.path(&format!("releases/{}", c.name));
+    let b = bundle_of(c);
+    write_dir(&dir, &b);
+    std::fs::write(dir.join(".env"), "").unwrap();
+    let d = monky_compose::Docker::builder(docker)
+        .docker_config(w.path("model-docker-config"))
+        .build()
+        .unwrap();
+    let project = d.compose(
+        PROJECT,
+        &dir,
+        &dir.join("docker-compose.yml"),
+        &dir.join(".env"),
+    );
+    let verdict = match project.config_json() {
+        Err(_) => "COMPOSE_CONFIG_FAILED".to_string(),
+        Ok(model) => match monky_bundle::ComposePolicy::new(PROJECT).check_model(
+            model,
+            &b.compose,
+            &dir,
+            &|p| std::fs::read_link(p).ok(),
+        ) {
+            Ok(()) => "ok".to_string(),
+            Err(r) => r.to_string(),
+        },
+    };
+    if c.model {
+        assert!(
+            verdict.starts_with(&format!("{}: ", c.code)) || verdict == "COMPOSE_CONFIG_FAILED",
+            "{}: compose's model gave {verdict}",
+            c.name
+        );
+    }
+}
+
+fn check_cases(filter: impl Fn(&Case) -> bool) {
+    let Some(docker) = docker() else { return };
+    let w = World::new();
+    w.stage_grant();
+    let mut n = 0;
+    for c in CASES.iter().filter(|c| filter(c)) {
+        through_bundle_check(&w, &docker, c);
+        through_a_tick(&w, c);
+        through_the_model(&w, &docker, c);
+        n += 1;
+    }
+    assert!(n > 0);
+    // Refused before the lease: no secret was ever read.
+    assert!(
+        w.bao
+            .agent_requests()
+            .iter()
+            .all(|r| !r.path.contains("/data/")),
+        "a hostile bundle led to a secret read"
+    );
+}
+
+#[test]
+fn the_corpus_is_large_and_its_names_are_unique() {
+    assert!(CASES.len() >= 80, "{} cases", CASES.len());
+    let names: std::collections::BTreeSet<&str> = CASES.iter().map(|c| c.name).collect();
+    assert_eq!(names.len(), CASES.len());
+}
+
+#[test]
+fn capabilities_and_confinement_are_refused() {
+    check_cases(|c| {
+        [
+            "cap-",
+            "seccomp",
+            "apparmor",
+            "label-",
+            "systempaths",
+            "device",
+            "cgroup-parent",
+            "privileged",
+            "gpu",
+            "runtime",
+            "userns",
+            "isolation",
+            "sysctl",
+            "oom",
+            "ulimit",
+            "realtime",
+            "log-",
+        ]
+        .iter()
+        .any(|p| c.name.starts_with(p))
+    });
+}
+
+#[test]
+fn host_paths_are_refused() {
+    check_cases(|c| {
+        c.name.starts_with("bind-")
+            && !c.name.contains("release")
+            && !["bind-compose-file", "bind-env", "bind-bundle-json"].contains(&c.name)
+            || c.name.starts_with("volume-")
+    });
+}
+
+#[test]
+fn host_files_read_other_ways_are_refused() {
+    check_cases(|c| {
+        ["config-", "secret-", "env-file", "build", "pull-policy"]
+            .iter()
+            .any(|p| c.name.starts_with(p))
+    });
+}
+
+#[test]
+fn other_envs_are_out_of_reach() {
+    check_cases(|c| {
+        [
+            "pid-",
+            "ipc-",
+            "network-",
+            "uts-",
+            "cgroup-host",
+            "volumes-from",
+            "external-",
+            "project-",
+            "container-",
+            "compose-labels",
+        ]
+        .iter()
+        .any(|p| c.name.starts_with(p))
+    });
+}
+
+#[test]
+fn files_outside_the_bundle_and_unknown_keys_are_refused() {
+    check_cases(|c| {
+        ["include-", "extends-", "unknown-", "develop"]
+            .iter()
+            .any(|p| c.name.starts_with(p))
+    });
+}
+
+#[test]
+fn a_release_cannot_be_made_to_write_its_own_files() {
+    check_cases(|c| {
+        c.name.contains("release")
+            || ["bind-compose-file", "bind-env", "bind-bundle-json"].contains(&c.name)
+    });
+}
+
+#[test]
+fn every_case_belongs_to_a_class() {
+    // The class filters above together cover the corpus, so no case is silently unchecked.
+    let classes: [&dyn Fn(&Case) -> bool; 1] = [&|c: &Case| {
+        let p = |xs: &[&str]| xs.iter().any(|x| c.name.starts_with(x));
+        p(&[
+            "cap-",
+            "seccomp",
+            "apparmor",
+            "label-",
+            "systempaths",
+            "device",
+            "cgroup-parent",
+            "privileged",
+            "gpu",
+            "runtime",
+            "userns",
+            "isolation",
+            "sysctl",
+            "oom",
+            "ulimit",
+            "realtime",
+            "log-",
+        ]) || c.name.starts_with("bind-")
+            || c.name.starts_with("volume-")
+            || p(&["config-", "secret-", "env-file", "build", "pull-policy"])
+            || p(&[
+                "pid-",
+                "ipc-",
+                "network-",
+                "uts-",
+                "cgroup-host",
+                "volumes-from",
+                "external-",
+                "project-",
+                "container-",
+                "compose-labels",
+            ])
+            || p(&["include-", "extends-", "unknown-", "develop"])
+    }];
+    for c in CASES {
+        assert!(classes.iter().any(|f| f(c)), "{} is in no class", c.name);
+    }
+}
+
+// ---- values only compose's model shows ----------------------------------------------------------
+
+/// A compose file whose danger comes from a secret's value: the file check cannot see it, the
+/// tick refuses it on compose's model after the lease, names the variable and never the value.
+struct FromSecret {
+    body: &'static str,
+    value: &'static str,
+    names: &'static str,
+}
+
+#[rustfmt::skip]
+const FROM_SECRET: &[FromSecret] = &[
+    FromSecret { body: "privileged: ${HOSTILE:-false}", value: "true", names: "web: privileged" },
+    FromSecret { body: "network_mode: ${HOSTILE:-none}", value: "host", names: "web: network_mode from ${HOSTILE}" },
+    FromSecret { body: "cap_add: [\"${HOSTILE}\"]", value: "SYS_MODULE", names: "web: cap_add from ${HOSTILE}" },
+    FromSecret { body: "volumes: [\"${HOSTILE:-./data}:/h\"]", value: "/etc/monky-deployd", names: "web: volumes from ${HOSTILE}" },
+    FromSecret { body: "pid: ${HOSTILE:-}", value: "host", names: "web: pid from ${HOSTILE}" },
+];
+
+#[test]
+fn values_from_secrets_are_judged_on_composes_model_and_named_by_variable() {
+    let Some(docker) = docker() else { return };
+    let w = World::new();
+    w.stage_grant();
+    for (n, case) in FROM_SECRET.iter().enumerate() {
+        w.clear_stub();
+        std::fs::remove_file(w.stub_dir().join("calls.log")).ok();
+        w.stub("REAL_COMPOSE", docker.to_str().unwrap());
+        let mut b = TestBundle {
+            compose: format!("{WEB}    env_file: .env\n    {}\n", case.body),
+            ..TestBundle::default()
+        };
+        b.manifest["entries"].as_array_mut().unwrap().push(json!({
+            "var": "HOSTILE", "path": format!("monky/{ENV}/see/hostile{n}"), "kind": "supplied", "version": null}));
+        b.env_template.push_str("HOSTILE=${HOSTILE}\n");
+        w.bao.put_secret(ENV, &format!("hostile{n}"), case.value);
+        // The file as the bundle carries it passes: only the secret makes it hostile.
+        let policy = monky_bundle::ComposePolicy::new(PROJECT);
+        assert!(
+            policy
+                .check_file(&b.compose, &|_| None, &["HOSTILE".to_string()].into())
+                .is_ok(),
+            "{}",
+            case.body
+        );
+        w.publish(&b);
+        w.tenancy.advance_clock(std::time::Duration::from_secs(60));
+        let run = w.tick();
+        run.expect(1);
+        let r = w.last_report();
+        assert_report(&r, ReportResult::Failed, Some("PRIVILEGED_REFUSED: "));
+        let detail = r.detail.clone().unwrap_or_default();
+        assert!(detail.contains(case.names), "{}: {detail}", case.body);
+        if case.value.len() > 4 {
+            assert!(
+                !detail.contains(case.value),
+                "{}: the value leaked: {detail}",
+                case.body
+            );
+            assert!(
+                !run.stderr().contains(case.value),
+                "{}: the value leaked",
+                case.body
+            );
+        }
+        let calls = w.docker_calls();
+        assert!(calls.iter().any(|c| c.contains(" config ")), "{calls:#?}");
+        assert!(
+            !calls
+                .iter()
+                .any(|c| c.contains(" pull") || c.ends_with(" up") || c.contains(" up ")),
+            "{calls:#?}"
+        );
+        assert_eq!(w.current_target(), None);
+    }
+}
+
+// ---- realistic backends still apply --------------------------------------------------------------
+
+#[rustfmt::skip]
+const BENIGN: &[&str] = &[
+    // A web app with published ports, a named volume and a health check.
+    "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    env_file: .env\n    ports: [\"8080:80\", \"127.0.0.1:8443:443\"]\n    volumes: [appdata:/var/lib/app]\n    healthcheck:\n      test: [CMD, wget, -qO-, http://localhost/health]\n      interval: 10s\n      timeout: 3s\n      retries: 5\n      start_period: 20s\nvolumes:\n  appdata: {}\n",
+    // Postgres and an API with depends_on on health, a relative read-only config bind.
+    "services:\n  db:\n    image: postgres:16\n    env_file: .env\n    volumes: [pgdata:/var/lib/postgresql/data]\n    healthcheck: {test: [CMD-SHELL, pg_isready], interval: 5s}\n  api:\n    image: 127.0.0.1:5000/monky/api:3\n    env_file: .env\n    depends_on:\n      db: {condition: service_healthy}\n    volumes: [\"./conf/api.yml:/etc/api.yml:ro\"]\n    ports: [\"9000:9000\"]\nvolumes:\n  pgdata: {}\n",
+    // Hardened: read-only root, tmpfs, no-new-privileges, capabilities dropped and one default back.
+    "services:\n  web:\n    image: nginx:1.27\n    read_only: true\n    tmpfs: [/var/cache/nginx, /run]\n    security_opt: [\"no-new-privileges:true\"]\n    cap_drop: [ALL]\n    cap_add: [NET_BIND_SERVICE, CHOWN, SETUID, SETGID]\n    user: \"101:101\"\n",
+    // Logging options and resource limits.
+    "services:\n  worker:\n    image: 127.0.0.1:5000/monky/worker:7\n    logging:\n      driver: json-file\n      options: {max-size: 10m, max-file: \"3\"}\n    deploy:\n      resources:\n        limits: {cpus: \"1.5\", memory: 512M, pids: 256}\n        reservations: {cpus: \"0.25\", memory: 128M}\n      restart_policy: {condition: on-failure, max_attempts: 3}\n    shm_size: 64m\n    ulimits: {nofile: {soft: 4096, hard: 8192}}\n",
+    // Profiles: a debug tool that only starts when asked.
+    "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n  adminer:\n    image: adminer:4\n    profiles: [debug]\n    ports: [\"127.0.0.1:8081:8080\"]\n",
+    // Redis with a writable relative data dir and a journald log driver.
+    "services:\n  redis:\n    image: redis:7\n    command: [redis-server, --appendonly, \"yes\"]\n    volumes: [\"./redis-data:/data\"]\n    logging: {driver: journald}\n    restart: unless-stopped\n",
+    // A sidecar in the web service's network and IPC namespaces.
+    "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    ipc: shareable\n  metrics:\n    image: 127.0.0.1:5000/monky/exporter:1\n    network_mode: \"service:web\"\n    ipc: \"service:web\"\n    pid: \"service:web\"\n",
+    // Project networks: a front and an internal back network, aliases and a fixed address.
+    "services:\n  proxy:\n    image: caddy:2\n    ports: [\"80:80\", \"443:443\"]\n    networks: [front]\n  app:\n    image: 127.0.0.1:5000/monky/app:2\n    networks:\n      front: {aliases: [app.internal]}\n      back: {}\n  db:\n    image: mariadb:11\n    networks: [back]\nnetworks:\n  front: {}\n  back: {internal: true}\n",
+    // The box's time zone, read-only, and net sysctls.
+    "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes: [\"/etc/localtime:/etc/localtime:ro\", \"/etc/timezone:/etc/timezone:ro\"]\n    sysctls: {net.core.somaxconn: 1024, net.ipv4.tcp_syncookies: 0}\n",
+    // File-based configs and secrets from the release dir and .env.
+    "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    configs: [{source: motd, target: /etc/motd}]\n    secrets: [db_password]\nconfigs:\n  motd: {file: ./.env.template}\nsecrets:\n  db_password: {environment: POSTGRES_PASSWORD}\n",
+    // Extensions and anchors shared between services.
+    "x-common: &common\n  restart: always\n  logging: {driver: local}\n  env_file: .env\nservices:\n  a:\n    <<: *common\n    image: 127.0.0.1:5000/monky/a:1\n  b:\n    <<: *common\n    image: 127.0.0.1:5000/monky/b:1\n    extends: {service: a}\n",
+    // Named volume options compose itself writes: labels, nocopy, subpath.
+    "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes:\n      - type: volume\n        source: data\n        target: /data\n        volume: {nocopy: true}\n      - type: tmpfs\n        target: /scratch\n        tmpfs: {size: 67108864}\nvolumes:\n  data:\n    labels: {io.monky.backup: daily}\n",
+    // A fixed container name under the project's own name; init and stop settings.
+    "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    container_name: monky-env-qa-02-web\n    init: true\n    stop_grace_period: 30s\n    stop_signal: SIGQUIT\n    hostname: web\n    extra_hosts: [\"db.internal:10.1.2.3\"]\n    dns: [1.1.1.1]\n",
+    // A one-shot migration the web waits for.
+    "services:\n  migrate:\n    image: 127.0.0.1:5000/monky/api:3\n    command: [migrate]\n    env_file: .env\n    restart: \"no\"\n  web:\n    image: 127.0.0.1:5000/monky/api:3\n    depends_on:\n      migrate: {condition: service_completed_successfully}\n    ports: [\"8000:8000\"]\n",
+    // The release dir read-only into a container, and an anonymous volume.
+    "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes: [\".:/srv/release:ro\", /var/cache/app]\n    working_dir: /srv\n    environment: {MODE: production, NOTE: \"privileged: true is only text\"}\n",
+    // Swarm-only deploy keys compose ignores, and replicas.
+    "version: \"3.9\"\nservices:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    deploy:\n      replicas: 2\n      update_config: {parallelism: 1, delay: 10s}\n      labels: {tier: web}\n",
+];
+
+#[test]
+fn realistic_backends_pass_every_check_and_apply() {
+    let Some(docker) = docker() else { return };
+    assert!(BENIGN.len() >= 15);
+    let w = World::new();
+    w.stage_grant();
+    for (n, yaml) in BENIGN.iter().enumerate() {
+        let c = Case {
+            name: "benign",
+            compose: yaml,
+            code: "",
+            names: "",
+            model: true,
+        };
+        let b = bundle_of(&c);
+        // bundle check: ok with the model checked too.
+        let dir = w.path(&format!("benign/{n}"));
+        write_dir(&dir, &b);
+        let path = format!("{}:/usr/bin:/bin", docker.parent().unwrap().display());
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_monky-deployd"))
+            .args(["--config", "/nonexistent/config.yaml", "bundle", "check"])
+            .arg(&dir)
+            .args(["--env", ENV])
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        let run = Run(out);
+        assert_eq!(
+            run.code(),
+            0,
+            "benign {n}:\n{yaml}\n{}{}",
+            run.stdout(),
+            run.stderr()
+        );
+        assert!(
+            !run.stderr().contains("not checked"),
+            "benign {n}: {}",
+            run.stderr()
+        );
+        // A tick with the real compose model applies it (the stub plays pull and up).
+        w.clear_stub();
+        w.stub("REAL_COMPOSE", docker.to_str().unwrap());
+        w.publish(&b);
+        w.tenancy.advance_clock(std::time::Duration::from_secs(60));
+        w.tick().ok();
+        assert_report(&w.last_report(), ReportResult::Applied, None);
+    }
+}
+
+// ---- the box's allowlists ---------------------------------------------------------------------
+
+#[test]
+fn bundle_check_and_the_tick_use_the_boxs_allowlists() {
+    let w = World::new();
+    let b = TestBundle {
+        compose: format!(
+            "{WEB}    volumes: [\"/srv/shared:/s\"]\n    networks: [edge]\nnetworks:\n  edge:\n    external: true\n"
+        ),
+        ..TestBundle::default()
+    };
+    let dir = w.path("allowlists");
+    write_dir(&dir, &b);
+    let check = || w.run(&["bundle", "check", dir.to_str().unwrap(), "--env", ENV]);
+    let run = check();
+    run.expect(1);
+    assert!(
+        run.stdout().contains(
+            "FAIL PRIVILEGED_REFUSED: networks.edge: external edge, web: volumes /srv/shared"
+        ),
+        "{}",
+        run.stdout()
+    );
+    w.stage_grant();
+    w.publish(&b);
+    w.tick().expect(1);
+    assert_report(
+        &w.last_report(),
+        ReportResult::Failed,
+        Some("PRIVILEGED_REFUSED: "),
+    );
+
+    // The box's admin widens the lists: the same bundle passes and applies.
+    w.config_extra("allowed_binds: [/srv/shared:rw]\nallowed_external_networks: [edge]\n");
+    check().ok();
+    w.tenancy
+        .advance_clock(std::time::Duration::from_secs(3600));
+    w.tick().ok();
+    assert_report(&w.last_report(), ReportResult::Applied, None);
+}
