@@ -15,6 +15,7 @@ mod lifecycle;
 mod observe;
 mod packaging;
 mod redaction;
+mod shapes;
 mod soak;
 mod token;
 mod transport;
