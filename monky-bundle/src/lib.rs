@@ -63,7 +63,8 @@ pub use checks::{
     check_privileged_model, check_rollback,
 };
 pub use env::{
-    MAX_ENV_VALUE_BYTES, env_spellings, referenced_vars, render_env, secret_values, unresolved_vars,
+    MAX_ENV_VALUE_BYTES, env_spellings, referenced_vars, render_env, secret_entries, secret_values,
+    unresolved_vars,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use limits::Limits;

@@ -26,6 +26,8 @@ pub enum Verdict {
     Fail,
     /// Not applicable on this box.
     Skip,
+    /// Works, but weaker than it should be; `fix` says what to do. Does not fail `doctor`.
+    Warn,
 }
 
 /// One line of the checklist.
@@ -125,6 +127,7 @@ pub fn run(cfg: &Config) -> Vec<Check> {
     ));
     out.extend(openbao(cfg));
     out.push(disk(cfg, docker.as_ref().ok()));
+    out.push(secrets(cfg));
     out.push(timer());
     out
 }
@@ -245,6 +248,42 @@ fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
     )
 }
 
+/// The running release's secrets that the redactor cannot mask everywhere, by `.env` key.
+fn secrets(cfg: &Config) -> Check {
+    const NAME: &str = "secrets";
+    let Some(rel) = crate::release::Release::open(&crate::release::current_dir(cfg)) else {
+        return skip(NAME, "no release deployed");
+    };
+    let entries = rel.secrets();
+    if entries.is_empty() {
+        return skip(NAME, "the running release reads no secret");
+    }
+    let weak: Vec<String> = entries
+        .iter()
+        .filter_map(|(key, value)| {
+            crate::redact::weakness(secrecy::ExposeSecret::expose_secret(value))
+                .map(|why| format!("{key} is {why}"))
+        })
+        .collect();
+    if weak.is_empty() {
+        return check(
+            NAME,
+            "",
+            Ok(format!(
+                "{} secret value(s), each masked wherever it appears",
+                entries.len()
+            )),
+        );
+    }
+    Check {
+        name: NAME,
+        verdict: Verdict::Warn,
+        detail: redact(&weak.join("; ")),
+        fix: "rotate these secrets in OpenBao to random values of 12 bytes or more; shorter ones \
+              are masked in logs and reports only in part (see Redaction in OPERATIONS.md)",
+    }
+}
+
 fn gib(b: u64) -> String {
     format!("{:.1} GiB", b as f64 / f64::from(1u32 << 30))
 }
@@ -288,9 +327,10 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
                 Verdict::Ok => "ok  ",
                 Verdict::Fail => "FAIL",
                 Verdict::Skip => "skip",
+                Verdict::Warn => "warn",
             };
             println!("{v} {:<14} {}", c.name, c.detail);
-            if c.verdict == Verdict::Fail && !c.fix.is_empty() {
+            if matches!(c.verdict, Verdict::Fail | Verdict::Warn) && !c.fix.is_empty() {
                 println!("     {:<14} fix: {}", "", c.fix);
             }
         }

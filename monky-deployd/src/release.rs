@@ -58,22 +58,27 @@ impl Release {
 impl Release {
     /// Registers with the redactor the values of `.env` that came from the manifest's secrets.
     fn register_secrets(&self) {
+        for (_, value) in self.secrets() {
+            crate::redact::register(value.expose_secret());
+        }
+    }
+
+    /// The values of `.env` that came from the manifest's secrets, by `.env` key.
+    pub fn secrets(&self) -> Vec<(String, SecretString)> {
         let read = |name: &str| fs::read(self.dir.join(name)).ok();
         let (Some(manifest), Some(template), Some(env)) = (
             read(bundle::MemberName::SECRETS_MANIFEST.as_str()),
             read(bundle::MemberName::ENV_TEMPLATE.as_str()),
             read(ENV_FILE).map(zeroize::Zeroizing::new),
         ) else {
-            return;
+            return Vec::new();
         };
         let Ok(manifest) = bundle::Manifest::parse(&manifest) else {
-            return;
+            return Vec::new();
         };
         let vars = manifest.env_entries().map(|e| e.var.clone()).collect();
         let env = String::from_utf8_lossy(&env);
-        for value in bundle::secret_values(&String::from_utf8_lossy(&template), &env, &vars) {
-            crate::redact::register(value.expose_secret());
-        }
+        bundle::secret_entries(&String::from_utf8_lossy(&template), &env, &vars)
     }
 }
 
