@@ -107,6 +107,8 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> any
         info!("another tick holds the lock; nothing to do");
         return Ok(Exit::Ok);
     };
+    // Declared after the lock, so dropped before it: the deadline stops, then the lock goes.
+    let _deadline = crate::watchdog::arm(cfg);
     let (state, note) = State::load(&cfg.state_dir, &cfg.env_id)?;
     if let Some(note) = note {
         warn!("{note}");

@@ -7,6 +7,7 @@ mod apply;
 mod bundle_check;
 mod cli;
 mod crash;
+mod deadline;
 mod e2e;
 mod faults;
 mod hostile;
