@@ -145,7 +145,8 @@ impl State {
         ))
     }
 
-    /// Saves atomically (0600), one save of the process at a time (see [`save_lock`]).
+    /// Saves atomically (0600), one save of the process at a time: the tick deadline may record
+    /// a timeout from another thread.
     pub fn save(&self, state_dir: &Path) -> anyhow::Result<()> {
         let _one_at_a_time = save_lock();
         self.save_holding_lock(state_dir)
