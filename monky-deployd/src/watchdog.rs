@@ -3,8 +3,8 @@
 //!
 //! Every call of a tick has a deadline of its own, but a tick makes many, and nothing can
 //! interrupt a blocking call from outside. So at the tick's deadline the watchdog ends the
-//! process: it logs `TICK_TIMEOUT`, kills every docker child (their process groups would
-//! otherwise outlive the agent), records the timeout in state.json for `status` and `explain`,
+//! process: it logs `TICK_TIMEOUT`, records the timeout in state.json for `status` and
+//! `explain`, kills every docker child (their process groups would otherwise outlive the agent)
 //! and exits 75, which releases the state dir's flock. Files are never left half written:
 //! every write of the agent is a temp file renamed into place, and the record in state.json is
 //! taken under the lock that the tick's own save takes too.
@@ -70,7 +70,6 @@ fn expire(limit: Duration, state_dir: &Path, env_id: &str) -> ! {
         limit.as_secs()
     );
     error!("{detail}");
-    monky_compose::process::kill_all();
     // Held until the process is gone: the tick cannot save over this record afterwards.
     let _no_more_saves = state::save_lock();
     match State::load(state_dir, env_id) {
@@ -84,5 +83,8 @@ fn expire(limit: Duration, state_dir: &Path, env_id: &str) -> ! {
         }
         Err(e) => error!("cannot record the timeout in state.json: {e:#}"),
     }
+    // Last, right before the exit: a call whose child dies returns to the tick, and the tick
+    // should get no time to act on that (a fallback `up`, a report) before the process ends.
+    monky_compose::process::kill_all();
     std::process::exit(i32::from(Exit::Temporary.code()));
 }
