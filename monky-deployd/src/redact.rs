@@ -118,8 +118,12 @@ impl Redactor {
         forms.push(go_quote(value, true));
         forms.push(byte_escape(value));
         forms.extend(value.lines().map(|l| l.trim().to_string()));
-        // As `.env` holds it: compose quotes lines of that file in its errors.
-        forms.extend(monky_bundle::env_spellings(value));
+        // As `.env` holds it: compose quotes lines of that file in its errors, the Go way too.
+        for spelling in monky_bundle::env_spellings(value) {
+            forms.push(go_quote(&spelling, false));
+            forms.push(byte_escape(&spelling));
+            forms.push(spelling);
+        }
         // As a URL carries it (a database URL in an application's log): percent-encoded, every
         // byte but the unreserved ones, and form-encoded.
         forms.push(percent_encoding::utf8_percent_encode(value, URL_COMPONENT).to_string());
@@ -453,6 +457,17 @@ mod tests {
             r#"line 3: unexpected character in "***""#
         );
         assert_eq!(r.redact(r"V='pa$s \'x\' #1'"), "V='***'");
+    }
+
+    #[test]
+    fn gos_quoting_of_an_env_line_is_masked() {
+        let r = Redactor::default();
+        r.register("pä$s 'x' #1");
+        // compose quoting, the Go way, a value of .env as the agent wrote it there
+        assert_eq!(
+            r.redact(r#"unexpected character in "p\xc3\xa4$$s 'x' #1""#),
+            r#"unexpected character in "***""#
+        );
     }
 
     #[test]
