@@ -236,7 +236,7 @@ fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default();
     let need = st.last_disk_need_bytes.unwrap_or(0);
-    let want = (need as f64 * cfg.disk_factor) as u64 + cfg.disk_headroom_bytes;
+    let want = disk_wanted(need, cfg.disk_factor, cfg.disk_headroom_bytes);
     check(
         "disk",
         FIX,
@@ -282,6 +282,13 @@ fn secrets(cfg: &Config) -> Check {
         fix: "rotate these secrets in OpenBao to random values of 12 bytes or more; shorter ones \
               are masked in logs and reports only in part (see Redaction in OPERATIONS.md)",
     }
+}
+
+/// Free bytes a release needs: its need (a bundle's number, so any u64) times the factor, plus
+/// the headroom, saturating rather than overflowing.
+fn disk_wanted(need: u64, factor: f64, headroom: u64) -> u64 {
+    // `as` saturates a float beyond u64::MAX.
+    ((need as f64 * factor) as u64).saturating_add(headroom)
 }
 
 fn gib(b: u64) -> String {
@@ -336,4 +343,15 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         }
     }
     Ok(if ok { Exit::Ok } else { Exit::Fail })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bundles_disk_need_cannot_overflow_the_check() {
+        assert_eq!(disk_wanted(u64::MAX, 1.5, 2 << 30), u64::MAX);
+        assert_eq!(disk_wanted(1 << 30, 1.5, 2 << 30), (1 << 29) * 7);
+    }
 }
