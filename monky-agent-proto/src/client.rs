@@ -6,7 +6,7 @@
 
 use std::io::Read;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use reqwest::blocking::{RequestBuilder, Response};
 use reqwest::header::{self, HeaderMap, HeaderValue};
@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use url::Url;
 
-use crate::error::{Error, Result};
+use crate::error::{Call, Error, Result};
 use crate::wire::{
     BundleDownload, CheckinRequest, CheckinResponse, LeaseRequest, LeaseResponse, ReportRequest,
     is_retired_lease_shape,
@@ -27,6 +27,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_BUNDLE_BYTES: u64 = 4 * 1024 * 1024;
 /// JSON answers larger than this are refused rather than buffered.
 const MAX_JSON_BYTES: u64 = 1024 * 1024;
+/// The longest `Retry-After` honoured: one hour. A longer wait (or a date further out) is
+/// clamped to it, so a peer cannot park the agent for ages.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// Builder for [`Client`].
 #[derive(Debug, Clone)]
@@ -200,7 +203,9 @@ impl Client {
         let url = self.endpoint("v1/agent/checkin");
         let resp = self.post(&url, bearer, req)?;
         let (status, value) = self.json_body(&url, resp)?;
-        typed(&url, status, value)
+        let answer: CheckinResponse = typed(&url, status, Call::Checkin, value)?;
+        same_env(&url, status, Call::Checkin, &req.env_id, &answer.env_id)?;
+        Ok(answer)
     }
 
     /// `GET <bundle_url>`: the bundle path from checkin, resolved against the base URL.
@@ -247,7 +252,9 @@ impl Client {
         if is_retired_lease_shape(&value) {
             return Err(Error::LeaseShape { url: Box::new(url) });
         }
-        typed(&url, status, value)
+        let answer: LeaseResponse = typed(&url, status, Call::Lease, value)?;
+        same_env(&url, status, Call::Lease, &req.env_id, &answer.env_id)?;
+        Ok(answer)
     }
 
     /// `POST /v1/agent/report`. Any JSON (or empty) 2xx answer counts as accepted.
@@ -371,8 +378,7 @@ impl Client {
         let status = resp.status().as_u16();
         let content_type = header_text(resp.headers(), "content-type");
         let retry_after = header_text(resp.headers(), "retry-after")
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+            .and_then(|v| parse_retry_after(&v, SystemTime::now()));
         let deadline = Instant::now() + self.timeout;
         let body = match read_json_capped(url, status, resp, deadline) {
             Ok(body) => body,
@@ -404,12 +410,66 @@ impl Client {
     }
 }
 
-fn typed<T: DeserializeOwned>(url: &Url, status: u16, value: serde_json::Value) -> Result<T> {
-    serde_json::from_value(value).map_err(|e| Error::Shape {
+fn typed<T: DeserializeOwned>(
+    url: &Url,
+    status: u16,
+    call: Call,
+    value: serde_json::Value,
+) -> Result<T> {
+    serde_json::from_value(value).map_err(|e| Error::Invalid {
         url: Box::new(url.clone()),
         status,
+        call,
         detail: without_quoted_values(&e.to_string()),
     })
+}
+
+/// Refuses an answer for another env than the one asked about: acting on it would deploy (or
+/// log in for) someone else's environment.
+fn same_env(url: &Url, status: u16, call: Call, asked: &str, answered: &str) -> Result<()> {
+    if asked == answered {
+        return Ok(());
+    }
+    Err(Error::Invalid {
+        url: Box::new(url.clone()),
+        status,
+        call,
+        detail: format!(
+            "the answer is for env_id {}, the request was for {asked}",
+            printable(answered, 64)
+        ),
+    })
+}
+
+/// A peer's text for a message: at most `max` characters, control and other invisible
+/// characters escaped, so it cannot break a log line or hide in one.
+fn printable(text: &str, max: usize) -> String {
+    let mut out: String = text
+        .chars()
+        .take(max)
+        .collect::<String>()
+        .escape_debug()
+        .collect();
+    if text.chars().nth(max).is_some() {
+        out.push('…');
+    }
+    format!("\"{out}\"")
+}
+
+/// `Retry-After` in either of its forms (RFC 9110): delay seconds, or an HTTP date, which
+/// counts from `now`. The wait is clamped to [`MAX_RETRY_AFTER`]; a date in the past is no wait.
+/// Anything else is ignored.
+#[must_use]
+pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    let wait = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Longer than u64 still means "a very long time", not "no header".
+        Duration::from_secs(value.parse::<u64>().unwrap_or(u64::MAX))
+    } else {
+        let at = httpdate::parse_http_date(value).ok()?;
+        at.duration_since(now).unwrap_or(Duration::ZERO)
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
 }
 
 /// A decoder message with each `"..."` (a value from the body) cut to `"…"`; field names,
@@ -573,16 +633,53 @@ mod tests {
     fn a_shape_error_quotes_no_value() {
         let url: Url = "http://t.test/v1/agent/lease".parse().unwrap();
         let body = serde_json::json!({"env_id": "e", "login_jwt": 7, "ttl_s": "eyJsecret.x.y"});
-        let err = typed::<crate::LeaseResponse>(&url, 200, body).unwrap_err();
-        let Error::Shape { detail, .. } = &err else {
+        let err = typed::<crate::LeaseResponse>(&url, 200, Call::Lease, body).unwrap_err();
+        let Error::Invalid { detail, .. } = &err else {
             panic!("{err:?}")
         };
+        assert_eq!(err.code(), Some(&crate::ErrorCode::LeaseInvalid));
         assert!(!format!("{err:?}").contains("eyJsecret"), "{err:?}");
         assert!(detail.contains("invalid type"), "{detail}");
         assert_eq!(
             without_quoted_values(r#"invalid type: string "tok", expected u64"#),
             "invalid type: string \"…\", expected u64"
         );
+    }
+
+    #[test]
+    fn retry_after_takes_both_forms_and_is_clamped() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_000_000);
+        let date = |offset: u64| httpdate::fmt_http_date(now + Duration::from_secs(offset));
+        let check = |value: &str, expected: Option<u64>| {
+            assert_eq!(
+                parse_retry_after(value, now),
+                expected.map(Duration::from_secs),
+                "{value:?}"
+            );
+        };
+        check("30", Some(30));
+        check(" 0 ", Some(0));
+        check("3600", Some(3600));
+        check("1000000000000", Some(3600));
+        check(&u64::MAX.to_string(), Some(3600));
+        check("184467440737095516150", Some(3600));
+        check(&date(90), Some(90));
+        check(&date(10_000_000), Some(3600));
+        check(
+            &httpdate::fmt_http_date(now - Duration::from_secs(60)),
+            Some(0),
+        );
+        check("-5", None);
+        check("1.5", None);
+        check("soon", None);
+        check("", None);
+    }
+
+    #[test]
+    fn printable_escapes_and_cuts_a_peers_text() {
+        assert_eq!(printable("env-x", 64), "\"env-x\"");
+        assert_eq!(printable("a\nb\u{3000}", 64), "\"a\\nb\\u{3000}\"");
+        assert_eq!(printable(&"x".repeat(70), 3), "\"xxx…\"");
     }
 
     #[test]

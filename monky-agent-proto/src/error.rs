@@ -23,6 +23,8 @@ pub enum ErrorKind {
 }
 
 const LEASE_SHAPE: &ErrorCode = &ErrorCode::LeaseShape;
+const CHECKIN_INVALID: &ErrorCode = &ErrorCode::CheckinInvalid;
+const LEASE_INVALID: &ErrorCode = &ErrorCode::LeaseInvalid;
 const BUNDLE_TOO_LARGE: &ErrorCode = &ErrorCode::BundleTooLarge;
 
 /// A failed tenancy call. Messages never contain the bearer token or a grant.
@@ -88,7 +90,7 @@ pub enum Error {
         code: Option<ErrorCode>,
         /// The envelope's `detail` (empty when absent).
         detail: String,
-        /// `Retry-After` in its seconds form.
+        /// `Retry-After` (seconds or an HTTP date), at most an hour.
         retry_after: Option<Duration>,
     },
     /// The body is not JSON, as when a proxy answers instead of tenancy.
@@ -100,7 +102,7 @@ pub enum Error {
         status: u16,
         /// The response's content type.
         content_type: Option<String>,
-        /// `Retry-After` in its seconds form.
+        /// `Retry-After` (seconds or an HTTP date), at most an hour.
         retry_after: Option<Duration>,
     },
     /// A successful response whose JSON does not have the expected shape.
@@ -112,6 +114,20 @@ pub enum Error {
         status: u16,
         /// What did not fit, with every quoted value the decoder would show left out: a field
         /// of the wrong type may hold a token.
+        detail: String,
+    },
+    /// A checkin or lease answer the agent must not act on: it does not decode into the call's
+    /// shape (a `desired_sha` that is not 64 lowercase hex digits, a field of the wrong type),
+    /// or it is for another env than the request's.
+    #[error("{}: answer from {url}: {detail}", call.code())]
+    Invalid {
+        /// The URL called.
+        url: Box<Url>,
+        /// HTTP status.
+        status: u16,
+        /// Which call answered.
+        call: Call,
+        /// What is wrong, with no value the decoder would quote.
         detail: String,
     },
     /// A lease body in the retired AppRole shape (`wrapping_token`/`role_id`); never unwrapped.
@@ -150,6 +166,7 @@ impl Error {
             | Error::Build { .. }
             | Error::BundleUrl { .. }
             | Error::Shape { .. }
+            | Error::Invalid { .. }
             | Error::LeaseShape { .. }
             | Error::BundleTooLarge { .. } => ErrorKind::Refused,
         }
@@ -161,7 +178,8 @@ impl Error {
         match self {
             Error::Status { status, .. }
             | Error::NotJson { status, .. }
-            | Error::Shape { status, .. } => Some(*status),
+            | Error::Shape { status, .. }
+            | Error::Invalid { status, .. } => Some(*status),
             Error::Transport { source, .. } => source.status().map(|s| s.as_u16()),
             _ => None,
         }
@@ -174,6 +192,7 @@ impl Error {
         match self {
             Error::Status { code, .. } => code.as_ref(),
             Error::LeaseShape { .. } => Some(LEASE_SHAPE),
+            Error::Invalid { call, .. } => Some(call.code()),
             Error::BundleTooLarge { .. } => Some(BUNDLE_TOO_LARGE),
             _ => None,
         }
@@ -188,7 +207,7 @@ impl Error {
         }
     }
 
-    /// How long tenancy asked to wait (`Retry-After`, seconds form).
+    /// How long tenancy asked to wait (`Retry-After`), at most an hour.
     #[must_use]
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
@@ -204,6 +223,27 @@ impl Error {
             Error::Transport { source, .. } => source.is_timeout(),
             Error::Read { source, .. } => source.kind() == std::io::ErrorKind::TimedOut,
             _ => false,
+        }
+    }
+}
+
+/// The calls whose answers are decoded into a shape the agent acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Call {
+    /// `POST /v1/agent/checkin`.
+    Checkin,
+    /// `POST /v1/agent/lease`.
+    Lease,
+}
+
+impl Call {
+    /// The code an invalid answer to this call is refused with.
+    #[must_use]
+    pub fn code(self) -> &'static ErrorCode {
+        match self {
+            Call::Checkin => CHECKIN_INVALID,
+            Call::Lease => LEASE_INVALID,
         }
     }
 }

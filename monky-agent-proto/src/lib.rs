@@ -12,11 +12,20 @@
 //! ```
 //! use monky_agent_proto::{Action, CheckinResponse, ErrorCode, ErrorEnvelope};
 //!
-//! let resp: CheckinResponse = serde_json::from_str(
-//!     r#"{"env_id": "env-qa-02", "desired_sha": "7a10", "action": "apply", "new_field": 1}"#,
-//! )?;
+//! let sha = "7a10".repeat(16);
+//! let resp: CheckinResponse = serde_json::from_str(&format!(
+//!     r#"{{"env_id": "env-qa-02", "desired_sha": "{sha}", "action": "apply",
+//!         "checkin_interval_s": 1e12, "new_field": 1}}"#
+//! ))?;
 //! assert_eq!(resp.action, Action::Apply);
+//! assert_eq!(resp.desired_sha.as_ref().map(|s| s.short()), Some("7a107a107a10"));
+//! // A peer's interval is clamped as it is decoded: an hour at most.
+//! assert_eq!(resp.checkin_interval_s.map(|i| i.as_secs()), Some(3600));
 //! assert!(!resp.purge_volumes);
+//!
+//! // A padded sha is not a sha.
+//! let padded = format!(r#"{{"env_id": "e", "desired_sha": " {sha}", "action": "apply"}}"#);
+//! assert!(serde_json::from_str::<CheckinResponse>(&padded).is_err());
 //!
 //! let err: ErrorEnvelope = serde_json::from_str(r#"{"code": "QUOTA_GONE", "detail": "x"}"#)?;
 //! assert_eq!(err.code, ErrorCode::Other("QUOTA_GONE".into()));
@@ -29,9 +38,9 @@
 pub mod wire;
 
 pub use wire::{
-    Action, BundleDownload, CheckinRequest, CheckinResponse, ContainerStatus, ErrorCode,
-    ErrorEnvelope, HostFacts, LeaseRequest, LeaseResponse, ReportRequest, ReportResult, VaultInfo,
-    is_retired_lease_shape,
+    Action, BundleDownload, CheckinInterval, CheckinRequest, CheckinResponse, ContainerStatus,
+    ErrorCode, ErrorEnvelope, HostFacts, LeaseRequest, LeaseResponse, MAX_TTL, ReportRequest,
+    ReportResult, Sha, ShaError, VaultInfo, is_retired_lease_shape,
 };
 
 #[cfg(feature = "schema")]
@@ -45,7 +54,7 @@ pub mod error;
 #[cfg(feature = "client")]
 pub use client::{Client, ClientBuilder};
 #[cfg(feature = "client")]
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Call, Error, ErrorKind, Result};
 
 #[cfg(feature = "testkit")]
 pub mod testkit;

@@ -179,13 +179,13 @@ impl RateLimits {
 /// `applied_sha`, `none` otherwise. `Some(action)` forces the action (`Down` retires).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Desired {
-    /// The desired bundle sha.
+    /// The desired bundle sha, sent as it is (a test may play a tenancy that sends a bad one).
     pub sha: Option<String>,
     /// A forced action, or `None` to let the fake decide.
     pub action: Option<Action>,
     /// Sent as `purge_volumes`.
     pub purge_volumes: bool,
-    /// Sent as `checkin_interval_s` (default 60).
+    /// Sent as `checkin_interval_s` (default 60), unclamped.
     pub checkin_interval_s: Option<u64>,
     /// Sent as `vault` (default: the configured OpenBao, mount `monky`, prefix `<env>/see`).
     pub vault: Option<VaultInfo>,
@@ -1233,13 +1233,18 @@ fn checkin(shared: &Shared, incoming: &Incoming, env_id: &str) -> Reply {
             .sha
             .as_ref()
             .map(|sha| format!("/v1/agent/bundle/{env_id}/{sha}")),
-        desired_sha: desired.sha,
+        desired_sha: None,
         action,
         purge_volumes: desired.purge_volumes,
-        checkin_interval_s: Some(desired.checkin_interval_s.unwrap_or(60)),
+        checkin_interval_s: None,
         vault: Some(vault),
     };
-    Reply::ok(serde_json::to_value(resp).unwrap_or(Value::Null))
+    let mut body = serde_json::to_value(resp).unwrap_or(Value::Null);
+    // The sha and the interval go out as set, unchecked and unclamped, so a test can play a
+    // tenancy that sends a bad one.
+    body["desired_sha"] = desired.sha.map_or(Value::Null, Value::String);
+    body["checkin_interval_s"] = json!(desired.checkin_interval_s.unwrap_or(60));
+    Reply::ok(body)
 }
 
 fn bundle(shared: &Shared, incoming: &Incoming) -> Reply {

@@ -6,9 +6,166 @@
 //! decode error rather than a silent default.
 
 use std::fmt;
+use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A bundle sha as tenancy names it: exactly 64 lowercase hex digits.
+///
+/// A checkin answer whose `desired_sha` is anything else does not decode, so no padded,
+/// upper-case or non-ASCII spelling can slip past a comparison with a release's own sha or
+/// become part of a directory name. It has no string-like traits beyond [`Sha::as_str`] and
+/// `Display`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Sha(String);
+
+/// Why a text is not a [`Sha`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a sha is exactly 64 lowercase hex digits (got {len} bytes{})", if *.hex { "" } else { ", not all lowercase hex" })]
+pub struct ShaError {
+    /// The length of the text in bytes.
+    pub len: usize,
+    /// Whether every byte was a lowercase hex digit.
+    pub hex: bool,
+}
+
+impl Sha {
+    /// The number of hex digits in a sha.
+    pub const LEN: usize = 64;
+
+    /// Accepts exactly 64 lowercase hex digits, nothing around them.
+    ///
+    /// # Errors
+    /// [`ShaError`] for anything else.
+    pub fn parse(text: &str) -> Result<Self, ShaError> {
+        let hex = text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if hex && text.len() == Self::LEN {
+            Ok(Sha(text.to_owned()))
+        } else {
+            Err(ShaError {
+                len: text.len(),
+                hex,
+            })
+        }
+    }
+
+    /// The 64 hex digits.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The first 12 digits, as logs show a sha.
+    #[must_use]
+    pub fn short(&self) -> &str {
+        // Every byte is ASCII, so any index is a character boundary.
+        &self.0[..12]
+    }
+}
+
+impl fmt::Display for Sha {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for Sha {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Sha {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Sha::parse(&text).map_err(|e| serde::de::Error::custom(format!("desired_sha: {e}")))
+    }
+}
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Sha {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Sha".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A bundle sha: exactly 64 lowercase hex digits.",
+            "type": "string",
+            "pattern": "^[0-9a-f]{64}$"
+        })
+    }
+}
+
+/// Tenancy's `checkin_interval_s`, clamped into [`CheckinInterval::MIN`]..=[`CheckinInterval::MAX`]
+/// as it is decoded.
+///
+/// A peer's number never reaches a sleep or a deadline unbounded: zero or a negative number
+/// becomes the minimum, and anything past an hour (`u64::MAX`, `1e12`, a float) becomes the
+/// maximum. The lower bound is a second rather than tenancy's own rate (6 checkins a minute)
+/// because a laptop or a test may be told to tick that often; tenancy's bucket answers a faster
+/// agent with 429 and `Retry-After` anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CheckinInterval(Duration);
+
+impl CheckinInterval {
+    /// The shortest interval an answer can set: one second.
+    pub const MIN: Duration = Duration::from_secs(1);
+    /// The longest interval an answer can set: one hour.
+    pub const MAX: Duration = Duration::from_secs(3600);
+
+    /// `secs`, clamped into the bounds.
+    #[must_use]
+    pub fn from_secs(secs: u64) -> Self {
+        CheckinInterval(Duration::from_secs(secs).clamp(Self::MIN, Self::MAX))
+    }
+
+    /// The interval.
+    #[must_use]
+    pub fn get(self) -> Duration {
+        self.0
+    }
+
+    /// The interval in whole seconds.
+    #[must_use]
+    pub fn as_secs(self) -> u64 {
+        self.0.as_secs()
+    }
+}
+
+impl Serialize for CheckinInterval {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(self.0.as_secs())
+    }
+}
+
+impl<'de> Deserialize<'de> for CheckinInterval {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = CheckinInterval;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number of seconds")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(CheckinInterval::from_secs(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(CheckinInterval::from_secs(u64::try_from(v).unwrap_or(0)))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                // `as` saturates a float into u64 (NaN becomes 0), which is the clamp wanted.
+                Ok(CheckinInterval::from_secs(v as u64))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// The longest grant or token lifetime taken from a peer: one year. Longer answers are clamped
+/// to it, so an expiry computed from them stays far from overflowing.
+pub const MAX_TTL: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// Body of `POST /v1/agent/checkin`.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -101,8 +258,9 @@ impl fmt::Display for Action {
 pub struct CheckinResponse {
     /// The environment the answer is for.
     pub env_id: String,
-    /// The bundle sha tenancy wants running, if any.
-    pub desired_sha: Option<String>,
+    /// The bundle sha tenancy wants running, if any; anything but 64 lowercase hex digits does
+    /// not decode.
+    pub desired_sha: Option<Sha>,
     /// What to do now.
     pub action: Action,
     /// Whether `down` also removes volumes (only meaningful with [`Action::Down`]).
@@ -110,8 +268,10 @@ pub struct CheckinResponse {
     pub purge_volumes: bool,
     /// Path of the bundle download, relative to tenancy's base URL.
     pub bundle_url: Option<String>,
-    /// How long to wait before the next checkin, in seconds.
-    pub checkin_interval_s: Option<u64>,
+    /// How long to wait before the next checkin, in seconds, clamped into the documented
+    /// bounds as it is decoded.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<u64>"))]
+    pub checkin_interval_s: Option<CheckinInterval>,
     /// Where the environment's secrets live.
     pub vault: Option<VaultInfo>,
 }
@@ -164,6 +324,14 @@ pub struct LeaseResponse {
     pub role: String,
     /// OpenBao address for the login, when tenancy names one.
     pub addr: Option<String>,
+}
+
+impl LeaseResponse {
+    /// The grant's lifetime, at most [`MAX_TTL`].
+    #[must_use]
+    pub fn ttl(&self) -> Duration {
+        Duration::from_secs(self.ttl_s).min(MAX_TTL)
+    }
 }
 
 fn expose_secret<S: Serializer>(value: &SecretString, serializer: S) -> Result<S::Ok, S::Error> {
@@ -259,6 +427,10 @@ pub enum ErrorCode {
     BundleTooLarge,
     /// A lease body in the retired AppRole shape.
     LeaseShape,
+    /// The client's own refusal of a checkin answer: the wrong shape or another env's.
+    CheckinInvalid,
+    /// The client's own refusal of a lease answer: the wrong shape or another env's.
+    LeaseInvalid,
     /// Any other code, as sent.
     Other(String),
 }
@@ -275,6 +447,8 @@ impl ErrorCode {
             ErrorCode::BundleNotFound => "BUNDLE_NOT_FOUND",
             ErrorCode::BundleTooLarge => "BUNDLE_TOO_LARGE",
             ErrorCode::LeaseShape => "LEASE_SHAPE",
+            ErrorCode::CheckinInvalid => "CHECKIN_INVALID",
+            ErrorCode::LeaseInvalid => "LEASE_INVALID",
             ErrorCode::Other(code) => code,
         }
     }
@@ -290,6 +464,8 @@ impl From<&str> for ErrorCode {
             "BUNDLE_NOT_FOUND" => ErrorCode::BundleNotFound,
             "BUNDLE_TOO_LARGE" => ErrorCode::BundleTooLarge,
             "LEASE_SHAPE" => ErrorCode::LeaseShape,
+            "CHECKIN_INVALID" => ErrorCode::CheckinInvalid,
+            "LEASE_INVALID" => ErrorCode::LeaseInvalid,
             other => ErrorCode::Other(other.to_owned()),
         }
     }
@@ -368,6 +544,8 @@ mod tests {
             "BUNDLE_NOT_FOUND",
             "BUNDLE_TOO_LARGE",
             "LEASE_SHAPE",
+            "CHECKIN_INVALID",
+            "LEASE_INVALID",
             "SOMETHING_NEW",
         ] {
             let parsed = ErrorCode::from(code);

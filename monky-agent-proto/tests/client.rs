@@ -12,6 +12,7 @@ use monky_agent_proto::{
 use secrecy::{ExposeSecret, SecretString};
 
 const ENV: &str = "env-qa-02";
+const SHA: &str = "7a107a107a107a107a107a107a107a107a107a107a107a107a107a107a107a10";
 
 fn checkin_request(env_id: &str, applied_sha: Option<&str>) -> CheckinRequest {
     CheckinRequest {
@@ -115,15 +116,15 @@ fn happy_path_through_all_four_calls() {
     let fake = FakeTenancy::builder().start();
     let client = client_for(&fake);
     let bearer = fake.issue_token(ENV);
-    fake.set_desired(ENV, Desired::sha("7a10"));
-    fake.publish_bundle(ENV, "7a10", b"tar bytes".to_vec());
+    fake.set_desired(ENV, Desired::sha(SHA));
+    fake.publish_bundle(ENV, SHA, b"tar bytes".to_vec());
 
     let resp = client
         .checkin(&bearer, &checkin_request(ENV, Some("3f9c")))
         .unwrap();
     assert_eq!(resp.action, Action::Apply);
-    assert_eq!(resp.desired_sha.as_deref(), Some("7a10"));
-    assert_eq!(resp.checkin_interval_s, Some(60));
+    assert_eq!(resp.desired_sha.as_ref().map(|s| s.as_str()), Some(SHA));
+    assert_eq!(resp.checkin_interval_s.map(|i| i.as_secs()), Some(60));
     let vault = resp.vault.clone().unwrap();
     assert_eq!(vault.prefix.as_deref(), Some("env-qa-02/see"));
     assert_eq!(vault.auth_mount.as_deref(), Some("jwt-tenancy"));
@@ -132,10 +133,10 @@ fn happy_path_through_all_four_calls() {
         .bundle(&bearer, resp.bundle_url.as_deref().unwrap())
         .unwrap();
     assert_eq!(bundle.bytes, b"tar bytes");
-    assert_eq!(bundle.header_sha.as_deref(), Some("7a10"));
+    assert_eq!(bundle.header_sha.as_deref(), Some(SHA));
 
     let converged = client
-        .checkin(&bearer, &checkin_request(ENV, Some("7a10")))
+        .checkin(&bearer, &checkin_request(ENV, Some(SHA)))
         .unwrap();
     assert_eq!(converged.action, Action::None);
 
@@ -183,8 +184,8 @@ fn retire_answers_down_with_purge() {
 fn connect_to_keeps_the_tenancy_name_and_port_in_host() {
     let fake = FakeTenancy::builder().start();
     let bearer = fake.issue_token(ENV);
-    fake.set_desired(ENV, Desired::sha("7a10"));
-    fake.publish_bundle(ENV, "7a10", vec![1, 2, 3]);
+    fake.set_desired(ENV, Desired::sha(SHA));
+    fake.publish_bundle(ENV, SHA, vec![1, 2, 3]);
     let client = Client::builder("http://monky.tenancy.deploy:443".parse().unwrap())
         .connect_to(fake.addr())
         .timeout(Duration::from_secs(5))
@@ -201,7 +202,7 @@ fn connect_to_keeps_the_tenancy_name_and_port_in_host() {
     client
         .bundle(
             &bearer,
-            "http://monky.tenancy.deploy:443/v1/agent/bundle/env-qa-02/7a10",
+            &format!("http://monky.tenancy.deploy:443/v1/agent/bundle/env-qa-02/{SHA}"),
         )
         .unwrap();
     let hosts: Vec<_> = fake.requests().into_iter().map(|r| r.host).collect();
@@ -367,7 +368,7 @@ fn each_fault_is_classified() {
             },
             ErrorKind::Refused,
             Some(200),
-            None,
+            Some("CHECKIN_INVALID"),
         ),
         case(
             Endpoint::Lease,

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use monky_agent_proto::testkit::{Endpoint, FakeTenancy, Fault};
 use monky_agent_proto::{
-    Action, CheckinRequest, CheckinResponse, Client, ContainerStatus, ErrorEnvelope, ErrorKind,
-    HostFacts, LeaseResponse, VaultInfo, is_retired_lease_shape,
+    Action, CheckinInterval, CheckinRequest, CheckinResponse, Client, ContainerStatus,
+    ErrorEnvelope, ErrorKind, HostFacts, LeaseResponse, Sha, VaultInfo, is_retired_lease_shape,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -36,12 +36,12 @@ fn checkin_response() -> impl Strategy<Value = CheckinResponse> {
             auth_role,
         });
     (
-        text(),
-        prop::option::of("[0-9a-f]{64}"),
+        prop_oneof![3 => Just("env-a".to_string()), 1 => text()],
+        prop::option::of("[0-9a-f]{64}".prop_map(|s| Sha::parse(&s).unwrap())),
         prop_oneof![Just(Action::Apply), Just(Action::None), Just(Action::Down)],
         any::<bool>(),
         prop::option::of(text()),
-        prop::option::of(any::<u64>()),
+        prop::option::of(any::<u64>().prop_map(CheckinInterval::from_secs)),
         prop::option::of(vault),
     )
         .prop_map(
@@ -178,17 +178,23 @@ fn any_checkin_answer_is_decoded_or_classified() {
                 },
             );
             let answer = client.checkin(&bearer, &req);
-            let sent = serde_json::from_str::<CheckinResponse>(&body);
+            // An answer for another env than the request's is as invalid as a malformed one.
+            let sent = serde_json::from_str::<CheckinResponse>(&body)
+                .ok()
+                .filter(|r| r.env_id == req.env_id);
             match answer {
                 Ok(resp) => {
                     prop_assert!((200..300).contains(&status), "{status} decoded");
-                    prop_assert_eq!(Some(resp), sent.ok());
+                    prop_assert_eq!(Some(resp), sent);
                 }
                 Err(e) => {
                     let shown = format!("{e} {e:?}");
                     prop_assert!(!shown.contains(BEARER), "{shown}");
                     if (200..300).contains(&status) {
-                        prop_assert!(sent.is_err(), "a valid answer was refused: {e}");
+                        prop_assert!(sent.is_none(), "a valid answer was refused: {e}");
+                        if serde_json::from_str::<Value>(&body).is_ok() {
+                            prop_assert_eq!(e.code().map(|c| c.as_str()), Some("CHECKIN_INVALID"));
+                        }
                     } else {
                         prop_assert_eq!(e.status(), Some(status));
                         let envelope = serde_json::from_str::<Value>(&body).ok();

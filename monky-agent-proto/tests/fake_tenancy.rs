@@ -18,6 +18,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
 const ENV: &str = "env-qa-02";
+const SHA_7A10: &str = "7a107a107a107a107a107a107a107a107a107a107a107a107a107a107a107a10";
 
 fn http() -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder()
@@ -326,20 +327,20 @@ fn checkin_follows_desired_state() {
         ENV,
         Desired {
             checkin_interval_s: Some(15),
-            ..Desired::sha("7a10")
+            ..Desired::sha(SHA_7A10)
         },
     );
     let apply = checkin(Some("3f9c"));
     assert_eq!(apply.action.as_str(), "apply");
     assert_eq!(
         apply.bundle_url.as_deref(),
-        Some("/v1/agent/bundle/env-qa-02/7a10")
+        Some(format!("/v1/agent/bundle/env-qa-02/{SHA_7A10}").as_str())
     );
-    assert_eq!(apply.checkin_interval_s, Some(15));
+    assert_eq!(apply.checkin_interval_s.map(|i| i.as_secs()), Some(15));
     assert_eq!(checkin(None).action.as_str(), "apply");
-    assert_eq!(checkin(Some("7a10")).action.as_str(), "none");
+    assert_eq!(checkin(Some(SHA_7A10)).action.as_str(), "none");
     fake.set_desired(ENV, Desired::down(false));
-    let down = checkin(Some("7a10"));
+    let down = checkin(Some(SHA_7A10));
     assert_eq!((down.action.as_str(), down.purge_volumes), ("down", false));
 }
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use secrecy::{ExposeSecret, SecretString};
@@ -19,6 +19,15 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Default timeout of establishing a connection (TCP and TLS).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest TTL taken from OpenBao's answers: one year. A longer one (a `lease_duration` of
+/// `u64::MAX`) is clamped to it, so an expiry computed from it cannot overflow.
+pub const MAX_TTL: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// A TTL from an answer, in seconds, clamped to [`MAX_TTL`].
+fn ttl(secs: u64) -> Duration {
+    Duration::from_secs(secs).min(MAX_TTL)
+}
 
 /// The header OpenBao reads the client token from.
 const TOKEN_HEADER: &str = "X-Vault-Token";
@@ -50,7 +59,8 @@ impl BaoClientBuilder {
         self
     }
 
-    /// Total timeout of one request, body included (default [`DEFAULT_TIMEOUT`]).
+    /// Total deadline of one call, from connecting until the last byte of the answer is read
+    /// (default [`DEFAULT_TIMEOUT`]): a body trickled a byte at a time is cut at it.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -139,6 +149,7 @@ impl BaoClientBuilder {
         let http = builder.build().map_err(|source| Error::Build { source })?;
         Ok(BaoClient {
             http,
+            timeout: self.timeout,
             addr,
             request_base,
         })
@@ -149,6 +160,8 @@ impl BaoClientBuilder {
 #[derive(Debug, Clone)]
 pub struct BaoClient {
     http: Client,
+    /// The total deadline of one call, from connecting until the body is read.
+    timeout: Duration,
     /// The address as configured; used in error messages.
     addr: Url,
     /// The address requests go to (differs from `addr` with `connect_to`).
@@ -265,7 +278,7 @@ impl BaoClient {
         Ok(Login {
             token: Token::new(auth.client_token),
             accessor: auth.accessor,
-            ttl: Duration::from_secs(auth.lease_duration),
+            ttl: ttl(auth.lease_duration),
             renewable: auth.renewable,
             metadata: auth.metadata.unwrap_or_default(),
             policies: auth.policies.unwrap_or_default(),
@@ -317,7 +330,7 @@ impl BaoClient {
         let envelope: AuthEnvelope = self.send(request, &shown, &Call::Token)?;
         let auth = envelope.auth.ok_or_else(|| no_field(&shown, "auth"))?;
         Ok(Renewal {
-            ttl: Duration::from_secs(auth.lease_duration),
+            ttl: ttl(auth.lease_duration),
             warnings: envelope.warnings.unwrap_or_default(),
             renewable: auth.renewable,
         })
@@ -330,12 +343,12 @@ impl BaoClient {
             .http
             .post(url)
             .header(TOKEN_HEADER, token.expose_secret());
-        let response = self.execute(request, &shown)?;
+        let (response, deadline) = self.execute(request, &shown)?;
         let status = response.status().as_u16();
         if (200..300).contains(&status) {
             return Ok(());
         }
-        let body = read_body(response, &shown)?;
+        let body = read_body(response, &shown, deadline)?;
         Err(classify(&shown, status, &body, &Call::Token))
     }
 
@@ -382,10 +395,19 @@ impl BaoClient {
         (build(&self.request_base), build(&self.addr).to_string())
     }
 
-    fn execute(&self, request: RequestBuilder, shown: &str) -> Result<Response> {
-        request
+    /// Sends a request under the call's total deadline, which is returned for reading the body.
+    ///
+    /// The client-wide timeout of a blocking reqwest client bounds each wait on its own (the
+    /// answer's head, then every read of the body), so a body trickled a byte at a time would
+    /// never time out. The per-request timeout is reqwest's total one, body included; the
+    /// deadline is also checked between reads, as the tenancy client does.
+    fn execute(&self, request: RequestBuilder, shown: &str) -> Result<(Response, Instant)> {
+        let deadline = Instant::now() + self.timeout;
+        let response = request
+            .timeout(self.timeout)
             .send()
-            .map_err(|source| network_error(shown, source))
+            .map_err(|source| network_error(shown, source))?;
+        Ok((response, deadline))
     }
 
     fn send<T: DeserializeOwned>(
@@ -394,9 +416,9 @@ impl BaoClient {
         shown: &str,
         call: &Call<'_>,
     ) -> Result<T> {
-        let response = self.execute(request, shown)?;
+        let (response, deadline) = self.execute(request, shown)?;
         let status = response.status().as_u16();
-        let body = read_body(response, shown)?;
+        let body = read_body(response, shown, deadline)?;
         if !(200..300).contains(&status) {
             return Err(classify(shown, status, &body, call));
         }
@@ -430,21 +452,31 @@ fn check_name(what: &'static str, value: &str, nested: bool) -> Result<()> {
 /// hundred bytes. A longer body is refused rather than buffered.
 pub const MAX_BODY_BYTES: u64 = 4 * 1024 * 1024;
 
-fn read_body(mut response: Response, shown: &str) -> Result<Vec<u8>> {
+/// Reads an answer up to [`MAX_BODY_BYTES`] (one byte more tells it was longer) and until
+/// `deadline`: the memory and the time a peer can take are both bounded.
+fn read_body(mut response: Response, shown: &str, deadline: Instant) -> Result<Vec<u8>> {
     use std::io::Read as _;
     let status = response.status().as_u16();
     let hint = response.content_length().unwrap_or(0).min(MAX_BODY_BYTES);
     let mut body = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
-    // The client's total timeout bounds the time; this bounds the memory.
-    let read = response
-        .by_ref()
-        .take(MAX_BODY_BYTES + 1)
-        .read_to_end(&mut body);
-    if let Err(source) = read {
-        return Err(Error::BodyRead {
-            url: shown.to_owned(),
-            source,
-        });
+    let failed = |source| Error::BodyRead {
+        url: shown.to_owned(),
+        source,
+    };
+    let mut chunk = [0u8; 16 * 1024];
+    while body.len() as u64 <= MAX_BODY_BYTES {
+        if Instant::now() >= deadline {
+            return Err(failed(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the call's deadline passed while reading the answer",
+            )));
+        }
+        match response.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(source) => return Err(failed(source)),
+        }
     }
     if body.len() as u64 > MAX_BODY_BYTES {
         return Err(Error::UnexpectedBody {
@@ -680,11 +712,11 @@ struct LookupData {
 impl LookupData {
     fn into_info(self) -> TokenInfo {
         TokenInfo {
-            ttl: Duration::from_secs(self.ttl),
-            creation_ttl: Duration::from_secs(self.creation_ttl),
+            ttl: ttl(self.ttl),
+            creation_ttl: ttl(self.creation_ttl),
             creation_time: self.creation_time,
             expire_time: self.expire_time,
-            explicit_max_ttl: Duration::from_secs(self.explicit_max_ttl),
+            explicit_max_ttl: ttl(self.explicit_max_ttl),
             meta: self.meta.unwrap_or_default(),
             renewable: self.renewable,
             accessor: self.accessor,

@@ -40,7 +40,7 @@ pub mod testkit;
 
 pub use client::{
     BaoClient, BaoClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Login, MAX_BODY_BYTES,
-    Renewal, TokenInfo,
+    MAX_TTL, Renewal, TokenInfo,
 };
 pub use error::{Absence, Error, ErrorKind, PathRefusal, Result};
 pub use path::KvPath;

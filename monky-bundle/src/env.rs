@@ -246,6 +246,19 @@ pub fn secret_values(
     env: &str,
     secret_vars: &BTreeSet<String>,
 ) -> Vec<SecretString> {
+    secret_entries(template, env, secret_vars)
+        .into_iter()
+        .map(|(_, value)| value)
+        .collect()
+}
+
+/// As [`secret_values`], each value with the `.env` key it is assigned to, for a report that
+/// names a secret without showing it.
+pub fn secret_entries(
+    template: &str,
+    env: &str,
+    secret_vars: &BTreeSet<String>,
+) -> Vec<(String, SecretString)> {
     let secret_keys: BTreeSet<&str> = code_lines(template)
         .filter_map(|line| {
             let (key, _) = assignment(line)?;
@@ -259,7 +272,7 @@ pub fn secret_values(
             let (key, value) = assignment(line)?;
             secret_keys
                 .contains(key)
-                .then(|| SecretString::from(read_value(value)))
+                .then(|| (key.to_owned(), SecretString::from(read_value(value))))
         })
         .collect()
 }

@@ -10,7 +10,7 @@ use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,38 @@ pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 
 /// How long to wait for the output pipes to close after the child has exited.
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// The process groups of the children running now. Each child leads a group of its own (so a
+/// timeout kills what it started too), which also means the children outlive the agent unless
+/// it kills them: [`kill_all`] does, for a process about to end.
+static LIVE: Mutex<Live> = Mutex::new(Live {
+    groups: Vec::new(),
+    closed: false,
+});
+
+struct Live {
+    groups: Vec<rustix::process::Pid>,
+    /// Set by [`kill_all`]: a child started later is killed as soon as it is known.
+    closed: bool,
+}
+
+fn live() -> std::sync::MutexGuard<'static, Live> {
+    LIVE.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Kills the process group of every child a [`Runner`] has running, and of every child it
+/// starts from now on, at once. For a process that is about to exit before its calls return
+/// (the agent's tick deadline): the flock it holds goes with it, and no `docker compose pull` or
+/// `up` it started may go on without it. The killed calls return [`Error::Timeout`] or a failed
+/// [`Output`] to threads that are not waiting for them any more.
+pub fn kill_all() {
+    let mut live = live();
+    live.closed = true;
+    for group in live.groups.drain(..) {
+        kill_group(group);
+    }
+}
 
 /// Runs programs with an explicit, minimal environment.
 ///
@@ -112,6 +144,14 @@ impl Runner {
             source,
         })?;
         let group = rustix::process::Pid::from_child(&child);
+        {
+            let mut live = live();
+            if live.closed {
+                kill_group(group);
+            } else {
+                live.groups.push(group);
+            }
+        }
         let (tx, rx) = mpsc::channel();
         let readers = [
             spawn_reader(
@@ -148,6 +188,7 @@ impl Runner {
                 Err(_) => break,
             }
         }
+        live().groups.retain(|g| *g != group);
         let elapsed = started.elapsed();
         match status {
             None => Err(Error::Timeout {

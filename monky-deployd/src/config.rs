@@ -18,6 +18,14 @@ use crate::exit::{Exit, Failure};
 /// Where the config lives unless `--config` or `MONKY_DEPLOYD_CONFIG` says otherwise.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/monky-deployd/config.yaml";
 
+/// `tick_timeout_s` when the file does not set it: 25 minutes, inside the unit's 30-minute
+/// `TimeoutStartSec`, so the agent ends a stuck tick itself (exit 75, children killed) before
+/// systemd would. Raised to `healthy_timeout_s` + 300 when that is longer.
+pub const DEFAULT_TICK_TIMEOUT_S: u64 = 1500;
+
+/// The values `tick_timeout_s` may take, in seconds: at least 5, at most a day.
+pub const TICK_TIMEOUT_BOUNDS: (u64, u64) = (5, 86_400);
+
 /// How the agent reaches tenancy and OpenBao.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -167,6 +175,8 @@ struct RawConfig {
     #[serde(default)]
     healthy_timeout_s: Option<u64>,
     #[serde(default)]
+    tick_timeout_s: Option<u64>,
+    #[serde(default)]
     compose_project: Option<String>,
     #[serde(default)]
     docker_bin: Option<PathBuf>,
@@ -223,6 +233,8 @@ pub struct Config {
     pub prod: Option<bool>,
     /// How long `up` may take to become healthy.
     pub healthy_timeout: Duration,
+    /// How long a whole tick may take before it ends with exit 75 (see [`TICK_TIMEOUT_BOUNDS`]).
+    pub tick_timeout: Duration,
     /// The compose project name.
     pub compose_project: String,
     /// The docker CLI.
@@ -294,6 +306,22 @@ impl Config {
         if tenancy.host.is_empty() {
             tenancy.host = tenancy.service.clone();
         }
+        let healthy_timeout_s = raw.healthy_timeout_s.unwrap_or(300);
+        let tick_timeout_s = raw.tick_timeout_s.unwrap_or_else(|| {
+            DEFAULT_TICK_TIMEOUT_S
+                .max(healthy_timeout_s.saturating_add(300))
+                .min(TICK_TIMEOUT_BOUNDS.1)
+        });
+        let (low, high) = TICK_TIMEOUT_BOUNDS;
+        if !(low..=high).contains(&tick_timeout_s) {
+            bail!("tick_timeout_s: must be between {low} and {high} seconds");
+        }
+        if tick_timeout_s <= healthy_timeout_s {
+            bail!(
+                "tick_timeout_s: must be longer than healthy_timeout_s ({healthy_timeout_s}), \
+                 or no apply could wait for its containers"
+            );
+        }
         let disk_factor = raw.disk_factor.unwrap_or(1.5);
         if !(disk_factor.is_finite() && disk_factor >= 1.0) {
             bail!("disk_factor: must be a number >= 1.0");
@@ -320,7 +348,8 @@ impl Config {
             laptop_mode: raw.laptop_mode,
             volumes_on_absent: raw.volumes_on_absent,
             prod: raw.prod,
-            healthy_timeout: Duration::from_secs(raw.healthy_timeout_s.unwrap_or(300)),
+            healthy_timeout: Duration::from_secs(healthy_timeout_s),
+            tick_timeout: Duration::from_secs(tick_timeout_s),
             compose_project: raw
                 .compose_project
                 .unwrap_or_else(|| format!("monky-{env_id}")),
@@ -461,6 +490,37 @@ mod tests {
             Some("127.0.0.1:18443".parse().unwrap())
         );
         assert_eq!(c.state_dir, PathBuf::from("/var/lib/monky-deployd"));
+        assert_eq!(c.tick_timeout, Duration::from_secs(1500));
+    }
+
+    #[test]
+    fn the_tick_timeout_is_bounded_and_outlasts_the_health_wait() {
+        let secs = |text: &str| parse(text).unwrap().tick_timeout.as_secs();
+        assert_eq!(
+            secs(
+                "env_id: e1
+tick_timeout_s: 600
+"
+            ),
+            600
+        );
+        assert_eq!(
+            secs(
+                "env_id: e1
+healthy_timeout_s: 1800
+"
+            ),
+            2100
+        );
+        for bad in ["4", "86401", "18446744073709551615"] {
+            let e = err(&format!("env_id: e1\ntick_timeout_s: {bad}\n"));
+            assert!(
+                e.contains("tick_timeout_s: must be between 5 and 86400"),
+                "{bad}: {e}"
+            );
+        }
+        let e = err("env_id: e1\nhealthy_timeout_s: 300\ntick_timeout_s: 300\n");
+        assert!(e.contains("longer than healthy_timeout_s"), "{e}");
     }
 
     #[test]

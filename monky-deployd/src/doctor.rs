@@ -26,6 +26,8 @@ pub enum Verdict {
     Fail,
     /// Not applicable on this box.
     Skip,
+    /// Works, but weaker than it should be; `fix` says what to do. Does not fail `doctor`.
+    Warn,
 }
 
 /// One line of the checklist.
@@ -140,6 +142,7 @@ pub fn run(cfg: &Config) -> Vec<Check> {
     ));
     out.extend(openbao(cfg));
     out.push(disk(cfg, docker.as_ref().ok()));
+    out.push(secrets(cfg));
     out.push(timer());
     out
 }
@@ -287,7 +290,7 @@ fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
     .and_then(|b| serde_json::from_slice(&b).ok())
     .unwrap_or_default();
     let need = st.last_disk_need_bytes.unwrap_or(0);
-    let want = (need as f64 * cfg.disk_factor) as u64 + cfg.disk_headroom_bytes;
+    let want = disk_wanted(need, cfg.disk_factor, cfg.disk_headroom_bytes);
     check(
         "disk",
         FIX,
@@ -297,6 +300,49 @@ fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
             Err(e) => Err(e.to_string()),
         },
     )
+}
+
+/// The running release's secrets that the redactor cannot mask everywhere, by `.env` key.
+fn secrets(cfg: &Config) -> Check {
+    const NAME: &str = "secrets";
+    let Some(rel) = crate::release::Release::open(&crate::release::current_dir(cfg)) else {
+        return skip(NAME, "no release deployed");
+    };
+    let entries = rel.secrets();
+    if entries.is_empty() {
+        return skip(NAME, "the running release reads no secret");
+    }
+    let weak: Vec<String> = entries
+        .iter()
+        .filter_map(|(key, value)| {
+            crate::redact::weakness(secrecy::ExposeSecret::expose_secret(value))
+                .map(|why| format!("{key} is {why}"))
+        })
+        .collect();
+    if weak.is_empty() {
+        return check(
+            NAME,
+            "",
+            Ok(format!(
+                "{} secret value(s), each masked wherever it appears",
+                entries.len()
+            )),
+        );
+    }
+    Check {
+        name: NAME,
+        verdict: Verdict::Warn,
+        detail: redact(&weak.join("; ")),
+        fix: "rotate these secrets in OpenBao to random values of 12 bytes or more; shorter ones \
+              are masked in logs and reports only in part (see Redaction in OPERATIONS.md)",
+    }
+}
+
+/// Free bytes a release needs: its need (a bundle's number, so any u64) times the factor, plus
+/// the headroom, saturating rather than overflowing.
+fn disk_wanted(need: u64, factor: f64, headroom: u64) -> u64 {
+    // `as` saturates a float beyond u64::MAX.
+    ((need as f64 * factor) as u64).saturating_add(headroom)
 }
 
 fn gib(b: u64) -> String {
@@ -342,12 +388,24 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
                 Verdict::Ok => "ok  ",
                 Verdict::Fail => "FAIL",
                 Verdict::Skip => "skip",
+                Verdict::Warn => "warn",
             };
             println!("{v} {:<14} {}", c.name, c.detail);
-            if c.verdict == Verdict::Fail && !c.fix.is_empty() {
+            if matches!(c.verdict, Verdict::Fail | Verdict::Warn) && !c.fix.is_empty() {
                 println!("     {:<14} fix: {}", "", c.fix);
             }
         }
     }
     Ok(if ok { Exit::Ok } else { Exit::Fail })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bundles_disk_need_cannot_overflow_the_check() {
+        assert_eq!(disk_wanted(u64::MAX, 1.5, 2 << 30), u64::MAX);
+        assert_eq!(disk_wanted(1 << 30, 1.5, 2 << 30), (1 << 29) * 7);
+    }
 }

@@ -22,6 +22,7 @@ mod runloop;
 pub mod state;
 pub mod status;
 pub mod tick;
+mod watchdog;
 
 use crate::cli::{BundleCommand, Cli, Command};
 use crate::config::Config;

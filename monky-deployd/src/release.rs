@@ -99,6 +99,13 @@ impl Release {
 impl Release {
     /// Registers with the redactor the values of `.env` that came from the manifest's secrets.
     fn register_secrets(&self) {
+        for (_, value) in self.secrets() {
+            crate::redact::register(value.expose_secret());
+        }
+    }
+
+    /// The values of `.env` that came from the manifest's secrets, by `.env` key.
+    pub fn secrets(&self) -> Vec<(String, SecretString)> {
         // Bounded, regular files only: a FIFO planted as `.env` cannot hang the tick here.
         let read = |name: &str| fsx::read_bounded(&self.dir.join(name), MAX_ENV_BYTES).ok();
         let (Some(manifest), Some(template), Some(env)) = (
@@ -106,16 +113,14 @@ impl Release {
             read(bundle::MemberName::ENV_TEMPLATE.as_str()),
             read(ENV_FILE).map(zeroize::Zeroizing::new),
         ) else {
-            return;
+            return Vec::new();
         };
         let Ok(manifest) = bundle::Manifest::parse(&manifest) else {
-            return;
+            return Vec::new();
         };
         let vars = manifest.env_entries().map(|e| e.var.clone()).collect();
         let env = String::from_utf8_lossy(&env);
-        for value in bundle::secret_values(&String::from_utf8_lossy(&template), &env, &vars) {
-            crate::redact::register(value.expose_secret());
-        }
+        bundle::secret_entries(&String::from_utf8_lossy(&template), &env, &vars)
     }
 }
 

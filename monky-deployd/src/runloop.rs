@@ -60,13 +60,17 @@ pub fn run(cfg: &Config, opts: TickOptions) -> anyhow::Result<Exit> {
                 wait.as_secs()
             );
         }
-        let until = Instant::now() + wait;
-        while Instant::now() < until {
+        // A wait no clock can represent is as good as forever: the loop then waits for a signal.
+        let until = Instant::now().checked_add(wait);
+        while until.is_none_or(|until| Instant::now() < until) {
             if stop.load(Ordering::Relaxed) {
                 info!("signal received; stopping");
                 return Ok(Exit::Ok);
             }
-            std::thread::sleep(Duration::from_millis(100).min(until - Instant::now()));
+            let left = until.map_or(Duration::MAX, |u| {
+                u.saturating_duration_since(Instant::now())
+            });
+            std::thread::sleep(Duration::from_millis(100).min(left));
         }
     }
 }
@@ -102,7 +106,7 @@ pub fn next_wait(
     let base = interval
         .saturating_mul(1u32 << (failures - 1).min(16))
         .min(MAX_BACKOFF.max(interval));
-    let jittered = base + base.mul_f64(jitter.clamp(0.0, 1.0) / 2.0);
+    let jittered = base.saturating_add(base.mul_f64(jitter.clamp(0.0, 1.0) / 2.0));
     jittered.max(retry_after.unwrap_or_default()).max(interval)
 }
 
@@ -120,5 +124,15 @@ mod tests {
         assert_eq!(next_wait(s(60), 30, None, 0.0), MAX_BACKOFF);
         assert_eq!(next_wait(s(60), 1, Some(s(600)), 0.0), s(600));
         assert_eq!(next_wait(s(3600), 5, None, 0.0), s(3600));
+    }
+
+    #[test]
+    fn no_wait_overflows() {
+        let huge = Duration::from_secs(u64::MAX);
+        assert_eq!(next_wait(huge, 0, Some(huge), 1.0), huge);
+        for failures in [1, 2, 40, u32::MAX] {
+            assert!(next_wait(huge, failures, Some(huge), 1.0) >= huge);
+            assert!(next_wait(Duration::from_secs(1), failures, Some(huge), 1.0) >= huge);
+        }
     }
 }

@@ -8,6 +8,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::fsx;
 
+/// Serializes the saves of state.json within the process: the tick's own and the tick
+/// deadline's, which runs on another thread and ends the process while holding it, so the tick
+/// cannot save over its record afterwards.
+pub(crate) fn save_lock() -> std::sync::MutexGuard<'static, ()> {
+    static SAVE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SAVE.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The state file's format version; another version is moved aside, not guessed at.
 pub const STATE_VERSION: u32 = 1;
 
@@ -138,8 +147,15 @@ impl State {
         ))
     }
 
-    /// Saves atomically (0600).
+    /// Saves atomically (0600), one save of the process at a time: the tick deadline may record
+    /// a timeout from another thread.
     pub fn save(&self, state_dir: &Path) -> anyhow::Result<()> {
+        let _one_at_a_time = save_lock();
+        self.save_holding_lock(state_dir)
+    }
+
+    /// As [`State::save`], for a caller that holds [`save_lock`] already.
+    pub(crate) fn save_holding_lock(&self, state_dir: &Path) -> anyhow::Result<()> {
         let mut bytes = serde_json::to_vec_pretty(self).context("cannot encode state")?;
         bytes.push(b'\n');
         fsx::Dir::state_root(state_dir)?.write_atomic(FILE, &bytes, 0o600)

@@ -116,13 +116,19 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> any
         info!("another tick holds the lock; nothing to do");
         return Ok(Exit::Ok);
     };
+    // Declared after the lock, so dropped before it: the deadline stops, then the lock goes.
+    let _deadline = crate::watchdog::arm(cfg);
     let (state, note) = State::load(&cfg.state_dir, &cfg.env_id)?;
     if let Some(note) = note {
         warn!("{note}");
     }
     let mut agent = Agent::new(cfg, state, opts)?;
     let result = agent.converge();
-    *interval = agent.state.checkin_interval_s.map(Duration::from_secs);
+    // Clamped again: a state.json written before the bounds existed may hold any number.
+    *interval = agent
+        .state
+        .checkin_interval_s
+        .map(|s| proto::CheckinInterval::from_secs(s).get());
     let saved = agent.finish(&result);
     match (result, saved) {
         // Converged, but the next tick would not know it: as much a failure as any other.
@@ -288,7 +294,7 @@ impl<'a> Agent<'a> {
         self.state.token = Some(TokenState {
             source,
             obtained_at: now,
-            expires_at: now + ttl.as_secs(),
+            expires_at: now.saturating_add(ttl.as_secs()),
         });
         if let Some(old) = self.token.replace(token)
             && old.expose_secret() != self.token.as_ref().map_or("", |t| t.expose_secret())
@@ -385,7 +391,7 @@ impl<'a> Agent<'a> {
             }
             info!("token renewed (ttl {}s)", renewal.ttl.as_secs());
             if let Some(t) = self.state.token.as_mut() {
-                t.expires_at = now + renewal.ttl.as_secs();
+                t.expires_at = now.saturating_add(renewal.ttl.as_secs());
             }
         }
         Ok(())
@@ -479,8 +485,8 @@ impl<'a> Agent<'a> {
         self.ensure_token()?;
         let resp = self.checkin()?;
         self.state.last_checkin = Some(state::now());
-        self.state.desired_sha.clone_from(&resp.desired_sha);
-        self.state.checkin_interval_s = resp.checkin_interval_s;
+        self.state.desired_sha = resp.desired_sha.as_ref().map(|s| s.as_str().to_owned());
+        self.state.checkin_interval_s = resp.checkin_interval_s.map(|i| i.as_secs());
         if let Some(mount) = resp.vault.as_ref().and_then(|v| v.mount.clone()) {
             if mount != self.cfg.bao.kv_mount && self.state.kv_mount.as_deref() != Some(&mount) {
                 info!(
@@ -493,7 +499,7 @@ impl<'a> Agent<'a> {
         info!(
             "checkin: action={} desired={} applied={}",
             resp.action,
-            short(resp.desired_sha.as_deref()),
+            resp.desired_sha.as_ref().map_or("-", |s| s.short()),
             short(self.state.applied_sha.as_deref())
         );
         match resp.action {
@@ -505,13 +511,19 @@ impl<'a> Agent<'a> {
                 }
             }),
             Action::Apply => {
-                let sha = resp.desired_sha.clone().ok_or_else(|| {
-                    Failure::new(
-                        Exit::Fail,
-                        Some("CHECKIN_INVALID".into()),
-                        "action apply without desired_sha",
-                    )
-                })?;
+                // A sha that is not 64 lowercase hex digits never decoded: this one is safe in a
+                // path, a URL and a comparison with the release's own.
+                let sha = resp
+                    .desired_sha
+                    .as_ref()
+                    .map(|s| s.as_str().to_owned())
+                    .ok_or_else(|| {
+                        Failure::new(
+                            Exit::Fail,
+                            Some("CHECKIN_INVALID".into()),
+                            "action apply without desired_sha",
+                        )
+                    })?;
                 let url = resp
                     .bundle_url
                     .clone()
@@ -1063,9 +1075,12 @@ fn not_ready(containers: &[SeenContainer]) -> Vec<String> {
         .collect()
 }
 
-/// The first 12 characters of a sha, for logs.
+/// The first 12 characters of a sha, for logs. Counted in characters, not bytes: a sha read
+/// from state.json or a header is not proven to be hex.
 pub fn short(sha: Option<&str>) -> &str {
-    sha.map_or("-", |s| &s[..s.len().min(12)])
+    sha.map_or("-", |s| {
+        s.char_indices().nth(12).map_or(s, |(at, _)| &s[..at])
+    })
 }
 
 /// `monky-deployd bootstrap [--force]`: log in with the kit's grant and store the token.
@@ -1098,6 +1113,17 @@ pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_never_cuts_inside_a_character() {
+        let sha = "7a10".repeat(16);
+        assert_eq!(short(Some(&sha)), "7a107a107a10");
+        assert_eq!(short(Some("abc")), "abc");
+        assert_eq!(short(None), "-");
+        let multibyte = format!("{}é{}", &sha[..11], &sha[13..]);
+        assert_eq!(short(Some(&multibyte)), format!("{}é", &sha[..11]));
+        assert_eq!(short(Some("\u{3000}\u{3000}")), "\u{3000}\u{3000}");
+    }
 
     #[test]
     fn failure_backoff_doubles_from_a_minute_to_an_hour_with_jitter() {

@@ -111,3 +111,148 @@ fn full_ticks_leak_no_secret_anywhere() {
         assert!(!log.contains(s), "a secret reached a docker child:\n{log}");
     }
 }
+
+/// The default bundle, reading the latest version of every secret (it pins GEMINI_API_KEY to
+/// version 1), so a test can put its own values.
+fn latest_secrets() -> TestBundle {
+    let mut b = TestBundle::default();
+    b.manifest["entries"][0]["version"] = serde_json::Value::Null;
+    b
+}
+
+/// Every way out of the agent after these runs: stderr and stdout of each run, the reports and
+/// requests tenancy saw, and every file of the state dir but the ones meant to hold secrets.
+fn ways_out(w: &World, runs: &[Run]) -> Vec<(String, String)> {
+    let mut texts: Vec<(String, String)> = Vec::new();
+    for r in runs {
+        texts.push(("stderr".into(), r.stderr()));
+        texts.push(("stdout".into(), r.stdout()));
+    }
+    for r in w.reports() {
+        texts.push(("report".into(), serde_json::to_string(&r).unwrap()));
+    }
+    for e in walk(&w.state_dir()) {
+        let name = e.file_name().unwrap().to_string_lossy().to_string();
+        if [".env", "bao.token", "config.json"].contains(&name.as_str()) {
+            continue;
+        }
+        texts.push((
+            e.display().to_string(),
+            String::from_utf8_lossy(&std::fs::read(&e).unwrap()).into_owned(),
+        ));
+    }
+    texts
+}
+
+#[test]
+fn a_value_in_gos_quoting_is_masked_in_every_way_out() {
+    let w = World::new();
+    // Non-ASCII, an ideographic space Go escapes even in %q, and a tab.
+    let value = "pässwort\u{3000}Geheim\t0004";
+    w.bao.put_secret(ENV, "gemini_api_key", value);
+    w.stage_grant();
+    // docker compose quoting the value it could not use: Go's %q, %+q and byte-wise.
+    let spellings = [
+        r"pässwort\u3000Geheim\t0004",
+        r"p\u00e4sswort\u3000Geheim\t0004",
+        r"p\xc3\xa4sswort\xe3\x80\x80Geheim\t0004",
+    ];
+    let up_fail: String = spellings
+        .iter()
+        .map(|s| format!("invalid value \"{s}\" for GEMINI_API_KEY\n"))
+        .collect();
+    w.stub("UP_FAIL", &up_fail);
+    w.publish(&latest_secrets());
+    let tick = w.tick();
+    tick.expect(1);
+    let status = w.run(&["status"]);
+    let status_json = w.run(&["status", "--json"]);
+    let explain = w.run(&["explain"]);
+    let report = w.last_report();
+    assert!(
+        report
+            .detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("invalid value \"***\""),
+        "the failure is reported, masked: {report:?}"
+    );
+    for (where_, text) in ways_out(&w, &[tick, status, status_json, explain]) {
+        for s in spellings.iter().copied().chain([value, "sswort"]) {
+            assert!(!text.contains(s), "{s:?} leaked into {where_}:\n{text}");
+        }
+    }
+}
+
+#[test]
+fn a_secret_that_is_a_common_word_does_not_wreck_the_log() {
+    let w = World::new();
+    w.bao.put_secret(ENV, "gemini_api_key", "compose");
+    w.stage_grant();
+    w.publish(&latest_secrets());
+    let tick = w.tick();
+    tick.ok();
+    // The agent's own words stay readable...
+    let tail = w.last_report().log_tail;
+    assert!(tail.contains("compose pull"), "{tail}");
+    assert!(tail.contains("compose up -d"), "{tail}");
+    // ...while the value, where it stands as one, is masked.
+    w.stub(
+        "UP_FAIL",
+        "service web: GEMINI_API_KEY=compose is not a key",
+    );
+    let mut second = latest_secrets();
+    second.compose = second.compose.replace("web:1", "web:2");
+    w.publish(&second);
+    let run = w.tick();
+    run.expect(1);
+    assert!(
+        run.stderr().contains("GEMINI_API_KEY=***"),
+        "{}",
+        run.stderr()
+    );
+    assert!(!run.stderr().contains("=compose"), "{}", run.stderr());
+}
+
+#[test]
+fn doctor_names_a_secret_too_short_to_be_masked_everywhere() {
+    let w = World::new();
+    w.bao.put_secret(ENV, "gemini_api_key", "abc");
+    w.bao.put_secret(ENV, "pg_password", "hunter22");
+    w.stage_grant();
+    w.publish(&latest_secrets());
+    w.tick().ok();
+    let run = w.run(&["doctor", "--json"]);
+    let out: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    let check = out["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "secrets")
+        .cloned()
+        .expect("a secrets check");
+    assert_eq!(check["verdict"], "warn", "{check}");
+    let detail = check["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("GEMINI_API_KEY is shorter than 4 bytes"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("POSTGRES_PASSWORD is shorter than 12"),
+        "{detail}"
+    );
+    // Names, never values.
+    let text = format!("{}{}", run.stdout(), run.stderr());
+    assert!(!text.contains("hunter22"), "{text}");
+    assert!(
+        !text.contains(": abc") && !text.contains("\"abc\""),
+        "{text}"
+    );
+    // A warning is not a failure of the box.
+    let plain = w.run(&["doctor"]);
+    assert!(
+        plain.stdout().contains("warn secrets"),
+        "{}",
+        plain.stdout()
+    );
+}

@@ -62,6 +62,11 @@ const TARGETS: &[Target] = &[
         seeds: &[("monky-agent-proto/tests/data", &[".json"])],
         max_len: 4096,
     },
+    Target {
+        name: "checkin_answer",
+        seeds: &[("monky-agent-proto/tests/data", &["checkin_response.json"])],
+        max_len: 4096,
+    },
 ];
 
 /// What one run showed.

@@ -76,6 +76,8 @@ esac
 
 case "$sub" in
   pull)
+    # PULL_HANG: a registry that never answers; the pid goes to pull.pid for the test to find.
+    if [ -n "$PULL_HANG" ]; then echo $$ >"$here/pull.pid"; exec sleep "$PULL_HANG"; fi
     [ -n "$PULL_FAIL" ] && { printf '%s\n' "$PULL_FAIL" >&2; exit 18; }
     echo "web Pulled" >&2
     ;;

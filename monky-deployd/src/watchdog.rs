@@ -1,0 +1,90 @@
+//! The tick's deadline (`tick_timeout_s`): a watchdog thread that ends a tick still running
+//! when it passes.
+//!
+//! Every call of a tick has a deadline of its own, but a tick makes many, and nothing can
+//! interrupt a blocking call from outside. So at the tick's deadline the watchdog ends the
+//! process: it logs `TICK_TIMEOUT`, records the timeout in state.json for `status` and
+//! `explain`, kills every docker child (their process groups would otherwise outlive the agent)
+//! and exits 75, which releases the state dir's flock. Files are never left half written:
+//! every write of the agent is a temp file renamed into place, and the record in state.json is
+//! taken under the lock that the tick's own save takes too.
+
+use std::path::Path;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tracing::{error, warn};
+
+use crate::config::Config;
+use crate::exit::Exit;
+use crate::state::{self, State};
+
+/// A running deadline; dropping it (the tick ended in time) stops the watchdog.
+pub struct Watchdog {
+    disarm: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Starts the deadline of a tick that runs for `cfg`.
+pub fn arm(cfg: &Config) -> Watchdog {
+    let (disarm, disarmed) = mpsc::channel::<()>();
+    let limit = cfg.tick_timeout;
+    let state_dir = cfg.state_dir.clone();
+    let env_id = cfg.env_id.clone();
+    let thread = std::thread::Builder::new()
+        .name("tick-deadline".into())
+        .spawn(move || {
+            if let Err(RecvTimeoutError::Timeout) = disarmed.recv_timeout(limit) {
+                expire(limit, &state_dir, &env_id);
+            }
+        });
+    let thread = match thread {
+        Ok(t) => Some(t),
+        Err(e) => {
+            warn!("cannot start the tick's deadline ({e}); this tick runs without one");
+            None
+        }
+    };
+    Watchdog {
+        disarm: Some(disarm),
+        thread,
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        // Closing the channel wakes the watchdog, which then returns.
+        self.disarm.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Ends the process: the tick ran past `limit`.
+fn expire(limit: Duration, state_dir: &Path, env_id: &str) -> ! {
+    let detail = format!(
+        "TICK_TIMEOUT: the tick ran past tick_timeout_s ({}s); its docker commands were killed \
+         and the next tick starts over",
+        limit.as_secs()
+    );
+    error!("{detail}");
+    // Held until the process is gone: the tick cannot save over this record afterwards.
+    let _no_more_saves = state::save_lock();
+    match State::load(state_dir, env_id) {
+        Ok((mut st, _)) => {
+            st.last_result = Some("failed".into());
+            st.last_error = Some(detail);
+            *st.refusals.entry("TICK_TIMEOUT".into()).or_default() += 1;
+            if let Err(e) = st.save_holding_lock(state_dir) {
+                error!("cannot record the timeout in state.json: {e:#}");
+            }
+        }
+        Err(e) => error!("cannot record the timeout in state.json: {e:#}"),
+    }
+    // Last, right before the exit: a call whose child dies returns to the tick, and the tick
+    // should get no time to act on that (a fallback `up`, a report) before the process ends.
+    monky_compose::process::kill_all();
+    std::process::exit(i32::from(Exit::Temporary.code()));
+}
