@@ -14,6 +14,7 @@ mod leaks;
 mod lifecycle;
 mod observe;
 mod packaging;
+mod realbao;
 mod redaction;
 mod soak;
 mod token;

@@ -371,7 +371,7 @@ impl RealBao {
         };
         bao.root_token = SecretString::from(field("/root_token")?);
         bao.unseal_key = SecretString::from(field("/keys_base64/0")?);
-        bao.unseal()
+        bao.try_unseal()
             .map_err(|e| format!("{e}\n{}", bao.server.log()))?;
         Ok(bao)
     }
@@ -559,12 +559,12 @@ impl RealBao {
         })
     }
 
-    /// Seals the server: every call answers 503 until [`RealBao::unseal`].
+    /// Seals the server: every call answers 503 until [`RealBao::try_unseal`].
     ///
     /// # Errors
     ///
     /// OpenBao's answer when it refuses.
-    pub fn seal(&self) -> Result<(), String> {
+    pub fn try_seal(&self) -> Result<(), String> {
         self.call(Method::PUT, "sys/seal", None)
             .map(drop)
             .map_err(|e| format!("sys/seal: {e}"))
@@ -575,7 +575,7 @@ impl RealBao {
     /// # Errors
     ///
     /// OpenBao's answer when it refuses.
-    pub fn unseal(&self) -> Result<(), String> {
+    pub fn try_unseal(&self) -> Result<(), String> {
         let answer = self
             .call_as(
                 None,
@@ -702,11 +702,11 @@ impl BaoPeer for RealBao {
     }
 
     fn seal(&self) {
-        RealBao::seal(self).unwrap_or_else(|e| panic!("real openbao: {e}"));
+        RealBao::try_seal(self).unwrap_or_else(|e| panic!("real openbao: {e}"));
     }
 
     fn unseal(&self) {
-        RealBao::unseal(self).unwrap_or_else(|e| panic!("real openbao: {e}"));
+        RealBao::try_unseal(self).unwrap_or_else(|e| panic!("real openbao: {e}"));
     }
 
     fn revoke_tokens_for_env(&self, env_id: &str) -> usize {
