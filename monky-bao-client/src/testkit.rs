@@ -32,7 +32,7 @@ mod real;
 
 pub use real::{
     BAO_BIN_ENV, CallError, PINNED_VERSION, RealBao, RealBaoBuilder, binary as bao_binary,
-    default_binary as default_bao_binary, see_env_policy,
+    default_binary as default_bao_binary, see_env_policy, see_env_role,
 };
 
 /// What a test or the demo needs from an OpenBao peer, real ([`RealBao`]) or fake

@@ -436,17 +436,7 @@ impl RealBao {
         self.call(
             Method::POST,
             "auth/jwt-tenancy/role/see-env",
-            Some(json!({
-                "role_type": "jwt",
-                "user_claim": "env_id",
-                "bound_audiences": ["openbao-see-env"],
-                "bound_claims": {"kind": "deploy-grant"},
-                "claim_mappings": {"env_id": "env_id", "jti": "grant_jti"},
-                "token_ttl": token_ttl.as_secs(),
-                "token_max_ttl": token_max_ttl.as_secs(),
-                "token_no_default_policy": true,
-                "token_policies": ["see-env"],
-            })),
+            Some(see_env_role(token_ttl, token_max_ttl)),
         )
         .map(drop)
         .map_err(|e| format!("write role see-env: {e}"))
@@ -647,6 +637,21 @@ impl RealBao {
     }
 }
 
+/// The `see-env` role of the deployment with these TTLs (24 h and 30 d there).
+pub fn see_env_role(token_ttl: Duration, token_max_ttl: Duration) -> Value {
+    json!({
+        "role_type": "jwt",
+        "user_claim": "env_id",
+        "bound_audiences": ["openbao-see-env"],
+        "bound_claims": {"kind": "deploy-grant"},
+        "claim_mappings": {"env_id": "env_id", "jti": "grant_jti"},
+        "token_ttl": token_ttl.as_secs(),
+        "token_max_ttl": token_max_ttl.as_secs(),
+        "token_no_default_policy": true,
+        "token_policies": ["see-env"],
+    })
+}
+
 /// The `see-env` policy of the deployment, templated on the `jwt-tenancy` mount's accessor.
 pub fn see_env_policy(accessor: &str) -> String {
     let env = format!("{{{{identity.entity.aliases.{accessor}.metadata.env_id}}}}");
@@ -737,5 +742,43 @@ impl BaoPeer for RealBao {
     fn set_token_ttl(&self, ttl: Duration) {
         self.set_role(ttl, TOKEN_MAX_TTL)
             .unwrap_or_else(|e| panic!("real openbao: {e}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fenced block of `lang` that follows the first line containing `after`.
+    fn block<'a>(doc: &'a str, after: &str, lang: &str) -> &'a str {
+        let rest = &doc[doc.find(after).expect("the marker is in the doc")..];
+        let start = rest.find(&format!("```{lang}\n")).expect("a fenced block") + lang.len() + 4;
+        let len = rest[start..].find("```").expect("a closed block");
+        &rest[start..start + len]
+    }
+
+    #[test]
+    fn operations_md_documents_the_policy_and_role_that_are_tested() {
+        let doc = include_str!("../../../docs/OPERATIONS.md");
+        assert_eq!(
+            block(doc, "`see-env.hcl`", "hcl"),
+            see_env_policy("<accessor>"),
+            "docs/OPERATIONS.md's see-env policy differs from the one RealBao sets up"
+        );
+        let role: Value = serde_json::from_str(block(doc, "`see-env-role.json`", "json")).unwrap();
+        assert_eq!(
+            role,
+            see_env_role(TOKEN_TTL, TOKEN_MAX_TTL),
+            "docs/OPERATIONS.md's see-env role differs from the one RealBao sets up"
+        );
+    }
+
+    #[test]
+    fn the_policy_is_templated_on_the_accessor_and_has_no_revoke_self() {
+        let policy = see_env_policy("auth_jwt_1234");
+        assert!(policy.contains(
+            "monky/data/{{identity.entity.aliases.auth_jwt_1234.metadata.env_id}}/see/*"
+        ));
+        assert!(!policy.contains("revoke-self"));
     }
 }
