@@ -231,7 +231,9 @@ impl World {
         Self::build(opts, None)
     }
 
-    /// A world whose agent drives the real docker CLI and engine (the end-to-end suite).
+    /// A world whose agent drives the real docker CLI and engine with the fake OpenBao (the
+    /// benches; the end-to-end suite uses [`World::real_bao_with`]).
+    #[allow(dead_code)] // Used by benches/perf.rs, which shares this file.
     pub fn real_docker(real: RealDocker) -> Self {
         Self::build(WorldOptions::default(), Some(real))
     }
