@@ -68,7 +68,7 @@ fn a_pinned_version_older_than_the_latest() {
 }
 
 #[test]
-fn the_lease_swap_applies_although_the_policy_refuses_revoke_self() {
+fn lease_swaps_apply_although_the_policy_refuses_revoke_self() {
     let Some(w) = world() else { return };
     w.stage_grant();
     w.publish(&TestBundle::default());
@@ -92,6 +92,30 @@ fn the_lease_swap_applies_although_the_policy_refuses_revoke_self() {
     w.tick().ok();
     assert_report(&w.last_report(), ReportResult::Applied, None);
     assert_eq!(w.tenancy.lease_count(ENV), 1);
+
+    // Near the max TTL (the token's age is taken from state.json): the upkeep re-leases, and
+    // the swap's revoke-self is refused again without failing the tick.
+    let mut st = w.state();
+    st["token"]["obtained_at"] = json!(st["token"]["obtained_at"].as_u64().unwrap() - 29 * 86_400);
+    std::fs::write(w.state_dir().join("state.json"), st.to_string()).unwrap();
+    let old = std::fs::read_to_string(w.state_dir().join("bao.token")).unwrap();
+    let run = w.tick();
+    run.ok();
+    assert!(run.stderr().contains("re-leasing"), "{}", run.stderr());
+    assert!(
+        run.stderr().contains("could not revoke the previous token"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(w.tenancy.lease_count(ENV), 2);
+    assert_ne!(
+        std::fs::read_to_string(w.state_dir().join("bao.token")).unwrap(),
+        old
+    );
+    assert_eq!(w.bao.live_tokens_for_env(ENV), 3);
+    // The new token is the bearer the real server vouches for at the next checkin.
+    w.tick().ok();
+    assert_report(&w.last_report(), ReportResult::Applied, None);
 }
 
 #[test]
