@@ -54,6 +54,21 @@ fn bootstrap_apply_heartbeat() {
 }
 
 #[test]
+fn over_tls_through_the_proxy_transport_as_on_a_box() {
+    // HTTPS with a private CA as the only trust root, dialled as bao.example.test through the
+    // proxy's mapped address: the real server's TLS stack against the agent's checks.
+    let Some(w) = World::real_bao_opts(WorldOptions { tls_proxy: true }, None, |b| b) else {
+        return;
+    };
+    assert_eq!(w.bao.url().scheme(), "https");
+    w.stage_grant();
+    w.publish(&TestBundle::default());
+    w.tick().ok();
+    assert_report(&w.last_report(), ReportResult::Applied, None);
+    assert!(current_env(&w).contains(&format!("GEMINI_API_KEY={GEMINI}\n")));
+}
+
+#[test]
 fn a_pinned_version_older_than_the_latest() {
     let Some(w) = world() else { return };
     let mut b = TestBundle::default();

@@ -281,11 +281,32 @@ impl World<RealBao> {
             monky_bao_client::testkit::RealBaoBuilder,
         ) -> monky_bao_client::testkit::RealBaoBuilder,
     ) -> Option<Self> {
+        Self::real_bao_opts(WorldOptions::default(), real, role)
+    }
+
+    /// The real server with `opts` (`tls_proxy`: HTTPS with a private CA behind the proxy
+    /// transport, as on a box).
+    pub fn real_bao_opts(
+        opts: WorldOptions,
+        real: Option<RealDocker>,
+        role: impl FnOnce(
+            monky_bao_client::testkit::RealBaoBuilder,
+        ) -> monky_bao_client::testkit::RealBaoBuilder,
+    ) -> Option<Self> {
         if real_bao_skipped() {
             return None;
         }
-        Some(World::assemble(None, real, |tenancy, _| {
-            role(RealBao::builder().jwks_url(tenancy.jwks_url())).start()
+        let pki = opts.tls_proxy.then(Pki::new);
+        Some(World::assemble(pki, real, |tenancy, pki| {
+            let mut bao = RealBao::builder().jwks_url(tenancy.jwks_url());
+            if let Some(p) = pki {
+                bao = bao.tls(
+                    p.cert_pem.clone().into_bytes(),
+                    p.key_pem.clone().into_bytes(),
+                    p.ca_pem.clone().into_bytes(),
+                );
+            }
+            role(bao).start()
         }))
     }
 }

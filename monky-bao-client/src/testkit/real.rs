@@ -98,11 +98,31 @@ pub struct RealBaoBuilder {
     binary: Option<PathBuf>,
     jwks_url: Option<Url>,
     jwks_ca_pem: Option<String>,
+    tls: Option<Tls>,
     token_ttl: Duration,
     token_max_ttl: Duration,
 }
 
+/// The listener's certificate chain and key, and the CA the builder's own calls trust (PEM).
+#[derive(Debug, Clone)]
+struct Tls {
+    cert_pem: Vec<u8>,
+    key_pem: Vec<u8>,
+    ca_pem: Vec<u8>,
+}
+
 impl RealBaoBuilder {
+    /// Serve HTTPS with this certificate chain and key, as production does; `ca_pem` signed the
+    /// certificate (its names must include `127.0.0.1`, which the setup calls dial).
+    pub fn tls(mut self, cert_pem: Vec<u8>, key_pem: Vec<u8>, ca_pem: Vec<u8>) -> Self {
+        self.tls = Some(Tls {
+            cert_pem,
+            key_pem,
+            ca_pem,
+        });
+        self
+    }
+
     /// The `bao` binary (default: [`binary`]).
     pub fn binary(mut self, path: PathBuf) -> Self {
         self.binary = Some(path);
@@ -150,9 +170,9 @@ impl RealBaoBuilder {
         // it; a server that fails to start is retried on another port.
         let mut last = String::new();
         for _ in 0..5 {
-            match Server::spawn(&bin) {
+            match Server::spawn(&bin, self.tls.as_ref()) {
                 Ok(server) => {
-                    let mut bao = RealBao::from_server(server, version)?;
+                    let mut bao = RealBao::from_server(server, version, self.tls.as_ref())?;
                     bao.configure(&self)?;
                     return Ok(bao);
                 }
@@ -181,18 +201,36 @@ struct Server {
 }
 
 impl Server {
-    fn spawn(bin: &Path) -> Result<Server, String> {
+    fn spawn(bin: &Path, tls: Option<&Tls>) -> Result<Server, String> {
         let dir = tempfile::Builder::new()
             .prefix("monky-realbao-")
             .tempdir()
             .map_err(|e| format!("cannot create a scratch directory: {e}"))?;
         let addr = free_port()?;
-        // `inmem` keeps nothing on disk; `tls_disable` because the agent's TLS is covered by
-        // its own tests, and a plain listener lets tenancy's fake and the tests share one URL.
+        let write = |name: &str, bytes: &[u8]| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes)
+                .map(|()| path.display().to_string())
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        };
+        // Without TLS material the listener is plain HTTP: most tests need no TLS, which the
+        // agent's transport tests cover with the certificate checks that matter.
+        let (listener_tls, scheme) = match tls {
+            Some(tls) => (
+                format!(
+                    "  tls_cert_file = \"{}\"\n  tls_key_file = \"{}\"\n",
+                    write("cert.pem", &tls.cert_pem)?,
+                    write("key.pem", &tls.key_pem)?
+                ),
+                "https",
+            ),
+            None => ("  tls_disable = true\n".to_owned(), "http"),
+        };
+        // `inmem` keeps nothing on disk.
         let config = format!(
             "storage \"inmem\" {{}}\n\
-             listener \"tcp\" {{\n  address = \"{addr}\"\n  tls_disable = true\n}}\n\
-             api_addr = \"http://{addr}\"\n\
+             listener \"tcp\" {{\n  address = \"{addr}\"\n{listener_tls}}}\n\
+             api_addr = \"{scheme}://{addr}\"\n\
              ui = false\n\
              log_level = \"warn\"\n"
         );
@@ -332,18 +370,26 @@ impl RealBao {
             binary: None,
             jwks_url: None,
             jwks_ca_pem: None,
+            tls: None,
             token_ttl: TOKEN_TTL,
             token_max_ttl: TOKEN_MAX_TTL,
         }
     }
 
-    fn from_server(server: Server, version: String) -> Result<RealBao, String> {
-        let url = Url::parse(&format!("http://{}/", server.addr))
+    fn from_server(server: Server, version: String, tls: Option<&Tls>) -> Result<RealBao, String> {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = Url::parse(&format!("{scheme}://{}/", server.addr))
             .map_err(|e| format!("bad server url: {e}"))?;
-        let http = Client::builder()
+        let mut http = Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
-            .timeout(Duration::from_secs(30))
+            .timeout(Duration::from_secs(30));
+        if let Some(tls) = tls {
+            let certs = reqwest::Certificate::from_pem_bundle(&tls.ca_pem)
+                .map_err(|e| format!("the CA for the server's certificate: {e}"))?;
+            http = http.tls_certs_only(certs);
+        }
+        let http = http
             .build()
             .map_err(|e| format!("cannot build an http client: {e}"))?;
         let mut bao = RealBao {
@@ -465,7 +511,7 @@ impl RealBao {
         }
     }
 
-    /// The base URL, `http://127.0.0.1:<port>/`.
+    /// The base URL, `http(s)://127.0.0.1:<port>/`.
     pub fn url(&self) -> Url {
         self.url.clone()
     }
