@@ -9,7 +9,9 @@
 //! - [`Error`] keeps OpenBao's `errors[]` and status and sorts every failure into an
 //!   [`ErrorKind`].
 //! - With the `testkit` feature, `testkit::FakeBao` is a loopback OpenBao that verifies real
-//!   ES256 deploy grants against a JWKS, for tests and the demo.
+//!   ES256 deploy grants against a JWKS, and `testkit::RealBao` runs the official `bao` binary
+//!   as an in-memory server on 127.0.0.1 set up as production; both implement
+//!   `testkit::BaoPeer`, so tests and the demo run unchanged against either.
 //!
 //! ```
 //! use monky_bao_client::{BaoClient, KvPath, PathRefusal};

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -27,6 +27,46 @@ use url::Url;
 
 /// The leeway on `exp` and `nbf`, as configured on the deployment's role.
 const CLOCK_LEEWAY_SECS: i64 = 60;
+
+mod real;
+
+pub use real::{
+    BAO_BIN_ENV, CallError, PINNED_VERSION, RealBao, RealBaoBuilder, binary as bao_binary,
+    default_binary as default_bao_binary, see_env_policy, see_env_role,
+};
+
+/// What a test or the demo needs from an OpenBao peer, real ([`RealBao`]) or fake
+/// ([`FakeBao`]): its address and root token, KV writes, seal, and an operator's revocation.
+/// Suites written against it run unchanged against both.
+pub trait BaoPeer {
+    /// `"fake"` or `"real"`, for messages.
+    fn kind(&self) -> &'static str;
+    /// The base URL.
+    fn url(&self) -> Url;
+    /// The listening address.
+    fn addr(&self) -> SocketAddr;
+    /// The root token: may read every path and look up other tokens.
+    fn root_token(&self) -> SecretString;
+    /// Stores a new version of `monky/data/<env>/see/<name>` holding `{"value": value}`;
+    /// returns the version number.
+    fn put_secret(&self, env_id: &str, name: &str, value: &str) -> u64;
+    /// Stores a new version holding an arbitrary document; returns the version number.
+    fn put_document(&self, env_id: &str, name: &str, document: Value) -> u64;
+    /// Soft-deletes a version; returns whether the server took the request.
+    fn delete_version(&self, env_id: &str, name: &str, version: u64) -> bool;
+    /// Destroys a version for good; returns whether the server took the request.
+    fn destroy_version(&self, env_id: &str, name: &str, version: u64) -> bool;
+    /// Seals the server: every call answers 503 until [`BaoPeer::unseal`].
+    fn seal(&self);
+    /// Unseals the server.
+    fn unseal(&self);
+    /// Revokes every token minted for `env_id`, as an operator would; returns how many.
+    fn revoke_tokens_for_env(&self, env_id: &str) -> usize;
+    /// How many live tokens exist for `env_id`.
+    fn live_tokens_for_env(&self, env_id: &str) -> usize;
+    /// Sets the role's `token_ttl` for logins and renewals from now on.
+    fn set_token_ttl(&self, ttl: Duration);
+}
 
 /// The largest request body the fake reads.
 const MAX_BODY: u64 = 1024 * 1024;
@@ -127,9 +167,9 @@ impl FakeBaoBuilder {
         self
     }
 
-    /// Whether the agent's policy allows `auth/token/revoke-self` (default `true`). The
-    /// deployment's `see-env` policy only names `lookup-self` and `renew-self` and the role sets
-    /// `token_no_default_policy`, so a real OpenBao may deny it; `false` makes the fake do so.
+    /// Whether the agent's policy allows `auth/token/revoke-self` (default `false`, as the
+    /// deployment's `see-env` policy: it names only `lookup-self` and `renew-self`, and the
+    /// role sets `token_no_default_policy`, so OpenBao denies it with the ACL form).
     pub fn revoke_self_allowed(mut self, allowed: bool) -> Self {
         self.revoke_self_allowed = allowed;
         self
@@ -177,7 +217,7 @@ impl FakeBaoBuilder {
                 role: self.role,
                 audience: self.audience,
                 policy: self.policy,
-                token_ttl: self.token_ttl.as_secs(),
+                token_ttl: AtomicU64::new(self.token_ttl.as_secs()),
                 token_max_ttl: self.token_max_ttl.as_secs(),
                 revoke_self_allowed: self.revoke_self_allowed,
                 root_token: root_token.clone(),
@@ -252,7 +292,7 @@ impl FakeBao {
             policy: "see-env".into(),
             token_ttl: Duration::from_secs(24 * 3600),
             token_max_ttl: Duration::from_secs(30 * 24 * 3600),
-            revoke_self_allowed: true,
+            revoke_self_allowed: false,
         }
     }
 
@@ -391,9 +431,82 @@ impl FakeBao {
         self.shared.lock().faults.clear();
     }
 
+    /// Seals the fake: every call outside `sys/` answers 503 until [`FakeBao::unseal`]. Tokens
+    /// and secrets survive, as on a real server.
+    pub fn seal(&self) {
+        self.shared.lock().sealed = true;
+    }
+
+    /// Unseals the fake.
+    pub fn unseal(&self) {
+        self.shared.lock().sealed = false;
+    }
+
+    /// Sets the role's token TTL for logins and renewals from now on.
+    pub fn set_token_ttl(&self, ttl: Duration) {
+        self.shared
+            .config
+            .token_ttl
+            .store(ttl.as_secs(), Ordering::SeqCst);
+    }
+
     /// How many times the JWKS was fetched (once, then on each unknown `kid`).
     pub fn jwks_fetches(&self) -> usize {
         self.shared.jwks_fetches.load(Ordering::SeqCst)
+    }
+}
+
+impl BaoPeer for FakeBao {
+    fn kind(&self) -> &'static str {
+        "fake"
+    }
+
+    fn url(&self) -> Url {
+        FakeBao::url(self)
+    }
+
+    fn addr(&self) -> SocketAddr {
+        FakeBao::addr(self)
+    }
+
+    fn root_token(&self) -> SecretString {
+        FakeBao::root_token(self)
+    }
+
+    fn put_secret(&self, env_id: &str, name: &str, value: &str) -> u64 {
+        FakeBao::put_secret(self, env_id, name, value)
+    }
+
+    fn put_document(&self, env_id: &str, name: &str, document: Value) -> u64 {
+        FakeBao::put_document(self, env_id, name, document)
+    }
+
+    fn delete_version(&self, env_id: &str, name: &str, version: u64) -> bool {
+        FakeBao::delete_version(self, env_id, name, version)
+    }
+
+    fn destroy_version(&self, env_id: &str, name: &str, version: u64) -> bool {
+        FakeBao::destroy_version(self, env_id, name, version)
+    }
+
+    fn seal(&self) {
+        FakeBao::seal(self);
+    }
+
+    fn unseal(&self) {
+        FakeBao::unseal(self);
+    }
+
+    fn revoke_tokens_for_env(&self, env_id: &str) -> usize {
+        FakeBao::revoke_tokens_for_env(self, env_id)
+    }
+
+    fn live_tokens_for_env(&self, env_id: &str) -> usize {
+        FakeBao::live_tokens_for_env(self, env_id)
+    }
+
+    fn set_token_ttl(&self, ttl: Duration) {
+        FakeBao::set_token_ttl(self, ttl);
     }
 }
 
@@ -404,10 +517,17 @@ struct Config {
     role: String,
     audience: String,
     policy: String,
-    token_ttl: u64,
+    /// Settable while running, as a role rewrite is on a real server.
+    token_ttl: AtomicU64,
     token_max_ttl: u64,
     revoke_self_allowed: bool,
     root_token: String,
+}
+
+impl Config {
+    fn token_ttl(&self) -> u64 {
+        self.token_ttl.load(Ordering::SeqCst)
+    }
 }
 
 struct Shared {
@@ -432,6 +552,7 @@ struct State {
     faults: Vec<(String, Fault)>,
     requests: Vec<BaoRequest>,
     entities: HashMap<String, String>,
+    sealed: bool,
 }
 
 struct TokenEntry {
@@ -496,6 +617,7 @@ impl State {
             faults: Vec::new(),
             requests: Vec::new(),
             entities: HashMap::new(),
+            sealed: false,
         }
     }
 
@@ -536,8 +658,8 @@ impl State {
             env_id: Some(env_id.to_owned()),
             path: format!("auth/{}/login", config.auth_mount),
             creation: now,
-            creation_ttl: config.token_ttl,
-            expire: Some(now + Duration::from_secs(config.token_ttl)),
+            creation_ttl: config.token_ttl(),
+            expire: Some(now + Duration::from_secs(config.token_ttl())),
             max_expire: Some(now + Duration::from_secs(config.token_max_ttl)),
             last_renewal: None,
             renewable: true,
@@ -642,11 +764,16 @@ fn handle(shared: &Shared, mut request: tiny_http::Request) {
             query: incoming.query.clone(),
             by_root: incoming.token.as_deref() == Some(shared.config.root_token.as_str()),
         });
-        state
-            .faults
-            .iter()
-            .find(|(prefix, _)| incoming.rel.starts_with(prefix.as_str()))
-            .map(|(_, f)| f.clone())
+        // A sealed server answers every call but `sys/` with 503, before any auth check.
+        if state.sealed && !incoming.rel.starts_with("sys/") {
+            Some(Fault::Sealed)
+        } else {
+            state
+                .faults
+                .iter()
+                .find(|(prefix, _)| incoming.rel.starts_with(prefix.as_str()))
+                .map(|(_, f)| f.clone())
+        }
     };
     let answer = match (read, fault) {
         (Err(_), _) => Answer::errors(400, &["failed to read request body"]),
@@ -821,7 +948,7 @@ fn renew(config: &Config, state: &mut State, token: &str, body: &[u8]) -> Answer
     };
     // As OpenBao: the increment, or the role's TTL, capped so the token never outlives its
     // max TTL counted from creation, with a warning saying so.
-    let mut ttl = increment.filter(|&i| i > 0).unwrap_or(config.token_ttl);
+    let mut ttl = increment.filter(|&i| i > 0).unwrap_or(config.token_ttl());
     let remaining = max_expire.duration_since(now).map_or(0, |d| d.as_secs());
     if remaining == 0 {
         return Answer::errors(400, &["past the max TTL, cannot renew"]);
@@ -987,7 +1114,7 @@ fn login(shared: &Shared, body: &[u8]) -> Answer {
     let mut state = shared.lock();
     let token = service_token();
     let entry = state.new_agent_token(config, env_id, jti);
-    let auth = auth_block(&entry, &token, config.token_ttl);
+    let auth = auth_block(&entry, &token, config.token_ttl());
     state.tokens.insert(token, entry);
     Answer::ok(Value::Null, auth, Value::Null)
 }
@@ -1015,8 +1142,8 @@ fn verify_grant(shared: &Shared, jwt: &str, now: i64) -> Result<Map<String, Valu
         .filter_map(|jwk| DecodingKey::from_jwk(jwk).ok())
         .find_map(|key| jsonwebtoken::decode::<Map<String, Value>>(jwt, &key, &validation).ok())
         .ok_or_else(|| {
-            "error validating token: error verifying token signature: no known key successfully \
-             validated the token signature"
+            "error validating token: error verifying token signature: failed to verify id token \
+             signature"
                 .to_owned()
         })?
         .claims;

@@ -31,7 +31,11 @@ fn checkin(env_id: &str) -> CheckinRequest {
 #[test]
 fn tenancy_grant_logs_in_and_the_bearer_checks_in() {
     let tenancy = FakeTenancy::builder().start();
-    let bao = FakeBao::builder().jwks_url(tenancy.jwks_url()).start();
+    // A policy that grants revoke-self (the deployment's does not).
+    let bao = FakeBao::builder()
+        .jwks_url(tenancy.jwks_url())
+        .revoke_self_allowed(true)
+        .start();
     tenancy.set_bao(bao.url(), None, bao.root_token());
     let client = BaoClient::builder(bao.url()).build().unwrap();
 

@@ -1,7 +1,10 @@
-//! devpeers: the testkit tenancy and OpenBao in one process on 127.0.0.1, driven over a pipe by
-//! `cargo xtask demo` (which links neither fake itself).
+//! devpeers: the testkit tenancy and an OpenBao in one process on 127.0.0.1, driven over a pipe
+//! by `cargo xtask demo` (which links neither peer itself).
 //!
-//! `devpeers --env-id ENV` starts both fakes, prints `ready tenancy=<url> bao=<url>` and then
+//! `devpeers --env-id ENV [--fake-bao]` starts the testkit tenancy and a real OpenBao server
+//! (`RealBao`: the `bao` binary `cargo xtask setup` installs, in memory, set up as production),
+//! or with `--fake-bao` the in-repo `FakeBao`. It prints
+//! `ready tenancy=<url> bao=<url> bao_kind=<real|fake> bao_version=<version|->` and then
 //! reads one command per line on stdin, answering each with one line on stdout (`ok ...` or
 //! `error <message>`):
 //!
@@ -10,10 +13,11 @@
 //! | `secret NAME VALUE` | a new version of `<kv>/data/ENV/see/NAME` (the value never echoes) |
 //! | `publish DIR` | packs the bundle members found in DIR, publishes them and makes them desired: `ok <sha>` |
 //! | `grant PATH` | mints a bootstrap grant for ENV into PATH (0600), as install.sh stages it |
+//! | `bao-tokens` | `ok N`: how many live OpenBao tokens the env holds (minted by its logins) |
 //! | `last-report` | `ok 0`, or `ok COUNT RESULT SHA CONTAINERS DETAIL` for the latest report, where CONTAINERS is `name=state/health,...` and `-` stands for none (the log tail is left out) |
 //! | `guard DOCKER PROJECT DIR` | arms the dead-man switch below for this compose project and run folder |
 //! | `disarm` | the xtask tears down itself from here on: the switch is off |
-//! | `detach` | `ok`, then stops reading stdin and serves until SIGTERM (`cargo xtask demo --keep`) |
+//! | `detach` | `ok`, then stops reading stdin and serves until SIGTERM or SIGINT (`cargo xtask demo --keep`), then stops the OpenBao server |
 //!
 //! End of stdin (the xtask exited, was interrupted or killed) stops the process, so a demo never
 //! leaves a peer behind; when the switch is armed it first runs `DOCKER compose -p PROJECT down
@@ -29,18 +33,41 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use monky_agent_proto::testkit::{Desired, FakeTenancy};
-use monky_bao_client::testkit::FakeBao;
+use monky_bao_client::testkit::{BaoPeer, FakeBao, RealBao};
 use monky_bundle::MemberName;
 use secrecy::ExposeSecret;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let env_id = match args.as_slice() {
-        [flag, env] if flag == "--env-id" && !env.is_empty() => env.clone(),
-        _ => bail!("usage: devpeers --env-id ENV (then commands on stdin; see the file's docs)"),
-    };
+    let usage =
+        "usage: devpeers --env-id ENV [--fake-bao] (then commands on stdin; see the file's docs)";
+    let mut env_id = None;
+    let mut fake_bao = false;
+    let mut words = args.iter();
+    while let Some(word) = words.next() {
+        match word.as_str() {
+            "--env-id" => env_id = words.next().filter(|e| !e.is_empty()).cloned(),
+            "--fake-bao" => fake_bao = true,
+            _ => bail!("{usage}"),
+        }
+    }
+    let env_id = env_id.context(usage)?;
     let tenancy = FakeTenancy::builder().start();
-    let bao = FakeBao::builder().jwks_url(tenancy.jwks_url()).start();
+    let (bao, version): (Box<dyn BaoPeer>, String) = if fake_bao {
+        let bao = FakeBao::builder().jwks_url(tenancy.jwks_url()).start();
+        (Box::new(bao), "-".to_owned())
+    } else {
+        let bao = RealBao::builder()
+            .jwks_url(tenancy.jwks_url())
+            .try_start()
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot start the real OpenBao: {e} (or use the in-repo fake: --fake-bao)"
+                )
+            })?;
+        let version = bao.version().to_owned();
+        (Box::new(bao), version)
+    };
     tenancy.set_bao(bao.url(), None, bao.root_token());
     let peers = Peers {
         env_id,
@@ -50,9 +77,10 @@ fn main() -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "ready tenancy={} bao={}",
+        "ready tenancy={} bao={} bao_kind={} bao_version={version}",
         peers.tenancy.url(),
-        peers.bao.url()
+        peers.bao.url(),
+        peers.bao.kind()
     )?;
     out.flush()?;
     let mut guard: Option<Guard> = None;
@@ -63,10 +91,15 @@ fn main() -> anyhow::Result<()> {
             "detach" => {
                 writeln!(out, "ok")?;
                 out.flush()?;
-                // Serve on the fakes' threads until a signal ends the process.
-                loop {
-                    std::thread::park();
-                }
+                // Serve on the peers' threads until a signal; returning drops the peers, which
+                // stops a real OpenBao server with this process instead of orphaning it.
+                let mut signals = signal_hook::iterator::Signals::new([
+                    signal_hook::consts::SIGTERM,
+                    signal_hook::consts::SIGINT,
+                ])
+                .context("cannot wait for signals")?;
+                let _ = signals.forever().next();
+                return Ok(());
             }
             "guard" => Guard::parse(rest).map(|g| {
                 guard = Some(g);
@@ -158,11 +191,11 @@ impl Guard {
     }
 }
 
-/// Both fakes and the env they serve.
+/// Both peers and the env they serve.
 struct Peers {
     env_id: String,
     tenancy: FakeTenancy,
-    bao: FakeBao,
+    bao: Box<dyn BaoPeer>,
 }
 
 impl Peers {
@@ -176,6 +209,7 @@ impl Peers {
                 Ok(format!("{name} v{version}"))
             }
             "publish" => self.publish(Path::new(rest)),
+            "bao-tokens" => Ok(self.bao.live_tokens_for_env(&self.env_id).to_string()),
             "grant" => self.grant(Path::new(rest)).map(|()| String::new()),
             "last-report" => {
                 let reports = self.tenancy.reports(&self.env_id);
@@ -209,7 +243,9 @@ impl Peers {
                 ))
             }
             other => {
-                bail!("unknown command {other:?}: use secret, publish, grant, last-report, detach")
+                bail!(
+                    "unknown command {other:?}: use secret, publish, grant, bao-tokens, last-report, detach"
+                )
             }
         }
     }

@@ -1,5 +1,6 @@
-//! The end-to-end suite: the real agent binary against the testkit peers, the real docker CLI
-//! and engine, and the authenticated loopback registry `cargo xtask setup` starts.
+//! The end-to-end suite: the real agent binary against the testkit tenancy, a real OpenBao set
+//! up as production (`RealBao`), the real docker CLI and engine, and the authenticated loopback
+//! registry `cargo xtask setup` starts.
 //!
 //! Every test reads the env file setup writes (`MONKY_E2E_ENV`, else
 //! `$MONKY_CI_RUN_DIR/e2e.env`, else `target/ci-run/e2e.env`). Without it every test fails and
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use monky_agent_proto::ReportResult;
 use monky_agent_proto::testkit::{Desired, Endpoint};
+use monky_bao_client::testkit::{BaoPeer, RealBao};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 
@@ -411,20 +413,22 @@ fn web_bundle(compose: String) -> TestBundle {
     .with_registry_auth()
 }
 
-/// A world on the real engine for `project`, with the e2e bundles' secrets seeded.
-fn real_world(e2e: &E2e, project: &Project, healthy_timeout_s: u64) -> World {
-    let w = World::real_docker(RealDocker {
+/// A world on the real engine for `project`, with the e2e bundles' secrets seeded in a real
+/// OpenBao set up as production; `None` only when `MONKY_REALBAO=skip` outside CI.
+fn real_world(e2e: &E2e, project: &Project, healthy_timeout_s: u64) -> Option<World<RealBao>> {
+    let real = RealDocker {
         docker_bin: e2e.docker.clone(),
         compose_project: project.name.clone(),
         registry: e2e.registry.clone(),
         registry_user: e2e.user.clone(),
         registry_password: e2e.password.clone(),
         healthy_timeout_s,
-    });
+    };
+    let w = World::real_bao_with(Some(real), |b| b)?;
     w.bao.put_secret(ENV, "demo_api_key", DEMO_KEY);
     w.bao.put_secret(ENV, "admin_token", "an-older-admin-token");
     w.bao.put_secret(ENV, "admin_token", ADMIN_TOKEN);
-    w
+    Some(w)
 }
 
 // ---- one box -----------------------------------------------------------------------------------
@@ -432,7 +436,7 @@ fn real_world(e2e: &E2e, project: &Project, healthy_timeout_s: u64) -> World {
 /// One box for one test: an agent world on the real engine, its project and its port.
 struct E2eBox {
     e2e: &'static E2e,
-    w: World,
+    w: World<RealBao>,
     port: u16,
     // Dropped last: the project is taken down after the world's peers stopped.
     project: Project,
@@ -446,7 +450,7 @@ impl E2eBox {
     fn with_timeout(short: &str, healthy_timeout_s: u64) -> Option<Self> {
         let e2e = e2e()?;
         let project = Project::new(e2e, short);
-        let w = real_world(e2e, &project, healthy_timeout_s);
+        let w = real_world(e2e, &project, healthy_timeout_s)?;
         Some(E2eBox {
             e2e,
             w,
@@ -995,7 +999,9 @@ fn check_hostile(e2e: &'static E2e, project: &Project, case: &Hostile) {
         case.volumes,
     ));
     bundle.env_template.push_str(case.env);
-    let w = real_world(e2e, project, 30);
+    let Some(w) = real_world(e2e, project, 30) else {
+        return;
+    };
     if let Some((var, value)) = case.secret {
         let name = var.to_ascii_lowercase();
         bundle.manifest["entries"]

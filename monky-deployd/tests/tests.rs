@@ -17,6 +17,7 @@ mod lifecycle;
 mod observe;
 mod packaging;
 mod policy;
+mod realbao;
 mod redaction;
 mod shapes;
 mod soak;

