@@ -7,6 +7,7 @@ mod apply;
 mod bundle_check;
 mod cli;
 mod crash;
+mod crypto;
 mod e2e;
 mod faults;
 mod hostile;
