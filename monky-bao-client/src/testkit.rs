@@ -25,6 +25,9 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value, json};
 use url::Url;
 
+mod tls_front;
+use tls_front::TlsFront;
+
 /// The leeway on `exp` and `nbf`, as configured on the deployment's role.
 const CLOCK_LEEWAY_SECS: i64 = 60;
 
@@ -181,26 +184,20 @@ impl FakeBaoBuilder {
     ///
     /// If the port cannot be bound or the TLS material is unusable: this is test support.
     pub fn start(self) -> FakeBao {
-        let (server, scheme) = match &self.tls {
-            Some((cert, key)) => {
-                let config = tiny_http::SslConfig {
-                    certificate: cert.clone(),
-                    private_key: key.clone(),
-                };
-                let server = tiny_http::Server::https("127.0.0.1:0", config)
-                    .unwrap_or_else(|e| panic!("fake openbao: cannot serve https: {e}"));
-                (server, "https")
-            }
-            None => {
-                let server = tiny_http::Server::http("127.0.0.1:0")
-                    .unwrap_or_else(|e| panic!("fake openbao: cannot bind: {e}"));
-                (server, "http")
-            }
-        };
-        let addr = server
+        let server = tiny_http::Server::http("127.0.0.1:0")
+            .unwrap_or_else(|e| panic!("fake openbao: cannot bind: {e}"));
+        let plain = server
             .server_addr()
             .to_ip()
             .expect("fake openbao listens on an ip address");
+        let tls = self.tls.as_ref().map(|(cert, key)| {
+            TlsFront::start(cert, key, plain)
+                .unwrap_or_else(|e| panic!("fake openbao: cannot serve https: {e}"))
+        });
+        let (addr, scheme) = match &tls {
+            Some(front) => (front.addr(), "https"),
+            None => (plain, "http"),
+        };
         let url = Url::parse(&format!("{scheme}://{addr}/")).expect("loopback url");
         let jwks_http = reqwest::blocking::Client::builder()
             .no_proxy()
@@ -245,6 +242,7 @@ impl FakeBaoBuilder {
         FakeBao {
             shared,
             server,
+            tls,
             accept: Some(accept),
             url,
             addr,
@@ -256,6 +254,8 @@ impl FakeBaoBuilder {
 pub struct FakeBao {
     shared: Arc<Shared>,
     server: Arc<tiny_http::Server>,
+    /// The TLS listener in front of `server`, when the fake serves https.
+    tls: Option<TlsFront>,
     accept: Option<JoinHandle<()>>,
     url: Url,
     addr: SocketAddr,
@@ -271,6 +271,7 @@ impl std::fmt::Debug for FakeBao {
 
 impl Drop for FakeBao {
     fn drop(&mut self) {
+        drop(self.tls.take());
         self.server.unblock();
         if let Some(accept) = self.accept.take() {
             let _ = accept.join();

@@ -74,27 +74,85 @@ struct Form {
     rule: Rule,
 }
 
-fn patterns() -> &'static [(Regex, &'static str)] {
-    static PATTERNS: OnceLock<Vec<(Regex, &'static str)>> = OnceLock::new();
-    PATTERNS.get_or_init(|| {
-        [
-            // Bearer and vault-token headers, whatever follows.
-            (r"(?i)(authorization:\s*bearer\s+)[^\s,;]+", "${1}***"),
-            (r"(?i)(x-vault-token:\s*)[^\s,;]+", "${1}***"),
-            (r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}", "${1}***"),
-            // JWTs: three base64url parts, the first a JSON header.
-            (r"eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*", MASK),
-            // OpenBao/Vault token shapes: legacy `s.` + 24, and the prefixed forms.
-            (r"\b(?:hv[sbr]|[sbr])\.[A-Za-z0-9_-]{20,}", MASK),
-            // Docker config auth strings and basic-auth headers.
-            (r#"(?i)("auth"\s*:\s*")[A-Za-z0-9+/=]+"#, "${1}***"),
-            (r"(?i)(\bbasic\s+)[A-Za-z0-9+/=]{8,}", "${1}***"),
-        ]
-        .into_iter()
-        .map(|(re, with)| (Regex::new(re).expect("static redaction pattern"), with))
-        .collect()
-    })
+/// A masking pattern, compiled the first time a text could match it: compiling all of them
+/// cost a heartbeat most of its CPU, and most log lines contain none of their literals.
+struct Pattern {
+    re: &'static str,
+    with: &'static str,
+    /// Text one of which every match contains, ASCII case-insensitively. Non-ASCII text always
+    /// runs the regex: its case folding reaches beyond ASCII (`ſ` is `s`, `K` is `k`).
+    needles: &'static [&'static str],
+    compiled: OnceLock<Regex>,
 }
+
+impl Pattern {
+    const fn new(re: &'static str, with: &'static str, needles: &'static [&'static str]) -> Self {
+        Pattern {
+            re,
+            with,
+            needles,
+            compiled: OnceLock::new(),
+        }
+    }
+
+    /// Whether `text` could match, without compiling anything.
+    fn may_match(&self, text: &str) -> bool {
+        !text.is_ascii()
+            || self
+                .needles
+                .iter()
+                .any(|n| contains_ignore_ascii_case(text.as_bytes(), n.as_bytes()))
+    }
+
+    fn regex(&self) -> &Regex {
+        self.compiled
+            .get_or_init(|| Regex::new(self.re).expect("static redaction pattern"))
+    }
+}
+
+fn contains_ignore_ascii_case(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle))
+}
+
+static PATTERNS: [Pattern; 7] = [
+    // Bearer and vault-token headers, whatever follows.
+    Pattern::new(
+        r"(?i)(authorization:\s*bearer\s+)[^\s,;]+",
+        "${1}***",
+        &["authorization"],
+    ),
+    Pattern::new(
+        r"(?i)(x-vault-token:\s*)[^\s,;]+",
+        "${1}***",
+        &["x-vault-token"],
+    ),
+    Pattern::new(
+        r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}",
+        "${1}***",
+        &["bearer"],
+    ),
+    // JWTs: three base64url parts, the first a JSON header.
+    Pattern::new(
+        r"eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*",
+        MASK,
+        &["eyJ"],
+    ),
+    // OpenBao/Vault token shapes: legacy `s.` + 24, and the prefixed forms.
+    Pattern::new(
+        r"\b(?:hv[sbr]|[sbr])\.[A-Za-z0-9_-]{20,}",
+        MASK,
+        &["s.", "b.", "r."],
+    ),
+    // Docker config auth strings and basic-auth headers.
+    Pattern::new(
+        r#"(?i)("auth"\s*:\s*")[A-Za-z0-9+/=]+"#,
+        "${1}***",
+        &["\"auth\""],
+    ),
+    Pattern::new(r"(?i)(\bbasic\s+)[A-Za-z0-9+/=]{8,}", "${1}***", &["basic"]),
+];
 
 /// Registered values and the masking built on them. The process has one, behind the free
 /// functions; tests build their own so that what one registers cannot mask another's text.
@@ -162,9 +220,9 @@ impl Redactor {
 
 fn redact_with(values: &[Form], text: &str) -> String {
     let mut out = mask_values(text.to_string(), values);
-    for (re, with) in patterns() {
-        if re.is_match(&out) {
-            out = re.replace_all(&out, *with).into_owned();
+    for p in &PATTERNS {
+        if p.may_match(&out) && p.regex().is_match(&out) {
+            out = p.regex().replace_all(&out, p.with).into_owned();
         }
     }
     // A pattern's mask next to the remains of a value can spell the value again.
@@ -774,6 +832,81 @@ mod tests {
             fn text_without_secrets_passes_unchanged(text in "[a-zA-Z ,.:\n]{0,200}") {
                 // Nothing registered and no token shape: the redactor must not eat the log.
                 prop_assert_eq!(Redactor::default().redact(&text), text);
+            }
+        }
+    }
+
+    mod lazy_patterns {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        #[test]
+        fn the_lines_of_a_heartbeat_and_an_apply_compile_no_pattern() {
+            for line in [
+                " INFO checkin: action=none desired=f40e77c5067a applied=f40e77c5067a\n",
+                " INFO heartbeat: 3 container(s) healthy\n",
+                " INFO checkin: action=apply desired=916a6fee03c7 applied=68121375a6e0\n",
+                " INFO read 2 secret(s): GEMINI_API_KEY, POSTGRES_PASSWORD\n",
+                " INFO compose up -d --remove-orphans\n",
+                " INFO applied 916a6fee03c7 (1 container(s) healthy)\n",
+            ] {
+                let hits: Vec<&str> = PATTERNS
+                    .iter()
+                    .filter(|p| p.may_match(line))
+                    .map(|p| p.re)
+                    .collect();
+                assert!(hits.is_empty(), "{line:?} would compile {hits:?}");
+            }
+        }
+
+        #[test]
+        fn every_shape_still_meets_its_pattern() {
+            for (p, text) in PATTERNS.iter().zip([
+                "AUTHORIZATION: bearer abc",
+                "X-Vault-Token: hvs.x",
+                "with Bearer abcdefgh12",
+                "eyJhbGciOi.eyJzdWIi.sig",
+                "token s.abcdefghijklmnopqrstuvwx",
+                r#"{"Auth": "dXNlcjpwYXNz"}"#,
+                "BASIC dXNlcjpwYXNz",
+            ]) {
+                assert!(p.may_match(text) && p.regex().is_match(text), "{}", p.re);
+                assert_ne!(redact_with(&[], text), text);
+            }
+        }
+
+        /// Text near the patterns' shapes: their literals in any case, separators, token
+        /// characters, and non-ASCII letters that fold to ASCII ones.
+        fn near_shapes() -> impl Strategy<Value = String> {
+            let piece = prop_oneof![
+                Just("authorization:".to_string()),
+                Just("Bearer".to_string()),
+                Just("x-vault-token:".to_string()),
+                Just("eyJ".to_string()),
+                Just("\"auth\"".to_string()),
+                Just("basic".to_string()),
+                Just("hvs.".to_string()),
+                Just("hvr.".to_string()),
+                Just(" s.".to_string()),
+                Just(" b.".to_string()),
+                Just(" r.".to_string()),
+                "[A-Za-z0-9_-]{20,24}",
+                Just("\u{17f}".to_string()),
+                Just("\u{212a}".to_string()),
+                "[A-Za-z0-9._~+/=: \"-]{0,30}",
+            ];
+            prop::collection::vec(piece, 0..6).prop_map(|v| v.concat())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+
+            /// Skipping a pattern never changes what the redactor writes.
+            #[test]
+            fn a_skipped_pattern_could_not_have_matched(t in near_shapes()) {
+                for p in &PATTERNS {
+                    prop_assert!(p.may_match(&t) || !p.regex().is_match(&t), "{} on {t:?}", p.re);
+                }
             }
         }
     }

@@ -162,7 +162,9 @@ pub(crate) struct Agent<'a> {
     pub(crate) state: State,
     opts: TickOptions,
     tenancy: proto::Client,
-    bao: bao::BaoClient,
+    /// Built on first use: a heartbeat never speaks to OpenBao, and building the client costs
+    /// a runtime thread and the CA bundle's parsing (or the system's roots without one).
+    bao: std::cell::OnceCell<bao::BaoClient>,
     docker: compose::Docker,
     token: Option<bao::Token>,
     /// Why the last look at the containers failed; a heartbeat must not call that "not running".
@@ -179,7 +181,7 @@ impl<'a> Agent<'a> {
         let docker = builder.build().context("docker")?;
         Ok(Self {
             tenancy: peers::tenancy(cfg)?,
-            bao: peers::openbao(cfg)?,
+            bao: std::cell::OnceCell::new(),
             docker,
             cfg,
             state,
@@ -187,6 +189,15 @@ impl<'a> Agent<'a> {
             token: None,
             docker_error: None,
         })
+    }
+
+    /// The OpenBao client, built the first time a tick needs it.
+    fn bao(&self) -> anyhow::Result<&bao::BaoClient> {
+        if let Some(client) = self.bao.get() {
+            return Ok(client);
+        }
+        let client = peers::openbao(self.cfg)?;
+        Ok(self.bao.get_or_init(|| client))
     }
 
     fn token_path(&self) -> PathBuf {
@@ -258,7 +269,7 @@ impl<'a> Agent<'a> {
         redact::register(grant.expose_secret());
         info!("bootstrapping: logging in to OpenBao with the kit's grant");
         let login = self
-            .bao
+            .bao()?
             .login_jwt(&self.cfg.bao.auth_mount, &self.cfg.bao.role, &grant)
             .map_err(|e| {
                 let temporary = e.kind() == bao::ErrorKind::Temporary;
@@ -298,7 +309,9 @@ impl<'a> Agent<'a> {
         });
         if let Some(old) = self.token.replace(token)
             && old.expose_secret() != self.token.as_ref().map_or("", |t| t.expose_secret())
-            && let Err(e) = self.bao.revoke_self(&old)
+            && let Err(e) = self
+                .bao()
+                .and_then(|b| b.revoke_self(&old).map_err(anyhow::Error::new))
         {
             // The policy may not grant revoke-self; the old token then simply expires.
             warn!("could not revoke the previous token: {e}");
@@ -333,7 +346,7 @@ impl<'a> Agent<'a> {
             .map_err(|e| peers::tenancy_failure("lease", e))?;
         redact::register(lease.login_jwt.expose_secret());
         let login = self
-            .bao
+            .bao()?
             .login_jwt(&lease.mount, &lease.role, &lease.login_jwt)
             .map_err(|e| peers::bao_failure("lease login", e))?;
         info!("leased a deploy grant ({reason}); new OpenBao token in place");
@@ -352,7 +365,7 @@ impl<'a> Agent<'a> {
             }),
         ) = (&self.token, &self.state.token)
         {
-            match self.bao.lookup_self(tok) {
+            match self.bao()?.lookup_self(tok) {
                 Ok(info) if info.ttl.as_secs() > self.cfg.bao.renew_below_s => return Ok(()),
                 Ok(_) => info!("lease token is close to expiry; leasing a new one"),
                 Err(e) if e.kind() == bao::ErrorKind::Temporary => {
@@ -383,7 +396,7 @@ impl<'a> Agent<'a> {
         }
         if ts.expires_at.saturating_sub(now) < self.cfg.bao.renew_below_s {
             let renewal = self
-                .bao
+                .bao()?
                 .renew_self(tok, None)
                 .map_err(|e| peers::bao_failure("token renew", e))?;
             for w in &renewal.warnings {
@@ -649,7 +662,7 @@ impl<'a> Agent<'a> {
             let token = self.token.as_ref().context("no token")?;
             for (entry, path) in manifest.entries.iter().zip(&paths) {
                 let v = self
-                    .bao
+                    .bao()?
                     .read_kv(token, path, entry.version)
                     .map_err(|e| peers::bao_failure(&format!("read {}", entry.var), e))?;
                 redact::register(v.expose_secret());

@@ -9,6 +9,7 @@ mod bundle_check;
 mod cli;
 mod crash;
 mod deadline;
+mod crypto;
 mod e2e;
 mod faults;
 mod hostile;
