@@ -19,8 +19,6 @@ set -euo pipefail
 umask 077
 
 DEFAULT_VERSION="0.2.0"
-# The Debian revision dist builds (`cargo xtask dist`): the .deb of version X is X-1.
-DEB_REVISION="1"
 CONFIG_DIR=/etc/monky-deployd
 STATE_DIR=/var/lib/monky-deployd
 IDENTITY_DIR=/opt/openziti/etc/identities
@@ -170,11 +168,10 @@ if ! $DRY_RUN && [ "$(id -u)" -ne 0 ]; then
     die "run as root (sudo bash install.sh ...), or add --dry-run to see what it would do"
 fi
 
-case "$VERSION" in
-*-*) DEB_VERSION=$VERSION ;;
-*) DEB_VERSION="$VERSION-$DEB_REVISION" ;;
-esac
-UPSTREAM_VERSION=${DEB_VERSION%-*}
+# The release files are named as `cargo xtask dist` (and the original packaging) name them:
+# monky-deployd_<version>_<arch>.deb, no Debian revision.
+DEB_VERSION=$VERSION
+UPSTREAM_VERSION=${VERSION%-*}
 ARCH=$(dpkg --print-architecture 2>/dev/null || echo amd64)
 DEB="monky-deployd_${DEB_VERSION}_${ARCH}.deb"
 IDENTITY="$IDENTITY_DIR/monky-host.$ENV_ID.json"

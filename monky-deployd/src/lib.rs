@@ -21,6 +21,7 @@ mod release;
 mod runloop;
 pub mod state;
 pub mod status;
+mod takeover;
 pub mod tick;
 
 use crate::cli::{BundleCommand, Cli, Command};
@@ -77,7 +78,7 @@ pub fn protect_memory() {
 pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     let load = || -> anyhow::Result<Config> {
         let cfg = Config::load(&cli.config)?;
-        logging::init(&cfg.log_level);
+        logging::init(cfg.log_level);
         Ok(cfg)
     };
     match cli.command {

@@ -148,7 +148,7 @@ fn install_sh_dry_run_prints_every_action_and_writes_a_config_the_agent_parses()
             || "amd64".to_string(),
             |o| String::from_utf8_lossy(&o.stdout).trim().to_string(),
         );
-    let deb = format!("monky-deployd_{}-1_{arch}.deb", monky_deployd::VERSION);
+    let deb = format!("monky-deployd_{}_{arch}.deb", monky_deployd::VERSION);
     let cases = [
         Case {
             // The kit's own invocation: the defaults.
@@ -241,7 +241,7 @@ fn install_sh_dry_run_prints_every_action_and_writes_a_config_the_agent_parses()
                 "0.3.1",
             ],
             prints: &[
-                "monky-deployd_0.3.1-1_",
+                "monky-deployd_0.3.1_",
                 "+ write /etc/monky-deployd/openbao-ca.pem (mode 0640, owner root:monky-deployd)",
                 "(copy of {dir}/ca.pem)",
                 "+ install -d -m 0711 /home/docker-data",
@@ -546,6 +546,7 @@ fn exposure_of(report: &str) -> Option<f64> {
 fn shellcheck_is_clean() {
     for (script, shell) in [
         ("packaging/install.sh", "bash"),
+        ("packaging/debian/preinst", "sh"),
         ("packaging/debian/postinst", "sh"),
         ("packaging/debian/prerm", "sh"),
         ("packaging/debian/postrm", "sh"),
@@ -768,13 +769,18 @@ fn the_deb_holds_what_a_box_needs_and_its_sha256_matches() {
         );
     }
     let field = |f: &str| run_ok(Command::new("dpkg-deb").arg("--field").arg(&deb).arg(f));
-    assert_eq!(field("Version").trim(), format!("{v}-1"));
+    assert_eq!(field("Version").trim(), v);
+    // The name the install kit and the original ansible role download.
+    assert_eq!(
+        deb.file_name().unwrap().to_string_lossy(),
+        format!("monky-deployd_{v}_amd64.deb")
+    );
     assert!(field("Depends").contains("adduser"));
     // The TLS client loads the system's roots even for plain-http tenancy.
     assert!(field("Depends").contains("ca-certificates"));
     assert!(field("Depends").contains("libc6"));
     let scripts = run_ok(Command::new("dpkg-deb").arg("--info").arg(&deb));
-    for s in ["postinst", "prerm", "postrm"] {
+    for s in ["preinst", "postinst", "prerm", "postrm"] {
         assert!(scripts.contains(s), "{s} missing:\n{scripts}");
     }
     // The .sha256 beside it is in `sha256sum --check` form and matches.

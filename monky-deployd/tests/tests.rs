@@ -18,3 +18,4 @@ mod redaction;
 mod soak;
 mod token;
 mod transport;
+mod upgrade;
