@@ -278,7 +278,7 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
     let checks = run(cfg);
     let ok = checks.iter().all(|c| c.verdict != Verdict::Fail);
     if as_json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json!({"ok": ok, "checks": checks}))?
         );
@@ -289,9 +289,9 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
                 Verdict::Fail => "FAIL",
                 Verdict::Skip => "skip",
             };
-            println!("{v} {:<14} {}", c.name, c.detail);
+            outln!("{v} {:<14} {}", c.name, c.detail);
             if c.verdict == Verdict::Fail && !c.fix.is_empty() {
-                println!("     {:<14} fix: {}", "", c.fix);
+                outln!("     {:<14} fix: {}", "", c.fix);
             }
         }
     }

@@ -227,7 +227,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
     };
     lines.push(("next step", step));
     for (k, v) in lines {
-        println!("{k:<11} {}", redact(&v));
+        outln!("{k:<11} {}", redact(&v));
     }
     Ok(Exit::Ok)
 }

@@ -1062,7 +1062,7 @@ pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
     let (state, _) = State::load(&cfg.state_dir, &cfg.env_id)?;
     let mut agent = Agent::new(cfg, state, TickOptions::default())?;
     if agent.token_path().exists() && !force {
-        println!("a token is already stored; use --force to replace it");
+        outln!("a token is already stored; use --force to replace it");
         return Ok(Exit::Ok);
     }
     if force {
@@ -1077,7 +1077,7 @@ pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
         warn!("cannot save state: {e:#}");
     }
     result?;
-    println!("token stored in {}", agent.token_path().display());
+    outln!("token stored in {}", agent.token_path().display());
     Ok(Exit::Ok)
 }
 

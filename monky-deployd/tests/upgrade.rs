@@ -186,3 +186,28 @@ fn a_box_on_the_sdk_transport_ticks_through_the_proxy() {
     assert_report(&report, ReportResult::Applied, None);
     assert_eq!(report.sha.as_deref(), Some(sha.as_str()));
 }
+
+#[test]
+fn status_into_a_closed_pipe_ends_quietly() {
+    let w = World::new();
+    w.applied();
+    for args in [
+        &["status", "--json"][..],
+        &["status"],
+        &["explain"],
+        &["version"],
+    ] {
+        // The reader is gone before the agent writes a byte, as with `| head -n 0`.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = w
+            .command(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panic"), "{args:?}: {err}");
+    }
+}
