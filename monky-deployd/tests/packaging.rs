@@ -78,7 +78,7 @@ impl DryRun {
         .unwrap();
         std::fs::write(
             dir.path().join("daemon.json"),
-            "{\"data-root\": \"/srv/d\"}\n",
+            "{\"data-root\": \"/srv/d\", \"log-driver\": \"local\"}\n",
         )
         .unwrap();
         Self { dir }
@@ -174,7 +174,7 @@ fn install_sh_dry_run_prints_every_action_and_writes_a_config_the_agent_parses()
                 "+ systemctl enable --now monky-deployd-proxy.service",
                 "+ systemctl enable --now monky-deployd.timer",
                 "+ systemctl start monky-deployd.service",
-                "+ monky-deployd --config /etc/monky-deployd/config.yaml status",
+                "+ monky-deployd --config /etc/monky-deployd/config.yaml doctor",
             ],
             not: &["daemon.json", "ziti-edge-tunnel enroll", "ca_bundle"],
             check: |c| {
@@ -215,8 +215,18 @@ fn install_sh_dry_run_prints_every_action_and_writes_a_config_the_agent_parses()
                 "--source",
                 "{dir}/release",
             ],
-            prints: &["+ systemctl enable --now monky-deployd.timer"],
-            not: &["proxy.env", "monky-deployd-proxy", "bootstrap.jwt (mode"],
+            prints: &[
+                "laptop mode: the timer stays off",
+                "+ systemctl disable --now monky-deployd.timer",
+            ],
+            not: &[
+                "proxy.env",
+                "monky-deployd-proxy",
+                "bootstrap.jwt (mode",
+                "enable --now monky-deployd.timer",
+                "run-host",
+                "ziti-edge-tunnel openziti",
+            ],
             check: |c| {
                 assert_eq!(c.transport, TransportKind::System);
                 assert!(c.laptop_mode);
@@ -317,10 +327,6 @@ fn install_sh_refuses_what_it_cannot_install_before_changing_anything() {
     let source: &[&str] = &["--source", "{dir}/release"];
     let cases: &[(&[&str], &str)] = &[
         (
-            &["--transport", "sdk", "--env", "e1"],
-            "--transport sdk is not available",
-        ),
-        (
             &["--transport", "tun", "--env", "e1"],
             "use proxy or system",
         ),
@@ -361,7 +367,7 @@ fn install_sh_refuses_what_it_cannot_install_before_changing_anything() {
             "{args:?}: acted before refusing:\n{all}"
         );
     }
-    // An operator's own daemon.json is never rewritten.
+    // An operator's own daemon.json keeps its keys; data-root is merged in.
     let out = Command::new("bash")
         .arg(root().join("packaging/install.sh"))
         .args(["--dry-run", "--env", "e1", "--source"])
@@ -370,16 +376,148 @@ fn install_sh_refuses_what_it_cannot_install_before_changing_anything() {
         .env("MONKY_DEPLOYD_DOCKER_DAEMON_JSON", dry.path("daemon.json"))
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    assert!(text(&out).contains("add it by hand"), "{}", text(&out));
-    // Without a source location there is nothing to install.
-    let out = dry.run(&["--env", "e1"]);
-    assert!(!out.status.success());
+    assert!(out.status.success(), "{}", text(&out));
+    let merged = written(&text(&out), &dry.path("daemon.json")).expect("daemon.json written");
+    let merged: serde_json::Value = serde_json::from_str(&merged).unwrap();
+    assert_eq!(
+        merged,
+        serde_json::json!({"data-root": "/home/docker-data", "log-driver": "local"})
+    );
+    // Without a source the built-in GitLab download is used, with the kit's token.
+    let out = dry.run(&["--env", "e1", "--token", TOKEN]);
+    assert!(out.status.success(), "{}", text(&out));
     assert!(
-        text(&out).contains("MONKY_DEPLOYD_GITLAB_URL"),
+        text(&out).contains(
+            "+ curl -fsSL --config - https://scm.tikali.ai/api/v4/projects/69/packages/generic/monky-deployd/"
+        ),
         "{}",
         text(&out)
     );
+}
+
+/// The original kit's command lines, 0.1.0 to 0.1.7, as its README and the tenancy kit ran them
+/// (after `curl ... | sudo bash -s --`), with every optional flag the original took.
+const KIT_LINES: &[&str] = &[
+    // 0.1.0: the grant on stdin, the enrolment JWT, the original's optional flags.
+    "--env env-qa-02 --site cbs --enrol-jwt ./monky-host.env-qa-02.jwt",
+    "--env env-qa-02 --site cbs --enrol-jwt ./monky-host.env-qa-02.jwt --transport sdk --version 0.1.0 --bao-ca openbao-ca.pem",
+    "--env env-qa-02 --site cbs --enrol-jwt ./monky-host.env-qa-02.jwt --transport proxy --laptop",
+    "--env env-dev-07 --site cbs --enrol-jwt ./monky-host.env-qa-02.jwt --transport system --laptop",
+    // The tenancy kit since !22: it stages the grant and pins the version.
+    "--env env-qa-02 --site cbs --version 0.1.3 --bootstrap-file bootstrap.jwt",
+    // 0.1.4 to 0.1.7: the deploy token and the grant file.
+    "--env env-qa-02 --site cbs --token TOKEN --bootstrap-file bootstrap.jwt --enrol-jwt ./monky-host.env-qa-02.jwt",
+    "--env env-qa-02 --site cbs --token TOKEN --bootstrap-file bootstrap.jwt --enrol-jwt ./monky-host.env-qa-02.jwt --transport sdk --version 0.1.6 --docker-data-root /home/docker-data --bao-ca openbao-ca.pem --source gitlab",
+    "--env env-qa-02 --site cbs --token TOKEN --bootstrap-file bootstrap.jwt --transport proxy --version 0.1.7 --source gitea",
+    "--env env-qa-02 --site cbs --token TOKEN --bootstrap-file bootstrap.jwt --enrol-jwt ./monky-host.env-qa-02.jwt --transport system --laptop --version 0.1.5",
+];
+
+#[test]
+fn install_sh_accepts_every_kit_command_line_of_the_original() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bootstrap.jwt"), GRANT).unwrap();
+    std::fs::write(dir.path().join("monky-host.env-qa-02.jwt"), "enrol-jwt").unwrap();
+    std::fs::write(
+        dir.path().join("openbao-ca.pem"),
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let script = root().join("packaging/install.sh");
+    for line in KIT_LINES {
+        let args: Vec<String> = line
+            .split_whitespace()
+            .map(|a| a.replace("TOKEN", TOKEN))
+            .collect();
+        // The script is a file here, as the 0.1.0 kit ran it, so the grant comes on stdin when
+        // no --bootstrap-file names it.
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg("--dry-run")
+            .args(&args)
+            .current_dir(dir.path())
+            .env(
+                "MONKY_DEPLOYD_DOCKER_DAEMON_JSON",
+                dir.path().join("absent/daemon.json"),
+            )
+            .env_remove("MONKY_DEPLOYD_TOKEN")
+            .env_remove("MONKY_DEPLOYD_GITLAB_URL")
+            .env_remove("MONKY_DEPLOYD_GITEA_URL")
+            .stdin(std::fs::File::open(dir.path().join("bootstrap.jwt")).unwrap())
+            .output()
+            .unwrap();
+        let all = text(&out);
+        assert!(out.status.success(), "{line}:\n{all}");
+        for secret in [GRANT, TOKEN] {
+            assert!(
+                !all.contains(secret),
+                "{line}: a secret was printed:\n{all}"
+            );
+        }
+        let c = written_config(&all);
+        let system = line.contains("--transport system");
+        let laptop = line.contains("--laptop");
+        assert_eq!(
+            c.transport,
+            if system {
+                TransportKind::System
+            } else {
+                TransportKind::Proxy
+            },
+            "{line}"
+        );
+        assert_eq!(c.laptop_mode, laptop, "{line}");
+        // The script installs its own version, never the original agent's 0.1.x.
+        let deb = format!("monky-deployd_{}_", monky_deployd::VERSION);
+        assert!(all.contains(&deb), "{line}:\n{all}");
+        assert!(!all.contains("monky-deployd_0.1."), "{line}:\n{all}");
+        // The built-in download sources.
+        if line.contains("--source gitea") {
+            assert!(
+                all.contains(&format!(
+                    "https://gitea.cbs.tikali.net/mdella/monky-deployd/releases/download/v{}/",
+                    monky_deployd::VERSION
+                )),
+                "{line}:\n{all}"
+            );
+        } else {
+            assert!(
+                all.contains(&format!(
+                    "https://scm.tikali.ai/api/v4/projects/69/packages/generic/monky-deployd/{}/",
+                    monky_deployd::VERSION
+                )),
+                "{line}:\n{all}"
+            );
+        }
+        // The grant is staged, from the file or from stdin.
+        assert!(
+            all.contains("+ write /etc/monky-deployd/bootstrap.jwt (mode 0600"),
+            "{line}:\n{all}"
+        );
+        // The mesh: the tunneler, and the ziti CLI for the proxy, from OpenZiti's suite; the
+        // tunneler hosts only when the proxy dials.
+        if line.contains("--enrol-jwt") {
+            assert!(
+                all.contains("+ ziti-edge-tunnel enroll --jwt"),
+                "{line}:\n{all}"
+            );
+        }
+        let install = all
+            .lines()
+            .find(|l| {
+                l.starts_with(
+                    "+ env DEBIAN_FRONTEND=noninteractive apt-get install -y -q ziti-edge-tunnel",
+                )
+            })
+            .unwrap_or_else(|| panic!("{line}: no tunneler install:\n{all}"));
+        assert_eq!(install.contains("openziti"), !system, "{line}: {install}");
+        assert_eq!(all.contains("run-host"), !system, "{line}:\n{all}");
+        assert_eq!(
+            all.contains("+ systemctl enable --now monky-deployd.timer"),
+            !laptop,
+            "{line}"
+        );
+        assert!(all.contains("doctor"), "{line}:\n{all}");
+    }
 }
 
 #[test]
