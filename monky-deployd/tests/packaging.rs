@@ -718,11 +718,18 @@ vars.update(overrides)
 for _ in range(10):  # defaults refer to each other, as ansible resolves lazily
     vars = {k: env.from_string(v).render(vars) if isinstance(v, str) and "{{" in v else v
             for k, v in vars.items()}
+import re
+env.tests["match"] = lambda v, p: re.match(p, str(v)) is not None  # ansible's match test
+docs = {}
 for name in ("tasks/main.yml", "handlers/main.yml", "meta/main.yml"):
     with open(role + "/" + name) as f:
-        yaml.safe_load(f)
+        docs[name] = yaml.safe_load(f)
+# The role's own assert, evaluated as ansible would: a failing condition is named.
+failed = [c for t in docs["tasks/main.yml"] if "ansible.builtin.assert" in t
+          for c in t["ansible.builtin.assert"]["that"] if not env.compile_expression(c)(**vars)]
 out = {t: env.get_template(t).render(vars) for t in ("config.yaml.j2", "proxy.env.j2")}
 out["vars"] = vars
+out["assert_failed"] = failed
 print(json.dumps(out))
 "#;
 
@@ -748,6 +755,7 @@ fn the_ansible_template_renders_configs_the_agent_parses() {
     };
 
     let plain = render(json!({"monky_deployd_env_id": "env-dev-06"}));
+    assert_eq!(plain["assert_failed"], json!([]));
     let c = parse(&plain);
     assert_eq!(c.env_id, "env-dev-06");
     assert_eq!(c.transport, TransportKind::Proxy);
@@ -810,6 +818,47 @@ fn the_ansible_template_renders_configs_the_agent_parses() {
     }
     assert!(vars["monky_deployd_bao_addr"].is_string());
     assert!(vars["monky_deployd_env_id"].is_string());
+
+    // An inventory written for the original role: its own example's `sdk`, no base_url (the
+    // original defaulted it), the deploy token and a grant. The role's assert passes, the box
+    // runs the proxy with the same identity, and the download is the original's.
+    let original = render(json!({
+        "monky_deployd_version": monky_deployd::VERSION,
+        "monky_deployd_env_id": "env-dev-06",
+        "monky_deployd_site": "cbs",
+        "monky_deployd_transport": "sdk",
+        "monky_deployd_download_token": "vaulted-token",
+        "monky_deployd_bootstrap_grant": "vaulted-grant",
+        "monky_deployd_tenancy_port": 443,
+        "monky_deployd_bao_addr": "https://bao.cbs.tikali.net:8200",
+    }));
+    assert_eq!(original["assert_failed"], json!([]), "{original}");
+    let c = parse(&original);
+    assert_eq!(c.transport, TransportKind::Proxy);
+    assert_eq!(
+        original["vars"]["monky_deployd_effective_transport"],
+        "proxy"
+    );
+    assert_eq!(
+        original["vars"]["monky_deployd_deb_url"],
+        format!(
+            "https://scm.tikali.ai/api/v4/projects/69/packages/generic/monky-deployd/{v}/monky-deployd_{v}_amd64.deb",
+            v = monky_deployd::VERSION
+        )
+    );
+    assert!(
+        original["proxy.env.j2"]
+            .as_str()
+            .unwrap()
+            .contains("monky-host.env-dev-06.json")
+    );
+    // What the assert still refuses.
+    let bad =
+        render(json!({"monky_deployd_env_id": "env-dev-06", "monky_deployd_transport": "tun"}));
+    assert_eq!(
+        bad["assert_failed"],
+        json!(["monky_deployd_transport in ['proxy', 'system', 'sdk']"])
+    );
 }
 
 // ---- the .deb ---------------------------------------------------------------------------------
