@@ -294,6 +294,8 @@ apt_knows() {
 
 MESH_PKGS=()
 command -v ziti-edge-tunnel >/dev/null || MESH_PKGS+=(ziti-edge-tunnel)
+# The agent reads the identity through an ACL, as the tunneler keeps owning it.
+command -v setfacl >/dev/null || MESH_PKGS+=(acl)
 if [ "$TRANSPORT" = proxy ] && ! command -v ziti >/dev/null; then
     # `ziti tunnel proxy` (monky-deployd-proxy.service) is OpenZiti's CLI, package openziti.
     MESH_PKGS+=(openziti)
@@ -303,10 +305,15 @@ if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev
 fi
 if [ ${#MESH_PKGS[@]} -gt 0 ]; then
     say "installing ${MESH_PKGS[*]}"
-    if [ -n "$ZITI_APT_SOURCE" ] && [ ! -e "$ZITI_APT_LIST" ]; then
+    if [ -n "$ZITI_APT_SOURCE" ]; then
         printf '%s\n' "$ZITI_APT_SOURCE" | put "$ZITI_APT_LIST" 0644 root:root
+        # Only the suite just added is refreshed: the box's other sources stay as they were.
+        run env DEBIAN_FRONTEND=noninteractive apt-get update -q \
+            -o Dir::Etc::sourcelist="$ZITI_APT_LIST" -o Dir::Etc::sourceparts=- \
+            -o APT::Get::List-Cleanup=0
+    else
+        run env DEBIAN_FRONTEND=noninteractive apt-get update -q
     fi
-    run env DEBIAN_FRONTEND=noninteractive apt-get update -q
     if ! $DRY_RUN; then
         for pkg in "${MESH_PKGS[@]}"; do
             apt_knows "$pkg" || die "apt cannot install $pkg: add OpenZiti's apt suite \

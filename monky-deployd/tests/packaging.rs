@@ -27,6 +27,8 @@ use serde_json::json;
 
 use crate::util::TestBundle;
 
+mod upgrade_box;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -225,7 +227,7 @@ fn install_sh_dry_run_prints_every_action_and_writes_a_config_the_agent_parses()
                 "bootstrap.jwt (mode",
                 "enable --now monky-deployd.timer",
                 "run-host",
-                "ziti-edge-tunnel openziti",
+                " openziti",
             ],
             check: |c| {
                 assert_eq!(c.transport, TransportKind::System);
@@ -1268,6 +1270,10 @@ fn the_deb_installs_and_ticks_under_systemd() {
         .to_string(),
     );
 
+    // OpenZiti's apt suite cannot be reached here: a local file-based apt repository holds
+    // stand-ins for the packages install.sh takes from it.
+    let repo = tempfile::tempdir().unwrap();
+    upgrade_box::stand_in_apt_repo(repo.path());
     let b = Machine {
         name: format!("{prefix}pkg-systemd"),
         docker: docker.clone(),
@@ -1299,6 +1305,7 @@ fn the_deb_installs_and_ticks_under_systemd() {
         "--volume={}:/pkg:ro",
         deb.parent().unwrap().display()
     ))
+    .arg(format!("--volume={}:/repo:ro", repo.path().display()))
     .arg(&image);
     run_ok(&mut run);
     let state = wait_for("systemd to finish booting", Duration::from_secs(90), || {
@@ -1370,16 +1377,57 @@ fn the_deb_installs_and_ticks_under_systemd() {
     println!("systemd-analyze security monky-deployd.service (loaded, in the box): {exposure:.1}");
     assert!(exposure <= 2.0, "{security}");
 
-    // install.sh for real: the config, the grant, the proxy, the timer and a first tick. Nothing
-    // listens on the proxy's loopback ports, so that tick ends 75 (temporary) and the unit
-    // counts it as a success.
+    // install.sh for real: the mesh packages from the (stand-in) OpenZiti suite, the
+    // enrolment, the config, the grant, the proxy, the timer and a first tick. Nothing answers
+    // behind the proxy, so that tick ends 75 (temporary; the unit counts it as a success) and
+    // install.sh says the box cannot reach the mesh instead of "done".
     let grant = tenancy.mint_grant(ENV);
     b.put("/tmp/grant.jwt", grant.expose_secret());
-    let install = b.ok(&format!(
-        "bash /pkg/install.sh --source /pkg --env {ENV} --bootstrap-file /tmp/grant.jwt"
+    b.put("/tmp/enrol.jwt", "enrol-jwt-stand-in");
+    let install = b.sh(&format!(
+        "bash /pkg/install.sh --source /pkg --env {ENV} --bootstrap-file /tmp/grant.jwt \
+         --enrol-jwt /tmp/enrol.jwt --ziti-apt-source 'deb [trusted=yes] file:/repo ./'"
     ));
-    assert!(install.contains("==> running one tick"), "{install}");
-    assert!(!install.contains(grant.expose_secret()));
+    let said = text(&install);
+    assert!(!install.status.success(), "{said}");
+    assert!(
+        said.contains("==> installing ziti-edge-tunnel acl openziti"),
+        "{said}"
+    );
+    assert!(said.contains("==> running one tick"), "{said}");
+    assert!(
+        said.contains("could not reach tenancy or OpenBao (exit 75"),
+        "{said}"
+    );
+    assert!(said.contains("==> doctor"), "{said}");
+    assert!(!said.contains("==> done"), "{said}");
+    assert!(!said.contains(grant.expose_secret()));
+    assert_eq!(
+        b.ok("dpkg-query -W -f '${Package} ${db:Status-Abbrev}\n' ziti-edge-tunnel openziti acl"),
+        "ziti-edge-tunnel ii \nopenziti ii \nacl ii \n"
+    );
+    b.ok(&format!(
+        "test -s /opt/openziti/etc/identities/monky-host.{ENV}.json && test ! -e /tmp/enrol.jwt"
+    ));
+    // The tunneler hosts only; the proxy dials with the identity, as the agent's user.
+    assert!(
+        b.ok("systemctl show -p ExecStart --value ziti-edge-tunnel.service")
+            .contains("run-host"),
+    );
+    assert_eq!(
+        b.ok("systemctl is-active ziti-edge-tunnel.service"),
+        "active\n"
+    );
+    assert_eq!(
+        b.ok("systemctl show -p User --value monky-deployd-proxy.service"),
+        "monky-deployd\n"
+    );
+    wait_for("the proxy to run", Duration::from_secs(30), || {
+        (b.sh("systemctl is-active monky-deployd-proxy.service")
+            .stdout
+            == b"active\n")
+            .then_some(())
+    });
     assert_eq!(
         b.ok("systemctl show -p Result -p ExecMainStatus monky-deployd.service"),
         "Result=success\nExecMainStatus=75\n"
@@ -1394,11 +1442,6 @@ fn the_deb_installs_and_ticks_under_systemd() {
     assert_eq!(
         b.ok("systemctl is-enabled monky-deployd.timer monky-deployd-proxy.service"),
         "enabled\nenabled\n"
-    );
-    // Without OpenZiti's CLI the proxy is skipped by its condition, not failed.
-    assert_eq!(
-        b.ok("systemctl show -p ConditionResult monky-deployd-proxy.service"),
-        "ConditionResult=no\n"
     );
     let tick_log = b.ok("journalctl -u monky-deployd.service --no-pager -o cat");
     assert!(!tick_log.contains(grant.expose_secret()), "{tick_log}");
