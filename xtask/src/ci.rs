@@ -1,4 +1,4 @@
-//! `cargo xtask ci`: what `.ci/run` runs. setup, fmt, clippy, test (with the setup env file
+//! `cargo xtask ci`: what `.ci/run` runs. setup, tidy (the crate rules), fmt, clippy, test (with the setup env file
 //! exported), demo (`cargo xtask demo --ci`: the README's first command, asserted end to end),
 //! packaging (`cargo xtask dist --test`: the .deb built, linted and installed under systemd),
 //! doc, then teardown whatever happened. One line per step, a verdict at the end.
@@ -20,7 +20,7 @@ pub fn main(args: &[String]) -> Result<()> {
             "--fail-fast" => fail_fast = true,
             "-h" | "--help" => {
                 println!(
-                    "cargo xtask ci [--fail-fast]\n  setup, fmt, clippy, test, demo, packaging, doc, teardown (always)\n  --fail-fast  skip the remaining checks after the first failure"
+                    "cargo xtask ci [--fail-fast]\n  setup, tidy, fmt, clippy, test, demo, packaging, doc, teardown (always)\n  --fail-fast  skip the remaining checks after the first failure"
                 );
                 return Ok(());
             }
@@ -34,7 +34,7 @@ pub fn main(args: &[String]) -> Result<()> {
         c.args(args).current_dir(state::workspace_root());
         c
     };
-    let total = 8;
+    let total = 9;
     let mut failed: Vec<&str> = Vec::new();
 
     // Setup runs as a child process so that the services it starts are not our children.
@@ -47,6 +47,11 @@ pub fn main(args: &[String]) -> Result<()> {
     }
 
     let mut checks: Vec<(&str, Command)> = vec![
+        ("tidy", {
+            let mut tidy = Command::new(&exe);
+            tidy.arg("tidy");
+            tidy
+        }),
         ("fmt", cargo_cmd(&["fmt", "--all", "--check"])),
         (
             "clippy",

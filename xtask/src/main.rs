@@ -11,6 +11,7 @@
 //! - `fuzz`: the cargo-fuzz targets in `fuzz/` (its own workspace), N seconds each.
 //! - `bench`: the agent's tick, apply, verify and start-up costs next to their floors;
 //!   writes docs/PERFORMANCE.md.
+//! - `tidy`: the crate dependency rules of docs/architecture.md, over `cargo metadata`.
 
 mod apt;
 mod bench;
@@ -26,6 +27,7 @@ mod procs;
 mod setup;
 mod state;
 mod teardown;
+mod tidy;
 
 use std::process::ExitCode;
 
@@ -35,11 +37,12 @@ usage: cargo xtask <task> [options]
 tasks:
   setup [--fresh]     docker engine, compose v2, registry with test images; writes target/ci-run/e2e.env
   teardown            stop what setup started, remove monky-e2e-* containers/networks/volumes
-  ci [--fail-fast]    setup, fmt, clippy, test, demo, packaging, doc, teardown (what .ci/run runs)
+  ci [--fail-fast]    setup, tidy, fmt, clippy, test, demo, packaging, doc, teardown (what .ci/run runs)
   dist [--test]       release binary, .deb, .sha256, install.sh in target/dist-pkg; --test runs the packaging tests
   demo [--keep]       the agent's main job on dev peers and the local engine (--stop ends a kept one)
   fuzz [--seconds N]  every cargo-fuzz target in fuzz/ for N seconds each (default 60), on stable
-  bench [--runs N]    agent vs its floors, side by side; writes docs/PERFORMANCE.md";
+  bench [--runs N]    agent vs its floors, side by side; writes docs/PERFORMANCE.md
+  tidy                the crate dependency rules of docs/architecture.md";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
         "demo" => demo::main(rest),
         "dist" => dist::main(rest),
         "fuzz" => fuzz::main(rest),
+        "tidy" => tidy::main(rest),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())
