@@ -1403,8 +1403,8 @@ fn the_deb_installs_and_ticks_under_systemd() {
     assert!(!said.contains("==> done"), "{said}");
     assert!(!said.contains(grant.expose_secret()));
     assert_eq!(
-        b.ok("dpkg-query -W -f '${Package} ${db:Status-Abbrev}\n' ziti-edge-tunnel openziti acl"),
-        "ziti-edge-tunnel ii \nopenziti ii \nacl ii \n"
+        b.ok("dpkg-query -W -f '${Package} ${db:Status-Abbrev}\n' acl openziti ziti-edge-tunnel"),
+        "acl ii \nopenziti ii \nziti-edge-tunnel ii \n"
     );
     b.ok(&format!(
         "test -s /opt/openziti/etc/identities/monky-host.{ENV}.json && test ! -e /tmp/enrol.jwt"
