@@ -679,6 +679,71 @@ fn exposure_of(report: &str) -> Option<f64> {
         .and_then(|n| n.parse().ok())
 }
 
+// ---- maintainer scripts ---------------------------------------------------------------------
+
+#[test]
+fn preinst_refuses_an_sdk_box_without_the_ziti_cli_and_lets_every_other_box_upgrade() {
+    // dpkg's DPKG_ROOT puts the script's view of / in a folder.
+    let check = |config: Option<&str>, ziti: bool, action: &str| -> Output {
+        let dir = tempfile::tempdir().unwrap();
+        if let Some(text) = config {
+            std::fs::create_dir_all(dir.path().join("etc/monky-deployd")).unwrap();
+            std::fs::write(dir.path().join("etc/monky-deployd/config.yaml"), text).unwrap();
+        }
+        if ziti {
+            use std::os::unix::fs::PermissionsExt;
+            let bin = dir.path().join("usr/bin/ziti");
+            std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+            std::fs::write(&bin, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        Command::new("sh")
+            .arg(root().join("packaging/debian/preinst"))
+            .args([action, "0.1.7"])
+            .env("DPKG_ROOT", dir.path())
+            .output()
+            .unwrap()
+    };
+    let env = "env_id: env-qa-02\nsite: cbs\n";
+    for (config, ziti, refused) in [
+        (Some(format!("{env}transport: sdk\n")), false, true),
+        (
+            Some(format!("{env}transport: 'sdk'   # the default\n")),
+            false,
+            true,
+        ),
+        // No transport meant sdk to the original.
+        (Some(env.to_string()), false, true),
+        (Some(format!("{env}transport: sdk\n")), true, false),
+        (Some(env.to_string()), true, false),
+        (Some(format!("{env}transport: proxy\n")), false, false),
+        (Some(format!("{env}transport: system\n")), false, false),
+        // A nested `transport:` is not the top-level key.
+        (
+            Some(format!(
+                "{env}transport: system\ntenancy:\n  transport: sdk\n"
+            )),
+            false,
+            false,
+        ),
+        (None, false, false),
+    ] {
+        for action in ["upgrade", "install"] {
+            let out = check(config.as_deref(), ziti, action);
+            let said = text(&out);
+            assert_eq!(
+                !out.status.success(),
+                refused,
+                "{config:?} ziti={ziti} {action}: {said}"
+            );
+            if refused {
+                assert!(said.contains("sudo apt-get install openziti"), "{said}");
+                assert!(said.contains("running agent keeps working"), "{said}");
+            }
+        }
+    }
+}
+
 // ---- shell scripts, the ansible role -----------------------------------------------------------
 
 #[test]
