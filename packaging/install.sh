@@ -287,9 +287,12 @@ fi
 
 # ---- 2. what the mesh needs: OpenZiti's tunneler and CLI, and the compose plugin ----------------
 
-# Whether apt can install PACKAGE (it knows a candidate version).
+# Whether apt can install PACKAGE (it knows a candidate version). The output is read whole: a
+# `grep -q` that stops early would fail the pipeline under pipefail.
 apt_knows() {
-    apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [^(]'
+    local policy
+    policy=$(apt-cache policy "$1" 2>/dev/null) || return 1
+    [[ $policy =~ Candidate:\ [^\(] ]]
 }
 
 MESH_PKGS=()
