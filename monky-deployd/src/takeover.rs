@@ -113,7 +113,7 @@ fn seconds(v: &Value) -> Option<u64> {
         return Some(n);
     }
     let f = v.as_f64()?;
-    (f.is_finite() && f >= 0.0 && f < 1e12).then(|| f as u64)
+    (0.0..1e12).contains(&f).then_some(f as u64)
 }
 
 /// The first of `keys` that holds a time.
