@@ -486,7 +486,8 @@ else
     tick_status=$(systemctl show -p ExecMainStatus --value monky-deployd.service 2>/dev/null || echo unknown)
 fi
 say "doctor"
-if run monky-deployd --config "$CONFIG_DIR/config.yaml" doctor; then
+# As the agent's user, so the verdict is about what the agent itself can read and reach.
+if run runuser -u monky-deployd -- monky-deployd --config "$CONFIG_DIR/config.yaml" doctor; then
     doctor_ok=true
 else
     doctor_ok=false

@@ -176,7 +176,7 @@ fn install_sh_dry_run_prints_every_action_and_writes_a_config_the_agent_parses()
                 "+ systemctl enable --now monky-deployd-proxy.service",
                 "+ systemctl enable --now monky-deployd.timer",
                 "+ systemctl start monky-deployd.service",
-                "+ monky-deployd --config /etc/monky-deployd/config.yaml doctor",
+                "+ runuser -u monky-deployd -- monky-deployd --config /etc/monky-deployd/config.yaml doctor",
             ],
             not: &["daemon.json", "ziti-edge-tunnel enroll", "ca_bundle"],
             check: |c| {
