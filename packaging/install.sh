@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
 # install.sh: puts monky-deployd on a box and makes it tick.
 #
-#   sudo bash install.sh --env env-qa-02 --site cbs --bootstrap-file bootstrap.jwt \
-#       [--token T] [--enrol-jwt monky-host.env-qa-02.jwt] [--transport proxy|system] \
-#       [--version X.Y.Z] [--docker-data-root DIR] [--laptop] [--bao-ca openbao-ca.pem] \
-#       [--source gitlab|gitea|URL|DIR] [--dry-run]
+#   T=<read-only download token, from the install kit>
+#   curl -sSf -H "DEPLOY-TOKEN: $T" <gitlab>/monky-deployd/<version>/install.sh \
+#     | sudo bash -s -- --env env-qa-02 --site cbs --token "$T" --bootstrap-file bootstrap.jwt \
+#       [--enrol-jwt monky-host.env-qa-02.jwt] [--transport proxy|system|sdk] [--version X.Y.Z] \
+#       [--docker-data-root DIR] [--laptop] [--bao-ca openbao-ca.pem] \
+#       [--source gitlab|gitea|URL|DIR] [--ziti-apt-source LINE] [--dry-run]
+#
+# Every command line of the original agent's kit (0.1.0 to 0.1.7) works unchanged: the grant on
+# stdin of a script run from a file (0.1.0), `--transport sdk` (carried onto proxy: this agent
+# has no SDK), and `--version` of an original release (this script installs its own).
 #
 # What it does, in order: download the .deb and its .sha256 and check one against the other;
-# apt-get install the .deb; optionally point docker at another data root; enrol the box's mesh
-# identity when a fresh enrolment JWT is given and let the agent read it; write
-# /etc/monky-deployd/config.yaml; stage the bootstrap grant (0600, owned by the agent); enable
-# the proxy (transport proxy) and the timer; run one tick and show `monky-deployd status`.
+# install what the mesh needs from OpenZiti's apt suite (the tunneler, and the `ziti` CLI for
+# the proxy) and the compose plugin when absent; apt-get install the .deb; optionally point
+# docker at another data root; enrol the box's mesh identity when a fresh enrolment JWT is given,
+# switch the tunneler to run-host and let the agent read the identity; write
+# /etc/monky-deployd/config.yaml; stage the bootstrap grant (0600, owned by the agent); enable the
+# proxy (transport proxy) and the timer (not in laptop mode, which runs the loop by hand); run one
+# tick and end with its real outcome and `monky-deployd doctor`'s verdict.
 # --dry-run prints every action instead of doing it, and needs no root.
 #
 # Secrets: the download token is sent to curl on stdin (never in argv, never printed) and the
@@ -19,13 +28,21 @@ set -euo pipefail
 umask 077
 
 DEFAULT_VERSION="0.2.0"
-# The Debian revision dist builds (`cargo xtask dist`): the .deb of version X is X-1.
-DEB_REVISION="1"
 CONFIG_DIR=/etc/monky-deployd
 STATE_DIR=/var/lib/monky-deployd
 IDENTITY_DIR=/opt/openziti/etc/identities
 # Overridable so the dry-run tests do not depend on the docker setup of the machine running them.
 DOCKER_DAEMON_JSON=${MONKY_DEPLOYD_DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}
+# The release downloads, built in as the original kit had them: the GitLab project's generic
+# package registry (the default; the project is private, so it takes the kit's deploy token) and
+# the public Gitea mirror. The version is appended (`<base>/<version>/`, `<base>/v<version>/`).
+GITLAB_URL=${MONKY_DEPLOYD_GITLAB_URL:-https://scm.tikali.ai/api/v4/projects/69/packages/generic/monky-deployd}
+GITEA_URL=${MONKY_DEPLOYD_GITEA_URL:-https://gitea.cbs.tikali.net/mdella/monky-deployd/releases/download}
+# The apt source line of OpenZiti's suite, added when the tunneler or the ziti CLI is missing and
+# apt does not know them yet (a box that had the original agent already has the suite).
+ZITI_APT_SOURCE=${MONKY_DEPLOYD_ZITI_APT_SOURCE:-}
+ZITI_APT_LIST=/etc/apt/sources.list.d/openziti.list
+TUNNELER_DROPIN=/etc/systemd/system/ziti-edge-tunnel.service.d/run-host.conf
 
 ENV_ID=""
 SITE="cbs"
@@ -44,23 +61,27 @@ usage() {
     cat <<'EOF'
 usage: sudo bash install.sh --env ENV [options]
 
-Installs monky-deployd, writes its config, stages the bootstrap grant, enables the timer and
-runs one tick.
+Installs monky-deployd and what the mesh needs, writes its config, stages the bootstrap grant,
+enables the timer and runs one tick; ends with that tick's outcome and the doctor's verdict.
 
 Options:
   --env ENV                backend environment this box hosts (required)
   --site SITE              site name, also the OpenBao host bao.SITE.tikali.net (default cbs)
   --token TOKEN            read-only download token (or MONKY_DEPLOYD_TOKEN)
-  --bootstrap-file FILE    the kit's one-time deploy grant ("-" reads it from stdin)
+  --bootstrap-file FILE    the kit's one-time deploy grant ("-" reads it from stdin; so does
+                           a script run from a file with the grant on stdin)
   --enrol-jwt FILE         enrol monky-host.ENV with this JWT when the identity is missing
-  --transport T            proxy (default) or system; sdk is not available in this build
-  --version VERSION        package version to install (default the script's own)
-  --docker-data-root DIR   make docker keep its data in DIR (only on a box without daemon.json)
-  --laptop                 laptop mode: offline ticks exit 0 quietly
+  --transport T            proxy (default) or system; sdk, the original agent's default, is
+                           carried onto proxy with the same identity
+  --version VERSION        package version to install (default the script's own; an original
+                           agent's 0.1.x means the script's own)
+  --docker-data-root DIR   make docker keep its data in DIR (merged into daemon.json)
+  --laptop                 laptop mode: offline ticks exit 0; no timer, run `monky-deployd run`
   --bao-ca FILE            PEM that becomes the only trust root for OpenBao
-  --source S               gitlab (default), gitea, an https URL, or a local folder with the
-                           release files; gitlab/gitea read MONKY_DEPLOYD_GITLAB_URL or
-                           MONKY_DEPLOYD_GITEA_URL
+  --source S               gitlab (default, with --token), gitea, an https URL, or a local
+                           folder with the release files
+  --ziti-apt-source LINE   the apt source line of OpenZiti's suite, when apt does not know
+                           ziti-edge-tunnel yet (or MONKY_DEPLOYD_ZITI_APT_SOURCE)
   --dry-run                print every action, change nothing
 EOF
 }
@@ -128,6 +149,7 @@ while [ $# -gt 0 ]; do
     --laptop) LAPTOP=true; shift ;;
     --bao-ca) need_value "$@"; BAO_CA=$2; shift 2 ;;
     --source) need_value "$@"; SOURCE=$2; shift 2 ;;
+    --ziti-apt-source) need_value "$@"; ZITI_APT_SOURCE=$2; shift 2 ;;
     --dry-run) DRY_RUN=true; shift ;;
     -h | --help) usage; exit 0 ;;
     *) die "unknown argument '$1' (try --help)" ;;
@@ -146,11 +168,28 @@ is_name "$ENV_ID" || die "--env '$ENV_ID': use letters, digits, '-' and '_' only
 is_name "$SITE" || die "--site '$SITE': use letters, digits, '-' and '_' only"
 case "$TRANSPORT" in
 proxy | system) ;;
-sdk) die "--transport sdk is not available in this build (no OpenZiti SDK): use proxy" ;;
-*) die "--transport '$TRANSPORT': use proxy or system" ;;
+sdk)
+    # The original agent's default dialled with the SDK; the same identity through
+    # `ziti tunnel proxy` reaches the same services.
+    echo "==> --transport sdk: this agent has no OpenZiti SDK; using proxy with the same identity"
+    TRANSPORT=proxy
+    ;;
+*) die "--transport '$TRANSPORT': use proxy or system (or sdk, which means proxy)" ;;
 esac
 [[ $VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+([~+.][A-Za-z0-9.~+]+)?(-[A-Za-z0-9.~+]+)?$ ]] ||
-    die "--version '$VERSION' is not a version like 0.2.0 or 0.2.0-1"
+    die "--version '$VERSION' is not a version like 0.2.0"
+# The original kit pins its own release; a 0.1.x package is the original agent, which this
+# script does not set up.
+if [[ $VERSION =~ ^0\.1\. ]]; then
+    echo "==> --version $VERSION is the original agent's; installing $DEFAULT_VERSION"
+    VERSION=$DEFAULT_VERSION
+fi
+if [ -z "$BOOTSTRAP_FILE" ] && [ -n "${BASH_SOURCE[0]:-}" ] && [ -f "${BASH_SOURCE[0]}" ] &&
+    { [ -p /dev/stdin ] || [ -f /dev/stdin ]; }; then
+    # The 0.1.0 kit ran the script from a file with the grant on stdin. Only then is stdin the
+    # grant: under `curl ... | bash -s` it is the rest of this script.
+    BOOTSTRAP_FILE=-
+fi
 if [ -n "$BOOTSTRAP_FILE" ] && [ "$BOOTSTRAP_FILE" != - ]; then
     [ -s "$BOOTSTRAP_FILE" ] || die "--bootstrap-file $BOOTSTRAP_FILE is missing or empty"
 fi
@@ -170,16 +209,15 @@ if ! $DRY_RUN && [ "$(id -u)" -ne 0 ]; then
     die "run as root (sudo bash install.sh ...), or add --dry-run to see what it would do"
 fi
 
-case "$VERSION" in
-*-*) DEB_VERSION=$VERSION ;;
-*) DEB_VERSION="$VERSION-$DEB_REVISION" ;;
-esac
-UPSTREAM_VERSION=${DEB_VERSION%-*}
+# The release files are named as `cargo xtask dist` (and the original packaging) name them:
+# monky-deployd_<version>_<arch>.deb, no Debian revision.
+DEB_VERSION=$VERSION
+UPSTREAM_VERSION=${VERSION%-*}
 ARCH=$(dpkg --print-architecture 2>/dev/null || echo amd64)
 DEB="monky-deployd_${DEB_VERSION}_${ARCH}.deb"
 IDENTITY="$IDENTITY_DIR/monky-host.$ENV_ID.json"
 
-# ---- 1. the package ---------------------------------------------------------------------------
+# ---- 1. the download ---------------------------------------------------------------------------
 
 WORK=""
 cleanup() {
@@ -192,16 +230,8 @@ trap cleanup EXIT
 # Where the release files are: a local folder, or a URL prefix to which the file name is added.
 release_base() {
     case "$SOURCE" in
-    gitlab)
-        [ -n "${MONKY_DEPLOYD_GITLAB_URL:-}" ] ||
-            die "--source gitlab needs MONKY_DEPLOYD_GITLAB_URL (the package's generic-registry URL, from the kit), or pass --source URL|DIR"
-        echo "${MONKY_DEPLOYD_GITLAB_URL%/}/$UPSTREAM_VERSION"
-        ;;
-    gitea)
-        [ -n "${MONKY_DEPLOYD_GITEA_URL:-}" ] ||
-            die "--source gitea needs MONKY_DEPLOYD_GITEA_URL (the mirror's release-download URL), or pass --source URL|DIR"
-        echo "${MONKY_DEPLOYD_GITEA_URL%/}/v$UPSTREAM_VERSION"
-        ;;
+    gitlab) echo "${GITLAB_URL%/}/$UPSTREAM_VERSION" ;;
+    gitea) echo "${GITEA_URL%/}/v$UPSTREAM_VERSION" ;;
     https://* | http://*) echo "${SOURCE%/}" ;;
     *)
         [ -d "$SOURCE" ] || die "--source '$SOURCE' is not gitlab, gitea, a URL or a folder"
@@ -255,30 +285,81 @@ else
         die "$DEB does not match $DEB.sha256: refusing to install"
 fi
 
+# ---- 2. what the mesh needs: OpenZiti's tunneler and CLI, and the compose plugin ----------------
+
+# Whether apt can install PACKAGE (it knows a candidate version). The output is read whole: a
+# `grep -q` that stops early would fail the pipeline under pipefail.
+apt_knows() {
+    local policy
+    policy=$(apt-cache policy "$1" 2>/dev/null) || return 1
+    [[ $policy =~ Candidate:\ [^\(] ]]
+}
+
+MESH_PKGS=()
+command -v ziti-edge-tunnel >/dev/null || MESH_PKGS+=(ziti-edge-tunnel)
+# The agent reads the identity through an ACL, as the tunneler keeps owning it.
+command -v setfacl >/dev/null || MESH_PKGS+=(acl)
+if [ "$TRANSPORT" = proxy ] && ! command -v ziti >/dev/null; then
+    # `ziti tunnel proxy` (monky-deployd-proxy.service) is OpenZiti's CLI, package openziti.
+    MESH_PKGS+=(openziti)
+fi
+if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null; then
+    MESH_PKGS+=(docker-compose-plugin)
+fi
+if [ ${#MESH_PKGS[@]} -gt 0 ]; then
+    say "installing ${MESH_PKGS[*]}"
+    if [ -n "$ZITI_APT_SOURCE" ]; then
+        printf '%s\n' "$ZITI_APT_SOURCE" | put "$ZITI_APT_LIST" 0644 root:root
+        # Only the suite just added is refreshed: the box's other sources stay as they were.
+        run env DEBIAN_FRONTEND=noninteractive apt-get update -q \
+            -o Dir::Etc::sourcelist="$ZITI_APT_LIST" -o Dir::Etc::sourceparts=- \
+            -o APT::Get::List-Cleanup=0
+    else
+        run env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    fi
+    if ! $DRY_RUN; then
+        for pkg in "${MESH_PKGS[@]}"; do
+            apt_knows "$pkg" || die "apt cannot install $pkg: add OpenZiti's apt suite \
+(--ziti-apt-source 'deb [signed-by=KEYRING] URL SUITE main', see docs/OPERATIONS.md) and re-run; nothing of monky-deployd was installed"
+        done
+    fi
+    run env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${MESH_PKGS[@]}"
+fi
+
+# ---- 3. the package ------------------------------------------------------------------------------
+
 say "installing $DEB"
 run env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$WORK/$DEB"
 
-# ---- 2. docker's data root ---------------------------------------------------------------------
+# ---- 4. docker's data root ----------------------------------------------------------------------
 
 if [ -n "$DOCKER_DATA_ROOT" ]; then
     say "docker data root: $DOCKER_DATA_ROOT"
+    run install -d -m 0711 "$DOCKER_DATA_ROOT"
     if [ -e "$DOCKER_DAEMON_JSON" ]; then
-        # Merging JSON in shell is how daemon.json files get broken; an existing one is the
-        # operator's, so only an identical setting passes.
-        if grep -q "\"data-root\"[[:space:]]*:[[:space:]]*\"$DOCKER_DATA_ROOT\"" "$DOCKER_DAEMON_JSON"; then
-            echo "    $DOCKER_DAEMON_JSON already sets it"
-        else
-            die "$DOCKER_DAEMON_JSON exists without \"data-root\": \"$DOCKER_DATA_ROOT\"; add it by hand, restart docker, and run install.sh without --docker-data-root"
-        fi
+        # The operator's file keeps every other key; only data-root is set. JSON is merged by a
+        # JSON parser, never by text edits.
+        command -v python3 >/dev/null ||
+            die "merging data-root into $DOCKER_DAEMON_JSON needs python3; add \"data-root\": \"$DOCKER_DATA_ROOT\" by hand"
+        merged=$(python3 -c '
+import json, sys
+with open(sys.argv[1]) as f:
+    doc = json.load(f)
+if not isinstance(doc, dict):
+    sys.exit("not a JSON object")
+doc["data-root"] = sys.argv[2]
+print(json.dumps(doc, indent=2))
+' "$DOCKER_DAEMON_JSON" "$DOCKER_DATA_ROOT") ||
+            die "$DOCKER_DAEMON_JSON is not a JSON object: fix it, or add \"data-root\" by hand"
+        printf '%s\n' "$merged" | put "$DOCKER_DAEMON_JSON" 0644 root:root
     else
-        run install -d -m 0711 "$DOCKER_DATA_ROOT"
         run install -d -m 0755 "$(dirname "$DOCKER_DAEMON_JSON")"
         printf '{\n  "data-root": "%s"\n}\n' "$DOCKER_DATA_ROOT" | put "$DOCKER_DAEMON_JSON" 0644 root:root
-        run systemctl restart docker.service
     fi
+    run systemctl restart docker.service
 fi
 
-# ---- 3. the mesh identity ----------------------------------------------------------------------
+# ---- 5. the mesh identity ----------------------------------------------------------------------
 
 if [ -n "$ENROL_JWT" ]; then
     if [ -e "$IDENTITY" ]; then
@@ -289,10 +370,23 @@ if [ -n "$ENROL_JWT" ]; then
             die "--enrol-jwt needs ziti-edge-tunnel (OpenZiti's tunneler package): install it, then re-run"
         run install -d -m 0755 "$IDENTITY_DIR"
         run ziti-edge-tunnel enroll --jwt "$ENROL_JWT" --identity "$IDENTITY"
-        run systemctl try-restart ziti-edge-tunnel.service
     fi
     # An enrolment JWT is single-use and worthless once used, but it is still a credential.
     run rm -f "$ENROL_JWT"
+fi
+if [ "$TRANSPORT" = proxy ] && { [ -e "$IDENTITY" ] || $DRY_RUN; }; then
+    # The proxy dials with the identity itself, so the tunneler only hosts (run-host): in `run`
+    # mode it would also intercept the services' names. Laptops on transport system keep `run`.
+    if [ ! -e "$TUNNELER_DROPIN" ]; then
+        say "switching ziti-edge-tunnel to run-host"
+        tunneler=$(command -v ziti-edge-tunnel || echo /opt/openziti/bin/ziti-edge-tunnel)
+        run install -d -m 0755 "$(dirname "$TUNNELER_DROPIN")"
+        printf '# Written by monky-deployd install.sh: host services only, no intercepts.\n[Service]\nExecStart=\nExecStart=%s run-host --verbose=2 --identity-dir %s\n' \
+            "$tunneler" "$IDENTITY_DIR" | put "$TUNNELER_DROPIN" 0644 root:root
+    fi
+    run systemctl daemon-reload
+    run systemctl enable ziti-edge-tunnel.service
+    run systemctl restart ziti-edge-tunnel.service
 fi
 if [ -e "$IDENTITY" ] || { $DRY_RUN && [ -n "$ENROL_JWT" ]; }; then
     say "letting monky-deployd read $IDENTITY"
@@ -302,7 +396,7 @@ elif [ "$TRANSPORT" = proxy ]; then
     echo "    warning: $IDENTITY is missing; the proxy cannot start until the box is enrolled (--enrol-jwt)" >&2
 fi
 
-# ---- 4. configuration --------------------------------------------------------------------------
+# ---- 6. configuration --------------------------------------------------------------------------
 
 say "writing $CONFIG_DIR/config.yaml"
 run install -d -o monky-deployd -g monky-deployd -m 0750 "$CONFIG_DIR"
@@ -349,7 +443,7 @@ if [ "$TRANSPORT" = proxy ]; then
         put "$CONFIG_DIR/proxy.env" 0640 root:monky-deployd
 fi
 
-# ---- 5. the bootstrap grant --------------------------------------------------------------------
+# ---- 7. the bootstrap grant --------------------------------------------------------------------
 
 if [ -n "$BOOTSTRAP_FILE" ]; then
     say "staging the bootstrap grant at $CONFIG_DIR/bootstrap.jwt (0600)"
@@ -362,29 +456,64 @@ elif ! $DRY_RUN && [ ! -s "$STATE_DIR/bao.token" ]; then
     echo "    warning: no --bootstrap-file and no stored token: the first tick will fail with NO_CREDENTIALS" >&2
 fi
 
-# ---- 6. systemd and the first tick -------------------------------------------------------------
+# ---- 8. systemd, the first tick, the doctor --------------------------------------------------
 
-say "enabling the timer"
 run systemctl daemon-reload
 if [ "$TRANSPORT" = proxy ]; then
+    say "starting the proxy"
     if $DRY_RUN || command -v ziti >/dev/null; then
         run systemctl enable --now monky-deployd-proxy.service
     else
-        echo "    warning: no ziti CLI on PATH: monky-deployd-proxy.service stays off until OpenZiti's ziti package is installed" >&2
+        echo "    warning: no ziti CLI on PATH: monky-deployd-proxy.service stays off until OpenZiti's openziti package is installed" >&2
         run systemctl enable monky-deployd-proxy.service
     fi
 fi
-run systemctl enable --now monky-deployd.timer
+if $LAPTOP; then
+    # Laptop mode is the loop without the timer: the owner runs `monky-deployd run` when the
+    # laptop hosts the env.
+    say "laptop mode: the timer stays off; start the loop with: monky-deployd run"
+    run systemctl disable --now monky-deployd.timer
+else
+    say "enabling the timer"
+    run systemctl enable --now monky-deployd.timer
+fi
 
 say "running one tick"
-if run systemctl start monky-deployd.service; then
-    tick_ok=true
+run systemctl start monky-deployd.service || true
+if $DRY_RUN; then
+    tick_status=0
 else
-    tick_ok=false
+    tick_status=$(systemctl show -p ExecMainStatus --value monky-deployd.service 2>/dev/null || echo unknown)
 fi
-run monky-deployd --config "$CONFIG_DIR/config.yaml" status || true
-if ! $tick_ok; then
-    echo "install.sh: the first tick failed; see: journalctl -u monky-deployd -n 50" >&2
+say "doctor"
+# As the agent's user, so the verdict is about what the agent itself can read and reach.
+if run runuser -u monky-deployd -- monky-deployd --config "$CONFIG_DIR/config.yaml" doctor; then
+    doctor_ok=true
+else
+    doctor_ok=false
+fi
+if $DRY_RUN; then
+    say "dry run: nothing was changed"
+    exit 0
+fi
+case "$tick_status" in
+0) ;;
+75)
+    echo "install.sh: installed, but the first tick could not reach tenancy or OpenBao (exit 75, temporary):" >&2
+    echo "    this box is not on the mesh yet; fix what the doctor says above, then: journalctl -u monky-deployd -n 50" >&2
+    exit 1
+    ;;
+*)
+    echo "install.sh: installed, but the first tick failed (exit $tick_status): journalctl -u monky-deployd -n 50" >&2
+    exit 1
+    ;;
+esac
+if ! $doctor_ok; then
+    echo "install.sh: the first tick succeeded, but the doctor found a problem (above)" >&2
     exit 1
 fi
-say "done: monky-deployd $DEB_VERSION ticks every minute (journalctl -u monky-deployd -f)"
+if $LAPTOP; then
+    say "done: monky-deployd $DEB_VERSION ticked once; run \`monky-deployd run\` to keep it converging"
+else
+    say "done: monky-deployd $DEB_VERSION ticks every minute (journalctl -u monky-deployd -f)"
+fi

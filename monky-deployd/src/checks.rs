@@ -197,11 +197,11 @@ pub fn bundle_check(
     let b = match load(path)? {
         Ok(b) => b,
         Err(f) => {
-            println!("FAIL {}", f.text);
+            outln!("FAIL {}", f.text);
             return Ok(Exit::Fail);
         }
     };
-    println!("sha256 {}", b.sha());
+    outln!("sha256 {}", b.sha());
     let mut findings = Vec::new();
     if let Some(want) = expected_sha
         && let Err(r) = b.check_sha(want)
@@ -225,10 +225,10 @@ pub fn bundle_check(
         }
     }
     for f in &findings {
-        println!("FAIL {}", f.text);
+        outln!("FAIL {}", f.text);
     }
     if findings.is_empty() {
-        println!(
+        outln!(
             "ok   {} secret(s), renderer compose, no refusal",
             b.manifest().entries.len()
         );

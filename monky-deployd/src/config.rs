@@ -30,7 +30,8 @@ pub const TICK_TIMEOUT_BOUNDS: (u64, u64) = (5, 86_400);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum TransportKind {
-    /// The OpenZiti SDK dialling by service name (not available in this build).
+    /// The original agent's OpenZiti SDK transport; this build carries it onto `Proxy`, so a
+    /// parsed [`Config`] never holds it.
     Sdk,
     /// `ziti tunnel proxy` listening on loopback; the agent maps the service hosts onto it.
     #[default]
@@ -239,8 +240,8 @@ pub struct Config {
     pub compose_project: String,
     /// The docker CLI.
     pub docker_bin: PathBuf,
-    /// Default log filter.
-    pub log_level: String,
+    /// The least severe level logged; errors are always logged.
+    pub log_level: tracing::Level,
     /// Registry for a bare `username:password` pull credential.
     pub registry_host: String,
     /// Free space needed = need x factor + headroom.
@@ -288,12 +289,15 @@ impl Config {
                  (bao.auth_mount/bao.role); delete the approle section"
             );
         }
-        if raw.transport == TransportKind::Sdk {
-            bail!(
-                "transport: sdk is not available in this build (no OpenZiti SDK); \
-                 use transport: proxy with monky-deployd-proxy.service, or transport: system"
-            );
-        }
+        // `sdk` (the original agent's default, and what an omitted key meant to it) dialled the
+        // services with the box's host identity. This build has no SDK; the same identity
+        // through `ziti tunnel proxy` (monky-deployd-proxy.service, which the package's
+        // maintainer scripts set up on upgrade) reaches the same services, so the box is
+        // carried onto the proxy transport instead of failing every tick.
+        let transport = match raw.transport {
+            TransportKind::Sdk => TransportKind::Proxy,
+            other => other,
+        };
         let env_id = raw.env_id.trim().to_string();
         if env_id.is_empty()
             || !env_id
@@ -336,7 +340,7 @@ impl Config {
         let cfg = Self {
             path: path.to_path_buf(),
             site: raw.site,
-            transport: raw.transport,
+            transport,
             identity: raw.identity,
             state_dir: raw
                 .state_dir
@@ -354,7 +358,10 @@ impl Config {
                 .compose_project
                 .unwrap_or_else(|| format!("monky-{env_id}")),
             docker_bin: raw.docker_bin.unwrap_or_else(|| PathBuf::from("docker")),
-            log_level: raw.log_level.unwrap_or_else(|| "INFO".into()),
+            log_level: match raw.log_level.as_deref() {
+                None => tracing::Level::INFO,
+                Some(text) => parse_log_level(text)?,
+            },
             registry_host: raw
                 .registry_host
                 .unwrap_or_else(|| "harbor.tikali.net".into()),
@@ -460,6 +467,22 @@ impl Config {
     }
 }
 
+/// A `log_level` value: the original agent's spellings (DEBUG, INFO, WARNING, ERROR, CRITICAL)
+/// and tracing's (TRACE, WARN), in any case. There is no level that hides errors, so an unknown
+/// word is refused instead of becoming a filter that matches nothing.
+fn parse_log_level(text: &str) -> anyhow::Result<tracing::Level> {
+    Ok(match text.trim().to_ascii_uppercase().as_str() {
+        "TRACE" => tracing::Level::TRACE,
+        "DEBUG" => tracing::Level::DEBUG,
+        "INFO" => tracing::Level::INFO,
+        "WARNING" | "WARN" => tracing::Level::WARN,
+        "ERROR" | "CRITICAL" => tracing::Level::ERROR,
+        _ => {
+            bail!("log_level: {text:?} is not a level; use DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -533,9 +556,14 @@ healthy_timeout_s: 1800
     }
 
     #[test]
-    fn approle_and_sdk_are_refused_with_the_way_forward() {
+    fn approle_is_refused_and_sdk_is_carried_onto_the_proxy() {
         assert!(err("env_id: e1\nbao:\n  approle:\n    role_id: x\n").contains("AppRole is gone"));
-        assert!(err("env_id: e1\ntransport: sdk\n").contains("transport: proxy"));
+        let c = parse("env_id: e1\ntransport: sdk\n").unwrap();
+        assert_eq!(c.transport, TransportKind::Proxy);
+        assert_eq!(
+            c.tenancy_mapping().unwrap(),
+            Some("127.0.0.1:18443".parse().unwrap())
+        );
     }
 
     #[test]
@@ -547,6 +575,30 @@ healthy_timeout_s: 1800
         );
         assert!(err("env_id: e1\ndisk_factor: 0.5\n").contains("disk_factor"));
         assert!(err("env_id: e1\ntenancy:\n  base_url: 'ftp://x'\n").contains("tenancy"));
+    }
+
+    #[test]
+    fn log_levels_take_the_original_spellings_in_any_case() {
+        use tracing::Level;
+        for (text, level) in [
+            ("DEBUG", Level::DEBUG),
+            ("info", Level::INFO),
+            ("WARNING", Level::WARN),
+            ("Warning", Level::WARN),
+            ("warn", Level::WARN),
+            ("ERROR", Level::ERROR),
+            ("CRITICAL", Level::ERROR),
+            ("critical", Level::ERROR),
+            ("trace", Level::TRACE),
+        ] {
+            let c = parse(&format!("env_id: e1\nlog_level: {text}\n")).unwrap();
+            assert_eq!(c.log_level, level, "{text}");
+        }
+        assert_eq!(parse("env_id: e1\n").unwrap().log_level, Level::INFO);
+        for bad in ["verbose", "off", "''", "NOTSET"] {
+            let e = err(&format!("env_id: e1\nlog_level: {bad}\n"));
+            assert!(e.contains("log_level"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -202,6 +202,16 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
             format!("{} ({})", err, ago(now, st.last_report.or(st.last_checkin))),
         ));
     }
+    if !st.quoting_changed.is_empty() {
+        lines.push((
+            "env change",
+            format!(
+                "{}: the original agent's .env handed these to the app differently; \
+                 the app now gets the exact value",
+                st.quoting_changed.join(", ")
+            ),
+        ));
+    }
     lines.push(("checkin", ago(now, st.last_checkin)));
     let token_present = cfg.state_dir.join("bao.token").exists();
     lines.push((
@@ -232,7 +242,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
     };
     lines.push(("next step", step));
     for (k, v) in lines {
-        println!("{k:<11} {}", redact(&v));
+        outln!("{k:<11} {}", redact(&v));
     }
     Ok(Exit::Ok)
 }

@@ -4,6 +4,15 @@
 //! the exit status. A tick ([`tick::run_once`]) takes the state dir's lock, makes sure it holds
 //! an OpenBao token, checks in with tenancy and then heartbeats, retires or applies.
 
+/// `println!` for the commands' output, which may go to a pipe whose reader has gone
+/// (`status --json | head`): a closed pipe ends the process quietly with status 0 instead of
+/// the panic `println!` gives, because the reader has already taken all it wanted.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::write_out(::std::format_args!($($arg)*))
+    };
+}
+
 pub mod checks;
 pub mod cli;
 pub mod config;
@@ -21,6 +30,7 @@ mod release;
 mod runloop;
 pub mod state;
 pub mod status;
+mod takeover;
 pub mod tick;
 mod watchdog;
 
@@ -30,6 +40,22 @@ use crate::exit::Exit;
 
 /// The agent's version, reported in checkin.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Writes one line of a command's output; see [`outln!`].
+#[doc(hidden)]
+pub fn write_out(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let written = out.write_fmt(args).and_then(|()| out.write_all(b"\n"));
+    match written {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("monky-deployd: cannot write to stdout: {e}");
+            std::process::exit(1);
+        }
+    }
+}
 
 /// Prints panics through the redactor: the journal keeps whatever stderr gets, and a panic
 /// message may quote a value (an `expect` on a formatted request, a parsed secret).
@@ -78,7 +104,7 @@ pub fn protect_memory() {
 pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     let load = || -> anyhow::Result<Config> {
         let cfg = Config::load(&cli.config)?;
-        logging::init(&cfg.log_level);
+        logging::init(cfg.log_level);
         Ok(cfg)
     };
     match cli.command {
@@ -105,7 +131,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             checks::bundle_check(&path, &env_id, &kv_mount, sha.as_deref(), cfg.as_ref())
         }
         Command::Version => {
-            println!("monky-deployd {VERSION}");
+            outln!("monky-deployd {VERSION}");
             Ok(Exit::Ok)
         }
         Command::Run { once, prune, force } => {

@@ -17,10 +17,14 @@ fn captured() -> &'static Mutex<String> {
     CAPTURED.get_or_init(|| Mutex::new(String::new()))
 }
 
-/// Starts the subscriber; `level` is the config's `log_level`, `RUST_LOG` wins when set.
-pub fn init(level: &str) {
-    let filter = EnvFilter::try_from_env("RUST_LOG")
-        .unwrap_or_else(|_| EnvFilter::new(level.to_ascii_lowercase()));
+/// Starts the subscriber; `level` is the config's `log_level`, `RUST_LOG` wins when set. The
+/// filter is built from the level itself, not from its name: a name tracing does not know
+/// (`warning`) would parse as a target and silence every line.
+pub fn init(level: tracing::Level) {
+    let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| {
+        EnvFilter::default()
+            .add_directive(tracing::level_filters::LevelFilter::from_level(level).into())
+    });
     // A second init (tests, or status after run) keeps the first subscriber.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

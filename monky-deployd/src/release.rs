@@ -78,8 +78,8 @@ impl Release {
             MAX_ENV_BYTES,
         )
         .ok()
-            .and_then(|b| bundle::BundleMeta::parse(&b).ok())
-            .is_some_and(|m| m.allow_privileged)
+        .and_then(|b| bundle::BundleMeta::parse(&b).ok())
+        .is_some_and(|m| m.allow_privileged)
     }
 
     /// The compose project for this release. Every compose call on a release goes through

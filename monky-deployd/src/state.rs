@@ -98,6 +98,12 @@ pub struct State {
     pub last_success: Option<u64>,
     /// The compose found last time (a heartbeat spawns no process to find it again).
     pub compose: Option<monky_compose::ComposeInfo>,
+    /// The running release when it was written by the original agent (state taken over from
+    /// it); cleared by the first apply of this agent.
+    pub original_release: Option<String>,
+    /// Variables whose value the original agent's `.env` handed to the app differently from
+    /// the value now written (names only), found by the first apply after the takeover.
+    pub quoting_changed: Vec<String>,
 }
 
 /// Seconds since the epoch.
@@ -128,23 +134,31 @@ impl State {
         let Some(bytes) = root.read_file(FILE, fsx::MAX_STATE_FILE_BYTES)? else {
             return Ok((fresh, None));
         };
+        // The original agent's file has no `version`: taken over, not set aside.
+        if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes)
+            && crate::takeover::is_original(&doc)
+        {
+            let env_dir = state_dir.join(env_id);
+            match crate::takeover::from_original(&doc, &env_dir, env_id) {
+                Ok(s) => {
+                    let note = format!(
+                        "state.json was written by the original agent; taken over (applied {})",
+                        s.applied_sha
+                            .as_deref()
+                            .map_or("none", |a| a.get(..12).unwrap_or(a))
+                    );
+                    return Ok((s, Some(note)));
+                }
+                Err(problem) => return set_aside(state_dir, &p, fresh, &problem),
+            }
+        }
         let problem = match serde_json::from_slice::<Self>(&bytes) {
             Ok(s) if s.version == STATE_VERSION && s.env_id == env_id => return Ok((s, None)),
             Ok(s) if s.version != STATE_VERSION => format!("unknown version {}", s.version),
             Ok(s) => format!("it belongs to env {:?}", s.env_id),
             Err(e) => format!("it does not parse ({e})"),
         };
-        let aside_name = format!("{FILE}.bad.{}", now());
-        let aside = state_dir.join(&aside_name);
-        root.rename_to(FILE, &root, &aside_name)
-            .with_context(|| format!("cannot move {} aside", p.display()))?;
-        Ok((
-            fresh,
-            Some(format!(
-                "state.json set aside as {} because {problem}; starting clean",
-                aside.display()
-            )),
-        ))
+        set_aside(state_dir, &p, fresh, &problem)
     }
 
     /// Saves atomically (0600), one save of the process at a time: the tick deadline may record
@@ -171,6 +185,27 @@ impl State {
     }
 }
 
+/// Moves a state file that cannot be used aside and returns the clean state with a note.
+fn set_aside(
+    state_dir: &Path,
+    p: &Path,
+    fresh: State,
+    problem: &str,
+) -> anyhow::Result<(State, Option<String>)> {
+    let aside_name = format!("{FILE}.bad.{}", now());
+    let aside = state_dir.join(&aside_name);
+    let root = fsx::Dir::state_root(state_dir)?;
+    root.rename_to(FILE, &root, &aside_name)
+        .with_context(|| format!("cannot move {} aside", p.display()))?;
+    Ok((
+        fresh,
+        Some(format!(
+            "state.json set aside as {} because {problem}; starting clean",
+            aside.display()
+        )),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,6 +226,7 @@ mod tests {
             &b"{not json"[..],
             br#"{"version": 9, "env_id": "e1"}"#,
             br#"{"version": 1, "env_id": "e2"}"#,
+            br#"{"env_id": "e2", "applied_sha": null}"#,
         ] {
             std::fs::write(path(dir.path()), bad).unwrap();
             let (s, note) = State::load(dir.path(), "e1").unwrap();

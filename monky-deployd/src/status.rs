@@ -44,7 +44,7 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         "transport": cfg.transport.as_str(),
     });
     if as_json {
-        println!("{}", redact(&serde_json::to_string_pretty(&doc)?));
+        outln!("{}", redact(&serde_json::to_string_pretty(&doc)?));
         return Ok(Exit::Ok);
     }
     let line = |k: &str, v: &serde_json::Value| {
@@ -53,7 +53,7 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
             serde_json::Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        println!("{k:<14} {}", redact(&v));
+        outln!("{k:<14} {}", redact(&v));
     };
     for k in [
         "env_id",
@@ -68,7 +68,7 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         line(k, &doc[k]);
     }
     let t = &doc["token"];
-    println!(
+    outln!(
         "{:<14} {}",
         "token",
         if t["present"] == true {
@@ -81,9 +81,9 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
             "absent".to_string()
         }
     );
-    println!("containers:");
+    outln!("containers:");
     for c in doc["containers"].as_array().into_iter().flatten() {
-        println!(
+        outln!(
             "  {:<32} {:<10} {}",
             c["name"].as_str().unwrap_or("?"),
             c["state"].as_str().unwrap_or("?"),

@@ -384,6 +384,40 @@ impl<'a> Agent<'a> {
         }
     }
 
+    /// A token on disk without facts in the state (taken over from the original agent, whose
+    /// state did not say when it expires): asks OpenBao, so upkeep renews it when due instead
+    /// of letting it die at its TTL. Best effort: a failed lookup leaves the next tick to ask.
+    fn learn_token_facts(&mut self) {
+        let Some(tok) = &self.token else { return };
+        if self.state.token.is_some() {
+            return;
+        }
+        let looked_up = self
+            .bao()
+            .and_then(|b| b.lookup_self(tok).map_err(anyhow::Error::new));
+        match looked_up {
+            Ok(info) => {
+                let now = state::now();
+                // Where the token came from is not recorded; as a bootstrap token it is swapped
+                // for a lease at the next apply, which is safe either way.
+                self.state.token = Some(TokenState {
+                    source: TokenSource::Bootstrap,
+                    obtained_at: if info.creation_time > 0 {
+                        info.creation_time.min(now)
+                    } else {
+                        now
+                    },
+                    expires_at: now.saturating_add(info.ttl.as_secs()),
+                });
+                info!(
+                    "token facts learnt from OpenBao (ttl {}s)",
+                    info.ttl.as_secs()
+                );
+            }
+            Err(e) => warn!("cannot look up the stored token: {e:#}"),
+        }
+    }
+
     /// Renews or re-leases the token when due; runs at the end of every tick that has one.
     fn upkeep(&mut self) -> anyhow::Result<()> {
         let (Some(tok), Some(ts)) = (&self.token, self.state.token.clone()) else {
@@ -497,6 +531,7 @@ impl<'a> Agent<'a> {
     fn converge(&mut self) -> anyhow::Result<Exit> {
         self.ensure_token()?;
         let resp = self.checkin()?;
+        self.learn_token_facts();
         self.state.last_checkin = Some(state::now());
         self.state.desired_sha = resp.desired_sha.as_ref().map(|s| s.as_str().to_owned());
         self.state.checkin_interval_s = resp.checkin_interval_s.map(|i| i.as_secs());
@@ -678,6 +713,9 @@ impl<'a> Agent<'a> {
                 values.keys().cloned().collect::<Vec<_>>().join(", ")
             );
         }
+        if self.state.original_release.is_some() {
+            self.note_quoting_changes(&values);
+        }
         // A value that cannot be written where the template puts it fails here, before staging,
         // and waits out the backoff: the pinned versions make it fail the same way next time.
         let env_text = bundle::render_env(b.env_template(), &values)
@@ -723,6 +761,8 @@ impl<'a> Agent<'a> {
             return Err(e.context(ReportedMarker));
         }
         self.state.mark_applied(sha);
+        // From now on the release is this agent's own.
+        self.state.original_release = None;
         self.state.last_result = Some("applied".into());
         self.state.last_error = None;
         self.state.failed_sha = None;
@@ -741,6 +781,23 @@ impl<'a> Agent<'a> {
             }
         }
         Ok(Exit::Ok)
+    }
+
+    /// The first apply over a release the original agent wrote: names every variable whose
+    /// value the app received differently through the original's `.env`, in the journal (and so
+    /// the report's `log_tail`) and in state for `explain`. The apply goes on: the value now
+    /// written is the secret itself.
+    fn note_quoting_changes(&mut self, values: &BTreeMap<String, SecretString>) {
+        let names = crate::takeover::handed_differently(values);
+        if !names.is_empty() {
+            warn!(
+                "ENV_QUOTING_CHANGED: {}: the original agent's .env handed these to the app \
+                 differently ($ expansion, quotes, ' #' or blanks); they now reach it exactly, \
+                 so an app initialised with the old form needs its stored value updated",
+                names.join(", ")
+            );
+        }
+        self.state.quoting_changed = names;
     }
 
     /// When the desired sha failed before and its backoff has not run out, the deadline.
@@ -1104,7 +1161,7 @@ pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
     let (state, _) = State::load(&cfg.state_dir, &cfg.env_id)?;
     let mut agent = Agent::new(cfg, state, TickOptions::default())?;
     if agent.token_path().exists() && !force {
-        println!("a token is already stored; use --force to replace it");
+        outln!("a token is already stored; use --force to replace it");
         return Ok(Exit::Ok);
     }
     if force {
@@ -1119,7 +1176,7 @@ pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
         warn!("cannot save state: {e:#}");
     }
     result?;
-    println!("token stored in {}", agent.token_path().display());
+    outln!("token stored in {}", agent.token_path().display());
     Ok(Exit::Ok)
 }
 

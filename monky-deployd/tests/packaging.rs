@@ -27,6 +27,8 @@ use serde_json::json;
 
 use crate::util::TestBundle;
 
+mod upgrade_box;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -78,7 +80,7 @@ impl DryRun {
         .unwrap();
         std::fs::write(
             dir.path().join("daemon.json"),
-            "{\"data-root\": \"/srv/d\"}\n",
+            "{\"data-root\": \"/srv/d\", \"log-driver\": \"local\"}\n",
         )
         .unwrap();
         Self { dir }
@@ -148,7 +150,7 @@ fn install_sh_dry_run_prints_every_action_and_writes_a_config_the_agent_parses()
             || "amd64".to_string(),
             |o| String::from_utf8_lossy(&o.stdout).trim().to_string(),
         );
-    let deb = format!("monky-deployd_{}-1_{arch}.deb", monky_deployd::VERSION);
+    let deb = format!("monky-deployd_{}_{arch}.deb", monky_deployd::VERSION);
     let cases = [
         Case {
             // The kit's own invocation: the defaults.
@@ -174,7 +176,7 @@ fn install_sh_dry_run_prints_every_action_and_writes_a_config_the_agent_parses()
                 "+ systemctl enable --now monky-deployd-proxy.service",
                 "+ systemctl enable --now monky-deployd.timer",
                 "+ systemctl start monky-deployd.service",
-                "+ monky-deployd --config /etc/monky-deployd/config.yaml status",
+                "+ runuser -u monky-deployd -- monky-deployd --config /etc/monky-deployd/config.yaml doctor",
             ],
             not: &["daemon.json", "ziti-edge-tunnel enroll", "ca_bundle"],
             check: |c| {
@@ -215,8 +217,18 @@ fn install_sh_dry_run_prints_every_action_and_writes_a_config_the_agent_parses()
                 "--source",
                 "{dir}/release",
             ],
-            prints: &["+ systemctl enable --now monky-deployd.timer"],
-            not: &["proxy.env", "monky-deployd-proxy", "bootstrap.jwt (mode"],
+            prints: &[
+                "laptop mode: the timer stays off",
+                "+ systemctl disable --now monky-deployd.timer",
+            ],
+            not: &[
+                "proxy.env",
+                "monky-deployd-proxy",
+                "bootstrap.jwt (mode",
+                "enable --now monky-deployd.timer",
+                "run-host",
+                " openziti",
+            ],
             check: |c| {
                 assert_eq!(c.transport, TransportKind::System);
                 assert!(c.laptop_mode);
@@ -241,7 +253,7 @@ fn install_sh_dry_run_prints_every_action_and_writes_a_config_the_agent_parses()
                 "0.3.1",
             ],
             prints: &[
-                "monky-deployd_0.3.1-1_",
+                "monky-deployd_0.3.1_",
                 "+ write /etc/monky-deployd/openbao-ca.pem (mode 0640, owner root:monky-deployd)",
                 "(copy of {dir}/ca.pem)",
                 "+ install -d -m 0711 /home/docker-data",
@@ -317,10 +329,6 @@ fn install_sh_refuses_what_it_cannot_install_before_changing_anything() {
     let source: &[&str] = &["--source", "{dir}/release"];
     let cases: &[(&[&str], &str)] = &[
         (
-            &["--transport", "sdk", "--env", "e1"],
-            "--transport sdk is not available",
-        ),
-        (
             &["--transport", "tun", "--env", "e1"],
             "use proxy or system",
         ),
@@ -361,7 +369,7 @@ fn install_sh_refuses_what_it_cannot_install_before_changing_anything() {
             "{args:?}: acted before refusing:\n{all}"
         );
     }
-    // An operator's own daemon.json is never rewritten.
+    // An operator's own daemon.json keeps its keys; data-root is merged in.
     let out = Command::new("bash")
         .arg(root().join("packaging/install.sh"))
         .args(["--dry-run", "--env", "e1", "--source"])
@@ -370,16 +378,148 @@ fn install_sh_refuses_what_it_cannot_install_before_changing_anything() {
         .env("MONKY_DEPLOYD_DOCKER_DAEMON_JSON", dry.path("daemon.json"))
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    assert!(text(&out).contains("add it by hand"), "{}", text(&out));
-    // Without a source location there is nothing to install.
-    let out = dry.run(&["--env", "e1"]);
-    assert!(!out.status.success());
+    assert!(out.status.success(), "{}", text(&out));
+    let merged = written(&text(&out), &dry.path("daemon.json")).expect("daemon.json written");
+    let merged: serde_json::Value = serde_json::from_str(&merged).unwrap();
+    assert_eq!(
+        merged,
+        serde_json::json!({"data-root": "/home/docker-data", "log-driver": "local"})
+    );
+    // Without a source the built-in GitLab download is used, with the kit's token.
+    let out = dry.run(&["--env", "e1", "--token", TOKEN]);
+    assert!(out.status.success(), "{}", text(&out));
     assert!(
-        text(&out).contains("MONKY_DEPLOYD_GITLAB_URL"),
+        text(&out).contains(
+            "+ curl -fsSL --config - https://scm.tikali.ai/api/v4/projects/69/packages/generic/monky-deployd/"
+        ),
         "{}",
         text(&out)
     );
+}
+
+/// The original kit's command lines, 0.1.0 to 0.1.7, as its README and the tenancy kit ran them
+/// (after `curl ... | sudo bash -s --`), with every optional flag the original took.
+const KIT_LINES: &[&str] = &[
+    // 0.1.0: the grant on stdin, the enrolment JWT, the original's optional flags.
+    "--env env-qa-02 --site cbs --enrol-jwt ./monky-host.env-qa-02.jwt",
+    "--env env-qa-02 --site cbs --enrol-jwt ./monky-host.env-qa-02.jwt --transport sdk --version 0.1.0 --bao-ca openbao-ca.pem",
+    "--env env-qa-02 --site cbs --enrol-jwt ./monky-host.env-qa-02.jwt --transport proxy --laptop",
+    "--env env-dev-07 --site cbs --enrol-jwt ./monky-host.env-qa-02.jwt --transport system --laptop",
+    // The tenancy kit since !22: it stages the grant and pins the version.
+    "--env env-qa-02 --site cbs --version 0.1.3 --bootstrap-file bootstrap.jwt",
+    // 0.1.4 to 0.1.7: the deploy token and the grant file.
+    "--env env-qa-02 --site cbs --token TOKEN --bootstrap-file bootstrap.jwt --enrol-jwt ./monky-host.env-qa-02.jwt",
+    "--env env-qa-02 --site cbs --token TOKEN --bootstrap-file bootstrap.jwt --enrol-jwt ./monky-host.env-qa-02.jwt --transport sdk --version 0.1.6 --docker-data-root /home/docker-data --bao-ca openbao-ca.pem --source gitlab",
+    "--env env-qa-02 --site cbs --token TOKEN --bootstrap-file bootstrap.jwt --transport proxy --version 0.1.7 --source gitea",
+    "--env env-qa-02 --site cbs --token TOKEN --bootstrap-file bootstrap.jwt --enrol-jwt ./monky-host.env-qa-02.jwt --transport system --laptop --version 0.1.5",
+];
+
+#[test]
+fn install_sh_accepts_every_kit_command_line_of_the_original() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bootstrap.jwt"), GRANT).unwrap();
+    std::fs::write(dir.path().join("monky-host.env-qa-02.jwt"), "enrol-jwt").unwrap();
+    std::fs::write(
+        dir.path().join("openbao-ca.pem"),
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let script = root().join("packaging/install.sh");
+    for line in KIT_LINES {
+        let args: Vec<String> = line
+            .split_whitespace()
+            .map(|a| a.replace("TOKEN", TOKEN))
+            .collect();
+        // The script is a file here, as the 0.1.0 kit ran it, so the grant comes on stdin when
+        // no --bootstrap-file names it.
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg("--dry-run")
+            .args(&args)
+            .current_dir(dir.path())
+            .env(
+                "MONKY_DEPLOYD_DOCKER_DAEMON_JSON",
+                dir.path().join("absent/daemon.json"),
+            )
+            .env_remove("MONKY_DEPLOYD_TOKEN")
+            .env_remove("MONKY_DEPLOYD_GITLAB_URL")
+            .env_remove("MONKY_DEPLOYD_GITEA_URL")
+            .stdin(std::fs::File::open(dir.path().join("bootstrap.jwt")).unwrap())
+            .output()
+            .unwrap();
+        let all = text(&out);
+        assert!(out.status.success(), "{line}:\n{all}");
+        for secret in [GRANT, TOKEN] {
+            assert!(
+                !all.contains(secret),
+                "{line}: a secret was printed:\n{all}"
+            );
+        }
+        let c = written_config(&all);
+        let system = line.contains("--transport system");
+        let laptop = line.contains("--laptop");
+        assert_eq!(
+            c.transport,
+            if system {
+                TransportKind::System
+            } else {
+                TransportKind::Proxy
+            },
+            "{line}"
+        );
+        assert_eq!(c.laptop_mode, laptop, "{line}");
+        // The script installs its own version, never the original agent's 0.1.x.
+        let deb = format!("monky-deployd_{}_", monky_deployd::VERSION);
+        assert!(all.contains(&deb), "{line}:\n{all}");
+        assert!(!all.contains("monky-deployd_0.1."), "{line}:\n{all}");
+        // The built-in download sources.
+        if line.contains("--source gitea") {
+            assert!(
+                all.contains(&format!(
+                    "https://gitea.cbs.tikali.net/mdella/monky-deployd/releases/download/v{}/",
+                    monky_deployd::VERSION
+                )),
+                "{line}:\n{all}"
+            );
+        } else {
+            assert!(
+                all.contains(&format!(
+                    "https://scm.tikali.ai/api/v4/projects/69/packages/generic/monky-deployd/{}/",
+                    monky_deployd::VERSION
+                )),
+                "{line}:\n{all}"
+            );
+        }
+        // The grant is staged, from the file or from stdin.
+        assert!(
+            all.contains("+ write /etc/monky-deployd/bootstrap.jwt (mode 0600"),
+            "{line}:\n{all}"
+        );
+        // The mesh: the tunneler, and the ziti CLI for the proxy, from OpenZiti's suite; the
+        // tunneler hosts only when the proxy dials.
+        if line.contains("--enrol-jwt") {
+            assert!(
+                all.contains("+ ziti-edge-tunnel enroll --jwt"),
+                "{line}:\n{all}"
+            );
+        }
+        let install = all
+            .lines()
+            .find(|l| {
+                l.starts_with(
+                    "+ env DEBIAN_FRONTEND=noninteractive apt-get install -y -q ziti-edge-tunnel",
+                )
+            })
+            .unwrap_or_else(|| panic!("{line}: no tunneler install:\n{all}"));
+        assert_eq!(install.contains("openziti"), !system, "{line}: {install}");
+        assert_eq!(all.contains("run-host"), !system, "{line}:\n{all}");
+        assert_eq!(
+            all.contains("+ systemctl enable --now monky-deployd.timer"),
+            !laptop,
+            "{line}"
+        );
+        assert!(all.contains("doctor"), "{line}:\n{all}");
+    }
 }
 
 #[test]
@@ -539,6 +679,71 @@ fn exposure_of(report: &str) -> Option<f64> {
         .and_then(|n| n.parse().ok())
 }
 
+// ---- maintainer scripts ---------------------------------------------------------------------
+
+#[test]
+fn preinst_refuses_an_sdk_box_without_the_ziti_cli_and_lets_every_other_box_upgrade() {
+    // dpkg's DPKG_ROOT puts the script's view of / in a folder.
+    let check = |config: Option<&str>, ziti: bool, action: &str| -> Output {
+        let dir = tempfile::tempdir().unwrap();
+        if let Some(text) = config {
+            std::fs::create_dir_all(dir.path().join("etc/monky-deployd")).unwrap();
+            std::fs::write(dir.path().join("etc/monky-deployd/config.yaml"), text).unwrap();
+        }
+        if ziti {
+            use std::os::unix::fs::PermissionsExt;
+            let bin = dir.path().join("usr/bin/ziti");
+            std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+            std::fs::write(&bin, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        Command::new("sh")
+            .arg(root().join("packaging/debian/preinst"))
+            .args([action, "0.1.7"])
+            .env("DPKG_ROOT", dir.path())
+            .output()
+            .unwrap()
+    };
+    let env = "env_id: env-qa-02\nsite: cbs\n";
+    for (config, ziti, refused) in [
+        (Some(format!("{env}transport: sdk\n")), false, true),
+        (
+            Some(format!("{env}transport: 'sdk'   # the default\n")),
+            false,
+            true,
+        ),
+        // No transport meant sdk to the original.
+        (Some(env.to_string()), false, true),
+        (Some(format!("{env}transport: sdk\n")), true, false),
+        (Some(env.to_string()), true, false),
+        (Some(format!("{env}transport: proxy\n")), false, false),
+        (Some(format!("{env}transport: system\n")), false, false),
+        // A nested `transport:` is not the top-level key.
+        (
+            Some(format!(
+                "{env}transport: system\ntenancy:\n  transport: sdk\n"
+            )),
+            false,
+            false,
+        ),
+        (None, false, false),
+    ] {
+        for action in ["upgrade", "install"] {
+            let out = check(config.as_deref(), ziti, action);
+            let said = text(&out);
+            assert_eq!(
+                !out.status.success(),
+                refused,
+                "{config:?} ziti={ziti} {action}: {said}"
+            );
+            if refused {
+                assert!(said.contains("sudo apt-get install openziti"), "{said}");
+                assert!(said.contains("running agent keeps working"), "{said}");
+            }
+        }
+    }
+}
+
 // ---- shell scripts, the ansible role -----------------------------------------------------------
 
 #[test]
@@ -546,6 +751,7 @@ fn exposure_of(report: &str) -> Option<f64> {
 fn shellcheck_is_clean() {
     for (script, shell) in [
         ("packaging/install.sh", "bash"),
+        ("packaging/debian/preinst", "sh"),
         ("packaging/debian/postinst", "sh"),
         ("packaging/debian/prerm", "sh"),
         ("packaging/debian/postrm", "sh"),
@@ -579,11 +785,18 @@ vars.update(overrides)
 for _ in range(10):  # defaults refer to each other, as ansible resolves lazily
     vars = {k: env.from_string(v).render(vars) if isinstance(v, str) and "{{" in v else v
             for k, v in vars.items()}
+import re
+env.tests["match"] = lambda v, p: re.match(p, str(v)) is not None  # ansible's match test
+docs = {}
 for name in ("tasks/main.yml", "handlers/main.yml", "meta/main.yml"):
     with open(role + "/" + name) as f:
-        yaml.safe_load(f)
+        docs[name] = yaml.safe_load(f)
+# The role's own assert, evaluated as ansible would: a failing condition is named.
+failed = [c for t in docs["tasks/main.yml"] if "ansible.builtin.assert" in t
+          for c in t["ansible.builtin.assert"]["that"] if not env.compile_expression(c)(**vars)]
 out = {t: env.get_template(t).render(vars) for t in ("config.yaml.j2", "proxy.env.j2")}
 out["vars"] = vars
+out["assert_failed"] = failed
 print(json.dumps(out))
 "#;
 
@@ -609,6 +822,7 @@ fn the_ansible_template_renders_configs_the_agent_parses() {
     };
 
     let plain = render(json!({"monky_deployd_env_id": "env-dev-06"}));
+    assert_eq!(plain["assert_failed"], json!([]));
     let c = parse(&plain);
     assert_eq!(c.env_id, "env-dev-06");
     assert_eq!(c.transport, TransportKind::Proxy);
@@ -671,6 +885,47 @@ fn the_ansible_template_renders_configs_the_agent_parses() {
     }
     assert!(vars["monky_deployd_bao_addr"].is_string());
     assert!(vars["monky_deployd_env_id"].is_string());
+
+    // An inventory written for the original role: its own example's `sdk`, no base_url (the
+    // original defaulted it), the deploy token and a grant. The role's assert passes, the box
+    // runs the proxy with the same identity, and the download is the original's.
+    let original = render(json!({
+        "monky_deployd_version": monky_deployd::VERSION,
+        "monky_deployd_env_id": "env-dev-06",
+        "monky_deployd_site": "cbs",
+        "monky_deployd_transport": "sdk",
+        "monky_deployd_download_token": "vaulted-token",
+        "monky_deployd_bootstrap_grant": "vaulted-grant",
+        "monky_deployd_tenancy_port": 443,
+        "monky_deployd_bao_addr": "https://bao.cbs.tikali.net:8200",
+    }));
+    assert_eq!(original["assert_failed"], json!([]), "{original}");
+    let c = parse(&original);
+    assert_eq!(c.transport, TransportKind::Proxy);
+    assert_eq!(
+        original["vars"]["monky_deployd_effective_transport"],
+        "proxy"
+    );
+    assert_eq!(
+        original["vars"]["monky_deployd_deb_url"],
+        format!(
+            "https://scm.tikali.ai/api/v4/projects/69/packages/generic/monky-deployd/{v}/monky-deployd_{v}_amd64.deb",
+            v = monky_deployd::VERSION
+        )
+    );
+    assert!(
+        original["proxy.env.j2"]
+            .as_str()
+            .unwrap()
+            .contains("monky-host.env-dev-06.json")
+    );
+    // What the assert still refuses.
+    let bad =
+        render(json!({"monky_deployd_env_id": "env-dev-06", "monky_deployd_transport": "tun"}));
+    assert_eq!(
+        bad["assert_failed"],
+        json!(["monky_deployd_transport in ['proxy', 'system', 'sdk']"])
+    );
 }
 
 // ---- the .deb ---------------------------------------------------------------------------------
@@ -768,13 +1023,18 @@ fn the_deb_holds_what_a_box_needs_and_its_sha256_matches() {
         );
     }
     let field = |f: &str| run_ok(Command::new("dpkg-deb").arg("--field").arg(&deb).arg(f));
-    assert_eq!(field("Version").trim(), format!("{v}-1"));
+    assert_eq!(field("Version").trim(), v);
+    // The name the install kit and the original ansible role download.
+    assert_eq!(
+        deb.file_name().unwrap().to_string_lossy(),
+        format!("monky-deployd_{v}_amd64.deb")
+    );
     assert!(field("Depends").contains("adduser"));
     // The TLS client loads the system's roots even for plain-http tenancy.
     assert!(field("Depends").contains("ca-certificates"));
     assert!(field("Depends").contains("libc6"));
     let scripts = run_ok(Command::new("dpkg-deb").arg("--info").arg(&deb));
-    for s in ["postinst", "prerm", "postrm"] {
+    for s in ["preinst", "postinst", "prerm", "postrm"] {
         assert!(scripts.contains(s), "{s} missing:\n{scripts}");
     }
     // The .sha256 beside it is in `sha256sum --check` form and matches.
@@ -1075,6 +1335,10 @@ fn the_deb_installs_and_ticks_under_systemd() {
         .to_string(),
     );
 
+    // OpenZiti's apt suite cannot be reached here: a local file-based apt repository holds
+    // stand-ins for the packages install.sh takes from it.
+    let repo = tempfile::tempdir().unwrap();
+    upgrade_box::stand_in_apt_repo(repo.path());
     let b = Machine {
         name: format!("{prefix}pkg-systemd"),
         docker: docker.clone(),
@@ -1106,6 +1370,7 @@ fn the_deb_installs_and_ticks_under_systemd() {
         "--volume={}:/pkg:ro",
         deb.parent().unwrap().display()
     ))
+    .arg(format!("--volume={}:/repo:ro", repo.path().display()))
     .arg(&image);
     run_ok(&mut run);
     let state = wait_for("systemd to finish booting", Duration::from_secs(90), || {
@@ -1177,16 +1442,57 @@ fn the_deb_installs_and_ticks_under_systemd() {
     println!("systemd-analyze security monky-deployd.service (loaded, in the box): {exposure:.1}");
     assert!(exposure <= 2.0, "{security}");
 
-    // install.sh for real: the config, the grant, the proxy, the timer and a first tick. Nothing
-    // listens on the proxy's loopback ports, so that tick ends 75 (temporary) and the unit
-    // counts it as a success.
+    // install.sh for real: the mesh packages from the (stand-in) OpenZiti suite, the
+    // enrolment, the config, the grant, the proxy, the timer and a first tick. Nothing answers
+    // behind the proxy, so that tick ends 75 (temporary; the unit counts it as a success) and
+    // install.sh says the box cannot reach the mesh instead of "done".
     let grant = tenancy.mint_grant(ENV);
     b.put("/tmp/grant.jwt", grant.expose_secret());
-    let install = b.ok(&format!(
-        "bash /pkg/install.sh --source /pkg --env {ENV} --bootstrap-file /tmp/grant.jwt"
+    b.put("/tmp/enrol.jwt", "enrol-jwt-stand-in");
+    let install = b.sh(&format!(
+        "bash /pkg/install.sh --source /pkg --env {ENV} --bootstrap-file /tmp/grant.jwt \
+         --enrol-jwt /tmp/enrol.jwt --ziti-apt-source 'deb [trusted=yes] file:/repo ./'"
     ));
-    assert!(install.contains("==> running one tick"), "{install}");
-    assert!(!install.contains(grant.expose_secret()));
+    let said = text(&install);
+    assert!(!install.status.success(), "{said}");
+    assert!(
+        said.contains("==> installing ziti-edge-tunnel acl openziti"),
+        "{said}"
+    );
+    assert!(said.contains("==> running one tick"), "{said}");
+    assert!(
+        said.contains("could not reach tenancy or OpenBao (exit 75"),
+        "{said}"
+    );
+    assert!(said.contains("==> doctor"), "{said}");
+    assert!(!said.contains("==> done"), "{said}");
+    assert!(!said.contains(grant.expose_secret()));
+    assert_eq!(
+        b.ok("dpkg-query -W -f '${Package} ${db:Status-Abbrev}\n' acl openziti ziti-edge-tunnel"),
+        "acl ii \nopenziti ii \nziti-edge-tunnel ii \n"
+    );
+    b.ok(&format!(
+        "test -s /opt/openziti/etc/identities/monky-host.{ENV}.json && test ! -e /tmp/enrol.jwt"
+    ));
+    // The tunneler hosts only; the proxy dials with the identity, as the agent's user.
+    assert!(
+        b.ok("systemctl show -p ExecStart --value ziti-edge-tunnel.service")
+            .contains("run-host"),
+    );
+    assert_eq!(
+        b.ok("systemctl is-active ziti-edge-tunnel.service"),
+        "active\n"
+    );
+    assert_eq!(
+        b.ok("systemctl show -p User --value monky-deployd-proxy.service"),
+        "monky-deployd\n"
+    );
+    wait_for("the proxy to run", Duration::from_secs(30), || {
+        (b.sh("systemctl is-active monky-deployd-proxy.service")
+            .stdout
+            == b"active\n")
+            .then_some(())
+    });
     assert_eq!(
         b.ok("systemctl show -p Result -p ExecMainStatus monky-deployd.service"),
         "Result=success\nExecMainStatus=75\n"
@@ -1201,11 +1507,6 @@ fn the_deb_installs_and_ticks_under_systemd() {
     assert_eq!(
         b.ok("systemctl is-enabled monky-deployd.timer monky-deployd-proxy.service"),
         "enabled\nenabled\n"
-    );
-    // Without OpenZiti's CLI the proxy is skipped by its condition, not failed.
-    assert_eq!(
-        b.ok("systemctl show -p ConditionResult monky-deployd-proxy.service"),
-        "ConditionResult=no\n"
     );
     let tick_log = b.ok("journalctl -u monky-deployd.service --no-pager -o cat");
     assert!(!tick_log.contains(grant.expose_secret()), "{tick_log}");

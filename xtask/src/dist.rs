@@ -6,8 +6,8 @@
 //! The output folder is `target/dist-pkg/` (or `--out DIR`):
 //!
 //! ```text
-//! monky-deployd_<version>-1_<arch>.deb
-//! monky-deployd_<version>-1_<arch>.deb.sha256   `sha256sum --check` format
+//! monky-deployd_<version>_<arch>.deb
+//! monky-deployd_<version>_<arch>.deb.sha256     `sha256sum --check` format
 //! install.sh                                    the box one-liner, for the release page
 //! ```
 
@@ -24,8 +24,6 @@ use clap::CommandFactory;
 use crate::cmd;
 use crate::state;
 
-/// The Debian revision of every build: the packaging is versioned with the code.
-pub const DEB_REVISION: &str = "1";
 /// The package name, which is also the binary's and the system user's.
 pub const PACKAGE: &str = "monky-deployd";
 const MAINTAINER: &str = "Monky maintainers <monky-deployd@tikali.ai>";
@@ -34,7 +32,7 @@ const SYSTEMD_UNITS: [&str; 3] = [
     "monky-deployd.timer",
     "monky-deployd-proxy.service",
 ];
-const MAINTAINER_SCRIPTS: [&str; 3] = ["postinst", "prerm", "postrm"];
+const MAINTAINER_SCRIPTS: [&str; 4] = ["preinst", "postinst", "prerm", "postrm"];
 
 /// What `dist` produced.
 #[derive(Debug, Clone)]
@@ -61,7 +59,7 @@ pub fn main(args: &[String]) -> Result<()> {
             "-h" | "--help" => {
                 println!(
                     "cargo xtask dist [--out DIR] [--no-build] [--test]\n  \
-                     builds the release binary (profile dist) and DIR/{PACKAGE}_<version>-{DEB_REVISION}_<arch>.deb\n  \
+                     builds the release binary (profile dist) and DIR/{PACKAGE}_<version>_<arch>.deb\n  \
                      with its .sha256 and install.sh (DIR defaults to target/dist-pkg)\n  \
                      --no-build  package the binary the last dist build left\n  \
                      --test      then run the packaging tests: lintian, shellcheck, systemd-analyze,\n              \
@@ -89,7 +87,10 @@ pub fn main(args: &[String]) -> Result<()> {
 pub fn dist(out: &Path, build: bool) -> Result<Built> {
     let root = state::workspace_root();
     let version = monky_deployd::VERSION;
-    let deb_version = format!("{version}-{DEB_REVISION}");
+    // The package's version is the workspace's, with no Debian revision: the install kit and
+    // the ansible role already on real boxes download `monky-deployd_<version>_amd64.deb`, and
+    // the packaging is versioned with the code anyway.
+    let deb_version = version.to_string();
     let arch = cmd::capture(&mut cmd::new("dpkg", ["--print-architecture"]))
         .context("dist builds a Debian package: dpkg is needed")?;
     check_install_sh_version(&root, version)?;
@@ -496,7 +497,7 @@ fn debian_changelog(deb_version: &str, date: &str) -> String {
          * Built by `cargo xtask dist` from the workspace at version {upstream}. What\n    \
          changed in the agent is in /usr/share/doc/{PACKAGE}/changelog.gz.\n\n \
          -- {MAINTAINER}  {date}\n",
-        upstream = deb_version.split('-').next().unwrap_or(deb_version),
+        upstream = deb_version,
     )
 }
 
@@ -554,10 +555,10 @@ mod tests {
 
     #[test]
     fn control_has_the_fields_dpkg_needs() {
-        let c = control_file("0.2.0-1", "amd64", "libc6 (>= 2.34)", 4242);
+        let c = control_file("0.2.0", "amd64", "libc6 (>= 2.34)", 4242);
         for field in [
             "Package: monky-deployd\n",
-            "Version: 0.2.0-1\n",
+            "Version: 0.2.0\n",
             "Architecture: amd64\n",
             "Installed-Size: 4242\n",
             "Depends: adduser, ca-certificates, libc6 (>= 2.34)\n",
@@ -582,8 +583,8 @@ mod tests {
 
     #[test]
     fn changelog_entry_is_debian_shaped() {
-        let text = debian_changelog("0.2.0-1", "Sun, 30 Nov 2025 03:00:00 +0000");
-        assert!(text.starts_with("monky-deployd (0.2.0-1) unstable; urgency=medium\n\n"));
+        let text = debian_changelog("0.2.0", "Sun, 30 Nov 2025 03:00:00 +0000");
+        assert!(text.starts_with("monky-deployd (0.2.0) unstable; urgency=medium\n\n"));
         assert!(text.ends_with(&format!(
             "\n -- {MAINTAINER}  Sun, 30 Nov 2025 03:00:00 +0000\n"
         )));

@@ -1,0 +1,263 @@
+//! Taking over a box from the original (Python) agent: its `state.json`, which has no `version`
+//! field, read for what the next tick needs, and the facts it lacks derived from the release on
+//! disk.
+//!
+//! The first tick after an upgrade must look to tenancy exactly like the tick before it: the
+//! running sha in checkin (else tenancy answers `apply` and the box spends a lease and redeploys
+//! what it already runs), the prod flag of the running release (else a first purge on a prod env
+//! would drop its volumes), and the token facts (else the token is never renewed). Everything
+//! here is read defensively: the file is the original agent's and the disk is the box's, so a
+//! value of the wrong shape is dropped, never trusted.
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use crate::state::{STATE_VERSION, State, TokenSource, TokenState};
+
+/// The most of `current/bundle.json` read to learn the tier; a real one is a few KiB.
+const MAX_BUNDLE_JSON: u64 = 1 << 20;
+
+/// Whether a parsed `state.json` is the original agent's shape (it never wrote `version`).
+pub fn is_original(doc: &Value) -> bool {
+    doc.as_object().is_some_and(|o| !o.contains_key("version"))
+}
+
+/// The state to continue with, from the original agent's `state.json` and the env's directory
+/// (`<state_dir>/<env_id>`, which holds `releases/<sha>` and `current` in both agents).
+///
+/// `Err` names why the file cannot be taken over (it belongs to another env), so the caller
+/// sets it aside as it does any foreign file.
+pub fn from_original(doc: &Value, env_dir: &Path, env_id: &str) -> Result<State, String> {
+    let o = doc.as_object().ok_or("it is not a json object")?;
+    if let Some(other) = o.get("env_id").and_then(Value::as_str)
+        && other != env_id
+    {
+        return Err(format!("it belongs to env {other:?}"));
+    }
+    let running = running_sha(env_dir);
+    let mut applied_sha = o.get("applied_sha").and_then(sha);
+    // The release `current` names is what runs; the file can only be older than that.
+    if running.is_some() {
+        applied_sha.clone_from(&running);
+    }
+    let mut state = State {
+        version: STATE_VERSION,
+        env_id: env_id.to_string(),
+        applied_history: applied_sha.iter().cloned().collect(),
+        applied_sha: applied_sha.clone(),
+        desired_sha: o.get("desired_sha").and_then(sha),
+        last_checkin: o.get("last_checkin").and_then(seconds),
+        last_report: o.get("last_report").and_then(seconds),
+        last_result: o
+            .get("last_result")
+            .and_then(Value::as_str)
+            .filter(|r| matches!(*r, "applied" | "failed" | "down" | "refused"))
+            .map(str::to_string),
+        token: o.get("token").and_then(Value::as_object).and_then(token),
+        applied_prod: applied_sha
+            .as_deref()
+            .and_then(|s| release_is_prod(&env_dir.join("releases").join(s))),
+        original_release: applied_sha,
+        ..State::default()
+    };
+    // The original's history, when it kept one, keeps rollback checks meaningful.
+    if let Some(history) = o.get("applied_history").and_then(Value::as_array) {
+        let mut seen: Vec<String> = history.iter().filter_map(sha).collect();
+        if let Some(a) = &state.applied_sha {
+            seen.retain(|s| s != a);
+            seen.push(a.clone());
+        }
+        let excess = seen.len().saturating_sub(50);
+        seen.drain(..excess);
+        state.applied_history = seen;
+    }
+    Ok(state)
+}
+
+/// The sha `current` points at (`releases/<sha>`), when that release is on disk.
+fn running_sha(env_dir: &Path) -> Option<String> {
+    let target = std::fs::read_link(env_dir.join("current")).ok()?;
+    let name = target.file_name()?.to_str()?;
+    let name = sha(&Value::String(name.to_string()))?;
+    env_dir
+        .join("releases")
+        .join(&name)
+        .is_dir()
+        .then_some(name)
+}
+
+/// Whether a release's `bundle.json` says `tier: prod`; `None` when it cannot be read.
+fn release_is_prod(release: &Path) -> Option<bool> {
+    // Bounded, regular files only: a link or FIFO planted there is not followed.
+    let bytes = crate::fsx::read_bounded(&release.join("bundle.json"), MAX_BUNDLE_JSON).ok()?;
+    let doc: Value = serde_json::from_slice(&bytes).ok()?;
+    Some(doc.get("tier").and_then(Value::as_str) == Some("prod"))
+}
+
+/// A sha as tenancy sends it: 64 lowercase hex digits.
+fn sha(v: &Value) -> Option<String> {
+    let s = v.as_str()?;
+    (s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .then(|| s.to_string())
+}
+
+/// Unix seconds as the original wrote them (`time.time()`: a float), or an integer.
+fn seconds(v: &Value) -> Option<u64> {
+    if let Some(n) = v.as_u64() {
+        return Some(n);
+    }
+    let f = v.as_f64()?;
+    (0.0..1e12).contains(&f).then_some(f as u64)
+}
+
+/// The first of `keys` that holds a time.
+fn first_seconds(o: &Map<String, Value>, keys: &[&str]) -> Option<u64> {
+    keys.iter().find_map(|k| o.get(*k).and_then(seconds))
+}
+
+/// The token facts, when the original recorded both when the token was minted and when it
+/// expires (or its TTL). Missing facts are learnt from OpenBao on the first tick instead.
+fn token(o: &Map<String, Value>) -> Option<TokenState> {
+    let source = match o.get("source").and_then(Value::as_str)? {
+        "lease" => TokenSource::Lease,
+        "bootstrap" => TokenSource::Bootstrap,
+        _ => return None,
+    };
+    let obtained_at = first_seconds(o, &["obtained_at", "issued_at", "created_at", "minted_at"])?;
+    let expires_at = first_seconds(o, &["expires_at", "expire_at", "expiry"]).or_else(|| {
+        first_seconds(o, &["ttl_s", "ttl"]).map(|ttl| obtained_at.saturating_add(ttl))
+    })?;
+    Some(TokenState {
+        source,
+        obtained_at,
+        expires_at,
+    })
+}
+
+/// The variables whose value reached the app differently through the original agent's `.env`
+/// than it does now (names only). The original wrote each value unquoted (`KEY=value`), where
+/// compose expands `$`, cuts at ` #`, trims blanks and strips quotes; this agent quotes what
+/// needs quoting, so the app now gets the value itself. An app whose database was initialised
+/// with the mangled value sees a new password, and its operator needs to know which.
+pub fn handed_differently(
+    values: &std::collections::BTreeMap<String, secrecy::SecretString>,
+) -> Vec<String> {
+    use secrecy::ExposeSecret;
+    values
+        .iter()
+        .filter(|(name, v)| {
+            let v = v.expose_secret();
+            if v.contains(['$', '\n', '\r']) {
+                return true;
+            }
+            let template = format!("{name}=${{{name}}}\n");
+            let env = zeroize::Zeroizing::new(format!("{name}={v}\n"));
+            let read = monky_bundle::secret_values(
+                &template,
+                &env,
+                &std::collections::BTreeSet::from([(*name).clone()]),
+            );
+            read.first().is_none_or(|r| r.expose_secret() != v)
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const A: &str = "3f9c000000000000000000000000000000000000000000000000000000000001";
+    const B: &str = "7a10000000000000000000000000000000000000000000000000000000000002";
+
+    fn release(env_dir: &Path, sha: &str, tier: &str) {
+        let dir = env_dir.join("releases").join(sha);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("bundle.json"),
+            json!({"env_id": "e1", "tier": tier, "renderer": "compose"}).to_string(),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn the_original_shape_keeps_its_sha_and_token_facts_and_learns_prod_from_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        release(dir.path(), A, "prod");
+        std::os::unix::fs::symlink(Path::new("releases").join(A), dir.path().join("current"))
+            .unwrap();
+        let doc = json!({
+            "env_id": "e1", "applied_sha": A, "desired_sha": A, "last_result": "applied",
+            "last_checkin": 1_790_000_000.25,
+            "token": {"source": "lease", "obtained_at": 1_790_000_000.5, "expires_at": 1_790_086_400.5},
+        });
+        assert!(is_original(&doc));
+        let s = from_original(&doc, dir.path(), "e1").unwrap();
+        assert_eq!(s.version, STATE_VERSION);
+        assert_eq!(s.applied_sha.as_deref(), Some(A));
+        assert_eq!(s.applied_history, [A]);
+        assert_eq!(s.applied_prod, Some(true));
+        assert_eq!(s.original_release.as_deref(), Some(A));
+        assert_eq!(s.last_checkin, Some(1_790_000_000));
+        assert_eq!(
+            s.token,
+            Some(TokenState {
+                source: TokenSource::Lease,
+                obtained_at: 1_790_000_000,
+                expires_at: 1_790_086_400
+            })
+        );
+    }
+
+    #[test]
+    fn values_the_original_env_mangled_are_named() {
+        use secrecy::SecretString;
+        let values: std::collections::BTreeMap<String, SecretString> = [
+            ("PLAIN", "s3cret-Value_1"),
+            ("DOLLAR", "pa$word"),
+            ("HASH", "abc #def"),
+            ("QUOTED", "'x'"),
+            ("BLANK", "trailing "),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), SecretString::from(v)))
+        .collect();
+        assert_eq!(
+            handed_differently(&values),
+            ["BLANK", "DOLLAR", "HASH", "QUOTED"]
+        );
+    }
+
+    #[test]
+    fn missing_facts_come_from_current_and_bad_shapes_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        release(dir.path(), B, "qa");
+        std::os::unix::fs::symlink(Path::new("releases").join(B), dir.path().join("current"))
+            .unwrap();
+        // No applied_sha, a token without times, a sha of the wrong shape elsewhere.
+        let doc = json!({"desired_sha": "not-a-sha", "token": {"source": "lease"}, "last_result": "weird"});
+        let s = from_original(&doc, dir.path(), "e1").unwrap();
+        assert_eq!(s.applied_sha.as_deref(), Some(B));
+        assert_eq!(s.applied_prod, Some(false));
+        assert_eq!(s.desired_sha, None);
+        assert_eq!(s.token, None);
+        assert_eq!(s.last_result, None);
+        // A TTL instead of an expiry.
+        let t = token(
+            json!({"source": "bootstrap", "issued_at": 100, "ttl": 86400})
+                .as_object()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!((t.source, t.expires_at), (TokenSource::Bootstrap, 86500));
+        // Nothing on disk and nothing in the file: an empty state, not a guess.
+        let empty = tempfile::tempdir().unwrap();
+        let s = from_original(&json!({}), empty.path(), "e1").unwrap();
+        assert_eq!((s.applied_sha, s.applied_prod), (None, None));
+        // Another env's file is not taken over.
+        assert!(from_original(&json!({"env_id": "e2"}), empty.path(), "e1").is_err());
+        assert!(!is_original(&json!({"version": 1})));
+    }
+}
