@@ -10,13 +10,14 @@ use monky_bao_client::KvPath;
 use monky_bundle as bundle;
 use secrecy::{ExposeSecret, SecretString};
 
+use crate::code::Code;
 use crate::exit::{Exit, Failure};
 
 /// One refusal: its code and `CODE: names` text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
     /// The refusal code.
-    pub code: String,
+    pub code: Code,
     /// `CODE: names`, never a value.
     pub text: String,
 }
@@ -24,14 +25,14 @@ pub struct Finding {
 impl Finding {
     fn from_refusal(r: &bundle::Refusal) -> Self {
         Self {
-            code: r.code.as_str().to_string(),
+            code: Code::of_refusal(r.code),
             text: r.to_string(),
         }
     }
 
     /// The failure a tick ends with for this finding.
     pub fn into_failure(self) -> anyhow::Error {
-        Failure::new(Exit::Fail, Some(self.code), self.text).into()
+        Failure::coded(self.code, self.text).into()
     }
 }
 
@@ -61,9 +62,10 @@ pub fn offline(
     }
     if !outside.is_empty() {
         findings.push(Finding {
-            code: "MANIFEST_PATH_REFUSED".into(),
+            code: Code::ManifestPathRefused,
             text: format!(
-                "MANIFEST_PATH_REFUSED: outside {kv_mount}/data/{env_id}/see/: {}",
+                "{}: outside {kv_mount}/data/{env_id}/see/: {}",
+                Code::ManifestPathRefused,
                 outside.join(", ")
             ),
         });
@@ -92,13 +94,9 @@ pub fn model(
     raw_yaml: &str,
     dir: &Path,
 ) -> anyhow::Result<Vec<Finding>> {
-    let model = project.config_json().map_err(|e| {
-        Failure::new(
-            Exit::Fail,
-            Some("COMPOSE_CONFIG_FAILED".into()),
-            e.to_string(),
-        )
-    })?;
+    let model = project
+        .config_json()
+        .map_err(|e| Failure::coded(Code::ComposeConfigFailed, e.to_string()))?;
     let read_link = |p: &Path| std::fs::read_link(p).ok();
     Ok(policy
         .findings_model(model, raw_yaml, dir, &read_link)
@@ -158,8 +156,8 @@ pub fn load(path: &Path) -> anyhow::Result<Result<bundle::Bundle, Finding>> {
                 }
                 Err(e) => {
                     return Ok(Err(Finding {
-                        code: "BUNDLE_INVALID".into(),
-                        text: format!("BUNDLE_INVALID: {e}"),
+                        code: Code::BundleInvalid,
+                        text: format!("{}: {e}", Code::BundleInvalid),
                     }));
                 }
             }
@@ -172,8 +170,8 @@ pub fn load(path: &Path) -> anyhow::Result<Result<bundle::Bundle, Finding>> {
         bundle::Bundle::parse(&bytes, &bundle::Limits::default()).map_err(|e| match e.refusal() {
             Some(r) => Finding::from_refusal(r),
             None => Finding {
-                code: "BUNDLE_INVALID".into(),
-                text: format!("BUNDLE_INVALID: {e}"),
+                code: Code::BundleInvalid,
+                text: format!("{}: {e}", Code::BundleInvalid),
             },
         }),
     )
@@ -215,7 +213,7 @@ pub fn bundle_check(
     let offline = offline(&b, env_id, kv_mount, &base).1;
     let compose_clean = !offline
         .iter()
-        .any(|f| f.code == "BUNDLE_INVALID" && f.text.contains("compose file:"));
+        .any(|f| f.code == Code::BundleInvalid && f.text.contains("compose file:"));
     findings.extend(offline);
     if compose_clean {
         for f in model_of_bundle(&b, &base, cfg)? {

@@ -6,6 +6,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::code::Code;
+
 /// The process exit statuses the systemd unit and operators rely on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Exit {
@@ -44,7 +46,7 @@ pub struct Failure {
     /// How the process ends.
     pub exit: Exit,
     /// The refusal or failure code (`ENV_INCOMPLETE`, `AGENT_UNAUTHENTICATED`, ...).
-    pub code: Option<String>,
+    pub code: Option<Code>,
     /// What happened, names only.
     pub message: String,
     /// How long the peer asked to wait before the next try (`Retry-After`), for the loop.
@@ -53,13 +55,18 @@ pub struct Failure {
 
 impl Failure {
     /// A failure with a code; `message` should name what is wrong and what to do.
-    pub fn new(exit: Exit, code: impl Into<Option<String>>, message: impl Into<String>) -> Self {
+    pub fn new(exit: Exit, code: impl Into<Option<Code>>, message: impl Into<String>) -> Self {
         Self {
             exit,
             code: code.into(),
             message: message.into(),
             retry_after: None,
         }
+    }
+
+    /// A failure with a code that ends the tick with the code's own exit class.
+    pub fn coded(code: Code, message: impl Into<String>) -> Self {
+        Self::new(code.exit(), code, message)
     }
 
     /// Carries the peer's `Retry-After` up to the loop.
@@ -88,16 +95,17 @@ impl Failure {
     }
 
     /// The code of the first coded failure in a chain.
-    pub fn code_of(err: &anyhow::Error) -> Option<String> {
+    pub fn code_of(err: &anyhow::Error) -> Option<Code> {
         err.chain()
             .filter_map(|e| e.downcast_ref::<Failure>())
-            .find_map(|f| f.code.clone())
+            .find_map(|f| f.code)
     }
 }
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.code {
+        // A bundle refusal's own text already starts with its code: not printed twice.
+        match self.code {
             Some(code) if !self.message.starts_with(code.as_str()) => {
                 write!(f, "{code}: {}", self.message)
             }
@@ -120,9 +128,10 @@ mod tests {
         assert_eq!(Exit::of(&e), Exit::Temporary);
         assert_eq!(Exit::of(&anyhow::anyhow!("plain")), Exit::Fail);
         let coded: anyhow::Result<()> =
-            Err(Failure::new(Exit::Fail, Some("ENV_INCOMPLETE".into()), "unresolved: A").into());
+            Err(Failure::coded(Code::EnvIncomplete, "unresolved: A").into());
         let e = coded.context("apply").unwrap_err();
-        assert_eq!(Failure::code_of(&e).as_deref(), Some("ENV_INCOMPLETE"));
+        assert_eq!(Failure::code_of(&e), Some(Code::EnvIncomplete));
+        assert_eq!(Exit::of(&e), Exit::Fail);
         assert_eq!(format!("{e:#}"), "apply: ENV_INCOMPLETE: unresolved: A");
         assert_eq!(Failure::retry_after_of(&e), None);
         let waited = anyhow::Error::new(

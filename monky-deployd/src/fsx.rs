@@ -16,10 +16,8 @@ use anyhow::Context;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
-use crate::exit::{Exit, Failure};
-
-/// The code of a refusal to work in a state dir (or under it) that someone else could change.
-pub const STATE_DIR_UNSAFE: &str = "STATE_DIR_UNSAFE";
+use crate::code::Code;
+use crate::exit::Failure;
 
 /// The largest file the agent reads back from its own state dir (state.json, bao.token, a key).
 pub const MAX_STATE_FILE_BYTES: u64 = 4 * 1024 * 1024;
@@ -31,9 +29,8 @@ const DIR_FLAGS: OFlags = OFlags::RDONLY
 
 /// A refusal with the state-dir code: `path` and why it cannot be trusted, and the fix.
 pub fn unsafe_path(path: &Path, why: &str) -> anyhow::Error {
-    Failure::new(
-        Exit::Fail,
-        Some(STATE_DIR_UNSAFE.into()),
+    Failure::coded(
+        Code::StateDirUnsafe,
         format!(
             "{}: {why}; only the agent's user may change anything under its state dir \
              (remove what was planted, then `chown -R` the state dir to the agent's user and \
@@ -92,7 +89,7 @@ pub struct Dir {
 impl Dir {
     /// Opens (creating it 0700 if missing) the agent's state dir and checks it as sshd's
     /// StrictModes would: a directory owned by the agent's uid, not writable by group or others.
-    /// Anything else is refused with [`STATE_DIR_UNSAFE`].
+    /// Anything else is refused with [`Code::StateDirUnsafe`].
     pub fn state_root(path: &Path) -> anyhow::Result<Self> {
         match rustix::fs::mkdir(path, Mode::from_raw_mode(0o700)) {
             Ok(()) | Err(Errno::EXIST) => {}
@@ -612,7 +609,10 @@ mod tests {
         std::fs::write(outside.join("keep"), "x").unwrap();
         std::os::unix::fs::symlink(&outside, d.join("staging")).unwrap();
         let e = d.ensure_sub("staging", 0o700).unwrap_err();
-        assert!(format!("{e:#}").contains(STATE_DIR_UNSAFE), "{e:#}");
+        assert!(
+            format!("{e:#}").contains(Code::StateDirUnsafe.as_str()),
+            "{e:#}"
+        );
         assert!(d.sub("staging").is_err());
         d.remove_tree("staging").unwrap();
         assert!(outside.join("keep").exists());

@@ -15,6 +15,7 @@ macro_rules! outln {
 
 pub mod checks;
 pub mod cli;
+pub mod code;
 pub mod config;
 pub mod doctor;
 pub mod exit;

@@ -60,7 +60,7 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
         "Exit status of the last tick (0, 1, 75, 78).",
         &[(String::new(), f64::from(tick.exit.code()))],
     );
-    let results = ["applied", "failed", "down", "refused"];
+    let results = ["applied", "failed", "down"];
     let current = state.last_result.as_deref().unwrap_or("");
     let samples: Vec<(String, f64)> = results
         .iter()

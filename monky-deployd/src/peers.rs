@@ -11,6 +11,7 @@ use anyhow::Context;
 use monky_agent_proto as proto;
 use monky_bao_client as bao;
 
+use crate::code::Code;
 use crate::config::Config;
 use crate::exit::{Exit, Failure};
 
@@ -60,17 +61,18 @@ pub fn tenancy_failure(what: &str, e: proto::Error) -> anyhow::Error {
         proto::ErrorKind::EnvMismatch => Exit::Config,
         _ => Exit::Fail,
     };
-    // Tenancy's own code when it sent one; otherwise a code for the kind of failure, so that a
-    // report's detail always starts with one.
-    let code = e.code().map(|c| c.to_string()).unwrap_or_else(|| {
-        match e.kind() {
-            proto::ErrorKind::Temporary => "TENANCY_UNAVAILABLE",
-            proto::ErrorKind::Unauthenticated => "AGENT_UNAUTHENTICATED",
-            proto::ErrorKind::EnvMismatch => "AGENT_ENV_MISMATCH",
-            _ => "TENANCY_REFUSED",
-        }
-        .to_string()
-    });
+    // Tenancy's own code when the agent knows it; otherwise a code for the kind of failure, so
+    // that a report's detail always starts with one. An unknown code of tenancy's stays in the
+    // message, which quotes tenancy's answer.
+    let code = e
+        .code()
+        .and_then(Code::of_tenancy)
+        .unwrap_or(match e.kind() {
+            proto::ErrorKind::Temporary => Code::TenancyUnavailable,
+            proto::ErrorKind::Unauthenticated => Code::AgentUnauthenticated,
+            proto::ErrorKind::EnvMismatch => Code::AgentEnvMismatch,
+            _ => Code::TenancyRefused,
+        });
     let text = if exit == Exit::Temporary {
         with_causes(&e)
     } else {
@@ -87,7 +89,7 @@ pub fn tenancy_failure(what: &str, e: proto::Error) -> anyhow::Error {
              fix env_id or re-run the install kit for this env",
         );
     }
-    Failure::new(exit, Some(code), msg)
+    Failure::new(exit, code, msg)
         .with_retry_after(e.retry_after())
         .into()
 }
@@ -99,18 +101,18 @@ pub fn bao_failure(what: &str, e: bao::Error) -> anyhow::Error {
         _ => Exit::Fail,
     };
     let code = match e.kind() {
-        bao::ErrorKind::Temporary => "BAO_UNAVAILABLE",
-        bao::ErrorKind::PermissionDenied => "BAO_PERMISSION_DENIED",
-        bao::ErrorKind::NotFound => "SECRET_NOT_FOUND",
-        bao::ErrorKind::LoginRejected => "BAO_LOGIN_REJECTED",
-        _ => "BAO_REFUSED",
+        bao::ErrorKind::Temporary => Code::BaoUnavailable,
+        bao::ErrorKind::PermissionDenied => Code::BaoPermissionDenied,
+        bao::ErrorKind::NotFound => Code::SecretNotFound,
+        bao::ErrorKind::LoginRejected => Code::BaoLoginRejected,
+        _ => Code::BaoRefused,
     };
     let text = if exit == Exit::Temporary {
         with_causes(&e)
     } else {
         e.to_string()
     };
-    Failure::new(exit, Some(code.to_string()), format!("{what}: {text}")).into()
+    Failure::new(exit, code, format!("{what}: {text}")).into()
 }
 
 /// An error and its causes on one line: "request to ... failed" alone does not say whether the

@@ -19,16 +19,14 @@ use monky_bundle as bundle;
 use monky_compose as compose;
 use secrecy::{ExposeSecret, SecretString};
 
+use crate::code::Code;
 use crate::config::Config;
-use crate::exit::{Exit, Failure};
+use crate::exit::Failure;
 use crate::fsx::{self, Dir};
 
 const ENV_FILE: &str = ".env";
 const DIGESTS: &str = "env-digests";
 const KEY_FILE: &str = "release.key";
-
-/// The code of a release refused because it changed on disk since the agent wrote it.
-pub const RELEASE_MODIFIED: &str = "RELEASE_MODIFIED";
 
 /// More entries than this in a release dir is not a release any more (nor worth listing).
 const MAX_RELEASE_ENTRIES: usize = 4096;
@@ -275,9 +273,8 @@ pub fn current_sha(cfg: &Config) -> anyhow::Result<Option<String>> {
 }
 
 fn modified(dir: &Path, why: &str) -> anyhow::Error {
-    Failure::new(
-        Exit::Fail,
-        Some(RELEASE_MODIFIED.into()),
+    Failure::coded(
+        Code::ReleaseModified,
         format!(
             "{}: {why}; the release changed on disk since the agent wrote it and is not \
              started; find what wrote it (a container binding its own release dir?)",

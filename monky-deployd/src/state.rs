@@ -70,10 +70,13 @@ pub struct State {
     pub last_checkin: Option<u64>,
     /// Last report sent (unix seconds).
     pub last_report: Option<u64>,
-    /// `applied`, `failed`, `down`, or `refused`.
+    /// `applied`, `failed` or `down`: what the last report said.
     pub last_result: Option<String>,
     /// `CODE: names` of the last failure, redacted.
     pub last_error: Option<String>,
+    /// The code of `last_error`, kept as a code so that nothing reads it back out of the text.
+    #[serde(deserialize_with = "crate::code::lenient")]
+    pub last_code: Option<crate::code::Code>,
     /// Token facts.
     pub token: Option<TokenState>,
     /// Containers as last seen.
@@ -90,6 +93,12 @@ pub struct State {
     pub failed_attempts: u32,
     /// When `failed_sha` may be tried again (unix seconds).
     pub next_attempt_at: Option<u64>,
+    /// The code of `failed_sha`'s failure.
+    #[serde(deserialize_with = "crate::code::lenient")]
+    pub failed_code: Option<crate::code::Code>,
+    /// `CODE: names` of `failed_sha`'s failure without the backoff note, repeated by the
+    /// reports sent while it waits.
+    pub failed_detail: Option<String>,
     /// Refusals and failures seen, by code (for the metrics file).
     pub refusals: std::collections::BTreeMap<String, u64>,
     /// The last bundle's disk need in bytes (for `doctor`).
@@ -121,6 +130,15 @@ pub fn path(state_dir: &Path) -> PathBuf {
 }
 
 impl State {
+    /// Forgets a failed release and its backoff: it applied, or tenancy wants another sha.
+    pub fn clear_failed(&mut self) {
+        self.failed_sha = None;
+        self.failed_attempts = 0;
+        self.next_attempt_at = None;
+        self.failed_code = None;
+        self.failed_detail = None;
+    }
+
     /// Loads the state; a corrupt or foreign file is moved aside and a clean state returned,
     /// with a note saying where the old file went.
     pub fn load(state_dir: &Path, env_id: &str) -> anyhow::Result<(Self, Option<String>)> {

@@ -52,7 +52,12 @@ pub fn from_original(doc: &Value, env_dir: &Path, env_id: &str) -> Result<State,
         last_result: o
             .get("last_result")
             .and_then(Value::as_str)
-            .filter(|r| matches!(*r, "applied" | "failed" | "down" | "refused"))
+            // The original's state may say `refused`; this agent reports a refusal as `failed`.
+            .and_then(|r| match r {
+                "applied" | "failed" | "down" => Some(r),
+                "refused" => Some("failed"),
+                _ => None,
+            })
             .map(str::to_string),
         token: o.get("token").and_then(Value::as_object).and_then(token),
         applied_prod: applied_sha

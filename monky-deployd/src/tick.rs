@@ -14,6 +14,7 @@ use proto::{Action, ReportResult};
 use secrecy::{ExposeSecret, SecretString};
 use tracing::{info, warn};
 
+use crate::code::Code;
 use crate::config::{Config, VolumesOnAbsent};
 use crate::exit::{Exit, Failure};
 use crate::state::{self, SeenContainer, State, TokenSource, TokenState};
@@ -27,10 +28,6 @@ const MAX_TOKEN_BYTES: u64 = 64 * 1024;
 
 /// The largest bootstrap grant read (a deploy grant JWT is well under 4 KiB).
 pub const MAX_GRANT_BYTES: u64 = 16 * 1024;
-
-/// The code of a bootstrap grant refused before it is read: a link, FIFO, device, a file others
-/// may read or own, or one too large.
-pub const GRANT_UNSAFE: &str = "GRANT_UNSAFE";
 
 /// How a tick was asked to run.
 #[derive(Debug, Clone, Copy, Default)]
@@ -243,9 +240,8 @@ impl<'a> Agent<'a> {
                 | fsx::ReadProblem::Owner(_)
                 | fsx::ReadProblem::TooLarge(_)),
             ) => {
-                return Err(Failure::new(
-                    Exit::Fail,
-                    Some(GRANT_UNSAFE.into()),
+                return Err(Failure::coded(
+                    Code::GrantUnsafe,
                     format!(
                         "bootstrap grant {} refused: {p}; stage it again as a regular file, mode \
                          0600, owned by the agent's user (the install kit does this)",
@@ -255,9 +251,8 @@ impl<'a> Agent<'a> {
                 .into());
             }
             _ => {
-                return Err(Failure::new(
-                    Exit::Fail,
-                    Some("NO_CREDENTIALS".into()),
+                return Err(Failure::coded(
+                    Code::NoCredentials,
                     format!(
                         "no OpenBao token and no bootstrap grant at {}: re-run the install kit",
                         grant_path.display()
@@ -376,7 +371,9 @@ impl<'a> Agent<'a> {
         }
         match self.lease_login("apply") {
             Ok(()) => Ok(()),
-            Err(e) if is_rate_limited(&e) && self.token.is_some() => {
+            Err(e)
+                if Failure::code_of(&e) == Some(Code::LeaseRateLimited) && self.token.is_some() =>
+            {
                 warn!("lease rate-limited; applying with the current token, swap deferred");
                 Ok(())
             }
@@ -510,9 +507,8 @@ impl<'a> Agent<'a> {
                 warn!("tenancy refused the token ({e}); deleting it");
                 self.forget_token();
                 if !self.cfg.bootstrap_file.exists() {
-                    return Err(Failure::new(
-                        Exit::Fail,
-                        Some("AGENT_UNAUTHENTICATED".into()),
+                    return Err(Failure::coded(
+                        Code::AgentUnauthenticated,
                         "the token was superseded or revoked and no bootstrap grant is on disk: \
                          re-run the install kit",
                     )
@@ -553,7 +549,7 @@ impl<'a> Agent<'a> {
         match resp.action {
             Action::None => self.heartbeat(),
             Action::Down => self.retire(resp.purge_volumes).inspect_err(|e| {
-                if Failure::code_of(e).as_deref() == Some(release::RELEASE_MODIFIED) {
+                if Failure::code_of(e) == Some(Code::ReleaseModified) {
                     let sha = self.state.applied_sha.clone();
                     self.report_failure(sha.as_deref(), e, None);
                 }
@@ -566,11 +562,7 @@ impl<'a> Agent<'a> {
                     .as_ref()
                     .map(|s| s.as_str().to_owned())
                     .ok_or_else(|| {
-                        Failure::new(
-                            Exit::Fail,
-                            Some("CHECKIN_INVALID".into()),
-                            "action apply without desired_sha",
-                        )
+                        Failure::coded(Code::CheckinInvalid, "action apply without desired_sha")
                     })?;
                 let url = resp
                     .bundle_url
@@ -603,22 +595,27 @@ impl<'a> Agent<'a> {
                 self.state.containers.len()
             );
             self.report(ReportResult::Applied, sha.as_deref(), None, None)?;
-            self.state.last_result = Some("applied".into());
-            self.state.last_error = None;
+            self.record("applied", None, None);
             return Ok(Exit::Ok);
         }
-        // Redacted once here: the same text goes to the report and to state.json.
-        let detail = redact::redact(&if let Some(e) = unknown {
-            format!("DOCKER_UNAVAILABLE: cannot list the containers: {e}")
+        let (code, why) = if let Some(e) = unknown {
+            (
+                Code::DockerUnavailable,
+                format!("cannot list the containers: {e}"),
+            )
         } else if missing {
-            "NOT_RUNNING: no container of the project is running".to_string()
+            (
+                Code::NotRunning,
+                "no container of the project is running".to_string(),
+            )
         } else {
-            format!("UNHEALTHY: {}", bad.join(", "))
-        });
+            (Code::Unhealthy, bad.join(", "))
+        };
+        // Redacted once here: the same text goes to the report and to state.json.
+        let detail = redact::redact(&format!("{code}: {why}"));
         warn!("heartbeat: {detail}");
         self.report(ReportResult::Failed, sha.as_deref(), Some(&detail), None)?;
-        self.state.last_result = Some("failed".into());
-        self.state.last_error = Some(detail);
+        self.record("failed", Some(code), Some(detail));
         Ok(Exit::Fail)
     }
 
@@ -643,13 +640,7 @@ impl<'a> Agent<'a> {
             );
             rel.compose(&self.docker, self.cfg)
                 .down(volumes)
-                .map_err(|e| {
-                    Failure::new(
-                        Exit::Fail,
-                        Some("COMPOSE_DOWN_FAILED".into()),
-                        e.to_string(),
-                    )
-                })?;
+                .map_err(|e| Failure::coded(Code::ComposeDownFailed, e.to_string()))?;
         } else {
             info!("nothing deployed; reporting down");
         }
@@ -657,8 +648,7 @@ impl<'a> Agent<'a> {
         release::clear_current(self.cfg)?;
         self.state.containers = self.containers();
         self.report(ReportResult::Down, sha.as_deref(), None, None)?;
-        self.state.last_result = Some("down".into());
-        self.state.last_error = None;
+        self.record("down", None, None);
         Ok(Exit::Ok)
     }
 
@@ -719,7 +709,7 @@ impl<'a> Agent<'a> {
         // A value that cannot be written where the template puts it fails here, before staging,
         // and waits out the backoff: the pinned versions make it fail the same way next time.
         let env_text = bundle::render_env(b.env_template(), &values)
-            .map_err(|r| self.failed_before_start(sha, r.code.as_str(), &r))?;
+            .map_err(|r| self.failed_before_start(sha, Code::of_refusal(r.code), &r))?;
         drop(values);
 
         let staged = release::stage(self.cfg, &b, &env_text)?;
@@ -731,7 +721,7 @@ impl<'a> Agent<'a> {
         info!("compose pull");
         self.state.last_disk_need_bytes = b.meta().disk_need_bytes;
         if let Err(e) = staged.compose(&self.docker, self.cfg).pull() {
-            return Err(self.failed_before_start(sha, "COMPOSE_PULL_FAILED", &e));
+            return Err(self.failed_before_start(sha, Code::ComposePullFailed, &e));
         }
         let prod = self.cfg.is_prod(b.meta().is_prod());
         let rel = release::promote(self.cfg, staged, sha, &|r| self.policy_gate(r))?;
@@ -750,24 +740,22 @@ impl<'a> Agent<'a> {
                 warn!("cannot read the compose logs: {e}");
                 String::new()
             });
-            let detail = match (&up, bad.is_empty()) {
-                (Err(e), true) => format!("COMPOSE_UP_FAILED: {e}"),
-                _ => format!("UNHEALTHY: {}", bad.join(", ")),
+            let (code, why) = match (&up, bad.is_empty()) {
+                (Err(e), true) => (Code::ComposeUpFailed, e.to_string()),
+                _ => (Code::Unhealthy, bad.join(", ")),
             };
+            let detail = format!("{code}: {why}");
             warn!("apply of {} failed: {detail}", short(Some(sha)));
-            let note = self.release_failed(sha, prod, true);
-            let e = anyhow::Error::new(Failure::new(Exit::Fail, None, format!("{detail}; {note}")));
+            let note = self.release_failed(sha, prod, true, code, &detail);
+            let e = anyhow::Error::new(Failure::coded(code, format!("{why}; {note}")));
             self.report_failure(Some(sha), &e, Some(&logs));
             return Err(e.context(ReportedMarker));
         }
         self.state.mark_applied(sha);
         // From now on the release is this agent's own.
         self.state.original_release = None;
-        self.state.last_result = Some("applied".into());
-        self.state.last_error = None;
-        self.state.failed_sha = None;
-        self.state.failed_attempts = 0;
-        self.state.next_attempt_at = None;
+        self.record("applied", None, None);
+        self.state.clear_failed();
         info!(
             "applied {} ({} container(s) healthy)",
             short(Some(sha)),
@@ -791,9 +779,10 @@ impl<'a> Agent<'a> {
         let names = crate::takeover::handed_differently(values);
         if !names.is_empty() {
             warn!(
-                "ENV_QUOTING_CHANGED: {}: the original agent's .env handed these to the app \
+                "{}: {}: the original agent's .env handed these to the app \
                  differently ($ expansion, quotes, ' #' or blanks); they now reach it exactly, \
                  so an app initialised with the old form needs its stored value updated",
+                Code::EnvQuotingChanged,
                 names.join(", ")
             );
         }
@@ -804,9 +793,7 @@ impl<'a> Agent<'a> {
     fn backoff_deadline(&mut self, sha: &str) -> Option<u64> {
         if self.state.failed_sha.as_deref() != Some(sha) {
             // Tenancy wants something else now: the old failure no longer counts.
-            self.state.failed_sha = None;
-            self.state.failed_attempts = 0;
-            self.state.next_attempt_at = None;
+            self.state.clear_failed();
             return None;
         }
         let deadline = self.state.next_attempt_at?;
@@ -822,13 +809,13 @@ impl<'a> Agent<'a> {
 
     /// A failed release waiting out its backoff: report, but no bundle, lease, pull or up.
     fn report_waiting(&mut self, sha: &str, deadline: u64) -> anyhow::Result<Exit> {
+        // A state written before the failure's own detail was kept has only its code's name.
+        let code = self.state.failed_code.unwrap_or(Code::Failed);
         let base = self
             .state
-            .last_error
-            .as_deref()
-            .and_then(|e| e.split("; ").next())
-            .unwrap_or("FAILED")
-            .to_string();
+            .failed_detail
+            .clone()
+            .unwrap_or_else(|| format!("{code}: an earlier attempt failed"));
         let running = self.state.applied_sha.clone();
         let detail = format!(
             "{base}; next attempt {}; running {}",
@@ -841,8 +828,7 @@ impl<'a> Agent<'a> {
             crate::status::rfc3339(deadline)
         );
         self.report(ReportResult::Failed, Some(sha), Some(&detail), None)?;
-        self.state.last_result = Some("failed".into());
-        self.state.last_error = Some(detail);
+        self.record("failed", Some(code), Some(detail));
         Ok(Exit::Fail)
     }
 
@@ -851,18 +837,27 @@ impl<'a> Agent<'a> {
     fn failed_before_start(
         &mut self,
         sha: &str,
-        code: &str,
+        code: Code,
         why: &dyn std::fmt::Display,
     ) -> anyhow::Error {
+        let detail = Failure::coded(code, why.to_string()).to_string();
         // Nothing started, so nothing falls back: prod or not does not matter here.
-        let note = self.release_failed(sha, false, false);
-        Failure::new(Exit::Fail, Some(code.to_string()), format!("{why}; {note}")).into()
+        let note = self.release_failed(sha, false, false, code, &detail);
+        Failure::coded(code, format!("{why}; {note}")).into()
     }
 
     /// After a release failed at pull, up or health: schedules the next attempt (1 min, 2, 4,
-    /// ... up to 1 h, jittered) and falls back to the last healthy release. Returns what the
-    /// report says about it.
-    fn release_failed(&mut self, sha: &str, prod: bool, started: bool) -> String {
+    /// ... up to 1 h, jittered) and falls back to the last healthy release. `detail` is the
+    /// failure's `CODE: names`, repeated while the sha waits. Returns what the report says
+    /// about the fallback.
+    fn release_failed(
+        &mut self,
+        sha: &str,
+        prod: bool,
+        started: bool,
+        code: Code,
+        detail: &str,
+    ) -> String {
         let attempts = if self.state.failed_sha.as_deref() == Some(sha) {
             self.state.failed_attempts + 1
         } else {
@@ -873,6 +868,8 @@ impl<'a> Agent<'a> {
         self.state.failed_sha = Some(sha.to_string());
         self.state.failed_attempts = attempts;
         self.state.next_attempt_at = Some(next);
+        self.state.failed_code = Some(code);
+        self.state.failed_detail = Some(redact::redact(detail));
         let previous = self.state.applied_sha.clone().filter(|p| p != sha);
         let note = match previous {
             // The pull failed before promotion: nothing changed on the engine or on disk.
@@ -901,7 +898,7 @@ impl<'a> Agent<'a> {
                 short(Some(prev)),
                 redact::redact(&format!("{e:#}"))
             );
-            let code = crate::exit::Failure::code_of(&e).unwrap_or_else(|| "FAILED".into());
+            let code = Failure::code_of(&e).unwrap_or(Code::Failed);
             return format!("fallback to {} refused ({code})", short(Some(prev)));
         }
         let result =
@@ -1028,14 +1025,21 @@ impl<'a> Agent<'a> {
         Ok(())
     }
 
+    /// Records what the last report said: the one place the last result, error and code are set.
+    fn record(&mut self, result: &str, code: Option<Code>, error: Option<String>) {
+        self.state.last_result = Some(result.to_string());
+        self.state.last_error = error;
+        self.state.last_code = code;
+    }
+
     /// Reports a failed apply (once), recording `CODE: names` as the last error.
     fn report_failure(&mut self, sha: Option<&str>, e: &anyhow::Error, logs: Option<&str>) {
         if e.downcast_ref::<ReportedMarker>().is_some() {
             return;
         }
-        let detail = redact::redact(&failure_detail(e));
-        self.state.last_result = Some("failed".into());
-        self.state.last_error = Some(detail.clone());
+        let (code, detail) = failure_detail(e);
+        let detail = redact::redact(&detail);
+        self.record("failed", code, Some(detail.clone()));
         if self.token.is_none() {
             return;
         }
@@ -1049,22 +1053,20 @@ impl<'a> Agent<'a> {
     fn finish(&mut self, result: &anyhow::Result<Exit>) -> anyhow::Result<()> {
         let error = result.as_ref().err();
         if let Some(e) = error {
-            self.state.last_error = Some(redact::redact(&failure_detail(e)));
+            let (code, detail) = failure_detail(e);
+            self.state.last_error = Some(redact::redact(&detail));
+            self.state.last_code = code;
         }
         match result {
             Ok(Exit::Ok) => self.state.last_success = Some(state::now()),
+            // A tick that ends failed without an error (a heartbeat, a wait) recorded its code.
             Ok(_) | Err(_) => {
-                let code = self
-                    .state
-                    .last_error
-                    .as_deref()
-                    .and_then(|e| e.split(':').next())
-                    .filter(|c| {
-                        !c.is_empty() && c.chars().all(|ch| ch.is_ascii_uppercase() || ch == '_')
-                    })
-                    .map(str::to_string);
-                if let Some(code) = code {
-                    *self.state.refusals.entry(code).or_default() += 1;
+                if let Some(code) = self.state.last_code {
+                    *self
+                        .state
+                        .refusals
+                        .entry(code.as_str().to_string())
+                        .or_default() += 1;
                 }
             }
         }
@@ -1096,35 +1098,34 @@ impl std::fmt::Display for ReportedMarker {
     }
 }
 
-/// `CODE: names` for a report's detail and state's last error.
-fn failure_detail(e: &anyhow::Error) -> String {
+/// The code and `CODE: names` of an error, for a report's detail and state's last error; an
+/// error that carries no failure is `FAILED` with its innermost cause.
+fn failure_detail(e: &anyhow::Error) -> (Option<Code>, String) {
     match e.chain().find_map(|c| c.downcast_ref::<Failure>()) {
-        Some(f) => f.to_string(),
-        None => format!(
-            "FAILED: {}",
-            e.chain()
-                .last()
-                .map(ToString::to_string)
-                .unwrap_or_default()
+        Some(f) => (f.code, f.to_string()),
+        None => (
+            Some(Code::Failed),
+            format!(
+                "{}: {}",
+                Code::Failed,
+                e.chain()
+                    .last()
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            ),
         ),
     }
 }
 
 fn refusal(r: bundle::Refusal) -> anyhow::Error {
-    Failure::new(Exit::Fail, Some(r.code.as_str().to_string()), r.to_string()).into()
+    Failure::coded(Code::of_refusal(r.code), r.to_string()).into()
 }
 
 fn bundle_error(e: bundle::Error) -> anyhow::Error {
     match e.refusal() {
         Some(r) => refusal(r.clone()),
-        None => Failure::new(Exit::Fail, Some("BUNDLE_INVALID".into()), e.to_string()).into(),
+        None => Failure::coded(Code::BundleInvalid, e.to_string()).into(),
     }
-}
-
-fn is_rate_limited(e: &anyhow::Error) -> bool {
-    e.chain()
-        .filter_map(|c| c.downcast_ref::<Failure>())
-        .any(|f| f.code.as_deref() == Some("LEASE_RATE_LIMITED"))
 }
 
 /// The wait after the `attempts`-th failure of the same release: 1 min doubling up to 1 h,

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use tracing::{error, warn};
 
+use crate::code::Code;
 use crate::config::Config;
-use crate::exit::Exit;
 use crate::state::{self, State};
 
 /// A running deadline; dropping it (the tick ended in time) stops the watchdog.
@@ -64,8 +64,9 @@ impl Drop for Watchdog {
 
 /// Ends the process: the tick ran past `limit`.
 fn expire(limit: Duration, state_dir: &Path, env_id: &str) -> ! {
+    let code = Code::TickTimeout;
     let detail = format!(
-        "TICK_TIMEOUT: the tick ran past tick_timeout_s ({}s); its docker commands were killed \
+        "{code}: the tick ran past tick_timeout_s ({}s); its docker commands were killed \
          and the next tick starts over",
         limit.as_secs()
     );
@@ -76,7 +77,8 @@ fn expire(limit: Duration, state_dir: &Path, env_id: &str) -> ! {
         Ok((mut st, _)) => {
             st.last_result = Some("failed".into());
             st.last_error = Some(detail);
-            *st.refusals.entry("TICK_TIMEOUT".into()).or_default() += 1;
+            st.last_code = Some(code);
+            *st.refusals.entry(code.as_str().into()).or_default() += 1;
             if let Err(e) = st.save_holding_lock(state_dir) {
                 error!("cannot record the timeout in state.json: {e:#}");
             }
@@ -86,5 +88,5 @@ fn expire(limit: Duration, state_dir: &Path, env_id: &str) -> ! {
     // Last, right before the exit: a call whose child dies returns to the tick, and the tick
     // should get no time to act on that (a fallback `up`, a report) before the process ends.
     monky_compose::process::kill_all();
-    std::process::exit(i32::from(Exit::Temporary.code()));
+    std::process::exit(i32::from(code.exit().code()));
 }

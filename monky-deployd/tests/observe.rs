@@ -179,10 +179,12 @@ fn explain_names_the_gap_and_the_next_step_for_every_code() {
     );
     assert!(out.contains("lease, expires in"), "{out}");
 
-    for (code, step) in monky_deployd::explain::NEXT_STEPS {
+    for code in monky_deployd::code::Code::ALL {
+        let step = code.next_step();
         let mut st = w.state();
         st["desired_sha"] = json!("f".repeat(64));
         st["last_error"] = json!(format!("{code}: some-name"));
+        st["last_code"] = json!(code.as_str());
         std::fs::write(w.state_dir().join("state.json"), st.to_string()).unwrap();
         let out = explain(&w);
         assert!(out.contains(&format!("{code}: some-name")), "{code}: {out}");

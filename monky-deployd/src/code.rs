@@ -1,0 +1,374 @@
+//! The codes the agent prints, reports and explains: one enum, so a code, its exit class and its
+//! next step are written once and a code is never read back out of a message.
+
+use std::fmt;
+
+use monky_agent_proto as proto;
+use monky_bundle as bundle;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::exit::Exit;
+
+macro_rules! codes {
+    ($( $(#[$doc:meta])* $variant:ident = $text:literal, $exit:ident, $step:literal; )+) => {
+        /// A failure, refusal or warning code; its text is what tenancy, the journal and
+        /// state.json see.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Code {
+            $( $(#[$doc])* $variant, )+
+        }
+
+        impl Code {
+            /// Every code, in declaration order.
+            pub const ALL: &'static [Code] = &[$(Code::$variant),+];
+
+            /// The SCREAMING_CASE text.
+            #[must_use]
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $( Code::$variant => $text, )+
+                }
+            }
+
+            /// How a tick that ends with this code exits.
+            #[must_use]
+            pub fn exit(self) -> Exit {
+                match self {
+                    $( Code::$variant => Exit::$exit, )+
+                }
+            }
+
+            /// What an operator does next (`explain`; docs/OPERATIONS.md says the same).
+            #[must_use]
+            pub fn next_step(self) -> &'static str {
+                match self {
+                    $( Code::$variant => $step, )+
+                }
+            }
+
+            /// The code whose text is `text`; used only for a code stored as a code
+            /// (state.json's `last_code`), never on a message.
+            #[must_use]
+            pub fn from_text(text: &str) -> Option<Code> {
+                match text {
+                    $( $text => Some(Code::$variant), )+
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    /// No stored token and no bootstrap grant.
+    NoCredentials = "NO_CREDENTIALS", Fail,
+        "no OpenBao token and no bootstrap grant: re-run the install kit";
+    /// The bootstrap grant is a link, FIFO, device, readable by others or too large.
+    GrantUnsafe = "GRANT_UNSAFE", Fail,
+        "the bootstrap grant is a link, FIFO or device, readable by others, owned by another user, or too large: stage it again as a regular 0600 file owned by the agent's user (re-run the install kit)";
+    /// Tenancy refused the token.
+    AgentUnauthenticated = "AGENT_UNAUTHENTICATED", Fail,
+        "the token was superseded or revoked: re-run the install kit for a fresh bootstrap grant";
+    /// The token belongs to another env.
+    AgentEnvMismatch = "AGENT_ENV_MISMATCH", Config,
+        "the token belongs to another env: fix env_id in config.yaml or re-run the install kit for this env";
+    /// Tenancy's lease budget is spent.
+    LeaseRateLimited = "LEASE_RATE_LIMITED", Temporary,
+        "tenancy's lease budget (5 per hour) is spent: the next ticks retry on their own";
+    /// Another of tenancy's per-env budgets is spent.
+    RateLimited = "RATE_LIMITED", Temporary,
+        "tenancy asked the agent to slow down: the next ticks retry on their own, after the wait tenancy named";
+    /// A lease answer in the retired AppRole shape.
+    LeaseShape = "LEASE_SHAPE", Fail,
+        "tenancy answered a lease in the retired AppRole shape: upgrade tenancy";
+    /// A lease answer of the wrong shape or for another env.
+    LeaseInvalid = "LEASE_INVALID", Fail,
+        "tenancy's lease answer was of the wrong shape or for another env: a tenancy bug, look at tenancy's logs";
+    /// A checkin answer that cannot be acted on.
+    CheckinInvalid = "CHECKIN_INVALID", Fail,
+        "tenancy's checkin answer cannot be acted on (the message names the field): a tenancy bug, the running release stays";
+    /// Tenancy does not publish the desired sha.
+    BundleNotFound = "BUNDLE_NOT_FOUND", Fail,
+        "tenancy does not publish the desired sha: publish the bundle, or correct the desired sha";
+    /// Tenancy unreachable, or a 429 or 5xx without a code.
+    TenancyUnavailable = "TENANCY_UNAVAILABLE", Temporary,
+        "tenancy is unreachable: check the mesh (`systemctl status monky-deployd-proxy`, the tunneler); the next tick retries";
+    /// Tenancy refused a call without a code of its own, or with one the agent does not know.
+    TenancyRefused = "TENANCY_REFUSED", Fail,
+        "tenancy refused a call (the message carries its status or code): look at tenancy's logs";
+    /// OpenBao unreachable or sealed.
+    BaoUnavailable = "BAO_UNAVAILABLE", Temporary,
+        "OpenBao is unreachable or sealed: check the proxy transport and the mesh; the next tick retries";
+    /// OpenBao refused a read.
+    BaoPermissionDenied = "BAO_PERMISSION_DENIED", Fail,
+        "OpenBao refused a read: check the manifest paths and the token's policy";
+    /// A pinned secret version does not exist.
+    SecretNotFound = "SECRET_NOT_FOUND", Fail,
+        "a pinned secret version does not exist: seed it in OpenBao or fix the manifest's version";
+    /// OpenBao refused a grant.
+    BaoLoginRejected = "BAO_LOGIN_REJECTED", Fail,
+        "OpenBao refused the grant: re-run the install kit; check the jwt-tenancy mount and role";
+    /// Any other OpenBao refusal.
+    BaoRefused = "BAO_REFUSED", Fail,
+        "OpenBao refused a call: check bao.addr and bao.ca_bundle in config.yaml";
+    /// `.env.template` uses variables no manifest entry provides.
+    EnvIncomplete = "ENV_INCOMPLETE", Fail,
+        "the bundle uses variables its manifest does not provide: fix the manifest or .env.template in the renderer";
+    /// A secret's value cannot be written where the template puts it unquoted.
+    EnvValueUnsafe = "ENV_VALUE_UNSAFE", Fail,
+        "a secret's value cannot be written where .env.template puts it unquoted: quote that line in the template (KEY=\"...${VAR}...\")";
+    /// The compose file asks for host privileges.
+    PrivilegedRefused = "PRIVILEGED_REFUSED", Fail,
+        "the compose file asks for host privileges: remove them, or set allow_privileged in bundle.json if this env really needs them";
+    /// Tenancy asks for an older release.
+    RollbackRefused = "ROLLBACK_REFUSED", Fail,
+        "tenancy asks for an older release: set allow_rollback in bundle.json to roll back on purpose";
+    /// Too little free space on the docker data root.
+    DiskInsufficient = "DISK_INSUFFICIENT", Fail,
+        "too little free space on the docker data root: run `monky-deployd run --once --prune` or grow the disk";
+    /// The bundle names another renderer.
+    RendererRefused = "RENDERER_REFUSED", Fail,
+        "bundle.json names a renderer other than compose: re-render the bundle with the compose renderer";
+    /// The manifest carries a secret value.
+    ManifestValueRefused = "MANIFEST_VALUE_REFUSED", Fail,
+        "the manifest carries a secret value: the renderer must ship paths only; rotate the exposed value";
+    /// A manifest path outside this env's prefix.
+    ManifestPathRefused = "MANIFEST_PATH_REFUSED", Fail,
+        "a manifest path is outside this env's prefix: fix it to <kv_mount>/<env_id>/see/<name>";
+    /// The bundle does not hash to the desired sha.
+    BundleShaMismatch = "BUNDLE_SHA_MISMATCH", Fail,
+        "the bundle does not hash to the desired sha: publish the bundle again from tenancy";
+    /// The bundle is malformed.
+    BundleInvalid = "BUNDLE_INVALID", Fail,
+        "the bundle tar is malformed: re-render it and check it with `monky-deployd bundle check`";
+    /// The bundle is over a size limit.
+    BundleTooLarge = "BUNDLE_TOO_LARGE", Fail,
+        "the bundle is over the size limit: keep large files out of the bundle";
+    /// `docker compose config` rejected the project.
+    ComposeConfigFailed = "COMPOSE_CONFIG_FAILED", Fail,
+        "compose could not read the bundle: run `monky-deployd bundle check` on it";
+    /// The pull failed.
+    ComposePullFailed = "COMPOSE_PULL_FAILED", Fail,
+        "the registry refused the pull (its message is in the detail): check the registry-auth secret and the image tag";
+    /// `docker compose up` failed.
+    ComposeUpFailed = "COMPOSE_UP_FAILED", Fail,
+        "compose could not start the release: read `journalctl -u monky-deployd` and the compose logs";
+    /// Containers did not become healthy, or stopped being healthy.
+    Unhealthy = "UNHEALTHY", Fail,
+        "containers did not become healthy: read the compose log tail in the report or `docker compose -p <project> logs`";
+    /// Nothing of the project runs although a release was applied.
+    NotRunning = "NOT_RUNNING", Fail,
+        "no container of the project runs: run `monky-deployd run --once --force` to apply again";
+    /// A retire's `compose down` failed.
+    ComposeDownFailed = "COMPOSE_DOWN_FAILED", Fail,
+        "compose down failed: check that the docker daemon answers";
+    /// The containers could not be listed.
+    DockerUnavailable = "DOCKER_UNAVAILABLE", Fail,
+        "the docker daemon did not answer a container listing: check `systemctl status docker` and the agent's access to its socket";
+    /// The state dir, or something below it, is not the agent's alone.
+    StateDirUnsafe = "STATE_DIR_UNSAFE", Fail,
+        "the state dir, or something below it, is owned or writable by another user or is a link the agent did not make: remove what was planted, `chown -R` the state dir to the agent's user and `chmod 0700` it";
+    /// A release's files or `.env` changed on disk since the agent wrote them.
+    ReleaseModified = "RELEASE_MODIFIED", Fail,
+        "a release's files or its .env changed on disk since the agent wrote it, so it was not started: find what wrote it (a container binding its own release dir?), then apply a release again from tenancy";
+    /// The tick ran past `tick_timeout_s`.
+    TickTimeout = "TICK_TIMEOUT", Temporary,
+        "the tick ran past tick_timeout_s: the journal shows the step it was in; raise tick_timeout_s only if pulls are legitimately that slow";
+    /// A warning: the original agent's `.env` handed some values to the app differently.
+    EnvQuotingChanged = "ENV_QUOTING_CHANGED", Ok,
+        "the named variables now reach the app exactly as stored: update an app value initialised with the original agent's form";
+    /// A failure without a code of its own.
+    Failed = "FAILED", Fail,
+        "read `journalctl -u monky-deployd` for the whole error chain; the next tick tries again";
+}
+
+impl Code {
+    /// The agent's code for a bundle refusal.
+    #[must_use]
+    pub fn of_refusal(code: bundle::RefusalCode) -> Code {
+        use bundle::RefusalCode as R;
+        match code {
+            R::EnvIncomplete => Code::EnvIncomplete,
+            R::PrivilegedRefused => Code::PrivilegedRefused,
+            R::RollbackRefused => Code::RollbackRefused,
+            R::DiskInsufficient => Code::DiskInsufficient,
+            R::RendererRefused => Code::RendererRefused,
+            R::ManifestValueRefused => Code::ManifestValueRefused,
+            R::BundleShaMismatch => Code::BundleShaMismatch,
+            R::BundleInvalid => Code::BundleInvalid,
+            R::BundleTooLarge => Code::BundleTooLarge,
+            R::EnvValueUnsafe => Code::EnvValueUnsafe,
+            // A refusal code this agent does not know yet is still a malformed bundle to it.
+            _ => Code::BundleInvalid,
+        }
+    }
+
+    /// The agent's code for one of tenancy's (or the tenancy client's) codes; `None` for a
+    /// code the agent does not know, which the caller names in the message.
+    #[must_use]
+    pub fn of_tenancy(code: &proto::ErrorCode) -> Option<Code> {
+        use proto::ErrorCode as E;
+        Some(match code {
+            E::AgentEnvMismatch => Code::AgentEnvMismatch,
+            E::AgentUnauthenticated => Code::AgentUnauthenticated,
+            E::LeaseRateLimited => Code::LeaseRateLimited,
+            E::RateLimited => Code::RateLimited,
+            E::BundleNotFound => Code::BundleNotFound,
+            E::BundleTooLarge => Code::BundleTooLarge,
+            E::LeaseShape => Code::LeaseShape,
+            E::CheckinInvalid => Code::CheckinInvalid,
+            E::LeaseInvalid => Code::LeaseInvalid,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Code {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Code {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Code::from_text(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown code {text:?}")))
+    }
+}
+
+/// For state.json: a code another version wrote and this one does not know reads as none, so
+/// the rest of the state is kept.
+pub(crate) fn lenient<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Code>, D::Error> {
+    let text = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(text
+        .as_ref()
+        .and_then(serde_json::Value::as_str)
+        .and_then(Code::from_text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn every_code_has_a_distinct_text_and_a_next_step() {
+        let texts: BTreeSet<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(texts.len(), Code::ALL.len(), "two codes share a text");
+        for code in Code::ALL {
+            let text = code.as_str();
+            assert!(
+                !text.is_empty() && text.chars().all(|c| c.is_ascii_uppercase() || c == '_'),
+                "{text}"
+            );
+            assert!(code.next_step().len() > 20, "{text} has no real next step");
+            assert_eq!(Code::from_text(text), Some(*code));
+        }
+        assert_eq!(Code::from_text("SOMETHING_ELSE"), None);
+    }
+
+    #[test]
+    fn exit_classes_match_the_documented_statuses() {
+        let temporary: Vec<&str> = Code::ALL
+            .iter()
+            .filter(|c| c.exit() == Exit::Temporary)
+            .map(|c| c.as_str())
+            .collect();
+        assert_eq!(
+            temporary,
+            [
+                "LEASE_RATE_LIMITED",
+                "RATE_LIMITED",
+                "TENANCY_UNAVAILABLE",
+                "BAO_UNAVAILABLE",
+                "TICK_TIMEOUT"
+            ]
+        );
+        assert_eq!(Code::AgentEnvMismatch.exit(), Exit::Config);
+        assert_eq!(Code::EnvQuotingChanged.exit(), Exit::Ok);
+        assert_eq!(Code::ReleaseModified.exit(), Exit::Fail);
+    }
+
+    #[test]
+    fn every_bundle_refusal_and_known_tenancy_code_keeps_its_text() {
+        use bundle::RefusalCode as R;
+        for r in [
+            R::EnvIncomplete,
+            R::PrivilegedRefused,
+            R::RollbackRefused,
+            R::DiskInsufficient,
+            R::RendererRefused,
+            R::ManifestValueRefused,
+            R::BundleShaMismatch,
+            R::BundleInvalid,
+            R::BundleTooLarge,
+            R::EnvValueUnsafe,
+        ] {
+            assert_eq!(Code::of_refusal(r).as_str(), r.as_str());
+        }
+        for text in [
+            "AGENT_ENV_MISMATCH",
+            "AGENT_UNAUTHENTICATED",
+            "LEASE_RATE_LIMITED",
+            "RATE_LIMITED",
+            "BUNDLE_NOT_FOUND",
+            "BUNDLE_TOO_LARGE",
+            "LEASE_SHAPE",
+            "CHECKIN_INVALID",
+            "LEASE_INVALID",
+        ] {
+            let code = Code::of_tenancy(&proto::ErrorCode::from(text));
+            assert_eq!(code.map(Code::as_str), Some(text));
+        }
+        assert_eq!(Code::of_tenancy(&proto::ErrorCode::from("NEW_THING")), None);
+    }
+
+    #[test]
+    fn a_stored_code_round_trips_and_an_unknown_one_reads_as_none() {
+        #[derive(Deserialize)]
+        struct S {
+            #[serde(deserialize_with = "lenient", default)]
+            c: Option<Code>,
+        }
+        let s: S = serde_json::from_str(r#"{"c":"RELEASE_MODIFIED"}"#).unwrap();
+        assert_eq!(s.c, Some(Code::ReleaseModified));
+        let s: S = serde_json::from_str(r#"{"c":"FROM_THE_FUTURE"}"#).unwrap();
+        assert_eq!(s.c, None);
+        let s: S = serde_json::from_str(r#"{"c":null}"#).unwrap();
+        assert_eq!(s.c, None);
+        assert_eq!(
+            serde_json::to_string(&Code::TickTimeout).unwrap(),
+            "\"TICK_TIMEOUT\""
+        );
+    }
+
+    #[test]
+    fn operations_md_lists_exactly_the_codes() {
+        let doc = include_str!("../../docs/OPERATIONS.md");
+        let table = doc
+            .split("\n### Codes\n")
+            .nth(1)
+            .expect("docs/OPERATIONS.md has a ### Codes section");
+        let documented: BTreeSet<&str> = table
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split('`').next())
+            .collect();
+        let known: BTreeSet<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
+        let missing: Vec<_> = known.difference(&documented).collect();
+        let unknown: Vec<_> = documented.difference(&known).collect();
+        assert!(
+            missing.is_empty() && unknown.is_empty(),
+            "docs/OPERATIONS.md's codes table lacks {missing:?} and names unknown {unknown:?}"
+        );
+    }
+}
