@@ -69,15 +69,23 @@ impl Release {
         String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8", path.display()))
     }
 
-    /// The release's `allow_privileged` (false when its `bundle.json` cannot be read).
-    pub fn allow_privileged(&self) -> bool {
+    fn meta(&self) -> Option<bundle::BundleMeta> {
         fsx::read_bounded(
             &self.dir.join(bundle::MemberName::BUNDLE_JSON.as_str()),
             MAX_ENV_BYTES,
         )
         .ok()
         .and_then(|b| bundle::BundleMeta::parse(&b).ok())
-        .is_some_and(|m| m.allow_privileged)
+    }
+
+    /// The release's `allow_privileged` (false when its `bundle.json` cannot be read).
+    pub fn allow_privileged(&self) -> bool {
+        self.meta().is_some_and(|m| m.allow_privileged)
+    }
+
+    /// Whether the release's `bundle.json` says prod (false when it cannot be read).
+    pub fn is_prod(&self) -> bool {
+        self.meta().is_some_and(|m| m.is_prod())
     }
 
     /// The compose project for this release. Every compose call on a release goes through

@@ -130,6 +130,13 @@ pub fn path(state_dir: &Path) -> PathBuf {
 }
 
 impl State {
+    /// Nothing healthy of this agent's runs any more: `applied_prod` goes with `applied_sha`,
+    /// so that it never describes another release than the one `applied_sha` names.
+    pub fn forget_applied(&mut self) -> Option<String> {
+        self.applied_prod = None;
+        self.applied_sha.take()
+    }
+
     /// Forgets a failed release and its backoff: it applied, or tenancy wants another sha.
     pub fn clear_failed(&mut self) {
         self.failed_sha = None;
@@ -194,8 +201,9 @@ impl State {
     }
 
     /// Records a sha as applied (and healthy).
-    pub fn mark_applied(&mut self, sha: &str) {
+    pub fn mark_applied(&mut self, sha: &str, prod: bool) {
         self.applied_sha = Some(sha.to_string());
+        self.applied_prod = Some(prod);
         self.applied_history.retain(|s| s != sha);
         self.applied_history.push(sha.to_string());
         let excess = self.applied_history.len().saturating_sub(50);
@@ -233,9 +241,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut s, note) = State::load(dir.path(), "e1").unwrap();
         assert!(note.is_none());
-        s.mark_applied("aaa");
-        s.mark_applied("bbb");
-        s.mark_applied("aaa");
+        s.mark_applied("aaa", false);
+        s.mark_applied("bbb", false);
+        s.mark_applied("aaa", false);
         assert_eq!(s.applied_history, ["bbb", "aaa"]);
         s.save(dir.path()).unwrap();
         assert_eq!(State::load(dir.path(), "e1").unwrap().0, s);

@@ -620,12 +620,6 @@ impl<'a> Agent<'a> {
     }
 
     fn retire(&mut self, purge_requested: bool) -> anyhow::Result<Exit> {
-        let prod = self.cfg.is_prod(self.state.applied_prod.unwrap_or(false));
-        let wanted = purge_requested || self.cfg.volumes_on_absent == VolumesOnAbsent::Purge;
-        let volumes = wanted && !prod;
-        if wanted && prod {
-            warn!("volume purge requested on a prod env: refused, volumes kept");
-        }
         let current = release::current_dir(self.cfg);
         if let Some(sha) = release::current_sha(self.cfg)?
             && current.exists()
@@ -633,7 +627,18 @@ impl<'a> Agent<'a> {
             // A release changed on disk could steer `down -v` at volumes it never owned.
             release::verify(self.cfg, &sha)?;
         }
-        if let Some(rel) = release::Release::open(&current) {
+        let rel = release::Release::open(&current);
+        // The release `current` names is judged by its own (verified) tier too: a failed prod
+        // release left in place (on_failure: leave) is no applied release, and still prod.
+        let prod = self.cfg.is_prod(
+            self.state.applied_prod.unwrap_or(false) || rel.as_ref().is_some_and(|r| r.is_prod()),
+        );
+        let wanted = purge_requested || self.cfg.volumes_on_absent == VolumesOnAbsent::Purge;
+        let volumes = wanted && !prod;
+        if wanted && prod {
+            warn!("volume purge requested on a prod env: refused, volumes kept");
+        }
+        if let Some(rel) = rel {
             info!(
                 "compose down --remove-orphans{}",
                 if volumes { " -v" } else { "" }
@@ -644,7 +649,7 @@ impl<'a> Agent<'a> {
         } else {
             info!("nothing deployed; reporting down");
         }
-        let sha = self.state.applied_sha.take();
+        let sha = self.state.forget_applied();
         release::clear_current(self.cfg)?;
         self.state.containers = self.containers();
         self.report(ReportResult::Down, sha.as_deref(), None, None)?;
@@ -727,7 +732,6 @@ impl<'a> Agent<'a> {
         let rel = release::promote(self.cfg, staged, sha, &|r| self.policy_gate(r))?;
         failpoint::hit("after-swap");
         release::verify(self.cfg, sha)?;
-        self.state.applied_prod = Some(b.meta().is_prod());
         let project = rel.compose(&self.docker, self.cfg);
         info!("compose up -d --remove-orphans");
         failpoint::hit("before-up");
@@ -751,7 +755,7 @@ impl<'a> Agent<'a> {
             self.report_failure(Some(sha), &e, Some(&logs));
             return Err(e.context(ReportedMarker));
         }
-        self.state.mark_applied(sha);
+        self.state.mark_applied(sha, b.meta().is_prod());
         // From now on the release is this agent's own.
         self.state.original_release = None;
         self.record("applied", None, None);
@@ -876,11 +880,11 @@ impl<'a> Agent<'a> {
             Some(prev) if !started => format!("running {}", short(Some(&prev))),
             None if !started => "nothing running".to_string(),
             None => {
-                self.state.applied_sha = None;
+                self.state.forget_applied();
                 "no earlier healthy release to fall back to".to_string()
             }
             Some(_) if self.cfg.on_failure(prod) == crate::config::OnFailure::Leave => {
-                self.state.applied_sha = None;
+                self.state.forget_applied();
                 format!("left {} in place (on_failure: leave)", short(Some(sha)))
             }
             Some(prev) => self.revert_to(&prev),
@@ -892,7 +896,7 @@ impl<'a> Agent<'a> {
     fn revert_to(&mut self, prev: &str) -> String {
         if let Err(e) = release::verify(self.cfg, prev) {
             // Nothing is started from a release that changed on disk; what runs stays.
-            self.state.applied_sha = None;
+            self.state.forget_applied();
             warn!(
                 "fallback to {} refused: {}",
                 short(Some(prev)),
@@ -914,14 +918,14 @@ impl<'a> Agent<'a> {
                 format!("reverted to {}", short(Some(prev)))
             }
             Ok(()) => {
-                self.state.applied_sha = None;
+                self.state.forget_applied();
                 format!(
                     "reverted to {}, which is not healthy either",
                     short(Some(prev))
                 )
             }
             Err(e) => {
-                self.state.applied_sha = None;
+                self.state.forget_applied();
                 warn!("fallback to {} failed: {e:#}", short(Some(prev)));
                 match Failure::code_of(&e) {
                     Some(code) => format!("fallback to {} refused ({code})", short(Some(prev))),

@@ -60,6 +60,52 @@ fn retire_never_purges_prod() {
 }
 
 #[test]
+fn after_a_revert_the_running_prod_release_is_still_prod() {
+    let w = World::new();
+    w.stage_grant();
+    let mut good = TestBundle::default();
+    good.meta["tier"] = json!("prod");
+    let good_sha = w.publish(&good);
+    w.tick().ok();
+    assert_eq!(w.state()["applied_prod"], json!(true));
+    // A release without a tier that never becomes healthy is reverted (its tier's default).
+    w.stub("UNHEALTHY_IF", "web:bad");
+    w.publish(&TestBundle::tagged("bad"));
+    w.tick().expect(1);
+    let st = w.state();
+    assert_eq!(st["applied_sha"], json!(good_sha));
+    assert_eq!(
+        st["applied_prod"],
+        json!(true),
+        "applied_prod must describe applied_sha's release, not the failed one"
+    );
+    // So the retire that follows keeps the prod release's volumes.
+    w.tenancy.set_desired(ENV, Desired::down(true));
+    w.tick().ok();
+    assert!(!down_args(&w)[0].contains(" -v"), "{:?}", down_args(&w));
+
+    // A failed prod release left in place (on_failure: leave) is no applied release, and its
+    // volumes are still a prod release's.
+    let w = World::new();
+    w.stage_grant();
+    w.publish(&good);
+    w.tick().ok();
+    w.stub("UNHEALTHY_IF", "web:bad");
+    let mut bad = TestBundle::tagged("bad");
+    bad.meta["tier"] = json!("prod");
+    w.publish(&bad);
+    w.tick().expect(1);
+    let st = w.state();
+    assert!(
+        st["applied_sha"].is_null() && st["applied_prod"].is_null(),
+        "{st}"
+    );
+    w.tenancy.set_desired(ENV, Desired::down(true));
+    w.tick().ok();
+    assert!(!down_args(&w)[0].contains(" -v"), "{:?}", down_args(&w));
+}
+
+#[test]
 fn volumes_on_absent_purge() {
     let w = World::new();
     w.config_extra("volumes_on_absent: purge\n");
