@@ -1,0 +1,390 @@
+//! Apply: the desired release's steps from fetch to report, the failed-release backoff and the
+//! fallback to the last healthy release.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use monky_agent_proto::ReportResult;
+use monky_bao_client as bao;
+use monky_bundle as bundle;
+use secrecy::{ExposeSecret, SecretString};
+use tracing::{info, warn};
+
+use super::backoff::Backoff;
+use super::outcome::ReportedMarker;
+use super::{Agent, not_ready, short};
+use crate::code::Code;
+use crate::exit::{Exit, Failure};
+use crate::state;
+use crate::{checks, failpoint, fsx, peers, redact, release};
+
+impl Agent<'_> {
+    /// Applies the desired release, step by step as docs/architecture.md's "What a tick does"
+    /// lists them. A refusal or failure returns early; the steps after it never run.
+    pub(super) fn apply(&mut self, sha: &str, url: &str) -> anyhow::Result<Exit> {
+        // 1-2. Fetch the bundle and verify it hashes to the desired sha.
+        let b = self.fetch(sha, url)?;
+        // 3. Refuse what the bundle alone shows is wrong, before any lease or secret read.
+        let paths = self.refusal_checks(&b, sha)?;
+        // 4-6. Lease a grant, log in with it, read the secrets.
+        let values = self.read_secrets(&b, &paths)?;
+        if self.state.original_release.is_some() {
+            self.note_quoting_changes(&values);
+        }
+        // 7. Render `.env`. A value that cannot be written where the template puts it fails
+        // here, before staging, and waits out the backoff: the pinned versions make it fail the
+        // same way next time.
+        let env_text = bundle::render_env(b.env_template(), &values)
+            .map_err(|r| self.failed_before_start(sha, Code::of_refusal(r.code), &r))?;
+        drop(values);
+        // 8. Stage the release.
+        let staged = release::stage(self.cfg, &b, &env_text)?;
+        failpoint::hit("after-staging");
+        // 9. Check compose's model: the authority, since a value from a secret is only visible
+        // there.
+        self.policy_gate(&staged)?;
+        // 10. Pull from the staging dir: a registry refusal leaves `current` naming the release
+        // that is still running.
+        info!("compose pull");
+        self.state.last_disk_need_bytes = b.meta().disk_need_bytes;
+        if let Err(e) = staged.compose(&self.docker, self.cfg).pull() {
+            return Err(self.failed_before_start(sha, Code::ComposePullFailed, &e));
+        }
+        // 11. Promote: `current` names the new release, checked again on disk.
+        let rel = release::promote(self.cfg, staged, sha, &|r| self.policy_gate(r))?;
+        failpoint::hit("after-swap");
+        release::verify(self.cfg, sha)?;
+        // 12-13. Up, and wait for health; a failure falls back and reports itself.
+        self.up_healthy(&rel, sha, self.cfg.is_prod(b.meta().is_prod()))?;
+        // 14. Report.
+        self.state.mark_applied(sha, b.meta().is_prod());
+        // From now on the release is this agent's own.
+        self.state.original_release = None;
+        self.record("applied", None, None);
+        self.state.clear_failed();
+        info!(
+            "applied {} ({} container(s) healthy)",
+            short(Some(sha)),
+            self.state.containers.len()
+        );
+        self.report(ReportResult::Applied, Some(sha), None, None)?;
+        if self.opts.prune {
+            release::prune(self.cfg, self.cfg.keep_releases);
+            if let Err(e) = self.docker.image_prune() {
+                warn!("image prune failed: {e}");
+            }
+        }
+        Ok(Exit::Ok)
+    }
+
+    /// Steps 1-2: the bundle from tenancy, parsed within the limits and proven to be `sha`.
+    fn fetch(&self, sha: &str, url: &str) -> anyhow::Result<bundle::Bundle> {
+        let dl = self
+            .tenancy
+            .bundle(&self.bearer()?, url)
+            .map_err(|e| peers::tenancy_failure("bundle", e))?;
+        let b =
+            bundle::Bundle::parse(&dl.bytes, &bundle::Limits::default()).map_err(bundle_error)?;
+        b.check_sha(sha).map_err(refusal)?;
+        if let Some(h) = dl.header_sha.as_deref().filter(|h| *h != b.sha()) {
+            warn!(
+                "bundle header sha {} disagrees with its content {}",
+                short(Some(h)),
+                short(Some(b.sha()))
+            );
+        }
+        failpoint::hit("after-fetch");
+        Ok(b)
+    }
+
+    /// Steps 4-6: the token for reading (a lease, unless a valid one is held), then every
+    /// manifest entry's value; the registry credential goes to the agent's docker config.
+    /// Names are logged, values never.
+    fn read_secrets(
+        &mut self,
+        b: &bundle::Bundle,
+        paths: &[bao::KvPath],
+    ) -> anyhow::Result<BTreeMap<String, SecretString>> {
+        let manifest = b.manifest();
+        let mut values: BTreeMap<String, SecretString> = BTreeMap::new();
+        if manifest.entries.is_empty() {
+            return Ok(values);
+        }
+        self.token_for_apply()?;
+        let token = self.token.as_ref().context("no token")?;
+        for (entry, path) in manifest.entries.iter().zip(paths) {
+            let v = self
+                .bao()?
+                .read_kv(token, path, entry.version)
+                .map_err(|e| peers::bao_failure(&format!("read {}", entry.var), e))?;
+            redact::register(v.expose_secret());
+            if entry.is_registry_auth() {
+                self.write_registry_auth(&v);
+            } else {
+                values.insert(entry.var.clone(), v);
+            }
+        }
+        info!(
+            "read {} secret(s): {}",
+            values.len(),
+            values.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+        Ok(values)
+    }
+
+    /// Steps 12-13: `compose up` and the health wait. A release that does not come up healthy
+    /// starts the backoff, falls back, and is reported here with the compose logs; the error
+    /// returned says so, and is not reported again.
+    fn up_healthy(&mut self, rel: &release::Release, sha: &str, prod: bool) -> anyhow::Result<()> {
+        let project = rel.compose(&self.docker, self.cfg);
+        info!("compose up -d --remove-orphans");
+        failpoint::hit("before-up");
+        let up = project.up(Some(self.cfg.healthy_timeout));
+        failpoint::hit("after-up");
+        self.state.containers = self.containers();
+        let bad = not_ready(&self.state.containers);
+        if up.is_ok() && bad.is_empty() {
+            return Ok(());
+        }
+        let logs = project.logs_tail(200).unwrap_or_else(|e| {
+            warn!("cannot read the compose logs: {e}");
+            String::new()
+        });
+        let (code, why) = match (&up, bad.is_empty()) {
+            (Err(e), true) => (Code::ComposeUpFailed, e.to_string()),
+            _ => (Code::Unhealthy, bad.join(", ")),
+        };
+        let detail = format!("{code}: {why}");
+        warn!("apply of {} failed: {detail}", short(Some(sha)));
+        let note = self.release_failed(sha, prod, true, code, &detail);
+        let e = anyhow::Error::new(Failure::coded(code, format!("{why}; {note}")));
+        self.report_failure(Some(sha), &e, Some(&logs));
+        Err(e.context(ReportedMarker))
+    }
+
+    /// The first apply over a release the original agent wrote: names every variable whose
+    /// value the app received differently through the original's `.env`, in the journal (and so
+    /// the report's `log_tail`) and in state for `explain`. The apply goes on: the value now
+    /// written is the secret itself.
+    pub(super) fn note_quoting_changes(&mut self, values: &BTreeMap<String, SecretString>) {
+        let names = crate::takeover::handed_differently(values);
+        if !names.is_empty() {
+            warn!(
+                "{}: {}: the original agent's .env handed these to the app \
+                 differently ($ expansion, quotes, ' #' or blanks); they now reach it exactly, \
+                 so an app initialised with the old form needs its stored value updated",
+                Code::EnvQuotingChanged,
+                names.join(", ")
+            );
+        }
+        self.state.quoting_changed = names;
+    }
+
+    /// When the desired sha failed before and its backoff has not run out, the deadline.
+    pub(super) fn backoff_deadline(&self, sha: &str) -> Option<u64> {
+        let deadline = Backoff::deadline(&self.state, sha, state::now())?;
+        if self.opts.force {
+            info!(
+                "--force: trying {} again before its backoff ran out",
+                short(Some(sha))
+            );
+            return None;
+        }
+        Some(deadline)
+    }
+
+    /// A failed release waiting out its backoff: report, but no bundle, lease, pull or up.
+    pub(super) fn report_waiting(&mut self, sha: &str, deadline: u64) -> anyhow::Result<Exit> {
+        // A state written before the failure's own detail was kept has only its code's name.
+        let code = self.state.failed_code.unwrap_or(Code::Failed);
+        let base = self
+            .state
+            .failed_detail
+            .clone()
+            .unwrap_or_else(|| format!("{code}: an earlier attempt failed"));
+        let running = self.state.applied_sha.clone();
+        let detail = format!(
+            "{base}; next attempt {}; running {}",
+            crate::status::rfc3339(deadline),
+            running.as_deref().map_or("nothing", |s| short(Some(s)))
+        );
+        info!(
+            "{} failed before; waiting until {} (`run --once --force` retries now)",
+            short(Some(sha)),
+            crate::status::rfc3339(deadline)
+        );
+        self.report(ReportResult::Failed, Some(sha), Some(&detail), None)?;
+        self.record("failed", Some(code), Some(detail));
+        Ok(Exit::Fail)
+    }
+
+    /// A release that failed before anything of it started (its `.env` could not be written,
+    /// or its pull failed): the backoff as for any failed release, and the failure to report.
+    pub(super) fn failed_before_start(
+        &mut self,
+        sha: &str,
+        code: Code,
+        why: &dyn std::fmt::Display,
+    ) -> anyhow::Error {
+        let detail = Failure::coded(code, why.to_string()).to_string();
+        // Nothing started, so nothing falls back: prod or not does not matter here.
+        let note = self.release_failed(sha, false, false, code, &detail);
+        Failure::coded(code, format!("{why}; {note}")).into()
+    }
+
+    /// After a release failed at pull, up or health: schedules the next attempt (1 min, 2, 4,
+    /// ... up to 1 h, jittered) and falls back to the last healthy release. `detail` is the
+    /// failure's `CODE: names`, repeated while the sha waits. Returns what the report says
+    /// about the fallback.
+    pub(super) fn release_failed(
+        &mut self,
+        sha: &str,
+        prod: bool,
+        started: bool,
+        code: Code,
+        detail: &str,
+    ) -> String {
+        let backoff =
+            Backoff::after_failure(&self.state, sha, state::now(), rand::random_range(0.0..1.0));
+        let next = backoff.next_attempt_at;
+        backoff.record(&mut self.state, sha, code, redact::redact(detail));
+        let previous = self.state.applied_sha.clone().filter(|p| p != sha);
+        let note = match previous {
+            // The pull failed before promotion: nothing changed on the engine or on disk.
+            Some(prev) if !started => format!("running {}", short(Some(&prev))),
+            None if !started => "nothing running".to_string(),
+            None => {
+                self.state.forget_applied();
+                "no earlier healthy release to fall back to".to_string()
+            }
+            Some(_) if self.cfg.on_failure(prod) == crate::config::OnFailure::Leave => {
+                self.state.forget_applied();
+                format!("left {} in place (on_failure: leave)", short(Some(sha)))
+            }
+            Some(prev) => self.revert_to(&prev),
+        };
+        format!("{note}; next attempt {}", crate::status::rfc3339(next))
+    }
+
+    /// Points `current` back at `prev` and brings it up again; volumes are not touched.
+    pub(super) fn revert_to(&mut self, prev: &str) -> String {
+        if let Err(e) = release::verify(self.cfg, prev) {
+            // Nothing is started from a release that changed on disk; what runs stays.
+            self.state.forget_applied();
+            warn!(
+                "fallback to {} refused: {}",
+                short(Some(prev)),
+                redact::redact(&format!("{e:#}"))
+            );
+            let code = Failure::code_of(&e).unwrap_or(Code::Failed);
+            return format!("fallback to {} refused ({code})", short(Some(prev)));
+        }
+        let result =
+            release::point_current(self.cfg, prev, &|r| self.policy_gate(r)).and_then(|rel| {
+                info!("falling back to {}", short(Some(prev)));
+                rel.compose(&self.docker, self.cfg)
+                    .up(Some(self.cfg.healthy_timeout))
+                    .map_err(anyhow::Error::new)
+            });
+        self.state.containers = self.containers();
+        match result {
+            Ok(()) if not_ready(&self.state.containers).is_empty() => {
+                format!("reverted to {}", short(Some(prev)))
+            }
+            Ok(()) => {
+                self.state.forget_applied();
+                format!(
+                    "reverted to {}, which is not healthy either",
+                    short(Some(prev))
+                )
+            }
+            Err(e) => {
+                self.state.forget_applied();
+                warn!("fallback to {} failed: {e:#}", short(Some(prev)));
+                match Failure::code_of(&e) {
+                    Some(code) => format!("fallback to {} refused ({code})", short(Some(prev))),
+                    None => format!("fallback to {} failed", short(Some(prev))),
+                }
+            }
+        }
+    }
+
+    /// The compose policy on compose's model of `rel`, before compose pulls or starts it: the
+    /// staged release, the promoted one before `current` names it, and a release fallen back
+    /// to, whose files may have changed on disk since it was checked.
+    pub(super) fn policy_gate(&self, rel: &release::Release) -> anyhow::Result<()> {
+        let policy = self.cfg.compose_policy(rel.allow_privileged());
+        let raw = rel.compose_yaml()?;
+        let findings = checks::model(
+            &policy,
+            &rel.compose(&self.docker, self.cfg),
+            &raw,
+            rel.dir(),
+        )?;
+        match findings.into_iter().next() {
+            Some(f) => Err(f.into_failure()),
+            None => Ok(()),
+        }
+    }
+
+    /// Every refusal an apply can meet before any lease or secret read; returns the KV paths.
+    pub(super) fn refusal_checks(
+        &self,
+        b: &bundle::Bundle,
+        sha: &str,
+    ) -> anyhow::Result<Vec<bao::KvPath>> {
+        let (paths, findings) = checks::offline(
+            b,
+            &self.cfg.env_id,
+            &self.kv_mount(),
+            &self.cfg.compose_policy(false),
+        );
+        if let Some(f) = findings.into_iter().next() {
+            return Err(f.into_failure());
+        }
+        bundle::check_rollback(sha, &self.state.applied_history, b.meta().allow_rollback)
+            .map_err(refusal)?;
+        match self.docker.free_bytes() {
+            Ok(free) => bundle::check_disk(
+                free,
+                b.meta().disk_need_bytes.unwrap_or(0),
+                self.cfg.disk_factor,
+                self.cfg.disk_headroom_bytes,
+            )
+            .map_err(refusal)?,
+            Err(e) => {
+                warn!("cannot read the docker data root's free space ({e}); disk check skipped")
+            }
+        }
+        Ok(paths)
+    }
+
+    pub(super) fn write_registry_auth(&self, value: &SecretString) {
+        let result = bundle::RegistryAuth::parse(value, Some(&self.cfg.registry_host))
+            .map_err(anyhow::Error::new)
+            .and_then(|auth| {
+                redact::register_basic_auth(auth.username(), auth.password().expose_secret());
+                let json = auth.docker_config_json();
+                redact::register(json.expose_secret());
+                fsx::Dir::state_root(&self.cfg.state_dir)?
+                    .ensure_sub("docker", 0o700)?
+                    .write_atomic("config.json", json.expose_secret().as_bytes(), 0o600)?;
+                Ok(auth.registry().to_string())
+            });
+        match result {
+            Ok(registry) => info!("registry credential in place for {registry}"),
+            Err(e) => warn!("registry credential unusable ({e:#}); private images will not pull"),
+        }
+    }
+}
+
+fn refusal(r: bundle::Refusal) -> anyhow::Error {
+    Failure::coded(Code::of_refusal(r.code), r.to_string()).into()
+}
+
+fn bundle_error(e: bundle::Error) -> anyhow::Error {
+    match e.refusal() {
+        Some(r) => refusal(r.clone()),
+        None => Failure::coded(Code::BundleInvalid, e.to_string()).into(),
+    }
+}

@@ -1,0 +1,299 @@
+//! The OpenBao token's lifecycle: loaded from disk or bootstrapped from the kit's grant, swapped
+//! for a lease before an apply reads secrets, renewed or leased again when due, and revoked when
+//! replaced.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use monky_agent_proto as proto;
+use monky_bao_client as bao;
+use secrecy::{ExposeSecret, SecretString};
+use tracing::{info, warn};
+
+use super::{Agent, TickOptions, lock};
+use crate::code::Code;
+use crate::config::Config;
+use crate::exit::{Exit, Failure};
+use crate::state::{self, State, TokenSource, TokenState};
+use crate::{fsx, peers, redact};
+
+/// Lease again when the token is older than its max TTL (30 d) less two days.
+const LEASE_AGAIN_AFTER: Duration = Duration::from_secs(28 * 24 * 3600);
+
+const TOKEN_FILE: &str = "bao.token";
+const MAX_TOKEN_BYTES: u64 = 64 * 1024;
+
+/// The largest bootstrap grant read (a deploy grant JWT is well under 4 KiB).
+pub const MAX_GRANT_BYTES: u64 = 16 * 1024;
+
+impl Agent<'_> {
+    pub(super) fn token_path(&self) -> PathBuf {
+        self.cfg.state_dir.join(TOKEN_FILE)
+    }
+
+    /// The stored token's text, read without following a link and bounded.
+    pub(super) fn read_token(&self) -> anyhow::Result<Option<zeroize::Zeroizing<String>>> {
+        let root = fsx::Dir::state_root(&self.cfg.state_dir)?;
+        Ok(root
+            .read_file(TOKEN_FILE, MAX_TOKEN_BYTES)?
+            .map(|b| zeroize::Zeroizing::new(String::from_utf8_lossy(&b).into_owned())))
+    }
+
+    /// Loads the stored token, or bootstraps one from the kit's grant.
+    pub(super) fn ensure_token(&mut self) -> anyhow::Result<()> {
+        if self.token.is_some() {
+            return Ok(());
+        }
+        if let Some(text) = self.read_token()?
+            && !text.trim().is_empty()
+        {
+            redact::register(text.trim());
+            self.token = Some(bao::Token::new(text.trim().to_string()));
+            return Ok(());
+        }
+        self.bootstrap()
+    }
+
+    /// Logs in with the bootstrap grant, stores the token and deletes the grant.
+    pub(super) fn bootstrap(&mut self) -> anyhow::Result<()> {
+        let grant_path = &self.cfg.bootstrap_file;
+        let grant = match fsx::read_private(grant_path, MAX_GRANT_BYTES) {
+            Ok(g) if !String::from_utf8_lossy(&g).trim().is_empty() => {
+                let g = zeroize::Zeroizing::new(g);
+                SecretString::from(String::from_utf8_lossy(&g).trim().to_string())
+            }
+            Err(
+                p @ (fsx::ReadProblem::NotRegular(_)
+                | fsx::ReadProblem::Readable(_)
+                | fsx::ReadProblem::Owner(_)
+                | fsx::ReadProblem::TooLarge(_)),
+            ) => {
+                return Err(Failure::coded(
+                    Code::GrantUnsafe,
+                    format!(
+                        "bootstrap grant {} refused: {p}; stage it again as a regular file, mode \
+                         0600, owned by the agent's user (the install kit does this)",
+                        grant_path.display()
+                    ),
+                )
+                .into());
+            }
+            _ => {
+                return Err(Failure::coded(
+                    Code::NoCredentials,
+                    format!(
+                        "no OpenBao token and no bootstrap grant at {}: re-run the install kit",
+                        grant_path.display()
+                    ),
+                )
+                .into());
+            }
+        };
+        redact::register(grant.expose_secret());
+        info!("bootstrapping: logging in to OpenBao with the kit's grant");
+        let login = self
+            .bao()?
+            .login_jwt(&self.cfg.bao.auth_mount, &self.cfg.bao.role, &grant)
+            .map_err(|e| {
+                let temporary = e.kind() == bao::ErrorKind::Temporary;
+                let f = peers::bao_failure("bootstrap login", e);
+                if temporary {
+                    f
+                } else {
+                    f.context("the bootstrap grant was refused: re-run the install kit")
+                }
+            })?;
+        self.install_token(login.token, TokenSource::Bootstrap, login.ttl)?;
+        match std::fs::remove_file(grant_path) {
+            Ok(()) => info!("bootstrap grant consumed and deleted"),
+            Err(e) => warn!("cannot delete {}: {e}", grant_path.display()),
+        }
+        Ok(())
+    }
+
+    /// Stores a new token (0600, atomically) and its facts; revokes the one it replaces.
+    pub(super) fn install_token(
+        &mut self,
+        token: bao::Token,
+        source: TokenSource,
+        ttl: Duration,
+    ) -> anyhow::Result<()> {
+        redact::register(token.expose_secret());
+        fsx::Dir::state_root(&self.cfg.state_dir)?.write_atomic(
+            TOKEN_FILE,
+            token.expose_secret().as_bytes(),
+            0o600,
+        )?;
+        let now = state::now();
+        self.state.token = Some(TokenState {
+            source,
+            obtained_at: now,
+            expires_at: now.saturating_add(ttl.as_secs()),
+        });
+        if let Some(old) = self.token.replace(token)
+            && old.expose_secret() != self.token.as_ref().map_or("", |t| t.expose_secret())
+            && let Err(e) = self
+                .bao()
+                .and_then(|b| b.revoke_self(&old).map_err(anyhow::Error::new))
+        {
+            // The policy may not grant revoke-self; the old token then simply expires.
+            warn!("could not revoke the previous token: {e}");
+        }
+        Ok(())
+    }
+
+    pub(super) fn bearer(&self) -> anyhow::Result<SecretString> {
+        self.token
+            .as_ref()
+            .map(|t| SecretString::from(t.expose_secret().to_string()))
+            .context("no token")
+    }
+
+    pub(super) fn forget_token(&mut self) {
+        self.token = None;
+        self.state.token = None;
+        if let Ok(root) = fsx::Dir::state_root(&self.cfg.state_dir) {
+            let _ = root.remove_file(TOKEN_FILE);
+        }
+    }
+
+    /// Leases a grant, logs in with it, and makes the new token the bearer.
+    pub(super) fn lease_login(&mut self, reason: &str) -> anyhow::Result<()> {
+        let req = proto::LeaseRequest {
+            env_id: self.cfg.env_id.clone(),
+            reason: reason.to_string(),
+        };
+        let lease = self
+            .tenancy
+            .lease(&self.bearer()?, &req)
+            .map_err(|e| peers::tenancy_failure("lease", e))?;
+        redact::register(lease.login_jwt.expose_secret());
+        let login = self
+            .bao()?
+            .login_jwt(&lease.mount, &lease.role, &lease.login_jwt)
+            .map_err(|e| peers::bao_failure("lease login", e))?;
+        info!("leased a deploy grant ({reason}); new OpenBao token in place");
+        self.install_token(login.token, TokenSource::Lease, login.ttl)
+    }
+
+    /// The token to read secrets with: a valid lease token is reused, a bootstrap token is
+    /// swapped for a lease once, and a rate-limited lease does not stop a deploy that already
+    /// holds a working token.
+    pub(super) fn token_for_apply(&mut self) -> anyhow::Result<()> {
+        if let (
+            Some(tok),
+            Some(TokenState {
+                source: TokenSource::Lease,
+                ..
+            }),
+        ) = (&self.token, &self.state.token)
+        {
+            match self.bao()?.lookup_self(tok) {
+                Ok(info) if info.ttl.as_secs() > self.cfg.bao.renew_below_s => return Ok(()),
+                Ok(_) => info!("lease token is close to expiry; leasing a new one"),
+                Err(e) if e.kind() == bao::ErrorKind::Temporary => {
+                    return Err(peers::bao_failure("token lookup", e));
+                }
+                Err(e) => info!("lease token no longer valid ({e}); leasing a new one"),
+            }
+        }
+        match self.lease_login("apply") {
+            Ok(()) => Ok(()),
+            Err(e)
+                if Failure::code_of(&e) == Some(Code::LeaseRateLimited) && self.token.is_some() =>
+            {
+                warn!("lease rate-limited; applying with the current token, swap deferred");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A token on disk without facts in the state (taken over from the original agent, whose
+    /// state did not say when it expires): asks OpenBao, so upkeep renews it when due instead
+    /// of letting it die at its TTL. Best effort: a failed lookup leaves the next tick to ask.
+    pub(super) fn learn_token_facts(&mut self) {
+        let Some(tok) = &self.token else { return };
+        if self.state.token.is_some() {
+            return;
+        }
+        let looked_up = self
+            .bao()
+            .and_then(|b| b.lookup_self(tok).map_err(anyhow::Error::new));
+        match looked_up {
+            Ok(info) => {
+                let now = state::now();
+                // Where the token came from is not recorded; as a bootstrap token it is swapped
+                // for a lease at the next apply, which is safe either way.
+                self.state.token = Some(TokenState {
+                    source: TokenSource::Bootstrap,
+                    obtained_at: if info.creation_time > 0 {
+                        info.creation_time.min(now)
+                    } else {
+                        now
+                    },
+                    expires_at: now.saturating_add(info.ttl.as_secs()),
+                });
+                info!(
+                    "token facts learnt from OpenBao (ttl {}s)",
+                    info.ttl.as_secs()
+                );
+            }
+            Err(e) => warn!("cannot look up the stored token: {e:#}"),
+        }
+    }
+
+    /// Renews or re-leases the token when due; runs at the end of every tick that has one.
+    pub(super) fn upkeep(&mut self) -> anyhow::Result<()> {
+        let (Some(tok), Some(ts)) = (&self.token, self.state.token.clone()) else {
+            return Ok(());
+        };
+        let now = state::now();
+        if now.saturating_sub(ts.obtained_at) > LEASE_AGAIN_AFTER.as_secs() {
+            info!("token is close to its max TTL; re-leasing");
+            return self.lease_login("renew");
+        }
+        if ts.expires_at.saturating_sub(now) < self.cfg.bao.renew_below_s {
+            let renewal = self
+                .bao()?
+                .renew_self(tok, None)
+                .map_err(|e| peers::bao_failure("token renew", e))?;
+            for w in &renewal.warnings {
+                warn!("renew: {w}");
+            }
+            info!("token renewed (ttl {}s)", renewal.ttl.as_secs());
+            if let Some(t) = self.state.token.as_mut() {
+                t.expires_at = now.saturating_add(renewal.ttl.as_secs());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `monky-deployd bootstrap [--force]`: log in with the kit's grant and store the token.
+pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
+    let Some(_lock) = lock(&cfg.state_dir)? else {
+        anyhow::bail!("a tick is running; try again in a minute");
+    };
+    let (state, _) = State::load(&cfg.state_dir, &cfg.env_id)?;
+    let mut agent = Agent::new(cfg, state, TickOptions::default())?;
+    if agent.token_path().exists() && !force {
+        outln!("a token is already stored; use --force to replace it");
+        return Ok(Exit::Ok);
+    }
+    if force {
+        // The old token stays valid until revoked by the new login's install_token.
+        if let Ok(Some(text)) = agent.read_token() {
+            redact::register(text.trim());
+            agent.token = Some(bao::Token::new(text.trim().to_string()));
+        }
+    }
+    let result = agent.bootstrap();
+    if let Err(e) = agent.state.save(&cfg.state_dir) {
+        warn!("cannot save state: {e:#}");
+    }
+    result?;
+    outln!("token stored in {}", agent.token_path().display());
+    Ok(Exit::Ok)
+}
