@@ -186,10 +186,15 @@ impl Redactor {
         // byte but the unreserved ones, and form-encoded.
         forms.push(percent_encoding::utf8_percent_encode(value, URL_COMPONENT).to_string());
         forms.push(url::form_urlencoded::byte_serialize(value.as_bytes()).collect());
+        self.insert(forms, Rule::of);
+    }
+
+    /// Adds `texts` (those long enough, once each), each masked by `rule_of` its text.
+    fn insert(&self, texts: Vec<String>, rule_of: impl Fn(&str) -> Rule) {
         let mut guard = self.values.write().unwrap_or_else(|p| p.into_inner());
-        for text in forms {
+        for text in texts {
             if text.len() >= MIN_VALUE_LEN && !guard.iter().any(|f| f.text == text) {
-                let rule = Rule::of(&text);
+                let rule = rule_of(&text);
                 guard.push(Form { text, rule });
             }
         }
@@ -199,8 +204,14 @@ impl Redactor {
 
     fn register_basic_auth(&self, user: &str, password: &str) {
         self.register(password);
+        // The base64 of `user:password` is no word of prose even when it happens to be letters
+        // only, so it is masked wherever it stands as a token, between spaces too.
         let engine = base64::engine::general_purpose::STANDARD;
-        self.register(&engine.encode(format!("{user}:{password}")));
+        let encoded = engine.encode(format!("{user}:{password}"));
+        self.insert(vec![encoded], |text| match Rule::of(text) {
+            Rule::Value => Rule::Token,
+            rule => rule,
+        });
     }
 
     fn redact(&self, text: &str) -> String {
@@ -799,9 +810,11 @@ mod tests {
                 printed.reverse();
                 let out = r.redact(&format!("{pre}\n{}\n", printed.join("\n")));
                 for l in &lines {
-                    // A short plain word alone on a line reads as prose: doctor names such
-                    // secrets instead (see `Rule::Value`).
-                    if Rule::of(l.trim()) != Rule::Value || !prefix.trim().is_empty() {
+                    // A short plain word between whitespace (alone on a line, or behind a
+                    // prefix that ends in a blank) reads as prose: doctor names such secrets
+                    // instead (see `Rule::Value`). Behind a quote it is a value.
+                    let after_value_mark = prefix.ends_with(|c: char| !c.is_whitespace());
+                    if Rule::of(l.trim()) != Rule::Value || after_value_mark {
                         prop_assert!(!out.contains(l.trim()), "{:?} in {out:?}", l.trim());
                     }
                 }
