@@ -1126,6 +1126,65 @@ struct Machine {
 }
 
 impl Machine {
+    /// Starts a box of `image` with systemd as its init, the host's docker engine, CLI and
+    /// compose plugin, and `volumes` (`src:dst[:ro]`) mounted; waits until systemd has booted
+    /// and adds the `docker` group that owns the host's socket, as a box where docker came first.
+    fn boot(
+        e2e: &E2e,
+        image: &str,
+        (name, hostname, project): (String, &str, String),
+        volumes: &[String],
+    ) -> Self {
+        let docker = e2e.get("MONKY_E2E_DOCKER").to_string();
+        let socket = e2e
+            .get("MONKY_E2E_DOCKER_HOST")
+            .strip_prefix("unix://")
+            .expect("a box under systemd needs the engine on a unix socket")
+            .to_string();
+        let socket_gid = {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(&socket).unwrap().gid()
+        };
+        let mut run = Command::new(&docker);
+        run.args(["run", "--detach", "--name", &name, "--hostname", hostname])
+            .args(["--network=host", "--label"])
+            .arg(format!(
+                "{}={}",
+                e2e.get("MONKY_E2E_LABEL"),
+                e2e.get("MONKY_E2E_RUN_ID")
+            ))
+            .args(systemd_flags())
+            .arg(format!("--volume={socket}:/run/docker.sock"))
+            .arg(format!("--volume={docker}:/usr/bin/docker:ro"))
+            .arg(format!(
+                "--volume={}:/usr/libexec/docker/cli-plugins/docker-compose:ro",
+                e2e.get("MONKY_E2E_COMPOSE")
+            ))
+            .args(volumes.iter().map(|v| format!("--volume={v}")))
+            .arg(image);
+        let b = Machine {
+            name,
+            docker,
+            project,
+        };
+        run_ok(&mut run);
+        let state = wait_for("systemd to finish booting", Duration::from_secs(90), || {
+            let out = b.sh("systemctl is-system-running");
+            let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            matches!(s.as_str(), "running" | "degraded").then_some(s)
+        });
+        if state == "degraded" {
+            println!(
+                "systemd degraded at boot:\n{}",
+                b.ok("systemctl --failed --no-pager")
+            );
+        }
+        b.ok(&format!(
+            "groupadd --system --non-unique --gid {socket_gid} docker"
+        ));
+        b
+    }
+
     fn docker(&self) -> Command {
         Command::new(&self.docker)
     }
@@ -1311,15 +1370,6 @@ fn the_deb_installs_and_ticks_under_systemd() {
     let docker = e2e.get("MONKY_E2E_DOCKER").to_string();
     let prefix = e2e.get("MONKY_E2E_NAME_PREFIX");
     let registry = e2e.get("MONKY_E2E_REGISTRY");
-    let socket = e2e
-        .get("MONKY_E2E_DOCKER_HOST")
-        .strip_prefix("unix://")
-        .expect("the install test needs the engine on a unix socket")
-        .to_string();
-    let socket_gid = {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(&socket).unwrap().gid()
-    };
 
     // The peers: this process's testkit tenancy and OpenBao on 127.0.0.1, which the container
     // reaches because it shares the host's network namespace.
@@ -1339,56 +1389,20 @@ fn the_deb_installs_and_ticks_under_systemd() {
     // stand-ins for the packages install.sh takes from it.
     let repo = tempfile::tempdir().unwrap();
     upgrade_box::stand_in_apt_repo(repo.path());
-    let b = Machine {
-        name: format!("{prefix}pkg-systemd"),
-        docker: docker.clone(),
-        project: format!("{prefix}pkg"),
-    };
-    let mut run = Command::new(&docker);
-    run.args([
-        "run",
-        "--detach",
-        "--name",
-        &b.name,
-        "--hostname",
-        "pkgtest",
-    ])
-    .args(["--network=host", "--label"])
-    .arg(format!(
-        "{}={}",
-        e2e.get("MONKY_E2E_LABEL"),
-        e2e.get("MONKY_E2E_RUN_ID")
-    ))
-    .args(systemd_flags())
-    .arg(format!("--volume={socket}:/run/docker.sock"))
-    .arg(format!("--volume={docker}:/usr/bin/docker:ro"))
-    .arg(format!(
-        "--volume={}:/usr/libexec/docker/cli-plugins/docker-compose:ro",
-        e2e.get("MONKY_E2E_COMPOSE")
-    ))
-    .arg(format!(
-        "--volume={}:/pkg:ro",
-        deb.parent().unwrap().display()
-    ))
-    .arg(format!("--volume={}:/repo:ro", repo.path().display()))
-    .arg(&image);
-    run_ok(&mut run);
-    let state = wait_for("systemd to finish booting", Duration::from_secs(90), || {
-        let out = b.sh("systemctl is-system-running");
-        let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        matches!(s.as_str(), "running" | "degraded").then_some(s)
-    });
-    if state == "degraded" {
-        println!(
-            "systemd degraded before the install:\n{}",
-            b.ok("systemctl --failed --no-pager")
-        );
-    }
+    let b = Machine::boot(
+        &e2e,
+        &image,
+        (
+            format!("{prefix}pkg-systemd"),
+            "pkgtest",
+            format!("{prefix}pkg"),
+        ),
+        &[
+            format!("{}:/pkg:ro", deb.parent().unwrap().display()),
+            format!("{}:/repo:ro", repo.path().display()),
+        ],
+    );
     println!("box booted in {:.1}s", started.elapsed().as_secs_f64());
-    // docker came first on this box, with the group that owns the host's socket.
-    b.ok(&format!(
-        "groupadd --system --non-unique --gid {socket_gid} docker"
-    ));
 
     // install.sh refuses a package whose .sha256 does not match, before installing anything.
     let bad = b.sh(&format!(

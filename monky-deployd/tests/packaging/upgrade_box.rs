@@ -11,7 +11,7 @@ use monky_agent_proto::testkit::{Desired, FakeTenancy};
 use monky_bao_client::testkit::FakeBao;
 use serde_json::json;
 
-use super::{E2e, ENV, Machine, SEE_VALUE, deb, run_ok, systemd_flags, text, wait_for};
+use super::{E2e, ENV, Machine, SEE_VALUE, deb, run_ok, text, wait_for};
 use crate::util::TestBundle;
 
 const IDENTITY: &str = "/opt/openziti/etc/identities/monky-host.env-qa-02.json";
@@ -200,15 +200,6 @@ fn a_box_of_the_original_agent_upgrades_under_systemd() {
     let docker = e2e.get("MONKY_E2E_DOCKER").to_string();
     let prefix = e2e.get("MONKY_E2E_NAME_PREFIX");
     let registry = e2e.get("MONKY_E2E_REGISTRY").to_string();
-    let socket = e2e
-        .get("MONKY_E2E_DOCKER_HOST")
-        .strip_prefix("unix://")
-        .expect("the upgrade test needs the engine on a unix socket")
-        .to_string();
-    let socket_gid = {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(&socket).unwrap().gid()
-    };
     let scratch = tempfile::tempdir().unwrap();
     let original_deb = original_package(scratch.path())
         .file_name()
@@ -221,45 +212,19 @@ fn a_box_of_the_original_agent_upgrades_under_systemd() {
     tenancy.set_bao(bao.url(), None, bao.root_token());
     bao.put_secret(ENV, "see_value", SEE_VALUE);
 
-    let b = Machine {
-        name: format!("{prefix}pkg-upgrade"),
-        docker: docker.clone(),
-        project: format!("{prefix}pkg-upgrade"),
-    };
-    let mut run = Command::new(&docker);
-    run.args([
-        "run",
-        "--detach",
-        "--name",
-        &b.name,
-        "--hostname",
-        "pkgupgrade",
-    ])
-    .args(["--network=host", "--label"])
-    .arg(format!(
-        "{}={}",
-        e2e.get("MONKY_E2E_LABEL"),
-        e2e.get("MONKY_E2E_RUN_ID")
-    ))
-    .args(systemd_flags())
-    .arg(format!("--volume={socket}:/run/docker.sock"))
-    .arg(format!("--volume={docker}:/usr/bin/docker:ro"))
-    .arg(format!(
-        "--volume={}:/usr/libexec/docker/cli-plugins/docker-compose:ro",
-        e2e.get("MONKY_E2E_COMPOSE")
-    ))
-    .arg(format!("--volume={}:/pkg:ro", deb_dir.display()))
-    .arg(format!("--volume={}:/orig:ro", scratch.path().display()))
-    .arg(&image);
-    run_ok(&mut run);
-    wait_for("systemd to finish booting", Duration::from_secs(90), || {
-        let out = b.sh("systemctl is-system-running");
-        let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        matches!(s.as_str(), "running" | "degraded").then_some(s)
-    });
-    b.ok(&format!(
-        "groupadd --system --non-unique --gid {socket_gid} docker"
-    ));
+    let b = Machine::boot(
+        &e2e,
+        &image,
+        (
+            format!("{prefix}pkg-upgrade"),
+            "pkgupgrade",
+            format!("{prefix}pkg-upgrade"),
+        ),
+        &[
+            format!("{}:/pkg:ro", deb_dir.display()),
+            format!("{}:/orig:ro", scratch.path().display()),
+        ],
+    );
 
     // The release the original agent applied, running under its compose project.
     let bundle = TestBundle {
