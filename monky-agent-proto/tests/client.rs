@@ -4,60 +4,34 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
-use monky_agent_proto::testkit::{Desired, Endpoint, FakeTenancy, Fault};
+use monky_agent_proto::testkit::{self, Desired, Endpoint, FakeTenancy, Fault, lease_request};
 use monky_agent_proto::{
-    Action, CheckinRequest, Client, ContainerStatus, Error, ErrorCode, ErrorKind, HostFacts,
-    LeaseRequest, ReportRequest, ReportResult,
+    Action, CheckinRequest, Client, Error, ErrorCode, ErrorKind, ReportRequest, ReportResult,
 };
 use secrecy::{ExposeSecret, SecretString};
 
 const ENV: &str = "env-qa-02";
 const SHA: &str = "7a107a107a107a107a107a107a107a107a107a107a107a107a107a107a107a10";
 
+fn report_request(env_id: &str, detail: Option<&str>) -> ReportRequest {
+    let result = if detail.is_some() {
+        ReportResult::Failed
+    } else {
+        ReportResult::Applied
+    };
+    ReportRequest {
+        sha: Some("7a10".into()),
+        log_tail: "INFO applied".into(),
+        detail: detail.map(Into::into),
+        ..testkit::report_request(env_id, result)
+    }
+}
+
+/// The sample checkin of `env_id`, having applied `applied_sha`.
 fn checkin_request(env_id: &str, applied_sha: Option<&str>) -> CheckinRequest {
     CheckinRequest {
-        env_id: env_id.into(),
-        agent_version: "0.2.0".into(),
         applied_sha: applied_sha.map(Into::into),
-        host: HostFacts {
-            hostname: env_id.into(),
-            os: "ubuntu-26.04".into(),
-            kernel: "7.0.0-30-generic".into(),
-            docker: Some("28.3.0".into()),
-            compose: Some("2.32.0".into()),
-            free_bytes: Some(1 << 30),
-            agent_version: "0.2.0".into(),
-            transport: "proxy".into(),
-            site: "cbs".into(),
-            laptop_mode: false,
-        },
-        containers: vec![ContainerStatus {
-            name: "see-backend".into(),
-            state: "running".into(),
-            health: Some("healthy".into()),
-        }],
-    }
-}
-
-fn lease_request(env_id: &str) -> LeaseRequest {
-    LeaseRequest {
-        env_id: env_id.into(),
-        reason: "apply".into(),
-    }
-}
-
-fn report_request(env_id: &str, detail: Option<&str>) -> ReportRequest {
-    ReportRequest {
-        env_id: env_id.into(),
-        sha: Some("7a10".into()),
-        result: if detail.is_some() {
-            ReportResult::Failed
-        } else {
-            ReportResult::Applied
-        },
-        log_tail: "INFO applied".into(),
-        containers: vec![],
-        detail: detail.map(Into::into),
+        ..testkit::checkin_request(env_id)
     }
 }
 

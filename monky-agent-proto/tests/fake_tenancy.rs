@@ -6,14 +6,12 @@ use std::time::Duration;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use monky_agent_proto::testkit::{
-    Desired, Endpoint, FakeTenancy, Fault, GRANT_AUDIENCE, Rate, RateLimits,
+    Desired, Endpoint, FakeTenancy, Fault, GRANT_AUDIENCE, Rate, RateLimits, checkin_request,
+    lease_request, report_request,
 };
-use monky_agent_proto::{
-    CheckinRequest, Client, ContainerStatus, ErrorKind, HostFacts, LeaseRequest, ReportRequest,
-    ReportResult,
-};
+use monky_agent_proto::{Client, ErrorKind, LeaseRequest, ReportResult};
 use monky_bao_client::BaoClient;
-use monky_bao_client::testkit::FakeBao;
+use monky_bao_client::testkit::{FakeBao, Pki};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
@@ -25,27 +23,6 @@ fn http() -> reqwest::blocking::Client {
         .no_proxy()
         .build()
         .unwrap()
-}
-
-fn checkin_request(env_id: &str) -> CheckinRequest {
-    CheckinRequest {
-        env_id: env_id.into(),
-        agent_version: "0.2.0".into(),
-        applied_sha: None,
-        host: HostFacts {
-            hostname: "h".into(),
-            os: "ubuntu-26.04".into(),
-            kernel: "7.0.0".into(),
-            docker: None,
-            compose: None,
-            free_bytes: None,
-            agent_version: "0.2.0".into(),
-            transport: "sdk".into(),
-            site: "cbs".into(),
-            laptop_mode: false,
-        },
-        containers: Vec::<ContainerStatus>::new(),
-    }
 }
 
 /// Call `endpoint` for `env_id`; `Ok(())` or the error's (kind, status, code).
@@ -64,22 +41,12 @@ fn call(
             .lease(
                 bearer,
                 &LeaseRequest {
-                    env_id: env_id.into(),
                     reason: "renew".into(),
+                    ..lease_request(env_id)
                 },
             )
             .map(drop),
-        Endpoint::Report => client.report(
-            bearer,
-            &ReportRequest {
-                env_id: env_id.into(),
-                sha: None,
-                result: ReportResult::Applied,
-                log_tail: String::new(),
-                containers: vec![],
-                detail: None,
-            },
-        ),
+        Endpoint::Report => client.report(bearer, &report_request(env_id, ReportResult::Applied)),
         Endpoint::Jwks => unreachable!(),
     };
     result.map_err(|e| (e.kind(), e.status(), e.code().map(ToString::to_string)))
@@ -352,13 +319,13 @@ struct Pair {
     bao_client: BaoClient,
 }
 
-fn pair(tls: Option<(String, String, String)>) -> Pair {
+fn pair(tls: Option<Pki>) -> Pair {
     let tenancy = FakeTenancy::builder().start();
     let mut bao = FakeBao::builder().jwks_url(tenancy.jwks_url());
     let mut ca = None;
-    if let Some((ca_pem, cert_pem, key_pem)) = tls {
-        bao = bao.tls(cert_pem.into_bytes(), key_pem.into_bytes());
-        ca = Some(ca_pem.into_bytes());
+    if let Some(pki) = tls {
+        bao = bao.tls(pki.cert_pem.into_bytes(), pki.key_pem.into_bytes());
+        ca = Some(pki.ca_pem.into_bytes());
     }
     let bao = bao.start();
     let mut builder = BaoClient::builder(bao.url());
@@ -408,16 +375,7 @@ fn bearer_checked_against_openbao_end_to_end() {
     );
 
     // Lease -> login -> a second token; both grants are current.
-    let lease = p
-        .client
-        .lease(
-            &first,
-            &LeaseRequest {
-                env_id: ENV.into(),
-                reason: "apply".into(),
-            },
-        )
-        .unwrap();
+    let lease = p.client.lease(&first, &lease_request(ENV)).unwrap();
     assert_eq!(
         lease.addr.as_deref(),
         Some(p.bao.url().as_str().trim_end_matches('/'))
@@ -464,7 +422,7 @@ fn bearer_checked_against_openbao_end_to_end() {
 
 #[test]
 fn openbao_over_tls_with_its_ca() {
-    let pki = test_pki("127.0.0.1");
+    let pki = Pki::for_host("127.0.0.1");
     let p = pair(Some(pki));
     let bearer = p.login(&p.tenancy.mint_grant(ENV));
     p.client.checkin(&bearer, &checkin_request(ENV)).unwrap();
@@ -551,30 +509,6 @@ fn faults_are_counted_and_recorded() {
             .as_u16(),
         200
     );
-}
-
-/// A CA and a leaf for `host`: (ca_pem, cert_pem, key_pem).
-fn test_pki(host: &str) -> (String, String, String) {
-    use rcgen::{
-        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair,
-        KeyUsagePurpose,
-    };
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "agent-proto test ca");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec![host.to_owned()])
-        .unwrap()
-        .signed_by(&leaf_key, &ca)
-        .unwrap();
-    (ca.pem(), leaf.pem(), leaf_key.serialize_pem())
 }
 
 #[test]

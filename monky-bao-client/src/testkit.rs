@@ -31,7 +31,10 @@ use tls_front::TlsFront;
 /// The leeway on `exp` and `nbf`, as configured on the deployment's role.
 const CLOCK_LEEWAY_SECS: i64 = 60;
 
+mod pki;
 mod real;
+
+pub use pki::{Pki, TEST_HOSTS};
 
 pub use real::{
     BAO_BIN_ENV, CallError, PINNED_VERSION, RealBao, RealBaoBuilder, binary as bao_binary,
