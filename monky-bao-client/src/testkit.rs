@@ -32,9 +32,13 @@ use tls_front::TlsFront;
 const CLOCK_LEEWAY_SECS: i64 = 60;
 
 mod pki;
+mod raw;
 mod real;
 
 pub use pki::{Pki, TEST_HOSTS};
+pub use raw::{
+    RawBody, RawPeer, assert_table_is_the_checklist, hardening_checklist, with_proxy_env,
+};
 
 pub use real::{
     BAO_BIN_ENV, CallError, PINNED_VERSION, RealBao, RealBaoBuilder, binary as bao_binary,
