@@ -116,9 +116,10 @@ impl ClientBuilder {
             .connect_timeout(self.timeout)
             .user_agent(self.user_agent);
         if let Some(pem) = &self.ca_bundle_pem {
-            let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| Error::CaBundle {
-                reason: e.to_string(),
-            })?;
+            let certs =
+                reqwest::Certificate::from_pem_bundle(pem).map_err(|e| Error::CaBundle {
+                    reason: e.to_string(),
+                })?;
             // An empty trust store would refuse every server: say so now, not at each call.
             if certs.is_empty() {
                 return Err(Error::CaBundle {

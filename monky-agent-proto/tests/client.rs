@@ -1,13 +1,13 @@
 //! The client against `FakeTenancy`: happy paths, every failure class, mapping and limits.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::time::Duration;
 
 use monky_agent_proto::testkit::{self, Desired, Endpoint, FakeTenancy, Fault, lease_request};
 use monky_agent_proto::{
     Action, CheckinRequest, Client, Error, ErrorCode, ErrorKind, ReportRequest, ReportResult,
 };
+use monky_bao_client::testkit::{RawBody, RawPeer};
 use secrecy::{ExposeSecret, SecretString};
 
 const ENV: &str = "env-qa-02";
@@ -537,36 +537,12 @@ fn bundle_size_limit_from_content_length() {
     );
 }
 
-/// A one-shot raw HTTP server: answers the first request with `head`, then streams `chunks`
-/// chunked-encoded until the client goes away. Returns its address.
-fn raw_server(head: &'static str, chunks: Option<usize>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let (mut stream, _) = listener.accept().unwrap();
-        let mut buf = [0u8; 4096];
-        let _ = stream.read(&mut buf);
-        if stream.write_all(head.as_bytes()).is_err() {
-            return;
-        }
-        let chunk = vec![b'x'; 64 * 1024];
-        for _ in 0..chunks.unwrap_or(0) {
-            let framed = [format!("{:x}\r\n", chunk.len()).as_bytes(), &chunk, b"\r\n"].concat();
-            if stream.write_all(&framed).is_err() {
-                return;
-            }
-        }
-        let _ = stream.write_all(b"0\r\n\r\n");
-    });
-    addr
-}
-
 #[test]
 fn bundle_size_limit_is_enforced_while_streaming() {
     // 1 GiB offered without a Content-Length; the client stops right after its 1 MiB limit.
     let head = "HTTP/1.1 200 OK\r\nContent-Type: application/x-tar\r\nX-Bundle-Sha256: abc\r\nTransfer-Encoding: chunked\r\n\r\n";
-    let addr = raw_server(head, Some(16 * 1024));
-    let client = Client::builder(format!("http://{addr}/").parse().unwrap())
+    let peer = RawPeer::start(head, RawBody::Chunked { chunks: 16 * 1024 });
+    let client = Client::builder(peer.url())
         .max_bundle_bytes(1024 * 1024)
         .timeout(Duration::from_secs(20))
         .build()
@@ -586,10 +562,8 @@ fn bundle_size_limit_is_enforced_while_streaming() {
     assert!(started.elapsed() < Duration::from_secs(10));
 
     // The same stream within the limit is read whole, and X-Bundle-Sha256 is taken.
-    let addr = raw_server(head, Some(2));
-    let client = Client::builder(format!("http://{addr}/").parse().unwrap())
-        .build()
-        .unwrap();
+    let peer = RawPeer::start(head, RawBody::Chunked { chunks: 2 });
+    let client = Client::builder(peer.url()).build().unwrap();
     let download = client.bundle(&bearer, "/v1/agent/bundle/e/abc").unwrap();
     assert_eq!(download.bytes.len(), 128 * 1024);
     assert_eq!(download.header_sha.as_deref(), Some("abc"));
@@ -599,14 +573,12 @@ fn bundle_size_limit_is_enforced_while_streaming() {
 fn redirects_are_not_followed() {
     let fake = FakeTenancy::builder().start();
     let bearer = fake.issue_token(ENV);
-    let head: &'static str = Box::leak(
-        format!("HTTP/1.1 307 Temporary Redirect\r\nLocation: {}v1/agent/checkin\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}", fake.url())
-            .into_boxed_str(),
+    let head = format!(
+        "HTTP/1.1 307 Temporary Redirect\r\nLocation: {}v1/agent/checkin\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n",
+        fake.url()
     );
-    let addr = raw_server(head, None);
-    let client = Client::builder(format!("http://{addr}/").parse().unwrap())
-        .build()
-        .unwrap();
+    let peer = RawPeer::start(head, RawBody::Whole(b"{}".to_vec()));
+    let client = Client::builder(peer.url()).build().unwrap();
     let err = call(&client, &bearer, Endpoint::Checkin, ENV).unwrap_err();
     assert_error(&err, &bearer, ErrorKind::Refused, Some(307), None);
     assert!(fake.requests().is_empty());

@@ -66,7 +66,11 @@ fn http_or_https() {
 
 #[test]
 fn no_credentials_in_url() {
-    for base in ["http://u:p@t.test/", "http://u@t.test/", "https://:p@t.test/"] {
+    for base in [
+        "http://u:p@t.test/",
+        "http://u@t.test/",
+        "https://:p@t.test/",
+    ] {
         let err = build(base).unwrap_err();
         assert!(matches!(err, Error::BaseUrl { .. }), "{base}: {err:?}");
     }
@@ -76,7 +80,10 @@ fn no_credentials_in_url() {
 fn credentials_never_shown() {
     let err = build("http://robot:s3cret-pw@t.test:8081/").unwrap_err();
     let shown = format!("{err} {err:?} {err:#}");
-    assert!(!shown.contains("s3cret-pw") && !shown.contains("robot"), "{shown}");
+    assert!(
+        !shown.contains("s3cret-pw") && !shown.contains("robot"),
+        "{shown}"
+    );
     assert!(err.to_string().contains("t.test:8081"), "{err}");
     // A bundle URL from an answer is shown without them too.
     let client = build("http://t.test:8081/").unwrap();
@@ -100,7 +107,10 @@ fn no_query_or_fragment() {
 fn tls_server_and_client(ca_pem: Option<&str>) -> (FakeBao, Pki, Client) {
     let pki = Pki::for_host("bao.example.test");
     let server = FakeBao::builder()
-        .tls(pki.cert_pem.clone().into_bytes(), pki.key_pem.clone().into_bytes())
+        .tls(
+            pki.cert_pem.clone().into_bytes(),
+            pki.key_pem.clone().into_bytes(),
+        )
         .start();
     let ca = ca_pem.map_or_else(|| pki.ca_bytes(), |pem| pem.as_bytes().to_vec());
     let client = Client::builder("https://bao.example.test:8200".parse().unwrap())
@@ -149,7 +159,10 @@ fn connect_to_keeps_the_name() {
     report(&client).unwrap();
     let head = peer.request_head().unwrap().to_lowercase();
     assert!(head.starts_with("post /v1/agent/report "), "{head}");
-    assert!(head.contains("\r\nhost: monky.tenancy.deploy:443\r\n"), "{head}");
+    assert!(
+        head.contains("\r\nhost: monky.tenancy.deploy:443\r\n"),
+        "{head}"
+    );
     // Over TLS, the certificate is checked against the name, not the mapped address.
     let (_server, _pki, client) = tls_server_and_client(None);
     assert!(report(&client).unwrap_err().status().is_some());
@@ -190,10 +203,15 @@ fn no_proxy_from_env() {
 fn total_deadline() {
     // 240 bytes at four a second against a two-second deadline: each read returns at once,
     // so only a deadline for the whole call ends it.
-    let body = format!(r#"{{"env_id":"env-h","action":"none","pad":"{}"}}"#, "x".repeat(200));
+    let body = format!(
+        r#"{{"env_id":"env-h","action":"none","pad":"{}"}}"#,
+        "x".repeat(200)
+    );
     let len = body.len();
     let peer = RawPeer::start(
-        format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n"),
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n"
+        ),
         RawBody::Trickle {
             bytes: body.into_bytes(),
             pace: Duration::from_millis(250),
@@ -204,11 +222,21 @@ fn total_deadline() {
         .build()
         .unwrap();
     let started = Instant::now();
-    let err = client.checkin(&bearer(), &checkin_request("env-h")).unwrap_err();
+    let err = client
+        .checkin(&bearer(), &checkin_request("env-h"))
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Temporary, "{err:?}");
-    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
     std::thread::sleep(Duration::from_secs(1));
-    assert!(peer.body_bytes_sent() < len / 4, "{} of {len}", peer.body_bytes_sent());
+    assert!(
+        peer.body_bytes_sent() < len / 4,
+        "{} of {len}",
+        peer.body_bytes_sent()
+    );
 }
 
 #[test]
@@ -223,7 +251,9 @@ fn body_capped_while_reading() {
         .build()
         .unwrap();
     let started = Instant::now();
-    let err = client.checkin(&bearer(), &checkin_request("env-h")).unwrap_err();
+    let err = client
+        .checkin(&bearer(), &checkin_request("env-h"))
+        .unwrap_err();
     assert!(matches!(err, Error::Shape { .. }), "{err:?}");
     assert_eq!(err.kind(), ErrorKind::Refused);
     assert!(started.elapsed() < Duration::from_secs(10));
@@ -235,10 +265,17 @@ fn user_agent() {
     let peer = RawPeer::json("200 OK", "{}");
     report(&Client::builder(peer.url()).build().unwrap()).unwrap();
     let head = peer.request_head().unwrap().to_lowercase();
-    let default = concat!("\r\nuser-agent: monky-agent-proto/", env!("CARGO_PKG_VERSION"), "\r\n");
+    let default = concat!(
+        "\r\nuser-agent: monky-agent-proto/",
+        env!("CARGO_PKG_VERSION"),
+        "\r\n"
+    );
     assert!(head.contains(default), "{head}");
     let peer = RawPeer::json("200 OK", "{}");
-    let client = Client::builder(peer.url()).user_agent("probe/1").build().unwrap();
+    let client = Client::builder(peer.url())
+        .user_agent("probe/1")
+        .build()
+        .unwrap();
     report(&client).unwrap();
     let head = peer.request_head().unwrap().to_lowercase();
     assert!(head.contains("\r\nuser-agent: probe/1\r\n"), "{head}");

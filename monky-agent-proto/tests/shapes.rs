@@ -2,12 +2,11 @@
 //! (a 64-hex sha, a clamped interval, the request's env) or is refused with its code, and no
 //! number a peer sends can make the client panic or wait for ages.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, SystemTime};
 
 use monky_agent_proto::testkit::{Endpoint, FakeTenancy, Fault, checkin_request, lease_request};
 use monky_agent_proto::{Client, Error, ErrorKind, MAX_TTL};
+use monky_bao_client::testkit::{RawBody, RawPeer};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 
@@ -142,19 +141,6 @@ fn retry_after_in_seconds_is_clamped_to_an_hour() {
     }
 }
 
-/// A one-shot raw HTTP server answering with `head` and an empty JSON body.
-fn raw_server(head: String) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let (mut stream, _) = listener.accept().unwrap();
-        let mut buf = [0u8; 8192];
-        let _ = stream.read(&mut buf);
-        let _ = stream.write_all(head.as_bytes());
-    });
-    addr
-}
-
 #[test]
 fn retry_after_as_an_http_date_is_honoured_and_clamped() {
     let check = |at: SystemTime, lo: u64, hi: u64| {
@@ -162,11 +148,11 @@ fn retry_after_as_an_http_date_is_honoured_and_clamped() {
         let body = r#"{"code": "RATE_LIMITED", "detail": "slow down"}"#;
         let head = format!(
             "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n\
-             Retry-After: {date}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+             Retry-After: {date}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         );
-        let addr = raw_server(head);
-        let client = Client::builder(format!("http://{addr}/").parse().unwrap())
+        let peer = RawPeer::start(head, RawBody::Whole(body.as_bytes().to_vec()));
+        let client = Client::builder(peer.url())
             .timeout(Duration::from_secs(5))
             .build()
             .unwrap();

@@ -58,9 +58,16 @@ fn lookup_answer() -> RawPeer {
 
 #[test]
 fn http_or_https() {
-    for addr in ["ftp://bao.test/", "unix:/run/bao.sock", "file:///etc/passwd"] {
+    for addr in [
+        "ftp://bao.test/",
+        "unix:/run/bao.sock",
+        "file:///etc/passwd",
+    ] {
         let err = build(addr).unwrap_err();
-        assert!(matches!(err, Error::InvalidAddress { .. }), "{addr}: {err:?}");
+        assert!(
+            matches!(err, Error::InvalidAddress { .. }),
+            "{addr}: {err:?}"
+        );
         assert_eq!(err.kind(), ErrorKind::Refused, "{addr}");
     }
     for addr in ["http://bao.test/", "https://bao.test:8200/prefix"] {
@@ -70,9 +77,16 @@ fn http_or_https() {
 
 #[test]
 fn no_credentials_in_url() {
-    for addr in ["http://u:p@bao.test/", "http://u@bao.test/", "https://:p@bao.test/"] {
+    for addr in [
+        "http://u:p@bao.test/",
+        "http://u@bao.test/",
+        "https://:p@bao.test/",
+    ] {
         let err = build(addr).unwrap_err();
-        assert!(matches!(err, Error::InvalidAddress { .. }), "{addr}: {err:?}");
+        assert!(
+            matches!(err, Error::InvalidAddress { .. }),
+            "{addr}: {err:?}"
+        );
     }
 }
 
@@ -80,7 +94,10 @@ fn no_credentials_in_url() {
 fn credentials_never_shown() {
     let err = build("https://robot:s3cret-pw@bao.test:8200/").unwrap_err();
     let shown = format!("{err} {err:?} {err:#}");
-    assert!(!shown.contains("s3cret-pw") && !shown.contains("robot"), "{shown}");
+    assert!(
+        !shown.contains("s3cret-pw") && !shown.contains("robot"),
+        "{shown}"
+    );
     assert!(err.to_string().contains("bao.test:8200"), "{err}");
 }
 
@@ -88,7 +105,10 @@ fn credentials_never_shown() {
 fn no_query_or_fragment() {
     for addr in ["http://bao.test/?q=1", "http://bao.test/#top"] {
         let err = build(addr).unwrap_err();
-        assert!(matches!(err, Error::InvalidAddress { .. }), "{addr}: {err:?}");
+        assert!(
+            matches!(err, Error::InvalidAddress { .. }),
+            "{addr}: {err:?}"
+        );
     }
 }
 
@@ -97,7 +117,10 @@ fn no_query_or_fragment() {
 fn tls_server_and_client(ca_pem: Option<&str>) -> (FakeBao, BaoClient) {
     let pki = Pki::for_host("bao.example.test");
     let server = FakeBao::builder()
-        .tls(pki.cert_pem.clone().into_bytes(), pki.key_pem.clone().into_bytes())
+        .tls(
+            pki.cert_pem.clone().into_bytes(),
+            pki.key_pem.clone().into_bytes(),
+        )
         .start();
     let ca = ca_pem.map_or_else(|| pki.ca_bytes(), |pem| pem.as_bytes().to_vec());
     let client = BaoClient::builder(Url::parse("https://bao.example.test:8200").unwrap())
@@ -145,8 +168,14 @@ fn connect_to_keeps_the_name() {
         .unwrap();
     lookup(&client).unwrap();
     let head = peer.request_head().unwrap().to_lowercase();
-    assert!(head.starts_with("get /v1/auth/token/lookup-self "), "{head}");
-    assert!(head.contains("\r\nhost: bao.example.test:8200\r\n"), "{head}");
+    assert!(
+        head.starts_with("get /v1/auth/token/lookup-self "),
+        "{head}"
+    );
+    assert!(
+        head.contains("\r\nhost: bao.example.test:8200\r\n"),
+        "{head}"
+    );
     // Over TLS, the certificate is checked against the name, not the mapped address.
     let (_server, client) = tls_server_and_client(None);
     assert!(lookup(&client).unwrap_err().status().is_some());
@@ -190,7 +219,9 @@ fn total_deadline() {
     let body = format!(r#"{{"data":{{"ttl":60,"pad":"{}"}}}}"#, "x".repeat(200));
     let len = body.len();
     let peer = RawPeer::start(
-        format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n"),
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n"
+        ),
         RawBody::Trickle {
             bytes: body.into_bytes(),
             pace: Duration::from_millis(250),
@@ -207,9 +238,17 @@ fn total_deadline() {
         matches!(err, Error::BodyRead { .. } | Error::Network { .. }),
         "{err:?}"
     );
-    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
     std::thread::sleep(Duration::from_secs(1));
-    assert!(peer.body_bytes_sent() < len / 4, "{} of {len}", peer.body_bytes_sent());
+    assert!(
+        peer.body_bytes_sent() < len / 4,
+        "{} of {len}",
+        peer.body_bytes_sent()
+    );
 }
 
 #[test]
@@ -226,7 +265,10 @@ fn body_capped_while_reading() {
     let started = Instant::now();
     let err = lookup(&client).unwrap_err();
     assert!(matches!(err, Error::UnexpectedBody { .. }), "{err:?}");
-    assert!(err.to_string().contains(&MAX_BODY_BYTES.to_string()), "{err}");
+    assert!(
+        err.to_string().contains(&MAX_BODY_BYTES.to_string()),
+        "{err}"
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
     assert!(peer.body_bytes_sent() < 1024 * 1024 * 1024);
 }
@@ -236,7 +278,11 @@ fn user_agent() {
     let peer = lookup_answer();
     lookup(&BaoClient::builder(peer.url()).build().unwrap()).unwrap();
     let head = peer.request_head().unwrap().to_lowercase();
-    let default = concat!("\r\nuser-agent: monky-bao-client/", env!("CARGO_PKG_VERSION"), "\r\n");
+    let default = concat!(
+        "\r\nuser-agent: monky-bao-client/",
+        env!("CARGO_PKG_VERSION"),
+        "\r\n"
+    );
     assert!(head.contains(default), "{head}");
     let peer = lookup_answer();
     let client = BaoClient::builder(peer.url())

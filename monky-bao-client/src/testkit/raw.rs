@@ -77,7 +77,11 @@ impl RawPeer {
                 RawBody::Trickle { bytes, pace } => {
                     for byte in bytes {
                         std::thread::sleep(pace);
-                        if stream.write_all(&[byte]).and_then(|()| stream.flush()).is_err() {
+                        if stream
+                            .write_all(&[byte])
+                            .and_then(|()| stream.flush())
+                            .is_err()
+                        {
                             return;
                         }
                         count(1);
