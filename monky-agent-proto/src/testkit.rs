@@ -37,7 +37,7 @@ use crate::wire::{
 
 mod fixtures;
 
-pub use fixtures::{checkin_request, container, host_facts, lease_request, report_request};
+pub use fixtures::{call, checkin_request, container, host_facts, lease_request, report_request};
 
 /// Audience of deploy grants (the OpenBao role's `bound_audiences`).
 pub const GRANT_AUDIENCE: &str = "openbao-see-env";
@@ -349,6 +349,18 @@ impl FakeTenancy {
     /// Start configuring a fake tenancy.
     pub fn builder() -> FakeTenancyBuilder {
         FakeTenancyBuilder::default()
+    }
+
+    /// A client of this fake, with a five-second deadline per call.
+    ///
+    /// # Panics
+    /// Never: the fake's URL is a valid base URL.
+    #[must_use]
+    pub fn client(&self) -> crate::Client {
+        crate::Client::builder(self.url())
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("a client of the fake")
     }
 
     /// Base URL, `http://127.0.0.1:<port>/`.

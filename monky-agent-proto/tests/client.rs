@@ -3,7 +3,9 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use monky_agent_proto::testkit::{self, Desired, Endpoint, FakeTenancy, Fault, lease_request};
+use monky_agent_proto::testkit::{
+    self, Desired, Endpoint, FakeTenancy, Fault, call, lease_request,
+};
 use monky_agent_proto::{
     Action, CheckinRequest, Client, Error, ErrorCode, ErrorKind, ReportRequest, ReportResult,
 };
@@ -35,33 +37,6 @@ fn checkin_request(env_id: &str, applied_sha: Option<&str>) -> CheckinRequest {
     }
 }
 
-fn client_for(fake: &FakeTenancy) -> Client {
-    Client::builder(fake.url())
-        .timeout(Duration::from_secs(5))
-        .build()
-        .unwrap()
-}
-
-/// Call one endpoint for `env_id`, keeping only success or the error.
-fn call(
-    client: &Client,
-    bearer: &SecretString,
-    endpoint: Endpoint,
-    env_id: &str,
-) -> Result<(), Error> {
-    match endpoint {
-        Endpoint::Checkin => client
-            .checkin(bearer, &checkin_request(env_id, None))
-            .map(drop),
-        Endpoint::Bundle => client
-            .bundle(bearer, &format!("/v1/agent/bundle/{env_id}/abc"))
-            .map(drop),
-        Endpoint::Lease => client.lease(bearer, &lease_request(env_id)).map(drop),
-        Endpoint::Report => client.report(bearer, &report_request(env_id, None)),
-        Endpoint::Jwks => unreachable!("the agent does not fetch the jwks"),
-    }
-}
-
 /// Assert the classification and that nothing of the bearer leaks into the error's text.
 fn assert_error(
     err: &Error,
@@ -88,7 +63,7 @@ fn assert_error(
 #[test]
 fn happy_path_through_all_four_calls() {
     let fake = FakeTenancy::builder().start();
-    let client = client_for(&fake);
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
     fake.set_desired(ENV, Desired::sha(SHA));
     fake.publish_bundle(ENV, SHA, b"tar bytes".to_vec());
@@ -145,7 +120,8 @@ fn retire_answers_down_with_purge() {
     let fake = FakeTenancy::builder().start();
     let bearer = fake.issue_token(ENV);
     fake.set_desired(ENV, Desired::down(true));
-    let resp = client_for(&fake)
+    let resp = fake
+        .client()
         .checkin(&bearer, &checkin_request(ENV, Some("7a10")))
         .unwrap();
     assert_eq!(
@@ -353,7 +329,7 @@ fn each_fault_is_classified() {
         ),
     ];
     let fake = FakeTenancy::builder().start();
-    let client = client_for(&fake);
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
     for (i, c) in cases.into_iter().enumerate() {
         fake.set_fault_times(c.endpoint, c.fault.clone(), Some(1));
@@ -389,24 +365,24 @@ fn status_error_keeps_detail() {
             body: r#"{"code": "X", "detail": "why not"}"#.into(),
         },
     );
-    let err = call(&client_for(&fake), &bearer, Endpoint::Checkin, ENV).unwrap_err();
+    let err = call(&fake.client(), &bearer, Endpoint::Checkin, ENV).unwrap_err();
     assert_eq!(err.detail(), Some("why not"));
     assert_eq!(err.code(), Some(&ErrorCode::Other("X".into())));
     // `set_fault` is "always": a second call fails the same way.
     assert_eq!(
-        call(&client_for(&fake), &bearer, Endpoint::Checkin, ENV)
+        call(&fake.client(), &bearer, Endpoint::Checkin, ENV)
             .unwrap_err()
             .status(),
         Some(409)
     );
     fake.clear_faults();
-    call(&client_for(&fake), &bearer, Endpoint::Checkin, ENV).unwrap();
+    call(&fake.client(), &bearer, Endpoint::Checkin, ENV).unwrap();
 }
 
 #[test]
 fn tenancy_checks_are_classified() {
     let fake = FakeTenancy::builder().start();
-    let client = client_for(&fake);
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
 
     let unknown = SecretString::from("s.not-a-token-anyone-issued".to_owned());
@@ -588,7 +564,7 @@ fn redirects_are_not_followed() {
 fn bundle_urls_off_tenancy_are_refused_before_any_request() {
     let fake = FakeTenancy::builder().start();
     let bearer = fake.issue_token(ENV);
-    let client = client_for(&fake);
+    let client = fake.client();
     for url in [
         "http://evil.test/v1/agent/bundle/env-qa-02/abc",
         "//evil.test/x",

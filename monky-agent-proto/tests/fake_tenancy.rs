@@ -6,10 +6,10 @@ use std::time::Duration;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use monky_agent_proto::testkit::{
-    Desired, Endpoint, FakeTenancy, Fault, GRANT_AUDIENCE, Rate, RateLimits, checkin_request,
-    lease_request, report_request,
+    self, Desired, Endpoint, FakeTenancy, Fault, GRANT_AUDIENCE, Rate, RateLimits, checkin_request,
+    lease_request,
 };
-use monky_agent_proto::{Client, ErrorKind, LeaseRequest, ReportResult};
+use monky_agent_proto::{Client, ErrorKind};
 use monky_bao_client::BaoClient;
 use monky_bao_client::testkit::{FakeBao, Pki};
 use secrecy::{ExposeSecret, SecretString};
@@ -32,24 +32,8 @@ fn call(
     endpoint: Endpoint,
     env_id: &str,
 ) -> Result<(), (ErrorKind, Option<u16>, Option<String>)> {
-    let result = match endpoint {
-        Endpoint::Checkin => client.checkin(bearer, &checkin_request(env_id)).map(drop),
-        Endpoint::Bundle => client
-            .bundle(bearer, &format!("/v1/agent/bundle/{env_id}/abc"))
-            .map(drop),
-        Endpoint::Lease => client
-            .lease(
-                bearer,
-                &LeaseRequest {
-                    reason: "renew".into(),
-                    ..lease_request(env_id)
-                },
-            )
-            .map(drop),
-        Endpoint::Report => client.report(bearer, &report_request(env_id, ReportResult::Applied)),
-        Endpoint::Jwks => unreachable!(),
-    };
-    result.map_err(|e| (e.kind(), e.status(), e.code().map(ToString::to_string)))
+    testkit::call(client, bearer, endpoint, env_id)
+        .map_err(|e| (e.kind(), e.status(), e.code().map(ToString::to_string)))
 }
 
 fn decode_grant(fake: &FakeTenancy, jwt: &SecretString) -> Value {
@@ -117,7 +101,7 @@ fn jwks_verifies_a_minted_grant() {
 #[test]
 fn rate_buckets_per_env_and_endpoint() {
     let fake = FakeTenancy::builder().start();
-    let client = Client::builder(fake.url()).build().unwrap();
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
     let other = fake.issue_token("env-other");
     fake.publish_bundle(ENV, "abc", vec![0]);
@@ -186,7 +170,7 @@ fn limits_are_settable() {
             ..RateLimits::default()
         })
         .start();
-    let client = Client::builder(fake.url()).build().unwrap();
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
     call(&client, &bearer, Endpoint::Lease, ENV).unwrap();
     assert_eq!(
@@ -278,7 +262,7 @@ fn bundle_headers_and_envelopes() {
 #[test]
 fn checkin_follows_desired_state() {
     let fake = FakeTenancy::builder().start();
-    let client = Client::builder(fake.url()).build().unwrap();
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
     let checkin = |applied: Option<&str>| {
         let mut req = checkin_request(ENV);
@@ -455,7 +439,7 @@ fn builder_bao_and_openbao_down() {
 #[test]
 fn faults_are_counted_and_recorded() {
     let fake = FakeTenancy::builder().start();
-    let client = Client::builder(fake.url()).build().unwrap();
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
     fake.set_fault_times(
         Endpoint::Report,
@@ -514,10 +498,7 @@ fn faults_are_counted_and_recorded() {
 #[test]
 fn body_faults_cut_reset_and_flood_a_bundle_download() {
     let fake = FakeTenancy::builder().start();
-    let client = Client::builder(fake.url())
-        .timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
     let body: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
     fake.publish_bundle(ENV, "7a10", body.clone());

@@ -21,10 +21,7 @@ struct Peer {
 
 fn peer() -> Peer {
     let fake = FakeTenancy::builder().start();
-    let client = Client::builder(fake.url())
-        .timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
     Peer {
         fake,

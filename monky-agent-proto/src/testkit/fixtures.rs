@@ -1,9 +1,14 @@
 //! Sample wire requests, as an agent on a typical box sends them: one builder per request, so
-//! tests change only the fields they are about.
+//! tests change only the fields they are about; and [`call`], one call of each endpoint with
+//! them.
 
+use secrecy::SecretString;
+
+use super::Endpoint;
 use crate::wire::{
     CheckinRequest, ContainerStatus, HostFacts, LeaseRequest, ReportRequest, ReportResult,
 };
+use crate::{Client, Error};
 
 /// A checkin of `env_id` from a box with docker, compose and one healthy container, nothing
 /// applied yet (set `applied_sha` for a later tick).
@@ -65,5 +70,30 @@ pub fn report_request(env_id: &str, result: ReportResult) -> ReportRequest {
         log_tail: String::new(),
         containers: vec![],
         detail: None,
+    }
+}
+
+/// Calls `endpoint` for `env_id` with the sample requests (the bundle of sha `abc`), keeping
+/// only success or the error.
+///
+/// # Errors
+/// The client's error.
+///
+/// # Panics
+/// For [`Endpoint::Jwks`], which is no call of the agent's.
+pub fn call(
+    client: &Client,
+    bearer: &SecretString,
+    endpoint: Endpoint,
+    env_id: &str,
+) -> Result<(), Error> {
+    match endpoint {
+        Endpoint::Checkin => client.checkin(bearer, &checkin_request(env_id)).map(drop),
+        Endpoint::Bundle => client
+            .bundle(bearer, &crate::wire::bundle_path(env_id, "abc"))
+            .map(drop),
+        Endpoint::Lease => client.lease(bearer, &lease_request(env_id)).map(drop),
+        Endpoint::Report => client.report(bearer, &report_request(env_id, ReportResult::Applied)),
+        Endpoint::Jwks => panic!("the agent does not fetch the jwks"),
     }
 }
