@@ -42,8 +42,7 @@ pub use raw::{
 
 pub use real::{
     BAO_BIN_ENV, CallError, PINNED_VERSION, RealBao, RealBaoBuilder, binary as bao_binary,
-    cache_dir as bao_cache_dir, default_binary as default_bao_binary, see_env_policy,
-    see_env_role,
+    cache_dir as bao_cache_dir, default_binary as default_bao_binary, see_env_policy, see_env_role,
 };
 
 /// What a test or the demo needs from an OpenBao peer, real ([`RealBao`]) or fake

@@ -193,6 +193,24 @@ impl Setup {
     }
 }
 
+/// Asserts that `err` is OpenBao's policy denial of a valid token (403, the multi-error form),
+/// not the plain denial of an unknown one.
+pub fn assert_acl_denied(err: &monky_bao_client::Error) {
+    assert_eq!(err.kind(), monky_bao_client::ErrorKind::PermissionDenied);
+    assert_eq!(err.status(), Some(403));
+    assert_eq!(
+        err.errors(),
+        ["1 error occurred:\n\t* permission denied\n\n"]
+    );
+    assert!(matches!(
+        err,
+        monky_bao_client::Error::PermissionDenied {
+            multi_error: true,
+            ..
+        }
+    ));
+}
+
 /// Asserts that neither the error's `Display` nor its `Debug` shows `secret`.
 pub fn assert_hidden(err: &monky_bao_client::Error, secret: &str) {
     assert!(!err.to_string().contains(secret), "display leaks: {err}");
