@@ -52,10 +52,7 @@ pub fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
     let started = std::time::Instant::now();
     let outcome = run_tick(cfg, opts);
     if let Some(path) = &cfg.metrics_textfile {
-        let st: State = fsx::read_bounded(&state::path(&cfg.state_dir), fsx::MAX_STATE_FILE_BYTES)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default();
+        let st = State::peek(&cfg.state_dir);
         let facts = metrics::TickFacts {
             exit: outcome.exit,
             duration: started.elapsed(),
