@@ -5,20 +5,11 @@
 use std::time::{Duration, Instant};
 
 use monky_agent_proto::testkit::{checkin_request, report_request};
-use monky_agent_proto::{Client, Error, ErrorKind, ReportResult};
-use monky_bao_client::testkit::{
-    FakeBao, Pki, RawBody, RawPeer, assert_table_is_the_checklist, with_proxy_env,
-};
+use monky_agent_proto::{Client, ClientBuilder, Error, ErrorKind, ReportResult};
+use monky_bao_client::testkit::{FakeBao, Pki, RawBody, RawPeer, with_proxy_env};
 use secrecy::SecretString;
 
-/// The checklist's ids are these cases' names.
-macro_rules! table {
-    ($($case:ident),* $(,)?) => {
-        const TABLE: &[(&str, fn())] = &[$((stringify!($case), $case)),*];
-    };
-}
-
-table![
+monky_bao_client::hardening_table![
     http_or_https,
     no_credentials_in_url,
     credentials_never_shown,
@@ -33,18 +24,43 @@ table![
     user_agent,
 ];
 
-#[test]
-fn the_table_is_the_checklist() {
-    let ids: Vec<&str> = TABLE.iter().map(|(id, _)| *id).collect();
-    assert_table_is_the_checklist(&ids);
-}
-
 fn build(base: &str) -> Result<Client, Error> {
     Client::builder(base.parse().unwrap()).build()
 }
 
 fn bearer() -> SecretString {
     SecretString::from("s.HARDENINGhardening012345")
+}
+
+/// Asserts that each base URL is refused when the client is built.
+fn refused(bases: &[&str]) {
+    for base in bases {
+        let err = build(base).unwrap_err();
+        assert!(matches!(err, Error::BaseUrl { .. }), "{base}: {err:?}");
+        assert_eq!(err.kind(), ErrorKind::Refused, "{base}");
+    }
+}
+
+/// A checkin at `peer` under `timeout`: its error, and how long it took.
+fn timed_checkin(peer: &RawPeer, timeout: Duration) -> (Error, Duration) {
+    let client = Client::builder(peer.url())
+        .timeout(timeout)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let err = client
+        .checkin(&bearer(), &checkin_request("env-h"))
+        .unwrap_err();
+    (err, started.elapsed())
+}
+
+/// The `User-Agent` a client from `builder` sends, lower case.
+fn user_agent_sent(configure: impl FnOnce(ClientBuilder) -> ClientBuilder) -> String {
+    let peer = RawPeer::json("200 OK", "{}");
+    report(&configure(Client::builder(peer.url())).build().unwrap()).unwrap();
+    let head = peer.request_head().unwrap().to_lowercase();
+    let line = head.lines().find(|l| l.starts_with("user-agent: "));
+    line.unwrap_or_else(|| panic!("{head}"))["user-agent: ".len()..].to_owned()
 }
 
 /// A report to `client`: any JSON 2xx answer is accepted.
@@ -54,11 +70,7 @@ fn report(client: &Client) -> Result<(), Error> {
 
 #[test]
 fn http_or_https() {
-    for base in ["ftp://t.test/", "unix:/run/x.sock", "file:///etc/passwd"] {
-        let err = build(base).unwrap_err();
-        assert!(matches!(err, Error::BaseUrl { .. }), "{base}: {err:?}");
-        assert_eq!(err.kind(), ErrorKind::Refused, "{base}");
-    }
+    refused(&["ftp://t.test/", "unix:/run/x.sock", "file:///etc/passwd"]);
     for base in ["http://t.test/", "https://t.test:8443/prefix"] {
         build(base).unwrap_or_else(|e| panic!("{base}: {e}"));
     }
@@ -66,14 +78,11 @@ fn http_or_https() {
 
 #[test]
 fn no_credentials_in_url() {
-    for base in [
+    refused(&[
         "http://u:p@t.test/",
         "http://u@t.test/",
         "https://:p@t.test/",
-    ] {
-        let err = build(base).unwrap_err();
-        assert!(matches!(err, Error::BaseUrl { .. }), "{base}: {err:?}");
-    }
+    ]);
 }
 
 #[test]
@@ -96,10 +105,7 @@ fn credentials_never_shown() {
 
 #[test]
 fn no_query_or_fragment() {
-    for base in ["http://t.test/?q=1", "http://t.test/#top"] {
-        let err = build(base).unwrap_err();
-        assert!(matches!(err, Error::BaseUrl { .. }), "{base}: {err:?}");
-    }
+    refused(&["http://t.test/?q=1", "http://t.test/#top"]);
 }
 
 /// A TLS server for `bao.example.test` (the testkit OpenBao, which answers tenancy's paths
@@ -207,76 +213,29 @@ fn total_deadline() {
         r#"{{"env_id":"env-h","action":"none","pad":"{}"}}"#,
         "x".repeat(200)
     );
-    let len = body.len();
-    let peer = RawPeer::start(
-        format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n"
-        ),
-        RawBody::Trickle {
-            bytes: body.into_bytes(),
-            pace: Duration::from_millis(250),
-        },
-    );
-    let client = Client::builder(peer.url())
-        .timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
-    let started = Instant::now();
-    let err = client
-        .checkin(&bearer(), &checkin_request("env-h"))
-        .unwrap_err();
+    let peer = RawPeer::trickle_json(&body, Duration::from_millis(250));
+    let (err, took) = timed_checkin(&peer, Duration::from_secs(2));
     assert_eq!(err.kind(), ErrorKind::Temporary, "{err:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(took < Duration::from_secs(4), "{took:?}");
     std::thread::sleep(Duration::from_secs(1));
-    assert!(
-        peer.body_bytes_sent() < len / 4,
-        "{} of {len}",
-        peer.body_bytes_sent()
-    );
+    let (sent, len) = (peer.body_bytes_sent(), body.len());
+    assert!(sent < len / 4, "{sent} of {len}");
 }
 
 #[test]
 fn body_capped_while_reading() {
     // A GiB offered without a length: the client stops at its cap for a JSON answer.
-    let peer = RawPeer::start(
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
-        RawBody::Chunked { chunks: 16 * 1024 },
-    );
-    let client = Client::builder(peer.url())
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap();
-    let started = Instant::now();
-    let err = client
-        .checkin(&bearer(), &checkin_request("env-h"))
-        .unwrap_err();
+    let peer = RawPeer::endless_json();
+    let (err, took) = timed_checkin(&peer, Duration::from_secs(20));
     assert!(matches!(err, Error::Shape { .. }), "{err:?}");
     assert_eq!(err.kind(), ErrorKind::Refused);
-    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(took < Duration::from_secs(10), "{took:?}");
     assert!(peer.body_bytes_sent() < 1024 * 1024 * 1024);
 }
 
 #[test]
 fn user_agent() {
-    let peer = RawPeer::json("200 OK", "{}");
-    report(&Client::builder(peer.url()).build().unwrap()).unwrap();
-    let head = peer.request_head().unwrap().to_lowercase();
-    let default = concat!(
-        "\r\nuser-agent: monky-agent-proto/",
-        env!("CARGO_PKG_VERSION"),
-        "\r\n"
-    );
-    assert!(head.contains(default), "{head}");
-    let peer = RawPeer::json("200 OK", "{}");
-    let client = Client::builder(peer.url())
-        .user_agent("probe/1")
-        .build()
-        .unwrap();
-    report(&client).unwrap();
-    let head = peer.request_head().unwrap().to_lowercase();
-    assert!(head.contains("\r\nuser-agent: probe/1\r\n"), "{head}");
+    let default = concat!("monky-agent-proto/", env!("CARGO_PKG_VERSION"));
+    assert_eq!(user_agent_sent(|b| b), default);
+    assert_eq!(user_agent_sent(|b| b.user_agent("probe/1")), "probe/1");
 }

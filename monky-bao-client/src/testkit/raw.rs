@@ -119,6 +119,28 @@ impl RawPeer {
         RawPeer::start(head, RawBody::Whole(body.as_bytes().to_vec()))
     }
 
+    /// Answers with `200 OK` and the JSON `body` one byte every `pace`, after a head that
+    /// announces its length.
+    #[must_use]
+    pub fn trickle_json(body: &str, pace: Duration) -> RawPeer {
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let bytes = body.as_bytes().to_vec();
+        RawPeer::start(head, RawBody::Trickle { bytes, pace })
+    }
+
+    /// Answers with `200 OK` and a JSON content type, then a GiB of `x` chunked, without a
+    /// length: only reading tells the client the size.
+    #[must_use]
+    pub fn endless_json() -> RawPeer {
+        RawPeer::start(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+            RawBody::Chunked { chunks: 16 * 1024 },
+        )
+    }
+
     /// The address to send the client to.
     #[must_use]
     pub fn addr(&self) -> SocketAddr {
@@ -209,6 +231,20 @@ pub fn hardening_checklist() -> Vec<&'static str> {
         .filter_map(|line| line.strip_prefix("- `")?.split_once('`'))
         .map(|(id, _)| id)
         .collect()
+}
+
+/// A client's hardening test table: the cases, by name, in the checklist's order. It makes the
+/// test `the_table_is_the_checklist`, which fails when the names are not the checklist's ids
+/// ([`assert_table_is_the_checklist`]); naming a missing case does not compile.
+#[macro_export]
+macro_rules! hardening_table {
+    ($($case:ident),* $(,)?) => {
+        #[test]
+        fn the_table_is_the_checklist() {
+            let _cases: &[fn()] = &[$($case),*];
+            $crate::testkit::assert_table_is_the_checklist(&[$(stringify!($case)),*]);
+        }
+    };
 }
 
 /// Asserts that a client's hardening test table has exactly the checklist's ids, in order, so
