@@ -2,8 +2,8 @@
 //!
 //! Every figure comes from a real process: the agent as the .deb ships it (dist profile)
 //! against the testkit peers on loopback, with the stub docker or the real engine, next to the
-//! floors it is compared with
-//! (`docker compose ps`, a python3 that imports what the original agent imported, `sha256sum`).
+//! floors it is compared with (`docker compose ps`, a python3 that imports what the original
+//! agent imported, `sha256sum`).
 //! A process is measured by this same binary re-run as `--measure <program> <args>`: a fresh
 //! parent whose only child is the measured one, so that `getrusage(RUSAGE_CHILDREN)` is exactly
 //! that process tree (CPU in microseconds, the peak RSS of its largest member), and whose
