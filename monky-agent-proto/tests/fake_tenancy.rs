@@ -6,7 +6,7 @@ use std::time::Duration;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use monky_agent_proto::testkit::{
-    Desired, Endpoint, FakeTenancy, Fault, GRANT_AUDIENCE, Rate, RateLimits,
+    Desired, Endpoint, FakeTenancy, Fault, GRANT_AUDIENCE, Peers, Rate, RateLimits,
 };
 use monky_agent_proto::{
     CheckinRequest, Client, ContainerStatus, ErrorKind, HostFacts, LeaseRequest, ReportRequest,
@@ -353,20 +353,22 @@ struct Pair {
 }
 
 fn pair(tls: Option<(String, String, String)>) -> Pair {
-    let tenancy = FakeTenancy::builder().start();
-    let mut bao = FakeBao::builder().jwks_url(tenancy.jwks_url());
+    let mut peers = Peers::builder();
     let mut ca = None;
     if let Some((ca_pem, cert_pem, key_pem)) = tls {
-        bao = bao.tls(cert_pem.into_bytes(), key_pem.into_bytes());
+        peers = peers.tls(
+            cert_pem.into_bytes(),
+            key_pem.into_bytes(),
+            ca_pem.clone().into_bytes(),
+        );
         ca = Some(ca_pem.into_bytes());
     }
-    let bao = bao.start();
+    let Peers { tenancy, bao } = peers.fake();
     let mut builder = BaoClient::builder(bao.url());
-    if let Some(ca) = &ca {
-        builder = builder.ca_bundle_pem(ca.clone());
+    if let Some(ca) = ca {
+        builder = builder.ca_bundle_pem(ca);
     }
     let bao_client = builder.build().unwrap();
-    tenancy.set_bao(bao.url(), ca, bao.root_token());
     let client = Client::builder(tenancy.url())
         .timeout(Duration::from_secs(10))
         .build()

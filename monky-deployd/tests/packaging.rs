@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::FakeTenancy;
-use monky_bao_client::testkit::FakeBao;
+use monky_agent_proto::testkit::Peers;
 use monky_deployd::config::{Config, TransportKind};
 use secrecy::ExposeSecret;
 use serde_json::json;
@@ -1373,9 +1372,7 @@ fn the_deb_installs_and_ticks_under_systemd() {
 
     // The peers: this process's testkit tenancy and OpenBao on 127.0.0.1, which the container
     // reaches because it shares the host's network namespace.
-    let tenancy = FakeTenancy::builder().start();
-    let bao = FakeBao::builder().jwks_url(tenancy.jwks_url()).start();
-    tenancy.set_bao(bao.url(), None, bao.root_token());
+    let Peers { tenancy, bao } = Peers::fake();
     bao.put_secret(ENV, "see_value", SEE_VALUE);
     bao.put_secret(
         ENV,

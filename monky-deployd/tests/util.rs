@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use monky_agent_proto::testkit::{Desired, FakeTenancy, Recorded};
+use monky_agent_proto::testkit::{Desired, FakeTenancy, Peers, PeersBuilder, Recorded};
 use monky_agent_proto::{ReportRequest, ReportResult};
 use monky_bao_client::testkit::{BaoPeer, FakeBao, RealBao};
 use monky_bundle::MemberName;
@@ -240,16 +240,20 @@ impl World {
 
     fn build(opts: WorldOptions, real: Option<RealDocker>) -> Self {
         let pki = opts.tls_proxy.then(Pki::new);
-        World::assemble(pki, real, |tenancy, pki| {
-            let mut bao = FakeBao::builder().jwks_url(tenancy.jwks_url());
-            if let Some(p) = pki {
-                bao = bao.tls(
-                    p.cert_pem.clone().into_bytes(),
-                    p.key_pem.clone().into_bytes(),
-                );
-            }
-            bao.start()
-        })
+        let peers = peers_over(pki.as_ref()).fake();
+        World::assemble(peers, pki, real)
+    }
+}
+
+/// The peers, with OpenBao serving HTTPS with `pki`'s leaf when there is one.
+fn peers_over(pki: Option<&Pki>) -> PeersBuilder {
+    match pki {
+        Some(p) => Peers::builder().tls(
+            p.cert_pem.clone().into_bytes(),
+            p.key_pem.clone().into_bytes(),
+            p.ca_pem.clone().into_bytes(),
+        ),
+        None => Peers::builder(),
     }
 }
 
@@ -297,34 +301,17 @@ impl World<RealBao> {
             return None;
         }
         let pki = opts.tls_proxy.then(Pki::new);
-        Some(World::assemble(pki, real, |tenancy, pki| {
-            let mut bao = RealBao::builder().jwks_url(tenancy.jwks_url());
-            if let Some(p) = pki {
-                bao = bao.tls(
-                    p.cert_pem.clone().into_bytes(),
-                    p.key_pem.clone().into_bytes(),
-                    p.ca_pem.clone().into_bytes(),
-                );
-            }
-            role(bao).start()
-        }))
+        let peers = peers_over(pki.as_ref())
+            .real_with(role)
+            .unwrap_or_else(|e| panic!("real openbao: {e}"));
+        Some(World::assemble(peers, pki, real))
     }
 }
 
 impl<B: BaoPeer> World<B> {
-    fn assemble(
-        pki: Option<Pki>,
-        real: Option<RealDocker>,
-        start_bao: impl FnOnce(&FakeTenancy, Option<&Pki>) -> B,
-    ) -> Self {
+    fn assemble(peers: Peers<B>, pki: Option<Pki>, real: Option<RealDocker>) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let tenancy = FakeTenancy::builder().start();
-        let bao = start_bao(&tenancy, pki.as_ref());
-        tenancy.set_bao(
-            bao.url(),
-            pki.as_ref().map(|p| p.ca_pem.clone().into_bytes()),
-            bao.root_token(),
-        );
+        let Peers { tenancy, bao } = peers;
         bao.put_secret(ENV, "gemini_api_key", GEMINI);
         bao.put_secret(ENV, "pg_password", "an-older-value");
         bao.put_secret(ENV, "pg_password", PGPASS);

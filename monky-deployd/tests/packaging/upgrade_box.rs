@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::{Desired, FakeTenancy};
+use monky_agent_proto::testkit::{Desired, FakeTenancy, Peers};
 use monky_bao_client::testkit::FakeBao;
 use serde_json::json;
 
@@ -207,9 +207,7 @@ fn a_box_of_the_original_agent_upgrades_under_systemd() {
         .to_string_lossy()
         .into_owned();
 
-    let tenancy = FakeTenancy::builder().start();
-    let bao = FakeBao::builder().jwks_url(tenancy.jwks_url()).start();
-    tenancy.set_bao(bao.url(), None, bao.root_token());
+    let Peers { tenancy, bao } = Peers::fake();
     bao.put_secret(ENV, "see_value", SEE_VALUE);
 
     let b = Machine::boot(
