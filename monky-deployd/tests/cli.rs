@@ -53,7 +53,7 @@ fn an_unusable_config_exits_78_naming_the_key() {
     std::fs::write(w.config_path(), text).unwrap();
     let run = w.tick();
     run.expect(78);
-    assert!(run.stderr().contains("tenancy_port"), "{}", run.stderr());
+    run.says(&["tenancy_port"]);
     let run = Run(
         std::process::Command::new(env!("CARGO_BIN_EXE_monky-deployd"))
             .args(["--config", "/nonexistent/config.yaml", "run", "--once"])
@@ -61,11 +61,7 @@ fn an_unusable_config_exits_78_naming_the_key() {
             .unwrap(),
     );
     run.expect(78);
-    assert!(
-        run.stderr().contains("/nonexistent/config.yaml"),
-        "{}",
-        run.stderr()
-    );
+    run.says(&["/nonexistent/config.yaml"]);
 }
 
 #[test]

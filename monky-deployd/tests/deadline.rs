@@ -25,7 +25,7 @@ fn a_tick_past_its_deadline_exits_75_kills_its_children_and_frees_the_lock() {
 
     let run = w.tick();
     run.expect(75);
-    assert!(run.stderr().contains("TICK_TIMEOUT"), "{}", run.stderr());
+    run.says(&["TICK_TIMEOUT"]);
     let pid: i32 = std::fs::read_to_string(w.stub_dir().join("pull.pid"))
         .unwrap()
         .trim()

@@ -166,7 +166,7 @@ fn the_originals_log_levels_keep_warnings_and_an_unknown_level_is_a_config_error
     w.config_extra("log_level: verbose\n");
     let run = w.tick();
     run.expect(78);
-    assert!(run.stderr().contains("log_level"), "{}", run.stderr());
+    run.says(&["log_level"]);
 }
 
 #[test]

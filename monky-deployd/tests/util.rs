@@ -576,6 +576,15 @@ impl Run {
     pub fn ok(&self) -> &Self {
         self.expect(0)
     }
+    /// Asserts that stderr holds each of `texts`.
+    #[track_caller]
+    pub fn says(&self, texts: &[&str]) -> &Self {
+        let stderr = self.stderr();
+        for text in texts {
+            assert!(stderr.contains(text), "stderr lacks {text:?}:\n{stderr}");
+        }
+        self
+    }
     #[track_caller]
     pub fn expect(&self, code: i32) -> &Self {
         assert_eq!(

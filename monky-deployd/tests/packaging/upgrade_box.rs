@@ -11,7 +11,7 @@ use monky_agent_proto::testkit::{Desired, FakeTenancy, Peers};
 use monky_bao_client::testkit::FakeBao;
 use serde_json::json;
 
-use super::{E2e, ENV, Machine, SEE_VALUE, deb, run_ok, text, wait_for};
+use super::{BoxTest, ENV, Machine, SEE_VALUE, run_ok, text, wait_for};
 use crate::util::TestBundle;
 
 const IDENTITY: &str = "/opt/openziti/etc/identities/monky-host.env-qa-02.json";
@@ -191,15 +191,16 @@ fn original_config(
 #[ignore = "needs the .deb, the Debian image and docker: run by `cargo xtask dist --test` (ci's packaging step)"]
 fn a_box_of_the_original_agent_upgrades_under_systemd() {
     let started = Instant::now();
-    let deb = deb();
+    let BoxTest {
+        deb,
+        deb_name,
+        image,
+        e2e,
+        docker,
+        prefix,
+        registry,
+    } = BoxTest::load();
     let deb_dir = deb.parent().unwrap().to_path_buf();
-    let deb_name = deb.file_name().unwrap().to_string_lossy().into_owned();
-    let image = std::env::var("MONKY_PKG_IMAGE")
-        .expect("MONKY_PKG_IMAGE is not set: run `cargo xtask dist --test`");
-    let e2e = E2e::load();
-    let docker = e2e.get("MONKY_E2E_DOCKER").to_string();
-    let prefix = e2e.get("MONKY_E2E_NAME_PREFIX");
-    let registry = e2e.get("MONKY_E2E_REGISTRY").to_string();
     let scratch = tempfile::tempdir().unwrap();
     let original_deb = original_package(scratch.path())
         .file_name()
