@@ -570,8 +570,5 @@ fn an_unchanged_fallback_still_runs_and_a_bind_source_dir_is_no_change() {
         detail.contains(&format!("reverted to {}", &first[..12])),
         "{detail}"
     );
-    assert_eq!(
-        w.current_target().unwrap(),
-        Path::new("releases").join(&first)
-    );
+    w.assert_current(&first);
 }

@@ -50,11 +50,8 @@ const fn file_only(
     names: &'static str,
 ) -> Case {
     Case {
-        name,
-        compose,
-        code,
-        names,
         model: false,
+        ..case(name, compose, code, names)
     }
 }
 
@@ -362,8 +359,11 @@ fn the_corpus_is_large_and_its_names_are_unique() {
     assert_eq!(names.len(), CASES.len());
 }
 
+/// Which cases belong to a class, by name.
+type Filter = fn(&Case) -> bool;
+
 /// The corpus in classes, each a filter on the case names; every class is one test below.
-const CLASSES: &[(&str, fn(&Case) -> bool)] = &[
+const CLASSES: &[(&str, Filter)] = &[
     ("capabilities and confinement", |c| {
         prefixed(
             c,

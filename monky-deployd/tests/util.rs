@@ -546,6 +546,16 @@ impl<B: BaoPeer> World<B> {
         std::fs::read_link(self.env_dir().join("current")).ok()
     }
 
+    /// Asserts that `current` names `releases/<sha>`.
+    #[track_caller]
+    pub fn assert_current(&self, sha: &str) {
+        assert_eq!(
+            self.current_target(),
+            Some(Path::new("releases").join(sha)),
+            "current"
+        );
+    }
+
     /// Bootstraps and applies the default bundle; returns its sha.
     pub fn applied(&self) -> String {
         self.stage_grant();
@@ -579,10 +589,13 @@ impl Run {
     /// Asserts that stderr holds each of `texts`.
     #[track_caller]
     pub fn says(&self, texts: &[&str]) -> &Self {
-        let stderr = self.stderr();
-        for text in texts {
-            assert!(stderr.contains(text), "stderr lacks {text:?}:\n{stderr}");
-        }
+        assert_holds("stderr", &self.stderr(), texts);
+        self
+    }
+    /// Asserts that stdout holds each of `texts`.
+    #[track_caller]
+    pub fn prints(&self, texts: &[&str]) -> &Self {
+        assert_holds("stdout", &self.stdout(), texts);
         self
     }
     #[track_caller]
@@ -595,6 +608,13 @@ impl Run {
             self.stdout()
         );
         self
+    }
+}
+
+#[track_caller]
+fn assert_holds(stream: &str, output: &str, texts: &[&str]) {
+    for text in texts {
+        assert!(output.contains(text), "{stream} lacks {text:?}:\n{output}");
     }
 }
 

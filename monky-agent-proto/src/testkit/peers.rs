@@ -53,27 +53,17 @@ impl Peers {
 #[derive(Debug, Default)]
 #[must_use]
 pub struct PeersBuilder {
-    tls: Option<Tls>,
-}
-
-/// OpenBao's certificate chain and key, and the CA that signed it (PEM).
-#[derive(Debug)]
-struct Tls {
-    cert_pem: Vec<u8>,
-    key_pem: Vec<u8>,
-    ca_pem: Vec<u8>,
+    /// OpenBao's certificate chain, its key and the CA that signed it (PEM).
+    tls: Option<[Vec<u8>; 3]>,
 }
 
 impl PeersBuilder {
     /// OpenBao serves HTTPS with this certificate chain and key; tenancy (and a real server's
     /// own set-up calls) trust `ca_pem`, which signed it.
-    pub fn tls(mut self, cert_pem: Vec<u8>, key_pem: Vec<u8>, ca_pem: Vec<u8>) -> Self {
-        self.tls = Some(Tls {
-            cert_pem,
-            key_pem,
-            ca_pem,
-        });
-        self
+    pub fn tls(self, cert_pem: Vec<u8>, key_pem: Vec<u8>, ca_pem: Vec<u8>) -> Self {
+        Self {
+            tls: Some([cert_pem, key_pem, ca_pem]),
+        }
     }
 
     /// Starts tenancy and a [`FakeBao`].
@@ -92,8 +82,8 @@ impl PeersBuilder {
         let tls = self.tls;
         let Ok(peers) = Peers::start(tls.as_ref(), |jwks| {
             let mut bao = FakeBao::builder().jwks_url(jwks);
-            if let Some(t) = tls.as_ref() {
-                bao = bao.tls(t.cert_pem.clone(), t.key_pem.clone());
+            if let Some([cert, key, _]) = &tls {
+                bao = bao.tls(cert.clone(), key.clone());
             }
             Ok::<_, Infallible>(configure(bao).start())
         });
@@ -123,8 +113,8 @@ impl PeersBuilder {
         let tls = self.tls;
         Peers::start(tls.as_ref(), |jwks| {
             let mut bao = RealBao::builder().jwks_url(jwks);
-            if let Some(t) = tls.as_ref() {
-                bao = bao.tls(t.cert_pem.clone(), t.key_pem.clone(), t.ca_pem.clone());
+            if let Some([cert, key, ca]) = &tls {
+                bao = bao.tls(cert.clone(), key.clone(), ca.clone());
             }
             configure(bao).try_start()
         })
@@ -133,11 +123,15 @@ impl PeersBuilder {
 
 impl<B: BaoPeer> Peers<B> {
     /// The order both peers need: tenancy, then OpenBao from tenancy's JWKS URL, then tenancy
-    /// pointed at OpenBao.
-    fn start<E>(tls: Option<&Tls>, bao: impl FnOnce(Url) -> Result<B, E>) -> Result<Self, E> {
+    /// pointed at OpenBao, trusting the CA of `tls` (certificate, key, CA) when it is given.
+    fn start<E>(
+        tls: Option<&[Vec<u8>; 3]>,
+        bao: impl FnOnce(Url) -> Result<B, E>,
+    ) -> Result<Self, E> {
         let tenancy = FakeTenancy::builder().start();
         let bao = bao(tenancy.jwks_url())?;
-        tenancy.set_bao(bao.url(), tls.map(|t| t.ca_pem.clone()), bao.root_token());
+        let ca_pem = tls.map(|[_, _, ca]| ca.clone());
+        tenancy.set_bao(bao.url(), ca_pem, bao.root_token());
         Ok(Self { tenancy, bao })
     }
 }
