@@ -1389,15 +1389,9 @@ fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Option<T>
 #[ignore = "needs the .deb, the Debian image and docker: run by `cargo xtask dist --test` (ci's packaging step)"]
 fn the_deb_installs_and_ticks_under_systemd() {
     let started = Instant::now();
-    let BoxTest {
-        deb,
-        deb_name,
-        image,
-        e2e,
-        docker,
-        prefix,
-        registry,
-    } = BoxTest::load();
+    let t = BoxTest::load();
+    let (deb, deb_name, image, e2e) = (&t.deb, &t.deb_name, &t.image, &t.e2e);
+    let (docker, prefix, registry) = (&t.docker, &t.prefix, &t.registry);
 
     // The peers: this process's testkit tenancy and OpenBao on 127.0.0.1, which the container
     // reaches because it shares the host's network namespace.
@@ -1416,8 +1410,8 @@ fn the_deb_installs_and_ticks_under_systemd() {
     let repo = tempfile::tempdir().unwrap();
     upgrade_box::stand_in_apt_repo(repo.path());
     let b = Machine::boot(
-        &e2e,
-        &image,
+        e2e,
+        image,
         (
             format!("{prefix}pkg-systemd"),
             "pkgtest",
@@ -1636,7 +1630,7 @@ fn the_deb_installs_and_ticks_under_systemd() {
     );
     // The secret reached the container through .env (and nothing else of the journal).
     let web = String::from_utf8_lossy(
-        &Command::new(&docker)
+        &Command::new(docker)
             .args(["ps", "-q", "--filter"])
             .arg(format!("label=com.docker.compose.project={}", b.project))
             .output()
@@ -1645,7 +1639,7 @@ fn the_deb_installs_and_ticks_under_systemd() {
     )
     .trim()
     .to_string();
-    let env_txt = run_ok(Command::new(&docker).args([
+    let env_txt = run_ok(Command::new(docker).args([
         "exec",
         &web,
         "wget",

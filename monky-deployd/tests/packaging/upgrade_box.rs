@@ -191,15 +191,9 @@ fn original_config(
 #[ignore = "needs the .deb, the Debian image and docker: run by `cargo xtask dist --test` (ci's packaging step)"]
 fn a_box_of_the_original_agent_upgrades_under_systemd() {
     let started = Instant::now();
-    let BoxTest {
-        deb,
-        deb_name,
-        image,
-        e2e,
-        docker,
-        prefix,
-        registry,
-    } = BoxTest::load();
+    let t = BoxTest::load();
+    let (deb, deb_name, image, e2e) = (&t.deb, &t.deb_name, &t.image, &t.e2e);
+    let (docker, prefix, registry) = (&t.docker, &t.prefix, &t.registry);
     let deb_dir = deb.parent().unwrap().to_path_buf();
     let scratch = tempfile::tempdir().unwrap();
     let original_deb = original_package(scratch.path())
@@ -212,8 +206,8 @@ fn a_box_of_the_original_agent_upgrades_under_systemd() {
     bao.put_secret(ENV, "see_value", SEE_VALUE);
 
     let b = Machine::boot(
-        &e2e,
-        &image,
+        e2e,
+        image,
         (
             format!("{prefix}pkg-upgrade"),
             "pkgupgrade",
@@ -268,7 +262,7 @@ fn a_box_of_the_original_agent_upgrades_under_systemd() {
         ));
         b.put(
             "/etc/monky-deployd/config.yaml",
-            &original_config(transport, &tenancy, &bao, &b.project, &registry),
+            &original_config(transport, &tenancy, &bao, &b.project, registry),
         );
         let grant = tenancy.mint_grant(ENV);
         let login = monky_bao_client::BaoClient::builder(bao.url())
@@ -330,13 +324,8 @@ fn a_box_of_the_original_agent_upgrades_under_systemd() {
         }
         wait_for("the release to be healthy", Duration::from_secs(90), || {
             running_id(&b).filter(|id| {
-                run_ok(Command::new(&docker).args([
-                    "inspect",
-                    "-f",
-                    "{{.State.Health.Status}}",
-                    id,
-                ]))
-                .trim()
+                run_ok(Command::new(docker).args(["inspect", "-f", "{{.State.Health.Status}}", id]))
+                    .trim()
                     == "healthy"
             })
         })
