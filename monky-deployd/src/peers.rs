@@ -47,10 +47,14 @@ pub fn openbao(cfg: &Config) -> anyhow::Result<bao::BaoClient> {
         b = b.connect_to(addr);
     }
     b.build().map_err(|e| {
-        Failure::wrap(
-            Exit::Config,
-            anyhow::Error::new(e).context("openbao client"),
-        )
+        // The client knows the bundle's bytes only; the file to fix is the config's.
+        let e = match (&e, &cfg.bao.ca_bundle) {
+            (bao::Error::CaBundle { .. }, Some(ca)) => {
+                anyhow::Error::new(e).context(format!("bao.ca_bundle {}", ca.display()))
+            }
+            _ => anyhow::Error::new(e),
+        };
+        Failure::wrap(Exit::Config, e.context("openbao client"))
     })
 }
 

@@ -309,10 +309,10 @@ impl<'a> Agent<'a> {
                     .ok_or_else(|| {
                         Failure::coded(Code::CheckinInvalid, "action apply without desired_sha")
                     })?;
+                // With a desired sha there is always a URL: tenancy's, or the protocol's default.
                 let url = resp
-                    .bundle_url
-                    .clone()
-                    .unwrap_or_else(|| format!("/v1/agent/bundle/{}/{sha}", self.cfg.env_id));
+                    .bundle_url_or_default(&self.cfg.env_id)
+                    .unwrap_or_default();
                 if self.state.failed_sha.as_deref() != Some(sha.as_str()) {
                     // Tenancy wants something else now: the old failure no longer counts.
                     self.state.clear_failed();

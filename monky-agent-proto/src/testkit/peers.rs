@@ -9,7 +9,7 @@
 
 use std::convert::Infallible;
 
-use monky_bao_client::testkit::{BaoPeer, FakeBao, FakeBaoBuilder, RealBao, RealBaoBuilder};
+use monky_bao_client::testkit::{BaoPeer, FakeBao, FakeBaoBuilder, Pki, RealBao, RealBaoBuilder};
 use url::Url;
 
 use super::FakeTenancy;
@@ -53,17 +53,15 @@ impl Peers {
 #[derive(Debug, Default)]
 #[must_use]
 pub struct PeersBuilder {
-    /// OpenBao's certificate chain, its key and the CA that signed it (PEM).
-    tls: Option<[Vec<u8>; 3]>,
+    tls: Option<Pki>,
 }
 
 impl PeersBuilder {
-    /// OpenBao serves HTTPS with this certificate chain and key; tenancy (and a real server's
-    /// own set-up calls) trust `ca_pem`, which signed it.
-    pub fn tls(self, cert_pem: Vec<u8>, key_pem: Vec<u8>, ca_pem: Vec<u8>) -> Self {
-        Self {
-            tls: Some([cert_pem, key_pem, ca_pem]),
-        }
+    /// OpenBao serves HTTPS with `pki`'s certificate and key; tenancy (and a real server's own
+    /// set-up calls) trust `pki`'s CA.
+    pub fn tls(mut self, pki: &Pki) -> Self {
+        self.tls = Some(pki.clone());
+        self
     }
 
     /// Starts tenancy and a [`FakeBao`].
@@ -82,8 +80,8 @@ impl PeersBuilder {
         let tls = self.tls;
         let Ok(peers) = Peers::start(tls.as_ref(), |jwks| {
             let mut bao = FakeBao::builder().jwks_url(jwks);
-            if let Some([cert, key, _]) = &tls {
-                bao = bao.tls(cert.clone(), key.clone());
+            if let Some(pki) = &tls {
+                bao = bao.tls(pki.cert_pem.clone().into(), pki.key_pem.clone().into());
             }
             Ok::<_, Infallible>(configure(bao).start())
         });
@@ -113,8 +111,12 @@ impl PeersBuilder {
         let tls = self.tls;
         Peers::start(tls.as_ref(), |jwks| {
             let mut bao = RealBao::builder().jwks_url(jwks);
-            if let Some([cert, key, ca]) = &tls {
-                bao = bao.tls(cert.clone(), key.clone(), ca.clone());
+            if let Some(pki) = &tls {
+                bao = bao.tls(
+                    pki.cert_pem.clone().into(),
+                    pki.key_pem.clone().into(),
+                    pki.ca_pem.clone().into(),
+                );
             }
             configure(bao).try_start()
         })
@@ -123,14 +125,11 @@ impl PeersBuilder {
 
 impl<B: BaoPeer> Peers<B> {
     /// The order both peers need: tenancy, then OpenBao from tenancy's JWKS URL, then tenancy
-    /// pointed at OpenBao, trusting the CA of `tls` (certificate, key, CA) when it is given.
-    fn start<E>(
-        tls: Option<&[Vec<u8>; 3]>,
-        bao: impl FnOnce(Url) -> Result<B, E>,
-    ) -> Result<Self, E> {
+    /// pointed at OpenBao, trusting `tls`'s CA when it is given.
+    fn start<E>(tls: Option<&Pki>, bao: impl FnOnce(Url) -> Result<B, E>) -> Result<Self, E> {
         let tenancy = FakeTenancy::builder().start();
         let bao = bao(tenancy.jwks_url())?;
-        let ca_pem = tls.map(|[_, _, ca]| ca.clone());
+        let ca_pem = tls.map(|pki| pki.ca_pem.clone().into_bytes());
         tenancy.set_bao(bao.url(), ca_pem, bao.root_token());
         Ok(Self { tenancy, bao })
     }
