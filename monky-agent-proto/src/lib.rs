@@ -5,7 +5,9 @@
 //! - `client` (feature `client`): `Client`, a blocking reqwest client with bearer auth,
 //!   per-call deadlines, an address mapping for mesh transports and a classified `Error`.
 //! - `testkit` (feature `testkit`): `FakeTenancy`, a loopback tenancy that signs ES256 deploy
-//!   grants, serves their JWKS, checks bearers against an OpenBao and enforces the rate buckets.
+//!   grants, serves their JWKS, checks bearers against an OpenBao and enforces the rate buckets;
+//!   with feature `testkit-bao`, `Peers`: that tenancy and `monky-bao-client`'s fake or real
+//!   OpenBao, started and wired to each other.
 //!
 //! No agent policy lives here: no configuration, no retries, no exit codes.
 //!

@@ -11,8 +11,9 @@
 //! Tests that do not need OpenBao can use [`FakeTenancy::issue_token`], a bearer the fake knows
 //! by itself. Faults can be injected per endpoint; every request is recorded.
 //!
-//! The fake and an OpenBao fake each need the other's address; start the tenancy first, then
-//! the OpenBao fake with [`FakeTenancy::jwks_url`], then call [`FakeTenancy::set_bao`].
+//! The fake and an OpenBao each need the other's address; start the tenancy first, then the
+//! OpenBao with [`FakeTenancy::jwks_url`], then call [`FakeTenancy::set_bao`]. With the feature
+//! `testkit-bao`, `Peers` does exactly that with `monky-bao-client`'s fake or real OpenBao.
 //!
 //! [`checkin_request`] and its siblings build sample wire requests for tests.
 
@@ -30,6 +31,11 @@ use rand::Rng;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use url::Url;
+
+#[cfg(feature = "testkit-bao")]
+mod peers;
+#[cfg(feature = "testkit-bao")]
+pub use peers::{Peers, PeersBuilder};
 
 use crate::wire::{
     Action, CheckinRequest, CheckinResponse, LeaseRequest, LeaseResponse, ReportRequest, VaultInfo,

@@ -6,8 +6,8 @@ use std::time::Duration;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use monky_agent_proto::testkit::{
-    self, Desired, Endpoint, FakeTenancy, Fault, GRANT_AUDIENCE, Rate, RateLimits, checkin_request,
-    lease_request,
+    self, Desired, Endpoint, FakeTenancy, Fault, GRANT_AUDIENCE, Peers, Rate, RateLimits,
+    checkin_request, lease_request,
 };
 use monky_agent_proto::{Client, ErrorKind};
 use monky_bao_client::BaoClient;
@@ -304,20 +304,16 @@ struct Pair {
 }
 
 fn pair(tls: Option<Pki>) -> Pair {
-    let tenancy = FakeTenancy::builder().start();
-    let mut bao = FakeBao::builder().jwks_url(tenancy.jwks_url());
-    let mut ca = None;
-    if let Some(pki) = tls {
-        bao = bao.tls(pki.cert_pem.into_bytes(), pki.key_pem.into_bytes());
-        ca = Some(pki.ca_pem.into_bytes());
+    let mut peers = Peers::builder();
+    if let Some(pki) = &tls {
+        peers = peers.tls(pki);
     }
-    let bao = bao.start();
+    let Peers { tenancy, bao } = peers.fake();
     let mut builder = BaoClient::builder(bao.url());
-    if let Some(ca) = &ca {
-        builder = builder.ca_bundle_pem(ca.clone());
+    if let Some(pki) = tls {
+        builder = builder.ca_bundle_pem(pki.ca_pem.into_bytes());
     }
     let bao_client = builder.build().unwrap();
-    tenancy.set_bao(bao.url(), ca, bao.root_token());
     let client = Client::builder(tenancy.url())
         .timeout(Duration::from_secs(10))
         .build()

@@ -2,20 +2,14 @@
 //! OpenBao, and tenancy verifies the resulting bearer with the root token.
 
 use monky_agent_proto::Client;
-use monky_agent_proto::testkit::{FakeTenancy, checkin_request};
+use monky_agent_proto::testkit::{Peers, checkin_request};
 use monky_bao_client::BaoClient;
-use monky_bao_client::testkit::FakeBao;
 use secrecy::SecretString;
 
 #[test]
 fn tenancy_grant_logs_in_and_the_bearer_checks_in() {
-    let tenancy = FakeTenancy::builder().start();
     // A policy that grants revoke-self (the deployment's does not).
-    let bao = FakeBao::builder()
-        .jwks_url(tenancy.jwks_url())
-        .revoke_self_allowed(true)
-        .start();
-    tenancy.set_bao(bao.url(), None, bao.root_token());
+    let Peers { tenancy, bao } = Peers::builder().fake_with(|bao| bao.revoke_self_allowed(true));
     let client = BaoClient::builder(bao.url()).build().unwrap();
 
     let login = client

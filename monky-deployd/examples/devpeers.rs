@@ -32,8 +32,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use monky_agent_proto::testkit::{Desired, FakeTenancy};
-use monky_bao_client::testkit::{BaoPeer, FakeBao, RealBao};
+use monky_agent_proto::testkit::{Desired, FakeTenancy, Peers as TestPeers};
+use monky_bao_client::testkit::BaoPeer;
 use monky_bundle::MemberName;
 use secrecy::ExposeSecret;
 
@@ -52,23 +52,18 @@ fn main() -> anyhow::Result<()> {
         }
     }
     let env_id = env_id.context(usage)?;
-    let tenancy = FakeTenancy::builder().start();
-    let (bao, version): (Box<dyn BaoPeer>, String) = if fake_bao {
-        let bao = FakeBao::builder().jwks_url(tenancy.jwks_url()).start();
-        (Box::new(bao), "-".to_owned())
+    let (tenancy, bao, version): (_, Box<dyn BaoPeer>, _) = if fake_bao {
+        let TestPeers { tenancy, bao } = TestPeers::fake();
+        (tenancy, Box::new(bao), "-".to_owned())
     } else {
-        let bao = RealBao::builder()
-            .jwks_url(tenancy.jwks_url())
-            .try_start()
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot start the real OpenBao: {e} (or use the in-repo fake: --fake-bao)"
-                )
-            })?;
+        let TestPeers { tenancy, bao } = TestPeers::builder().real().map_err(|e| {
+            anyhow::anyhow!(
+                "cannot start the real OpenBao: {e} (or use the in-repo fake: --fake-bao)"
+            )
+        })?;
         let version = bao.version().to_owned();
-        (Box::new(bao), version)
+        (tenancy, Box::new(bao), version)
     };
-    tenancy.set_bao(bao.url(), None, bao.root_token());
     let peers = Peers {
         env_id,
         tenancy,

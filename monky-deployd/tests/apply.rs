@@ -25,10 +25,7 @@ fn first_apply_from_a_bootstrap_grant() {
     assert_eq!(w.state()["token"]["source"], "lease");
 
     // The release: complete, current points at it, .env 0600 with the pinned versions.
-    assert_eq!(
-        w.current_target().unwrap(),
-        std::path::Path::new("releases").join(&sha)
-    );
+    w.assert_current(&sha);
     let env = w.env_dir().join("current/.env");
     assert_eq!(
         std::fs::metadata(&env).unwrap().permissions().mode() & 0o777,
@@ -244,10 +241,7 @@ fn a_new_bundle_moves_current_and_keeps_the_old_release() {
     let first = w.applied();
     let second = w.publish(&TestBundle::tagged("2"));
     w.tick().ok();
-    assert_eq!(
-        w.current_target().unwrap(),
-        std::path::Path::new("releases").join(&second)
-    );
+    w.assert_current(&second);
     assert!(
         w.env_dir()
             .join("releases")
@@ -283,17 +277,14 @@ fn check_refused(b: TestBundle, code: &str) {
         "{code}: no OpenBao request"
     );
     assert_eq!(w.docker_calls().len(), calls, "{code}: no docker call");
-    assert_eq!(
-        w.current_target().unwrap(),
-        std::path::Path::new("releases").join(&running)
-    );
+    w.assert_current(&running);
     assert_eq!(
         std::fs::read(w.env_dir().join("current/.env")).unwrap(),
         env_before
     );
     assert_eq!(w.state()["applied_sha"], json!(running));
     assert!(w.state()["last_error"].as_str().unwrap().starts_with(code));
-    assert!(run.stderr().contains(code), "{}", run.stderr());
+    run.says(&[code]);
 }
 
 #[test]
@@ -529,10 +520,7 @@ fn awkward_values_are_quoted_in_env_and_unwritable_ones_fail_before_staging() {
     assert!(!run.stderr().contains("pa$s"), "{}", run.stderr());
     assert_eq!(w.docker_calls().len(), calls, "no docker call");
     assert!(!w.env_dir().join("releases").join(&bad).exists());
-    assert_eq!(
-        w.current_target().unwrap(),
-        std::path::Path::new("releases").join(&quoted)
-    );
+    w.assert_current(&quoted);
     assert_eq!(w.state()["applied_sha"], json!(quoted));
     assert_eq!(w.state()["failed_sha"], json!(bad));
 

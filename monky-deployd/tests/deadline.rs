@@ -25,7 +25,7 @@ fn a_tick_past_its_deadline_exits_75_kills_its_children_and_frees_the_lock() {
 
     let run = w.tick();
     run.expect(75);
-    assert!(run.stderr().contains("TICK_TIMEOUT"), "{}", run.stderr());
+    run.says(&["TICK_TIMEOUT"]);
     let pid: i32 = std::fs::read_to_string(w.stub_dir().join("pull.pid"))
         .unwrap()
         .trim()
@@ -54,11 +54,7 @@ fn a_tick_past_its_deadline_exits_75_kills_its_children_and_frees_the_lock() {
         "{state}"
     );
     let status = w.run(&["status"]);
-    assert!(
-        status.stdout().contains("TICK_TIMEOUT"),
-        "{}",
-        status.stdout()
-    );
+    status.prints(&["TICK_TIMEOUT"]);
 
     // The lock went with the process: the next tick runs, and converges.
     w.clear_stub();

@@ -539,10 +539,7 @@ fn a_full_state_dir_refuses_the_apply_and_keeps_the_running_release() {
         "the error names the path: {err}"
     );
     assert_eq!(running(&w), before, "the running release changed");
-    assert_eq!(
-        w.current_target().unwrap(),
-        Path::new("releases").join(&first)
-    );
+    w.assert_current(&first);
     // The state save failed too; the previous state.json is whole, and no temp file is left.
     assert_eq!(
         std::fs::read(w.state_dir().join("state.json")).unwrap(),

@@ -14,13 +14,29 @@ fn down_args(w: &World) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn retire_keeps_volumes_unless_purge_is_asked() {
+/// A world that applied `b` under the `config` lines, then retired with tenancy asking for a
+/// purge or not: the world, the sha, and the `compose down` lines the retire ran.
+fn retire(config: &str, b: &TestBundle, purge: bool) -> (World, String, Vec<String>) {
     let w = World::new();
-    let sha = w.applied();
-    w.tenancy.set_desired(ENV, Desired::down(false));
+    w.config_extra(config);
+    w.stage_grant();
+    let sha = w.publish(b);
+    w.tick().ok();
+    w.tenancy.set_desired(ENV, Desired::down(purge));
     w.tick().ok();
     let downs = down_args(&w);
+    (w, sha, downs)
+}
+
+fn prod_bundle() -> TestBundle {
+    let mut b = TestBundle::default();
+    b.meta["tier"] = json!("prod");
+    b
+}
+
+#[test]
+fn retire_keeps_volumes_unless_purge_is_asked() {
+    let (w, sha, downs) = retire("", &TestBundle::default(), false);
     assert_eq!(downs.len(), 1);
     assert!(
         downs[0].contains("--remove-orphans") && !downs[0].contains(" -v"),
@@ -31,40 +47,34 @@ fn retire_keeps_volumes_unless_purge_is_asked() {
     assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
     assert!(w.state()["applied_sha"].is_null());
     assert!(w.current_target().is_none());
-
-    let w = World::new();
-    w.applied();
-    w.tenancy.set_desired(ENV, Desired::down(true));
-    w.tick().ok();
-    assert!(down_args(&w)[0].contains(" -v"));
 }
 
 #[test]
-fn retire_never_purges_prod() {
-    let w = World::new();
-    w.stage_grant();
-    let mut b = TestBundle::default();
-    b.meta["tier"] = json!("prod");
-    w.publish(&b);
-    w.tick().ok();
-    w.tenancy.set_desired(ENV, Desired::down(true));
-    w.tick().ok();
-    assert!(!down_args(&w)[0].contains(" -v"));
-
-    let w = World::new();
-    w.config_extra("prod: true\nvolumes_on_absent: purge\n");
-    w.applied();
-    w.tenancy.set_desired(ENV, Desired::down(false));
-    w.tick().ok();
-    assert!(!down_args(&w)[0].contains(" -v"));
+fn retire_removes_volumes_when_purged_or_configured_and_never_on_prod() {
+    let qa = TestBundle::default();
+    let prod = prod_bundle();
+    for (config, bundle, purge, removes_volumes) in [
+        ("", &qa, true, true),
+        ("volumes_on_absent: purge\n", &qa, false, true),
+        ("", &prod, true, false),
+        ("prod: true\nvolumes_on_absent: purge\n", &qa, false, false),
+    ] {
+        let (_, _, downs) = retire(config, bundle, purge);
+        let tier = &bundle.meta["tier"];
+        assert_eq!(downs.len(), 1, "{config:?}, tier {tier}, purge {purge}");
+        assert_eq!(
+            downs[0].contains(" -v"),
+            removes_volumes,
+            "{config:?}, tier {tier}, purge {purge}: {downs:?}"
+        );
+    }
 }
 
 #[test]
 fn after_a_revert_the_running_prod_release_is_still_prod() {
     let w = World::new();
     w.stage_grant();
-    let mut good = TestBundle::default();
-    good.meta["tier"] = json!("prod");
+    let good = prod_bundle();
     let good_sha = w.publish(&good);
     w.tick().ok();
     assert_eq!(w.state()["applied_prod"], json!(true));
@@ -106,16 +116,6 @@ fn after_a_revert_the_running_prod_release_is_still_prod() {
 }
 
 #[test]
-fn volumes_on_absent_purge() {
-    let w = World::new();
-    w.config_extra("volumes_on_absent: purge\n");
-    w.applied();
-    w.tenancy.set_desired(ENV, Desired::down(false));
-    w.tick().ok();
-    assert!(down_args(&w)[0].contains(" -v"));
-}
-
-#[test]
 fn tenancy_unreachable_is_temporary_and_quiet_on_a_laptop() {
     let w = World::new();
     w.applied();
@@ -133,7 +133,7 @@ fn tenancy_unreachable_is_temporary_and_quiet_on_a_laptop() {
     w.config_extra("laptop_mode: true\n");
     let run = w.tick();
     run.ok();
-    assert!(run.stderr().contains("offline"), "{}", run.stderr());
+    run.says(&["offline"]);
     assert_eq!(
         run.stderr().lines().count(),
         1,
@@ -158,10 +158,7 @@ fn openbao_down_during_apply_is_temporary_and_changes_nothing() {
     std::fs::write(w.state_dir().join("state.json"), st.to_string()).unwrap();
     w.tick().expect(75);
     assert_eq!(w.state()["applied_sha"], json!(first));
-    assert_eq!(
-        w.current_target().unwrap(),
-        std::path::Path::new("releases").join(&first)
-    );
+    w.assert_current(&first);
 }
 
 #[test]
@@ -188,7 +185,7 @@ fn a_corrupt_state_is_set_aside_and_the_agent_recovers() {
     std::fs::write(w.state_dir().join("state.json"), "{garbage").unwrap();
     let run = w.tick();
     run.ok();
-    assert!(run.stderr().contains("set aside"), "{}", run.stderr());
+    run.says(&["set aside"]);
     let aside = std::fs::read_dir(w.state_dir())
         .unwrap()
         .flatten()
@@ -257,11 +254,7 @@ fn a_retire_masks_the_secrets_of_a_release_it_did_not_render() {
         "{last_error}"
     );
     assert!(last_error.contains("failed to read .env"), "{last_error}");
-    assert!(
-        run.stderr().contains("failed to read .env"),
-        "{}",
-        run.stderr()
-    );
+    run.says(&["failed to read .env"]);
     // The failed `down` reaches tenancy too, not only the journal.
     let report = w.last_report();
     assert_eq!(report.result, ReportResult::Failed);

@@ -45,10 +45,7 @@ fn a_failed_release_falls_back_and_waits_before_the_next_attempt() {
         "{detail}"
     );
     assert!(detail.contains("next attempt"), "{detail}");
-    assert_eq!(
-        w.current_target().unwrap(),
-        std::path::Path::new("releases").join(&good)
-    );
+    w.assert_current(&good);
     assert_eq!(w.state()["applied_sha"], json!(good));
     assert_eq!(w.state()["failed_sha"], json!(bad));
     assert!(
@@ -114,10 +111,7 @@ fn prod_leaves_a_failed_release_in_place_unless_configured() {
         detail.contains("left") && detail.contains("on_failure: leave"),
         "{detail}"
     );
-    assert_eq!(
-        w.current_target().unwrap(),
-        std::path::Path::new("releases").join(&bad_sha)
-    );
+    w.assert_current(&bad_sha);
     assert!(w.state()["applied_sha"].is_null(), "nothing healthy runs");
 
     let w2 = World::new();
@@ -128,10 +122,7 @@ fn prod_leaves_a_failed_release_in_place_unless_configured() {
     w2.stub("UNHEALTHY_IF", "web:bad");
     w2.publish(&bad);
     w2.tick().expect(1);
-    assert_eq!(
-        w2.current_target().unwrap(),
-        std::path::Path::new("releases").join(&good_sha)
-    );
+    w2.assert_current(&good_sha);
 }
 
 #[test]
@@ -242,11 +233,7 @@ fn doctor_passes_on_a_working_box_and_names_each_broken_check() {
     }
     let human = w.run(&["doctor"]);
     human.ok();
-    assert!(
-        human.stdout().contains("ok   compose v2"),
-        "{}",
-        human.stdout()
-    );
+    human.prints(&["ok   compose v2"]);
 
     // Each check broken on purpose. (Compose cannot be hidden here: the driver also finds the
     // system plugin directories' binary and runs it on its own, which is the point; its "not

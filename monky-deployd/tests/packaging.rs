@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::FakeTenancy;
-use monky_bao_client::testkit::FakeBao;
+use monky_agent_proto::testkit::Peers;
 use monky_deployd::config::{Config, TransportKind};
 use secrecy::ExposeSecret;
 use serde_json::json;
@@ -73,11 +72,7 @@ impl DryRun {
         std::fs::create_dir_all(&rel).unwrap();
         std::fs::write(dir.path().join("grant.jwt"), GRANT).unwrap();
         std::fs::write(dir.path().join("enrol.jwt"), "enrol-jwt").unwrap();
-        std::fs::write(
-            dir.path().join("ca.pem"),
-            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
-        )
-        .unwrap();
+        std::fs::write(dir.path().join("ca.pem"), CA_PEM).unwrap();
         std::fs::write(
             dir.path().join("daemon.json"),
             "{\"data-root\": \"/srv/d\", \"log-driver\": \"local\"}\n",
@@ -96,22 +91,29 @@ impl DryRun {
             .iter()
             .map(|a| a.replace("{dir}", &self.dir.path().display().to_string()))
             .collect();
-        Command::new("bash")
-            .arg(root().join("packaging/install.sh"))
+        self.command(&args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    /// `bash install.sh --dry-run ARGS`, with no token or forge URL from this environment and
+    /// no daemon.json of this machine's.
+    fn command(&self, args: &[String]) -> Command {
+        let mut c = Command::new("bash");
+        c.arg(root().join("packaging/install.sh"))
             .arg("--dry-run")
-            .args(&args)
+            .args(args)
             .env(
                 "MONKY_DEPLOYD_DOCKER_DAEMON_JSON",
                 self.path("absent/daemon.json"),
             )
             .env_remove("MONKY_DEPLOYD_TOKEN")
             .env_remove("MONKY_DEPLOYD_GITLAB_URL")
-            .env_remove("MONKY_DEPLOYD_GITEA_URL")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+            .env_remove("MONKY_DEPLOYD_GITEA_URL");
+        c
     }
 }
+
+/// A file that looks like a CA bundle to install.sh, which only copies it.
+const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
 /// The file a dry run would write, as printed between its markers.
 fn written(out: &str, path: &str) -> Option<String> {
@@ -416,15 +418,12 @@ const KIT_LINES: &[&str] = &[
 
 #[test]
 fn install_sh_accepts_every_kit_command_line_of_the_original() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("bootstrap.jwt"), GRANT).unwrap();
-    std::fs::write(dir.path().join("monky-host.env-qa-02.jwt"), "enrol-jwt").unwrap();
-    std::fs::write(
-        dir.path().join("openbao-ca.pem"),
-        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
-    )
-    .unwrap();
-    let script = root().join("packaging/install.sh");
+    // The kit's own file names, in the folder the kit ran the script from.
+    let kit = DryRun::new();
+    let dir = kit.dir.path();
+    std::fs::write(dir.join("bootstrap.jwt"), GRANT).unwrap();
+    std::fs::write(dir.join("monky-host.env-qa-02.jwt"), "enrol-jwt").unwrap();
+    std::fs::write(dir.join("openbao-ca.pem"), CA_PEM).unwrap();
     for line in KIT_LINES {
         let args: Vec<String> = line
             .split_whitespace()
@@ -432,19 +431,10 @@ fn install_sh_accepts_every_kit_command_line_of_the_original() {
             .collect();
         // The script is a file here, as the 0.1.0 kit ran it, so the grant comes on stdin when
         // no --bootstrap-file names it.
-        let out = Command::new("bash")
-            .arg(&script)
-            .arg("--dry-run")
-            .args(&args)
-            .current_dir(dir.path())
-            .env(
-                "MONKY_DEPLOYD_DOCKER_DAEMON_JSON",
-                dir.path().join("absent/daemon.json"),
-            )
-            .env_remove("MONKY_DEPLOYD_TOKEN")
-            .env_remove("MONKY_DEPLOYD_GITLAB_URL")
-            .env_remove("MONKY_DEPLOYD_GITEA_URL")
-            .stdin(std::fs::File::open(dir.path().join("bootstrap.jwt")).unwrap())
+        let out = kit
+            .command(&args)
+            .current_dir(dir)
+            .stdin(std::fs::File::open(dir.join("bootstrap.jwt")).unwrap())
             .output()
             .unwrap();
         let all = text(&out);
@@ -931,6 +921,43 @@ fn the_ansible_template_renders_configs_the_agent_parses() {
 // ---- the .deb ---------------------------------------------------------------------------------
 
 /// The .deb under test: `MONKY_PKG_DEB`, as `cargo xtask dist --test` sets it.
+/// What a test of the package on a booted box starts from: the .deb, the Debian image, and the
+/// end-to-end env's docker, name prefix and registry.
+struct BoxTest {
+    deb: PathBuf,
+    deb_name: String,
+    image: String,
+    e2e: E2e,
+    docker: String,
+    prefix: String,
+    registry: String,
+}
+
+impl BoxTest {
+    fn load() -> Self {
+        let deb = deb();
+        let deb_name = deb.file_name().unwrap().to_string_lossy().into_owned();
+        let image = std::env::var("MONKY_PKG_IMAGE")
+            .expect("MONKY_PKG_IMAGE is not set: run `cargo xtask dist --test`");
+        let e2e = E2e::load();
+        let get = |key| e2e.get(key).to_string();
+        let (docker, prefix, registry) = (
+            get("MONKY_E2E_DOCKER"),
+            get("MONKY_E2E_NAME_PREFIX"),
+            get("MONKY_E2E_REGISTRY"),
+        );
+        Self {
+            deb,
+            deb_name,
+            image,
+            e2e,
+            docker,
+            prefix,
+            registry,
+        }
+    }
+}
+
 fn deb() -> PathBuf {
     let deb = std::env::var_os("MONKY_PKG_DEB")
         .map(PathBuf::from)
@@ -1362,20 +1389,13 @@ fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Option<T>
 #[ignore = "needs the .deb, the Debian image and docker: run by `cargo xtask dist --test` (ci's packaging step)"]
 fn the_deb_installs_and_ticks_under_systemd() {
     let started = Instant::now();
-    let deb = deb();
-    let deb_name = deb.file_name().unwrap().to_string_lossy().into_owned();
-    let image = std::env::var("MONKY_PKG_IMAGE")
-        .expect("MONKY_PKG_IMAGE is not set: run `cargo xtask dist --test`");
-    let e2e = E2e::load();
-    let docker = e2e.get("MONKY_E2E_DOCKER").to_string();
-    let prefix = e2e.get("MONKY_E2E_NAME_PREFIX");
-    let registry = e2e.get("MONKY_E2E_REGISTRY");
+    let t = BoxTest::load();
+    let (deb, deb_name, image, e2e) = (&t.deb, &t.deb_name, &t.image, &t.e2e);
+    let (docker, prefix, registry) = (&t.docker, &t.prefix, &t.registry);
 
     // The peers: this process's testkit tenancy and OpenBao on 127.0.0.1, which the container
     // reaches because it shares the host's network namespace.
-    let tenancy = FakeTenancy::builder().start();
-    let bao = FakeBao::builder().jwks_url(tenancy.jwks_url()).start();
-    tenancy.set_bao(bao.url(), None, bao.root_token());
+    let Peers { tenancy, bao } = Peers::fake();
     bao.put_secret(ENV, "see_value", SEE_VALUE);
     bao.put_secret(
         ENV,
@@ -1390,8 +1410,8 @@ fn the_deb_installs_and_ticks_under_systemd() {
     let repo = tempfile::tempdir().unwrap();
     upgrade_box::stand_in_apt_repo(repo.path());
     let b = Machine::boot(
-        &e2e,
-        &image,
+        e2e,
+        image,
         (
             format!("{prefix}pkg-systemd"),
             "pkgtest",
@@ -1610,7 +1630,7 @@ fn the_deb_installs_and_ticks_under_systemd() {
     );
     // The secret reached the container through .env (and nothing else of the journal).
     let web = String::from_utf8_lossy(
-        &Command::new(&docker)
+        &Command::new(docker)
             .args(["ps", "-q", "--filter"])
             .arg(format!("label=com.docker.compose.project={}", b.project))
             .output()
@@ -1619,7 +1639,7 @@ fn the_deb_installs_and_ticks_under_systemd() {
     )
     .trim()
     .to_string();
-    let env_txt = run_ok(Command::new(&docker).args([
+    let env_txt = run_ok(Command::new(docker).args([
         "exec",
         &web,
         "wget",

@@ -50,11 +50,8 @@ const fn file_only(
     names: &'static str,
 ) -> Case {
     Case {
-        name,
-        compose,
-        code,
-        names,
         model: false,
+        ..case(name, compose, code, names)
     }
 }
 
@@ -230,10 +227,10 @@ fn write_dir(dir: &Path, b: &TestBundle) {
     std::fs::write(dir.join("bundle.json"), b.meta.to_string()).unwrap();
 }
 
-/// `bundle check` with the real docker on PATH: exit 1, a `FAIL CODE: ...names...` line.
-fn through_bundle_check(w: &World, docker: &Path, c: &Case) {
-    let dir = w.path(&format!("bundles/{}", c.name));
-    write_dir(&dir, &bundle_of(c));
+/// `bundle check` of `b`, written out to `<world>/<rel>`, with the real docker on PATH.
+fn bundle_check(w: &World, docker: &Path, rel: &str, b: &TestBundle) -> Run {
+    let dir = w.path(rel);
+    write_dir(&dir, b);
     let path = format!("{}:/usr/bin:/bin", docker.parent().unwrap().display());
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_monky-deployd"))
         .args(["--config", "/nonexistent/config.yaml", "bundle", "check"])
@@ -242,7 +239,12 @@ fn through_bundle_check(w: &World, docker: &Path, c: &Case) {
         .env("PATH", path)
         .output()
         .unwrap();
-    let run = Run(out);
+    Run(out)
+}
+
+/// `bundle check` with the real docker on PATH: exit 1, a `FAIL CODE: ...names...` line.
+fn through_bundle_check(w: &World, docker: &Path, c: &Case) {
+    let run = bundle_check(w, docker, &format!("bundles/{}", c.name), &bundle_of(c));
     assert_eq!(
         run.code(),
         1,
@@ -357,116 +359,48 @@ fn the_corpus_is_large_and_its_names_are_unique() {
     assert_eq!(names.len(), CASES.len());
 }
 
-#[test]
-fn capabilities_and_confinement_are_refused() {
-    check_cases(|c| {
-        [
-            "cap-",
-            "seccomp",
-            "apparmor",
-            "label-",
-            "systempaths",
-            "device",
-            "cgroup-parent",
-            "privileged",
-            "gpu",
-            "runtime",
-            "userns",
-            "isolation",
-            "sysctl",
-            "oom",
-            "ulimit",
-            "realtime",
-            "log-",
-        ]
-        .iter()
-        .any(|p| c.name.starts_with(p))
-    });
-}
+/// Which cases belong to a class, by name.
+type Filter = fn(&Case) -> bool;
 
-#[test]
-fn host_paths_are_refused() {
-    check_cases(|c| {
-        c.name.starts_with("bind-")
-            && !c.name.contains("release")
-            && !["bind-compose-file", "bind-env", "bind-bundle-json"].contains(&c.name)
-            || c.name.starts_with("volume-")
-    });
-}
-
-#[test]
-fn host_files_read_other_ways_are_refused() {
-    check_cases(|c| {
-        ["config-", "secret-", "env-file", "build", "pull-policy"]
-            .iter()
-            .any(|p| c.name.starts_with(p))
-    });
-}
-
-#[test]
-fn other_envs_are_out_of_reach() {
-    check_cases(|c| {
-        [
-            "pid-",
-            "ipc-",
-            "network-",
-            "uts-",
-            "cgroup-host",
-            "volumes-from",
-            "external-",
-            "project-",
-            "container-",
-            "compose-labels",
-        ]
-        .iter()
-        .any(|p| c.name.starts_with(p))
-    });
-}
-
-#[test]
-fn files_outside_the_bundle_and_unknown_keys_are_refused() {
-    check_cases(|c| {
-        ["include-", "extends-", "unknown-", "develop"]
-            .iter()
-            .any(|p| c.name.starts_with(p))
-    });
-}
-
-#[test]
-fn a_release_cannot_be_made_to_write_its_own_files() {
-    check_cases(|c| {
-        c.name.contains("release")
-            || ["bind-compose-file", "bind-env", "bind-bundle-json"].contains(&c.name)
-    });
-}
-
-#[test]
-fn every_case_belongs_to_a_class() {
-    // The class filters above together cover the corpus, so no case is silently unchecked.
-    let classes: [&dyn Fn(&Case) -> bool; 1] = [&|c: &Case| {
-        let p = |xs: &[&str]| xs.iter().any(|x| c.name.starts_with(x));
-        p(&[
-            "cap-",
-            "seccomp",
-            "apparmor",
-            "label-",
-            "systempaths",
-            "device",
-            "cgroup-parent",
-            "privileged",
-            "gpu",
-            "runtime",
-            "userns",
-            "isolation",
-            "sysctl",
-            "oom",
-            "ulimit",
-            "realtime",
-            "log-",
-        ]) || c.name.starts_with("bind-")
-            || c.name.starts_with("volume-")
-            || p(&["config-", "secret-", "env-file", "build", "pull-policy"])
-            || p(&[
+/// The corpus in classes, each a filter on the case names; every class is one test below.
+const CLASSES: &[(&str, Filter)] = &[
+    ("capabilities and confinement", |c| {
+        prefixed(
+            c,
+            &[
+                "cap-",
+                "seccomp",
+                "apparmor",
+                "label-",
+                "systempaths",
+                "device",
+                "cgroup-parent",
+                "privileged",
+                "gpu",
+                "runtime",
+                "userns",
+                "isolation",
+                "sysctl",
+                "oom",
+                "ulimit",
+                "realtime",
+                "log-",
+            ],
+        )
+    }),
+    ("host paths", |c| {
+        c.name.starts_with("bind-") && !writes_the_release(c) || c.name.starts_with("volume-")
+    }),
+    ("host files read other ways", |c| {
+        prefixed(
+            c,
+            &["config-", "secret-", "env-file", "build", "pull-policy"],
+        )
+    }),
+    ("other envs", |c| {
+        prefixed(
+            c,
+            &[
                 "pid-",
                 "ipc-",
                 "network-",
@@ -477,11 +411,72 @@ fn every_case_belongs_to_a_class() {
                 "project-",
                 "container-",
                 "compose-labels",
-            ])
-            || p(&["include-", "extends-", "unknown-", "develop"])
-    }];
+            ],
+        )
+    }),
+    ("files outside the bundle and unknown keys", |c| {
+        prefixed(c, &["include-", "extends-", "unknown-", "develop"])
+    }),
+    ("a release writing its own files", writes_the_release),
+];
+
+fn prefixed(c: &Case, prefixes: &[&str]) -> bool {
+    prefixes.iter().any(|p| c.name.starts_with(p))
+}
+
+fn writes_the_release(c: &Case) -> bool {
+    c.name.contains("release")
+        || ["bind-compose-file", "bind-env", "bind-bundle-json"].contains(&c.name)
+}
+
+/// Every case of the class named `class` goes through [`check_cases`].
+fn check_class(class: &str) {
+    let (_, filter) = CLASSES
+        .iter()
+        .find(|(name, _)| *name == class)
+        .unwrap_or_else(|| panic!("no class {class:?}"));
+    check_cases(filter);
+}
+
+#[test]
+fn capabilities_and_confinement_are_refused() {
+    check_class("capabilities and confinement");
+}
+
+#[test]
+fn host_paths_are_refused() {
+    check_class("host paths");
+}
+
+#[test]
+fn host_files_read_other_ways_are_refused() {
+    check_class("host files read other ways");
+}
+
+#[test]
+fn other_envs_are_out_of_reach() {
+    check_class("other envs");
+}
+
+#[test]
+fn files_outside_the_bundle_and_unknown_keys_are_refused() {
+    check_class("files outside the bundle and unknown keys");
+}
+
+#[test]
+fn a_release_cannot_be_made_to_write_its_own_files() {
+    check_class("a release writing its own files");
+}
+
+#[test]
+fn every_case_belongs_to_a_class() {
+    // The classes together cover the corpus, so no case is silently unchecked.
     for c in CASES {
-        assert!(classes.iter().any(|f| f(c)), "{} is in no class", c.name);
+        assert!(
+            CLASSES.iter().any(|(_, f)| f(c)),
+            "{} is in no class",
+            c.name
+        );
     }
 }
 
@@ -632,17 +627,7 @@ fn realistic_backends_pass_every_check_and_apply() {
         };
         let b = bundle_of(&c);
         // bundle check: ok with the model checked too.
-        let dir = w.path(&format!("benign/{n}"));
-        write_dir(&dir, &b);
-        let path = format!("{}:/usr/bin:/bin", docker.parent().unwrap().display());
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_monky-deployd"))
-            .args(["--config", "/nonexistent/config.yaml", "bundle", "check"])
-            .arg(&dir)
-            .args(["--env", ENV])
-            .env("PATH", path)
-            .output()
-            .unwrap();
-        let run = Run(out);
+        let run = bundle_check(&w, &docker, &format!("benign/{n}"), &b);
         assert_eq!(
             run.code(),
             0,

@@ -93,12 +93,7 @@ fn lease_swaps_apply_although_the_policy_refuses_revoke_self() {
     assert_eq!(w.tenancy.lease_count(ENV), 1);
     // The bootstrap token was replaced by the lease's, and its revoke-self refused by the
     // policy (the ACL form of 403), so both tokens live on at the server.
-    assert!(
-        run.stderr().contains("could not revoke the previous token")
-            && run.stderr().contains("permission denied"),
-        "{}",
-        run.stderr()
-    );
+    run.says(&["could not revoke the previous token", "permission denied"]);
     assert_eq!(w.bao.live_tokens_for_env(ENV), 2);
     assert_eq!(w.state()["token"]["source"], json!("lease"));
 
@@ -116,12 +111,7 @@ fn lease_swaps_apply_although_the_policy_refuses_revoke_self() {
     let old = std::fs::read_to_string(w.state_dir().join("bao.token")).unwrap();
     let run = w.tick();
     run.ok();
-    assert!(run.stderr().contains("re-leasing"), "{}", run.stderr());
-    assert!(
-        run.stderr().contains("could not revoke the previous token"),
-        "{}",
-        run.stderr()
-    );
+    run.says(&["re-leasing", "could not revoke the previous token"]);
     assert_eq!(w.tenancy.lease_count(ENV), 2);
     assert_ne!(
         std::fs::read_to_string(w.state_dir().join("bao.token")).unwrap(),
@@ -144,11 +134,7 @@ fn renewal_under_a_short_role_ttl() {
     run.ok();
     // A one-hour token is below the agent's renew threshold: the tick's upkeep renews it at
     // the real server, which grants the role's TTL again.
-    assert!(
-        run.stderr().contains("token renewed (ttl 3600s)"),
-        "{}",
-        run.stderr()
-    );
+    run.says(&["token renewed (ttl 3600s)"]);
     let expires = w.state()["token"]["expires_at"].as_u64().unwrap();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -170,16 +156,7 @@ fn an_operator_revocation_asks_for_the_kit_then_a_new_grant_recovers() {
     assert!(w.bao.revoke_tokens_for_env(ENV) >= 1);
     let run = w.tick();
     run.expect(1);
-    assert!(
-        run.stderr().contains("AGENT_UNAUTHENTICATED"),
-        "{}",
-        run.stderr()
-    );
-    assert!(
-        run.stderr().contains("re-run the install kit"),
-        "{}",
-        run.stderr()
-    );
+    run.says(&["AGENT_UNAUTHENTICATED", "re-run the install kit"]);
     assert!(
         !w.state_dir().join("bao.token").exists(),
         "the dead token is deleted"
@@ -232,11 +209,7 @@ fn a_seal_in_the_middle_of_the_work_is_temporary_then_unsealing_applies() {
     let run = Run(child.wait_with_output().unwrap());
     run.expect(75);
     // The agent's own next call found the server sealed: temporary, with OpenBao's word.
-    assert!(
-        run.stderr().contains("BAO_UNAVAILABLE") && run.stderr().contains("is sealed"),
-        "{}",
-        run.stderr()
-    );
+    run.says(&["BAO_UNAVAILABLE", "is sealed"]);
     assert_eq!(
         w.current_target(),
         current,

@@ -3,7 +3,7 @@
 
 use crate::util::*;
 
-fn check_clean(w: &World, outputs: &[String]) {
+fn check_clean(w: &World, runs: &[Run]) {
     let token = std::fs::read_to_string(w.state_dir().join("bao.token")).unwrap_or_default();
     let mut secrets = vec![
         GEMINI.to_string(),
@@ -13,26 +13,7 @@ fn check_clean(w: &World, outputs: &[String]) {
     if !token.is_empty() {
         secrets.push(token.trim().to_string());
     }
-    let mut texts: Vec<(String, String)> = outputs
-        .iter()
-        .map(|o| ("output".to_string(), o.clone()))
-        .collect();
-    for r in w.reports() {
-        texts.push(("report".into(), serde_json::to_string(&r).unwrap()));
-    }
-    for r in w.requests() {
-        texts.push(("request".into(), format!("{r:?}")));
-    }
-    for e in walk(&w.state_dir()) {
-        let name = e.file_name().unwrap().to_string_lossy().to_string();
-        if [".env", "bao.token", "config.json"].contains(&name.as_str()) {
-            continue;
-        }
-        texts.push((
-            e.display().to_string(),
-            String::from_utf8_lossy(&std::fs::read(&e).unwrap()).into_owned(),
-        ));
-    }
+    let texts = ways_out(w, runs);
     for (where_, text) in &texts {
         for s in &secrets {
             if let Some(at) = text.find(s.as_str()) {
@@ -73,10 +54,10 @@ fn full_ticks_leak_no_secret_anywhere() {
     w.stub("LOGS_FILE", logs.to_str().unwrap());
     w.stub("HEALTH", "unhealthy");
     w.publish(&TestBundle::default().with_registry_auth());
-    let mut outputs = Vec::new();
+    let mut runs = Vec::new();
     let run = w.tick();
     run.expect(1);
-    outputs.extend([run.stderr(), run.stdout()]);
+    runs.push(run);
     assert!(
         w.last_report().log_tail.contains("GEMINI_API_KEY=***"),
         "{}",
@@ -91,8 +72,7 @@ fn full_ticks_leak_no_secret_anywhere() {
         &["status"],
         &["status", "--json"],
     ] {
-        let run = w.run(args);
-        outputs.extend([run.stderr(), run.stdout()]);
+        runs.push(w.run(args));
     }
     // A pull failure whose text quotes the credential.
     w.stub(
@@ -102,8 +82,8 @@ fn full_ticks_leak_no_secret_anywhere() {
     w.publish(&TestBundle::tagged("3").with_registry_auth());
     let run = w.tick();
     run.expect(1);
-    outputs.extend([run.stderr(), run.stdout()]);
-    check_clean(&w, &outputs);
+    runs.push(run);
+    check_clean(&w, &runs);
 
     // The docker children saw no secret in argv or environment.
     let log = w.docker_log();
@@ -130,6 +110,9 @@ fn ways_out(w: &World, runs: &[Run]) -> Vec<(String, String)> {
     }
     for r in w.reports() {
         texts.push(("report".into(), serde_json::to_string(&r).unwrap()));
+    }
+    for r in w.requests() {
+        texts.push(("request".into(), format!("{r:?}")));
     }
     for e in walk(&w.state_dir()) {
         let name = e.file_name().unwrap().to_string_lossy().to_string();
@@ -206,11 +189,7 @@ fn a_secret_that_is_a_common_word_does_not_wreck_the_log() {
     w.publish(&second);
     let run = w.tick();
     run.expect(1);
-    assert!(
-        run.stderr().contains("GEMINI_API_KEY=***"),
-        "{}",
-        run.stderr()
-    );
+    run.says(&["GEMINI_API_KEY=***"]);
     assert!(!run.stderr().contains("=compose"), "{}", run.stderr());
 }
 
@@ -250,9 +229,5 @@ fn doctor_names_a_secret_too_short_to_be_masked_everywhere() {
     );
     // A warning is not a failure of the box.
     let plain = w.run(&["doctor"]);
-    assert!(
-        plain.stdout().contains("warn secrets"),
-        "{}",
-        plain.stdout()
-    );
+    plain.prints(&["warn secrets"]);
 }

@@ -97,8 +97,7 @@ fn another_envs_checkin_answer_is_refused() {
     );
     let run = w.tick();
     run.expect(1);
-    assert!(run.stderr().contains("CHECKIN_INVALID"), "{}", run.stderr());
-    assert!(run.stderr().contains("env-other"), "{}", run.stderr());
+    run.says(&["CHECKIN_INVALID", "env-other"]);
     assert_eq!(w.state()["applied_sha"], json!(second));
 }
 

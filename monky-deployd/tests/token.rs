@@ -12,11 +12,7 @@ fn no_token_and_no_grant_says_rerun_the_kit() {
     let w = World::new();
     let run = w.tick();
     run.expect(1);
-    assert!(
-        run.stderr().contains("re-run the install kit"),
-        "{}",
-        run.stderr()
-    );
+    run.says(&["re-run the install kit"]);
     assert!(w.requests().is_empty(), "nothing was sent to tenancy");
 }
 
@@ -79,16 +75,7 @@ fn a_superseded_grant_without_a_fresh_one_deletes_the_token() {
     w.tenancy.supersede(ENV);
     let run = w.tick();
     run.expect(1);
-    assert!(
-        run.stderr().contains("AGENT_UNAUTHENTICATED"),
-        "{}",
-        run.stderr()
-    );
-    assert!(
-        run.stderr().contains("re-run the install kit"),
-        "{}",
-        run.stderr()
-    );
+    run.says(&["AGENT_UNAUTHENTICATED", "re-run the install kit"]);
     assert!(!w.state_dir().join("bao.token").exists());
 }
 
@@ -102,11 +89,7 @@ fn a_token_of_another_env_exits_78_and_is_not_retried() {
     std::fs::write(w.config_path(), text).unwrap();
     let run = w.tick();
     run.expect(78);
-    assert!(
-        run.stderr().contains("AGENT_ENV_MISMATCH"),
-        "{}",
-        run.stderr()
-    );
+    run.says(&["AGENT_ENV_MISMATCH"]);
     // The loop ends on 78 instead of retrying.
     w.run(&["run"]).expect(78);
 }

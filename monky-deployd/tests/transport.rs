@@ -32,7 +32,7 @@ fn proxy_transport_with_the_wrong_ca_is_temporary_and_reads_nothing() {
     w.publish(&TestBundle::default());
     let run = w.tick();
     run.expect(75);
-    assert!(run.stderr().contains("certificate"), "{}", run.stderr());
+    run.says(&["certificate"]);
     assert!(w.bao.requests().is_empty());
     assert!(
         w.bootstrap_path().exists(),

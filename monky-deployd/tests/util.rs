@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use monky_agent_proto::testkit::{Desired, FakeTenancy, Recorded};
+use monky_agent_proto::testkit::{Desired, FakeTenancy, Peers, PeersBuilder, Recorded};
 use monky_agent_proto::{ReportRequest, ReportResult};
 use monky_bao_client::testkit::{BaoPeer, FakeBao, RealBao};
 use monky_bundle::MemberName;
@@ -215,16 +215,16 @@ impl World {
 
     fn build(opts: WorldOptions, real: Option<RealDocker>) -> Self {
         let pki = opts.tls_proxy.then(Pki::new);
-        World::assemble(pki, real, |tenancy, pki| {
-            let mut bao = FakeBao::builder().jwks_url(tenancy.jwks_url());
-            if let Some(p) = pki {
-                bao = bao.tls(
-                    p.cert_pem.clone().into_bytes(),
-                    p.key_pem.clone().into_bytes(),
-                );
-            }
-            bao.start()
-        })
+        let peers = peers_over(pki.as_ref()).fake();
+        World::assemble(peers, pki, real)
+    }
+}
+
+/// The peers, with OpenBao serving HTTPS with `pki`'s leaf when there is one.
+fn peers_over(pki: Option<&Pki>) -> PeersBuilder {
+    match pki {
+        Some(p) => Peers::builder().tls(p),
+        None => Peers::builder(),
     }
 }
 
@@ -272,34 +272,17 @@ impl World<RealBao> {
             return None;
         }
         let pki = opts.tls_proxy.then(Pki::new);
-        Some(World::assemble(pki, real, |tenancy, pki| {
-            let mut bao = RealBao::builder().jwks_url(tenancy.jwks_url());
-            if let Some(p) = pki {
-                bao = bao.tls(
-                    p.cert_pem.clone().into_bytes(),
-                    p.key_pem.clone().into_bytes(),
-                    p.ca_pem.clone().into_bytes(),
-                );
-            }
-            role(bao).start()
-        }))
+        let peers = peers_over(pki.as_ref())
+            .real_with(role)
+            .unwrap_or_else(|e| panic!("real openbao: {e}"));
+        Some(World::assemble(peers, pki, real))
     }
 }
 
 impl<B: BaoPeer> World<B> {
-    fn assemble(
-        pki: Option<Pki>,
-        real: Option<RealDocker>,
-        start_bao: impl FnOnce(&FakeTenancy, Option<&Pki>) -> B,
-    ) -> Self {
+    fn assemble(peers: Peers<B>, pki: Option<Pki>, real: Option<RealDocker>) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let tenancy = FakeTenancy::builder().start();
-        let bao = start_bao(&tenancy, pki.as_ref());
-        tenancy.set_bao(
-            bao.url(),
-            pki.as_ref().map(|p| p.ca_pem.clone().into_bytes()),
-            bao.root_token(),
-        );
+        let Peers { tenancy, bao } = peers;
         bao.put_secret(ENV, "gemini_api_key", GEMINI);
         bao.put_secret(ENV, "pg_password", "an-older-value");
         bao.put_secret(ENV, "pg_password", PGPASS);
@@ -534,6 +517,16 @@ impl<B: BaoPeer> World<B> {
         std::fs::read_link(self.env_dir().join("current")).ok()
     }
 
+    /// Asserts that `current` names `releases/<sha>`.
+    #[track_caller]
+    pub fn assert_current(&self, sha: &str) {
+        assert_eq!(
+            self.current_target(),
+            Some(Path::new("releases").join(sha)),
+            "current"
+        );
+    }
+
     /// Bootstraps and applies the default bundle; returns its sha.
     pub fn applied(&self) -> String {
         self.stage_grant();
@@ -564,6 +557,18 @@ impl Run {
     pub fn ok(&self) -> &Self {
         self.expect(0)
     }
+    /// Asserts that stderr holds each of `texts`.
+    #[track_caller]
+    pub fn says(&self, texts: &[&str]) -> &Self {
+        assert_holds("stderr", &self.stderr(), texts);
+        self
+    }
+    /// Asserts that stdout holds each of `texts`.
+    #[track_caller]
+    pub fn prints(&self, texts: &[&str]) -> &Self {
+        assert_holds("stdout", &self.stdout(), texts);
+        self
+    }
     #[track_caller]
     pub fn expect(&self, code: i32) -> &Self {
         assert_eq!(
@@ -574,6 +579,13 @@ impl Run {
             self.stdout()
         );
         self
+    }
+}
+
+#[track_caller]
+fn assert_holds(stream: &str, output: &str, texts: &[&str]) {
+    for text in texts {
+        assert!(output.contains(text), "{stream} lacks {text:?}:\n{output}");
     }
 }
 

@@ -346,7 +346,7 @@ struct ManPage {
 /// monky-deployd(1) and one page per subcommand, from the clap definition, plus the sections
 /// clap cannot know: exit status and files.
 fn man_pages() -> Result<Vec<ManPage>> {
-    use clap_mangen::roff::{Roff, bold, roman};
+    use clap_mangen::roff::{Roff, roman};
     let mut cli = monky_deployd::cli::Cli::command().disable_help_subcommand(true);
     cli.build();
     let mut pages = Vec::new();
@@ -355,48 +355,46 @@ fn man_pages() -> Result<Vec<ManPage>> {
         .manual("monky-deployd manual")
         .render(&mut top)?;
     let mut extra = Roff::new();
-    extra.control("SH", ["EXIT STATUS"]);
-    for (code, meaning) in [
-        (
-            "0",
-            "converged, heartbeat sent, offline in laptop mode, or another tick holds the lock",
-        ),
-        (
-            "1",
-            "a refusal or failure, reported to tenancy as failed with CODE: names",
-        ),
-        (
-            "75",
-            "temporary: tenancy or OpenBao unreachable, 429 or 5xx; the next tick retries (the unit counts it as success)",
-        ),
-        (
-            "78",
-            "the token belongs to another env, or the configuration is unusable; not retried",
-        ),
-    ] {
-        extra.control("TP", [] as [&str; 0]);
-        extra.text([bold(code)]);
-        extra.text([roman(meaning)]);
-    }
-    extra.control("SH", ["FILES"]);
-    for (path, what) in [
-        (
-            "/etc/monky-deployd/config.yaml",
-            "the configuration; every key is explained in /usr/share/doc/monky-deployd/config.example.yaml",
-        ),
-        (
-            "/etc/monky-deployd/bootstrap.jwt",
-            "the install kit's one-time deploy grant, deleted once used",
-        ),
-        (
-            "/var/lib/monky-deployd/",
-            "the OpenBao token, state.json, the releases and the agent's own DOCKER_CONFIG",
-        ),
-    ] {
-        extra.control("TP", [] as [&str; 0]);
-        extra.text([bold(path)]);
-        extra.text([roman(what)]);
-    }
+    tagged_section(
+        &mut extra,
+        "EXIT STATUS",
+        &[
+            (
+                "0",
+                "converged, heartbeat sent, offline in laptop mode, or another tick holds the lock",
+            ),
+            (
+                "1",
+                "a refusal or failure, reported to tenancy as failed with CODE: names",
+            ),
+            (
+                "75",
+                "temporary: tenancy or OpenBao unreachable, 429 or 5xx; the next tick retries (the unit counts it as success)",
+            ),
+            (
+                "78",
+                "the token belongs to another env, or the configuration is unusable; not retried",
+            ),
+        ],
+    );
+    tagged_section(
+        &mut extra,
+        "FILES",
+        &[
+            (
+                "/etc/monky-deployd/config.yaml",
+                "the configuration; every key is explained in /usr/share/doc/monky-deployd/config.example.yaml",
+            ),
+            (
+                "/etc/monky-deployd/bootstrap.jwt",
+                "the install kit's one-time deploy grant, deleted once used",
+            ),
+            (
+                "/var/lib/monky-deployd/",
+                "the OpenBao token, state.json, the releases and the agent's own DOCKER_CONFIG",
+            ),
+        ],
+    );
     extra.control("SH", ["SEE ALSO"]);
     extra.text([roman(
         "systemctl(1), journalctl(1); /usr/share/doc/monky-deployd/ for the config example and install.sh",
@@ -547,6 +545,17 @@ fn control_file(deb_version: &str, arch: &str, shlibs: &str, size_kib: u64) -> S
          Nothing pushes into the box, and no secret value reaches a log or report.\n"
     );
     text
+}
+
+/// A man page section of tagged paragraphs: each term in bold, its meaning below it.
+fn tagged_section(roff: &mut clap_mangen::roff::Roff, title: &str, items: &[(&str, &str)]) {
+    use clap_mangen::roff::{bold, roman};
+    roff.control("SH", [title]);
+    for (term, meaning) in items {
+        roff.control("TP", [] as [&str; 0]);
+        roff.text([bold(*term)]);
+        roff.text([roman(*meaning)]);
+    }
 }
 
 #[cfg(test)]

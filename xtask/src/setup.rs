@@ -511,13 +511,25 @@ fn check_login(docker: &Docker, run_dir: &Path, registry: &Registry) -> Result<(
         !wrong.status.success(),
         "`docker login {registry_addr}` accepted a wrong password"
     );
-    let out = docker.login(&config, &registry_addr, REGISTRY_USER, REGISTRY_PASSWORD)?;
-    cmd::check(&format!("docker login {registry_addr}"), &out)?;
+    log_in(
+        docker,
+        &config,
+        registry,
+        &format!("docker login {registry_addr}"),
+    )?;
     remove_if_exists(&config)?;
     step(&format!(
         "docker login {registry_addr} works (and refuses a wrong password)"
     ));
     Ok(())
+}
+
+/// `docker login` to the suite's registry with the test credentials, into the DOCKER_CONFIG
+/// `config`; a refusal fails with `what` and docker's words.
+fn log_in(docker: &Docker, config: &Path, registry: &Registry, what: &str) -> Result<()> {
+    let addr = registry.addr.to_string();
+    let out = docker.login(config, &addr, REGISTRY_USER, REGISTRY_PASSWORD)?;
+    cmd::check(what, &out)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -585,13 +597,7 @@ fn build_and_push(docker: &Docker, run_dir: &Path, registry: &Registry) -> Resul
     }
     let config = run_dir.join("push-docker-config");
     remove_if_exists(&config)?;
-    let out = docker.login(
-        &config,
-        &registry.addr.to_string(),
-        REGISTRY_USER,
-        REGISTRY_PASSWORD,
-    )?;
-    cmd::check("docker login (push)", &out)?;
+    log_in(docker, &config, registry, "docker login (push)")?;
     for (_, reference) in &refs {
         cmd::capture(&mut docker.cmd_with_config(&config, ["push", reference.as_str()]))?;
         step(&format!("pushed {reference}"));
@@ -681,13 +687,7 @@ fn self_check(
         refusal.lines().last().unwrap_or("").trim()
     ));
 
-    let out = docker.login(
-        &config,
-        &registry.addr.to_string(),
-        REGISTRY_USER,
-        REGISTRY_PASSWORD,
-    )?;
-    cmd::check("docker login (self-check)", &out)?;
+    log_in(docker, &config, registry, "docker login (self-check)")?;
     for image in [good, bad] {
         cmd::capture(&mut docker.cmd_with_config(&config, ["pull", image]))?;
     }

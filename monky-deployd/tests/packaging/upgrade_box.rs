@@ -7,11 +7,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::{Desired, FakeTenancy};
+use monky_agent_proto::testkit::{Desired, FakeTenancy, Peers};
 use monky_bao_client::testkit::FakeBao;
 use serde_json::json;
 
-use super::{E2e, ENV, Machine, SEE_VALUE, deb, run_ok, text, wait_for};
+use super::{BoxTest, ENV, Machine, SEE_VALUE, run_ok, text, wait_for};
 use crate::util::TestBundle;
 
 const IDENTITY: &str = "/opt/openziti/etc/identities/monky-host.env-qa-02.json";
@@ -191,15 +191,10 @@ fn original_config(
 #[ignore = "needs the .deb, the Debian image and docker: run by `cargo xtask dist --test` (ci's packaging step)"]
 fn a_box_of_the_original_agent_upgrades_under_systemd() {
     let started = Instant::now();
-    let deb = deb();
+    let t = BoxTest::load();
+    let (deb, deb_name, image, e2e) = (&t.deb, &t.deb_name, &t.image, &t.e2e);
+    let (docker, prefix, registry) = (&t.docker, &t.prefix, &t.registry);
     let deb_dir = deb.parent().unwrap().to_path_buf();
-    let deb_name = deb.file_name().unwrap().to_string_lossy().into_owned();
-    let image = std::env::var("MONKY_PKG_IMAGE")
-        .expect("MONKY_PKG_IMAGE is not set: run `cargo xtask dist --test`");
-    let e2e = E2e::load();
-    let docker = e2e.get("MONKY_E2E_DOCKER").to_string();
-    let prefix = e2e.get("MONKY_E2E_NAME_PREFIX");
-    let registry = e2e.get("MONKY_E2E_REGISTRY").to_string();
     let scratch = tempfile::tempdir().unwrap();
     let original_deb = original_package(scratch.path())
         .file_name()
@@ -207,14 +202,12 @@ fn a_box_of_the_original_agent_upgrades_under_systemd() {
         .to_string_lossy()
         .into_owned();
 
-    let tenancy = FakeTenancy::builder().start();
-    let bao = FakeBao::builder().jwks_url(tenancy.jwks_url()).start();
-    tenancy.set_bao(bao.url(), None, bao.root_token());
+    let Peers { tenancy, bao } = Peers::fake();
     bao.put_secret(ENV, "see_value", SEE_VALUE);
 
     let b = Machine::boot(
-        &e2e,
-        &image,
+        e2e,
+        image,
         (
             format!("{prefix}pkg-upgrade"),
             "pkgupgrade",
@@ -269,7 +262,7 @@ fn a_box_of_the_original_agent_upgrades_under_systemd() {
         ));
         b.put(
             "/etc/monky-deployd/config.yaml",
-            &original_config(transport, &tenancy, &bao, &b.project, &registry),
+            &original_config(transport, &tenancy, &bao, &b.project, registry),
         );
         let grant = tenancy.mint_grant(ENV);
         let login = monky_bao_client::BaoClient::builder(bao.url())
@@ -331,13 +324,8 @@ fn a_box_of_the_original_agent_upgrades_under_systemd() {
         }
         wait_for("the release to be healthy", Duration::from_secs(90), || {
             running_id(&b).filter(|id| {
-                run_ok(Command::new(&docker).args([
-                    "inspect",
-                    "-f",
-                    "{{.State.Health.Status}}",
-                    id,
-                ]))
-                .trim()
+                run_ok(Command::new(docker).args(["inspect", "-f", "{{.State.Health.Status}}", id]))
+                    .trim()
                     == "healthy"
             })
         })
