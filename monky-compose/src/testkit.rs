@@ -427,3 +427,91 @@ fn read_whole_json(path: &Path, missing: &str) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every subcommand an apply runs works with nothing on `PATH` (so recording forks no
+    /// helper), and the records read back exactly, line breaks and empty arguments included.
+    #[test]
+    fn the_stub_records_calls_exactly_with_builtins_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let stub = StubDocker::install(&dir.path().join("bin")).unwrap();
+        let compose_file = dir.path().join("compose.yaml");
+        std::fs::write(&compose_file, "services: {}\n").unwrap();
+        let compose_file = compose_file.display().to_string();
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new(stub.program())
+                .args(args)
+                .env_clear()
+                .env("PATH", "/nonexistent")
+                .env("MULTI", "first\nsecond")
+                .current_dir(dir.path())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{args:?}: {out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let globals = ["compose", "-p", "p", "-f", compose_file.as_str()];
+        assert_eq!(run(&["compose", "version"]), "Docker Compose version v2.32.0\n");
+        for sub in ["config", "pull", "up", "ps", "logs", "down"] {
+            run(&[&globals[..], &[sub, "", "two\nlines"]].concat());
+        }
+        assert_eq!(
+            run(&["image", "prune", "-f"]),
+            "Total reclaimed space: 0B\n"
+        );
+        assert!(run(&["info"]).contains("28.3.0"));
+        let calls = stub.calls();
+        assert_eq!(calls.len(), 9);
+        let up = &calls[3];
+        assert_eq!(up.program, "docker");
+        assert_eq!(up.cwd, dir.path());
+        assert_eq!(up.args, [&globals[..], &["up", "", "two\nlines"]].concat());
+        assert_eq!(up.env["MULTI"], "first\nsecond");
+        assert_eq!(up.env["PATH"], "/nonexistent");
+        assert!(
+            !up.env.contains_key("COMPOSE_VERSION"),
+            "scenario is not env"
+        );
+        assert_eq!(
+            up.command_line(),
+            format!("compose -p p -f {compose_file} up '' 'two\nlines'")
+        );
+    }
+
+    #[test]
+    fn the_fake_engine_serves_the_stubs_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let stub = StubDocker::install(dir.path()).unwrap();
+        let engine = stub.engine();
+        assert_eq!(engine.engine().containers("p").unwrap(), vec![]);
+        stub.set("SERVICES", "web worker");
+        stub.set("HEALTH", "starting");
+        let out = std::process::Command::new(stub.program())
+            .args(["compose", "-p", "p", "up"])
+            .env_clear()
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let seen = engine.engine().containers("p").unwrap();
+        let names: Vec<(&str, Option<&str>)> = seen
+            .iter()
+            .map(|c| (c.name.as_str(), c.health.as_deref()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("p-web-1", Some("starting")),
+                ("p-worker-1", Some("starting"))
+            ]
+        );
+        assert_eq!(engine.engine().info().unwrap().docker_root_dir, dir.path());
+        assert!(
+            engine.requests()[0].starts_with("GET /containers/json?"),
+            "{:?}",
+            engine.requests()
+        );
+    }
+}
