@@ -41,7 +41,23 @@ impl Container {
     /// Running, and healthy if it has a healthcheck.
     #[must_use]
     pub fn is_ready(&self) -> bool {
-        self.state == "running" && self.health.as_deref().is_none_or(|h| h == "healthy")
+        Self::ready(&self.state, self.health.as_deref())
+    }
+
+    /// The readiness rule of [`is_ready`](Self::is_ready) on a state and health kept apart
+    /// from their container (the agent's state file keeps only these of a container):
+    /// `running`, and `healthy` unless there is no healthcheck.
+    ///
+    /// ```
+    /// use monky_compose::Container;
+    /// assert!(Container::ready("running", None));
+    /// assert!(Container::ready("running", Some("healthy")));
+    /// assert!(!Container::ready("running", Some("starting")));
+    /// assert!(!Container::ready("restarting", None));
+    /// ```
+    #[must_use]
+    pub fn ready(state: &str, health: Option<&str>) -> bool {
+        state == "running" && health.is_none_or(|h| h == "healthy")
     }
 
     /// Has failed for good: exited, dead, or its healthcheck says unhealthy. Compose's own
@@ -148,10 +164,25 @@ mod tests {
             state: state.into(),
             health: health.map(str::to_owned),
         };
-        assert!(c("running", None).is_ready());
-        assert!(c("running", Some("healthy")).is_ready());
-        assert!(!c("running", Some("starting")).is_ready());
-        assert!(!c("created", None).is_ready());
+        // Ready: running, and healthy when there is a healthcheck; nothing else is.
+        let table: &[(&str, Option<&str>, bool)] = &[
+            ("running", None, true),
+            ("running", Some("healthy"), true),
+            ("running", Some("starting"), false),
+            ("running", Some("unhealthy"), false),
+            ("created", None, false),
+            ("restarting", None, false),
+            ("paused", None, false),
+            ("exited", None, false),
+            ("exited", Some("healthy"), false),
+            ("dead", None, false),
+            ("", None, false),
+        ];
+        for (state, health, ready) in table {
+            let container = c(state, *health);
+            assert_eq!(container.is_ready(), *ready, "{container:?}");
+            assert_eq!(Container::ready(state, *health), *ready, "{container:?}");
+        }
         assert!(c("exited", None).has_failed());
         assert!(c("running", Some("unhealthy")).has_failed());
         assert!(!c("running", Some("starting")).has_failed());

@@ -454,7 +454,10 @@ mod tests {
             String::from_utf8(out.stdout).unwrap()
         };
         let globals = ["compose", "-p", "p", "-f", compose_file.as_str()];
-        assert_eq!(run(&["compose", "version"]), "Docker Compose version v2.32.0\n");
+        assert_eq!(
+            run(&["compose", "version"]),
+            "Docker Compose version v2.32.0\n"
+        );
         for sub in ["config", "pull", "up", "ps", "logs", "down"] {
             run(&[&globals[..], &[sub, "", "two\nlines"]].concat());
         }
