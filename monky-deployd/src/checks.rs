@@ -272,12 +272,12 @@ fn model_of_bundle(
     let env = bundle::render_env(b.env_template(), &provided)
         .map(|e| e.expose_secret().to_string())
         .unwrap_or_default();
-    std::fs::write(release.join(".env"), env)?;
+    std::fs::write(release.join(crate::release::ENV_FILE), env)?;
     let compose = docker.compose(
         base.project(),
         &release,
         &release.join(b.compose_file_name()),
-        &release.join(".env"),
+        &release.join(crate::release::ENV_FILE),
     );
     let policy = base.clone().allow_privileged(b.meta().allow_privileged);
     match model(&policy, &compose, b.compose(), &release) {
