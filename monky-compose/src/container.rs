@@ -69,6 +69,38 @@ impl Container {
     }
 }
 
+/// A container from its four fields, for this crate's unit tests.
+#[cfg(test)]
+pub(crate) fn container(name: &str, service: &str, state: &str, health: Option<&str>) -> Container {
+    Container {
+        name: name.into(),
+        service: service.into(),
+        state: state.into(),
+        health: health.map(str::to_owned),
+    }
+}
+
+/// What one source (`compose ps`, the Engine API, the `docker ps` fallback) says about one
+/// container.
+pub(crate) trait Row {
+    /// A `compose run` one-off container, which is not part of the project's state.
+    fn is_oneoff(&self) -> bool;
+    /// The container it describes.
+    fn into_container(self) -> Container;
+}
+
+/// A project's containers from one source's rows: one-off containers left out, the rest in
+/// name order, so that every source gives the same list.
+pub(crate) fn project_containers<R: Row>(rows: impl IntoIterator<Item = R>) -> Vec<Container> {
+    let mut out: Vec<Container> = rows
+        .into_iter()
+        .filter(|r| !r.is_oneoff())
+        .map(Row::into_container)
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
 /// Normalises a health value from either source: compose's `Health` field (`healthy`,
 /// `unhealthy`, `starting`, or empty) or the engine's text (`health: starting`).
 pub(crate) fn normalize_health(raw: &str) -> Option<String> {
@@ -158,12 +190,7 @@ mod tests {
 
     #[test]
     fn readiness() {
-        let c = |state: &str, health: Option<&str>| Container {
-            name: "n".into(),
-            service: "s".into(),
-            state: state.into(),
-            health: health.map(str::to_owned),
-        };
+        let c = |state: &str, health: Option<&str>| container("n", "s", state, health);
         // Ready: running, and healthy when there is a healthcheck; nothing else is.
         let table: &[(&str, Option<&str>, bool)] = &[
             ("running", None, true),

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Container;
 use crate::compose::{Compose, ComposeVersion};
+use crate::container::{Row, project_containers};
 use crate::engine::{self, Engine, EngineInfo, PROJECT_LABEL};
 use crate::error::{Error, Result};
 use crate::process::{Invocation, Runner, is_executable};
@@ -523,36 +524,35 @@ struct CliRow {
     oneoff: String,
 }
 
+impl Row for CliRow {
+    fn is_oneoff(&self) -> bool {
+        self.oneoff.eq_ignore_ascii_case("true")
+    }
+
+    fn into_container(self) -> Container {
+        let name = self
+            .name
+            .split(',')
+            .find(|n| !n.contains('/'))
+            .unwrap_or(&self.name)
+            .to_owned();
+        Container::from_row(name, self.service, &self.state, &self.status, None)
+    }
+}
+
 /// Parses the fallback `docker ps` lines (one object per line, written by our template).
 fn parse_cli_ps(text: &str) -> Result<Vec<Container>, String> {
-    let mut out = Vec::new();
-    for (i, line) in text
+    let rows = text
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .enumerate()
-    {
-        let row: CliRow =
-            serde_json::from_str(line).map_err(|e| format!("docker ps line {}: {e}", i + 1))?;
-        if row.oneoff.eq_ignore_ascii_case("true") {
-            continue;
-        }
-        let name = row
-            .name
-            .split(',')
-            .find(|n| !n.contains('/'))
-            .unwrap_or(&row.name)
-            .to_owned();
-        out.push(Container::from_row(
-            name,
-            row.service,
-            &row.state,
-            &row.status,
-            None,
-        ));
-    }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
+        .map(|(i, line)| {
+            serde_json::from_str::<CliRow>(line)
+                .map_err(|e| format!("docker ps line {}: {e}", i + 1))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(project_containers(rows))
 }
 
 fn first_line(stderr: &str, stdout: &str) -> String {
@@ -657,6 +657,7 @@ impl DockerBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::container::container;
 
     #[test]
     fn cli_ps_lines_parse() {
@@ -672,18 +673,8 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                Container {
-                    name: "p-db-1".into(),
-                    service: "db".into(),
-                    state: "exited".into(),
-                    health: None
-                },
-                Container {
-                    name: "p-web-1".into(),
-                    service: "web".into(),
-                    state: "running".into(),
-                    health: Some("healthy".into())
-                },
+                container("p-db-1", "db", "exited", None),
+                container("p-web-1", "web", "running", Some("healthy")),
             ]
         );
         assert!(
