@@ -309,28 +309,19 @@ impl Docker {
         let mut v1: Option<(PathBuf, String)> = None;
 
         let plugin = Invocation::new(&inner.bin, timeout).args(["compose", "version"]);
-        match inner.runner.run(&plugin) {
-            Ok(out) if out.success() => match ComposeVersion::from_version_output(&out.stdout) {
-                Some(v) if v.major >= 2 => {
-                    let mut stamps: Vec<FileStamp> =
-                        FileStamp::of(&inner.bin).into_iter().collect();
-                    stamps.extend(self.plugin_file().and_then(|p| FileStamp::of(&p)));
-                    return Ok(ComposeInfo {
-                        version: v,
-                        program: inner.bin.clone(),
-                        plugin: true,
-                        stamps,
-                    });
-                }
-                Some(v) => v1 = Some((inner.bin.clone(), v.to_string())),
-                None => notes.push(format!("`{}` printed no version", plugin.describe())),
-            },
-            Ok(out) => notes.push(format!(
-                "`{}` failed: {}",
-                plugin.describe(),
-                first_line(&out.stderr, &out.stdout)
-            )),
-            Err(e) => notes.push(format!("`{}`: {e}", plugin.describe())),
+        match self.version_of(&plugin, &plugin.describe()) {
+            Ok(v) if v.major >= 2 => {
+                let mut stamps: Vec<FileStamp> = FileStamp::of(&inner.bin).into_iter().collect();
+                stamps.extend(self.plugin_file().and_then(|p| FileStamp::of(&p)));
+                return Ok(ComposeInfo {
+                    version: v,
+                    program: inner.bin.clone(),
+                    plugin: true,
+                    stamps,
+                });
+            }
+            Ok(v) => v1 = Some((inner.bin.clone(), v.to_string())),
+            Err(note) => notes.push(note),
         }
 
         let mut candidates: Vec<PathBuf> = inner
@@ -343,31 +334,21 @@ impl Docker {
         candidates.dedup();
         for candidate in candidates {
             let inv = Invocation::new(&candidate, timeout).arg("version");
-            match inner.runner.run(&inv) {
-                Ok(out) if out.success() => {
-                    match ComposeVersion::from_version_output(&out.stdout) {
-                        Some(v) if v.major >= 2 => {
-                            return Ok(ComposeInfo {
-                                version: v,
-                                stamps: FileStamp::of(&candidate).into_iter().collect(),
-                                program: candidate,
-                                plugin: false,
-                            });
-                        }
-                        Some(v) => {
-                            if v1.is_none() {
-                                v1 = Some((candidate, v.to_string()));
-                            }
-                        }
-                        None => notes.push(format!("`{}` printed no version", inv.describe())),
+            match self.version_of(&inv, &format!("{} version", candidate.display())) {
+                Ok(v) if v.major >= 2 => {
+                    return Ok(ComposeInfo {
+                        version: v,
+                        stamps: FileStamp::of(&candidate).into_iter().collect(),
+                        program: candidate,
+                        plugin: false,
+                    });
+                }
+                Ok(v) => {
+                    if v1.is_none() {
+                        v1 = Some((candidate, v.to_string()));
                     }
                 }
-                Ok(out) => notes.push(format!(
-                    "`{} version` failed: {}",
-                    candidate.display(),
-                    first_line(&out.stderr, &out.stdout)
-                )),
-                Err(e) => notes.push(format!("`{} version`: {e}", candidate.display())),
+                Err(note) => notes.push(note),
             }
         }
         if let Some((path, version)) = v1 {
@@ -384,6 +365,20 @@ impl Docker {
             inner.runner.path_env().to_string_lossy()
         ));
         Err(Failure::NotFound(notes.join("; ")))
+    }
+
+    /// The compose version `inv` (a `version` command) reports, or why there is none, naming
+    /// the command as `shown`.
+    fn version_of(&self, inv: &Invocation, shown: &str) -> Result<ComposeVersion, String> {
+        match self.inner.runner.run(inv) {
+            Ok(out) if out.success() => ComposeVersion::from_version_output(&out.stdout)
+                .ok_or_else(|| format!("`{shown}` printed no version")),
+            Ok(out) => Err(format!(
+                "`{shown}` failed: {}",
+                first_line(&out.stderr, &out.stdout)
+            )),
+            Err(e) => Err(format!("`{shown}`: {e}")),
+        }
     }
 
     /// The compose plugin file the docker CLI would run, for cache stamps.
