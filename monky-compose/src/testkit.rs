@@ -67,8 +67,27 @@ use std::time::Duration;
 pub const DOCKER_STUB: &str = include_str!("testkit/docker-stub.sh");
 
 /// Writes the stub script to `path`, executable.
+///
+/// A `cat` child writes the file, not this process: a file this process held open for writing
+/// would be inherited by a child that another test thread forks meanwhile, and running the stub
+/// while that child still holds it fails with "text file busy" (ETXTBSY).
 pub fn write_stub(path: &Path) -> std::io::Result<()> {
-    std::fs::write(path, DOCKER_STUB)?;
+    let mut cat = std::process::Command::new("/bin/sh")
+        .args(["-c", "cat >\"$1\"", "sh"])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()?;
+    cat.stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(DOCKER_STUB.as_bytes())?;
+    let status = cat.wait()?;
+    if !status.success() {
+        return Err(std::io::Error::other(format!(
+            "cannot write {}: {status}",
+            path.display()
+        )));
+    }
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
 }
 
