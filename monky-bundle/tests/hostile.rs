@@ -61,8 +61,16 @@ fn names_are_refused_for_their_spelling() {
     }
 }
 
-/// Entries that are not regular files: (name, type flag, data, link target, refusal).
-const NOT_FILES: &[(&[u8], u8, &[u8], &[u8], &str)] = &[
+/// An entry that is not a regular file: name, type flag, data, link target, refusal.
+type NotFile = (
+    &'static [u8],
+    u8,
+    &'static [u8],
+    &'static [u8],
+    &'static str,
+);
+
+const NOT_FILES: &[NotFile] = &[
     (
         b".env.example",
         b'2',
