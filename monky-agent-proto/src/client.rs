@@ -72,7 +72,8 @@ impl ClientBuilder {
         self
     }
 
-    /// Trust only the certificates of this PEM bundle for an `https` base URL.
+    /// Trust only the certificates of this PEM bundle for an `https` base URL (not the
+    /// system's roots); a bundle without any certificate is refused by [`build`](Self::build).
     #[must_use]
     pub fn ca_bundle_pem(mut self, pem: Vec<u8>) -> Self {
         self.ca_bundle_pem = Some(pem);
@@ -83,7 +84,8 @@ impl ClientBuilder {
     ///
     /// # Errors
     /// [`Error::BaseUrl`] for a URL that is not `http`/`https` with a host,
-    /// [`Error::CaBundle`] for an unreadable CA bundle, [`Error::Build`] otherwise.
+    /// [`Error::CaBundle`] for a CA bundle that does not parse or holds no certificate,
+    /// [`Error::Build`] otherwise.
     pub fn build(self) -> Result<Client> {
         let mut base = self.base_url;
         let bad = |reason| Error::BaseUrl {
@@ -114,8 +116,16 @@ impl ClientBuilder {
             .connect_timeout(self.timeout)
             .user_agent(self.user_agent);
         if let Some(pem) = &self.ca_bundle_pem {
-            let certs = reqwest::Certificate::from_pem_bundle(pem)
-                .map_err(|source| Error::CaBundle { source })?;
+            let certs =
+                reqwest::Certificate::from_pem_bundle(pem).map_err(|e| Error::CaBundle {
+                    reason: e.to_string(),
+                })?;
+            // An empty trust store would refuse every server: say so now, not at each call.
+            if certs.is_empty() {
+                return Err(Error::CaBundle {
+                    reason: "no certificate in the bundle".to_owned(),
+                });
+            }
             http = http.tls_certs_only(certs);
         } else if base.scheme() == "http" {
             // Tenancy inside the mesh is plain HTTP and a bundle URL must keep its origin, so no

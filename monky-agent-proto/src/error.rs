@@ -39,12 +39,12 @@ pub enum Error {
         /// What is wrong with it.
         reason: &'static str,
     },
-    /// A CA bundle could not be parsed.
-    #[error("invalid tenancy ca bundle")]
+    /// The CA bundle cannot be used as a trust root: it does not parse, or holds no
+    /// certificate.
+    #[error("invalid tenancy ca bundle: {reason}")]
     CaBundle {
-        /// The parser's error.
-        #[source]
-        source: reqwest::Error,
+        /// What is wrong with it.
+        reason: String,
     },
     /// The HTTP client could not be built.
     #[error("cannot build the tenancy http client")]

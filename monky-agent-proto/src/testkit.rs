@@ -13,6 +13,8 @@
 //!
 //! The fake and an OpenBao fake each need the other's address; start the tenancy first, then
 //! the OpenBao fake with [`FakeTenancy::jwks_url`], then call [`FakeTenancy::set_bao`].
+//!
+//! [`checkin_request`] and its siblings build sample wire requests for tests.
 
 use std::collections::HashMap;
 use std::io::{Cursor, Read, Write};
@@ -32,6 +34,10 @@ use url::Url;
 use crate::wire::{
     Action, CheckinRequest, CheckinResponse, LeaseRequest, LeaseResponse, ReportRequest, VaultInfo,
 };
+
+mod fixtures;
+
+pub use fixtures::{call, checkin_request, container, host_facts, lease_request, report_request};
 
 /// Audience of deploy grants (the OpenBao role's `bound_audiences`).
 pub const GRANT_AUDIENCE: &str = "openbao-see-env";
@@ -343,6 +349,18 @@ impl FakeTenancy {
     /// Start configuring a fake tenancy.
     pub fn builder() -> FakeTenancyBuilder {
         FakeTenancyBuilder::default()
+    }
+
+    /// A client of this fake, with a five-second deadline per call.
+    ///
+    /// # Panics
+    /// Never: the fake's URL is a valid base URL.
+    #[must_use]
+    pub fn client(&self) -> crate::Client {
+        crate::Client::builder(self.url())
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("a client of the fake")
     }
 
     /// Base URL, `http://127.0.0.1:<port>/`.
@@ -1232,7 +1250,7 @@ fn checkin(shared: &Shared, incoming: &Incoming, env_id: &str) -> Reply {
         bundle_url: desired
             .sha
             .as_ref()
-            .map(|sha| format!("/v1/agent/bundle/{env_id}/{sha}")),
+            .map(|sha| crate::wire::bundle_path(env_id, sha)),
         desired_sha: None,
         action,
         purge_volumes: desired.purge_volumes,

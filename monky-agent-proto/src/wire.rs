@@ -276,6 +276,26 @@ pub struct CheckinResponse {
     pub vault: Option<VaultInfo>,
 }
 
+impl CheckinResponse {
+    /// Where to fetch the desired bundle: `bundle_url` as tenancy sent it, else the default
+    /// path of `desired_sha` for `env_id` ([`bundle_path`]); `None` without either.
+    #[must_use]
+    pub fn bundle_url_or_default(&self, env_id: &str) -> Option<String> {
+        self.bundle_url.clone().or_else(|| {
+            self.desired_sha
+                .as_ref()
+                .map(|sha| bundle_path(env_id, sha.as_str()))
+        })
+    }
+}
+
+/// The path tenancy serves a bundle at, relative to its base URL:
+/// `/v1/agent/bundle/{env_id}/{sha}`. A checkin answer without `bundle_url` means this one.
+#[must_use]
+pub fn bundle_path(env_id: &str, sha: &str) -> String {
+    format!("/v1/agent/bundle/{env_id}/{sha}")
+}
+
 /// The OpenBao coordinates tenancy hands out with a checkin.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -533,6 +553,30 @@ pub fn schemas() -> Vec<(&'static str, serde_json::Value)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_bundle_url_is_the_default_path_of_the_desired_sha() {
+        let sha = "7a10".repeat(16);
+        let answer = |bundle_url: Option<&str>, desired: bool| CheckinResponse {
+            env_id: "env-qa-02".into(),
+            desired_sha: desired.then(|| Sha::parse(&sha).unwrap()),
+            action: Action::Apply,
+            purge_volumes: false,
+            bundle_url: bundle_url.map(Into::into),
+            checkin_interval_s: None,
+            vault: None,
+        };
+        assert_eq!(
+            answer(None, true).bundle_url_or_default("env-qa-02"),
+            Some(format!("/v1/agent/bundle/env-qa-02/{sha}"))
+        );
+        assert_eq!(
+            answer(Some("/elsewhere/b.tar"), true).bundle_url_or_default("env-qa-02"),
+            Some("/elsewhere/b.tar".into())
+        );
+        assert_eq!(answer(None, false).bundle_url_or_default("env-qa-02"), None);
+        assert_eq!(bundle_path("e", "ab"), "/v1/agent/bundle/e/ab");
+    }
 
     #[test]
     fn error_codes_round_trip_and_keep_unknown_codes() {

@@ -1,90 +1,39 @@
 //! The client against `FakeTenancy`: happy paths, every failure class, mapping and limits.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::time::Duration;
 
-use monky_agent_proto::testkit::{Desired, Endpoint, FakeTenancy, Fault};
-use monky_agent_proto::{
-    Action, CheckinRequest, Client, ContainerStatus, Error, ErrorCode, ErrorKind, HostFacts,
-    LeaseRequest, ReportRequest, ReportResult,
+use monky_agent_proto::testkit::{
+    self, Desired, Endpoint, FakeTenancy, Fault, call, lease_request,
 };
+use monky_agent_proto::{
+    Action, CheckinRequest, Client, Error, ErrorCode, ErrorKind, ReportRequest, ReportResult,
+};
+use monky_bao_client::testkit::{RawBody, RawPeer};
 use secrecy::{ExposeSecret, SecretString};
 
 const ENV: &str = "env-qa-02";
 const SHA: &str = "7a107a107a107a107a107a107a107a107a107a107a107a107a107a107a107a10";
 
+fn report_request(env_id: &str, detail: Option<&str>) -> ReportRequest {
+    let result = if detail.is_some() {
+        ReportResult::Failed
+    } else {
+        ReportResult::Applied
+    };
+    ReportRequest {
+        sha: Some("7a10".into()),
+        log_tail: "INFO applied".into(),
+        detail: detail.map(Into::into),
+        ..testkit::report_request(env_id, result)
+    }
+}
+
+/// The sample checkin of `env_id`, having applied `applied_sha`.
 fn checkin_request(env_id: &str, applied_sha: Option<&str>) -> CheckinRequest {
     CheckinRequest {
-        env_id: env_id.into(),
-        agent_version: "0.2.0".into(),
         applied_sha: applied_sha.map(Into::into),
-        host: HostFacts {
-            hostname: env_id.into(),
-            os: "ubuntu-26.04".into(),
-            kernel: "7.0.0-30-generic".into(),
-            docker: Some("28.3.0".into()),
-            compose: Some("2.32.0".into()),
-            free_bytes: Some(1 << 30),
-            agent_version: "0.2.0".into(),
-            transport: "proxy".into(),
-            site: "cbs".into(),
-            laptop_mode: false,
-        },
-        containers: vec![ContainerStatus {
-            name: "see-backend".into(),
-            state: "running".into(),
-            health: Some("healthy".into()),
-        }],
-    }
-}
-
-fn lease_request(env_id: &str) -> LeaseRequest {
-    LeaseRequest {
-        env_id: env_id.into(),
-        reason: "apply".into(),
-    }
-}
-
-fn report_request(env_id: &str, detail: Option<&str>) -> ReportRequest {
-    ReportRequest {
-        env_id: env_id.into(),
-        sha: Some("7a10".into()),
-        result: if detail.is_some() {
-            ReportResult::Failed
-        } else {
-            ReportResult::Applied
-        },
-        log_tail: "INFO applied".into(),
-        containers: vec![],
-        detail: detail.map(Into::into),
-    }
-}
-
-fn client_for(fake: &FakeTenancy) -> Client {
-    Client::builder(fake.url())
-        .timeout(Duration::from_secs(5))
-        .build()
-        .unwrap()
-}
-
-/// Call one endpoint for `env_id`, keeping only success or the error.
-fn call(
-    client: &Client,
-    bearer: &SecretString,
-    endpoint: Endpoint,
-    env_id: &str,
-) -> Result<(), Error> {
-    match endpoint {
-        Endpoint::Checkin => client
-            .checkin(bearer, &checkin_request(env_id, None))
-            .map(drop),
-        Endpoint::Bundle => client
-            .bundle(bearer, &format!("/v1/agent/bundle/{env_id}/abc"))
-            .map(drop),
-        Endpoint::Lease => client.lease(bearer, &lease_request(env_id)).map(drop),
-        Endpoint::Report => client.report(bearer, &report_request(env_id, None)),
-        Endpoint::Jwks => unreachable!("the agent does not fetch the jwks"),
+        ..testkit::checkin_request(env_id)
     }
 }
 
@@ -114,7 +63,7 @@ fn assert_error(
 #[test]
 fn happy_path_through_all_four_calls() {
     let fake = FakeTenancy::builder().start();
-    let client = client_for(&fake);
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
     fake.set_desired(ENV, Desired::sha(SHA));
     fake.publish_bundle(ENV, SHA, b"tar bytes".to_vec());
@@ -171,7 +120,8 @@ fn retire_answers_down_with_purge() {
     let fake = FakeTenancy::builder().start();
     let bearer = fake.issue_token(ENV);
     fake.set_desired(ENV, Desired::down(true));
-    let resp = client_for(&fake)
+    let resp = fake
+        .client()
         .checkin(&bearer, &checkin_request(ENV, Some("7a10")))
         .unwrap();
     assert_eq!(
@@ -379,7 +329,7 @@ fn each_fault_is_classified() {
         ),
     ];
     let fake = FakeTenancy::builder().start();
-    let client = client_for(&fake);
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
     for (i, c) in cases.into_iter().enumerate() {
         fake.set_fault_times(c.endpoint, c.fault.clone(), Some(1));
@@ -415,24 +365,24 @@ fn status_error_keeps_detail() {
             body: r#"{"code": "X", "detail": "why not"}"#.into(),
         },
     );
-    let err = call(&client_for(&fake), &bearer, Endpoint::Checkin, ENV).unwrap_err();
+    let err = call(&fake.client(), &bearer, Endpoint::Checkin, ENV).unwrap_err();
     assert_eq!(err.detail(), Some("why not"));
     assert_eq!(err.code(), Some(&ErrorCode::Other("X".into())));
     // `set_fault` is "always": a second call fails the same way.
     assert_eq!(
-        call(&client_for(&fake), &bearer, Endpoint::Checkin, ENV)
+        call(&fake.client(), &bearer, Endpoint::Checkin, ENV)
             .unwrap_err()
             .status(),
         Some(409)
     );
     fake.clear_faults();
-    call(&client_for(&fake), &bearer, Endpoint::Checkin, ENV).unwrap();
+    call(&fake.client(), &bearer, Endpoint::Checkin, ENV).unwrap();
 }
 
 #[test]
 fn tenancy_checks_are_classified() {
     let fake = FakeTenancy::builder().start();
-    let client = client_for(&fake);
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
 
     let unknown = SecretString::from("s.not-a-token-anyone-issued".to_owned());
@@ -563,36 +513,12 @@ fn bundle_size_limit_from_content_length() {
     );
 }
 
-/// A one-shot raw HTTP server: answers the first request with `head`, then streams `chunks`
-/// chunked-encoded until the client goes away. Returns its address.
-fn raw_server(head: &'static str, chunks: Option<usize>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let (mut stream, _) = listener.accept().unwrap();
-        let mut buf = [0u8; 4096];
-        let _ = stream.read(&mut buf);
-        if stream.write_all(head.as_bytes()).is_err() {
-            return;
-        }
-        let chunk = vec![b'x'; 64 * 1024];
-        for _ in 0..chunks.unwrap_or(0) {
-            let framed = [format!("{:x}\r\n", chunk.len()).as_bytes(), &chunk, b"\r\n"].concat();
-            if stream.write_all(&framed).is_err() {
-                return;
-            }
-        }
-        let _ = stream.write_all(b"0\r\n\r\n");
-    });
-    addr
-}
-
 #[test]
 fn bundle_size_limit_is_enforced_while_streaming() {
     // 1 GiB offered without a Content-Length; the client stops right after its 1 MiB limit.
     let head = "HTTP/1.1 200 OK\r\nContent-Type: application/x-tar\r\nX-Bundle-Sha256: abc\r\nTransfer-Encoding: chunked\r\n\r\n";
-    let addr = raw_server(head, Some(16 * 1024));
-    let client = Client::builder(format!("http://{addr}/").parse().unwrap())
+    let peer = RawPeer::start(head, RawBody::Chunked { chunks: 16 * 1024 });
+    let client = Client::builder(peer.url())
         .max_bundle_bytes(1024 * 1024)
         .timeout(Duration::from_secs(20))
         .build()
@@ -612,10 +538,8 @@ fn bundle_size_limit_is_enforced_while_streaming() {
     assert!(started.elapsed() < Duration::from_secs(10));
 
     // The same stream within the limit is read whole, and X-Bundle-Sha256 is taken.
-    let addr = raw_server(head, Some(2));
-    let client = Client::builder(format!("http://{addr}/").parse().unwrap())
-        .build()
-        .unwrap();
+    let peer = RawPeer::start(head, RawBody::Chunked { chunks: 2 });
+    let client = Client::builder(peer.url()).build().unwrap();
     let download = client.bundle(&bearer, "/v1/agent/bundle/e/abc").unwrap();
     assert_eq!(download.bytes.len(), 128 * 1024);
     assert_eq!(download.header_sha.as_deref(), Some("abc"));
@@ -625,14 +549,12 @@ fn bundle_size_limit_is_enforced_while_streaming() {
 fn redirects_are_not_followed() {
     let fake = FakeTenancy::builder().start();
     let bearer = fake.issue_token(ENV);
-    let head: &'static str = Box::leak(
-        format!("HTTP/1.1 307 Temporary Redirect\r\nLocation: {}v1/agent/checkin\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}", fake.url())
-            .into_boxed_str(),
+    let head = format!(
+        "HTTP/1.1 307 Temporary Redirect\r\nLocation: {}v1/agent/checkin\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n",
+        fake.url()
     );
-    let addr = raw_server(head, None);
-    let client = Client::builder(format!("http://{addr}/").parse().unwrap())
-        .build()
-        .unwrap();
+    let peer = RawPeer::start(head, RawBody::Whole(b"{}".to_vec()));
+    let client = Client::builder(peer.url()).build().unwrap();
     let err = call(&client, &bearer, Endpoint::Checkin, ENV).unwrap_err();
     assert_error(&err, &bearer, ErrorKind::Refused, Some(307), None);
     assert!(fake.requests().is_empty());
@@ -642,7 +564,7 @@ fn redirects_are_not_followed() {
 fn bundle_urls_off_tenancy_are_refused_before_any_request() {
     let fake = FakeTenancy::builder().start();
     let bearer = fake.issue_token(ENV);
-    let client = client_for(&fake);
+    let client = fake.client();
     for url in [
         "http://evil.test/v1/agent/bundle/env-qa-02/abc",
         "//evil.test/x",

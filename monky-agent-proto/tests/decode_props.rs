@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use monky_agent_proto::testkit::{Endpoint, FakeTenancy, Fault};
+use monky_agent_proto::testkit::{Endpoint, FakeTenancy, Fault, checkin_request};
 use monky_agent_proto::{
-    Action, CheckinInterval, CheckinRequest, CheckinResponse, Client, ContainerStatus,
-    ErrorEnvelope, ErrorKind, HostFacts, LeaseResponse, Sha, VaultInfo, is_retired_lease_shape,
+    Action, CheckinInterval, CheckinResponse, Client, ErrorEnvelope, ErrorKind, LeaseResponse, Sha,
+    VaultInfo, is_retired_lease_shape,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -130,31 +130,6 @@ fn status() -> impl Strategy<Value = u16> {
     ]
 }
 
-fn request() -> CheckinRequest {
-    CheckinRequest {
-        env_id: "env-a".into(),
-        agent_version: "0".into(),
-        applied_sha: None,
-        host: HostFacts {
-            hostname: "h".into(),
-            os: "os".into(),
-            kernel: "k".into(),
-            docker: None,
-            compose: None,
-            free_bytes: None,
-            agent_version: "0".into(),
-            transport: "system".into(),
-            site: "s".into(),
-            laptop_mode: false,
-        },
-        containers: vec![ContainerStatus {
-            name: "c".into(),
-            state: "running".into(),
-            health: None,
-        }],
-    }
-}
-
 #[test]
 fn any_checkin_answer_is_decoded_or_classified() {
     let tenancy = FakeTenancy::builder().start();
@@ -163,7 +138,7 @@ fn any_checkin_answer_is_decoded_or_classified() {
         .build()
         .unwrap();
     let bearer = SecretString::from(BEARER);
-    let req = request();
+    let req = checkin_request("env-a");
     let mut runner = TestRunner::new(Config {
         cases: 256,
         ..Config::default()

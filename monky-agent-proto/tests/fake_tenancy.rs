@@ -6,14 +6,12 @@ use std::time::Duration;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use monky_agent_proto::testkit::{
-    Desired, Endpoint, FakeTenancy, Fault, GRANT_AUDIENCE, Rate, RateLimits,
+    self, Desired, Endpoint, FakeTenancy, Fault, GRANT_AUDIENCE, Rate, RateLimits, checkin_request,
+    lease_request,
 };
-use monky_agent_proto::{
-    CheckinRequest, Client, ContainerStatus, ErrorKind, HostFacts, LeaseRequest, ReportRequest,
-    ReportResult,
-};
+use monky_agent_proto::{Client, ErrorKind};
 use monky_bao_client::BaoClient;
-use monky_bao_client::testkit::FakeBao;
+use monky_bao_client::testkit::{FakeBao, Pki};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
@@ -27,27 +25,6 @@ fn http() -> reqwest::blocking::Client {
         .unwrap()
 }
 
-fn checkin_request(env_id: &str) -> CheckinRequest {
-    CheckinRequest {
-        env_id: env_id.into(),
-        agent_version: "0.2.0".into(),
-        applied_sha: None,
-        host: HostFacts {
-            hostname: "h".into(),
-            os: "ubuntu-26.04".into(),
-            kernel: "7.0.0".into(),
-            docker: None,
-            compose: None,
-            free_bytes: None,
-            agent_version: "0.2.0".into(),
-            transport: "sdk".into(),
-            site: "cbs".into(),
-            laptop_mode: false,
-        },
-        containers: Vec::<ContainerStatus>::new(),
-    }
-}
-
 /// Call `endpoint` for `env_id`; `Ok(())` or the error's (kind, status, code).
 fn call(
     client: &Client,
@@ -55,34 +32,8 @@ fn call(
     endpoint: Endpoint,
     env_id: &str,
 ) -> Result<(), (ErrorKind, Option<u16>, Option<String>)> {
-    let result = match endpoint {
-        Endpoint::Checkin => client.checkin(bearer, &checkin_request(env_id)).map(drop),
-        Endpoint::Bundle => client
-            .bundle(bearer, &format!("/v1/agent/bundle/{env_id}/abc"))
-            .map(drop),
-        Endpoint::Lease => client
-            .lease(
-                bearer,
-                &LeaseRequest {
-                    env_id: env_id.into(),
-                    reason: "renew".into(),
-                },
-            )
-            .map(drop),
-        Endpoint::Report => client.report(
-            bearer,
-            &ReportRequest {
-                env_id: env_id.into(),
-                sha: None,
-                result: ReportResult::Applied,
-                log_tail: String::new(),
-                containers: vec![],
-                detail: None,
-            },
-        ),
-        Endpoint::Jwks => unreachable!(),
-    };
-    result.map_err(|e| (e.kind(), e.status(), e.code().map(ToString::to_string)))
+    testkit::call(client, bearer, endpoint, env_id)
+        .map_err(|e| (e.kind(), e.status(), e.code().map(ToString::to_string)))
 }
 
 fn decode_grant(fake: &FakeTenancy, jwt: &SecretString) -> Value {
@@ -150,7 +101,7 @@ fn jwks_verifies_a_minted_grant() {
 #[test]
 fn rate_buckets_per_env_and_endpoint() {
     let fake = FakeTenancy::builder().start();
-    let client = Client::builder(fake.url()).build().unwrap();
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
     let other = fake.issue_token("env-other");
     fake.publish_bundle(ENV, "abc", vec![0]);
@@ -219,7 +170,7 @@ fn limits_are_settable() {
             ..RateLimits::default()
         })
         .start();
-    let client = Client::builder(fake.url()).build().unwrap();
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
     call(&client, &bearer, Endpoint::Lease, ENV).unwrap();
     assert_eq!(
@@ -311,7 +262,7 @@ fn bundle_headers_and_envelopes() {
 #[test]
 fn checkin_follows_desired_state() {
     let fake = FakeTenancy::builder().start();
-    let client = Client::builder(fake.url()).build().unwrap();
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
     let checkin = |applied: Option<&str>| {
         let mut req = checkin_request(ENV);
@@ -352,13 +303,13 @@ struct Pair {
     bao_client: BaoClient,
 }
 
-fn pair(tls: Option<(String, String, String)>) -> Pair {
+fn pair(tls: Option<Pki>) -> Pair {
     let tenancy = FakeTenancy::builder().start();
     let mut bao = FakeBao::builder().jwks_url(tenancy.jwks_url());
     let mut ca = None;
-    if let Some((ca_pem, cert_pem, key_pem)) = tls {
-        bao = bao.tls(cert_pem.into_bytes(), key_pem.into_bytes());
-        ca = Some(ca_pem.into_bytes());
+    if let Some(pki) = tls {
+        bao = bao.tls(pki.cert_pem.into_bytes(), pki.key_pem.into_bytes());
+        ca = Some(pki.ca_pem.into_bytes());
     }
     let bao = bao.start();
     let mut builder = BaoClient::builder(bao.url());
@@ -408,16 +359,7 @@ fn bearer_checked_against_openbao_end_to_end() {
     );
 
     // Lease -> login -> a second token; both grants are current.
-    let lease = p
-        .client
-        .lease(
-            &first,
-            &LeaseRequest {
-                env_id: ENV.into(),
-                reason: "apply".into(),
-            },
-        )
-        .unwrap();
+    let lease = p.client.lease(&first, &lease_request(ENV)).unwrap();
     assert_eq!(
         lease.addr.as_deref(),
         Some(p.bao.url().as_str().trim_end_matches('/'))
@@ -464,7 +406,7 @@ fn bearer_checked_against_openbao_end_to_end() {
 
 #[test]
 fn openbao_over_tls_with_its_ca() {
-    let pki = test_pki("127.0.0.1");
+    let pki = Pki::for_host("127.0.0.1");
     let p = pair(Some(pki));
     let bearer = p.login(&p.tenancy.mint_grant(ENV));
     p.client.checkin(&bearer, &checkin_request(ENV)).unwrap();
@@ -497,7 +439,7 @@ fn builder_bao_and_openbao_down() {
 #[test]
 fn faults_are_counted_and_recorded() {
     let fake = FakeTenancy::builder().start();
-    let client = Client::builder(fake.url()).build().unwrap();
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
     fake.set_fault_times(
         Endpoint::Report,
@@ -553,37 +495,10 @@ fn faults_are_counted_and_recorded() {
     );
 }
 
-/// A CA and a leaf for `host`: (ca_pem, cert_pem, key_pem).
-fn test_pki(host: &str) -> (String, String, String) {
-    use rcgen::{
-        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair,
-        KeyUsagePurpose,
-    };
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "agent-proto test ca");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec![host.to_owned()])
-        .unwrap()
-        .signed_by(&leaf_key, &ca)
-        .unwrap();
-    (ca.pem(), leaf.pem(), leaf_key.serialize_pem())
-}
-
 #[test]
 fn body_faults_cut_reset_and_flood_a_bundle_download() {
     let fake = FakeTenancy::builder().start();
-    let client = Client::builder(fake.url())
-        .timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
     let body: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
     fake.publish_bundle(ENV, "7a10", body.clone());

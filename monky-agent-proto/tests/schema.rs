@@ -4,11 +4,10 @@
 
 use std::path::PathBuf;
 
-use monky_agent_proto::testkit::{Desired, FakeTenancy};
-use monky_agent_proto::{
-    CheckinRequest, Client, ContainerStatus, HostFacts, LeaseRequest, ReportRequest, ReportResult,
-    schemas,
+use monky_agent_proto::testkit::{
+    Desired, FakeTenancy, checkin_request, lease_request, report_request,
 };
+use monky_agent_proto::{Client, ReportRequest, ReportResult, schemas};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 
@@ -85,28 +84,7 @@ fn every_tenancy_answer_and_every_client_request_validates() {
     let t = FakeTenancy::builder().start();
     let bearer = t.issue_token("env-s");
     t.set_desired("env-s", Desired::sha("ab".repeat(32)));
-    let checkin = CheckinRequest {
-        env_id: "env-s".into(),
-        agent_version: "0.2.0".into(),
-        applied_sha: None,
-        host: HostFacts {
-            hostname: "h".into(),
-            os: "ubuntu-26.04".into(),
-            kernel: "7.0".into(),
-            docker: Some("28.3.0".into()),
-            compose: Some("2.32.0".into()),
-            free_bytes: Some(1),
-            agent_version: "0.2.0".into(),
-            transport: "proxy".into(),
-            site: "cbs".into(),
-            laptop_mode: false,
-        },
-        containers: vec![ContainerStatus {
-            name: "web".into(),
-            state: "running".into(),
-            health: None,
-        }],
-    };
+    let checkin = checkin_request("env-s");
     // Answers: checkin, lease, and the error envelope in its forms.
     let (status, body) = post(
         &t,
@@ -147,22 +125,12 @@ fn every_tenancy_answer_and_every_client_request_validates() {
     // Requests: what the client really sends.
     let client = Client::builder(t.url()).build().unwrap();
     client.checkin(&bearer, &checkin).unwrap();
-    client
-        .lease(
-            &bearer,
-            &LeaseRequest {
-                env_id: "env-s".into(),
-                reason: "apply".into(),
-            },
-        )
-        .unwrap();
+    client.lease(&bearer, &lease_request("env-s")).unwrap();
     let report = ReportRequest {
-        env_id: "env-s".into(),
         sha: Some("ab".repeat(32)),
-        result: ReportResult::Failed,
         log_tail: "x".into(),
-        containers: vec![],
         detail: Some("ENV_INCOMPLETE: unresolved: A".into()),
+        ..report_request("env-s", ReportResult::Failed)
     };
     client.report(&bearer, &report).unwrap();
     let sent: Vec<(String, Value)> = t

@@ -2,44 +2,16 @@
 //! (a 64-hex sha, a clamped interval, the request's env) or is refused with its code, and no
 //! number a peer sends can make the client panic or wait for ages.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, SystemTime};
 
-use monky_agent_proto::testkit::{Endpoint, FakeTenancy, Fault};
-use monky_agent_proto::{
-    CheckinRequest, Client, ContainerStatus, Error, ErrorKind, HostFacts, LeaseRequest, MAX_TTL,
-};
+use monky_agent_proto::testkit::{Endpoint, FakeTenancy, Fault, checkin_request, lease_request};
+use monky_agent_proto::{Client, Error, ErrorKind, MAX_TTL};
+use monky_bao_client::testkit::{RawBody, RawPeer};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 
 const ENV: &str = "env-qa-02";
 const SHA: &str = "7a107a107a107a107a107a107a107a107a107a107a107a107a107a107a107a10";
-
-fn request() -> CheckinRequest {
-    CheckinRequest {
-        env_id: ENV.into(),
-        agent_version: "0.2.0".into(),
-        applied_sha: None,
-        host: HostFacts {
-            hostname: "h".into(),
-            os: "os".into(),
-            kernel: "k".into(),
-            docker: None,
-            compose: None,
-            free_bytes: None,
-            agent_version: "0.2.0".into(),
-            transport: "system".into(),
-            site: "cbs".into(),
-            laptop_mode: false,
-        },
-        containers: vec![ContainerStatus {
-            name: "web".into(),
-            state: "running".into(),
-            health: None,
-        }],
-    }
-}
 
 struct Peer {
     fake: FakeTenancy,
@@ -49,10 +21,7 @@ struct Peer {
 
 fn peer() -> Peer {
     let fake = FakeTenancy::builder().start();
-    let client = Client::builder(fake.url())
-        .timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
+    let client = fake.client();
     let bearer = fake.issue_token(ENV);
     Peer {
         fake,
@@ -71,7 +40,7 @@ impl Peer {
                 body: body.to_string(),
             },
         );
-        self.client.checkin(&self.bearer, &request())
+        self.client.checkin(&self.bearer, &checkin_request(ENV))
     }
 
     fn lease(&self, body: &Value) -> Result<monky_agent_proto::LeaseResponse, Error> {
@@ -82,11 +51,7 @@ impl Peer {
                 body: body.to_string(),
             },
         );
-        let req = LeaseRequest {
-            env_id: ENV.into(),
-            reason: "apply".into(),
-        };
-        self.client.lease(&self.bearer, &req)
+        self.client.lease(&self.bearer, &lease_request(ENV))
     }
 }
 
@@ -160,7 +125,10 @@ fn retry_after_in_seconds_is_clamped_to_an_hour() {
     for (sent, expected) in [(u64::MAX, 3600), (1_000_000_000_000, 3600), (7, 7)] {
         p.fake
             .set_fault_times(Endpoint::Checkin, Fault::RetryAfter(sent), Some(1));
-        let err = p.client.checkin(&p.bearer, &request()).unwrap_err();
+        let err = p
+            .client
+            .checkin(&p.bearer, &checkin_request(ENV))
+            .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Temporary, "{sent}");
         assert_eq!(
             err.retry_after(),
@@ -170,19 +138,6 @@ fn retry_after_in_seconds_is_clamped_to_an_hour() {
     }
 }
 
-/// A one-shot raw HTTP server answering with `head` and an empty JSON body.
-fn raw_server(head: String) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let (mut stream, _) = listener.accept().unwrap();
-        let mut buf = [0u8; 8192];
-        let _ = stream.read(&mut buf);
-        let _ = stream.write_all(head.as_bytes());
-    });
-    addr
-}
-
 #[test]
 fn retry_after_as_an_http_date_is_honoured_and_clamped() {
     let check = |at: SystemTime, lo: u64, hi: u64| {
@@ -190,16 +145,16 @@ fn retry_after_as_an_http_date_is_honoured_and_clamped() {
         let body = r#"{"code": "RATE_LIMITED", "detail": "slow down"}"#;
         let head = format!(
             "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n\
-             Retry-After: {date}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+             Retry-After: {date}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         );
-        let addr = raw_server(head);
-        let client = Client::builder(format!("http://{addr}/").parse().unwrap())
+        let peer = RawPeer::start(head, RawBody::Whole(body.as_bytes().to_vec()));
+        let client = Client::builder(peer.url())
             .timeout(Duration::from_secs(5))
             .build()
             .unwrap();
         let bearer = SecretString::from("s.BBBBBBBBBBBBBBBBBBBBBBBB".to_owned());
-        let err = client.checkin(&bearer, &request()).unwrap_err();
+        let err = client.checkin(&bearer, &checkin_request(ENV)).unwrap_err();
         let wait = err.retry_after().expect(&date).as_secs();
         assert!((lo..=hi).contains(&wait), "{date}: {wait}");
     };

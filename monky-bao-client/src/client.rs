@@ -52,8 +52,9 @@ impl BaoClientBuilder {
         self
     }
 
-    /// Send every connection to `addr` instead of resolving the address's host. TLS SNI, the
-    /// certificate's host-name check and the `Host` header keep the configured host name.
+    /// Send every connection to `addr` instead of resolving the address's host. TLS SNI and the
+    /// certificate's host-name check keep the configured host name, the `Host` header the
+    /// configured host name and port.
     pub fn connect_to(mut self, addr: SocketAddr) -> Self {
         self.connect_to = Some(addr);
         self
@@ -127,6 +128,15 @@ impl BaoClientBuilder {
         // the port is rewritten here too; the host name stays for SNI, the certificate check
         // and `Host`.
         let mut request_base = addr.clone();
+        // With a mapping the URL dialled carries the mapped port, so `Host` is set per request
+        // to the configured authority, as the tenancy client does.
+        let host_header = self.connect_to.and_then(|_| {
+            let host = addr.host_str()?;
+            Some(match addr.port() {
+                Some(port) => format!("{host}:{port}"),
+                None => host.to_owned(),
+            })
+        });
         if let Some(target) = self.connect_to {
             match addr.host() {
                 Some(url::Host::Domain(domain)) => {
@@ -152,6 +162,7 @@ impl BaoClientBuilder {
             timeout: self.timeout,
             addr,
             request_base,
+            host_header,
         })
     }
 }
@@ -166,6 +177,8 @@ pub struct BaoClient {
     addr: Url,
     /// The address requests go to (differs from `addr` with `connect_to`).
     request_base: Url,
+    /// `Host` with `connect_to`: the configured host name and port.
+    host_header: Option<String>,
 }
 
 /// The result of a JWT login.
@@ -403,6 +416,10 @@ impl BaoClient {
     /// deadline is also checked between reads, as the tenancy client does.
     fn execute(&self, request: RequestBuilder, shown: &str) -> Result<(Response, Instant)> {
         let deadline = Instant::now() + self.timeout;
+        let request = match &self.host_header {
+            Some(host) => request.header(reqwest::header::HOST, host),
+            None => request,
+        };
         let response = request
             .timeout(self.timeout)
             .send()
@@ -760,6 +777,13 @@ mod tests {
             shown,
             "https://bao.example.test:8200/v1/auth/token/lookup-self"
         );
+        assert_eq!(c.host_header.as_deref(), Some("bao.example.test:8200"));
+        let c = BaoClient::builder(Url::parse("https://bao.example.test").unwrap())
+            .connect_to("127.0.0.1:41234".parse().unwrap())
+            .build()
+            .unwrap();
+        assert_eq!(c.host_header.as_deref(), Some("bao.example.test"));
+        assert_eq!(client("https://bao.example.test:8200").host_header, None);
     }
 
     #[test]

@@ -154,19 +154,7 @@ fn policy_denies_another_envs_path_with_the_acl_form() {
         .client
         .read_kv(&token, &path("env-b", "pg"), None)
         .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::PermissionDenied);
-    assert_eq!(err.status(), Some(403));
-    assert_eq!(
-        err.errors(),
-        ["1 error occurred:\n\t* permission denied\n\n"]
-    );
-    assert!(matches!(
-        err,
-        Error::PermissionDenied {
-            multi_error: true,
-            ..
-        }
-    ));
+    common::assert_acl_denied(&err);
     assert_hidden(&err, token.expose_secret());
     assert_hidden(&err, "b-secret");
 

@@ -318,18 +318,7 @@ fn revoke_self_denied_by_policy_is_the_acl_form() {
         .unwrap()
         .token;
     let err = client.revoke_self(&token).unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::PermissionDenied);
-    assert_eq!(
-        err.errors(),
-        ["1 error occurred:\n\t* permission denied\n\n"]
-    );
-    assert!(matches!(
-        err,
-        Error::PermissionDenied {
-            multi_error: true,
-            ..
-        }
-    ));
+    common::assert_acl_denied(&err);
     client.lookup_self(&token).unwrap();
 }
 

@@ -1,32 +1,11 @@
 //! The grant flow with monky-agent-proto's fake tenancy: its JWKS and grants log in at the fake
 //! OpenBao, and tenancy verifies the resulting bearer with the root token.
 
-use monky_agent_proto::testkit::FakeTenancy;
-use monky_agent_proto::{CheckinRequest, Client, HostFacts};
+use monky_agent_proto::Client;
+use monky_agent_proto::testkit::{FakeTenancy, checkin_request};
 use monky_bao_client::BaoClient;
 use monky_bao_client::testkit::FakeBao;
 use secrecy::SecretString;
-
-fn checkin(env_id: &str) -> CheckinRequest {
-    CheckinRequest {
-        env_id: env_id.to_owned(),
-        agent_version: "0.2.0".into(),
-        applied_sha: None,
-        host: HostFacts {
-            hostname: env_id.to_owned(),
-            os: "ubuntu-26.04".into(),
-            kernel: "7.0.0".into(),
-            docker: None,
-            compose: None,
-            free_bytes: None,
-            agent_version: "0.2.0".into(),
-            transport: "proxy".into(),
-            site: "test".into(),
-            laptop_mode: false,
-        },
-        containers: vec![],
-    }
-}
 
 #[test]
 fn tenancy_grant_logs_in_and_the_bearer_checks_in() {
@@ -50,7 +29,7 @@ fn tenancy_grant_logs_in_and_the_bearer_checks_in() {
 
     let bearer = SecretString::from(login.token.expose_secret().to_owned());
     let api = Client::builder(tenancy.url()).build().unwrap();
-    api.checkin(&bearer, &checkin("env-qa-02")).unwrap();
+    api.checkin(&bearer, &checkin_request("env-qa-02")).unwrap();
     assert!(
         bao.requests()
             .iter()
@@ -59,5 +38,5 @@ fn tenancy_grant_logs_in_and_the_bearer_checks_in() {
     );
 
     client.revoke_self(&login.token).unwrap();
-    assert!(api.checkin(&bearer, &checkin("env-qa-02")).is_err());
+    assert!(api.checkin(&bearer, &checkin_request("env-qa-02")).is_err());
 }

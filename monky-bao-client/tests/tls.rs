@@ -3,8 +3,8 @@
 
 mod common;
 
-use common::{Issuer, Pki};
-use monky_bao_client::testkit::FakeBao;
+use common::Issuer;
+use monky_bao_client::testkit::{FakeBao, Pki};
 use monky_bao_client::{BaoClient, Error, ErrorKind};
 use url::Url;
 

@@ -14,7 +14,7 @@ use crate::config::{Config, TransportKind};
 use crate::exit::Exit;
 use crate::peers;
 use crate::redact::redact;
-use crate::state::{self, State};
+use crate::state::State;
 
 /// A check's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -282,13 +282,7 @@ fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
     let Some(docker) = docker else {
         return skip("disk", "docker not usable");
     };
-    let st: State = crate::fsx::read_bounded(
-        &state::path(&cfg.state_dir),
-        crate::fsx::MAX_STATE_FILE_BYTES,
-    )
-    .ok()
-    .and_then(|b| serde_json::from_slice(&b).ok())
-    .unwrap_or_default();
+    let st = State::peek(&cfg.state_dir);
     let need = st.last_disk_need_bytes.unwrap_or(0);
     let want = disk_wanted(need, cfg.disk_factor, cfg.disk_headroom_bytes);
     check(

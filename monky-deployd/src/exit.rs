@@ -34,9 +34,7 @@ impl Exit {
 
     /// The status an error chain maps to.
     pub fn of(err: &anyhow::Error) -> Self {
-        err.chain()
-            .find_map(|e| e.downcast_ref::<Failure>())
-            .map_or(Self::Fail, |f| f.exit)
+        Failure::of(err).map_or(Self::Fail, |f| f.exit)
     }
 }
 
@@ -51,6 +49,9 @@ pub struct Failure {
     pub message: String,
     /// How long the peer asked to wait before the next try (`Retry-After`), for the loop.
     pub retry_after: Option<Duration>,
+    /// The tail of the compose logs of a release that did not come up healthy, redacted: the
+    /// evidence the failure's report carries. Never part of the message.
+    pub compose_logs: Option<String>,
 }
 
 impl Failure {
@@ -61,6 +62,7 @@ impl Failure {
             code: code.into(),
             message: message.into(),
             retry_after: None,
+            compose_logs: None,
         }
     }
 
@@ -76,15 +78,21 @@ impl Failure {
         self
     }
 
+    /// Attaches the compose logs a failed release's report carries; they are redacted here.
+    #[must_use]
+    pub fn with_compose_logs(mut self, logs: &str) -> Self {
+        self.compose_logs = Some(crate::redact::redact(logs));
+        self
+    }
+
     /// Marks an existing error chain with an exit status.
     pub fn wrap(exit: Exit, err: anyhow::Error) -> anyhow::Error {
-        let message = format!("{err:#}");
-        anyhow::Error::new(Self {
-            exit,
-            code: None,
-            message,
-            retry_after: None,
-        })
+        anyhow::Error::new(Self::new(exit, None, format!("{err:#}")))
+    }
+
+    /// The first failure in a chain.
+    fn of(err: &anyhow::Error) -> Option<&Failure> {
+        err.chain().find_map(|e| e.downcast_ref::<Failure>())
     }
 
     /// The `Retry-After` of the first failure in a chain that carries one.
@@ -99,6 +107,25 @@ impl Failure {
         err.chain()
             .filter_map(|e| e.downcast_ref::<Failure>())
             .find_map(|f| f.code)
+    }
+
+    /// The compose logs the first failure in a chain carries.
+    pub fn compose_logs_of(err: &anyhow::Error) -> Option<&str> {
+        err.chain()
+            .filter_map(|e| e.downcast_ref::<Failure>())
+            .find_map(|f| f.compose_logs.as_deref())
+    }
+
+    /// The code and `CODE: names` of an error, for a report's detail and state's last error,
+    /// unredacted: an error that carries no failure is `FAILED` with its innermost cause.
+    pub fn detail_of(err: &anyhow::Error) -> (Option<Code>, String) {
+        match Self::of(err) {
+            Some(f) => (f.code, f.to_string()),
+            None => (
+                Some(Code::Failed),
+                format!("{}: {}", Code::Failed, err.root_cause()),
+            ),
+        }
     }
 }
 

@@ -26,13 +26,7 @@ fn human(secs: u64) -> String {
 
 /// Prints the explanation.
 pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
-    let st: State = crate::fsx::read_bounded(
-        &state::path(&cfg.state_dir),
-        crate::fsx::MAX_STATE_FILE_BYTES,
-    )
-    .ok()
-    .and_then(|b| serde_json::from_slice(&b).ok())
-    .unwrap_or_default();
+    let st = State::peek(&cfg.state_dir);
     let now = state::now();
     let containers = monky_compose::Engine::from_env()
         .containers(&cfg.compose_project)

@@ -47,10 +47,14 @@ pub fn openbao(cfg: &Config) -> anyhow::Result<bao::BaoClient> {
         b = b.connect_to(addr);
     }
     b.build().map_err(|e| {
-        Failure::wrap(
-            Exit::Config,
-            anyhow::Error::new(e).context("openbao client"),
-        )
+        // The client knows the bundle's bytes only; the file to fix is the config's.
+        let e = match (&e, &cfg.bao.ca_bundle) {
+            (bao::Error::CaBundle { .. }, Some(ca)) => {
+                anyhow::Error::new(e).context(format!("bao.ca_bundle {}", ca.display()))
+            }
+            _ => anyhow::Error::new(e),
+        };
+        Failure::wrap(Exit::Config, e.context("openbao client"))
     })
 }
 
@@ -73,11 +77,7 @@ pub fn tenancy_failure(what: &str, e: proto::Error) -> anyhow::Error {
             proto::ErrorKind::EnvMismatch => Code::AgentEnvMismatch,
             _ => Code::TenancyRefused,
         });
-    let text = if exit == Exit::Temporary {
-        with_causes(&e)
-    } else {
-        e.to_string()
-    };
+    let text = failure_text(exit, &e);
     // The client's own refusals already start with their code.
     let text = text
         .strip_prefix(&format!("{code}: "))
@@ -107,12 +107,16 @@ pub fn bao_failure(what: &str, e: bao::Error) -> anyhow::Error {
         bao::ErrorKind::LoginRejected => Code::BaoLoginRejected,
         _ => Code::BaoRefused,
     };
-    let text = if exit == Exit::Temporary {
-        with_causes(&e)
+    Failure::new(exit, code, format!("{what}: {}", failure_text(exit, &e))).into()
+}
+
+/// A peer error's text: with its causes for a temporary (transport) failure, alone otherwise.
+fn failure_text(exit: Exit, e: &dyn std::error::Error) -> String {
+    if exit == Exit::Temporary {
+        with_causes(e)
     } else {
         e.to_string()
-    };
-    Failure::new(exit, code, format!("{what}: {text}")).into()
+    }
 }
 
 /// An error and its causes on one line: "request to ... failed" alone does not say whether the

@@ -732,6 +732,16 @@ mod tests {
                 .replace('\u{2029}', "\\u2029")
         }
 
+        /// A redactor that knows `v` and, registered before it, `others`.
+        fn knowing(v: &str, others: &[String]) -> Redactor {
+            let r = Redactor::default();
+            for o in others {
+                r.register(o);
+            }
+            r.register(v);
+            r
+        }
+
         fn json(v: &str) -> String {
             let s = serde_json::to_string(v).unwrap();
             s[1..s.len() - 1].to_string()
@@ -746,11 +756,7 @@ mod tests {
                 others in prop::collection::vec(value(), 0..3),
                 pre in text(), post in text(),
             ) {
-                let r = Redactor::default();
-                for o in &others {
-                    r.register(o);
-                }
-                r.register(&v);
+                let r = knowing(&v, &others);
                 let out = r.redact(&format!("{pre}{v}{post}"));
                 prop_assert!(!out.contains(&v), "{out:?}");
             }
@@ -764,11 +770,7 @@ mod tests {
                     (" ", ";"), ("\n", ","), ("/", "/"), ("[", "]"),
                 ]),
             ) {
-                let r = Redactor::default();
-                for o in &others {
-                    r.register(o);
-                }
-                r.register(&v);
+                let r = knowing(&v, &others);
                 let out = r.redact(&format!("{pre}{open}{v}{close}{post}"));
                 prop_assert!(!out.contains(&v), "{out:?}");
             }

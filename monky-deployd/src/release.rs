@@ -184,14 +184,17 @@ pub fn stage(cfg: &Config, b: &bundle::Bundle, env: &SecretString) -> anyhow::Re
 /// A check a release must pass before `current` names it.
 pub type Gate<'a> = &'a dyn Fn(&Release) -> anyhow::Result<()>;
 
-/// Makes a staged release `releases/<sha>` and, once `gate` passed on it, points `current` at
-/// it.
+/// Makes a staged release `releases/<sha>` and points `current` at it.
 ///
-/// When `releases/<sha>` already exists (a retry of the same sha), its members and `.env` are
-/// replaced one atomic write at a time (a link planted at a member's name is replaced, never
-/// written through), a member-named file the bundle does not have is removed, and anything else
-/// there (a relative bind's source dir a container may still use) is kept, so the directory
-/// `current` may name is never missing.
+/// A new sha's staging dir is renamed to `releases/<sha>`: the same files in a fresh directory
+/// of the agent's, so the verdict the caller's gate gave the staged release holds for it and
+/// compose's model is not built again. When `releases/<sha>` already exists (a retry of the
+/// same sha), its members and `.env` are replaced one atomic write at a time (a link planted at
+/// a member's name is replaced, never written through), a member-named file the bundle does
+/// not have is removed, and anything else there (a relative bind's source dir a container may
+/// still use, and may have filled with links) is kept, so the directory `current` may name is
+/// never missing; that directory is not the one judged, so `gate` must pass on it before
+/// `current` names it.
 pub fn promote(
     cfg: &Config,
     staged: Release,
@@ -230,11 +233,11 @@ pub fn promote(
             }
         }
         staging.remove_tree(&name)?;
+        gate(&Release::open(old.path()).context("promoted release has no compose file")?)?;
     } else {
         staging.rename_to(&name, &releases, sha)?;
         releases.sync()?;
     }
-    gate(&Release::open(&releases.join(sha)).context("promoted release has no compose file")?)?;
     crate::failpoint::hit("before-swap");
     envd.swap_symlink(&Path::new("releases").join(sha), "current")?;
     Release::open(&current_dir(cfg)).context("promoted release has no compose file")

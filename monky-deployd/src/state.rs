@@ -146,6 +146,16 @@ impl State {
         self.failed_detail = None;
     }
 
+    /// The state as the last tick saved it, for the read-only commands (status, explain,
+    /// doctor, the metrics file): bounded, regular file only, and a default when it is missing
+    /// or unreadable. Only [`State::load`] (under the tick's lock) moves a bad file aside.
+    pub fn peek(state_dir: &Path) -> Self {
+        fsx::read_bounded(&path(state_dir), fsx::MAX_STATE_FILE_BYTES)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
     /// Loads the state; a corrupt or foreign file is moved aside and a clean state returned,
     /// with a note saying where the old file went.
     pub fn load(state_dir: &Path, env_id: &str) -> anyhow::Result<(Self, Option<String>)> {

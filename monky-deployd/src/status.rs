@@ -6,17 +6,11 @@ use serde_json::json;
 use crate::config::Config;
 use crate::exit::Exit;
 use crate::redact::redact;
-use crate::state::{self, State, TokenState};
+use crate::state::{State, TokenState};
 
 /// Prints the status; exits 0 when it could be read.
 pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
-    let st = match crate::fsx::read_bounded(
-        &state::path(&cfg.state_dir),
-        crate::fsx::MAX_STATE_FILE_BYTES,
-    ) {
-        Ok(bytes) => serde_json::from_slice::<State>(&bytes).unwrap_or_default(),
-        Err(_) => State::default(),
-    };
+    let st = State::peek(&cfg.state_dir);
     let token_present = cfg.state_dir.join("bao.token").exists();
     let containers = match monky_compose::Engine::from_env().containers(&cfg.compose_project) {
         Ok(cs) => cs

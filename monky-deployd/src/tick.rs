@@ -8,7 +8,7 @@ use anyhow::Context;
 use monky_agent_proto as proto;
 use monky_bao_client as bao;
 use monky_compose as compose;
-use proto::{Action, ReportResult};
+use proto::Action;
 use tracing::{info, warn};
 
 use crate::code::Code;
@@ -21,6 +21,8 @@ mod apply;
 mod backoff;
 mod outcome;
 mod token;
+
+use outcome::Outcome;
 
 pub use backoff::failure_backoff;
 pub use token::{MAX_GRANT_BYTES, bootstrap_command};
@@ -50,10 +52,7 @@ pub fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
     let started = std::time::Instant::now();
     let outcome = run_tick(cfg, opts);
     if let Some(path) = &cfg.metrics_textfile {
-        let st: State = fsx::read_bounded(&state::path(&cfg.state_dir), fsx::MAX_STATE_FILE_BYTES)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default();
+        let st = State::peek(&cfg.state_dir);
         let facts = metrics::TickFacts {
             exit: outcome.exit,
             duration: started.elapsed(),
@@ -82,7 +81,10 @@ fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
             });
             let exit = Exit::of(&e);
             if exit == Exit::Temporary && cfg.laptop_mode {
-                info!("offline (laptop mode): {}", redact::redact(&first_line(&e)));
+                info!(
+                    "offline (laptop mode): {}",
+                    redact::redact(&e.root_cause().to_string())
+                );
                 Exit::Ok
             } else {
                 tracing::error!("{}", redact::redact(&format!("{e:#}")));
@@ -95,13 +97,6 @@ fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
         interval,
         retry_after,
     }
-}
-
-fn first_line(e: &anyhow::Error) -> String {
-    e.chain()
-        .last()
-        .map(ToString::to_string)
-        .unwrap_or_default()
 }
 
 fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> anyhow::Result<Exit> {
@@ -299,12 +294,11 @@ impl<'a> Agent<'a> {
         );
         match resp.action {
             Action::None => self.heartbeat(),
-            Action::Down => self.retire(resp.purge_volumes).inspect_err(|e| {
-                if Failure::code_of(e) == Some(Code::ReleaseModified) {
-                    let sha = self.state.applied_sha.clone();
-                    self.report_failure(sha.as_deref(), e, None);
-                }
-            }),
+            Action::Down => {
+                let sha = self.state.applied_sha.clone();
+                self.retire(resp.purge_volumes)
+                    .inspect_err(|e| self.conclude_error(sha.as_deref(), e))
+            }
             Action::Apply => {
                 // A sha that is not 64 lowercase hex digits never decoded: this one is safe in a
                 // path, a URL and a comparison with the release's own.
@@ -315,10 +309,10 @@ impl<'a> Agent<'a> {
                     .ok_or_else(|| {
                         Failure::coded(Code::CheckinInvalid, "action apply without desired_sha")
                     })?;
+                // With a desired sha there is always a URL: tenancy's, or the protocol's default.
                 let url = resp
-                    .bundle_url
-                    .clone()
-                    .unwrap_or_else(|| format!("/v1/agent/bundle/{}/{sha}", self.cfg.env_id));
+                    .bundle_url_or_default(&self.cfg.env_id)
+                    .unwrap_or_default();
                 if self.state.failed_sha.as_deref() != Some(sha.as_str()) {
                     // Tenancy wants something else now: the old failure no longer counts.
                     self.state.clear_failed();
@@ -326,13 +320,8 @@ impl<'a> Agent<'a> {
                 if let Some(deadline) = self.backoff_deadline(&sha) {
                     return self.report_waiting(&sha, deadline);
                 }
-                match self.apply(&sha, &url) {
-                    Ok(exit) => Ok(exit),
-                    Err(e) => {
-                        self.report_failure(Some(&sha), &e, None);
-                        Err(e)
-                    }
-                }
+                self.apply(&sha, &url)
+                    .inspect_err(|e| self.conclude_error(Some(&sha), e))
             }
         }
     }
@@ -349,9 +338,7 @@ impl<'a> Agent<'a> {
                 "heartbeat: {} container(s) healthy",
                 self.state.containers.len()
             );
-            self.report(ReportResult::Applied, sha.as_deref(), None, None)?;
-            self.record("applied", None, None);
-            return Ok(Exit::Ok);
+            return self.conclude(Outcome::applied(sha.as_deref()));
         }
         let (code, why) = if let Some(e) = unknown {
             (
@@ -366,12 +353,9 @@ impl<'a> Agent<'a> {
         } else {
             (Code::Unhealthy, bad.join(", "))
         };
-        // Redacted once here: the same text goes to the report and to state.json.
-        let detail = redact::redact(&format!("{code}: {why}"));
-        warn!("heartbeat: {detail}");
-        self.report(ReportResult::Failed, sha.as_deref(), Some(&detail), None)?;
-        self.record("failed", Some(code), Some(detail));
-        Ok(Exit::Fail)
+        let detail = format!("{code}: {why}");
+        warn!("heartbeat: {}", redact::redact(&detail));
+        self.conclude(Outcome::failed(sha.as_deref(), code, detail))
     }
 
     fn retire(&mut self, purge_requested: bool) -> anyhow::Result<Exit> {
@@ -407,9 +391,7 @@ impl<'a> Agent<'a> {
         let sha = self.state.forget_applied();
         release::clear_current(self.cfg)?;
         self.state.containers = self.containers();
-        self.report(ReportResult::Down, sha.as_deref(), None, None)?;
-        self.record("down", None, None);
-        Ok(Exit::Ok)
+        self.conclude(Outcome::down(sha.as_deref()))
     }
 
     // ---- apply ------------------------------------------------------------------------------

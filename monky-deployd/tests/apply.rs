@@ -78,9 +78,9 @@ fn first_apply_from_a_bootstrap_grant() {
         .filter_map(|c| compose_sub(c))
         .filter(|s| *s != "version")
         .collect();
-    // compose's model is judged on the staged release before pull, and on the promoted one
-    // before `current` names it and `up` starts it.
-    assert_eq!(subs, ["config", "pull", "config", "up"], "{calls:#?}");
+    // compose's model is judged once, on the staged release before pull; renamed into a fresh
+    // `releases/<sha>`, the same files are not judged again.
+    assert_eq!(subs, ["config", "pull", "up"], "{calls:#?}");
     let log = w.docker_log();
     assert!(
         log.contains(&format!(
@@ -450,6 +450,19 @@ fn an_unhealthy_apply_reports_failed_with_the_compose_logs() {
         w.docker_calls()
     );
     assert!(w.state()["applied_sha"].is_null());
+
+    // A retry of the same sha updates the existing `releases/<sha>` in place, whose other
+    // entries the release's containers may have written: compose's model of it is judged again
+    // before `current` names it.
+    let before = w.docker_calls().len();
+    w.run(&["run", "--once", "--force"]).expect(1);
+    let calls = w.docker_calls();
+    let subs: Vec<&str> = calls[before..]
+        .iter()
+        .filter_map(|c| compose_sub(c))
+        .filter(|s| !matches!(*s, "version" | "logs"))
+        .collect();
+    assert_eq!(subs, ["config", "pull", "config", "up"], "{calls:#?}");
 }
 
 #[test]

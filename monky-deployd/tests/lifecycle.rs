@@ -262,10 +262,19 @@ fn a_retire_masks_the_secrets_of_a_release_it_did_not_render() {
         "{}",
         run.stderr()
     );
+    // The failed `down` reaches tenancy too, not only the journal.
+    let report = w.last_report();
+    assert_eq!(report.result, ReportResult::Failed);
+    let detail = report.detail.clone().unwrap_or_default();
+    assert!(detail.starts_with("COMPOSE_DOWN_FAILED: "), "{detail}");
+    assert!(detail.contains("failed to read .env"), "{detail}");
+    assert_eq!(w.state()["last_result"], "failed");
     let state = w.state().to_string();
+    let report = format!("{report:?}");
     for secret in [GEMINI, PGPASS] {
         assert!(!run.stderr().contains(secret), "{}", run.stderr());
         assert!(!state.contains(secret), "{state}");
+        assert!(!report.contains(secret), "{report}");
     }
     assert_eq!(kv_reads(&w), reads_before, "the retire read no secret");
 }

@@ -353,6 +353,19 @@ fn doctor_catches_a_wrong_ca() {
     let (code, doc) = doctor(&w);
     assert_eq!(code, 1);
     assert_eq!(verdict(&doc, "openbao"), "fail", "{doc:#}");
+    // A CA bundle without a certificate is refused before any call, naming the file to fix.
+    for empty in ["", "not a certificate\n"] {
+        std::fs::write(w.path("ca.pem"), empty).unwrap();
+        let (code, doc) = doctor(&w);
+        assert_eq!(code, 1);
+        assert_eq!(verdict(&doc, "openbao"), "fail", "{doc:#}");
+        let says = doc.to_string();
+        let path = w.path("ca.pem").display().to_string();
+        assert!(
+            says.contains(&format!("bao.ca_bundle {path}: invalid ca bundle")),
+            "{doc:#}"
+        );
+    }
 }
 
 #[test]

@@ -130,7 +130,7 @@ fn renewal_when_the_ttl_runs_low() {
 }
 
 #[test]
-fn relase_before_the_max_ttl() {
+fn a_fresh_lease_before_the_max_ttl() {
     let w = World::new();
     w.applied();
     let mut st = w.state();

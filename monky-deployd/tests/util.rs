@@ -144,33 +144,8 @@ pub struct World<B: BaoPeer = FakeBao> {
     tls: Option<Pki>,
 }
 
-/// A private CA and a leaf for `bao.example.test` and 127.0.0.1.
-pub struct Pki {
-    pub ca_pem: String,
-    pub cert_pem: String,
-    pub key_pem: String,
-}
-
-impl Pki {
-    pub fn new() -> Self {
-        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-        let key = KeyPair::generate().unwrap();
-        let params = CertificateParams::new(vec![
-            "bao.example.test".to_string(),
-            "127.0.0.1".to_string(),
-        ])
-        .unwrap();
-        let cert = params.signed_by(&key, &ca).unwrap();
-        Self {
-            ca_pem: ca.pem(),
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        }
-    }
-}
+/// A private CA and a leaf for `bao.example.test` and 127.0.0.1: the testkit's one test PKI.
+pub use monky_bao_client::testkit::Pki;
 
 impl World {
     pub fn new() -> Self {

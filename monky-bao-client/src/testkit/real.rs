@@ -47,10 +47,10 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 const TOKEN_TTL: Duration = Duration::from_secs(86_400);
 const TOKEN_MAX_TTL: Duration = Duration::from_secs(2_592_000);
 
-/// Where `cargo xtask setup` caches the binary: `$XDG_CACHE_HOME/monky-deployd/openbao/bin/bao`,
-/// else `$HOME/.cache/monky-deployd/openbao/bin/bao`.
-pub fn default_binary() -> Option<PathBuf> {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
+/// Where `cargo xtask setup` caches OpenBao: `$XDG_CACHE_HOME/monky-deployd/openbao`, else
+/// `$HOME/.cache/monky-deployd/openbao`; `None` when neither variable is set.
+pub fn cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| {
@@ -58,7 +58,12 @@ pub fn default_binary() -> Option<PathBuf> {
                 .filter(|v| !v.is_empty())
                 .map(|h| Path::new(&h).join(".cache"))
         })?;
-    Some(cache.join("monky-deployd/openbao/bin/bao"))
+    Some(base.join("monky-deployd").join("openbao"))
+}
+
+/// The binary `cargo xtask setup` links in the cache: [`cache_dir`]`/bin/bao`.
+pub fn default_binary() -> Option<PathBuf> {
+    Some(cache_dir()?.join("bin").join("bao"))
 }
 
 /// The `bao` binary to run: `$MONKY_BAO_BIN`, else [`default_binary`] if it exists.

@@ -1,5 +1,5 @@
-//! Test support: a tiny loopback JWKS issuer that signs ES256 deploy grants, TLS material made
-//! with rcgen, and a fake OpenBao wired to the issuer.
+//! Test support: a tiny loopback JWKS issuer that signs ES256 deploy grants, and a fake OpenBao
+//! wired to the issuer.
 
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
@@ -151,45 +151,6 @@ pub fn unix_now() -> i64 {
         .as_secs() as i64
 }
 
-/// A CA and a leaf certificate for `host`, PEM.
-pub struct Pki {
-    pub ca_pem: String,
-    pub cert_pem: String,
-    pub key_pem: String,
-}
-
-impl Pki {
-    pub fn for_host(host: &str) -> Pki {
-        use rcgen::{
-            BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
-            IsCa, KeyPair, KeyUsagePurpose,
-        };
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "monky test ca");
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-        let leaf_key = KeyPair::generate().unwrap();
-        let mut leaf_params = CertificateParams::new(vec![host.to_owned()]).unwrap();
-        leaf_params
-            .distinguished_name
-            .push(DnType::CommonName, host);
-        leaf_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let leaf = leaf_params.signed_by(&leaf_key, &ca).unwrap();
-        Pki {
-            ca_pem: ca.pem(),
-            cert_pem: leaf.pem(),
-            key_pem: leaf_key.serialize_pem(),
-        }
-    }
-}
-
 /// An issuer, a plain-HTTP fake OpenBao that trusts it, and a client of the fake.
 pub struct Setup {
     pub issuer: Issuer,
@@ -230,6 +191,24 @@ impl Setup {
     pub fn root(&self) -> Token {
         Token::from(self.bao.root_token())
     }
+}
+
+/// Asserts that `err` is OpenBao's policy denial of a valid token (403, the multi-error form),
+/// not the plain denial of an unknown one.
+pub fn assert_acl_denied(err: &monky_bao_client::Error) {
+    assert_eq!(err.kind(), monky_bao_client::ErrorKind::PermissionDenied);
+    assert_eq!(err.status(), Some(403));
+    assert_eq!(
+        err.errors(),
+        ["1 error occurred:\n\t* permission denied\n\n"]
+    );
+    assert!(matches!(
+        err,
+        monky_bao_client::Error::PermissionDenied {
+            multi_error: true,
+            ..
+        }
+    ));
 }
 
 /// Asserts that neither the error's `Display` nor its `Debug` shows `secret`.

@@ -4,14 +4,13 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
-use monky_agent_proto::ReportResult;
 use monky_bao_client as bao;
 use monky_bundle as bundle;
 use secrecy::{ExposeSecret, SecretString};
 use tracing::{info, warn};
 
+use super::Outcome;
 use super::backoff::Backoff;
-use super::outcome::ReportedMarker;
 use super::{Agent, not_ready, short};
 use crate::code::Code;
 use crate::exit::{Exit, Failure};
@@ -35,7 +34,7 @@ impl Agent<'_> {
         // here, before staging, and waits out the backoff: the pinned versions make it fail the
         // same way next time.
         let env_text = bundle::render_env(b.env_template(), &values)
-            .map_err(|r| self.failed_before_start(sha, Code::of_refusal(r.code), &r))?;
+            .map_err(|r| self.release_failed(sha, Code::of_refusal(r.code), &r, None))?;
         drop(values);
         // 8. Stage the release.
         let staged = release::stage(self.cfg, &b, &env_text)?;
@@ -48,26 +47,25 @@ impl Agent<'_> {
         info!("compose pull");
         self.state.last_disk_need_bytes = b.meta().disk_need_bytes;
         if let Err(e) = staged.compose(&self.docker, self.cfg).pull() {
-            return Err(self.failed_before_start(sha, Code::ComposePullFailed, &e));
+            return Err(self.release_failed(sha, Code::ComposePullFailed, &e, None));
         }
         // 11. Promote: `current` names the new release, checked again on disk.
         let rel = release::promote(self.cfg, staged, sha, &|r| self.policy_gate(r))?;
         failpoint::hit("after-swap");
         release::verify(self.cfg, sha)?;
-        // 12-13. Up, and wait for health; a failure falls back and reports itself.
+        // 12-13. Up, and wait for health; a failure falls back.
         self.up_healthy(&rel, sha, self.cfg.is_prod(b.meta().is_prod()))?;
         // 14. Report.
         self.state.mark_applied(sha, b.meta().is_prod());
         // From now on the release is this agent's own.
         self.state.original_release = None;
-        self.record("applied", None, None);
         self.state.clear_failed();
         info!(
             "applied {} ({} container(s) healthy)",
             short(Some(sha)),
             self.state.containers.len()
         );
-        self.report(ReportResult::Applied, Some(sha), None, None)?;
+        self.conclude(Outcome::applied(Some(sha)))?;
         if self.opts.prune {
             release::prune(self.cfg, self.cfg.keep_releases);
             if let Err(e) = self.docker.image_prune() {
@@ -133,8 +131,7 @@ impl Agent<'_> {
     }
 
     /// Steps 12-13: `compose up` and the health wait. A release that does not come up healthy
-    /// starts the backoff, falls back, and is reported here with the compose logs; the error
-    /// returned says so, and is not reported again.
+    /// starts the backoff and falls back; its failure carries the compose logs to the report.
     fn up_healthy(&mut self, rel: &release::Release, sha: &str, prod: bool) -> anyhow::Result<()> {
         let project = rel.compose(&self.docker, self.cfg);
         info!("compose up -d --remove-orphans");
@@ -154,12 +151,8 @@ impl Agent<'_> {
             (Err(e), true) => (Code::ComposeUpFailed, e.to_string()),
             _ => (Code::Unhealthy, bad.join(", ")),
         };
-        let detail = format!("{code}: {why}");
-        warn!("apply of {} failed: {detail}", short(Some(sha)));
-        let note = self.release_failed(sha, prod, true, code, &detail);
-        let e = anyhow::Error::new(Failure::coded(code, format!("{why}; {note}")));
-        self.report_failure(Some(sha), &e, Some(&logs));
-        Err(e.context(ReportedMarker))
+        warn!("apply of {} failed: {code}: {why}", short(Some(sha)));
+        Err(self.release_failed(sha, code, &why, Some((prod, &logs))))
     }
 
     /// The first apply over a release the original agent wrote: names every variable whose
@@ -213,57 +206,55 @@ impl Agent<'_> {
             short(Some(sha)),
             crate::status::rfc3339(deadline)
         );
-        self.report(ReportResult::Failed, Some(sha), Some(&detail), None)?;
-        self.record("failed", Some(code), Some(detail));
-        Ok(Exit::Fail)
+        self.conclude(Outcome::failed(Some(sha), code, detail))
     }
 
-    /// A release that failed before anything of it started (its `.env` could not be written,
-    /// or its pull failed): the backoff as for any failed release, and the failure to report.
-    pub(super) fn failed_before_start(
+    /// A release that failed at render, pull, up or health: schedules the next attempt (1 min,
+    /// 2, 4, ... up to 1 h, jittered) and, when it had `started` (with its tier and the compose
+    /// logs), falls back to the last healthy release. Returns the failure, whose message ends
+    /// with what happened to the running release and when the next attempt is.
+    pub(super) fn release_failed(
         &mut self,
         sha: &str,
         code: Code,
         why: &dyn std::fmt::Display,
+        started: Option<(bool, &str)>,
     ) -> anyhow::Error {
+        // `CODE: names`, repeated by the reports sent while the sha waits.
         let detail = Failure::coded(code, why.to_string()).to_string();
-        // Nothing started, so nothing falls back: prod or not does not matter here.
-        let note = self.release_failed(sha, false, false, code, &detail);
-        Failure::coded(code, format!("{why}; {note}")).into()
-    }
-
-    /// After a release failed at pull, up or health: schedules the next attempt (1 min, 2, 4,
-    /// ... up to 1 h, jittered) and falls back to the last healthy release. `detail` is the
-    /// failure's `CODE: names`, repeated while the sha waits. Returns what the report says
-    /// about the fallback.
-    pub(super) fn release_failed(
-        &mut self,
-        sha: &str,
-        prod: bool,
-        started: bool,
-        code: Code,
-        detail: &str,
-    ) -> String {
         let backoff =
             Backoff::after_failure(&self.state, sha, state::now(), rand::random_range(0.0..1.0));
         let next = backoff.next_attempt_at;
-        backoff.record(&mut self.state, sha, code, redact::redact(detail));
+        backoff.record(&mut self.state, sha, code, redact::redact(&detail));
         let previous = self.state.applied_sha.clone().filter(|p| p != sha);
-        let note = match previous {
-            // The pull failed before promotion: nothing changed on the engine or on disk.
-            Some(prev) if !started => format!("running {}", short(Some(&prev))),
-            None if !started => "nothing running".to_string(),
-            None => {
+        let note = match (previous, started) {
+            // Nothing of it started (its `.env` or its pull failed): nothing changed on the
+            // engine or on disk, so nothing falls back, prod or not.
+            (Some(prev), None) => format!("running {}", short(Some(&prev))),
+            (None, None) => "nothing running".to_string(),
+            (None, Some(_)) => {
                 self.state.forget_applied();
                 "no earlier healthy release to fall back to".to_string()
             }
-            Some(_) if self.cfg.on_failure(prod) == crate::config::OnFailure::Leave => {
+            (Some(_), Some((prod, _)))
+                if self.cfg.on_failure(prod) == crate::config::OnFailure::Leave =>
+            {
                 self.state.forget_applied();
                 format!("left {} in place (on_failure: leave)", short(Some(sha)))
             }
-            Some(prev) => self.revert_to(&prev),
+            (Some(prev), Some(_)) => self.revert_to(&prev),
         };
-        format!("{note}; next attempt {}", crate::status::rfc3339(next))
+        let failure = Failure::coded(
+            code,
+            format!(
+                "{why}; {note}; next attempt {}",
+                crate::status::rfc3339(next)
+            ),
+        );
+        match started {
+            Some((_, logs)) => failure.with_compose_logs(logs).into(),
+            None => failure.into(),
+        }
     }
 
     /// Points `current` back at `prev` and brings it up again; volumes are not touched.

@@ -1,5 +1,6 @@
-//! Where a tick's outcome goes: the report to tenancy, the last result, error and code in
-//! state, and the tick's `finally` (token upkeep, staging cleanup, the state saved).
+//! Where a tick's outcome goes: the one report to tenancy, what state keeps of it (the last
+//! result, error and code), and the tick's `finally` (token upkeep, staging cleanup, the state
+//! saved).
 
 use anyhow::Context;
 use monky_agent_proto as proto;
@@ -12,18 +13,59 @@ use crate::exit::{Exit, Failure};
 use crate::state;
 use crate::{failpoint, logging, peers, redact, release};
 
+/// What a tick tells tenancy about the release it acted on.
+#[derive(Debug)]
+pub(super) struct Outcome<'a> {
+    result: ReportResult,
+    sha: Option<&'a str>,
+    /// The failure's code and `CODE: names` detail.
+    failure: Option<(Code, String)>,
+    compose_logs: Option<&'a str>,
+}
+
+impl<'a> Outcome<'a> {
+    /// `sha` runs and is healthy (or nothing runs and nothing should).
+    pub(super) fn applied(sha: Option<&'a str>) -> Self {
+        Self::new(ReportResult::Applied, sha, None)
+    }
+
+    /// The env was retired; `sha` was what ran.
+    pub(super) fn down(sha: Option<&'a str>) -> Self {
+        Self::new(ReportResult::Down, sha, None)
+    }
+
+    /// `sha` failed with `code`; `detail` is `CODE: names`.
+    pub(super) fn failed(sha: Option<&'a str>, code: Code, detail: String) -> Self {
+        Self::new(ReportResult::Failed, sha, Some((code, detail)))
+    }
+
+    fn new(result: ReportResult, sha: Option<&'a str>, failure: Option<(Code, String)>) -> Self {
+        Self {
+            result,
+            sha,
+            failure,
+            compose_logs: None,
+        }
+    }
+}
+
 impl Agent<'_> {
-    pub(super) fn report(
-        &mut self,
-        result: ReportResult,
-        sha: Option<&str>,
-        detail: Option<&str>,
-        extra_log: Option<&str>,
-    ) -> anyhow::Result<()> {
+    /// The one place an outcome goes out: reported to tenancy (with the journal's redacted
+    /// tail), then recorded in state as what the last report said. Returns the tick's exit.
+    pub(super) fn conclude(&mut self, outcome: Outcome<'_>) -> anyhow::Result<Exit> {
+        let Outcome {
+            result,
+            sha,
+            failure,
+            compose_logs,
+        } = outcome;
+        // Redacted once here: the same text goes to the report and to state.json.
+        let failure = failure.map(|(code, detail)| (code, redact::redact(&detail)));
+        let detail = failure.as_ref().map(|(_, d)| d.as_str());
         let mut tail = logging::tail(logging::LOG_TAIL_MAX);
-        if let Some(extra) = extra_log {
+        if let Some(logs) = compose_logs {
             tail.push_str("--- compose logs ---\n");
-            tail.push_str(&redact::redact(extra));
+            tail.push_str(&redact::redact(logs));
             tail = logging::tail_of(&tail, logging::LOG_TAIL_MAX);
         }
         let req = proto::ReportRequest {
@@ -32,49 +74,45 @@ impl Agent<'_> {
             result,
             log_tail: tail,
             containers: self.wire_containers(),
-            detail: detail.map(redact::redact),
+            detail: detail.map(str::to_string),
         };
         self.tenancy
             .report(&self.bearer()?, &req)
             .map_err(|e| peers::tenancy_failure("report", e))?;
         self.state.last_report = Some(state::now());
-        Ok(())
-    }
-
-    /// Records what the last report said: the one place the last result, error and code are set.
-    pub(super) fn record(&mut self, result: &str, code: Option<Code>, error: Option<String>) {
-        self.state.last_result = Some(result.to_string());
-        self.state.last_error = error;
+        self.state.last_result = Some(result.as_str().to_string());
+        let (code, error) = failure.unzip();
         self.state.last_code = code;
+        self.state.last_error = error;
+        Ok(match result {
+            ReportResult::Failed => Exit::Fail,
+            ReportResult::Applied | ReportResult::Down => Exit::Ok,
+        })
     }
 
-    /// Reports a failed apply (once), recording `CODE: names` as the last error.
-    pub(super) fn report_failure(
-        &mut self,
-        sha: Option<&str>,
-        e: &anyhow::Error,
-        logs: Option<&str>,
-    ) {
-        if e.downcast_ref::<ReportedMarker>().is_some() {
-            return;
-        }
-        let (code, detail) = failure_detail(e);
-        let detail = redact::redact(&detail);
-        self.record("failed", code, Some(detail.clone()));
+    /// An action (apply or retire) that ended in an error is reported as failed, with the
+    /// compose logs its failure carries. The error stays the tick's: a report that cannot be
+    /// sent (no token, tenancy down) is logged, and state still records the failure.
+    pub(super) fn conclude_error(&mut self, sha: Option<&str>, e: &anyhow::Error) {
+        let (code, detail) = Failure::detail_of(e);
+        let mut outcome = Outcome::failed(sha, code.unwrap_or(Code::Failed), detail);
+        outcome.compose_logs = Failure::compose_logs_of(e);
         if self.token.is_none() {
+            self.state.last_result = Some(ReportResult::Failed.as_str().to_string());
             return;
         }
-        if let Err(re) = self.report(ReportResult::Failed, sha, Some(&detail), logs) {
+        if let Err(re) = self.conclude(outcome) {
+            self.state.last_result = Some(ReportResult::Failed.as_str().to_string());
             warn!("could not report the failure: {re:#}");
         }
     }
 
-    /// The tick's `finally`: token upkeep, staging cleanup, state saved.
-    /// Returns the state save's error.
+    /// The tick's `finally`: an error's code and detail recorded, token upkeep, staging
+    /// cleanup, state saved. Returns the state save's error.
     pub(super) fn finish(&mut self, result: &anyhow::Result<Exit>) -> anyhow::Result<()> {
         let error = result.as_ref().err();
         if let Some(e) = error {
-            let (code, detail) = failure_detail(e);
+            let (code, detail) = Failure::detail_of(e);
             self.state.last_error = Some(redact::redact(&detail));
             self.state.last_code = code;
         }
@@ -104,36 +142,5 @@ impl Agent<'_> {
                 self.cfg.state_dir.display()
             )
         })
-    }
-}
-
-/// Marks an error whose report was already sent.
-#[derive(Debug)]
-pub(super) struct ReportedMarker;
-
-impl std::error::Error for ReportedMarker {}
-
-impl std::fmt::Display for ReportedMarker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("apply failed")
-    }
-}
-
-/// The code and `CODE: names` of an error, for a report's detail and state's last error; an
-/// error that carries no failure is `FAILED` with its innermost cause.
-pub(super) fn failure_detail(e: &anyhow::Error) -> (Option<Code>, String) {
-    match e.chain().find_map(|c| c.downcast_ref::<Failure>()) {
-        Some(f) => (f.code, f.to_string()),
-        None => (
-            Some(Code::Failed),
-            format!(
-                "{}: {}",
-                Code::Failed,
-                e.chain()
-                    .last()
-                    .map(ToString::to_string)
-                    .unwrap_or_default()
-            ),
-        ),
     }
 }

@@ -1,0 +1,241 @@
+//! The tenancy client against docs/architecture.md's "HTTP clients: the hardening checklist":
+//! one case per line, named by its id, in the checklist's order. monky-bao-client's
+//! `tests/hardening.rs` holds the same cases for the OpenBao client.
+
+use std::time::{Duration, Instant};
+
+use monky_agent_proto::testkit::{checkin_request, report_request};
+use monky_agent_proto::{Client, ClientBuilder, Error, ErrorKind, ReportResult};
+use monky_bao_client::testkit::{FakeBao, Pki, RawBody, RawPeer, with_proxy_env};
+use secrecy::SecretString;
+
+monky_bao_client::hardening_table![
+    http_or_https,
+    no_credentials_in_url,
+    credentials_never_shown,
+    no_query_or_fragment,
+    ca_bundle_only_root,
+    ca_bundle_refused_when_empty,
+    connect_to_keeps_the_name,
+    no_redirects,
+    no_proxy_from_env,
+    total_deadline,
+    body_capped_while_reading,
+    user_agent,
+];
+
+fn build(base: &str) -> Result<Client, Error> {
+    Client::builder(base.parse().unwrap()).build()
+}
+
+fn bearer() -> SecretString {
+    SecretString::from("s.HARDENINGhardening012345")
+}
+
+/// Asserts that each base URL is refused when the client is built.
+fn refused(bases: &[&str]) {
+    for base in bases {
+        let err = build(base).unwrap_err();
+        assert!(matches!(err, Error::BaseUrl { .. }), "{base}: {err:?}");
+        assert_eq!(err.kind(), ErrorKind::Refused, "{base}");
+    }
+}
+
+/// A checkin at `peer` under `timeout`: its error, and how long it took.
+fn timed_checkin(peer: &RawPeer, timeout: Duration) -> (Error, Duration) {
+    let client = Client::builder(peer.url())
+        .timeout(timeout)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let err = client
+        .checkin(&bearer(), &checkin_request("env-h"))
+        .unwrap_err();
+    (err, started.elapsed())
+}
+
+/// The `User-Agent` a client from `builder` sends, lower case.
+fn user_agent_sent(configure: impl FnOnce(ClientBuilder) -> ClientBuilder) -> String {
+    let peer = RawPeer::json("200 OK", "{}");
+    report(&configure(Client::builder(peer.url())).build().unwrap()).unwrap();
+    let head = peer.request_head().unwrap().to_lowercase();
+    let line = head.lines().find(|l| l.starts_with("user-agent: "));
+    line.unwrap_or_else(|| panic!("{head}"))["user-agent: ".len()..].to_owned()
+}
+
+/// A report to `client`: any JSON 2xx answer is accepted.
+fn report(client: &Client) -> Result<(), Error> {
+    client.report(&bearer(), &report_request("env-h", ReportResult::Applied))
+}
+
+#[test]
+fn http_or_https() {
+    refused(&["ftp://t.test/", "unix:/run/x.sock", "file:///etc/passwd"]);
+    for base in ["http://t.test/", "https://t.test:8443/prefix"] {
+        build(base).unwrap_or_else(|e| panic!("{base}: {e}"));
+    }
+}
+
+#[test]
+fn no_credentials_in_url() {
+    refused(&[
+        "http://u:p@t.test/",
+        "http://u@t.test/",
+        "https://:p@t.test/",
+    ]);
+}
+
+#[test]
+fn credentials_never_shown() {
+    let err = build("http://robot:s3cret-pw@t.test:8081/").unwrap_err();
+    let shown = format!("{err} {err:?} {err:#}");
+    assert!(
+        !shown.contains("s3cret-pw") && !shown.contains("robot"),
+        "{shown}"
+    );
+    assert!(err.to_string().contains("t.test:8081"), "{err}");
+    // A bundle URL from an answer is shown without them too.
+    let client = build("http://t.test:8081/").unwrap();
+    let err = client
+        .bundle(&bearer(), "http://robot:s3cret-pw@t.test:8081/b")
+        .unwrap_err();
+    let shown = format!("{err} {err:?}");
+    assert!(!shown.contains("s3cret-pw"), "{shown}");
+}
+
+#[test]
+fn no_query_or_fragment() {
+    refused(&["http://t.test/?q=1", "http://t.test/#top"]);
+}
+
+/// A TLS server for `bao.example.test` (the testkit OpenBao, which answers tenancy's paths
+/// with an HTTP error), and a client of it through `connect_to` trusting `ca_pem` alone.
+fn tls_server_and_client(ca_pem: Option<&str>) -> (FakeBao, Pki, Client) {
+    let pki = Pki::for_host("bao.example.test");
+    let server = FakeBao::builder()
+        .tls(
+            pki.cert_pem.clone().into_bytes(),
+            pki.key_pem.clone().into_bytes(),
+        )
+        .start();
+    let ca = ca_pem.map_or_else(|| pki.ca_bytes(), |pem| pem.as_bytes().to_vec());
+    let client = Client::builder("https://bao.example.test:8200".parse().unwrap())
+        .connect_to(server.addr())
+        .ca_bundle_pem(ca)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    (server, pki, client)
+}
+
+#[test]
+fn ca_bundle_only_root() {
+    // Its own CA: the handshake succeeds and an HTTP answer comes back.
+    let (_server, _pki, client) = tls_server_and_client(None);
+    let err = report(&client).unwrap_err();
+    assert!(err.status().is_some(), "{err:?}");
+    // Another CA: refused in the handshake, no answer.
+    let other = Pki::new();
+    let (_server, _pki, client) = tls_server_and_client(Some(&other.ca_pem));
+    let err = report(&client).unwrap_err();
+    assert!(matches!(err, Error::Transport { .. }), "{err:?}");
+    assert_eq!((err.status(), err.kind()), (None, ErrorKind::Temporary));
+}
+
+#[test]
+fn ca_bundle_refused_when_empty() {
+    let broken = "-----BEGIN CERTIFICATE-----\n!!not base64!!\n-----END CERTIFICATE-----\n";
+    for pem in ["", "not a certificate\n", broken] {
+        let err = Client::builder("https://t.test/".parse().unwrap())
+            .ca_bundle_pem(pem.as_bytes().to_vec())
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, Error::CaBundle { .. }), "{pem:?}: {err:?}");
+        assert_eq!(err.kind(), ErrorKind::Refused);
+    }
+}
+
+#[test]
+fn connect_to_keeps_the_name() {
+    let peer = RawPeer::json("200 OK", "{}");
+    let client = Client::builder("http://monky.tenancy.deploy:443".parse().unwrap())
+        .connect_to(peer.addr())
+        .build()
+        .unwrap();
+    report(&client).unwrap();
+    let head = peer.request_head().unwrap().to_lowercase();
+    assert!(head.starts_with("post /v1/agent/report "), "{head}");
+    assert!(
+        head.contains("\r\nhost: monky.tenancy.deploy:443\r\n"),
+        "{head}"
+    );
+    // Over TLS, the certificate is checked against the name, not the mapped address.
+    let (_server, _pki, client) = tls_server_and_client(None);
+    assert!(report(&client).unwrap_err().status().is_some());
+}
+
+#[test]
+fn no_redirects() {
+    let target = RawPeer::json("200 OK", "{}");
+    let redirect = RawPeer::start(
+        format!(
+            "HTTP/1.1 307 Temporary Redirect\r\nLocation: {}v1/agent/report\r\n\
+             Content-Length: 0\r\nConnection: close\r\n\r\n",
+            target.url()
+        ),
+        RawBody::Whole(Vec::new()),
+    );
+    let client = Client::builder(redirect.url()).build().unwrap();
+    let err = report(&client).unwrap_err();
+    assert_eq!(err.status(), Some(307), "{err:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(target.request_head(), None, "the redirect was followed");
+}
+
+#[test]
+fn no_proxy_from_env() {
+    with_proxy_env("no_proxy_from_env", || {
+        let target = RawPeer::json("200 OK", "{}");
+        let client = Client::builder("http://monky.tenancy.deploy:443".parse().unwrap())
+            .connect_to(target.addr())
+            .build()
+            .unwrap();
+        report(&client).unwrap();
+        assert!(target.request_head().is_some());
+    });
+}
+
+#[test]
+fn total_deadline() {
+    // 240 bytes at four a second against a two-second deadline: each read returns at once,
+    // so only a deadline for the whole call ends it.
+    let body = format!(
+        r#"{{"env_id":"env-h","action":"none","pad":"{}"}}"#,
+        "x".repeat(200)
+    );
+    let peer = RawPeer::trickle_json(&body, Duration::from_millis(250));
+    let (err, took) = timed_checkin(&peer, Duration::from_secs(2));
+    assert_eq!(err.kind(), ErrorKind::Temporary, "{err:?}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    std::thread::sleep(Duration::from_secs(1));
+    let (sent, len) = (peer.body_bytes_sent(), body.len());
+    assert!(sent < len / 4, "{sent} of {len}");
+}
+
+#[test]
+fn body_capped_while_reading() {
+    // A GiB offered without a length: the client stops at its cap for a JSON answer.
+    let peer = RawPeer::endless_json();
+    let (err, took) = timed_checkin(&peer, Duration::from_secs(20));
+    assert!(matches!(err, Error::Shape { .. }), "{err:?}");
+    assert_eq!(err.kind(), ErrorKind::Refused);
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert!(peer.body_bytes_sent() < 1024 * 1024 * 1024);
+}
+
+#[test]
+fn user_agent() {
+    let default = concat!("monky-agent-proto/", env!("CARGO_PKG_VERSION"));
+    assert_eq!(user_agent_sent(|b| b), default);
+    assert_eq!(user_agent_sent(|b| b.user_agent("probe/1")), "probe/1");
+}

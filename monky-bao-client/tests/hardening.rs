@@ -1,0 +1,253 @@
+//! The OpenBao client against docs/architecture.md's "HTTP clients: the hardening checklist":
+//! one case per line, named by its id, in the checklist's order. monky-agent-proto's
+//! `tests/hardening.rs` holds the same cases for the tenancy client.
+
+use std::time::{Duration, Instant};
+
+use monky_bao_client::testkit::{FakeBao, Pki, RawBody, RawPeer, with_proxy_env};
+use monky_bao_client::{BaoClient, BaoClientBuilder, Error, ErrorKind, MAX_BODY_BYTES, Token};
+use url::Url;
+
+monky_bao_client::hardening_table![
+    http_or_https,
+    no_credentials_in_url,
+    credentials_never_shown,
+    no_query_or_fragment,
+    ca_bundle_only_root,
+    ca_bundle_refused_when_empty,
+    connect_to_keeps_the_name,
+    no_redirects,
+    no_proxy_from_env,
+    total_deadline,
+    body_capped_while_reading,
+    user_agent,
+];
+
+fn build(addr: &str) -> Result<BaoClient, Error> {
+    BaoClient::builder(Url::parse(addr).unwrap()).build()
+}
+
+fn token() -> Token {
+    Token::new("s.HARDENINGhardening012345".into())
+}
+
+/// A token lookup at `client`: the call every check makes.
+fn lookup(client: &BaoClient) -> Result<(), Error> {
+    client.lookup_self(&token()).map(drop)
+}
+
+/// Asserts that each address is refused when the client is built.
+fn refused(addrs: &[&str]) {
+    for addr in addrs {
+        let err = build(addr).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidAddress { .. }),
+            "{addr}: {err:?}"
+        );
+        assert_eq!(err.kind(), ErrorKind::Refused, "{addr}");
+    }
+}
+
+/// A lookup at `peer` under `timeout`: its error, and how long it took.
+fn timed_lookup(peer: &RawPeer, timeout: Duration) -> (Error, Duration) {
+    let client = BaoClient::builder(peer.url())
+        .timeout(timeout)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let err = lookup(&client).unwrap_err();
+    (err, started.elapsed())
+}
+
+/// The `User-Agent` a client from `builder` sends, lower case.
+fn user_agent_sent(configure: impl FnOnce(BaoClientBuilder) -> BaoClientBuilder) -> String {
+    let peer = lookup_answer();
+    lookup(&configure(BaoClient::builder(peer.url())).build().unwrap()).unwrap();
+    let head = peer.request_head().unwrap().to_lowercase();
+    let line = head.lines().find(|l| l.starts_with("user-agent: "));
+    line.unwrap_or_else(|| panic!("{head}"))["user-agent: ".len()..].to_owned()
+}
+
+/// A raw peer answering a token lookup.
+fn lookup_answer() -> RawPeer {
+    RawPeer::json("200 OK", r#"{"data":{"ttl":60}}"#)
+}
+
+#[test]
+fn http_or_https() {
+    refused(&[
+        "ftp://bao.test/",
+        "unix:/run/bao.sock",
+        "file:///etc/passwd",
+    ]);
+    for addr in ["http://bao.test/", "https://bao.test:8200/prefix"] {
+        build(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+    }
+}
+
+#[test]
+fn no_credentials_in_url() {
+    refused(&[
+        "http://u:p@bao.test/",
+        "http://u@bao.test/",
+        "https://:p@bao.test/",
+    ]);
+}
+
+#[test]
+fn credentials_never_shown() {
+    let err = build("https://robot:s3cret-pw@bao.test:8200/").unwrap_err();
+    let shown = format!("{err} {err:?} {err:#}");
+    assert!(
+        !shown.contains("s3cret-pw") && !shown.contains("robot"),
+        "{shown}"
+    );
+    assert!(err.to_string().contains("bao.test:8200"), "{err}");
+}
+
+#[test]
+fn no_query_or_fragment() {
+    refused(&["http://bao.test/?q=1", "http://bao.test/#top"]);
+}
+
+/// A TLS server for `bao.example.test` (the testkit OpenBao) and a client of it through
+/// `connect_to` trusting `ca_pem` alone (the server's own CA without one).
+fn tls_server_and_client(ca_pem: Option<&str>) -> (FakeBao, BaoClient) {
+    let pki = Pki::for_host("bao.example.test");
+    let server = FakeBao::builder()
+        .tls(
+            pki.cert_pem.clone().into_bytes(),
+            pki.key_pem.clone().into_bytes(),
+        )
+        .start();
+    let ca = ca_pem.map_or_else(|| pki.ca_bytes(), |pem| pem.as_bytes().to_vec());
+    let client = BaoClient::builder(Url::parse("https://bao.example.test:8200").unwrap())
+        .connect_to(server.addr())
+        .ca_bundle_pem(ca)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    (server, client)
+}
+
+#[test]
+fn ca_bundle_only_root() {
+    // Its own CA: the handshake succeeds and OpenBao's answer comes back (an unknown token).
+    let (_server, client) = tls_server_and_client(None);
+    let err = lookup(&client).unwrap_err();
+    assert!(err.status().is_some(), "{err:?}");
+    // Another CA: refused in the handshake, no answer.
+    let other = Pki::new();
+    let (_server, client) = tls_server_and_client(Some(&other.ca_pem));
+    let err = lookup(&client).unwrap_err();
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+    assert_eq!((err.status(), err.kind()), (None, ErrorKind::Temporary));
+}
+
+#[test]
+fn ca_bundle_refused_when_empty() {
+    let broken = "-----BEGIN CERTIFICATE-----\n!!not base64!!\n-----END CERTIFICATE-----\n";
+    for pem in ["", "not a certificate\n", broken] {
+        let err = BaoClient::builder(Url::parse("https://bao.test/").unwrap())
+            .ca_bundle_pem(pem.as_bytes().to_vec())
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, Error::CaBundle { .. }), "{pem:?}: {err:?}");
+        assert_eq!(err.kind(), ErrorKind::Refused);
+    }
+}
+
+#[test]
+fn connect_to_keeps_the_name() {
+    let peer = lookup_answer();
+    let client = BaoClient::builder(Url::parse("http://bao.example.test:8200").unwrap())
+        .connect_to(peer.addr())
+        .build()
+        .unwrap();
+    lookup(&client).unwrap();
+    let head = peer.request_head().unwrap().to_lowercase();
+    assert!(
+        head.starts_with("get /v1/auth/token/lookup-self "),
+        "{head}"
+    );
+    assert!(
+        head.contains("\r\nhost: bao.example.test:8200\r\n"),
+        "{head}"
+    );
+    // Over TLS, the certificate is checked against the name, not the mapped address.
+    let (_server, client) = tls_server_and_client(None);
+    assert!(lookup(&client).unwrap_err().status().is_some());
+}
+
+#[test]
+fn no_redirects() {
+    let target = lookup_answer();
+    let redirect = RawPeer::start(
+        format!(
+            "HTTP/1.1 307 Temporary Redirect\r\nLocation: {}v1/auth/token/lookup-self\r\n\
+             Content-Length: 0\r\nConnection: close\r\n\r\n",
+            target.url()
+        ),
+        RawBody::Whole(Vec::new()),
+    );
+    let client = BaoClient::builder(redirect.url()).build().unwrap();
+    let err = lookup(&client).unwrap_err();
+    assert_eq!(err.status(), Some(307), "{err:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(target.request_head(), None, "the redirect was followed");
+}
+
+#[test]
+fn no_proxy_from_env() {
+    with_proxy_env("no_proxy_from_env", || {
+        let target = lookup_answer();
+        let client = BaoClient::builder(Url::parse("http://bao.example.test:8200").unwrap())
+            .connect_to(target.addr())
+            .build()
+            .unwrap();
+        lookup(&client).unwrap();
+        assert!(target.request_head().is_some());
+    });
+}
+
+#[test]
+fn total_deadline() {
+    // 240 bytes at four a second against a two-second deadline: each read returns at once,
+    // so only a deadline for the whole call ends it.
+    let body = format!(r#"{{"data":{{"ttl":60,"pad":"{}"}}}}"#, "x".repeat(200));
+    let peer = RawPeer::trickle_json(&body, Duration::from_millis(250));
+    let (err, took) = timed_lookup(&peer, Duration::from_secs(2));
+    assert_eq!(err.kind(), ErrorKind::Temporary, "{err:?}");
+    assert!(
+        matches!(err, Error::BodyRead { .. } | Error::Network { .. }),
+        "{err:?}"
+    );
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    std::thread::sleep(Duration::from_secs(1));
+    let (sent, len) = (peer.body_bytes_sent(), body.len());
+    assert!(sent < len / 4, "{sent} of {len}");
+}
+
+#[test]
+fn body_capped_while_reading() {
+    // A GiB offered without a length: the client stops at MAX_BODY_BYTES.
+    let peer = RawPeer::endless_json();
+    let (err, took) = timed_lookup(&peer, Duration::from_secs(20));
+    assert!(matches!(err, Error::UnexpectedBody { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&MAX_BODY_BYTES.to_string()),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert!(peer.body_bytes_sent() < 1024 * 1024 * 1024);
+}
+
+#[test]
+fn user_agent() {
+    let default = concat!("monky-bao-client/", env!("CARGO_PKG_VERSION"));
+    assert_eq!(user_agent_sent(|b| b), default);
+    assert_eq!(
+        user_agent_sent(|b| b.user_agent("probe/1".into())),
+        "probe/1"
+    );
+}
