@@ -1,8 +1,9 @@
 //! The measurements behind `cargo xtask bench` and docs/PERFORMANCE.md (harness = false).
 //!
-//! Every figure comes from a real process: the release agent against the testkit peers on
-//! loopback, with the stub docker or the real engine, next to the floors it is compared with
-//! (`docker compose ps`, a python3 that imports what the original agent imported, `sha256sum`).
+//! Every figure comes from a real process: the agent as the .deb ships it (dist profile)
+//! against the testkit peers on loopback, with the stub docker or the real engine, next to the
+//! floors it is compared with (`docker compose ps`, a python3 that imports what the original
+//! agent imported, `sha256sum`).
 //! A process is measured by this same binary re-run as `--measure <program> <args>`: a fresh
 //! parent whose only child is the measured one, so that `getrusage(RUSAGE_CHILDREN)` is exactly
 //! that process tree (CPU in microseconds, the peak RSS of its largest member), and whose
@@ -250,35 +251,14 @@ fn agent_bin() -> PathBuf {
 }
 
 fn startup_and_size(rows: &mut Rows, runs: usize) {
-    let bin = agent_bin();
-    let size = std::fs::metadata(&bin).unwrap().len() as f64 / (1024.0 * 1024.0);
-    rows.add("binary (bench profile = release)", "size", "MiB", &[size]);
-    let stripped =
-        std::env::temp_dir().join(format!("monky-deployd-stripped.{}", std::process::id()));
-    if Command::new("strip")
-        .arg("-o")
-        .arg(&stripped)
-        .arg(&bin)
-        .status()
-        .is_ok_and(|s| s.success())
-    {
-        let size = std::fs::metadata(&stripped).unwrap().len() as f64 / (1024.0 * 1024.0);
-        rows.add("binary (release, stripped)", "size", "MiB", &[size]);
-        let _ = std::fs::remove_file(&stripped);
-    }
-    let dist = bin
-        .parent()
-        .and_then(Path::parent)
-        .map(|t| t.join("dist/monky-deployd"));
-    if let Some(dist) = dist.filter(|d| d.is_file()) {
-        let size = std::fs::metadata(&dist).unwrap().len() as f64 / (1024.0 * 1024.0);
-        rows.add(
-            "binary (dist profile: fat LTO, stripped)",
-            "size",
-            "MiB",
-            &[size],
-        );
-    }
+    // `cargo xtask bench` builds this bench, and so the agent, in the dist profile.
+    let size = std::fs::metadata(agent_bin()).unwrap().len() as f64 / (1024.0 * 1024.0);
+    rows.add(
+        "binary (dist profile: fat LTO, stripped)",
+        "size",
+        "MiB",
+        &[size],
+    );
     let samples = measure_n(runs, |_| {}, &|| {
         let mut c = Command::new(agent_bin());
         c.arg("version");

@@ -559,6 +559,22 @@ fn values_from_secrets_are_judged_on_composes_model_and_named_by_variable() {
             "{calls:#?}"
         );
         assert_eq!(w.current_target(), None);
+        // The refusal waits out the backoff: the next tick reads no secret and says why.
+        let kv_reads = || {
+            w.bao
+                .agent_requests()
+                .iter()
+                .filter(|r| r.path.contains("/data/"))
+                .count()
+        };
+        let reads = kv_reads();
+        w.tick().expect(1);
+        assert_eq!(kv_reads(), reads, "{}: read the secrets again", case.body);
+        let detail = w.last_report().detail.unwrap_or_default();
+        assert!(
+            detail.starts_with("PRIVILEGED_REFUSED: ") && detail.contains("next attempt"),
+            "{detail}"
+        );
     }
 }
 

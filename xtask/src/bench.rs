@@ -2,8 +2,8 @@
 //! docs/PERFORMANCE.md from the figures.
 //!
 //! The measuring itself is `monky-deployd/benches/perf.rs` (it needs the testkit peers); this
-//! task prepares the engine and registry (`setup`), runs it in the release profile with the e2e
-//! env file, and turns its samples into medians, spreads and the issue's goals. Figures are
+//! task prepares the engine and registry (`setup`), runs it in the dist profile (the binary the
+//! .deb ships: fat LTO, one codegen unit, stripped) with the e2e env file, and turns its samples into medians, spreads and the issue's goals. Figures are
 //! reported, never asserted.
 
 use std::collections::BTreeMap;
@@ -16,10 +16,9 @@ use anyhow::{Context, Result, bail};
 use crate::cmd;
 use crate::state;
 
-const USAGE: &str = "cargo xtask bench [--runs N] [--no-setup] [--dist] [--out FILE]
+const USAGE: &str = "cargo xtask bench [--runs N] [--no-setup] [--out FILE]
   --runs N     samples per case (default 15)
   --no-setup   do not run `cargo xtask setup` first (the real-engine cases need its env file)
-  --dist       build the dist profile first so that its binary size is reported
   --out FILE   where the report goes (default docs/PERFORMANCE.md)";
 
 const HEARTBEAT_REAL: &str = "heartbeat tick (loopback peers, real engine, 3 containers)";
@@ -37,7 +36,6 @@ const POLICY: &str = "compose policy, typical bundle (file + model, in process)"
 pub fn main(args: &[String]) -> Result<()> {
     let mut runs = 15usize;
     let mut setup = true;
-    let mut dist = false;
     let mut out = state::workspace_root().join("docs/PERFORMANCE.md");
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -49,7 +47,6 @@ pub fn main(args: &[String]) -> Result<()> {
                     .context("--runs needs a number")?;
             }
             "--no-setup" => setup = false,
-            "--dist" => dist = true,
             "--out" => out = PathBuf::from(it.next().context("--out needs a file")?),
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -65,18 +62,21 @@ pub fn main(args: &[String]) -> Result<()> {
         let exe = std::env::current_exe().context("cannot find the xtask binary")?;
         cmd::run(Command::new(exe).arg("setup"))?;
     }
-    if dist {
-        cmd::run(
-            Command::new(&cargo)
-                .args(["build", "--profile", "dist", "-p", "monky-deployd"])
-                .current_dir(&root),
-        )?;
-    }
     let before = Machine::now();
     let tsv = target_dir().join("bench/perf.tsv");
     let mut bench = Command::new(&cargo);
     bench
-        .args(["bench", "-p", "monky-deployd", "--bench", "perf", "--"])
+        // The agent measured is the one a box runs: the .deb's profile.
+        .args([
+            "bench",
+            "--profile",
+            "dist",
+            "-p",
+            "monky-deployd",
+            "--bench",
+            "perf",
+            "--",
+        ])
         .arg("--runs")
         .arg(runs.to_string())
         .arg("--out")
@@ -430,8 +430,9 @@ fn render(f: &Figures, runs: usize, before: &Machine, after: &Machine) -> String
          system time of the process and every child it waited for (`getrusage`, µs); \
          \"children\" is the part its own children used (clock ticks, 10 ms resolution, but µs \
          for the apply cases, see below); peak \
-         RSS is the largest resident set of any process of the tree. The agent is the release \
-         build; its peers are the testkit tenancy and OpenBao on loopback (tenancy plain HTTP \
+         RSS is the largest resident set of any process of the tree. The agent is the dist \
+         build, the binary the .deb ships (fat LTO, stripped; the figures before issue 14 were of \
+         the release build); its peers are the testkit tenancy and OpenBao on loopback (tenancy plain HTTP \
          through the proxy mapping, OpenBao over TLS with a CA bundle, as on a box). Wall times \
          include the fake peers' own latency (they run inside the measuring process); CPU and \
          RSS are the measured process tree's alone.\n"

@@ -40,8 +40,16 @@ impl Agent<'_> {
         let staged = release::stage(self.cfg, &b, &env_text)?;
         failpoint::hit("after-staging");
         // 9. Check compose's model: the authority, since a value from a secret is only visible
-        // there.
-        self.policy_gate(&staged)?;
+        // there. A refusal here waits out the backoff as a render failure does: with the same
+        // pinned versions the next tick would read the secrets only to be refused again.
+        if let Err(e) = self.policy_gate(&staged) {
+            return Err(match Failure::code_of(&e) {
+                Some(code) if Exit::of(&e) == Exit::Fail => {
+                    self.release_failed(sha, code, &Failure::detail_of(&e).1, None)
+                }
+                _ => e,
+            });
+        }
         // 10. Pull from the staging dir: a registry refusal leaves `current` naming the release
         // that is still running.
         info!("compose pull");
