@@ -267,14 +267,43 @@ pub fn secret_entries(
             names.iter().any(|n| secret_vars.contains(n)).then_some(key)
         })
         .collect();
-    code_lines(env)
-        .filter_map(|line| {
-            let (key, value) = assignment(line)?;
-            secret_keys
-                .contains(key)
-                .then(|| (key.to_owned(), SecretString::from(read_value(value))))
-        })
+    read_env(env)
+        .filter(|(key, _)| secret_keys.contains(key))
+        .map(|(key, value)| (key.to_owned(), SecretString::from(value)))
         .collect()
+}
+
+/// The assignments of a `.env` text as compose reads them, in order: each `KEY=value` or
+/// `export KEY=value` line outside comment lines, with a valid variable name, and its value
+/// read as compose reads it:
+/// - `"..."`: `\n`, `\r` and `\<c>` escapes, `$$` for a dollar, nothing after the closing quote;
+/// - `'...'`: literal but for `\'`, nothing after the closing quote;
+/// - unquoted: cut at the first ` #` (a space, not a tab, then `#`), trimmed, `$$` for a dollar.
+///
+/// A `$` that compose would interpolate is kept as it is. Values of a rendered `.env` are
+/// secrets: a caller that keeps one wraps it (as [`secret_entries`] does).
+///
+/// ```
+/// let env = "# A=x\nA=\"q\\\"d\" # note\nexport B='s\\'x'\nC=plain #c\nD=x\t#y\nnot a line\n";
+/// let read: Vec<(&str, String)> = monky_bundle::read_env(env).collect();
+/// assert_eq!(
+///     read,
+///     [("A", "q\"d".into()), ("B", "s'x".into()), ("C", "plain".into()), ("D", "x\t#y".into())]
+/// );
+/// ```
+pub fn read_env(env: &str) -> impl Iterator<Item = (&str, String)> {
+    code_lines(env).filter_map(|line| {
+        let (key, value) = assignment(line)?;
+        Some((key, read_value(value)))
+    })
+}
+
+/// Where an unquoted `.env` value ends: compose cuts it at the first ` #`. A `#` after a tab,
+/// or at the value's start, is part of the value (as measured with `docker compose config`).
+/// (The renderer's [`ValueRegion`] also ends a value at a tab and `#`; what it writes there
+/// still reads back as the value: quoted when it needs to be, else the template's own text.)
+fn unquoted_end(value: &str) -> usize {
+    value.find(" #").unwrap_or(value.len())
 }
 
 /// `KEY` and the raw value of a `KEY=value` or `export KEY=value` line.
@@ -325,13 +354,7 @@ fn read_value(raw: &str) -> String {
                 }
             }
         }
-        _ => {
-            let end = raw
-                .match_indices('#')
-                .find(|(i, _)| *i > 0 && raw[..*i].ends_with([' ', '\t']))
-                .map_or(raw.len(), |(i, _)| i);
-            out.push_str(&raw[..end].trim().replace("$$", "$"));
-        }
+        _ => out.push_str(&raw[..unquoted_end(raw)].trim().replace("$$", "$")),
     }
     out
 }

@@ -64,8 +64,8 @@ pub use checks::{
     DEFAULT_DISK_FACTOR, DEFAULT_DISK_HEADROOM, check_disk, check_env_complete, check_rollback,
 };
 pub use env::{
-    MAX_ENV_VALUE_BYTES, env_spellings, referenced_vars, render_env, secret_entries, secret_values,
-    unresolved_vars,
+    MAX_ENV_VALUE_BYTES, env_spellings, read_env, referenced_vars, render_env, secret_entries,
+    secret_values, unresolved_vars,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use limits::Limits;

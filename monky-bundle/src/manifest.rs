@@ -10,21 +10,6 @@ pub const REGISTRY_AUTH_USE: &str = "registry-auth";
 
 const FILE: &str = "secrets.manifest.json";
 
-/// Keys that would put secret material into the manifest. Matched case-insensitively on any
-/// entry (and at the top level); the manifest carries paths, never values.
-const VALUE_KEYS: [&str; 10] = [
-    "value",
-    "values",
-    "secret",
-    "secrets",
-    "secret_value",
-    "data",
-    "plaintext",
-    "password",
-    "token",
-    "content",
-];
-
 /// The parsed manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Manifest {
@@ -58,6 +43,21 @@ impl ManifestEntry {
 }
 
 impl Manifest {
+    /// Keys that would put secret material into the manifest. Matched case-insensitively on
+    /// any entry (and at the top level); the manifest carries paths, never values.
+    pub const VALUE_KEYS: [&str; 10] = [
+        "value",
+        "values",
+        "secret",
+        "secrets",
+        "secret_value",
+        "data",
+        "plaintext",
+        "password",
+        "token",
+        "content",
+    ];
+
     /// Parses and validates the manifest.
     ///
     /// Refusals: `MANIFEST_VALUE_REFUSED` naming every entry's var that carries a value-like
@@ -137,7 +137,9 @@ impl Manifest {
 }
 
 fn is_value_key(key: &str) -> bool {
-    VALUE_KEYS.iter().any(|v| v.eq_ignore_ascii_case(key))
+    Manifest::VALUE_KEYS
+        .iter()
+        .any(|v| v.eq_ignore_ascii_case(key))
 }
 
 /// How an entry is named in a refusal: its var when that is a valid name, else its index.
@@ -234,6 +236,13 @@ pub(crate) fn parse_json(file: &str, bytes: &[u8]) -> Result<Value, Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_value_keys_are_pinned() {
+        // The property tests draw from the list itself; this line keeps a key from going.
+        let spec = "value values secret secrets secret_value data plaintext password token content";
+        assert_eq!(Manifest::VALUE_KEYS.join(" "), spec);
+    }
 
     fn check(json: &str, expected: &str) {
         let got = match Manifest::parse(json.as_bytes()) {

@@ -50,6 +50,8 @@ impl MemberName {
     pub const BUNDLE_JSON: MemberName = MemberName(BUNDLE_JSON);
     /// `.env.example` (optional).
     pub const ENV_EXAMPLE: MemberName = MemberName(ENV_EXAMPLE);
+    /// The names the compose file may have, the preferred first; a bundle holds exactly one.
+    pub const COMPOSE_FILES: [MemberName; 2] = [Self::DOCKER_COMPOSE_YML, Self::COMPOSE_YAML];
 
     /// Proves `raw` (a tar member path, as bytes) is an acceptable member name.
     ///
@@ -191,6 +193,18 @@ mod tests {
             b"Bundle.json",
             Err("BUNDLE_INVALID: Bundle.json: not a bundle member name"),
         );
+    }
+
+    #[test]
+    fn the_compose_file_names_are_the_two_known_spellings() {
+        let names: Vec<&str> = MemberName::COMPOSE_FILES
+            .iter()
+            .map(|m| m.as_str())
+            .collect();
+        assert_eq!(names, ["docker-compose.yml", "compose.yaml"]);
+        for name in MemberName::COMPOSE_FILES {
+            assert_eq!(MemberName::parse(name.as_str().as_bytes()), Ok(name));
+        }
     }
 
     #[test]

@@ -145,70 +145,89 @@ mod tests {
         assert_eq!(got, expected, "{json}");
     }
 
-    #[test]
-    fn flags_and_need_spellings() {
-        let off = "prod=false privileged=false rollback=false need=None";
-        check(r#"{"renderer":"compose"}"#, off);
-        check(
+    /// `bundle.json` texts and the flags and disk need read from them.
+    const FLAGS: &[(&str, &str)] = &[
+        (
+            r#"{"renderer":"compose"}"#,
+            "prod=false privileged=false rollback=false need=None",
+        ),
+        (
             r#"{"renderer":"compose","tier":"prod","x":{"y":1}}"#,
             "prod=true privileged=false rollback=false need=None",
-        );
-        check(r#"{"renderer":"compose","tier":"Prod"}"#, off);
-        check(
+        ),
+        (
+            r#"{"renderer":"compose","tier":"Prod"}"#,
+            "prod=false privileged=false rollback=false need=None",
+        ),
+        (
             r#"{"renderer":"compose","allow_privileged":true}"#,
             "prod=false privileged=true rollback=false need=None",
-        );
-        check(
+        ),
+        (
             r#"{"renderer":"compose","agent":{"allow_rollback":true}}"#,
             "prod=false privileged=false rollback=true need=None",
-        );
-        check(
+        ),
+        (
             r#"{"renderer":"compose","allow_rollback":false,"agent":{"allow_rollback":true}}"#,
             "prod=false privileged=false rollback=true need=None",
-        );
-        check(
+        ),
+        (
             r#"{"renderer":"compose","disk_need_bytes":3}"#,
             "prod=false privileged=false rollback=false need=Some(3)",
-        );
-        check(
+        ),
+        (
             r#"{"renderer":"compose","agent":{"disk_need_bytes":5}}"#,
             "prod=false privileged=false rollback=false need=Some(5)",
-        );
-        check(
+        ),
+        (
             r#"{"renderer":"compose","disk":{"need_bytes":7}}"#,
             "prod=false privileged=false rollback=false need=Some(7)",
-        );
-        check(
+        ),
+        (
             r#"{"renderer":"compose","disk":{"need_bytes":7.0}}"#,
             "prod=false privileged=false rollback=false need=Some(7)",
-        );
-        check(
+        ),
+        (
             r#"{"renderer":"compose","disk_need_bytes":1,"agent":{"disk_need_bytes":5}}"#,
             "prod=false privileged=false rollback=false need=Some(1)",
-        );
+        ),
+    ];
+
+    #[test]
+    fn flags_and_need_spellings() {
+        for (json, expected) in FLAGS {
+            check(json, expected);
+        }
     }
+
+    /// `bundle.json` texts refused, and the refusal.
+    const REFUSED: &[(&str, &str)] = &[
+        (r#"{"renderer":"helm"}"#, "RENDERER_REFUSED: helm"),
+        (r#"{"tier":"dev"}"#, "RENDERER_REFUSED: missing"),
+        (r#"{"renderer":"Compose"}"#, "RENDERER_REFUSED: Compose"),
+        (
+            r#"{"renderer":1}"#,
+            "BUNDLE_INVALID: bundle.json: renderer is not a string",
+        ),
+        (
+            r#"{"renderer":"compose","allow_privileged":"yes"}"#,
+            "BUNDLE_INVALID: bundle.json: allow_privileged is not a boolean",
+        ),
+        (
+            r#"{"renderer":"compose","agent":[]}"#,
+            "BUNDLE_INVALID: bundle.json: agent is not an object",
+        ),
+        (
+            r#"{"renderer":"compose","disk":{"need_bytes":-1}}"#,
+            "BUNDLE_INVALID: bundle.json: disk: need_bytes is not a non-negative integer",
+        ),
+        ("[1]", "BUNDLE_INVALID: bundle.json: not a json object"),
+    ];
 
     #[test]
     fn refusals() {
-        check(r#"{"renderer":"helm"}"#, "RENDERER_REFUSED: helm");
-        check(r#"{"tier":"dev"}"#, "RENDERER_REFUSED: missing");
-        check(r#"{"renderer":"Compose"}"#, "RENDERER_REFUSED: Compose");
-        check(
-            r#"{"renderer":1}"#,
-            "BUNDLE_INVALID: bundle.json: renderer is not a string",
-        );
-        check(
-            r#"{"renderer":"compose","allow_privileged":"yes"}"#,
-            "BUNDLE_INVALID: bundle.json: allow_privileged is not a boolean",
-        );
-        check(
-            r#"{"renderer":"compose","agent":[]}"#,
-            "BUNDLE_INVALID: bundle.json: agent is not an object",
-        );
-        check(
-            r#"{"renderer":"compose","disk":{"need_bytes":-1}}"#,
-            "BUNDLE_INVALID: bundle.json: disk: need_bytes is not a non-negative integer",
-        );
-        check("[1]", "BUNDLE_INVALID: bundle.json: not a json object");
+        for (json, expected) in REFUSED {
+            check(json, expected);
+        }
     }
 }

@@ -105,12 +105,10 @@ impl Bundle {
 
     /// Builds a bundle from members already proven safe (the tail of [`Bundle::parse`]).
     fn from_members(files: BTreeMap<MemberName, Vec<u8>>) -> Result<Bundle, Refusal> {
-        let compose_name = match (
-            files.contains_key(&MemberName::DOCKER_COMPOSE_YML),
-            files.contains_key(&MemberName::COMPOSE_YAML),
-        ) {
-            (true, false) => MemberName::DOCKER_COMPOSE_YML,
-            (false, true) => MemberName::COMPOSE_YAML,
+        let [yml, yaml] = MemberName::COMPOSE_FILES;
+        let compose_name = match (files.contains_key(&yml), files.contains_key(&yaml)) {
+            (true, false) => yml,
+            (false, true) => yaml,
             (true, true) => {
                 return Err(Refusal::invalid(
                     "both docker-compose.yml and compose.yaml present",

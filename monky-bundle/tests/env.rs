@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use monky_bundle::{check_env_complete, referenced_vars, render_env};
+use monky_bundle::{check_env_complete, read_env, referenced_vars, render_env};
 use proptest::prelude::*;
 use secrecy::{ExposeSecret, SecretString};
 
@@ -59,6 +59,55 @@ fn comment_lines_never_count_as_references() {
     assert_eq!(refs, ["GEMINI_API_KEY"]);
     let provided = BTreeSet::from(["GEMINI_API_KEY".to_string()]);
     assert_eq!(check_env_complete(template, &provided), Ok(()));
+}
+
+/// `.env` lines and the value compose 2.26 gives each (measured with `docker compose config`
+/// on the same file); `None`: not an assignment compose reads.
+const COMPOSE_READS: &[(&str, Option<(&str, &str)>)] = &[
+    ("A=plain", Some(("A", "plain"))),
+    ("B=y # space comment", Some(("B", "y"))),
+    ("E=x  #y", Some(("E", "x"))),
+    // A tab before `#` does not start a comment, nor does a `#` at the value's start.
+    ("T=x\t# tab comment", Some(("T", "x\t# tab comment"))),
+    ("H=#x", Some(("H", "#x"))),
+    ("H= #x", Some(("H", "#x"))),
+    (" F = spaced ", Some(("F", "spaced"))),
+    ("export E=plain", Some(("E", "plain"))),
+    ("export  I=2", Some(("I", "2"))),
+    ("J =\"k\"", Some(("J", "k"))),
+    ("K=  \"lead\"", Some(("K", "lead"))),
+    ("G=\t\"q\"", Some(("G", "q"))),
+    // Double quotes: escapes, `$$`, and nothing after the closing quote.
+    ("C=\"q\\\"d\" # c", Some(("C", "q\"d"))),
+    ("I=\"x\"y", Some(("I", "x"))),
+    ("G=\"a$$b\"", Some(("G", "a$b"))),
+    // Single quotes: literal but for `\'`.
+    ("D='s\\'x'", Some(("D", "s'x"))),
+    ("J='a # b'", Some(("J", "a # b"))),
+    ("S='a$$b'", Some(("S", "a$$b"))),
+    // Unquoted: `$$` is a dollar, a backslash is itself.
+    ("U=a$$b", Some(("U", "a$b"))),
+    ("V=a\\nb", Some(("V", "a\\nb"))),
+    ("# A=commented", None),
+    ("  # A=commented", None),
+    ("no assignment", None),
+    ("1A=bad name", None),
+];
+
+#[test]
+fn env_is_read_as_compose_reads_it() {
+    for (line, expected) in COMPOSE_READS {
+        let got: Vec<(&str, String)> = read_env(line).collect();
+        let expected: Vec<(&str, String)> =
+            expected.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        assert_eq!(got, expected, "{line:?}");
+    }
+    // Line endings and order are kept; a later assignment is another entry.
+    let got: Vec<(&str, String)> = read_env("A=1\r\nB=2\nA=3").collect();
+    assert_eq!(
+        got,
+        [("A", "1".into()), ("B", "2".into()), ("A", "3".into())]
+    );
 }
 
 /// Text without `$` and without a comment marker.

@@ -17,94 +17,124 @@ fn file(name: &[u8]) -> Vec<u8> {
     raw_entry(name, b'0', b"x", b"")
 }
 
-#[test]
-fn traversal_and_absolute_spellings() {
-    check(file(b"../x"), "BUNDLE_INVALID: ../x: parent traversal");
-    check(
-        file(b"a/../../x"),
-        "BUNDLE_INVALID: a/../../x: parent traversal",
-    );
-    check(file(b"./../x"), "BUNDLE_INVALID: ./../x: parent traversal");
-    check(
-        file(b"../docker-compose.yml"),
+/// Member names refused for their spelling: traversal, absolute, not normalised, unknown, not
+/// UTF-8. A name is refused as written, never normalised into an accepted one.
+const BAD_NAMES: &[(&[u8], &str)] = &[
+    (b"../x", "BUNDLE_INVALID: ../x: parent traversal"),
+    (b"a/../../x", "BUNDLE_INVALID: a/../../x: parent traversal"),
+    (b"./../x", "BUNDLE_INVALID: ./../x: parent traversal"),
+    (
+        b"../docker-compose.yml",
         "BUNDLE_INVALID: ../docker-compose.yml: parent traversal",
-    );
-    check(
-        file(b"/etc/passwd"),
-        "BUNDLE_INVALID: /etc/passwd: absolute path",
-    );
-    check(
-        file(b"//etc/passwd"),
+    ),
+    (b"/etc/passwd", "BUNDLE_INVALID: /etc/passwd: absolute path"),
+    (
+        b"//etc/passwd",
         "BUNDLE_INVALID: //etc/passwd: absolute path",
-    );
-}
-
-#[test]
-fn non_canonical_names_are_refused_not_normalised() {
-    check(
-        file(b"./.env.example"),
+    ),
+    (
+        b"./.env.example",
         "BUNDLE_INVALID: ./.env.example: not a plain name (. segment)",
-    );
-    check(
-        file(b".env.example/"),
+    ),
+    (
+        b".env.example/",
         "BUNDLE_INVALID: .env.example/: not a plain name (empty segment)",
-    );
-}
+    ),
+    (
+        b"notes.txt",
+        "BUNDLE_INVALID: notes.txt: not a bundle member name",
+    ),
+    (
+        b"conf/app.yml",
+        "BUNDLE_INVALID: conf/app.yml: not a bundle member name",
+    ),
+    (
+        b"\xff\xfe.yml",
+        "BUNDLE_INVALID: \\u{fffd}\\u{fffd}.yml: name is not utf-8",
+    ),
+];
 
 #[test]
-fn unknown_and_non_utf8_names() {
-    check(
-        file(b"notes.txt"),
-        "BUNDLE_INVALID: notes.txt: not a bundle member name",
-    );
-    check(
-        file(b"conf/app.yml"),
-        "BUNDLE_INVALID: conf/app.yml: not a bundle member name",
-    );
-    check(
-        file(b"\xff\xfe.yml"),
-        "BUNDLE_INVALID: \\u{fffd}\\u{fffd}.yml: name is not utf-8",
-    );
+fn names_are_refused_for_their_spelling() {
+    for (name, expected) in BAD_NAMES {
+        check(file(name), expected);
+    }
 }
+
+/// An entry that is not a regular file: name, type flag, data, link target, refusal.
+type NotFile = (
+    &'static [u8],
+    u8,
+    &'static [u8],
+    &'static [u8],
+    &'static str,
+);
+
+const NOT_FILES: &[NotFile] = &[
+    (
+        b".env.example",
+        b'2',
+        b"",
+        b"/etc/shadow",
+        "BUNDLE_INVALID: .env.example: symlink",
+    ),
+    (
+        b".env.example",
+        b'1',
+        b"",
+        b"bundle.json",
+        "BUNDLE_INVALID: .env.example: hardlink",
+    ),
+    (
+        b".env.example",
+        b'3',
+        b"",
+        b"",
+        "BUNDLE_INVALID: .env.example: character device",
+    ),
+    (
+        b".env.example",
+        b'4',
+        b"",
+        b"",
+        "BUNDLE_INVALID: .env.example: block device",
+    ),
+    (
+        b".env.example",
+        b'6',
+        b"",
+        b"",
+        "BUNDLE_INVALID: .env.example: fifo",
+    ),
+    (b"data/", b'5', b"", b"", "BUNDLE_INVALID: data/: directory"),
+    (
+        b"data",
+        b'5',
+        b"junk",
+        b"",
+        "BUNDLE_INVALID: data: directory",
+    ),
+    (
+        b".env.example",
+        b'7',
+        b"x",
+        b"",
+        "BUNDLE_INVALID: .env.example: contiguous file",
+    ),
+    (
+        b".env.example",
+        b'Z',
+        b"x",
+        b"",
+        "BUNDLE_INVALID: .env.example: unsupported entry type 'Z'",
+    ),
+];
 
 #[test]
 fn only_regular_files() {
-    check(
-        raw_entry(b".env.example", b'2', b"", b"/etc/shadow"),
-        "BUNDLE_INVALID: .env.example: symlink",
-    );
-    check(
-        raw_entry(b".env.example", b'1', b"", b"bundle.json"),
-        "BUNDLE_INVALID: .env.example: hardlink",
-    );
-    check(
-        raw_entry(b".env.example", b'3', b"", b""),
-        "BUNDLE_INVALID: .env.example: character device",
-    );
-    check(
-        raw_entry(b".env.example", b'4', b"", b""),
-        "BUNDLE_INVALID: .env.example: block device",
-    );
-    check(
-        raw_entry(b".env.example", b'6', b"", b""),
-        "BUNDLE_INVALID: .env.example: fifo",
-    );
-    check(
-        raw_entry(b"data/", b'5', b"", b""),
-        "BUNDLE_INVALID: data/: directory",
-    );
-    check(
-        raw_entry(b"data", b'5', b"junk", b""),
-        "BUNDLE_INVALID: data: directory",
-    );
-    check(
-        raw_entry(b".env.example", b'7', b"x", b""),
-        "BUNDLE_INVALID: .env.example: contiguous file",
-    );
-    check(
-        raw_entry(b".env.example", b'Z', b"x", b""),
-        "BUNDLE_INVALID: .env.example: unsupported entry type 'Z'",
-    );
+    for (name, kind, data, link, expected) in NOT_FILES {
+        check(raw_entry(name, *kind, data, link), expected);
+    }
 }
 
 #[test]
@@ -180,22 +210,17 @@ fn required_members() {
         files.remove(&drop);
         assert_eq!(outcome(&monky_bundle::pack_tar(&files)), expected);
     };
-    check_without(
+    for required in [
         MemberName::DOCKER_COMPOSE_YML,
-        "BUNDLE_INVALID: missing docker-compose.yml",
-    );
-    check_without(
         MemberName::ENV_TEMPLATE,
-        "BUNDLE_INVALID: missing .env.template",
-    );
-    check_without(
         MemberName::SECRETS_MANIFEST,
-        "BUNDLE_INVALID: missing secrets.manifest.json",
-    );
-    check_without(
         MemberName::BUNDLE_JSON,
-        "BUNDLE_INVALID: missing bundle.json",
-    );
+    ] {
+        check_without(
+            required,
+            &format!("BUNDLE_INVALID: missing {}", required.as_str()),
+        );
+    }
 
     let mut both = minimal_files();
     both.insert(MemberName::COMPOSE_YAML, b"services: {}\n".to_vec());

@@ -6,20 +6,6 @@ use monky_bundle::{BundleMeta, Manifest, RefusalCode};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
-/// The keys that would carry secret material (matched without regard to case).
-const VALUE_KEYS: [&str; 10] = [
-    "value",
-    "values",
-    "secret",
-    "secrets",
-    "secret_value",
-    "data",
-    "plaintext",
-    "password",
-    "token",
-    "content",
-];
-
 fn var() -> impl Strategy<Value = String> {
     "[A-Z_][A-Z0-9_]{0,15}"
 }
@@ -71,7 +57,7 @@ fn cased(key: &'static str) -> impl Strategy<Value = String> {
 }
 
 fn value_key() -> impl Strategy<Value = String> {
-    prop::sample::select(VALUE_KEYS.to_vec()).prop_flat_map(cased)
+    prop::sample::select(Manifest::VALUE_KEYS.to_vec()).prop_flat_map(cased)
 }
 
 fn json_value() -> impl Strategy<Value = Value> {

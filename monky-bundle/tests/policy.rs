@@ -398,15 +398,18 @@ fn the_model_is_judged_with_its_absolute_paths_and_links() {
     );
 }
 
+/// A file by its path from this crate's directory.
+fn crate_file(rel: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// The table against the compose specification's own key list
 /// (`tests/data/compose-spec-keys.txt`): every key is classified, by a row of its own or by a
 /// refused or constrained key above it whose rule judges the whole value.
 #[test]
 fn the_table_classifies_every_key_of_the_compose_specification() {
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/compose-spec-keys.txt"),
-    )
-    .unwrap();
+    let text = crate_file("tests/data/compose-spec-keys.txt");
     let has_children = |p: &str| {
         TABLE
             .iter()
@@ -450,10 +453,7 @@ fn the_table_classifies_every_key_of_the_compose_specification() {
 /// docs/compose-policy.md names every row of the table.
 #[test]
 fn every_row_is_documented() {
-    let doc = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/compose-policy.md"),
-    )
-    .unwrap();
+    let doc = crate_file("../docs/compose-policy.md");
     let missing: Vec<&str> = TABLE
         .iter()
         .map(|r| r.path)

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::Container;
-use crate::container::normalize_health;
+use crate::container::{Row, normalize_health, project_containers};
 use crate::docker::{ComposeInfo, Docker};
 use crate::error::{Error, Result};
 use crate::process::{Invocation, Output};
@@ -365,13 +365,7 @@ pub fn parse_ps_json(text: &str) -> Result<Vec<Container>, String> {
             })
             .collect::<Result<_, _>>()?
     };
-    let mut containers: Vec<Container> = rows
-        .into_iter()
-        .filter(|r| !r.is_oneoff())
-        .map(PsRow::into_container)
-        .collect();
-    containers.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(containers)
+    Ok(project_containers::<PsRow>(rows))
 }
 
 #[derive(Debug, Deserialize)]
@@ -393,7 +387,7 @@ struct PsRow {
     labels: Option<serde_json::Value>,
 }
 
-impl PsRow {
+impl Row for PsRow {
     /// `ps -a` of compose v2 also lists `compose run` one-off containers, which are not the
     /// project's state. Their label says so where compose prints labels; otherwise their name
     /// does: `<project>-<service>-run-<hex id>`.
@@ -594,14 +588,7 @@ mod tests {
         assert!(serde_json::from_str::<ComposeVersion>("\"x\"").is_err());
     }
 
-    fn c(name: &str, service: &str, state: &str, health: Option<&str>) -> Container {
-        Container {
-            name: name.into(),
-            service: service.into(),
-            state: state.into(),
-            health: health.map(str::to_owned),
-        }
-    }
+    use crate::container::container as c;
 
     #[test]
     fn ps_both_shapes_parse_alike() {

@@ -41,7 +41,23 @@ impl Container {
     /// Running, and healthy if it has a healthcheck.
     #[must_use]
     pub fn is_ready(&self) -> bool {
-        self.state == "running" && self.health.as_deref().is_none_or(|h| h == "healthy")
+        Self::ready(&self.state, self.health.as_deref())
+    }
+
+    /// The readiness rule of [`is_ready`](Self::is_ready) on a state and health kept apart
+    /// from their container (the agent's state file keeps only these of a container):
+    /// `running`, and `healthy` unless there is no healthcheck.
+    ///
+    /// ```
+    /// use monky_compose::Container;
+    /// assert!(Container::ready("running", None));
+    /// assert!(Container::ready("running", Some("healthy")));
+    /// assert!(!Container::ready("running", Some("starting")));
+    /// assert!(!Container::ready("restarting", None));
+    /// ```
+    #[must_use]
+    pub fn ready(state: &str, health: Option<&str>) -> bool {
+        state == "running" && health.is_none_or(|h| h == "healthy")
     }
 
     /// Has failed for good: exited, dead, or its healthcheck says unhealthy. Compose's own
@@ -51,6 +67,38 @@ impl Container {
         matches!(self.state.as_str(), "exited" | "dead" | "removing")
             || self.health.as_deref() == Some("unhealthy")
     }
+}
+
+/// A container from its four fields, for this crate's unit tests.
+#[cfg(test)]
+pub(crate) fn container(name: &str, service: &str, state: &str, health: Option<&str>) -> Container {
+    Container {
+        name: name.into(),
+        service: service.into(),
+        state: state.into(),
+        health: health.map(str::to_owned),
+    }
+}
+
+/// What one source (`compose ps`, the Engine API, the `docker ps` fallback) says about one
+/// container.
+pub(crate) trait Row {
+    /// A `compose run` one-off container, which is not part of the project's state.
+    fn is_oneoff(&self) -> bool;
+    /// The container it describes.
+    fn into_container(self) -> Container;
+}
+
+/// A project's containers from one source's rows: one-off containers left out, the rest in
+/// name order, so that every source gives the same list.
+pub(crate) fn project_containers<R: Row>(rows: impl IntoIterator<Item = R>) -> Vec<Container> {
+    let mut out: Vec<Container> = rows
+        .into_iter()
+        .filter(|r| !r.is_oneoff())
+        .map(Row::into_container)
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
 }
 
 /// Normalises a health value from either source: compose's `Health` field (`healthy`,
@@ -142,16 +190,26 @@ mod tests {
 
     #[test]
     fn readiness() {
-        let c = |state: &str, health: Option<&str>| Container {
-            name: "n".into(),
-            service: "s".into(),
-            state: state.into(),
-            health: health.map(str::to_owned),
-        };
-        assert!(c("running", None).is_ready());
-        assert!(c("running", Some("healthy")).is_ready());
-        assert!(!c("running", Some("starting")).is_ready());
-        assert!(!c("created", None).is_ready());
+        let c = |state: &str, health: Option<&str>| container("n", "s", state, health);
+        // Ready: running, and healthy when there is a healthcheck; nothing else is.
+        let table: &[(&str, Option<&str>, bool)] = &[
+            ("running", None, true),
+            ("running", Some("healthy"), true),
+            ("running", Some("starting"), false),
+            ("running", Some("unhealthy"), false),
+            ("created", None, false),
+            ("restarting", None, false),
+            ("paused", None, false),
+            ("exited", None, false),
+            ("exited", Some("healthy"), false),
+            ("dead", None, false),
+            ("", None, false),
+        ];
+        for (state, health, ready) in table {
+            let container = c(state, *health);
+            assert_eq!(container.is_ready(), *ready, "{container:?}");
+            assert_eq!(Container::ready(state, *health), *ready, "{container:?}");
+        }
         assert!(c("exited", None).has_failed());
         assert!(c("running", Some("unhealthy")).has_failed());
         assert!(!c("running", Some("starting")).has_failed());

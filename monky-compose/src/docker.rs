@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Container;
 use crate::compose::{Compose, ComposeVersion};
+use crate::container::{Row, project_containers};
 use crate::engine::{self, Engine, EngineInfo, PROJECT_LABEL};
 use crate::error::{Error, Result};
 use crate::process::{Invocation, Runner, is_executable};
@@ -308,28 +309,19 @@ impl Docker {
         let mut v1: Option<(PathBuf, String)> = None;
 
         let plugin = Invocation::new(&inner.bin, timeout).args(["compose", "version"]);
-        match inner.runner.run(&plugin) {
-            Ok(out) if out.success() => match ComposeVersion::from_version_output(&out.stdout) {
-                Some(v) if v.major >= 2 => {
-                    let mut stamps: Vec<FileStamp> =
-                        FileStamp::of(&inner.bin).into_iter().collect();
-                    stamps.extend(self.plugin_file().and_then(|p| FileStamp::of(&p)));
-                    return Ok(ComposeInfo {
-                        version: v,
-                        program: inner.bin.clone(),
-                        plugin: true,
-                        stamps,
-                    });
-                }
-                Some(v) => v1 = Some((inner.bin.clone(), v.to_string())),
-                None => notes.push(format!("`{}` printed no version", plugin.describe())),
-            },
-            Ok(out) => notes.push(format!(
-                "`{}` failed: {}",
-                plugin.describe(),
-                first_line(&out.stderr, &out.stdout)
-            )),
-            Err(e) => notes.push(format!("`{}`: {e}", plugin.describe())),
+        match self.version_of(&plugin, &plugin.describe()) {
+            Ok(v) if v.major >= 2 => {
+                let mut stamps: Vec<FileStamp> = FileStamp::of(&inner.bin).into_iter().collect();
+                stamps.extend(self.plugin_file().and_then(|p| FileStamp::of(&p)));
+                return Ok(ComposeInfo {
+                    version: v,
+                    program: inner.bin.clone(),
+                    plugin: true,
+                    stamps,
+                });
+            }
+            Ok(v) => v1 = Some((inner.bin.clone(), v.to_string())),
+            Err(note) => notes.push(note),
         }
 
         let mut candidates: Vec<PathBuf> = inner
@@ -342,31 +334,21 @@ impl Docker {
         candidates.dedup();
         for candidate in candidates {
             let inv = Invocation::new(&candidate, timeout).arg("version");
-            match inner.runner.run(&inv) {
-                Ok(out) if out.success() => {
-                    match ComposeVersion::from_version_output(&out.stdout) {
-                        Some(v) if v.major >= 2 => {
-                            return Ok(ComposeInfo {
-                                version: v,
-                                stamps: FileStamp::of(&candidate).into_iter().collect(),
-                                program: candidate,
-                                plugin: false,
-                            });
-                        }
-                        Some(v) => {
-                            if v1.is_none() {
-                                v1 = Some((candidate, v.to_string()));
-                            }
-                        }
-                        None => notes.push(format!("`{}` printed no version", inv.describe())),
+            match self.version_of(&inv, &format!("{} version", candidate.display())) {
+                Ok(v) if v.major >= 2 => {
+                    return Ok(ComposeInfo {
+                        version: v,
+                        stamps: FileStamp::of(&candidate).into_iter().collect(),
+                        program: candidate,
+                        plugin: false,
+                    });
+                }
+                Ok(v) => {
+                    if v1.is_none() {
+                        v1 = Some((candidate, v.to_string()));
                     }
                 }
-                Ok(out) => notes.push(format!(
-                    "`{} version` failed: {}",
-                    candidate.display(),
-                    first_line(&out.stderr, &out.stdout)
-                )),
-                Err(e) => notes.push(format!("`{} version`: {e}", candidate.display())),
+                Err(note) => notes.push(note),
             }
         }
         if let Some((path, version)) = v1 {
@@ -383,6 +365,20 @@ impl Docker {
             inner.runner.path_env().to_string_lossy()
         ));
         Err(Failure::NotFound(notes.join("; ")))
+    }
+
+    /// The compose version `inv` (a `version` command) reports, or why there is none, naming
+    /// the command as `shown`.
+    fn version_of(&self, inv: &Invocation, shown: &str) -> Result<ComposeVersion, String> {
+        match self.inner.runner.run(inv) {
+            Ok(out) if out.success() => ComposeVersion::from_version_output(&out.stdout)
+                .ok_or_else(|| format!("`{shown}` printed no version")),
+            Ok(out) => Err(format!(
+                "`{shown}` failed: {}",
+                first_line(&out.stderr, &out.stdout)
+            )),
+            Err(e) => Err(format!("`{shown}`: {e}")),
+        }
     }
 
     /// The compose plugin file the docker CLI would run, for cache stamps.
@@ -523,36 +519,35 @@ struct CliRow {
     oneoff: String,
 }
 
+impl Row for CliRow {
+    fn is_oneoff(&self) -> bool {
+        self.oneoff.eq_ignore_ascii_case("true")
+    }
+
+    fn into_container(self) -> Container {
+        let name = self
+            .name
+            .split(',')
+            .find(|n| !n.contains('/'))
+            .unwrap_or(&self.name)
+            .to_owned();
+        Container::from_row(name, self.service, &self.state, &self.status, None)
+    }
+}
+
 /// Parses the fallback `docker ps` lines (one object per line, written by our template).
 fn parse_cli_ps(text: &str) -> Result<Vec<Container>, String> {
-    let mut out = Vec::new();
-    for (i, line) in text
+    let rows = text
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .enumerate()
-    {
-        let row: CliRow =
-            serde_json::from_str(line).map_err(|e| format!("docker ps line {}: {e}", i + 1))?;
-        if row.oneoff.eq_ignore_ascii_case("true") {
-            continue;
-        }
-        let name = row
-            .name
-            .split(',')
-            .find(|n| !n.contains('/'))
-            .unwrap_or(&row.name)
-            .to_owned();
-        out.push(Container::from_row(
-            name,
-            row.service,
-            &row.state,
-            &row.status,
-            None,
-        ));
-    }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
+        .map(|(i, line)| {
+            serde_json::from_str::<CliRow>(line)
+                .map_err(|e| format!("docker ps line {}: {e}", i + 1))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(project_containers(rows))
 }
 
 fn first_line(stderr: &str, stdout: &str) -> String {
@@ -657,6 +652,7 @@ impl DockerBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::container::container;
 
     #[test]
     fn cli_ps_lines_parse() {
@@ -672,18 +668,8 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                Container {
-                    name: "p-db-1".into(),
-                    service: "db".into(),
-                    state: "exited".into(),
-                    health: None
-                },
-                Container {
-                    name: "p-web-1".into(),
-                    service: "web".into(),
-                    state: "running".into(),
-                    health: Some("healthy".into())
-                },
+                container("p-db-1", "db", "exited", None),
+                container("p-web-1", "web", "running", Some("healthy")),
             ]
         );
         assert!(

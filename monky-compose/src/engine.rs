@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::Container;
+use crate::container::{Row, project_containers};
 use crate::error::{Error, Result};
 
 /// The socket the daemon listens on when `DOCKER_HOST` is not set.
@@ -131,13 +132,7 @@ impl Engine {
             "/containers/json",
             &[("all", "1"), ("filters", &filters.to_string())],
         )?;
-        let mut out: Vec<Container> = rows
-            .into_iter()
-            .filter(|r| !r.is_oneoff())
-            .map(ApiContainer::into_container)
-            .collect();
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+        Ok(project_containers(rows))
     }
 
     fn target_text(&self) -> String {
@@ -276,7 +271,9 @@ impl ApiContainer {
     fn label(&self, key: &str) -> Option<&str> {
         self.labels.as_ref()?.get(key).map(String::as_str)
     }
+}
 
+impl Row for ApiContainer {
     fn is_oneoff(&self) -> bool {
         self.label(ONEOFF_LABEL)
             .is_some_and(|v| v.eq_ignore_ascii_case("true"))
@@ -326,6 +323,7 @@ pub fn free_bytes(path: &Path) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::container::container;
 
     #[test]
     fn docker_host_values() {
@@ -363,26 +361,11 @@ mod tests {
                 {"Names":["/other/db","/p-db-1"],"Status":"Exited (0) 1 minute ago","Labels":null}]"#,
         )
         .unwrap();
-        let kept: Vec<Container> = rows
-            .into_iter()
-            .filter(|r| !r.is_oneoff())
-            .map(ApiContainer::into_container)
-            .collect();
         assert_eq!(
-            kept,
+            project_containers(rows),
             vec![
-                Container {
-                    name: "p-web-1".into(),
-                    service: "web".into(),
-                    state: "running".into(),
-                    health: Some("healthy".into()),
-                },
-                Container {
-                    name: "p-db-1".into(),
-                    service: String::new(),
-                    state: "exited".into(),
-                    health: None,
-                },
+                container("p-db-1", "", "exited", None),
+                container("p-web-1", "web", "running", Some("healthy")),
             ]
         );
     }

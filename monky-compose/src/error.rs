@@ -299,11 +299,8 @@ mod tests {
 
     #[test]
     fn unhealthy_lists_only_the_bad_containers() {
-        let c = |name: &str, state: &str, health: Option<&str>| Container {
-            name: name.into(),
-            service: name.into(),
-            state: state.into(),
-            health: health.map(str::to_owned),
+        let c = |name: &str, state: &str, health: Option<&str>| {
+            crate::container::container(name, name, state, health)
         };
         let e = Error::Unhealthy {
             containers: vec![

@@ -14,6 +14,7 @@
 //!   directory and a minimal environment; a timeout that kills the process group; output
 //!   captured up to a cap. Secrets never travel in arguments or the environment, only in the
 //!   `--env-file` the caller wrote.
+//! - Feature `testkit`: the recording stub `docker` and a fake Engine API socket for tests.
 //!
 //! ```
 //! use monky_compose::{parse_ps_json, ComposeVersion};
@@ -35,6 +36,8 @@ mod docker;
 pub mod engine;
 mod error;
 pub mod process;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 pub use compose::{Compose, ComposeVersion, parse_ps_json, pull_failure_message};
 pub use container::Container;

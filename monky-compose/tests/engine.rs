@@ -3,83 +3,25 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use monky_compose::testkit::FakeEngine;
 use monky_compose::{Container, Docker, Engine, ErrorKind};
 use support::{PROJECT, Stub};
 
-/// A fake daemon: answers each request with the canned (status, body) of its path, records
-/// the request targets, closes every connection.
-struct FakeEngine {
-    _dir: tempfile::TempDir,
-    socket: PathBuf,
-    requests: Arc<Mutex<Vec<String>>>,
-}
-
-impl FakeEngine {
-    fn start(routes: Vec<(&'static str, u16, String)>) -> FakeEngine {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("docker.sock");
-        let listener = UnixListener::bind(&socket).unwrap();
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let seen = Arc::clone(&requests);
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { break };
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut request_line = String::new();
-                if reader.read_line(&mut request_line).is_err() {
-                    continue;
-                }
-                loop {
-                    let mut header = String::new();
-                    match reader.read_line(&mut header) {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) if header == "\r\n" => break,
-                        Ok(_) => {}
-                    }
-                }
-                let target = request_line
-                    .split_whitespace()
-                    .nth(1)
-                    .unwrap_or("")
-                    .to_owned();
-                seen.lock().unwrap().push(format!(
-                    "{} {target}",
-                    request_line.split_whitespace().next().unwrap_or("")
-                ));
-                let path = target.split('?').next().unwrap_or("");
-                let (status, body) = routes
-                    .iter()
-                    .find(|(p, _, _)| *p == path)
-                    .map(|(_, s, b)| (*s, b.clone()))
-                    .unwrap_or((404, r#"{"message":"page not found"}"#.to_owned()));
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nApi-Version: 1.41\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        });
-        FakeEngine {
-            _dir: dir,
-            socket,
-            requests,
-        }
-    }
-
-    fn engine(&self) -> Engine {
-        Engine::unix(&self.socket)
-    }
-
-    fn requests(&self) -> Vec<String> {
-        self.requests.lock().unwrap().clone()
-    }
+/// A fake daemon answering each path of `routes` with its canned status and body.
+fn fake_engine(routes: &[(&str, u16, &str)]) -> FakeEngine {
+    routes
+        .iter()
+        .fold(FakeEngine::builder(), |b, (path, status, body)| {
+            b.route(path, *status, *body)
+        })
+        .start_in_temp_dir()
+        .unwrap()
 }
 
 fn percent_decode(s: &str) -> String {
@@ -126,7 +68,7 @@ fn info_body(root: &Path) -> String {
 
 #[test]
 fn containers_come_from_an_unversioned_filtered_list() {
-    let fake = FakeEngine::start(vec![("/containers/json", 200, CONTAINERS.to_owned())]);
+    let fake = fake_engine(&[("/containers/json", 200, CONTAINERS)]);
     let got = fake.engine().containers(PROJECT).unwrap();
     let c = |name: &str, service: &str, state: &str, health: Option<&str>| Container {
         name: name.into(),
@@ -171,10 +113,8 @@ fn containers_come_from_an_unversioned_filtered_list() {
 #[test]
 fn a_heartbeat_spawns_no_process_and_asks_info_once() {
     let root = tempfile::tempdir().unwrap();
-    let fake = FakeEngine::start(vec![
-        ("/containers/json", 200, CONTAINERS.to_owned()),
-        ("/info", 200, info_body(root.path())),
-    ]);
+    let info = info_body(root.path());
+    let fake = fake_engine(&[("/containers/json", 200, CONTAINERS), ("/info", 200, &info)]);
     let stub = Stub::new(&[("COMPOSE_VERSION", "2.32.0")]);
     let docker = stub.builder().engine(fake.engine()).build().unwrap();
 
@@ -224,10 +164,10 @@ fn a_heartbeat_spawns_no_process_and_asks_info_once() {
 
 #[test]
 fn an_error_status_keeps_the_daemons_message() {
-    let fake = FakeEngine::start(vec![(
+    let fake = fake_engine(&[(
         "/containers/json",
         500,
-        r#"{"message":"invalid filter 'labl'"}"#.to_owned(),
+        r#"{"message":"invalid filter 'labl'"}"#,
     )]);
     let err = fake.engine().containers(PROJECT).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Protocol);
@@ -239,7 +179,7 @@ fn an_error_status_keeps_the_daemons_message() {
 
 #[test]
 fn garbage_is_a_parse_error() {
-    let fake = FakeEngine::start(vec![("/info", 200, "<html>proxy</html>".to_owned())]);
+    let fake = fake_engine(&[("/info", 200, "<html>proxy</html>")]);
     let err = fake.engine().info().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Protocol);
     assert!(

@@ -19,6 +19,29 @@ fn stub_with(settings: &[(&str, String)]) -> Stub {
     Stub::new(&s)
 }
 
+/// A stub of compose `version` whose `docker ps` answers with the canned `ps_files` in turn,
+/// with `extra` settings.
+fn polled(version: &str, ps_files: &[&str], extra: &[(&str, &str)]) -> Stub {
+    let seq: Vec<String> = ps_files
+        .iter()
+        .map(|f| data(f).display().to_string())
+        .collect();
+    let mut settings = vec![
+        ("COMPOSE_VERSION", version.to_owned()),
+        ("DOCKER_PS_SEQ", seq.join(" ")),
+    ];
+    settings.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    stub_with(&settings)
+}
+
+/// `up` with a health wait of `wait` on the stub's project, expected to fail, and how long it
+/// took.
+fn up_failure(stub: &Stub, wait: Duration) -> (Error, Duration) {
+    let started = Instant::now();
+    let err = stub.compose(&stub.docker()).up(Some(wait)).unwrap_err();
+    (err, started.elapsed())
+}
+
 /// Runs `op` on a fresh stub with compose `version` and checks the argv of the last call.
 fn check_argv(version: &str, op: &dyn Fn(&monky_compose::Compose), expected_tail: &[&str]) {
     let stub = stub_with(&v(version));
@@ -106,17 +129,11 @@ fn up_wait_flags_follow_the_compose_version() {
 
 #[test]
 fn old_compose_is_polled_for_health_after_up() {
-    let stub = stub_with(&[
-        ("COMPOSE_VERSION", "2.0.1".into()),
-        (
-            "DOCKER_PS_SEQ",
-            format!(
-                "{} {}",
-                data("cli-ps-starting.jsonl").display(),
-                data("cli-ps-healthy.jsonl").display()
-            ),
-        ),
-    ]);
+    let stub = polled(
+        "2.0.1",
+        &["cli-ps-starting.jsonl", "cli-ps-healthy.jsonl"],
+        &[],
+    );
     let docker = stub
         .builder()
         .limits(monky_compose::Limits {
@@ -153,20 +170,10 @@ fn old_compose_is_polled_for_health_after_up() {
 
 #[test]
 fn old_compose_poll_fails_fast_on_unhealthy() {
-    let stub = stub_with(&[
-        ("COMPOSE_VERSION", "2.0.1".into()),
-        (
-            "DOCKER_PS_SEQ",
-            data("cli-ps-unhealthy.jsonl").display().to_string(),
-        ),
-    ]);
-    let started = Instant::now();
-    let err = stub
-        .compose(&stub.docker())
-        .up(Some(Duration::from_secs(60)))
-        .unwrap_err();
+    let stub = polled("2.0.1", &["cli-ps-unhealthy.jsonl"], &[]);
+    let (err, took) = up_failure(&stub, Duration::from_secs(60));
     assert!(
-        started.elapsed() < Duration::from_secs(10),
+        took < Duration::from_secs(10),
         "did not wait out the timeout"
     );
     assert_eq!(err.kind(), ErrorKind::Unhealthy);
@@ -182,20 +189,9 @@ fn old_compose_poll_fails_fast_on_unhealthy() {
 #[test]
 fn a_wait_without_its_own_timeout_is_bounded_by_ours() {
     // compose 2.1.1-2.17.2: `--wait` waits for a starting container for ever
-    let stub = stub_with(&[
-        ("COMPOSE_VERSION", "2.10.2".into()),
-        ("HANG", "up".into()),
-        (
-            "DOCKER_PS_SEQ",
-            data("cli-ps-starting.jsonl").display().to_string(),
-        ),
-    ]);
-    let started = Instant::now();
-    let err = stub
-        .compose(&stub.docker())
-        .up(Some(Duration::from_secs(1)))
-        .unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(8));
+    let stub = polled("2.10.2", &["cli-ps-starting.jsonl"], &[("HANG", "up")]);
+    let (err, took) = up_failure(&stub, Duration::from_secs(1));
+    assert!(took < Duration::from_secs(8));
     let Error::Unhealthy { containers, .. } = &err else {
         panic!("expected Unhealthy, got {err}");
     };
@@ -648,15 +644,14 @@ fn a_saved_compose_hint_is_used_until_the_binary_changes() {
 
 #[test]
 fn without_the_socket_containers_and_facts_come_from_the_cli() {
-    let stub = stub_with(&[
-        ("COMPOSE_VERSION", "2.30.3".into()),
-        (
-            "DOCKER_PS_SEQ",
-            data("cli-ps-healthy.jsonl").display().to_string(),
-        ),
-        ("SERVER_VERSION", "27.5.1".into()),
-        ("DATA_ROOT", "/srv/docker-data".into()),
-    ]);
+    let stub = polled(
+        "2.30.3",
+        &["cli-ps-healthy.jsonl"],
+        &[
+            ("SERVER_VERSION", "27.5.1"),
+            ("DATA_ROOT", "/srv/docker-data"),
+        ],
+    );
     let docker = stub.docker();
     let containers = docker.containers(PROJECT).unwrap();
     let names: Vec<&str> = containers.iter().map(|c| c.name.as_str()).collect();

@@ -120,23 +120,11 @@ fn known_env_values(template: &str, provided: &BTreeSet<String>) -> BTreeMap<Str
     let Ok(rendered) = bundle::render_env(template, &unknown) else {
         return BTreeMap::new();
     };
-    let mut out = BTreeMap::new();
-    for line in rendered.expose_secret().lines() {
-        let line = line.trim();
-        let line = line.strip_prefix("export ").unwrap_or(line);
-        let Some((name, value)) = line.split_once('=') else {
-            continue;
-        };
-        let value = value.trim();
-        let value = match value.as_bytes() {
-            [q @ (b'"' | b'\''), .., e] if q == e => &value[1..value.len() - 1],
-            _ => value.split(" #").next().unwrap_or_default().trim_end(),
-        };
-        if !line.starts_with('#') && !value.contains('$') {
-            out.insert(name.trim().to_string(), value.to_string());
-        }
-    }
-    out
+    // Read as compose reads it; a value still holding a `$` depends on a secret.
+    bundle::read_env(rendered.expose_secret())
+        .filter(|(_, value)| !value.contains('$'))
+        .map(|(name, value)| (name.to_string(), value))
+        .collect()
 }
 
 /// A bundle from disk: a tar (optionally gzipped) or a directory of its members.
@@ -272,12 +260,12 @@ fn model_of_bundle(
     let env = bundle::render_env(b.env_template(), &provided)
         .map(|e| e.expose_secret().to_string())
         .unwrap_or_default();
-    std::fs::write(release.join(".env"), env)?;
+    std::fs::write(release.join(crate::release::ENV_FILE), env)?;
     let compose = docker.compose(
         base.project(),
         &release,
         &release.join(b.compose_file_name()),
-        &release.join(".env"),
+        &release.join(crate::release::ENV_FILE),
     );
     let policy = base.clone().allow_privileged(b.meta().allow_privileged);
     match model(&policy, &compose, b.compose(), &release) {
@@ -324,6 +312,13 @@ mod tests {
             "S=${SOCK:-/var/run/docker.sock}\nD=$$literal\n",
             &[],
             &[("S", "/var/run/docker.sock")],
+        );
+        // Quoting as compose reads it (the agent's own reader once kept escapes and the quotes
+        // of a quoted value followed by a comment).
+        check(
+            "A=\"q\\\"d\" # note\nB='s\\'x'\nC=\"x\"y\nD=x\t#y\n",
+            &[],
+            &[("A", "q\"d"), ("B", "s'x"), ("C", "x"), ("D", "x\t#y")],
         );
     }
 }

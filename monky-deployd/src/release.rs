@@ -24,7 +24,8 @@ use crate::config::Config;
 use crate::exit::Failure;
 use crate::fsx::{self, Dir};
 
-const ENV_FILE: &str = ".env";
+/// The rendered `.env` in a release dir (not a bundle member: the agent writes it).
+pub const ENV_FILE: &str = ".env";
 const DIGESTS: &str = "env-digests";
 const KEY_FILE: &str = "release.key";
 
@@ -38,7 +39,7 @@ const MAX_ENV_BYTES: u64 = 16 * 1024 * 1024;
 #[derive(Debug)]
 pub struct Release {
     dir: PathBuf,
-    compose_file: String,
+    compose_file: bundle::MemberName,
     /// The keyed digest of the `.env` this process wrote into a staged release.
     env_digest: Option<String>,
 }
@@ -46,12 +47,12 @@ pub struct Release {
 impl Release {
     /// Opens a release directory if it holds a compose file (a regular file, not a link).
     pub fn open(dir: &Path) -> Option<Self> {
-        ["docker-compose.yml", "compose.yaml"]
+        bundle::MemberName::COMPOSE_FILES
             .into_iter()
-            .find(|f| std::fs::symlink_metadata(dir.join(f)).is_ok_and(|m| m.is_file()))
-            .map(|f| Self {
+            .find(|f| std::fs::symlink_metadata(dir.join(f.as_str())).is_ok_and(|m| m.is_file()))
+            .map(|compose_file| Self {
                 dir: dir.to_path_buf(),
-                compose_file: f.to_string(),
+                compose_file,
                 env_digest: None,
             })
     }
@@ -63,7 +64,7 @@ impl Release {
 
     /// The compose file's text.
     pub fn compose_yaml(&self) -> anyhow::Result<String> {
-        let path = self.dir.join(&self.compose_file);
+        let path = self.dir.join(self.compose_file.as_str());
         let bytes = fsx::read_bounded(&path, MAX_ENV_BYTES)
             .map_err(|p| anyhow::anyhow!("cannot read {}: {p}", path.display()))?;
         String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8", path.display()))
@@ -96,7 +97,7 @@ impl Release {
         docker.compose(
             &cfg.compose_project,
             &self.dir,
-            &self.dir.join(&self.compose_file),
+            &self.dir.join(self.compose_file.as_str()),
             &self.dir.join(ENV_FILE),
         )
     }

@@ -95,7 +95,11 @@ fn running_sha(env_dir: &Path) -> Option<String> {
 /// Whether a release's `bundle.json` says `tier: prod`; `None` when it cannot be read.
 fn release_is_prod(release: &Path) -> Option<bool> {
     // Bounded, regular files only: a link or FIFO planted there is not followed.
-    let bytes = crate::fsx::read_bounded(&release.join("bundle.json"), MAX_BUNDLE_JSON).ok()?;
+    let bytes = crate::fsx::read_bounded(
+        &release.join(monky_bundle::MemberName::BUNDLE_JSON.as_str()),
+        MAX_BUNDLE_JSON,
+    )
+    .ok()?;
     let doc: Value = serde_json::from_slice(&bytes).ok()?;
     Some(doc.get("tier").and_then(Value::as_str) == Some("prod"))
 }
@@ -181,7 +185,7 @@ mod tests {
         let dir = env_dir.join("releases").join(sha);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
-            dir.join("bundle.json"),
+            dir.join(monky_bundle::MemberName::BUNDLE_JSON.as_str()),
             json!({"env_id": "e1", "tier": tier, "renderer": "compose"}).to_string(),
         )
         .unwrap();

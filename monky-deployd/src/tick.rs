@@ -408,9 +408,7 @@ impl<'a> Agent<'a> {
 fn not_ready(containers: &[SeenContainer]) -> Vec<String> {
     containers
         .iter()
-        .filter(|c| {
-            !(c.state == "running" && matches!(c.health.as_deref(), None | Some("healthy")))
-        })
+        .filter(|c| !monky_compose::Container::ready(&c.state, c.health.as_deref()))
         .map(|c| format!("{} ({})", c.name, c.health.as_deref().unwrap_or(&c.state)))
         .collect()
 }

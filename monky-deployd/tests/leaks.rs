@@ -84,32 +84,6 @@ fn assert_clean(what: &str, text: &str, secrets: &[String]) {
     assert!(!text.contains("eyJ"), "{what} holds a JWT:\n{text}");
 }
 
-/// One recorded docker call: argv, working directory, environment.
-#[derive(Debug, Default)]
-struct Call {
-    argv: String,
-    env: BTreeMap<String, String>,
-}
-
-fn calls(w: &World) -> Vec<Call> {
-    let mut out: Vec<Call> = Vec::new();
-    for line in w.docker_log().lines() {
-        if let Some(argv) = line.strip_prefix("@@CALL ") {
-            out.push(Call {
-                argv: argv.to_string(),
-                ..Call::default()
-            });
-        } else if let Some(kv) = line.strip_prefix("@@ENV ") {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            out.last_mut()
-                .expect("env after a call")
-                .env
-                .insert(k.to_string(), v.to_string());
-        }
-    }
-    out
-}
-
 #[test]
 fn docker_children_get_only_docker_config_and_the_env_file_path() {
     let w = world();
@@ -128,50 +102,51 @@ fn docker_children_get_only_docker_config_and_the_env_file_path() {
     cmd.envs(AGENT_ENV);
     Run(cmd.output().unwrap()).ok();
 
-    let calls = calls(&w);
-    let subs: BTreeSet<&str> = calls
+    let calls = w.docker_call_records();
+    let lines: Vec<String> = calls.iter().map(|c| c.command_line()).collect();
+    let subs: BTreeSet<&str> = lines
         .iter()
-        .filter_map(|c| compose_sub(&c.argv).or_else(|| c.argv.split(' ').next()))
+        .filter_map(|argv| compose_sub(argv).or_else(|| argv.split(' ').next()))
         .collect();
     for sub in ["config", "pull", "up", "logs", "image"] {
         assert!(subs.contains(sub), "no docker {sub} call: {subs:?}");
     }
     let secrets = secrets(&w);
     let docker_config = w.state_dir().join("docker");
-    for c in &calls {
-        assert_clean(&format!("argv {}", c.argv), &c.argv, &secrets);
+    for (c, argv) in calls.iter().zip(&lines) {
+        for a in &c.args {
+            assert_clean(&format!("argv {argv}"), a, &secrets);
+        }
         let names: Vec<&str> = c.env.keys().map(String::as_str).collect();
         for n in &names {
-            assert!(CHILD_ENV.contains(n), "{n} reached {}: {names:?}", c.argv);
+            assert!(CHILD_ENV.contains(n), "{n} reached {argv}: {names:?}");
         }
         assert_eq!(
             c.env.get("DOCKER_CONFIG").map(Path::new),
             Some(docker_config.as_path()),
-            "{}",
-            c.argv
+            "{argv}"
         );
         for (k, v) in &c.env {
-            assert_clean(&format!("env {k} of {}", c.argv), v, &secrets);
+            assert_clean(&format!("env {k} of {argv}"), v, &secrets);
         }
         // Compose gets the secrets by file name only: the .env of the release it runs.
-        if compose_sub(&c.argv).is_some_and(|s| s != "version") {
-            let args: Vec<&str> = c.argv.split(' ').collect();
-            let at = args
+        if compose_sub(argv).is_some_and(|s| s != "version") {
+            let at = c
+                .args
                 .iter()
-                .position(|a| *a == "--env-file")
-                .unwrap_or_else(|| panic!("no --env-file: {}", c.argv));
-            let path = Path::new(args[at + 1]);
-            assert_eq!(path.file_name().unwrap(), ".env", "{}", c.argv);
+                .position(|a| a == "--env-file")
+                .unwrap_or_else(|| panic!("no --env-file: {argv}"));
+            let path = Path::new(&c.args[at + 1]);
+            assert_eq!(path.file_name().unwrap(), ".env", "{argv}");
             assert!(
                 ["releases", "staging", "current"]
                     .iter()
                     .any(|d| path.starts_with(w.env_dir().join(d))),
-                "{}",
-                c.argv
+                "{argv}"
             );
         }
     }
-    assert!(calls.len() >= 6, "{calls:?}");
+    assert!(calls.len() >= 6, "{lines:?}");
     assert!(w.current_target().is_some());
 }
 

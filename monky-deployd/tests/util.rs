@@ -5,16 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use monky_agent_proto::testkit::{Desired, FakeTenancy, Peers, PeersBuilder, Recorded};
 use monky_agent_proto::{ReportRequest, ReportResult};
 use monky_bao_client::testkit::{BaoPeer, FakeBao, RealBao};
 use monky_bundle::MemberName;
+use monky_compose::testkit::{FakeEngine, StubDocker};
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
@@ -108,55 +106,6 @@ impl TestBundle {
     }
 }
 
-/// A fake Docker Engine API on a unix socket, serving the stub's containers.json.
-struct FakeEngine {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl FakeEngine {
-    fn start(dir: &Path) -> Self {
-        let sock = dir.join("docker.sock");
-        let server = tiny_http::Server::http_unix(&sock).expect("fake engine socket");
-        let stop = Arc::new(AtomicBool::new(false));
-        let (flag, dir) = (Arc::clone(&stop), dir.to_path_buf());
-        let thread = std::thread::spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                let Ok(Some(req)) = server.recv_timeout(Duration::from_millis(50)) else {
-                    continue;
-                };
-                let path = req.url().split('?').next().unwrap_or("").to_string();
-                let body = if path.ends_with("/containers/json") {
-                    std::fs::read_to_string(dir.join("containers.json"))
-                        .unwrap_or_else(|_| "[]".into())
-                } else if path.ends_with("/info") {
-                    json!({"ServerVersion": "28.3.0", "DockerRootDir": dir}).to_string()
-                } else {
-                    let _ =
-                        req.respond(tiny_http::Response::from_string("{}").with_status_code(404));
-                    continue;
-                };
-                let header =
-                    tiny_http::Header::from_bytes("Content-Type", "application/json").unwrap();
-                let _ = req.respond(tiny_http::Response::from_string(body).with_header(header));
-            }
-        });
-        Self {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for FakeEngine {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// Options for building a world.
 #[derive(Default)]
 pub struct WorldOptions {
@@ -187,6 +136,7 @@ pub struct World<B: BaoPeer = FakeBao> {
     pub dir: tempfile::TempDir,
     pub tenancy: FakeTenancy,
     pub bao: B,
+    stub: StubDocker,
     _engine: Option<FakeEngine>,
     real: Option<RealDocker>,
     config_extra: std::cell::RefCell<String>,
@@ -296,21 +246,13 @@ impl<B: BaoPeer> World<B> {
         bao.put_secret(ENV, "registry", &registry.to_string());
         // The agent's own HOME: in real mode nothing of the invoking user's `~/.docker` may help.
         std::fs::create_dir_all(dir.path().join("home")).unwrap();
-        let stub_dir = dir.path().join("docker");
-        std::fs::create_dir_all(&stub_dir).unwrap();
-        let stub = stub_dir.join("docker");
-        std::fs::copy(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/docker-stub.sh"),
-            &stub,
-        )
-        .unwrap();
-        std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::write(stub_dir.join("stub.env"), "").unwrap();
-        let engine = real.is_none().then(|| FakeEngine::start(&stub_dir));
+        let stub = StubDocker::install(&dir.path().join("docker")).unwrap();
+        let engine = real.is_none().then(|| stub.engine());
         let w = Self {
             dir,
             tenancy,
             bao,
+            stub,
             _engine: engine,
             real,
             config_extra: std::cell::RefCell::new(String::new()),
@@ -386,7 +328,7 @@ impl<B: BaoPeer> World<B> {
             ),
             None => format!(
                 "docker_bin: {}\nhealthy_timeout_s: 5\nregistry_host: 127.0.0.1:5000\n",
-                self.stub_dir().join("docker").display()
+                self.stub.program().display()
             ),
         };
         let text = format!(
@@ -419,30 +361,28 @@ impl<B: BaoPeer> World<B> {
         sha
     }
 
-    /// Sets a stub scenario variable (`KEY=value` lines in stub.env).
+    /// Sets a stub scenario variable (see `monky_compose::testkit::DOCKER_STUB`).
     pub fn stub(&self, key: &str, value: &str) {
-        let p = self.stub_dir().join("stub.env");
-        let mut text = std::fs::read_to_string(&p).unwrap_or_default();
-        text.push_str(&format!("{key}={}\n", shell_quote(value)));
-        std::fs::write(p, text).unwrap();
+        self.stub.set(key, value);
     }
 
     pub fn clear_stub(&self) {
-        std::fs::write(self.stub_dir().join("stub.env"), "").unwrap();
+        self.stub.clear();
     }
 
-    /// The docker calls so far, one `@@CALL` line each (argv only).
+    /// The docker calls so far, each as its argument line.
     pub fn docker_calls(&self) -> Vec<String> {
-        std::fs::read_to_string(self.stub_dir().join("calls.log"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.strip_prefix("@@CALL ").map(str::to_string))
-            .collect()
+        self.stub.calls().iter().map(|c| c.command_line()).collect()
     }
 
-    /// Everything the stub recorded (argv, cwd, env).
+    /// The docker calls so far: argv, cwd and environment.
+    pub fn docker_call_records(&self) -> Vec<monky_compose::testkit::Call> {
+        self.stub.calls()
+    }
+
+    /// Everything the stub recorded (argv, cwd, env), as written.
     pub fn docker_log(&self) -> String {
-        std::fs::read_to_string(self.stub_dir().join("calls.log")).unwrap_or_default()
+        self.stub.log()
     }
 
     /// The agent's home directory (`HOME` of the agent process).
@@ -534,10 +474,6 @@ impl<B: BaoPeer> World<B> {
         self.tick().ok();
         sha
     }
-}
-
-fn shell_quote(v: &str) -> String {
-    format!("'{}'", v.replace('\'', r"'\''"))
 }
 
 /// A finished agent process.

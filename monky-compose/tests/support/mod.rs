@@ -2,34 +2,23 @@
 //! a hermetic `PATH`, the agent's docker config dir and a project dir.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use monky_compose::testkit::{self, Call};
 use monky_compose::{Compose, Docker, DockerBuilder, Engine};
 
 /// The compose project every stub test uses.
 pub const PROJECT: &str = "monky-env-t";
 
-/// The tools the stub script needs; linked into a private dir so `PATH` holds nothing else
-/// (this machine has a real compose v1 in /usr/bin that must stay invisible).
-const TOOLS: &[&str] = &[
-    "env", "sort", "sed", "cat", "sleep", "seq", "dirname", "basename",
-];
+/// The tools the stub script needs (its hang scenarios sleep; everything else is a bash
+/// builtin); linked into a private dir so `PATH` holds nothing else (this machine has a real
+/// compose v1 in /usr/bin that must stay invisible).
+const TOOLS: &[&str] = &["sleep"];
 
 pub fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
         .join(name)
-}
-
-/// One recorded invocation of the stub.
-#[derive(Debug, Clone)]
-pub struct Call {
-    pub program: String,
-    pub cwd: PathBuf,
-    pub args: Vec<String>,
-    pub env: BTreeMap<String, String>,
 }
 
 pub struct Stub {
@@ -94,25 +83,32 @@ impl Stub {
         stub
     }
 
-    /// Copies the stub script to `dir/name` with its own `stub.env`.
+    /// Writes the stub script as `dir/name` with its own `stub.env`: one log for every copy,
+    /// this crate's canned outputs, no compose plugin unless the settings name its version,
+    /// then the stub's settings and `extra`.
     pub fn install(&self, dir: &Path, name: &str, extra: &[(&str, &str)]) -> PathBuf {
         let target = dir.join(name);
-        std::fs::copy(data("docker-stub.sh"), &target).unwrap();
-        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mut env = format!(
-            "STUB_LOG='{}'\nSTUB_DATA='{}'\n",
-            self.log.display(),
-            data("").display()
+        testkit::write_stub(&target).unwrap();
+        let (log, data_dir, config) = (
+            self.log.display().to_string(),
+            data("").display().to_string(),
+            data("config.json").display().to_string(),
         );
-        for (k, v) in self
-            .settings
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .chain(extra.iter().copied())
-        {
-            env.push_str(&format!("{k}='{v}'\n"));
-        }
-        std::fs::write(dir.join("stub.env"), env).unwrap();
+        let base = [
+            ("STUB_LOG", log.as_str()),
+            ("STUB_DATA", data_dir.as_str()),
+            ("COMPOSE_VERSION", ""),
+            ("CONFIG_OUTPUT", config.as_str()),
+            ("LOGS_STDERR", "compose warning on stderr"),
+        ];
+        let settings = self.settings.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        testkit::write_scenario(
+            dir,
+            base.into_iter()
+                .chain(settings)
+                .chain(extra.iter().copied()),
+        )
+        .unwrap();
         target
     }
 
@@ -161,31 +157,7 @@ impl Stub {
     }
 
     pub fn calls(&self) -> Vec<Call> {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let mut calls = Vec::new();
-        let mut cur: Option<Call> = None;
-        for line in text.lines() {
-            if let Some(p) = line.strip_prefix("@@CALL ") {
-                cur = Some(Call {
-                    program: p.to_owned(),
-                    cwd: PathBuf::new(),
-                    args: Vec::new(),
-                    env: BTreeMap::new(),
-                });
-            } else if let Some(c) = line.strip_prefix("@@CWD ") {
-                cur.as_mut().unwrap().cwd = PathBuf::from(c);
-            } else if let Some(a) = line.strip_prefix("@@ARG ") {
-                cur.as_mut().unwrap().args.push(a.to_owned());
-            } else if line == "@@ARG" {
-                cur.as_mut().unwrap().args.push(String::new());
-            } else if let Some(kv) = line.strip_prefix("@@ENV ") {
-                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                cur.as_mut().unwrap().env.insert(k.to_owned(), v.to_owned());
-            } else if line == "@@END" {
-                calls.push(cur.take().unwrap());
-            }
-        }
-        calls
+        testkit::parse_calls(&std::fs::read_to_string(&self.log).unwrap_or_default())
     }
 
     /// Calls that asked a compose for its version.
