@@ -26,7 +26,7 @@ pub const SYSTEM_PLUGIN_DIRS: [&str; 4] = [
 
 /// Timeouts and output caps of the docker commands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
+pub struct CommandLimits {
     /// Commands that change things: pull, up, down, image prune. Default 600 s.
     pub timeout: Duration,
     /// Commands that only read: version, ps, logs, config, info. Default 60 s.
@@ -37,9 +37,9 @@ pub struct Limits {
     pub poll_interval: Duration,
 }
 
-impl Default for Limits {
+impl Default for CommandLimits {
     fn default() -> Self {
-        Limits {
+        CommandLimits {
             timeout: Duration::from_secs(600),
             query_timeout: Duration::from_secs(60),
             max_output_bytes: 4 * 1024 * 1024,
@@ -127,7 +127,7 @@ struct Inner {
     bin: PathBuf,
     docker_config: PathBuf,
     runner: Runner,
-    limits: Limits,
+    limits: CommandLimits,
     engine: Engine,
     plugin_dirs: Vec<PathBuf>,
     compose: Mutex<ComposeState>,
@@ -169,7 +169,7 @@ impl Failure {
 pub struct DockerBuilder {
     bin: PathBuf,
     docker_config: Option<PathBuf>,
-    limits: Limits,
+    limits: CommandLimits,
     engine: Option<Engine>,
     path_env: Option<OsString>,
     plugin_dirs: Option<Vec<PathBuf>>,
@@ -182,7 +182,7 @@ impl Docker {
         DockerBuilder {
             bin: bin.into(),
             docker_config: None,
-            limits: Limits::default(),
+            limits: CommandLimits::default(),
             engine: None,
             path_env: None,
             plugin_dirs: None,
@@ -210,7 +210,7 @@ impl Docker {
 
     /// The limits in force.
     #[must_use]
-    pub fn limits(&self) -> &Limits {
+    pub fn limits(&self) -> &CommandLimits {
         &self.inner.limits
     }
 
@@ -576,7 +576,7 @@ impl DockerBuilder {
     }
 
     /// All limits at once.
-    pub fn limits(mut self, limits: Limits) -> Self {
+    pub fn limits(mut self, limits: CommandLimits) -> Self {
         self.limits = limits;
         self
     }

@@ -42,7 +42,7 @@ pub mod testkit;
 pub use compose::{Compose, ComposeVersion, parse_ps_json, pull_failure_message};
 pub use container::Container;
 pub use docker::{
-    ComposeInfo, Docker, DockerBuilder, DockerFacts, FileStamp, Limits, SYSTEM_PLUGIN_DIRS,
+    CommandLimits, ComposeInfo, Docker, DockerBuilder, DockerFacts, FileStamp, SYSTEM_PLUGIN_DIRS,
 };
 pub use engine::{Engine, EngineInfo};
 pub use error::{Error, ErrorKind, Result};

@@ -136,7 +136,7 @@ fn old_compose_is_polled_for_health_after_up() {
     );
     let docker = stub
         .builder()
-        .limits(monky_compose::Limits {
+        .limits(monky_compose::CommandLimits {
             poll_interval: Duration::from_millis(50),
             ..Default::default()
         })
@@ -433,7 +433,7 @@ fn logs_tail_keeps_the_end_within_the_cap() {
     ]);
     let docker = stub
         .builder()
-        .limits(monky_compose::Limits {
+        .limits(monky_compose::CommandLimits {
             max_output_bytes: 64 * 1024,
             ..Default::default()
         })

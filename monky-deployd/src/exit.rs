@@ -38,8 +38,9 @@ impl Exit {
     }
 }
 
-/// An error with a decided exit status and, for refusals, the code tenancy sees.
-#[derive(Debug)]
+/// An error with a decided exit status and, for refusals, the code tenancy sees: the agent's one
+/// type for a refusal or a failure (a bundle's [`monky_bundle::Refusal`] becomes one by `From`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
     /// How the process ends.
     pub exit: Exit,
@@ -142,6 +143,12 @@ impl fmt::Display for Failure {
 }
 
 impl std::error::Error for Failure {}
+
+impl From<&monky_bundle::Refusal> for Failure {
+    fn from(r: &monky_bundle::Refusal) -> Self {
+        Self::coded(Code::of_refusal(r.code), r.to_string())
+    }
+}
 
 #[cfg(test)]
 mod tests {

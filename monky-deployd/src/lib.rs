@@ -13,7 +13,6 @@ macro_rules! outln {
     };
 }
 
-pub mod checks;
 pub mod cli;
 pub mod code;
 pub mod config;
@@ -27,6 +26,7 @@ pub mod logging;
 pub mod metrics;
 mod peers;
 pub mod redact;
+pub mod refusals;
 mod release;
 mod runloop;
 pub mod state;
@@ -129,7 +129,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             } else {
                 None
             };
-            checks::bundle_check(&path, &env_id, &kv_mount, sha.as_deref(), cfg.as_ref())
+            refusals::bundle_check(&path, &env_id, &kv_mount, sha.as_deref(), cfg.as_ref())
         }
         Command::Version => {
             outln!("monky-deployd {VERSION}");

@@ -189,10 +189,12 @@ impl<'a> Agent<'a> {
     }
     // ---- checkin ----------------------------------------------------------------------------
 
-    fn containers(&mut self) -> Vec<SeenContainer> {
+    /// Looks at the project's containers again: state keeps what was seen, and why the look
+    /// failed is kept for the heartbeat (a failed look is no "nothing running").
+    fn refresh_containers(&mut self) {
         let listed = self.docker.containers(&self.cfg.compose_project);
         self.docker_error = listed.as_ref().err().map(ToString::to_string);
-        match listed {
+        self.state.containers = match listed {
             Ok(cs) => cs
                 .into_iter()
                 .map(|c| SeenContainer {
@@ -205,7 +207,7 @@ impl<'a> Agent<'a> {
                 warn!("cannot list containers: {e}");
                 Vec::new()
             }
-        }
+        };
     }
 
     fn wire_containers(&self) -> Vec<proto::ContainerStatus> {
@@ -220,8 +222,10 @@ impl<'a> Agent<'a> {
             .collect()
     }
 
+    /// Looks at the box (the containers, the docker facts, the compose found) and says it to
+    /// tenancy as a checkin.
     fn checkin_request(&mut self) -> proto::CheckinRequest {
-        self.state.containers = self.containers();
+        self.refresh_containers();
         let facts = self.docker.facts();
         self.state.compose = self.docker.known_compose();
         proto::CheckinRequest {
@@ -390,7 +394,7 @@ impl<'a> Agent<'a> {
         }
         let sha = self.state.forget_applied();
         release::clear_current(self.cfg)?;
-        self.state.containers = self.containers();
+        self.refresh_containers();
         self.conclude(Outcome::down(sha.as_deref()))
     }
 

@@ -462,7 +462,7 @@ impl<B: BaoPeer> World<B> {
     pub fn assert_current(&self, sha: &str) {
         assert_eq!(
             self.current_target(),
-            Some(Path::new("releases").join(sha)),
+            Some(std::path::Path::new("releases").join(sha)),
             "current"
         );
     }

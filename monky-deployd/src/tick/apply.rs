@@ -15,7 +15,7 @@ use super::{Agent, not_ready, short};
 use crate::code::Code;
 use crate::exit::{Exit, Failure};
 use crate::state;
-use crate::{checks, failpoint, fsx, peers, redact, release};
+use crate::{failpoint, fsx, peers, redact, refusals, release};
 
 impl Agent<'_> {
     /// Applies the desired release, step by step as docs/architecture.md's "What a tick does"
@@ -146,7 +146,7 @@ impl Agent<'_> {
         failpoint::hit("before-up");
         let up = project.up(Some(self.cfg.healthy_timeout));
         failpoint::hit("after-up");
-        self.state.containers = self.containers();
+        self.refresh_containers();
         let bad = not_ready(&self.state.containers);
         if up.is_ok() && bad.is_empty() {
             return Ok(());
@@ -285,7 +285,7 @@ impl Agent<'_> {
                     .up(Some(self.cfg.healthy_timeout))
                     .map_err(anyhow::Error::new)
             });
-        self.state.containers = self.containers();
+        self.refresh_containers();
         match result {
             Ok(()) if not_ready(&self.state.containers).is_empty() => {
                 format!("reverted to {}", short(Some(prev)))
@@ -309,19 +309,19 @@ impl Agent<'_> {
     }
 
     /// The compose policy on compose's model of `rel`, before compose pulls or starts it: the
-    /// staged release, the promoted one before `current` names it, and a release fallen back
-    /// to, whose files may have changed on disk since it was checked.
+    /// staged release, a retried one updated in place before `current` names it, and a release
+    /// fallen back to, whose files may have changed on disk since it was checked.
     pub(super) fn policy_gate(&self, rel: &release::Release) -> anyhow::Result<()> {
         let policy = self.cfg.compose_policy(rel.allow_privileged());
         let raw = rel.compose_yaml()?;
-        let findings = checks::model(
+        let refused = refusals::model(
             &policy,
             &rel.compose(&self.docker, self.cfg),
             &raw,
             rel.dir(),
         )?;
-        match findings.into_iter().next() {
-            Some(f) => Err(f.into_failure()),
+        match refused.into_iter().next() {
+            Some(f) => Err(f.into()),
             None => Ok(()),
         }
     }
@@ -332,14 +332,14 @@ impl Agent<'_> {
         b: &bundle::Bundle,
         sha: &str,
     ) -> anyhow::Result<Vec<bao::KvPath>> {
-        let (paths, findings) = checks::offline(
+        let (paths, refused) = refusals::offline(
             b,
             &self.cfg.env_id,
             &self.kv_mount(),
             &self.cfg.compose_policy(false),
         );
-        if let Some(f) = findings.into_iter().next() {
-            return Err(f.into_failure());
+        if let Some(f) = refused.into_iter().next() {
+            return Err(f.into());
         }
         bundle::check_rollback(sha, &self.state.applied_history, b.meta().allow_rollback)
             .map_err(refusal)?;
@@ -378,7 +378,7 @@ impl Agent<'_> {
 }
 
 fn refusal(r: bundle::Refusal) -> anyhow::Error {
-    Failure::coded(Code::of_refusal(r.code), r.to_string()).into()
+    Failure::from(&r).into()
 }
 
 fn bundle_error(e: bundle::Error) -> anyhow::Error {

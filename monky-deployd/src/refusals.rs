@@ -1,6 +1,7 @@
-//! The offline checks of a bundle: everything an apply refuses before any lease, secret read or
-//! docker call that needs no knowledge of the box. The tick refuses on the first finding;
-//! `monky-deployd bundle check` prints them all.
+//! The refusals of a bundle, as [`Failure`]s: everything an apply refuses before any lease,
+//! secret read or docker call that needs no knowledge of the box, and the compose policy on
+//! compose's own model. The tick refuses on the first; `monky-deployd bundle check` prints them
+//! all.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -13,29 +14,6 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::code::Code;
 use crate::exit::{Exit, Failure};
 
-/// One refusal: its code and `CODE: names` text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finding {
-    /// The refusal code.
-    pub code: Code,
-    /// `CODE: names`, never a value.
-    pub text: String,
-}
-
-impl Finding {
-    fn from_refusal(r: &bundle::Refusal) -> Self {
-        Self {
-            code: Code::of_refusal(r.code),
-            text: r.to_string(),
-        }
-    }
-
-    /// The failure a tick ends with for this finding.
-    pub fn into_failure(self) -> anyhow::Error {
-        Failure::coded(self.code, self.text).into()
-    }
-}
-
 /// Manifest paths, unresolved variables and the compose policy on the file as the bundle
 /// carries it: the checks that need only the bundle, the env id, the KV mount and the box's
 /// policy (`base`, whose `allow_privileged` is replaced by the bundle's). Returns the KV paths
@@ -45,7 +23,7 @@ pub fn offline(
     env_id: &str,
     kv_mount: &str,
     base: &bundle::ComposePolicy,
-) -> (Vec<KvPath>, Vec<Finding>) {
+) -> (Vec<KvPath>, Vec<Failure>) {
     let manifest = b.manifest();
     let mut findings = Vec::new();
     let mut paths = Vec::new();
@@ -61,23 +39,23 @@ pub fn offline(
         }
     }
     if !outside.is_empty() {
-        findings.push(Finding {
-            code: Code::ManifestPathRefused,
-            text: format!(
+        findings.push(Failure::coded(
+            Code::ManifestPathRefused,
+            format!(
                 "{}: outside {kv_mount}/data/{env_id}/see/: {}",
                 Code::ManifestPathRefused,
                 outside.join(", ")
             ),
-        });
+        ));
     }
     let provided: BTreeSet<String> = manifest.env_entries().map(|e| e.var.clone()).collect();
     if let Err(r) = bundle::check_env_complete(b.env_template(), &provided) {
-        findings.push(Finding::from_refusal(&r));
+        findings.push(Failure::from(&r));
     }
     let known = known_env_values(b.env_template(), &provided);
     let policy = base.clone().allow_privileged(b.meta().allow_privileged);
     for r in policy.findings_file(b.compose(), &|n| known.get(n).cloned(), &provided) {
-        findings.push(Finding::from_refusal(&r));
+        findings.push(Failure::from(&r));
     }
     (paths, findings)
 }
@@ -93,7 +71,7 @@ pub fn model(
     project: &monky_compose::Compose,
     raw_yaml: &str,
     dir: &Path,
-) -> anyhow::Result<Vec<Finding>> {
+) -> anyhow::Result<Vec<Failure>> {
     let model = project
         .config_json()
         .map_err(|e| Failure::coded(Code::ComposeConfigFailed, e.to_string()))?;
@@ -101,7 +79,7 @@ pub fn model(
     Ok(policy
         .findings_model(model, raw_yaml, dir, &read_link)
         .iter()
-        .map(Finding::from_refusal)
+        .map(Failure::from)
         .collect())
 }
 
@@ -128,7 +106,7 @@ fn known_env_values(template: &str, provided: &BTreeSet<String>) -> BTreeMap<Str
 }
 
 /// A bundle from disk: a tar (optionally gzipped) or a directory of its members.
-pub fn load(path: &Path) -> anyhow::Result<Result<bundle::Bundle, Finding>> {
+pub fn load(path: &Path) -> anyhow::Result<Result<bundle::Bundle, Failure>> {
     let bytes = if path.is_dir() {
         let mut files = std::collections::BTreeMap::new();
         for entry in
@@ -143,10 +121,10 @@ pub fn load(path: &Path) -> anyhow::Result<Result<bundle::Bundle, Finding>> {
                     files.insert(m, std::fs::read(entry.path())?);
                 }
                 Err(e) => {
-                    return Ok(Err(Finding {
-                        code: Code::BundleInvalid,
-                        text: format!("{}: {e}", Code::BundleInvalid),
-                    }));
+                    return Ok(Err(Failure::coded(
+                        Code::BundleInvalid,
+                        format!("{}: {e}", Code::BundleInvalid),
+                    )));
                 }
             }
         }
@@ -156,11 +134,8 @@ pub fn load(path: &Path) -> anyhow::Result<Result<bundle::Bundle, Finding>> {
     };
     Ok(
         bundle::Bundle::parse(&bytes, &bundle::Limits::default()).map_err(|e| match e.refusal() {
-            Some(r) => Finding::from_refusal(r),
-            None => Finding {
-                code: Code::BundleInvalid,
-                text: format!("{}: {e}", Code::BundleInvalid),
-            },
+            Some(r) => Failure::from(r),
+            None => Failure::coded(Code::BundleInvalid, format!("{}: {e}", Code::BundleInvalid)),
         }),
     )
 }
@@ -183,16 +158,16 @@ pub fn bundle_check(
     let b = match load(path)? {
         Ok(b) => b,
         Err(f) => {
-            outln!("FAIL {}", f.text);
+            outln!("FAIL {f}");
             return Ok(Exit::Fail);
         }
     };
     outln!("sha256 {}", b.sha());
-    let mut findings = Vec::new();
+    let mut refusals = Vec::new();
     if let Some(want) = expected_sha
         && let Err(r) = b.check_sha(want)
     {
-        findings.push(Finding::from_refusal(&r));
+        refusals.push(Failure::from(&r));
     }
     let base = match cfg {
         Some(c) => c.compose_policy(false),
@@ -201,19 +176,19 @@ pub fn bundle_check(
     let offline = offline(&b, env_id, kv_mount, &base).1;
     let compose_clean = !offline
         .iter()
-        .any(|f| f.code == Code::BundleInvalid && f.text.contains("compose file:"));
-    findings.extend(offline);
+        .any(|f| f.code == Some(Code::BundleInvalid) && f.message.contains("compose file:"));
+    refusals.extend(offline);
     if compose_clean {
         for f in model_of_bundle(&b, &base, cfg)? {
-            if !findings.contains(&f) {
-                findings.push(f);
+            if !refusals.contains(&f) {
+                refusals.push(f);
             }
         }
     }
-    for f in &findings {
-        outln!("FAIL {}", f.text);
+    for f in &refusals {
+        outln!("FAIL {f}");
     }
-    if findings.is_empty() {
+    if refusals.is_empty() {
         outln!(
             "ok   {} secret(s), renderer compose, no refusal",
             b.manifest().entries.len()
@@ -230,7 +205,7 @@ fn model_of_bundle(
     b: &bundle::Bundle,
     base: &bundle::ComposePolicy,
     cfg: Option<&crate::config::Config>,
-) -> anyhow::Result<Vec<Finding>> {
+) -> anyhow::Result<Vec<Failure>> {
     let docker_bin = cfg.map_or_else(
         || Path::new("docker").to_path_buf(),
         |c| c.docker_bin.clone(),
