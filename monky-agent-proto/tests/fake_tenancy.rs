@@ -18,6 +18,11 @@ use serde_json::Value;
 const ENV: &str = "env-qa-02";
 const SHA_7A10: &str = "7a107a107a107a107a107a107a107a107a107a107a107a107a107a107a107a10";
 
+/// The HTTP status of a plain GET.
+fn status_of(url: url::Url) -> u16 {
+    http().get(url).send().unwrap().status().as_u16()
+}
+
 fn http() -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder()
         .no_proxy()
@@ -471,24 +476,8 @@ fn faults_are_counted_and_recorded() {
         },
         Some(1),
     );
-    assert_eq!(
-        http()
-            .get(fake.jwks_url())
-            .send()
-            .unwrap()
-            .status()
-            .as_u16(),
-        503
-    );
-    assert_eq!(
-        http()
-            .get(fake.jwks_url())
-            .send()
-            .unwrap()
-            .status()
-            .as_u16(),
-        200
-    );
+    assert_eq!(status_of(fake.jwks_url()), 503);
+    assert_eq!(status_of(fake.jwks_url()), 200);
 }
 
 #[test]
