@@ -121,13 +121,17 @@ done
 sub=$1
 shift
 
+# The compose file's text, read only for the scenarios that look into it: bash's `read` takes
+# a large file slowly, and the benchmark's large bundles pad this file.
 compose_text=
-[ -n "$file" ] && [ -f "$file" ] && IFS= read -r -d '' compose_text <"$file"
+if [ -n "$FAULT_IF$UNHEALTHY_IF" ] && [ -n "$file" ] && [ -f "$file" ]; then
+  IFS= read -r -d '' compose_text <"$file"
+fi
 
 # FAULT_IF: the failures below hit only a compose file that contains this text (one release),
 # so that another release (the one fallen back to) still comes up.
 if [ -n "$FAULT_IF" ] && [[ $compose_text != *"$FAULT_IF"* ]]; then
-  PULL_FAIL= UP_FAIL= HEALTH=healthy
+  PULL_FAIL='' UP_FAIL='' HEALTH=healthy
 fi
 
 # HANG: this subcommand never returns (a grandchild too, its pid in grandchild.pid).
