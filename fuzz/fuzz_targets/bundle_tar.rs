@@ -25,7 +25,8 @@ fuzz_target!(|data: &[u8]| {
     );
     let provided: BTreeSet<String> = b.manifest().env_entries().map(|e| e.var.clone()).collect();
     let _ = check_env_complete(b.env_template(), &provided);
-    let _ = ComposePolicy::new("monky-fuzz").check_file(b.compose(), &|_| None, &Default::default());
+    let _ =
+        ComposePolicy::new("monky-fuzz").check_file(b.compose(), &|_| None, &Default::default());
     let values: BTreeMap<String, SecretString> = provided
         .iter()
         .map(|v| (v.clone(), SecretString::from("value")))

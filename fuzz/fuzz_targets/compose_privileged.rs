@@ -18,7 +18,9 @@ fuzz_target!(|data: &[u8]| {
         if let Err(r) = policy.check_file(yaml, lookup, &secrets) {
             assert!(matches!(
                 r.code,
-                RefusalCode::PrivilegedRefused | RefusalCode::BundleInvalid | RefusalCode::BundleTooLarge
+                RefusalCode::PrivilegedRefused
+                    | RefusalCode::BundleInvalid
+                    | RefusalCode::BundleTooLarge
             ));
         }
     }
