@@ -1,7 +1,8 @@
-//! `cargo xtask ci`: what `.ci/run` runs. setup, tidy (the crate rules), fmt, clippy, test (with the setup env file
-//! exported), demo (`cargo xtask demo --ci`: the README's first command, asserted end to end),
-//! packaging (`cargo xtask dist --test`: the .deb built, linted and installed under systemd),
-//! doc, then teardown whatever happened. One line per step, a verdict at the end.
+//! `cargo xtask ci`: what `.ci/run` runs. setup, tidy (the crate rules), fmt (the workspace and
+//! fuzz/), clippy, test (with the setup env file exported), demo (`cargo xtask demo --ci`: the
+//! README's first command, asserted end to end), packaging (`cargo xtask dist --test`: the .deb
+//! built, linted and installed under systemd), doc, then teardown whatever happened. One line per
+//! step, a verdict at the end.
 
 use std::process::Command;
 use std::time::Instant;
@@ -20,7 +21,7 @@ pub fn main(args: &[String]) -> Result<()> {
             "--fail-fast" => fail_fast = true,
             "-h" | "--help" => {
                 println!(
-                    "cargo xtask ci [--fail-fast]\n  setup, tidy, fmt, clippy, test, demo, packaging, doc, teardown (always)\n  --fail-fast  skip the remaining checks after the first failure"
+                    "cargo xtask ci [--fail-fast]\n  setup, tidy, fmt, fmt fuzz, clippy, test, demo, packaging, doc, teardown (always)\n  --fail-fast  skip the remaining checks after the first failure"
                 );
                 return Ok(());
             }
@@ -34,7 +35,7 @@ pub fn main(args: &[String]) -> Result<()> {
         c.args(args).current_dir(state::workspace_root());
         c
     };
-    let total = 9;
+    let total = 10;
     let mut failed: Vec<&str> = Vec::new();
 
     // Setup runs as a child process so that the services it starts are not our children.
@@ -53,6 +54,17 @@ pub fn main(args: &[String]) -> Result<()> {
             tidy
         }),
         ("fmt", cargo_cmd(&["fmt", "--all", "--check"])),
+        // fuzz/ is a workspace of its own, which the step above does not see.
+        (
+            "fmt fuzz",
+            cargo_cmd(&[
+                "fmt",
+                "--all",
+                "--check",
+                "--manifest-path",
+                "fuzz/Cargo.toml",
+            ]),
+        ),
         (
             "clippy",
             cargo_cmd(&[
