@@ -39,7 +39,8 @@ impl Exit {
 }
 
 /// An error with a decided exit status and, for refusals, the code tenancy sees: the agent's one
-/// type for a refusal or a failure (a bundle's [`monky_bundle::Refusal`] becomes one by `From`).
+/// type for a refusal or a failure (a bundle's [`monky_bundle::Refusal`] or
+/// [`monky_bundle::Error`] becomes one by `From`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
     /// How the process ends.
@@ -98,23 +99,24 @@ impl Failure {
 
     /// The `Retry-After` of the first failure in a chain that carries one.
     pub fn retry_after_of(err: &anyhow::Error) -> Option<Duration> {
-        err.chain()
-            .filter_map(|e| e.downcast_ref::<Failure>())
-            .find_map(|f| f.retry_after)
+        Self::first(err, |f| f.retry_after)
     }
 
     /// The code of the first coded failure in a chain.
     pub fn code_of(err: &anyhow::Error) -> Option<Code> {
-        err.chain()
-            .filter_map(|e| e.downcast_ref::<Failure>())
-            .find_map(|f| f.code)
+        Self::first(err, |f| f.code)
     }
 
     /// The compose logs the first failure in a chain carries.
     pub fn compose_logs_of(err: &anyhow::Error) -> Option<&str> {
+        Self::first(err, |f| f.compose_logs.as_deref())
+    }
+
+    /// `field` of the first failure in a chain that has it.
+    fn first<'e, T>(err: &'e anyhow::Error, field: impl Fn(&'e Failure) -> Option<T>) -> Option<T> {
         err.chain()
             .filter_map(|e| e.downcast_ref::<Failure>())
-            .find_map(|f| f.compose_logs.as_deref())
+            .find_map(field)
     }
 
     /// The code and `CODE: names` of an error, for a report's detail and state's last error,
@@ -147,6 +149,16 @@ impl std::error::Error for Failure {}
 impl From<&monky_bundle::Refusal> for Failure {
     fn from(r: &monky_bundle::Refusal) -> Self {
         Self::coded(Code::of_refusal(r.code), r.to_string())
+    }
+}
+
+impl From<&monky_bundle::Error> for Failure {
+    /// A bundle that cannot be read: its refusal when it has one, else `BUNDLE_INVALID`.
+    fn from(e: &monky_bundle::Error) -> Self {
+        match e.refusal() {
+            Some(r) => Self::from(r),
+            None => Self::coded(Code::BundleInvalid, e.to_string()),
+        }
     }
 }
 

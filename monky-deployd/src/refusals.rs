@@ -17,7 +17,7 @@ use crate::exit::{Exit, Failure};
 /// Manifest paths, unresolved variables and the compose policy on the file as the bundle
 /// carries it: the checks that need only the bundle, the env id, the KV mount and the box's
 /// policy (`base`, whose `allow_privileged` is replaced by the bundle's). Returns the KV paths
-/// to read and every finding.
+/// to read and every refusal.
 pub fn offline(
     b: &bundle::Bundle,
     env_id: &str,
@@ -25,7 +25,7 @@ pub fn offline(
     base: &bundle::ComposePolicy,
 ) -> (Vec<KvPath>, Vec<Failure>) {
     let manifest = b.manifest();
-    let mut findings = Vec::new();
+    let mut refused = Vec::new();
     let mut paths = Vec::new();
     let mut outside = Vec::new();
     for e in &manifest.entries {
@@ -39,29 +39,28 @@ pub fn offline(
         }
     }
     if !outside.is_empty() {
-        findings.push(Failure::coded(
+        refused.push(Failure::coded(
             Code::ManifestPathRefused,
             format!(
-                "{}: outside {kv_mount}/data/{env_id}/see/: {}",
-                Code::ManifestPathRefused,
+                "outside {kv_mount}/data/{env_id}/see/: {}",
                 outside.join(", ")
             ),
         ));
     }
     let provided: BTreeSet<String> = manifest.env_entries().map(|e| e.var.clone()).collect();
     if let Err(r) = bundle::check_env_complete(b.env_template(), &provided) {
-        findings.push(Failure::from(&r));
+        refused.push(Failure::from(&r));
     }
     let known = known_env_values(b.env_template(), &provided);
     let policy = base.clone().allow_privileged(b.meta().allow_privileged);
     for r in policy.findings_file(b.compose(), &|n| known.get(n).cloned(), &provided) {
-        findings.push(Failure::from(&r));
+        refused.push(Failure::from(&r));
     }
-    (paths, findings)
+    (paths, refused)
 }
 
 /// The compose policy on compose's own model of a release dir (`docker compose config`):
-/// every finding, or the failure of `compose config` itself (`COMPOSE_CONFIG_FAILED`).
+/// every refusal, or the failure of `compose config` itself (`COMPOSE_CONFIG_FAILED`).
 ///
 /// `raw_yaml` is the release's compose file, so that a value that came from a variable is
 /// named by it; `dir` is the release dir compose resolved the model's paths against. Links on
@@ -121,10 +120,7 @@ pub fn load(path: &Path) -> anyhow::Result<Result<bundle::Bundle, Failure>> {
                     files.insert(m, std::fs::read(entry.path())?);
                 }
                 Err(e) => {
-                    return Ok(Err(Failure::coded(
-                        Code::BundleInvalid,
-                        format!("{}: {e}", Code::BundleInvalid),
-                    )));
+                    return Ok(Err(Failure::coded(Code::BundleInvalid, e.to_string())));
                 }
             }
         }
@@ -132,15 +128,10 @@ pub fn load(path: &Path) -> anyhow::Result<Result<bundle::Bundle, Failure>> {
     } else {
         std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?
     };
-    Ok(
-        bundle::Bundle::parse(&bytes, &bundle::Limits::default()).map_err(|e| match e.refusal() {
-            Some(r) => Failure::from(r),
-            None => Failure::coded(Code::BundleInvalid, format!("{}: {e}", Code::BundleInvalid)),
-        }),
-    )
+    Ok(bundle::Bundle::parse(&bytes, &bundle::Limits::default()).map_err(|e| Failure::from(&e)))
 }
 
-/// `monky-deployd bundle check <dir|tar> --env <env_id>`: prints the sha and each finding;
+/// `monky-deployd bundle check <dir|tar> --env <env_id>`: prints the sha and each refusal;
 /// exit 0 when the bundle would pass every offline check.
 ///
 /// The compose policy is the box's when `cfg` is given (its project name and allowlists),
@@ -200,7 +191,7 @@ pub fn bundle_check(
 }
 
 /// [`model`] for `bundle check`: the members and a `.env` without secret values in a private
-/// temp dir, compose run there. No finding when `docker compose` is not there to ask.
+/// temp dir, compose run there. No refusal when `docker compose` is not there to ask.
 fn model_of_bundle(
     b: &bundle::Bundle,
     base: &bundle::ComposePolicy,
@@ -244,7 +235,7 @@ fn model_of_bundle(
     );
     let policy = base.clone().allow_privileged(b.meta().allow_privileged);
     match model(&policy, &compose, b.compose(), &release) {
-        Ok(findings) => Ok(findings),
+        Ok(refused) => Ok(refused),
         Err(e) => {
             eprintln!(
                 "note: compose's model not checked (the tick checks it with the secrets' values): {}",

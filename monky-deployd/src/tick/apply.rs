@@ -382,8 +382,5 @@ fn refusal(r: bundle::Refusal) -> anyhow::Error {
 }
 
 fn bundle_error(e: bundle::Error) -> anyhow::Error {
-    match e.refusal() {
-        Some(r) => refusal(r.clone()),
-        None => Failure::coded(Code::BundleInvalid, e.to_string()).into(),
-    }
+    Failure::from(&e).into()
 }
