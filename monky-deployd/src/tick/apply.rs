@@ -160,7 +160,11 @@ impl Agent<'_> {
             _ => (Code::Unhealthy, bad.join(", ")),
         };
         warn!("apply of {} failed: {code}: {why}", short(Some(sha)));
-        Err(self.release_failed(sha, code, &why, Some((prod, &logs))))
+        let started = Started {
+            prod,
+            compose_logs: &logs,
+        };
+        Err(self.release_failed(sha, code, &why, Some(started)))
     }
 
     /// The first apply over a release the original agent wrote: names every variable whose
@@ -217,16 +221,16 @@ impl Agent<'_> {
         self.conclude(Outcome::failed(Some(sha), code, detail))
     }
 
-    /// A release that failed at render, pull, up or health: schedules the next attempt (1 min,
-    /// 2, 4, ... up to 1 h, jittered) and, when it had `started` (with its tier and the compose
-    /// logs), falls back to the last healthy release. Returns the failure, whose message ends
-    /// with what happened to the running release and when the next attempt is.
+    /// A release that failed at render, model, pull, up or health: schedules the next attempt
+    /// (1 min, 2, 4, ... up to 1 h, jittered) and, when it had `started`, falls back to the last
+    /// healthy release. Returns the failure, whose message ends with what happened to the
+    /// running release and when the next attempt is.
     pub(super) fn release_failed(
         &mut self,
         sha: &str,
         code: Code,
         why: &dyn std::fmt::Display,
-        started: Option<(bool, &str)>,
+        started: Option<Started<'_>>,
     ) -> anyhow::Error {
         // `CODE: names`, repeated by the reports sent while the sha waits.
         let detail = Failure::coded(code, why.to_string()).to_string();
@@ -244,7 +248,7 @@ impl Agent<'_> {
                 self.state.forget_applied();
                 "no earlier healthy release to fall back to".to_string()
             }
-            (Some(_), Some((prod, _)))
+            (Some(_), Some(Started { prod, .. }))
                 if self.cfg.on_failure(prod) == crate::config::OnFailure::Leave =>
             {
                 self.state.forget_applied();
@@ -260,7 +264,7 @@ impl Agent<'_> {
             ),
         );
         match started {
-            Some((_, logs)) => failure.with_compose_logs(logs).into(),
+            Some(Started { compose_logs, .. }) => failure.with_compose_logs(compose_logs).into(),
             None => failure.into(),
         }
     }
@@ -383,4 +387,12 @@ fn refusal(r: bundle::Refusal) -> anyhow::Error {
 
 fn bundle_error(e: bundle::Error) -> anyhow::Error {
     Failure::from(&e).into()
+}
+
+/// A failed release that had started: its tier (for `on_failure`) and the tail of its compose
+/// logs (for the report).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Started<'a> {
+    prod: bool,
+    compose_logs: &'a str,
 }

@@ -97,13 +97,14 @@ impl Agent<'_> {
         let (code, detail) = Failure::detail_of(e);
         let mut outcome = Outcome::failed(sha, code.unwrap_or(Code::Failed), detail);
         outcome.compose_logs = Failure::compose_logs_of(e);
-        if self.token.is_none() {
+        let reported = self.token.is_some()
+            && self
+                .conclude(outcome)
+                .inspect_err(|re| warn!("could not report the failure: {re:#}"))
+                .is_ok();
+        if !reported {
+            // `finish` records the error's code and detail.
             self.state.last_result = Some(ReportResult::Failed.as_str().to_string());
-            return;
-        }
-        if let Err(re) = self.conclude(outcome) {
-            self.state.last_result = Some(ReportResult::Failed.as_str().to_string());
-            warn!("could not report the failure: {re:#}");
         }
     }
 
