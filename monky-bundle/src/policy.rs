@@ -19,6 +19,8 @@ use crate::checks::{interpolate_compose, parse_compose, scrub};
 use crate::member::MemberName;
 use crate::refusal::{Refusal, RefusalCode, printable};
 
+mod paths;
+
 /// How the table classifies a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rule {
@@ -58,8 +60,11 @@ pub enum Constraint {
     /// Binds inside the release dir (never writable over its own files) or on the box's
     /// allowlist; named volumes and tmpfs; no mount propagation.
     ServiceVolumes,
-    /// Files inside the release dir only.
+    /// A file bound into a container (`configs.*.file`, `secrets.*.file`): a literal path
+    /// inside the release dir, not a link, not below a writable bind.
     InRelease,
+    /// A file compose reads into its model (`env_file`, `label_file`): the literal `.env`.
+    EnvFile,
     /// `oom_score_adj` of 0 or more.
     OomScoreAdj,
     /// No `rtprio`, `rttime` or `memlock` ulimit.
@@ -212,7 +217,7 @@ pub const TABLE: &[TableRow] = &[
     row("services.*.dns_search", A, PLAIN),
     row("services.*.domainname", A, PLAIN),
     row("services.*.entrypoint", A, PLAIN),
-    row("services.*.env_file", K(C::InRelease), "Read by compose as root: only files inside the release dir, or it reads any host file into the container."),
+    row("services.*.env_file", K(C::EnvFile), "Read by compose as root into the environment, with every variable of compose's process and the rendered .env at hand: only the literal .env, or it reads any host file into the container."),
     row("services.*.env_file[].path", A, "Judged by the env_file constraint."),
     row("services.*.env_file[].format", A, PLAIN),
     row("services.*.env_file[].required", A, PLAIN),
@@ -238,7 +243,7 @@ pub const TABLE: &[TableRow] = &[
     row("services.*.init", A, PLAIN),
     row("services.*.ipc", K(C::Namespace(&["private", "shareable", "none"])), "The host's or another container's IPC namespace is refused."),
     row("services.*.isolation", P, "Selects another isolation technology than the box's default."),
-    row("services.*.label_file", K(C::InRelease), "Read by compose as root: only files inside the release dir."),
+    row("services.*.label_file", K(C::EnvFile), "Read by compose as root into the labels, like env_file: only the literal .env."),
     row("services.*.labels", K(C::Labels), "compose's own labels decide which project a container belongs to."),
     row("services.*.links", A, "Links between the project's own services."),
     row("services.*.logging", A, "Log options of the service's own containers."),
@@ -360,7 +365,7 @@ pub const TABLE: &[TableRow] = &[
     // Secrets and configs.
     row("secrets.*.name", A, PLAIN),
     row("secrets.*.environment", A, "Taken from the release's own .env."),
-    row("secrets.*.file", K(C::InRelease), "compose binds the file read-only into the container: only files inside the release dir."),
+    row("secrets.*.file", K(C::InRelease), "compose binds the file into the container: only a literal path inside the release dir, not a link, not below a writable bind."),
     row("secrets.*.external", R, "Swarm secrets; compose cannot use them."),
     row("secrets.*.labels", A, PLAIN),
     row("secrets.*.driver", R, "Swarm secret drivers; compose cannot use them."),
@@ -369,7 +374,7 @@ pub const TABLE: &[TableRow] = &[
     row("configs.*.name", A, PLAIN),
     row("configs.*.content", A, "Inline content, part of the checked file."),
     row("configs.*.environment", A, "Taken from the release's own .env."),
-    row("configs.*.file", K(C::InRelease), "compose binds the file read-only into the container: only files inside the release dir."),
+    row("configs.*.file", K(C::InRelease), "compose binds the file into the container: only a literal path inside the release dir, not a link, not below a writable bind."),
     row("configs.*.external", R, "Swarm configs; compose cannot use them."),
     row("configs.*.labels", A, PLAIN),
     row("configs.*.template_driver", R, "Swarm templating; compose cannot use it."),
@@ -597,6 +602,7 @@ impl ComposePolicy {
                 let ctx = Ctx {
                     policy: self,
                     release: None,
+                    release_dir: None,
                     read_link: &|_| None,
                     secrets: Some(secrets),
                 };
@@ -639,6 +645,7 @@ impl ComposePolicy {
         let ctx = Ctx {
             policy: self,
             release: Some(release),
+            release_dir: Some(lexical(release_dir)),
             read_link,
             secrets: None,
         };
@@ -668,6 +675,8 @@ struct Ctx<'a> {
     policy: &'a ComposePolicy,
     /// The release dir with its links resolved; `None` for the file as the bundle carries it.
     release: Option<PathBuf>,
+    /// The release dir as compose was given it (lexical), which the model's paths start with.
+    release_dir: Option<PathBuf>,
     read_link: &'a dyn Fn(&Path) -> Option<PathBuf>,
     /// The secret variables, when the file as the bundle carries it is judged.
     secrets: Option<&'a BTreeSet<String>>,
@@ -759,6 +768,7 @@ impl Ctx<'_> {
                 .unwrap_or_default(),
         };
         self.object(&mut walk, "", "", "", top, Some(raw));
+        self.paths(&mut walk, top, raw);
         let mut invalid = Vec::new();
         let mut privileged = Vec::new();
         for (sev, text) in walk.findings {
@@ -939,18 +949,17 @@ impl Ctx<'_> {
             }
             C::SecurityOpt => {
                 for opt in strings(value).iter().filter(|o| !o.trim().is_empty()) {
-                    let o = opt.trim();
-                    if !matches!(
-                        o,
-                        "no-new-privileges" | "no-new-privileges:true" | "no-new-privileges=true"
-                    ) {
-                        bad(walk, Severity::Privileged, o);
+                    if !paths::no_new_privileges(opt) {
+                        bad(walk, Severity::Privileged, opt.trim());
                     }
                 }
             }
             C::Sysctls => {
                 for name in keys_of(value) {
-                    if !name.trim().starts_with("net.") {
+                    // Judged as the runtime will apply it; a name it would not read as a plain
+                    // dotted name is refused.
+                    let plain = paths::sysctl_name(&name);
+                    if !plain.as_deref().is_some_and(|n| n.starts_with("net.")) {
                         bad(walk, Severity::Privileged, name.trim());
                     }
                 }
@@ -987,25 +996,24 @@ impl Ctx<'_> {
                 }
             }
             C::InRelease => {
-                if let (Some(secrets), Some(raw)) = (self.secrets, site.raw) {
-                    let mut vars = BTreeSet::new();
-                    raw_vars(raw, &mut vars);
-                    for v in vars.intersection(secrets) {
-                        walk.add(
-                            Severity::Privileged,
-                            site,
-                            &format!("{shown} from ${{{v}}}, a secret"),
-                        );
-                    }
-                }
-                // An empty path is compose's to refuse (a secret's is refused above).
-                for path in paths_of(value).into_iter().filter(|p| !p.trim().is_empty()) {
+                // The compose file's own text is judged in `paths` (a literal inside the
+                // release dir); here the value compose will use, where its link resolves to.
+                // An empty path is compose's to refuse.
+                let judged = if self.release.is_some() {
+                    paths_of(value)
+                } else {
+                    Vec::new()
+                };
+                for path in judged.into_iter().filter(|p| !p.trim().is_empty()) {
                     match self.place(&path) {
                         Place::Release(rest) if !rest.is_empty() => {}
                         _ => bad(walk, Severity::Privileged, &path),
                     }
                 }
             }
+            // Judged on the compose file's own text in `paths`: compose inlines the file into
+            // its model, so neither the interpolated value nor the model can be trusted.
+            C::EnvFile => {}
             C::OomScoreAdj => {
                 let n = match value {
                     Value::Number(n) => n.as_f64(),
@@ -1018,8 +1026,11 @@ impl Ctx<'_> {
             }
             C::Ulimits => {
                 for name in keys_of(value) {
-                    if matches!(name.as_str(), "rtprio" | "rttime" | "memlock") {
-                        bad(walk, Severity::Privileged, &name);
+                    if matches!(
+                        paths::ulimit_name(&name).as_str(),
+                        "rtprio" | "rttime" | "memlock"
+                    ) {
+                        bad(walk, Severity::Privileged, name.trim());
                     }
                 }
             }
@@ -1099,6 +1110,12 @@ impl Ctx<'_> {
         let priv_ = |s: String| Some((Severity::Privileged, s));
         match item {
             Value::String(s) => {
+                if paths::foreign(s.split_once(':').map_or("", |(a, _)| a))
+                    || s.starts_with("\\\\")
+                    || s.starts_with("//")
+                {
+                    return priv_(format!("{} not a path on this box", printable(s, 80)));
+                }
                 let parts: Vec<&str> = s.split(':').collect();
                 if parts.len() < 2 {
                     return None; // an anonymous volume
@@ -1108,11 +1125,11 @@ impl Ctx<'_> {
                 if !is_path(source) {
                     return None; // a named volume: compose refuses one the file does not declare
                 }
-                let ro = opts.contains(&"ro");
-                if let Some(p) = opts.iter().find(|o| is_propagation(o)) {
+                let ro = opts.iter().any(|o| o.trim().eq_ignore_ascii_case("ro"));
+                if let Some(p) = opts.iter().find(|o| paths::shares_mounts(o)) {
                     return priv_(format!("{source} propagation {p}"));
                 }
-                let relabel = opts.iter().any(|o| *o == "z" || *o == "Z");
+                let relabel = opts.iter().any(|o| o.trim().eq_ignore_ascii_case("z"));
                 self.bind(source, ro, relabel)
             }
             Value::Object(m) => {
@@ -1123,10 +1140,18 @@ impl Ctx<'_> {
                         let ro = m.get("read_only").is_some_and(truthy);
                         let bind = m.get("bind");
                         let opt = |k: &str| bind.and_then(|b| b.get(k)).and_then(Value::as_str);
-                        if let Some(p) = opt("propagation").filter(|p| is_propagation(p)) {
+                        if paths::foreign(source) || !(source.is_empty() || is_path(source)) {
+                            return priv_(format!(
+                                "{} not a path on this box",
+                                printable(source, 80)
+                            ));
+                        }
+                        if let Some(p) = opt("propagation").filter(|p| paths::shares_mounts(p)) {
                             return priv_(format!("{source} propagation {p}"));
                         }
-                        if opt("recursive") == Some("writable") {
+                        if opt("recursive")
+                            .is_some_and(|r| r.trim().eq_ignore_ascii_case("writable"))
+                        {
                             return priv_(format!("{source} recursive writable"));
                         }
                         self.bind(source, ro, opt("selinux").is_some())
@@ -1147,6 +1172,11 @@ impl Ctx<'_> {
                             }
                             _ => None,
                         }
+                    }
+                    // dockerd refuses a tmpfs with a source; one that reached it anyway would be
+                    // judged as a host path nowhere else.
+                    "tmpfs" if !source.trim().is_empty() => {
+                        priv_(format!("tmpfs with the source {}", printable(source, 80)))
                     }
                     "tmpfs" => None,
                     other => priv_(format!("type {}", printable(other, 40))),
@@ -1252,10 +1282,6 @@ enum Place {
 
 fn is_path(source: &str) -> bool {
     source.starts_with('/') || source.starts_with('.') || source.starts_with('~')
-}
-
-fn is_propagation(o: &str) -> bool {
-    matches!(o, "shared" | "rshared" | "slave" | "rslave")
 }
 
 /// `path` with `.` and `..` applied lexically (`..` at the root stays at the root).

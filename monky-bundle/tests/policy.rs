@@ -46,6 +46,8 @@ fn svc(body: &str) -> String {
 
 const P: &str = "PRIVILEGED_REFUSED: web: ";
 const I: &str = "BUNDLE_INVALID: ";
+/// Why a file key with a variable is refused.
+const LITERAL: &str = "a file compose reads must be named literally, without $ (a variable's value is only known when compose opens it)";
 
 #[test]
 fn each_rule_refuses_what_it_names() {
@@ -102,9 +104,9 @@ fn each_rule_refuses_what_it_names() {
         ("volumes:\n  - type: bind\n    source: ./d\n    target: /d\n    bind: {propagation: shared}", format!("{P}volumes ./d propagation shared")),
         ("volumes:\n  - type: npipe\n    source: x\n    target: /d", format!("{P}volumes type npipe")),
         ("volumes:\n  - type: volume\n    source: v\n    target: /d\n    volume: {subpath: ../..}", format!("{P}volumes v subpath ../..")),
-        ("env_file: /etc/shadow", format!("{P}env_file /etc/shadow")),
-        ("env_file: [./.env, ../../bao.token]", format!("{P}env_file ../../bao.token")),
-        ("env_file: ${SECRET}", format!("{P}env_file from ${{SECRET}}, a secret")),
+        ("env_file: /etc/shadow", format!("{P}env_file /etc/shadow: only the release's own .env may be read")),
+        ("env_file: [./.env, ../../bao.token]", format!("{P}env_file ../../bao.token: only the release's own .env may be read")),
+        ("env_file: ${SECRET}", format!("{P}env_file ${{SECRET}}: {LITERAL} (${{SECRET}} is a secret)")),
         // Identity and integrity.
         ("container_name: monky-env-other-web", format!("{I}web: container_name monky-env-other-web")),
         ("labels: {com.docker.compose.project: monky-env-other}", format!("{I}web: labels com.docker.compose.project")),
@@ -135,8 +137,8 @@ fn top_level_volumes_networks_configs_and_identity() {
         ("services: {}\nnetworks:\n  n:\n    driver: macvlan\n", "PRIVILEGED_REFUSED: networks.n: driver macvlan"),
         ("services: {}\nnetworks:\n  n:\n    driver_opts: {com.docker.network.bridge.name: docker0}\n", "PRIVILEGED_REFUSED: networks.n: driver_opts"),
         ("services: {}\nnetworks:\n  n:\n    ipam: {config: [{subnet: 10.0.0.0/8}]}\n", "PRIVILEGED_REFUSED: networks.n: ipam"),
-        ("services: {}\nconfigs:\n  c:\n    file: /\n", "PRIVILEGED_REFUSED: configs.c: file /"),
-        ("services: {}\nsecrets:\n  s:\n    file: /var/lib/monky-deployd/bao.token\n", "PRIVILEGED_REFUSED: secrets.s: file /var/lib/monky-deployd/bao.token"),
+        ("services: {}\nconfigs:\n  c:\n    file: /\n", "PRIVILEGED_REFUSED: configs.c: file /: only a file inside the release dir"),
+        ("services: {}\nsecrets:\n  s:\n    file: /var/lib/monky-deployd/bao.token\n", "PRIVILEGED_REFUSED: secrets.s: file /var/lib/monky-deployd/bao.token: only a file inside the release dir"),
         ("services: {}\nsecrets:\n  s:\n    external: true\n", "BUNDLE_INVALID: secrets.s: external"),
         ("services: {}\nmodels: {m: {model: x}}\n", "BUNDLE_INVALID: models"),
         ("services: {}\nfrob: 1\n", "BUNDLE_INVALID: unknown key frob"),
@@ -372,7 +374,7 @@ fn the_model_is_judged_with_its_absolute_paths_and_links() {
     // A link planted inside a bound dir leads out of the release.
     assert_eq!(
         model_check(web(bind("/r/current/data/escape/shadow", true)), raw),
-        "PRIVILEGED_REFUSED: web: volumes /r/current/data/escape/shadow"
+        "PRIVILEGED_REFUSED: web: volumes /r/current/data/escape/shadow, web: volumes ./data/escape/shadow is a symlink or passes one: a container could have planted it"
     );
     // A value that came from a variable is named by it, never printed.
     let raw_secret =
