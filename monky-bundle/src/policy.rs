@@ -1110,10 +1110,9 @@ impl Ctx<'_> {
         let priv_ = |s: String| Some((Severity::Privileged, s));
         match item {
             Value::String(s) => {
-                if paths::foreign(s.split_once(':').map_or("", |(a, _)| a))
-                    || s.starts_with("\\\\")
-                    || s.starts_with("//")
-                {
+                // compose reads a drive letter or a UNC name as a bind source; dockerd on this
+                // box would not read it as the policy would.
+                if paths::foreign(s) {
                     return priv_(format!("{} not a path on this box", printable(s, 80)));
                 }
                 let parts: Vec<&str> = s.split(':').collect();
