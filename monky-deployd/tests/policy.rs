@@ -15,8 +15,8 @@ const PROJECT: &str = "monky-env-qa-02";
 
 /// One hostile compose file: the body under `services.web` (or a whole file), the code and the
 /// names the refusal must carry.
-struct Case {
-    name: &'static str,
+pub(crate) struct Case {
+    pub(crate) name: &'static str,
     /// Lines under `services.web` (indented by the harness), then top-level keys; or a whole
     /// file when it has a `services:` line.
     compose: &'static str,
@@ -28,7 +28,7 @@ struct Case {
     model: bool,
 }
 
-const fn case(
+pub(crate) const fn case(
     name: &'static str,
     compose: &'static str,
     code: &'static str,
@@ -43,7 +43,7 @@ const fn case(
     }
 }
 
-const fn file_only(
+pub(crate) const fn file_only(
     name: &'static str,
     compose: &'static str,
     code: &'static str,
@@ -55,7 +55,7 @@ const fn file_only(
     }
 }
 
-const PR: &str = "PRIVILEGED_REFUSED";
+pub(crate) const PR: &str = "PRIVILEGED_REFUSED";
 const BI: &str = "BUNDLE_INVALID";
 
 /// The web service every whole-file case starts from.
@@ -215,7 +215,7 @@ fn bundle_of(c: &Case) -> TestBundle {
 }
 
 /// The real docker CLI; the corpus needs real compose (not the engine).
-fn docker() -> Option<PathBuf> {
+pub(crate) fn docker() -> Option<PathBuf> {
     crate::e2e::real_docker_cli()
 }
 
@@ -243,7 +243,7 @@ fn bundle_check(w: &World, docker: &Path, rel: &str, b: &TestBundle) -> Run {
 }
 
 /// `bundle check` with the real docker on PATH: exit 1, a `FAIL CODE: ...names...` line.
-fn through_bundle_check(w: &World, docker: &Path, c: &Case) {
+pub(crate) fn through_bundle_check(w: &World, docker: &Path, c: &Case) {
     let run = bundle_check(w, docker, &format!("bundles/{}", c.name), &bundle_of(c));
     assert_eq!(
         run.code(),
@@ -268,7 +268,7 @@ fn through_bundle_check(w: &World, docker: &Path, c: &Case) {
 
 /// A real tick (compose's `config` is the real one behind the stub): exit 1, a failed report
 /// with the code and the names, no pull, no up, nothing promoted.
-fn through_a_tick(w: &World, c: &Case) {
+pub(crate) fn through_a_tick(w: &World, c: &Case) {
     w.clear_stub();
     std::fs::remove_file(w.stub_dir().join("calls.log")).ok();
     w.stub("REAL_COMPOSE", docker().unwrap().to_str().unwrap());
@@ -294,7 +294,7 @@ fn through_a_tick(w: &World, c: &Case) {
 
 /// compose's own model of the case, built by the real `docker compose config` in a release
 /// dir: refused by the policy, or not built at all. Either way nothing could start.
-fn through_the_model(w: &World, docker: &Path, c: &Case) {
+pub(crate) fn through_the_model(w: &World, docker: &Path, c: &Case) {
     let dir = w.path(&format!("releases/{}", c.name));
     let b = bundle_of(c);
     write_dir(&dir, &b);

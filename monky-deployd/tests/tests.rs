@@ -17,6 +17,7 @@ mod leaks;
 mod lifecycle;
 mod observe;
 mod packaging;
+mod paths;
 mod policy;
 mod realbao;
 mod redaction;
