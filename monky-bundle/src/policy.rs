@@ -321,7 +321,7 @@ pub const TABLE: &[TableRow] = &[
     row("services.*.user", A, PLAIN),
     row("services.*.userns_mode", P, "Leaves the box's user namespace setup."),
     row("services.*.uts", K(C::Namespace(&[])), "The host's UTS namespace is refused."),
-    row("services.*.volumes", K(C::ServiceVolumes), "Binds only inside the release dir (read-only over the release's own files) or on the box's allowed_binds; named volumes of this project; tmpfs."),
+    row("services.*.volumes", K(C::ServiceVolumes), "Binds only inside the release dir (read-only over the release's own files, nothing below another writable bind, no links) or on the box's allowed_binds; named volumes of this project; tmpfs."),
     row("services.*.volumes[].type", A, "Judged by the volumes constraint."),
     row("services.*.volumes[].source", A, "Judged by the volumes constraint."),
     row("services.*.volumes[].target", A, PLAIN),
