@@ -1299,3 +1299,180 @@ fn compose_reads_every_rendered_value_back_exactly() {
     // Refusals are the exception: the whole and double-quoted places take every value.
     assert!(checked >= 2 * values.len() + values.len() / 2, "{checked}");
 }
+
+// ---- 9. paths compose and dockerd open ---------------------------------------------------------
+
+/// Files compose would read by path and binds a container could swap before the next start:
+/// refused before any container of the project exists, whatever compose's variables hold.
+const PATH_HOSTILE: [Hostile; 9] = [
+    Hostile {
+        name: "env_file from compose's own PATH",
+        service: "  reader:\n    image: busybox\n    env_file: \"${PATH:+/etc/os-release}\"\n",
+        volumes: &[],
+        env: "",
+        secret: None,
+        reason: "reader: env_file ${PATH:+/etc/os-release}: a file compose reads must be named literally",
+        leases: Some(0),
+    },
+    Hostile {
+        name: "env_file from a secret's value",
+        service: "  reader:\n    image: busybox\n    env_file: \"${SEE_FILE:-.env}\"\n",
+        volumes: &[],
+        env: "",
+        secret: Some(("SEE_FILE", "/etc/os-release")),
+        reason: "reader: env_file ${SEE_FILE:-.env}:",
+        leases: Some(0),
+    },
+    Hostile {
+        name: "env_file from a `KEY: value` template line",
+        service: "  reader:\n    image: busybox\n    env_file: \"${ENVF:-.env}\"\n",
+        volumes: &[],
+        env: "ENVF: /etc/os-release\n",
+        secret: None,
+        reason: "reader: env_file ${ENVF:-.env}:",
+        leases: Some(0),
+    },
+    Hostile {
+        name: "env_file of another env",
+        service: "  reader:\n    image: busybox\n    env_file: ../../../monky-env-other/current/.env\n",
+        volumes: &[],
+        env: "",
+        secret: None,
+        reason: "reader: env_file ../../../monky-env-other/current/.env: only the release's own .env",
+        leases: Some(0),
+    },
+    Hostile {
+        name: "label_file of the agent's token",
+        service: "    label_file: /var/lib/monky-deployd/bao.token\n",
+        volumes: &[],
+        env: "",
+        secret: None,
+        reason: "web: label_file /var/lib/monky-deployd/bao.token:",
+        leases: Some(0),
+    },
+    Hostile {
+        name: "a bind below the same service's writable bind",
+        service: "",
+        volumes: &["./data:/d", "./data/sub:/host"],
+        env: "",
+        secret: None,
+        reason: "web: volumes ./data/sub lies below the writable bind ./data of web",
+        leases: Some(0),
+    },
+    Hostile {
+        name: "a restarting service bound below another's writable bind",
+        service: "  b:\n    image: busybox\n    restart: always\n    depends_on: [web]\n    volumes: [\"./data/sub:/host:ro\"]\n",
+        volumes: &["./data:/d"],
+        env: "",
+        secret: None,
+        reason: "b: volumes ./data/sub lies below the writable bind ./data of web",
+        leases: Some(0),
+    },
+    Hostile {
+        name: "volumes_from and a bind below the shared writable bind",
+        service: "  b:\n    image: busybox\n    volumes_from: [web]\n    volumes: [\"./data/sub/etc:/e\"]\n",
+        volumes: &["./data:/d"],
+        env: "",
+        secret: None,
+        reason: "b: volumes ./data/sub/etc lies below the writable bind ./data of web",
+        leases: Some(0),
+    },
+    Hostile {
+        name: "an upper-case memlock ulimit",
+        service: "    ulimits:\n      MEMLOCK: -1\n",
+        volumes: &[],
+        env: "",
+        secret: None,
+        reason: "web: ulimits MEMLOCK",
+        leases: Some(0),
+    },
+];
+
+#[test]
+fn hostile_paths_are_refused_before_any_container_starts() {
+    let Some(e2e) = e2e() else {
+        return;
+    };
+    let project = Project::new(e2e, "hostile-paths");
+    for case in &PATH_HOSTILE {
+        check_hostile(e2e, &project, case);
+    }
+}
+
+/// A container plants a link to `/` in its writable bind and restarts: the link leads only into
+/// its own root, and a bundle that would bind that link (for another service, or for this one
+/// at its next start) is refused before any `up`, with the running release untouched.
+#[test]
+fn a_link_planted_in_a_writable_bind_is_never_bound() {
+    let Some(b) = E2eBox::new("planted-link") else {
+        return;
+    };
+    let good = web_bundle(compose_yaml(
+        b.e2e,
+        &b.e2e.image_1,
+        Some(b.port),
+        "",
+        &["./data:/planted"],
+    ));
+    let first = b.first_apply(&good);
+    let web = format!("{}-web-1", b.project.name);
+    // A harmless stand-in for a host secret, owned by the test.
+    let canary = tempfile::Builder::new()
+        .prefix("monky-e2e-canary.")
+        .tempfile_in("/tmp")
+        .unwrap();
+    std::fs::write(canary.path(), "host-only\n").unwrap();
+    b.project
+        .docker_ok(["exec", web.as_str(), "ln", "-s", "/", "/planted/sub"]);
+    let planted = b.w.env_dir().join(release(&first)).join("data/sub");
+    assert_eq!(std::fs::read_link(&planted).unwrap(), Path::new("/"));
+    b.project.docker_ok(["restart", web.as_str()]);
+    let through = canary
+        .path()
+        .to_str()
+        .unwrap()
+        .replacen("/tmp", "/planted/sub/tmp", 1);
+    let out = b
+        .project
+        .docker(["exec", web.as_str(), "cat", through.as_str()]);
+    assert!(
+        !out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("host-only"),
+        "the planted link reached the host after a restart"
+    );
+    let before = b.project.containers();
+
+    // The same service's next start, or a second service with a restart policy, binding the
+    // link's path: refused on the compose file, before any lease, pull or up.
+    for (service, volumes) in [
+        ("", &["./data:/planted", "./data/sub:/host:ro"][..]),
+        (
+            "  b:\n    image: busybox\n    restart: always\n    volumes: [\"./data/sub:/host\"]\n",
+            &["./data:/planted"][..],
+        ),
+    ] {
+        let hostile = web_bundle(compose_yaml(
+            b.e2e,
+            &b.e2e.image_1,
+            Some(b.port),
+            service,
+            volumes,
+        ));
+        let leases = b.w.tenancy.lease_count(ENV);
+        b.w.publish(&hostile);
+        b.w.tenancy.advance_clock(Duration::from_secs(60));
+        b.w.tick().expect(1);
+        let r = b.w.last_report();
+        assert_report(&r, ReportResult::Failed, Some("PRIVILEGED_REFUSED: "));
+        assert!(
+            r.detail
+                .as_deref()
+                .unwrap_or_default()
+                .contains("./data/sub lies below the writable bind ./data of web"),
+            "{:?}",
+            r.detail
+        );
+        assert_eq!(b.w.tenancy.lease_count(ENV), leases);
+        assert_eq!(b.project.containers(), before, "a container was recreated");
+        assert_eq!(b.current(), Some(release(&first)));
+    }
+}

@@ -92,8 +92,28 @@ fn the_path_corpus_is_large_and_its_names_are_unique() {
     assert_eq!(names.len(), CASES.len());
     for c in CASES {
         assert!(
-            named(c, &["env-file", "label-file", "config-file", "secret-file", "swap-"])
-                || named(c, &["ulimit", "propagation", "recursive", "sysctl", "security", "cap-", "tmpfs", "bind-"]),
+            named(
+                c,
+                &[
+                    "env-file",
+                    "label-file",
+                    "config-file",
+                    "secret-file",
+                    "swap-"
+                ]
+            ) || named(
+                c,
+                &[
+                    "ulimit",
+                    "propagation",
+                    "recursive",
+                    "sysctl",
+                    "security",
+                    "cap-",
+                    "tmpfs",
+                    "bind-"
+                ]
+            ),
             "{} is in no class",
             c.name
         );
@@ -115,7 +135,16 @@ fn names_are_compared_as_the_daemon_reads_them() {
     check_cases(|c| {
         named(
             c,
-            &["ulimit", "propagation", "recursive", "sysctl", "security", "cap-", "tmpfs", "bind-"],
+            &[
+                "ulimit",
+                "propagation",
+                "recursive",
+                "sysctl",
+                "security",
+                "cap-",
+                "tmpfs",
+                "bind-",
+            ],
         )
     });
 }
