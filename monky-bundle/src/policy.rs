@@ -1139,7 +1139,12 @@ impl Ctx<'_> {
                         let ro = m.get("read_only").is_some_and(truthy);
                         let bind = m.get("bind");
                         let opt = |k: &str| bind.and_then(|b| b.get(k)).and_then(Value::as_str);
-                        if paths::foreign(source) || !(source.is_empty() || is_path(source)) {
+                        // compose's model holds absolute sources only; in the file, a plain
+                        // relative name (`source: data`) is relative to the release dir.
+                        let relative_in_model = self.release.is_some()
+                            && !source.trim().is_empty()
+                            && !source.starts_with('/');
+                        if paths::foreign(source) || relative_in_model {
                             return priv_(format!(
                                 "{} not a path on this box",
                                 printable(source, 80)

@@ -251,6 +251,7 @@ fn ordinary_backends_still_pass() {
         "security_opt: [\"no-new-privileges=1\", \"no-new-privileges:true\"]",
         "volumes:\n  - type: bind\n    source: ./data\n    target: /d\n    bind: {propagation: RPRIVATE, create_host_path: true}\n  - type: tmpfs\n    target: /cache\n    tmpfs: {size: 1000000}",
         "volumes: [\"/etc/localtime:/etc/localtime:ro\", \"/etc/timezone:/etc/timezone:ro\"]",
+        "volumes:\n  - type: bind\n    source: data\n    target: /d",
     ];
     for body in ok {
         let mut yaml = file_of(body);

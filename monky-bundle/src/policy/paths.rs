@@ -23,7 +23,7 @@ enum FileKey {
 }
 
 /// One host path a bind or a file key will open, as the policy places it.
-struct Opened {
+struct Opened<'a> {
     /// The service (or `configs.c`, `secrets.s`) it belongs to.
     subject: String,
     /// `volumes`, `file`: the key it came from.
@@ -33,7 +33,7 @@ struct Opened {
     /// Whether a container may write through it.
     writable: bool,
     /// The compose file's own value of the key, which names the variables it used.
-    raw: Option<Value>,
+    raw: Option<&'a Value>,
     /// How the finding shows it: `./data/sub` for a release path, the path for a host one.
     shown: String,
     /// Whether the path is, or passes through, a symlink below the release dir.
@@ -101,7 +101,7 @@ impl Ctx<'_> {
     }
 
     /// Every bind source and file source of the project, placed.
-    fn opened(&self, doc: &Map<String, Value>, raw: &Value) -> Vec<Opened> {
+    fn opened<'r>(&self, doc: &Map<String, Value>, raw: &'r Value) -> Vec<Opened<'r>> {
         let mut out = Vec::new();
         if let Some(services) = doc.get("services").and_then(Value::as_object) {
             for (name, svc) in services {
@@ -111,8 +111,7 @@ impl Ctx<'_> {
                 let raw_volumes = raw
                     .get("services")
                     .and_then(|s| s.get(name))
-                    .and_then(|s| s.get("volumes"))
-                    .cloned();
+                    .and_then(|s| s.get("volumes"));
                 for item in items {
                     if let Some((source, writable)) = bind_source(item) {
                         out.push(self.open(
@@ -120,7 +119,7 @@ impl Ctx<'_> {
                             "volumes",
                             &source,
                             writable,
-                            &raw_volumes,
+                            raw_volumes,
                         ));
                     }
                 }
@@ -133,14 +132,13 @@ impl Ctx<'_> {
                         let raw_file = raw
                             .get(top)
                             .and_then(|t| t.get(name))
-                            .and_then(|i| i.get("file"))
-                            .cloned();
+                            .and_then(|i| i.get("file"));
                         out.push(self.open(
                             format!("{top}.{name}"),
                             "file",
                             &path,
                             false,
-                            &raw_file,
+                            raw_file,
                         ));
                     }
                 }
@@ -149,14 +147,14 @@ impl Ctx<'_> {
         out
     }
 
-    fn open(
+    fn open<'r>(
         &self,
         subject: String,
         key: &'static str,
         source: &str,
         writable: bool,
-        raw: &Option<Value>,
-    ) -> Opened {
+        raw: Option<&'r Value>,
+    ) -> Opened<'r> {
         let place = self.place(source);
         let shown = match self.lexically_inside(source) {
             Some(rest) if rest.is_empty() => ".".to_string(),
@@ -173,7 +171,7 @@ impl Ctx<'_> {
             linked: self.linked(source),
             place,
             writable,
-            raw: raw.clone(),
+            raw,
             shown,
         }
     }
@@ -222,7 +220,7 @@ impl Ctx<'_> {
             let site = Site {
                 subject: &o.subject,
                 parent: &empty,
-                raw: o.raw.as_ref(),
+                raw: o.raw,
             };
             let report = |walk: &mut Walk, why: String| {
                 let text = walk.key_value(&site, o.key, &o.shown);
@@ -281,7 +279,11 @@ fn bind_source(item: &Value) -> Option<(String, bool)> {
             Some((parts[0].to_string(), !ro))
         }
         Value::Object(m) if m.get("type").and_then(Value::as_str) == Some("bind") => {
-            let source = m.get("source").and_then(Value::as_str)?;
+            // An empty source (a variable not known yet) is judged where its value is.
+            let source = m
+                .get("source")
+                .and_then(Value::as_str)
+                .filter(|s| !s.trim().is_empty())?;
             Some((
                 source.to_string(),
                 !m.get("read_only").is_some_and(super::truthy),
@@ -448,6 +450,20 @@ mod tests {
         ] {
             assert_eq!(sysctl_name(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn only_strictly_below_counts() {
+        let r = |p: &[&str]| Place::Release(p.iter().map(|s| s.to_string()).collect());
+        let h = |p: &str| Place::Host(p.into());
+        assert!(below(&r(&["data", "sub"]), &r(&["data"])));
+        assert!(below(&r(&["data", "a", "b"]), &r(&["data"])));
+        assert!(!below(&r(&["data"]), &r(&["data"])));
+        assert!(!below(&r(&["database"]), &r(&["data"])));
+        assert!(!below(&r(&["data"]), &r(&["data", "sub"])));
+        assert!(below(&h("/srv/shared/x"), &h("/srv/shared")));
+        assert!(!below(&h("/srv/sharedx"), &h("/srv/shared")));
+        assert!(!below(&r(&["data"]), &h("/")));
     }
 
     #[test]
