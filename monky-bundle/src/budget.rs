@@ -11,6 +11,10 @@ use serde_json::{Map, Value};
 
 use crate::refusal::printable;
 
+/// The name of the override the agent writes next to a release's compose file to supply
+/// [`Budget::default_pids`]: not a bundle member, so no bundle can carry or replace it.
+pub const OVERRIDE_FILE: &str = ".monky-budget.yml";
+
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 const GIB: u64 = 1024 * MIB;
@@ -668,6 +672,15 @@ impl Budget {
             }
             None => parse_size(size),
         }
+    }
+
+        /// [`pids_override`](Self::pids_override) of a compose file as the bundle carries it
+    /// (anchors and merge keys expanded); `None` when it cannot be parsed (the policy refuses
+    /// it) or every service sets a limit.
+    #[must_use]
+    pub fn pids_override_for(&self, compose_yaml: &str) -> Option<String> {
+        let doc = crate::checks::parse_compose(compose_yaml).ok()?;
+        self.pids_override(doc.get("services")?.as_object()?)
     }
 
     /// The compose override that supplies [`default_pids`](Self::default_pids) to every

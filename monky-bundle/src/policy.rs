@@ -1277,7 +1277,9 @@ impl Ctx<'_> {
             Place::Release(rest) => {
                 let own_file = rest.is_empty()
                     || (rest.len() == 1
-                        && (rest[0] == ".env" || MemberName::all().any(|m| m.as_str() == rest[0])));
+                        && (rest[0] == ".env"
+                            || rest[0] == crate::budget::OVERRIDE_FILE
+                            || MemberName::all().any(|m| m.as_str() == rest[0])));
                 if own_file && !read_only {
                     return Some((
                         Severity::Privileged,

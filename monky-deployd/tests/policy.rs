@@ -668,7 +668,7 @@ fn bundle_check_and_the_tick_use_the_boxs_allowlists() {
     run.expect(1);
     assert!(
         run.stdout().contains(
-            "FAIL PRIVILEGED_REFUSED: networks.edge: external edge, web: volumes /srv/shared"
+            "FAIL PRIVILEGED_REFUSED: networks.edge: external edge (the box's admin may allow it with allowed_external_networks: [edge]), web: volumes /srv/shared (a host path; the box's admin may allow it with allowed_binds: [/srv/shared:rw])"
         ),
         "{}",
         run.stdout()
