@@ -674,7 +674,7 @@ impl Budget {
         }
     }
 
-        /// [`pids_override`](Self::pids_override) of a compose file as the bundle carries it
+    /// [`pids_override`](Self::pids_override) of a compose file as the bundle carries it
     /// (anchors and merge keys expanded); `None` when it cannot be parsed (the policy refuses
     /// it) or every service sets a limit.
     #[must_use]
@@ -720,13 +720,24 @@ impl Budget {
             false
         }
         let mut out = Map::new();
-        for name in services.keys() {
-            if !has_pids(services, name) {
-                out.insert(
-                    name.clone(),
-                    serde_json::json!({ "pids_limit": self.default_pids }),
-                );
+        for (name, service) in services {
+            if has_pids(services, name) {
+                continue;
             }
+            // compose refuses a `pids_limit` that differs from `deploy.resources.limits.pids`,
+            // which it reads as 0 when a service has other deploy limits: the limit goes where
+            // the service keeps its limits.
+            let deploy_limits = service
+                .get("deploy")
+                .and_then(|d| d.get("resources"))
+                .and_then(|r| r.get("limits"))
+                .is_some_and(Value::is_object);
+            let supplied = if deploy_limits {
+                serde_json::json!({ "deploy": { "resources": { "limits": { "pids": self.default_pids } } } })
+            } else {
+                serde_json::json!({ "pids_limit": self.default_pids })
+            };
+            out.insert(name.clone(), supplied);
         }
         if out.is_empty() {
             return None;
@@ -938,13 +949,13 @@ mod tests {
     #[test]
     fn the_pids_override_covers_services_without_a_limit() {
         let doc = crate::checks::parse_compose(
-            "services:\n  a: {image: x, pids_limit: 10}\n  b: {image: x, extends: {service: a}}\n  c: {image: x, deploy: {resources: {limits: {pids: 5}}}}\n  d: {image: x}\n",
+            "services:\n  a: {image: x, pids_limit: 10}\n  b: {image: x, extends: {service: a}}\n  c: {image: x, deploy: {resources: {limits: {pids: 5}}}}\n  d: {image: x}\n  e: {image: x, deploy: {resources: {limits: {memory: 1g}}}}\n",
         )
         .unwrap();
         let services = doc["services"].as_object().unwrap();
         assert_eq!(
             Budget::default().pids_override(services).unwrap(),
-            r#"{"services":{"d":{"pids_limit":1024}}}"#
+            r#"{"services":{"d":{"pids_limit":1024},"e":{"deploy":{"resources":{"limits":{"pids":1024}}}}}}"#
         );
         let only =
             crate::checks::parse_compose("services:\n  a: {image: x, pids_limit: 10}\n").unwrap();

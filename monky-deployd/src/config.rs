@@ -246,14 +246,15 @@ impl RawBudget {
                 }),
             }
         };
-        let duration = |key: &str, v: Option<String>, default: Duration| -> anyhow::Result<Duration> {
-            match v {
-                None => Ok(default),
-                Some(t) => parse_duration(&t).with_context(|| {
-                    format!("budget.{key}: {t:?} is not a duration (write it as 30s, 5m, ...)")
-                }),
-            }
-        };
+        let duration =
+            |key: &str, v: Option<String>, default: Duration| -> anyhow::Result<Duration> {
+                match v {
+                    None => Ok(default),
+                    Some(t) => parse_duration(&t).with_context(|| {
+                        format!("budget.{key}: {t:?} is not a duration (write it as 30s, 5m, ...)")
+                    }),
+                }
+            };
         let max_memory = match self.max_memory {
             Some(t) => Some(size("max_memory", Some(t), 0)?),
             None => crate::host::memory_bytes(),

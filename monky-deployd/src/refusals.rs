@@ -180,7 +180,12 @@ pub fn bundle_check(
     }
     let base = match cfg {
         Some(c) => c.compose_policy(false),
-        None => bundle::ComposePolicy::new(&format!("monky-{env_id}")),
+        // The defaults a config without `budget:` would give on this box.
+        None => bundle::ComposePolicy::new(&format!("monky-{env_id}")).budget(bundle::Budget {
+            max_memory: crate::host::memory_bytes(),
+            max_cpus: crate::host::cpus(),
+            ..bundle::Budget::default()
+        }),
     };
     let offline = offline(&b, env_id, kv_mount, &base).1;
     let compose_clean = !offline
