@@ -89,7 +89,7 @@ const CASES: &[Case] = &[
     case("userns-host", "userns_mode: host", PR, "web: userns_mode"),
     case("isolation", "isolation: default", PR, "web: isolation"),
     case("sysctl-kernel-list", "sysctls: [kernel.panic=1]", PR, "web: sysctls kernel.panic"),
-    case("sysctl-kernel-map", "sysctls:\n  kernel.msgmax: 65536", PR, "web: sysctls kernel.msgmax"),
+    case("sysctl-kernel-map", "sysctls:\n  kernel.randomize_va_space: 0", PR, "web: sysctls kernel.randomize_va_space"),
     case("oom-kill-disable", "oom_kill_disable: true", PR, "web: oom_kill_disable"),
     case("oom-score-negative", "oom_score_adj: -999", PR, "web: oom_score_adj -999"),
     case("ulimit-rtprio", "ulimits:\n  rtprio: 99", PR, "web: ulimits rtprio"),
