@@ -97,25 +97,39 @@ fn human(bytes: u64) -> String {
     }
 }
 
-/// YAML limits for the compose file: generous for real compose files, small enough that an
-/// alias bomb (billion laughs) or a merge-key storm is refused instead of expanded.
+/// The compose file's YAML budget (see docs/compose-policy.md): far above real files (production
+/// stacks use ~140 merges of one anchor), small enough that an alias bomb (billion laughs) or a
+/// merge-key storm is refused instead of expanded. The refusal names the limit that was hit.
+pub(crate) const YAML_MAX_ALIASES: usize = 2_000;
+pub(crate) const YAML_MAX_ANCHORS: usize = 2_000;
+pub(crate) const YAML_MAX_MERGE_KEYS: usize = 2_000;
+pub(crate) const YAML_MAX_NODES: usize = 100_000;
+pub(crate) const YAML_MAX_EVENTS: usize = 200_000;
+pub(crate) const YAML_MAX_DEPTH: usize = 64;
+pub(crate) const YAML_MAX_REPLAYED_EVENTS: usize = 100_000;
+pub(crate) const YAML_MAX_EXPANSIONS_PER_ANCHOR: usize = 1_000;
+pub(crate) const YAML_MAX_REPLAY_DEPTH: usize = 16;
+
 fn yaml_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         budget: serde_saphyr::budget! {
-            max_events: 200_000,
-            max_aliases: 2_000,
-            max_anchors: 2_000,
-            max_nodes: 100_000,
-            max_depth: 64,
+            max_events: YAML_MAX_EVENTS,
+            max_aliases: YAML_MAX_ALIASES,
+            max_anchors: YAML_MAX_ANCHORS,
+            max_nodes: YAML_MAX_NODES,
+            max_depth: YAML_MAX_DEPTH,
             max_documents: 1,
-            max_merge_keys: 2_000,
-            max_recorded_anchor_events: 100_000,
+            max_merge_keys: YAML_MAX_MERGE_KEYS,
+            max_recorded_anchor_events: YAML_MAX_REPLAYED_EVENTS,
             max_recorded_anchor_bytes: 4 * 1024 * 1024,
+            // The ratio heuristic refused 100 uses of one anchor, which real files have; the
+            // absolute limits above and the replay limits below bound an alias bomb instead.
+            enforce_alias_anchor_ratio: false,
         },
         alias_limits: serde_saphyr::alias_limits! {
-            max_total_replayed_events: 100_000,
-            max_replay_stack_depth: 16,
-            max_alias_expansions_per_anchor: 1_000,
+            max_total_replayed_events: YAML_MAX_REPLAYED_EVENTS,
+            max_replay_stack_depth: YAML_MAX_REPLAY_DEPTH,
+            max_alias_expansions_per_anchor: YAML_MAX_EXPANSIONS_PER_ANCHOR,
         },
         duplicate_keys: serde_saphyr::DuplicateKeyPolicy::Error,
     }
@@ -131,19 +145,40 @@ pub(crate) fn parse_compose(yaml: &str) -> Result<Value, Refusal> {
         while let E::WithSnippet { error, .. } | E::AliasError { error, .. } = inner {
             inner = error;
         }
+        use serde_saphyr::budget::BudgetBreach as B;
         let what = match inner {
             E::Budget {
-                breach: serde_saphyr::budget::BudgetBreach::Documents { .. },
+                breach: B::Documents { .. },
                 ..
             }
-            | E::MultipleDocuments { .. } => "more than one yaml document",
-            E::Budget { .. }
-            | E::AliasReplayCounterOverflow { .. }
-            | E::AliasReplayLimitExceeded { .. }
-            | E::AliasExpansionLimitExceeded { .. }
-            | E::AliasReplayStackDepthExceeded { .. } => "yaml over the alias/size budget",
-            E::DuplicateMappingKey { .. } => "duplicate key",
-            _ => "invalid yaml",
+            | E::MultipleDocuments { .. } => "more than one yaml document".to_string(),
+            E::Budget { breach, .. } => match breach {
+                B::Aliases { .. } => format!("yaml over its budget of {YAML_MAX_ALIASES} aliases"),
+                B::Anchors { .. } => format!("yaml over its budget of {YAML_MAX_ANCHORS} anchors"),
+                B::MergeKeys { .. } => {
+                    format!("yaml over its budget of {YAML_MAX_MERGE_KEYS} merge keys")
+                }
+                B::Nodes { .. } => format!("yaml over its budget of {YAML_MAX_NODES} nodes"),
+                B::Events { .. } => format!("yaml over its budget of {YAML_MAX_EVENTS} events"),
+                B::Depth { .. } => {
+                    format!("yaml nested over its budget of {YAML_MAX_DEPTH} levels")
+                }
+                B::RecordedAnchorEvents { .. } | B::RecordedAnchorBytes { .. } => {
+                    "yaml anchors over their budget of 100000 events or 4 MiB".to_string()
+                }
+                _ => "yaml over its size budget".to_string(),
+            },
+            E::AliasReplayCounterOverflow { .. } | E::AliasReplayLimitExceeded { .. } => format!(
+                "yaml aliases expand to over its budget of {YAML_MAX_REPLAYED_EVENTS} events"
+            ),
+            E::AliasExpansionLimitExceeded { .. } => format!(
+                "yaml uses one anchor over its budget of {YAML_MAX_EXPANSIONS_PER_ANCHOR} times"
+            ),
+            E::AliasReplayStackDepthExceeded { .. } => {
+                format!("yaml aliases nest over its budget of {YAML_MAX_REPLAY_DEPTH} levels")
+            }
+            E::DuplicateMappingKey { .. } => "duplicate key".to_string(),
+            _ => "invalid yaml".to_string(),
         };
         match e.location() {
             Some(l) if l.line() > 0 => Refusal::invalid(format!(

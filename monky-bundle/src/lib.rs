@@ -44,6 +44,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod budget;
 mod checks;
 mod env;
 mod error;
@@ -60,6 +61,7 @@ mod registry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
+pub use budget::Budget;
 pub use checks::{
     DEFAULT_DISK_FACTOR, DEFAULT_DISK_HEADROOM, check_disk, check_env_complete, check_rollback,
 };

@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
+use crate::budget::Budget;
 use crate::checks::{interpolate_compose, parse_compose, scrub};
 use crate::member::MemberName;
 use crate::refusal::{Refusal, RefusalCode, printable};
@@ -41,8 +42,6 @@ pub enum Rule {
 pub enum Constraint {
     /// The value must be false (or absent).
     False,
-    /// The top-level `name` must be the agent's own project.
-    ProjectName,
     /// A `container_name` must start with `<project>-`.
     ContainerName,
     /// No label in compose's own `com.docker.compose.` namespace.
@@ -51,7 +50,7 @@ pub enum Constraint {
     CapAdd,
     /// Only `no-new-privileges`.
     SecurityOpt,
-    /// Only `net.*` sysctls.
+    /// Only sysctls docker namespaces per container: `net.*` and the IPC ones.
     Sysctls,
     /// `service:<a service of this project>`, or one of the listed private modes.
     Namespace(&'static [&'static str]),
@@ -81,6 +80,8 @@ pub enum Constraint {
     OwnName,
     /// The default volume driver (`local`) only.
     VolumeDriver,
+    /// Only the local driver's tmpfs shape: memory, not a host path.
+    VolumeDriverOpts,
     /// The default network driver (`bridge`) only.
     NetworkDriver,
     /// Present only as an empty object (compose writes `ipam: {}` into its model).
@@ -119,7 +120,7 @@ const DEVICE: &str = "Hands a host device to the container.";
 pub const TABLE: &[TableRow] = &[
     // Top level.
     row("version", A, "Ignored by compose v2."),
-    row("name", K(C::ProjectName), "The agent names the project; another name would reach another env's containers."),
+    row("name", A, "compose ignores it under the agent's `-p`: the project is always the agent's own (measured with compose 2.26)."),
     row("include", R, "Reads more compose files at every pull, up and revert: what was checked would not be what runs."),
     row("services", A, "The services; each is judged below."),
     row("services.*", A, "One service; its keys are judged below."),
@@ -313,7 +314,7 @@ pub const TABLE: &[TableRow] = &[
     row("services.*.stop_grace_period", A, PLAIN),
     row("services.*.stop_signal", A, PLAIN),
     row("services.*.storage_opt", A, LIMIT),
-    row("services.*.sysctls", K(C::Sysctls), "Only net.*, which docker namespaces per container."),
+    row("services.*.sysctls", K(C::Sysctls), "Only the sysctls docker namespaces per container: net.*, and the IPC ones (kernel.msgmax, kernel.msgmnb, kernel.msgmni, kernel.sem, kernel.shmall, kernel.shmmax, kernel.shmmni, kernel.shm_rmid_forced, fs.mqueue.*)."),
     row("services.*.tmpfs", A, "Memory-backed scratch space inside the container."),
     row("services.*.tty", A, PLAIN),
     row("services.*.ulimits", K(C::Ulimits), "rtprio, rttime and memlock let a container starve or pin the host."),
@@ -358,7 +359,7 @@ pub const TABLE: &[TableRow] = &[
     // Volumes.
     row("volumes.*.name", K(C::OwnName), "Another name would open another env's volume."),
     row("volumes.*.driver", K(C::VolumeDriver), "Other drivers are plugins: code and mounts on the host."),
-    row("volumes.*.driver_opts", P, "The local driver's options are mount options: they mount host paths, block devices, proc or overlays."),
+    row("volumes.*.driver_opts", K(C::VolumeDriverOpts), "Only `type: tmpfs` (device `tmpfs`, size/mode/uid/gid/inode options): memory, not a host path. Other options mount host paths, block devices, proc or overlays."),
     row("volumes.*.external", K(C::ExternalVolume), "Only volumes on the box's allowed_external_volumes."),
     row("volumes.*.external.name", A, "Judged by the external constraint."),
     row("volumes.*.labels", K(C::Labels), "compose's own labels decide which project a volume belongs to."),
@@ -514,6 +515,9 @@ pub struct ComposePolicy {
     external_volumes: BTreeSet<String>,
     external_networks: BTreeSet<String>,
     allow_privileged: bool,
+    budget: Budget,
+    pids_supplied: bool,
+    allow_unprefixed_names: bool,
 }
 
 impl ComposePolicy {
@@ -526,6 +530,9 @@ impl ComposePolicy {
             external_volumes: BTreeSet::new(),
             external_networks: BTreeSet::new(),
             allow_privileged: false,
+            budget: Budget::default(),
+            pids_supplied: false,
+            allow_unprefixed_names: false,
         }
     }
 
@@ -564,6 +571,36 @@ impl ComposePolicy {
         self
     }
 
+    /// The box's [`Budget`]: what one project may take of the box (`BUDGET_EXCEEDED`).
+    #[must_use]
+    pub fn budget(mut self, budget: Budget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// The budget in force.
+    #[must_use]
+    pub fn budget_of(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// Whether the agent supplies [`Budget::default_pids`] to services without a pids limit
+    /// (through the override of [`Budget::pids_override`]): then compose's model must show a
+    /// limit for every service, and a service without one is refused.
+    #[must_use]
+    pub fn pids_supplied(mut self, supplied: bool) -> Self {
+        self.pids_supplied = supplied;
+        self
+    }
+
+    /// The box's `allow_unprefixed_names`: waives every `BUNDLE_NONCONFORMING` finding (a
+    /// container, volume or network name outside the project's), never a host-access one.
+    #[must_use]
+    pub fn allow_unprefixed_names(mut self, allow: bool) -> Self {
+        self.allow_unprefixed_names = allow;
+        self
+    }
+
     /// Judges the compose file as the bundle carries it, before any secret is read.
     ///
     /// The YAML is parsed under limits (duplicate keys refused, aliases and merge keys
@@ -584,7 +621,9 @@ impl ComposePolicy {
         first(self.findings_file(compose_yaml, env, secrets))
     }
 
-    /// Every refusal of [`check_file`](Self::check_file): at most one per code.
+    /// Every refusal of [`check_file`](Self::check_file): at most one per code, host access
+    /// first (`PRIVILEGED_REFUSED`, `BUNDLE_INVALID`, `BUNDLE_NONCONFORMING`,
+    /// `BUDGET_EXCEEDED`).
     pub fn findings_file(
         &self,
         compose_yaml: &str,
@@ -597,7 +636,16 @@ impl ComposePolicy {
         };
         // The file as written holds no secret value: it may be kept to name variables.
         let raw = doc.clone();
-        let verdict = match interpolate_compose(&mut doc, env) {
+        // compose sets COMPOSE_PROJECT_NAME to the `-p` project for interpolation, whatever
+        // `.env` says (measured with compose 2.26).
+        let env = |n: &str| {
+            if n == "COMPOSE_PROJECT_NAME" {
+                Some(self.project.clone())
+            } else {
+                env(n)
+            }
+        };
+        let verdict = match interpolate_compose(&mut doc, &env) {
             Ok(()) => {
                 let ctx = Ctx {
                     policy: self,
@@ -632,7 +680,8 @@ impl ComposePolicy {
         first(self.findings_model(model, raw_yaml, release_dir, read_link))
     }
 
-    /// Every refusal of [`check_model`](Self::check_model): at most one per code.
+    /// Every refusal of [`check_model`](Self::check_model): at most one per code, in the
+    /// order of [`findings_file`](Self::findings_file).
     pub fn findings_model(
         &self,
         mut model: Value,
@@ -663,12 +712,14 @@ fn first(mut refusals: Vec<Refusal>) -> Result<(), Refusal> {
     }
 }
 
-/// What a finding costs: `PRIVILEGED_REFUSED` (waived by `allow_privileged`) or
-/// `BUNDLE_INVALID` (never waived).
+/// What a finding costs: `PRIVILEGED_REFUSED` (waived by `allow_privileged`),
+/// `BUNDLE_INVALID` (never waived), or `BUNDLE_NONCONFORMING` (waived by the box's
+/// `allow_unprefixed_names`; no host access).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Severity {
     Privileged,
     Invalid,
+    Nonconforming,
 }
 
 struct Ctx<'a> {
@@ -712,6 +763,19 @@ impl Walk {
         if !self.findings.iter().any(|(_, t)| *t == text) {
             self.findings.push((sev, text));
         }
+    }
+
+    /// Whether [`key_value`](Self::key_value) prints the value itself, so that a hint built
+    /// from it (the accepted name, the allowlist line) may be printed too.
+    fn shows_value(&self, site: &Site<'_>) -> bool {
+        if !self.model {
+            return true;
+        }
+        site.raw.is_some_and(|raw| {
+            let mut vars = BTreeSet::new();
+            raw_vars(raw, &mut vars);
+            vars.is_empty()
+        })
     }
 
     /// `key value`, where a value that may have come from a variable is named by it.
@@ -771,18 +835,32 @@ impl Ctx<'_> {
         self.paths(&mut walk, top, raw);
         let mut invalid = Vec::new();
         let mut privileged = Vec::new();
+        let mut names = Vec::new();
         for (sev, text) in walk.findings {
             match sev {
                 Severity::Invalid => invalid.push(text),
                 Severity::Privileged => privileged.push(text),
+                Severity::Nonconforming => names.push(text),
             }
         }
+        let budget = self
+            .policy
+            .budget
+            .findings(doc, raw, model, self.policy.pids_supplied);
+        // Host access first, so an operator who fixes the names is not refused again for the
+        // socket: every finding of every code is listed at once.
         let mut out = Vec::new();
+        if !privileged.is_empty() && !self.policy.allow_privileged {
+            out.push(Refusal::new(RefusalCode::PrivilegedRefused, privileged));
+        }
         if !invalid.is_empty() {
             out.push(Refusal::new(RefusalCode::BundleInvalid, invalid));
         }
-        if !privileged.is_empty() && !self.policy.allow_privileged {
-            out.push(Refusal::new(RefusalCode::PrivilegedRefused, privileged));
+        if !names.is_empty() && !self.policy.allow_unprefixed_names {
+            out.push(Refusal::new(RefusalCode::BundleNonconforming, names));
+        }
+        if !budget.is_empty() {
+            out.push(Refusal::new(RefusalCode::BudgetExceeded, budget));
         }
         out
     }
@@ -897,6 +975,17 @@ impl Ctx<'_> {
         }
     }
 
+    /// Whether the key's value in the compose file takes anything from a secret: before the
+    /// lease it would be judged as empty, so it is judged on compose's model instead.
+    fn from_secret(&self, site: &Site<'_>) -> bool {
+        let (Some(secrets), Some(raw)) = (self.secrets, site.raw) else {
+            return false;
+        };
+        let mut vars = BTreeSet::new();
+        raw_vars(raw, &mut vars);
+        vars.iter().any(|v| secrets.contains(v))
+    }
+
     fn constraint(
         &self,
         walk: &mut Walk,
@@ -916,18 +1005,16 @@ impl Ctx<'_> {
                     walk.add(Severity::Privileged, site, shown);
                 }
             }
-            C::ProjectName => {
-                if let Some(name) = value.as_str()
-                    && name != p.project
-                {
-                    bad(walk, Severity::Invalid, name);
-                }
-            }
             C::ContainerName => {
                 if let Some(name) = value.as_str()
                     && !name.starts_with(&format!("{}-", p.project))
+                    && !self.from_secret(site)
                 {
-                    bad(walk, Severity::Invalid, name);
+                    let mut text = walk.key_value(site, shown, name);
+                    if walk.shows_value(site) {
+                        text += &format!(" (accepted: {})", accepted_name(&p.project, '-', name));
+                    }
+                    walk.add(Severity::Nonconforming, site, &text);
                 }
             }
             C::Labels => {
@@ -959,7 +1046,7 @@ impl Ctx<'_> {
                     // Judged as the runtime will apply it; a name it would not read as a plain
                     // dotted name is refused.
                     let plain = paths::sysctl_name(&name);
-                    if !plain.as_deref().is_some_and(|n| n.starts_with("net.")) {
+                    if !plain.as_deref().is_some_and(namespaced_sysctl) {
                         bad(walk, Severity::Privileged, name.trim());
                     }
                 }
@@ -990,7 +1077,13 @@ impl Ctx<'_> {
                 if let Value::Array(items) = value {
                     for item in items {
                         if let Some((sev, what)) = self.volume(item) {
-                            bad(walk, sev, &what);
+                            // A hint after the value is printed only with the value itself.
+                            let (what, hint) = what.split_once(HINT).unwrap_or((&what, ""));
+                            let mut text = walk.key_value(site, shown, what);
+                            if !hint.is_empty() && walk.shows_value(site) {
+                                text += &format!(" ({hint})");
+                            }
+                            walk.add(sev, site, &text);
                         }
                     }
                 }
@@ -1068,7 +1161,19 @@ impl Ctx<'_> {
                     &p.external_networks
                 };
                 if !allowed.contains(&name) {
-                    bad(walk, Severity::Privileged, &name);
+                    let key = if c == C::ExternalVolume {
+                        "allowed_external_volumes"
+                    } else {
+                        "allowed_external_networks"
+                    };
+                    let mut text = walk.key_value(site, shown, &name);
+                    if walk.shows_value(site) {
+                        text += &format!(
+                            " (the box's admin may allow it with {key}: [{}])",
+                            printable(&name, 80)
+                        );
+                    }
+                    walk.add(Severity::Privileged, site, &text);
                 }
             }
             C::OwnName => {
@@ -1079,8 +1184,18 @@ impl Ctx<'_> {
                 if let Some(name) = value.as_str()
                     && !external
                     && !name.starts_with(&format!("{}_", p.project))
+                    && !self.from_secret(site)
                 {
-                    bad(walk, Severity::Privileged, name);
+                    let mut text = walk.key_value(site, shown, name);
+                    if walk.shows_value(site) {
+                        text += &format!(" (accepted: {})", accepted_name(&p.project, '_', name));
+                    }
+                    walk.add(Severity::Nonconforming, site, &text);
+                }
+            }
+            C::VolumeDriverOpts => {
+                if present(value) && !tmpfs_driver_opts(value) {
+                    walk.add(Severity::Privileged, site, shown);
                 }
             }
             C::VolumeDriver => {
@@ -1196,7 +1311,9 @@ impl Ctx<'_> {
             Place::Release(rest) => {
                 let own_file = rest.is_empty()
                     || (rest.len() == 1
-                        && (rest[0] == ".env" || MemberName::all().any(|m| m.as_str() == rest[0])));
+                        && (rest[0] == ".env"
+                            || rest[0] == crate::budget::OVERRIDE_FILE
+                            || MemberName::all().any(|m| m.as_str() == rest[0])));
                 if own_file && !read_only {
                     return Some((
                         Severity::Privileged,
@@ -1207,24 +1324,33 @@ impl Ctx<'_> {
             }
             Place::Host(path) => {
                 let writable = !read_only;
-                if relabel {
-                    return Some((
-                        Severity::Privileged,
-                        format!("{shown} relabels a host path"),
-                    ));
-                }
                 // The allowed prefix is resolved like the path: `/etc/localtime` is itself a link,
                 // and a link planted below an allowed dir must not lead out of it.
-                if self.policy.allowed_binds.iter().any(|a| {
+                let allowed = self.policy.allowed_binds.iter().any(|a| {
                     let prefix = AllowedBind {
                         prefix: resolve(&a.prefix, self.read_link),
                         writable: a.writable,
                     };
                     prefix.covers(&path, writable) || a.covers(&path, writable)
-                }) {
-                    None
+                });
+                // The host path itself is the worst of a bind that is not allowed: it is named,
+                // with the allowed_binds line that would allow it, before any relabel.
+                if !allowed {
+                    let mode = if writable { "rw" } else { "ro" };
+                    Some((
+                        Severity::Privileged,
+                        format!(
+                            "{shown}{HINT}a host path; the box's admin may allow it with allowed_binds: [{}:{mode}]",
+                            printable(&path.to_string_lossy(), 120)
+                        ),
+                    ))
+                } else if relabel {
+                    Some((
+                        Severity::Privileged,
+                        format!("{shown} relabels a host path"),
+                    ))
                 } else {
-                    Some((Severity::Privileged, shown))
+                    None
                 }
             }
         }
@@ -1282,6 +1408,70 @@ impl Ctx<'_> {
 enum Place {
     Release(Vec<String>),
     Host(PathBuf),
+}
+
+/// Separates a finding's value from a hint that repeats it (the allowlist line), which is
+/// printed only where the value is.
+const HINT: char = '\u{1}';
+
+/// The name the policy would accept for `name`: the project's own prefix in front of it.
+fn accepted_name(project: &str, sep: char, name: &str) -> String {
+    format!("{project}{sep}{}", printable(name, 60))
+}
+
+/// Whether docker gives each container its own copy of a sysctl (runc's list: the network
+/// namespace's `net.*`, and the IPC namespace's message queues, semaphores and shared memory).
+/// `ipc: host` and host networking, which would share them, are refused on their own.
+fn namespaced_sysctl(name: &str) -> bool {
+    const IPC: [&str; 8] = [
+        "kernel.msgmax",
+        "kernel.msgmnb",
+        "kernel.msgmni",
+        "kernel.sem",
+        "kernel.shmall",
+        "kernel.shmmax",
+        "kernel.shmmni",
+        "kernel.shm_rmid_forced",
+    ];
+    name.starts_with("net.") || name.starts_with("fs.mqueue.") || IPC.contains(&name)
+}
+
+/// Whether a top-level volume's `driver_opts` is exactly the local driver's tmpfs shape:
+/// `type: tmpfs`, `device: tmpfs` (or absent), and `o` of memory options only. `bind`, a device
+/// path or any other key would mount something of the host's.
+fn tmpfs_driver_opts(opts: &Value) -> bool {
+    let Value::Object(m) = opts else {
+        return false;
+    };
+    let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::trim);
+    if s("type") != Some("tmpfs") || !matches!(s("device"), None | Some("tmpfs")) {
+        return false;
+    }
+    if m.keys()
+        .any(|k| !matches!(k.as_str(), "type" | "device" | "o"))
+    {
+        return false;
+    }
+    let Some(o) = m.get("o") else { return true };
+    let Some(o) = o.as_str() else { return false };
+    o.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .all(|opt| {
+            let key = opt.split_once('=').map_or(opt, |(k, _)| k);
+            matches!(
+                key,
+                "size"
+                    | "mode"
+                    | "uid"
+                    | "gid"
+                    | "nr_inodes"
+                    | "nr_blocks"
+                    | "noexec"
+                    | "nosuid"
+                    | "nodev"
+            )
+        })
 }
 
 fn is_path(source: &str) -> bool {

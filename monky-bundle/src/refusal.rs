@@ -27,6 +27,13 @@ pub enum RefusalCode {
     /// A secret's value cannot be written where `.env.template` puts it without compose
     /// reading something else (e.g. a newline in an unquoted `URL=x${VAR}y`).
     EnvValueUnsafe,
+    /// The compose file names a container, volume or network outside the project's own
+    /// names: no host access, but another env's names; waived by the box's
+    /// `allow_unprefixed_names`.
+    BundleNonconforming,
+    /// The compose file asks for more of the box than its budget gives one project; waived by
+    /// raising the named budget key in the box's config.
+    BudgetExceeded,
 }
 
 impl RefusalCode {
@@ -43,6 +50,8 @@ impl RefusalCode {
             RefusalCode::BundleInvalid => "BUNDLE_INVALID",
             RefusalCode::BundleTooLarge => "BUNDLE_TOO_LARGE",
             RefusalCode::EnvValueUnsafe => "ENV_VALUE_UNSAFE",
+            RefusalCode::BundleNonconforming => "BUNDLE_NONCONFORMING",
+            RefusalCode::BudgetExceeded => "BUDGET_EXCEEDED",
         }
     }
 }

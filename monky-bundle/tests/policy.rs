@@ -26,7 +26,34 @@ fn check_with(p: &ComposePolicy, yaml: &str, env: &[(&str, &str)], expected: &st
         Ok(()) => "ok".to_owned(),
         Err(r) => r.to_string(),
     };
+    // The allowed_binds hint is asserted where a case spells it out
+    // (`a_host_path_names_the_allowed_binds_line`); the other cases name the finding.
+    let got = if expected.contains("(a host path;") {
+        got
+    } else {
+        without_bind_hints(&got)
+    };
     assert_eq!(got, expected, "\n{yaml}");
+}
+
+fn without_bind_hints(text: &str) -> String {
+    let mut out = text.to_string();
+    while let Some(start) = out.find(" (a host path;") {
+        let end = out[start..].find(')').map_or(out.len(), |e| start + e + 1);
+        out.replace_range(start..end, "");
+    }
+    out
+}
+
+#[test]
+fn a_host_path_names_the_allowed_binds_line() {
+    check(
+        &svc("volumes: [\"/var/run/docker.sock:/s:z\", \"/srv/data:/d:ro\"]"),
+        &format!(
+            "{P}volumes /var/run/docker.sock (a host path; the box's admin may allow it with allowed_binds: [/var/run/docker.sock:rw]), \
+             web: volumes /srv/data (a host path; the box's admin may allow it with allowed_binds: [/srv/data:ro])"
+        ),
+    );
 }
 
 fn check(yaml: &str, expected: &str) {
@@ -70,7 +97,7 @@ fn each_rule_refuses_what_it_names() {
         ("gpus: all", format!("{P}gpus")),
         ("deploy:\n  resources:\n    reservations:\n      devices:\n        - capabilities: [gpu]", format!("{P}deploy.resources.reservations.devices")),
         ("sysctls: [kernel.core_pattern=|/x]", format!("{P}sysctls kernel.core_pattern")),
-        ("sysctls:\n  kernel.shm_rmid_forced: 1", format!("{P}sysctls kernel.shm_rmid_forced")),
+        ("sysctls:\n  kernel.domainname: x", format!("{P}sysctls kernel.domainname")),
         ("oom_kill_disable: true", format!("{P}oom_kill_disable")),
         ("oom_score_adj: -1000", format!("{P}oom_score_adj -1000")),
         ("ulimits:\n  memlock: -1", format!("{P}ulimits memlock")),
@@ -108,7 +135,7 @@ fn each_rule_refuses_what_it_names() {
         ("env_file: [./.env, ../../bao.token]", format!("{P}env_file ../../bao.token: only the release's own .env may be read")),
         ("env_file: ${SECRET}", format!("{P}env_file ${{SECRET}}: {LITERAL} (${{SECRET}} is a secret)")),
         // Identity and integrity.
-        ("container_name: monky-env-other-web", format!("{I}web: container_name monky-env-other-web")),
+        ("container_name: monky-env-other-web", "BUNDLE_NONCONFORMING: web: container_name monky-env-other-web (accepted: monky-env-qa-02-monky-env-other-web)".to_string()),
         ("labels: {com.docker.compose.project: monky-env-other}", format!("{I}web: labels com.docker.compose.project")),
         ("build: .", format!("{I}web: build")),
         ("extends: {service: base, file: /etc/other.yml}", format!("{I}web: extends.file")),
@@ -126,14 +153,18 @@ fn each_rule_refuses_what_it_names() {
 fn top_level_volumes_networks_configs_and_identity() {
     #[rustfmt::skip]
     let cases: &[(&str, &str)] = &[
-        ("name: monky-env-other\nservices: {}\n", "BUNDLE_INVALID: name monky-env-other"),
         ("include: [../other.yml]\nservices: {}\n", "BUNDLE_INVALID: include"),
         ("services: {}\nvolumes:\n  root:\n    driver_opts: {type: none, o: bind, device: /}\n", "PRIVILEGED_REFUSED: volumes.root: driver_opts"),
         ("services: {}\nvolumes:\n  v:\n    driver: rclone\n", "PRIVILEGED_REFUSED: volumes.v: driver rclone"),
-        ("services: {}\nvolumes:\n  v:\n    external: true\n", "PRIVILEGED_REFUSED: volumes.v: external v"),
-        ("services: {}\nvolumes:\n  v:\n    external: true\n    name: monky-env-other_pgdata\n", "PRIVILEGED_REFUSED: volumes.v: external monky-env-other_pgdata"),
-        ("services: {}\nvolumes:\n  v:\n    name: monky-env-other_pgdata\n", "PRIVILEGED_REFUSED: volumes.v: name monky-env-other_pgdata"),
-        ("services: {}\nnetworks:\n  n:\n    external: true\n    name: host\n", "PRIVILEGED_REFUSED: networks.n: external host"),
+        ("services: {}\nvolumes:\n  v:\n    external: true\n", "PRIVILEGED_REFUSED: volumes.v: external v (the box's admin may allow it with allowed_external_volumes: [v])"),
+        ("services: {}\nvolumes:\n  v:\n    external: true\n    name: monky-env-other_pgdata\n", "PRIVILEGED_REFUSED: volumes.v: external monky-env-other_pgdata (the box's admin may allow it with allowed_external_volumes: [monky-env-other_pgdata])"),
+        ("services: {}\nvolumes:\n  v:\n    name: monky-env-other_pgdata\n", "BUNDLE_NONCONFORMING: volumes.v: name monky-env-other_pgdata (accepted: monky-env-qa-02_monky-env-other_pgdata)"),
+        ("services: {}\nnetworks:\n  n:\n    external: true\n    name: host\n", "PRIVILEGED_REFUSED: networks.n: external host (the box's admin may allow it with allowed_external_networks: [host])"),
+        ("services: {}\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, device: tmpfs, o: \"size=64m,uid=1000\"}\n", "ok"),
+        ("services: {}\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, device: /dev/sda1, o: size=1m}\n", "PRIVILEGED_REFUSED: volumes.v: driver_opts"),
+        ("services: {}\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, o: \"bind,size=1m\"}\n", "PRIVILEGED_REFUSED: volumes.v: driver_opts"),
+        ("name: monky-env-other\nservices: {}\nvolumes:\n  v:\n    name: ${COMPOSE_PROJECT_NAME}_v\nnetworks:\n  n:\n    name: \"${COMPOSE_PROJECT_NAME}_n\"\n", "ok"),
+        ("services: {}\nvolumes:\n  v:\n    name: ${SECRET}\n", "ok"),
         ("services: {}\nnetworks:\n  n:\n    driver: macvlan\n", "PRIVILEGED_REFUSED: networks.n: driver macvlan"),
         ("services: {}\nnetworks:\n  n:\n    driver_opts: {com.docker.network.bridge.name: docker0}\n", "PRIVILEGED_REFUSED: networks.n: driver_opts"),
         ("services: {}\nnetworks:\n  n:\n    ipam: {config: [{subnet: 10.0.0.0/8}]}\n", "PRIVILEGED_REFUSED: networks.n: ipam"),
@@ -190,7 +221,7 @@ fn the_box_admin_widens_never_the_bundle() {
         + "volumes:\n  ext: {external: true}\nnetworks:\n  proxy: {external: true, name: edge}\n";
     check(
         &yaml,
-        "PRIVILEGED_REFUSED: networks.proxy: external edge, web: volumes /srv/shared, web: volumes /srv/ro, volumes.ext: external ext",
+        "PRIVILEGED_REFUSED: networks.proxy: external edge (the box's admin may allow it with allowed_external_networks: [edge]), web: volumes /srv/shared (a host path; the box's admin may allow it with allowed_binds: [/srv/shared:rw]), web: volumes /srv/ro (a host path; the box's admin may allow it with allowed_binds: [/srv/ro:ro]), volumes.ext: external ext (the box's admin may allow it with allowed_external_volumes: [ext])",
     );
     let widened = policy()
         .allowed_binds(vec![
@@ -218,9 +249,18 @@ fn the_box_admin_widens_never_the_bundle() {
     );
     check_with(
         &allowed,
-        "name: monky-env-other\nservices: {}\n",
+        &svc("container_name: other"),
         &[],
-        "BUNDLE_INVALID: name monky-env-other",
+        "BUNDLE_NONCONFORMING: web: container_name other (accepted: monky-env-qa-02-other)",
+    );
+    // allow_unprefixed_names waives the names, never host power.
+    let names = policy().allow_unprefixed_names(true);
+    check_with(&names, &svc("container_name: other"), &[], "ok");
+    check_with(
+        &names,
+        &svc("container_name: other\nprivileged: true"),
+        &[],
+        &format!("{P}privileged"),
     );
     check_with(
         &allowed,
@@ -288,7 +328,7 @@ fn hostile_yaml_is_refused_not_expanded() {
         .expect_err("alias bomb");
     assert!(
         got.to_string()
-            .starts_with("BUNDLE_INVALID: compose file: yaml over the alias/size budget at line "),
+            .starts_with("BUNDLE_INVALID: compose file: yaml anchors over their budget of 100000 events or 4 MiB at line "),
         "{got}"
     );
     check(
@@ -374,7 +414,7 @@ fn the_model_is_judged_with_its_absolute_paths_and_links() {
     // A link planted inside a bound dir leads out of the release.
     assert_eq!(
         model_check(web(bind("/r/current/data/escape/shadow", true)), raw),
-        "PRIVILEGED_REFUSED: web: volumes /r/current/data/escape/shadow, web: volumes ./data/escape/shadow is a symlink or passes one: a container could have planted it"
+        "PRIVILEGED_REFUSED: web: volumes /r/current/data/escape/shadow (a host path; the box's admin may allow it with allowed_binds: [/etc/shadow:ro]), web: volumes ./data/escape/shadow is a symlink or passes one: a container could have planted it"
     );
     // A value that came from a variable is named by it, never printed.
     let raw_secret =
@@ -391,12 +431,13 @@ fn the_model_is_judged_with_its_absolute_paths_and_links() {
         model_check(web(json!({"cap_add": ["SYS_PTRACE"]})), raw),
         "PRIVILEGED_REFUSED: web: cap_add (value not shown: not in the compose file)"
     );
+    // A name from a variable is named by it, without the accepted form that would print it.
     assert_eq!(
         model_check(
-            json!({"name": "monky-env-other", "services": {}}),
-            "name: monky-env-other\n"
+            json!({"services": {}, "volumes": {"v": {"name": "secret-value"}}}),
+            "volumes:\n  v:\n    name: ${SECRET}\n"
         ),
-        "BUNDLE_INVALID: name monky-env-other"
+        "BUNDLE_NONCONFORMING: volumes.v: name from ${SECRET}"
     );
 }
 

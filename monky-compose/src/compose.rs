@@ -101,8 +101,8 @@ impl From<ComposeVersion> for String {
 
 /// One compose project: a name, its working directory, its compose file and its `.env` file.
 ///
-/// Every command runs as `<compose> --ansi never -p <project> -f <file> --env-file <env_file>
-/// <subcommand>` in `workdir`. Secrets reach compose only through the env file.
+/// Every command runs as `<compose> --ansi never -p <project> -f <file> [-f <override>]
+/// --env-file <env_file> <subcommand>` in `workdir`. Secrets reach compose only through the env file.
 #[derive(Debug, Clone)]
 pub struct Compose {
     docker: Docker,
@@ -110,6 +110,7 @@ pub struct Compose {
     workdir: PathBuf,
     file: PathBuf,
     env_file: PathBuf,
+    overrides: Vec<PathBuf>,
 }
 
 impl Compose {
@@ -126,7 +127,16 @@ impl Compose {
             workdir: workdir.to_owned(),
             file: file.to_owned(),
             env_file: env_file.to_owned(),
+            overrides: Vec::new(),
         }
+    }
+
+    /// One more compose file, merged over the project's own (`-f file -f override`): the agent's
+    /// own values, e.g. the box's default pids limit, which compose's model then carries.
+    #[must_use]
+    pub fn with_override(mut self, file: &Path) -> Self {
+        self.overrides.push(file.to_owned());
+        self
     }
 
     /// The project name.
@@ -303,9 +313,13 @@ impl Compose {
             self.project.clone().into(),
             "-f".into(),
             self.file.clone().into(),
-            "--env-file".into(),
-            self.env_file.clone().into(),
         ])
+        .args(
+            self.overrides
+                .iter()
+                .flat_map(|o| [OsString::from("-f"), o.clone().into()]),
+        )
+        .args([OsString::from("--env-file"), self.env_file.clone().into()])
         .args(sub)
         .current_dir(&self.workdir)
     }

@@ -565,7 +565,7 @@ fn compose_policy(rows: &mut Rows, runs: usize) {
         json!({"image": image, "command": null, "entrypoint": null, "restart": "unless-stopped",
                "environment": {"GEMINI_API_KEY": "x", "POSTGRES_PASSWORD": "y", "LOG_LEVEL": "info"},
                "logging": {"driver": "json-file", "options": {"max-size": "10m"}},
-               "networks": {"default": null}})
+               "networks": {"default": null}, "pids_limit": 1024})
     };
     let mut web = common("registry.example/monky/web:1");
     web.as_object_mut().unwrap().extend(json!({
@@ -594,7 +594,15 @@ fn compose_policy(rows: &mut Rows, runs: usize) {
     let model = json!({"name": project, "services": {"web": web, "db": db, "worker": worker},
         "networks": {"default": {"name": format!("{project}_default"), "ipam": {}}},
         "volumes": {"webdata": {"name": format!("{project}_webdata")}, "pgdata": {"name": format!("{project}_pgdata")}}});
-    let policy = monky_bundle::ComposePolicy::new(project);
+    // As the agent judges: the box's budget with the host's memory and CPUs, and the pids limit
+    // the agent supplies through its override, which the model carries.
+    let policy = monky_bundle::ComposePolicy::new(project)
+        .budget(monky_bundle::Budget {
+            max_memory: Some(8 << 30),
+            max_cpus: Some(4.0),
+            ..monky_bundle::Budget::default()
+        })
+        .pids_supplied(true);
     let secrets = std::collections::BTreeSet::from([
         "GEMINI_API_KEY".to_string(),
         "POSTGRES_PASSWORD".to_string(),
@@ -605,6 +613,7 @@ fn compose_policy(rows: &mut Rows, runs: usize) {
             let m = model.clone();
             let t = Instant::now();
             policy.check_file(yaml, &|_| None, &secrets).unwrap();
+            std::hint::black_box(policy.budget_of().pids_override_for(yaml));
             policy.check_model(m, yaml, dir, &read_link).unwrap();
             t.elapsed().as_secs_f64() * 1e3
         })

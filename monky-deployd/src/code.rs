@@ -120,6 +120,12 @@ codes! {
     /// The compose file asks for host privileges.
     PrivilegedRefused = "PRIVILEGED_REFUSED", Fail,
         "the compose file asks for host privileges: remove them, or set allow_privileged in bundle.json if this env really needs them";
+    /// The compose file names a container, volume or network outside the project's names.
+    BundleNonconforming = "BUNDLE_NONCONFORMING", Fail,
+        "the compose file names a container, volume or network outside the project's own names: use the accepted name the message gives, or set allow_unprefixed_names in config.yaml if this box really wants it";
+    /// The compose file asks for more of the box than its budget gives one project.
+    BudgetExceeded = "BUDGET_EXCEEDED", Fail,
+        "the compose file asks for more of the box than its budget: lower the named value in the bundle, or raise the named budget key in config.yaml";
     /// Tenancy asks for an older release.
     RollbackRefused = "ROLLBACK_REFUSED", Fail,
         "tenancy asks for an older release: set allow_rollback in bundle.json to roll back on purpose";
@@ -198,6 +204,8 @@ impl Code {
             R::BundleInvalid => Code::BundleInvalid,
             R::BundleTooLarge => Code::BundleTooLarge,
             R::EnvValueUnsafe => Code::EnvValueUnsafe,
+            R::BundleNonconforming => Code::BundleNonconforming,
+            R::BudgetExceeded => Code::BudgetExceeded,
             // A refusal code this agent does not know yet is still a malformed bundle to it.
             _ => Code::BundleInvalid,
         }
@@ -310,6 +318,8 @@ mod tests {
             R::BundleInvalid,
             R::BundleTooLarge,
             R::EnvValueUnsafe,
+            R::BundleNonconforming,
+            R::BudgetExceeded,
         ] {
             assert_eq!(Code::of_refusal(r).as_str(), r.as_str());
         }

@@ -202,9 +202,95 @@ struct RawConfig {
     #[serde(default)]
     allowed_external_networks: Vec<String>,
     #[serde(default)]
+    allow_unprefixed_names: bool,
+    #[serde(default)]
+    budget: RawBudget,
+    #[serde(default)]
     tenancy: TenancyConfig,
     #[serde(default)]
     bao: BaoConfig,
+}
+
+/// The `budget:` section as written: sizes (`1g`) and durations (`5m`) as compose spells them,
+/// every key optional (see [`monky_bundle::Budget`] for the defaults).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawBudget {
+    max_pids: Option<u64>,
+    max_replicas: Option<u64>,
+    max_services: Option<usize>,
+    max_networks: Option<usize>,
+    min_published_port: Option<u16>,
+    reserved_ports: Option<Vec<u16>>,
+    max_port_range: Option<u32>,
+    max_shm_size: Option<String>,
+    max_tmpfs_size: Option<String>,
+    max_memory: Option<String>,
+    max_cpus: Option<f64>,
+    max_stop_grace_period: Option<String>,
+    min_healthcheck_interval: Option<String>,
+    max_log_size: Option<String>,
+    max_log_files: Option<u64>,
+}
+
+impl RawBudget {
+    /// The budget, over the defaults; memory and CPUs default to the host's.
+    fn resolve(self) -> anyhow::Result<monky_bundle::Budget> {
+        use monky_bundle::budget::{parse_duration, parse_size};
+        let d = monky_bundle::Budget::default();
+        let size = |key: &str, v: Option<String>, default: u64| -> anyhow::Result<u64> {
+            match v {
+                None => Ok(default),
+                Some(t) => parse_size(&t).with_context(|| {
+                    format!("budget.{key}: {t:?} is not a size (write it as 512m, 1g, ...)")
+                }),
+            }
+        };
+        let duration =
+            |key: &str, v: Option<String>, default: Duration| -> anyhow::Result<Duration> {
+                match v {
+                    None => Ok(default),
+                    Some(t) => parse_duration(&t).with_context(|| {
+                        format!("budget.{key}: {t:?} is not a duration (write it as 30s, 5m, ...)")
+                    }),
+                }
+            };
+        let max_memory = match self.max_memory {
+            Some(t) => Some(size("max_memory", Some(t), 0)?),
+            None => crate::host::memory_bytes(),
+        };
+        if let Some(c) = self.max_cpus
+            && !(c.is_finite() && c > 0.0)
+        {
+            bail!("budget.max_cpus: must be a number above 0");
+        }
+        Ok(monky_bundle::Budget {
+            max_pids: self.max_pids.unwrap_or(d.max_pids),
+            default_pids: d.default_pids,
+            max_replicas: self.max_replicas.unwrap_or(d.max_replicas),
+            max_services: self.max_services.unwrap_or(d.max_services),
+            max_networks: self.max_networks.unwrap_or(d.max_networks),
+            min_published_port: self.min_published_port.unwrap_or(d.min_published_port),
+            reserved_ports: self.reserved_ports.unwrap_or(d.reserved_ports),
+            max_port_range: self.max_port_range.unwrap_or(d.max_port_range),
+            max_shm_size: size("max_shm_size", self.max_shm_size, d.max_shm_size)?,
+            max_tmpfs_size: size("max_tmpfs_size", self.max_tmpfs_size, d.max_tmpfs_size)?,
+            max_memory,
+            max_cpus: self.max_cpus.or_else(crate::host::cpus),
+            max_stop_grace_period: duration(
+                "max_stop_grace_period",
+                self.max_stop_grace_period,
+                d.max_stop_grace_period,
+            )?,
+            min_healthcheck_interval: duration(
+                "min_healthcheck_interval",
+                self.min_healthcheck_interval,
+                d.min_healthcheck_interval,
+            )?,
+            max_log_size: size("max_log_size", self.max_log_size, d.max_log_size)?,
+            max_log_files: self.max_log_files.unwrap_or(d.max_log_files),
+        })
+    }
 }
 
 /// The validated configuration the agent runs with.
@@ -260,6 +346,10 @@ pub struct Config {
     pub allowed_external_volumes: Vec<String>,
     /// External networks a bundle may use.
     pub allowed_external_networks: Vec<String>,
+    /// Waives `BUNDLE_NONCONFORMING` (names outside the project's), never a host-access finding.
+    pub allow_unprefixed_names: bool,
+    /// What one project may take of this box (`BUDGET_EXCEEDED`).
+    pub budget: monky_bundle::Budget,
     /// The tenancy section.
     pub tenancy: TenancyConfig,
     /// The OpenBao section.
@@ -373,6 +463,8 @@ impl Config {
             allowed_binds,
             allowed_external_volumes: raw.allowed_external_volumes,
             allowed_external_networks: raw.allowed_external_networks,
+            allow_unprefixed_names: raw.allow_unprefixed_names,
+            budget: raw.budget.resolve()?,
             env_id,
             tenancy,
             bao: raw.bao,
@@ -463,6 +555,8 @@ impl Config {
             .allowed_binds(self.allowed_binds.clone())
             .allowed_external_volumes(self.allowed_external_volumes.iter().cloned())
             .allowed_external_networks(self.allowed_external_networks.iter().cloned())
+            .allow_unprefixed_names(self.allow_unprefixed_names)
+            .budget(self.budget.clone())
             .allow_privileged(allow_privileged)
     }
 }

@@ -33,6 +33,31 @@ fn os_from_release(text: &str) -> String {
     }
 }
 
+/// The box's memory (`MemTotal`), the default of `budget.max_memory`.
+pub fn memory_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    mem_total(&text)
+}
+
+fn mem_total(meminfo: &str) -> Option<u64> {
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
+/// The CPUs the agent may run on, the default of `budget.max_cpus`.
+pub fn cpus() -> Option<f64> {
+    std::thread::available_parallelism()
+        .ok()
+        .map(|n| n.get() as f64)
+}
+
 fn read_trim(p: impl AsRef<Path>) -> Option<String> {
     std::fs::read_to_string(p)
         .ok()
@@ -50,5 +75,14 @@ mod tests {
         );
         assert_eq!(super::os_from_release("ID=arch\n"), "arch");
         assert_eq!(super::os_from_release(""), "unknown");
+    }
+
+    #[test]
+    fn mem_total_is_read_in_bytes() {
+        assert_eq!(
+            super::mem_total("MemTotal:        8048576 kB\nMemFree: 1 kB\n"),
+            Some(8_048_576 * 1024)
+        );
+        assert_eq!(super::mem_total("MemFree: 1 kB\n"), None);
     }
 }

@@ -59,6 +59,23 @@ pub fn offline(
     (paths, refused)
 }
 
+/// Every refusal as one failure, for the tick's error and the report's detail: the first
+/// refusal's code (host access comes first) and every refusal's text, so an operator sees every
+/// finding at once instead of one per backoff.
+pub fn all(refused: Vec<Failure>) -> Option<Failure> {
+    let first = refused.first()?;
+    let mut combined = Failure::coded(
+        first.code.unwrap_or(Code::Failed),
+        refused
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; "),
+    );
+    combined.exit = first.exit;
+    Some(combined)
+}
+
 /// The compose policy on compose's own model of a release dir (`docker compose config`):
 /// every refusal, or the failure of `compose config` itself (`COMPOSE_CONFIG_FAILED`).
 ///
@@ -134,11 +151,12 @@ pub fn load(path: &Path) -> anyhow::Result<Result<bundle::Bundle, Failure>> {
 /// `monky-deployd bundle check <dir|tar> --env <env_id>`: prints the sha and each refusal;
 /// exit 0 when the bundle would pass every offline check.
 ///
-/// The compose policy is the box's when `cfg` is given (its project name and allowlists),
-/// else the defaults for `env_id`. When `docker compose` is present, compose's own model of
-/// the bundle is judged too, with the template's literal values in `.env` and every secret
-/// empty; a model that compose cannot build without the secrets is noted on stderr, not
-/// failed, since the tick builds it with the real values.
+/// The compose policy is the box's when `cfg` is given (its project name, allowlists and
+/// budget), else the defaults for `env_id`. When `docker compose` is present, compose's own
+/// model of the bundle is judged too, as the tick judges it, with the template's literal
+/// values in `.env` and every secret a [`PLACEHOLDER`]; a model compose cannot build fails the
+/// check (`COMPOSE_CONFIG_FAILED`), as it fails the tick. Findings that name a secret's
+/// variable are noted as ones a real secret could still change.
 pub fn bundle_check(
     path: &Path,
     env_id: &str,
@@ -162,7 +180,12 @@ pub fn bundle_check(
     }
     let base = match cfg {
         Some(c) => c.compose_policy(false),
-        None => bundle::ComposePolicy::new(&format!("monky-{env_id}")),
+        // The defaults a config without `budget:` would give on this box.
+        None => bundle::ComposePolicy::new(&format!("monky-{env_id}")).budget(bundle::Budget {
+            max_memory: crate::host::memory_bytes(),
+            max_cpus: crate::host::cpus(),
+            ..bundle::Budget::default()
+        }),
     };
     let offline = offline(&b, env_id, kv_mount, &base).1;
     let compose_clean = !offline
@@ -179,6 +202,18 @@ pub fn bundle_check(
     for f in &refusals {
         outln!("FAIL {f}");
     }
+    let secret_vars: Vec<String> = b
+        .manifest()
+        .env_entries()
+        .map(|e| format!("${{{}}}", e.var))
+        .filter(|v| refusals.iter().any(|f| f.message.contains(v.as_str())))
+        .collect();
+    if !secret_vars.is_empty() {
+        outln!(
+            "note: judged with placeholder secrets; a real secret could still change the findings that name {}",
+            secret_vars.join(", ")
+        );
+    }
     if refusals.is_empty() {
         outln!(
             "ok   {} secret(s), renderer compose, no refusal",
@@ -190,8 +225,15 @@ pub fn bundle_check(
     }
 }
 
-/// [`model`] for `bundle check`: the members and a `.env` without secret values in a private
-/// temp dir, compose run there. No refusal when `docker compose` is not there to ask.
+/// What `bundle check` puts in `.env` for every secret: digits, which compose accepts wherever
+/// a template puts a value (a string, a port, a count, a size in bytes, a name), so a model
+/// compose builds with the real values builds with these too. The values a real secret brings
+/// are judged by the tick on the real model.
+pub const PLACEHOLDER: &str = "1024";
+
+/// [`model`] for `bundle check`: the members and a `.env` with [`PLACEHOLDER`] secrets in a
+/// private temp dir, compose run there. No refusal when `docker compose` is not there to ask;
+/// `COMPOSE_CONFIG_FAILED` when compose cannot build the model.
 fn model_of_bundle(
     b: &bundle::Bundle,
     base: &bundle::ComposePolicy,
@@ -221,28 +263,35 @@ fn model_of_bundle(
     let provided: BTreeMap<String, SecretString> = b
         .manifest()
         .env_entries()
-        .map(|e| (e.var.clone(), SecretString::from("")))
+        .map(|e| (e.var.clone(), SecretString::from(PLACEHOLDER)))
         .collect();
     let env = bundle::render_env(b.env_template(), &provided)
         .map(|e| e.expose_secret().to_string())
         .unwrap_or_default();
     std::fs::write(release.join(crate::release::ENV_FILE), env)?;
-    let compose = docker.compose(
+    let mut compose = docker.compose(
         base.project(),
         &release,
         &release.join(b.compose_file_name()),
         &release.join(crate::release::ENV_FILE),
     );
-    let policy = base.clone().allow_privileged(b.meta().allow_privileged);
+    // The pids limit the tick supplies, as the tick supplies it.
+    if let Some(text) = base.budget_of().pids_override_for(b.compose()) {
+        let over = release.join(bundle::budget::OVERRIDE_FILE);
+        std::fs::write(&over, text)?;
+        compose = compose.with_override(&over);
+    }
+    let policy = base
+        .clone()
+        .allow_privileged(b.meta().allow_privileged)
+        .pids_supplied(true);
     match model(&policy, &compose, b.compose(), &release) {
         Ok(refused) => Ok(refused),
-        Err(e) => {
-            eprintln!(
-                "note: compose's model not checked (the tick checks it with the secrets' values): {}",
-                crate::redact::redact(&format!("{e:#}"))
-            );
-            Ok(Vec::new())
-        }
+        // The tick fails on the same model: so does the check.
+        Err(e) => Ok(vec![Failure::coded(
+            Code::ComposeConfigFailed,
+            crate::redact::redact(&format!("{e:#}")),
+        )]),
     }
 }
 

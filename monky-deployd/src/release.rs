@@ -92,14 +92,54 @@ impl Release {
     /// The compose project for this release. Every compose call on a release goes through
     /// here, so this is where the release's secrets become known to the redactor, also when
     /// this process did not read them (a retire or a fallback to an older release).
+    ///
+    /// The agent's budget override ([`bundle::budget::OVERRIDE_FILE`]), when the release has
+    /// one, is merged over the compose file on every call, so `up`, `ps` and `down` see the
+    /// same project compose's model showed.
     pub fn compose(&self, docker: &compose::Docker, cfg: &Config) -> compose::Compose {
         self.register_secrets();
-        docker.compose(
+        let project = docker.compose(
             &cfg.compose_project,
             &self.dir,
             &self.dir.join(self.compose_file.as_str()),
             &self.dir.join(ENV_FILE),
-        )
+        );
+        let over = self.dir.join(bundle::budget::OVERRIDE_FILE);
+        if std::fs::symlink_metadata(&over).is_ok_and(|m| m.is_file()) {
+            project.with_override(&over)
+        } else {
+            project
+        }
+    }
+
+    /// Writes (or removes) the budget override that supplies the box's default pids limit to
+    /// every service without one. Written again before every judgement of compose's model, so
+    /// what was judged is what the agent wrote, whatever a container did to the file since;
+    /// a missing or changed override shows in the model, which must hold a pids limit for
+    /// every service.
+    pub fn write_budget_override(&self, cfg: &Config) -> anyhow::Result<()> {
+        let text = cfg.budget.pids_override_for(&self.compose_yaml()?);
+        let (_root, envd) = env_dir(cfg)?;
+        let parent = self
+            .dir
+            .parent()
+            .and_then(Path::file_name)
+            .and_then(|n| n.to_str())
+            .context("release dir has no parent")?;
+        let name = self
+            .dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("release dir has no name")?;
+        let dir = envd
+            .sub(parent)?
+            .and_then(|p| p.sub(name).transpose())
+            .transpose()?
+            .with_context(|| format!("{} is no longer on disk", self.dir.display()))?;
+        match text {
+            Some(t) => dir.write_atomic(bundle::budget::OVERRIDE_FILE, t.as_bytes(), 0o600),
+            None => dir.remove_file(bundle::budget::OVERRIDE_FILE),
+        }
     }
 }
 

@@ -57,6 +57,7 @@ pub(crate) const fn file_only(
 
 pub(crate) const PR: &str = "PRIVILEGED_REFUSED";
 const BI: &str = "BUNDLE_INVALID";
+const NC: &str = "BUNDLE_NONCONFORMING";
 
 /// The web service every whole-file case starts from.
 const WEB: &str = "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n";
@@ -87,8 +88,8 @@ const CASES: &[Case] = &[
     case("runtime", "runtime: runc", PR, "web: runtime"),
     case("userns-host", "userns_mode: host", PR, "web: userns_mode"),
     case("isolation", "isolation: default", PR, "web: isolation"),
-    case("sysctl-kernel-list", "sysctls: [kernel.shm_rmid_forced=1]", PR, "web: sysctls kernel.shm_rmid_forced"),
-    case("sysctl-kernel-map", "sysctls:\n  kernel.msgmax: 65536", PR, "web: sysctls kernel.msgmax"),
+    case("sysctl-kernel-list", "sysctls: [kernel.panic=1]", PR, "web: sysctls kernel.panic"),
+    case("sysctl-kernel-map", "sysctls:\n  kernel.randomize_va_space: 0", PR, "web: sysctls kernel.randomize_va_space"),
     case("oom-kill-disable", "oom_kill_disable: true", PR, "web: oom_kill_disable"),
     case("oom-score-negative", "oom_score_adj: -999", PR, "web: oom_score_adj -999"),
     case("ulimit-rtprio", "ulimits:\n  rtprio: 99", PR, "web: ulimits rtprio"),
@@ -148,14 +149,15 @@ const CASES: &[Case] = &[
     case("external-volume-by-key", "volumes: [\"shared:/s\"]\nvolumes:\n  shared:\n    external: true", PR, "volumes.shared: external shared"),
     case("external-network-host", "networks: [h]\nnetworks:\n  h:\n    external: true\n    name: host", PR, "networks.h: external host"),
     case("external-network-other", "networks: [o]\nnetworks:\n  o:\n    external: true\n    name: monky-env-other_default", PR, "networks.o: external monky-env-other_default"),
-    case("volume-named-like-another-env", "volumes: [\"pg:/pg\"]\nvolumes:\n  pg:\n    name: monky-env-other_pgdata", PR, "volumes.pg: name monky-env-other_pgdata"),
-    case("network-named-like-another-env", "networks: [n]\nnetworks:\n  n:\n    name: monky-env-other_default", PR, "networks.n: name monky-env-other_default"),
+    case("volume-named-like-another-env", "volumes: [\"pg:/pg\"]\nvolumes:\n  pg:\n    name: monky-env-other_pgdata", NC, "volumes.pg: name monky-env-other_pgdata (accepted: monky-env-qa-02_monky-env-other_pgdata)"),
+    case("network-named-like-another-env", "networks: [n]\nnetworks:\n  n:\n    name: monky-env-other_default", NC, "networks.n: name monky-env-other_default (accepted: monky-env-qa-02_monky-env-other_default)"),
     case("network-macvlan", "networks: [n]\nnetworks:\n  n:\n    driver: macvlan", PR, "networks.n: driver macvlan"),
     case("network-bridge-options", "networks: [n]\nnetworks:\n  n:\n    driver_opts:\n      com.docker.network.bridge.name: docker0", PR, "networks.n: driver_opts"),
     case("network-subnet", "networks: [n]\nnetworks:\n  n:\n    ipam:\n      config: [{subnet: 10.0.0.0/8}]", PR, "networks.n: ipam"),
     case("external-links", "external_links: [monky-env-other-db-1]", PR, "web: external_links"),
-    file_only("project-name", "name: monky-env-other\nservices:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n", BI, "name monky-env-other"),
-    case("container-name", "container_name: monky-env-other-web-1", BI, "web: container_name monky-env-other-web-1"),
+    // A top-level `name` is no longer a case: compose ignores it under the agent's `-p`.
+    case("project-label-on-network", "networks: [n]\nnetworks:\n  n:\n    labels: {com.docker.compose.project: monky-env-other}", BI, "networks.n: labels com.docker.compose.project"),
+    case("container-name", "container_name: monky-env-other-web-1", NC, "web: container_name monky-env-other-web-1 (accepted: monky-env-qa-02-monky-env-other-web-1)"),
     case("compose-labels", "labels:\n  com.docker.compose.project: monky-env-other", BI, "web: labels com.docker.compose.project"),
     // Files outside the bundle, re-read at every pull, up and revert.
     case("include-relative", "include: [../other/docker-compose.yml]\nservices:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n", BI, "include"),
@@ -592,7 +594,7 @@ const BENIGN: &[&str] = &[
     // A sidecar in the web service's network and IPC namespaces.
     "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    ipc: shareable\n  metrics:\n    image: 127.0.0.1:5000/monky/exporter:1\n    network_mode: \"service:web\"\n    ipc: \"service:web\"\n    pid: \"service:web\"\n",
     // Project networks: a front and an internal back network, aliases and a fixed address.
-    "services:\n  proxy:\n    image: caddy:2\n    ports: [\"80:80\", \"443:443\"]\n    networks: [front]\n  app:\n    image: 127.0.0.1:5000/monky/app:2\n    networks:\n      front: {aliases: [app.internal]}\n      back: {}\n  db:\n    image: mariadb:11\n    networks: [back]\nnetworks:\n  front: {}\n  back: {internal: true}\n",
+    "services:\n  proxy:\n    image: caddy:2\n    ports: [\"8080:80\", \"8443:443\"]\n    networks: [front]\n  app:\n    image: 127.0.0.1:5000/monky/app:2\n    networks:\n      front: {aliases: [app.internal]}\n      back: {}\n  db:\n    image: mariadb:11\n    networks: [back]\nnetworks:\n  front: {}\n  back: {internal: true}\n",
     // The box's time zone, read-only, and net sysctls.
     "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes: [\"/etc/localtime:/etc/localtime:ro\", \"/etc/timezone:/etc/timezone:ro\"]\n    sysctls: {net.core.somaxconn: 1024, net.ipv4.tcp_syncookies: 0}\n",
     // File-based configs and secrets from the release dir and .env.
@@ -668,7 +670,7 @@ fn bundle_check_and_the_tick_use_the_boxs_allowlists() {
     run.expect(1);
     assert!(
         run.stdout().contains(
-            "FAIL PRIVILEGED_REFUSED: networks.edge: external edge, web: volumes /srv/shared"
+            "FAIL PRIVILEGED_REFUSED: networks.edge: external edge (the box's admin may allow it with allowed_external_networks: [edge]), web: volumes /srv/shared (a host path; the box's admin may allow it with allowed_binds: [/srv/shared:rw])"
         ),
         "{}",
         run.stdout()

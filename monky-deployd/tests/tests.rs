@@ -5,6 +5,7 @@ mod util;
 
 mod apply;
 mod boxfiles;
+mod budget;
 mod bundle_check;
 mod cli;
 mod crash;

@@ -111,7 +111,8 @@ envfile=
 while [ $# -gt 0 ]; do
   case "$1" in
     -p) project=$2; shift 2 ;;
-    -f) file=$2; shift 2 ;;
+    # The project's own compose file is the first -f; a later one is the agent's override.
+    -f) [ -n "$file" ] || file=$2; shift 2 ;;
     --env-file) envfile=$2; shift 2 ;;
     --ansi | --project-directory | --profile) shift 2 ;;
     -*) shift ;;
@@ -217,11 +218,12 @@ case "$sub" in
   config)
     # REAL_COMPOSE: the real docker CLI builds the model (config only; nothing else is real).
     if [ -n "$REAL_COMPOSE" ]; then exec "$REAL_COMPOSE" compose "${compose_args[@]}"; fi
-    # CONFIG_OUTPUT: compose's model; else a one-service model of the project.
+    # CONFIG_OUTPUT: compose's model; else a one-service model of the project, with the pids
+    # limit the agent's override supplies.
     if [ -n "$CONFIG_OUTPUT" ]; then
       emit "$CONFIG_OUTPUT"
     else
-      echo "{\"name\":\"$project\",\"services\":{\"web\":{\"image\":\"x\"}}}"
+      echo "{\"name\":\"$project\",\"services\":{\"web\":{\"image\":\"x\",\"pids_limit\":1024}}}"
     fi
     [ -n "$CONFIG_EXIT" ] && { echo "service \"web\" refers to undefined network backend: invalid compose project" >&2; exit "$CONFIG_EXIT"; }
     ;;

@@ -316,7 +316,13 @@ impl Agent<'_> {
     /// staged release, a retried one updated in place before `current` names it, and a release
     /// fallen back to, whose files may have changed on disk since it was checked.
     pub(super) fn policy_gate(&self, rel: &release::Release) -> anyhow::Result<()> {
-        let policy = self.cfg.compose_policy(rel.allow_privileged());
+        // The override is written before the model is built, so the model carries the pids
+        // limit the agent supplies, and compose's model must show one for every service.
+        rel.write_budget_override(self.cfg)?;
+        let policy = self
+            .cfg
+            .compose_policy(rel.allow_privileged())
+            .pids_supplied(true);
         let raw = rel.compose_yaml()?;
         let refused = refusals::model(
             &policy,
@@ -324,7 +330,7 @@ impl Agent<'_> {
             &raw,
             rel.dir(),
         )?;
-        match refused.into_iter().next() {
+        match refusals::all(refused) {
             Some(f) => Err(f.into()),
             None => Ok(()),
         }
@@ -342,7 +348,7 @@ impl Agent<'_> {
             &self.kv_mount(),
             &self.cfg.compose_policy(false),
         );
-        if let Some(f) = refused.into_iter().next() {
+        if let Some(f) = refusals::all(refused) {
             return Err(f.into());
         }
         bundle::check_rollback(sha, &self.state.applied_history, b.meta().allow_rollback)
