@@ -7,6 +7,7 @@ mod apply;
 mod boxfiles;
 mod bundle_check;
 mod cli;
+mod clock;
 mod crash;
 mod crypto;
 mod deadline;

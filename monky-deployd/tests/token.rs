@@ -117,8 +117,10 @@ fn a_fresh_lease_before_the_max_ttl() {
     let w = World::new();
     w.applied();
     let mut st = w.state();
+    // Minted 29 days ago, before a reboot: the age is the wall clock's.
     st["token"]["obtained_at"] =
         json!(st["token"]["obtained_at"].as_u64().unwrap() - 29 * 24 * 3600);
+    st["token"]["obtained_boot"]["boot_id"] = json!("an-earlier-boot");
     std::fs::write(w.state_dir().join("state.json"), st.to_string()).unwrap();
     let old = std::fs::read_to_string(w.state_dir().join("bao.token")).unwrap();
     w.tick().ok();

@@ -186,8 +186,10 @@ impl Agent<'_> {
     }
 
     /// When the desired sha failed before and its backoff has not run out, the deadline.
-    pub(super) fn backoff_deadline(&self, sha: &str) -> Option<u64> {
-        let deadline = Backoff::deadline(&self.state, sha, state::now())?;
+    pub(super) fn backoff_deadline(&mut self, sha: &str) -> Option<u64> {
+        let (now, boot) = (state::now(), crate::clock::boot());
+        Backoff::rebase(&mut self.state, now, boot.as_ref());
+        let deadline = Backoff::deadline(&self.state, sha, now, boot.as_ref())?;
         if self.opts.force {
             info!(
                 "--force: trying {} again before its backoff ran out",
@@ -234,8 +236,13 @@ impl Agent<'_> {
     ) -> anyhow::Error {
         // `CODE: names`, repeated by the reports sent while the sha waits.
         let detail = Failure::coded(code, why.to_string()).to_string();
-        let backoff =
-            Backoff::after_failure(&self.state, sha, state::now(), rand::random_range(0.0..1.0));
+        let backoff = Backoff::after_failure(
+            &self.state,
+            sha,
+            state::now(),
+            crate::clock::boot().as_ref(),
+            rand::random_range(0.0..1.0),
+        );
         let next = backoff.next_attempt_at;
         backoff.record(&mut self.state, sha, code, redact::redact(&detail));
         let previous = self.state.applied_sha.clone().filter(|p| p != sha);
