@@ -97,9 +97,14 @@ impl Agent<'_> {
             .bao()?
             .login_jwt(&self.cfg.bao.auth_mount, &self.cfg.bao.role, &grant)
             .map_err(|e| {
-                let temporary = e.kind() == bao::ErrorKind::Temporary;
+                // Neither a transport failure nor a certificate outside its dates says anything
+                // about the grant.
+                let not_the_grant = matches!(
+                    e.kind(),
+                    bao::ErrorKind::Temporary | bao::ErrorKind::CertificateTime
+                );
                 let f = peers::bao_failure("bootstrap login", e);
-                if temporary {
+                if not_the_grant {
                     f
                 } else {
                     f.context("the bootstrap grant was refused: re-run the install kit")
