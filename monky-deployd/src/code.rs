@@ -128,7 +128,10 @@ codes! {
         "tenancy asks for an older release: set allow_rollback in bundle.json to roll back on purpose";
     /// Too little free space on the docker data root.
     DiskInsufficient = "DISK_INSUFFICIENT", Fail,
-        "too little free space on the docker data root: run `monky-deployd run --once --prune` or grow the disk";
+        "too little free space on the docker data root: `docker image prune` (as root), a pruning tick (docs/OPERATIONS.md, a drop-in that runs `run --once --prune` as the agent) or grow the disk";
+    /// The env's releases and staging would be over `releases_max_bytes` even after pruning.
+    ReleasesOverCap = "RELEASES_OVER_CAP", Fail,
+        "the env's releases/ and staging/ would be over releases_max_bytes even after pruning the older releases: find what a container wrote into its release dir (`du -sh /var/lib/monky-deployd/<env_id>/releases/*`) and move it to a named volume, or raise releases_max_bytes";
     /// The bundle names another renderer.
     RendererRefused = "RENDERER_REFUSED", Fail,
         "bundle.json names a renderer other than compose: re-render the bundle with the compose renderer";

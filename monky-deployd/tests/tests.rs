@@ -11,6 +11,7 @@ mod clock;
 mod crash;
 mod crypto;
 mod deadline;
+mod disk;
 mod e2e;
 mod faults;
 mod hostile;

@@ -74,8 +74,10 @@ impl Agent<'_> {
             self.state.containers.len()
         );
         self.conclude(Outcome::applied(Some(sha)))?;
+        // After every successful apply, not only with `--prune`: a tenancy that sends a new sha
+        // every tick must not fill the disk. `current` (this sha, the last good one) stays.
+        release::prune(self.cfg, self.cfg.keep_releases, &[sha]);
         if self.opts.prune {
-            release::prune(self.cfg, self.cfg.keep_releases);
             if let Err(e) = self.docker.image_prune() {
                 warn!("image prune failed: {e}");
             }
@@ -354,6 +356,24 @@ impl Agent<'_> {
         }
         bundle::check_rollback(sha, &self.state.applied_history, b.meta().allow_rollback)
             .map_err(refusal)?;
+        // The byte cap of releases/ and staging/, before anything is leased or staged; the
+        // running release, the last good one and a sha waiting out its backoff are never pruned
+        // for room.
+        let need = b
+            .files()
+            .values()
+            .map(|bytes| bytes.len() as u64)
+            .sum::<u64>()
+            .saturating_add(ENV_ALLOWANCE);
+        let protect: Vec<&str> = [
+            Some(sha),
+            self.state.applied_sha.as_deref(),
+            self.state.failed_sha.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        release::make_room(self.cfg, need, &protect)?;
         match self.docker.free_bytes() {
             Ok(free) => bundle::check_disk(
                 free,
@@ -387,6 +407,10 @@ impl Agent<'_> {
         }
     }
 }
+
+/// What a release's `.env` is counted as before its values are read: a few hundred secrets of
+/// a few hundred bytes.
+const ENV_ALLOWANCE: u64 = 256 * 1024;
 
 fn refusal(r: bundle::Refusal) -> anyhow::Error {
     Failure::from(&r).into()
