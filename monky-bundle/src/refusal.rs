@@ -27,6 +27,10 @@ pub enum RefusalCode {
     /// A secret's value cannot be written where `.env.template` puts it without compose
     /// reading something else (e.g. a newline in an unquoted `URL=x${VAR}y`).
     EnvValueUnsafe,
+    /// Compose would interpolate a secret into a process's arguments (`command`,
+    /// `entrypoint`, a healthcheck `test`, a `post_start`/`pre_stop` `command`), which every
+    /// local user can read in `/proc/<pid>/cmdline`.
+    SecretOnCommandLine,
 }
 
 impl RefusalCode {
@@ -43,6 +47,7 @@ impl RefusalCode {
             RefusalCode::BundleInvalid => "BUNDLE_INVALID",
             RefusalCode::BundleTooLarge => "BUNDLE_TOO_LARGE",
             RefusalCode::EnvValueUnsafe => "ENV_VALUE_UNSAFE",
+            RefusalCode::SecretOnCommandLine => "SECRET_ON_COMMAND_LINE",
         }
     }
 }

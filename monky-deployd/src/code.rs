@@ -123,6 +123,9 @@ codes! {
     /// The compose file asks for host privileges.
     PrivilegedRefused = "PRIVILEGED_REFUSED", Fail,
         "the compose file asks for host privileges: remove them, or set allow_privileged in bundle.json if this env really needs them";
+    /// Compose would interpolate a secret into a process's arguments.
+    SecretOnCommandLine = "SECRET_ON_COMMAND_LINE", Fail,
+        "compose would put a secret into a process's arguments, readable by every local user in /proc/<pid>/cmdline: give it to the service in its environment and let the program read it there or from a file (a _FILE variable, REDISCLI_AUTH for redis-cli); `$${NAME}` in a shell command is left to the container's shell";
     /// Tenancy asks for an older release.
     RollbackRefused = "ROLLBACK_REFUSED", Fail,
         "tenancy asks for an older release: set allow_rollback in bundle.json to roll back on purpose";
@@ -204,6 +207,7 @@ impl Code {
             R::BundleInvalid => Code::BundleInvalid,
             R::BundleTooLarge => Code::BundleTooLarge,
             R::EnvValueUnsafe => Code::EnvValueUnsafe,
+            R::SecretOnCommandLine => Code::SecretOnCommandLine,
             // A refusal code this agent does not know yet is still a malformed bundle to it.
             _ => Code::BundleInvalid,
         }
