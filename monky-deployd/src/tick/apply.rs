@@ -77,10 +77,10 @@ impl Agent<'_> {
         // After every successful apply, not only with `--prune`: a tenancy that sends a new sha
         // every tick must not fill the disk. `current` (this sha, the last good one) stays.
         release::prune(self.cfg, self.cfg.keep_releases, &[sha]);
-        if self.opts.prune {
-            if let Err(e) = self.docker.image_prune() {
-                warn!("image prune failed: {e}");
-            }
+        if self.opts.prune
+            && let Err(e) = self.docker.image_prune()
+        {
+            warn!("image prune failed: {e}");
         }
         Ok(Exit::Ok)
     }
