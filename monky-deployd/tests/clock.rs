@@ -114,3 +114,24 @@ fn a_failed_release_waits_its_backoff_whatever_the_wall_clock_does() {
     run.expect(1);
     assert_eq!(bundle_requests(&w), bundles + 2, "{}", run.stderr());
 }
+
+#[test]
+fn an_implausible_stored_expiry_is_checked_with_openbao() {
+    let w = World::new();
+    w.applied();
+    // More left on the boot clock than the token was ever granted: not an OpenBao answer.
+    let mut st = w.state();
+    st["token"]["expires_boot"]["at_s"] = serde_json::json!(u64::MAX / 2);
+    std::fs::write(w.state_dir().join("state.json"), st.to_string()).unwrap();
+    let n = w.bao.agent_requests().len();
+    let run = w.tick();
+    run.ok();
+    run.says(&["token facts for this boot learnt from OpenBao"]);
+    assert!(
+        w.bao.agent_requests()[n..]
+            .iter()
+            .any(|r| r.path.ends_with("/lookup-self"))
+    );
+    let left = w.state()["token"]["expires_boot"]["at_s"].as_u64().unwrap();
+    assert!(left < u64::MAX / 2, "rebased on OpenBao's TTL");
+}

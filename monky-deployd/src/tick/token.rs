@@ -293,12 +293,18 @@ impl Agent<'_> {
             return self.lease_login("renew");
         }
         let renew_below = self.cfg.bao.renew_below_s;
+        // More left than the token was ever granted is no OpenBao answer: asked again below.
+        let granted = ts.creation_ttl_s.unwrap_or(u64::MAX);
         let left = match boot
             .as_ref()
             .and_then(|b| ts.expires_boot.as_ref()?.remaining(b))
+            .filter(|left| *left <= granted)
         {
             Some(left) => left,
             None if ts.expires_at.saturating_sub(state::now()) < renew_below => 0,
+            // No boot clock at all (no boot id): the wall clock is all there is, and asking
+            // OpenBao at every tick would be a call per heartbeat.
+            None if boot.is_none() => ts.expires_at.saturating_sub(state::now()),
             None => {
                 let info = self
                     .bao()?
