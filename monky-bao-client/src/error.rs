@@ -26,6 +26,9 @@ pub enum ErrorKind {
     LoginRejected,
     /// Refused locally before any request, or any other 4xx, or a JSON answer of the wrong shape.
     Refused,
+    /// The server's certificate is expired or not yet valid by this machine's clock: either the
+    /// clock is wrong or the certificate is; waiting does not fix either.
+    CertificateTime,
 }
 
 impl fmt::Display for ErrorKind {
@@ -36,6 +39,26 @@ impl fmt::Display for ErrorKind {
             ErrorKind::NotFound => "not found",
             ErrorKind::LoginRejected => "login rejected",
             ErrorKind::Refused => "refused",
+            ErrorKind::CertificateTime => "certificate time",
+        })
+    }
+}
+
+/// Which way a certificate's validity period missed this machine's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CertificateTime {
+    /// The clock is past the certificate's `notAfter`.
+    Expired,
+    /// The clock is before the certificate's `notBefore`.
+    NotYetValid,
+}
+
+impl fmt::Display for CertificateTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CertificateTime::Expired => "expired",
+            CertificateTime::NotYetValid => "not yet valid",
         })
     }
 }
@@ -182,6 +205,21 @@ pub enum Error {
         source: reqwest::Error,
     },
 
+    /// The TLS handshake failed because the server's certificate is expired or not yet valid
+    /// by this machine's clock.
+    #[error("tls certificate of {url} is {problem} by this machine's clock: {reason}")]
+    CertificateTime {
+        /// The URL.
+        url: String,
+        /// Expired or not yet valid.
+        problem: CertificateTime,
+        /// The verifier's reason (with the times when it names them).
+        reason: String,
+        /// The underlying error.
+        #[source]
+        source: reqwest::Error,
+    },
+
     /// OpenBao is sealed (503 `Vault is sealed`).
     #[error("openbao at {url} is sealed (status {status})")]
     Sealed {
@@ -300,6 +338,7 @@ impl Error {
                     ErrorKind::Temporary
                 }
             }
+            Error::CertificateTime { .. } => ErrorKind::CertificateTime,
             Error::PermissionDenied { .. } => ErrorKind::PermissionDenied,
             Error::NotFound { .. } => ErrorKind::NotFound,
             Error::LoginRejected { .. } => ErrorKind::LoginRejected,
@@ -344,6 +383,15 @@ impl Error {
     pub fn absence(&self) -> Option<&Absence> {
         match self {
             Error::NotFound { absence, .. } => Some(absence),
+            _ => None,
+        }
+    }
+
+    /// Which way the server's certificate missed this machine's clock, for
+    /// [`ErrorKind::CertificateTime`].
+    pub fn certificate_time(&self) -> Option<CertificateTime> {
+        match self {
+            Error::CertificateTime { problem, .. } => Some(*problem),
             _ => None,
         }
     }

@@ -44,6 +44,6 @@ pub use client::{
     BaoClient, BaoClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Login, MAX_BODY_BYTES,
     MAX_TTL, Renewal, TokenInfo,
 };
-pub use error::{Absence, Error, ErrorKind, PathRefusal, Result};
+pub use error::{Absence, CertificateTime, Error, ErrorKind, PathRefusal, Result};
 pub use path::KvPath;
 pub use token::{Token, TokenShape};

@@ -5,7 +5,7 @@ mod common;
 
 use common::Issuer;
 use monky_bao_client::testkit::{FakeBao, Pki};
-use monky_bao_client::{BaoClient, Error, ErrorKind};
+use monky_bao_client::{BaoClient, CertificateTime, Error, ErrorKind};
 use url::Url;
 
 const HOST_URL: &str = "https://bao.example.test:8200";
@@ -100,4 +100,30 @@ fn without_the_bundle_the_private_ca_is_not_trusted() {
         .build()
         .unwrap();
     check_rejected(&bao, &client);
+}
+
+/// A certificate outside its validity period by this machine's clock is its own kind, which
+/// names the direction, not a temporary failure: waiting fixes neither the clock nor it.
+#[test]
+fn a_certificate_not_yet_valid_or_expired_is_a_certificate_time_error() {
+    let issuer = Issuer::start();
+    for (from, until, problem) in [
+        (2090, 2099, CertificateTime::NotYetValid),
+        (2001, 2002, CertificateTime::Expired),
+    ] {
+        let pki = Pki::valid_in_years(&["bao.example.test"], from, until);
+        let bao = tls_fake(&issuer, &pki);
+        let err = client_for(&bao, &pki.ca_pem)
+            .lookup_self(&monky_bao_client::Token::new(
+                "s.certificatetime0000000".into(),
+            ))
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CertificateTime, "{err:?}");
+        assert_eq!(err.certificate_time(), Some(problem), "{err:?}");
+        assert!(
+            err.to_string()
+                .contains(&format!("is {problem} by this machine's clock")),
+            "{err}"
+        );
+    }
 }

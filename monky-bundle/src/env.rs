@@ -252,6 +252,28 @@ pub fn secret_values(
         .collect()
 }
 
+/// The `.env` keys whose value `.env.template` builds from one of `secret_vars` (the manifest's
+/// variables): the variables through which compose can put a secret into the compose model.
+///
+/// ```
+/// let vars = ["PG".to_string()].into_iter().collect();
+/// let keys = monky_bundle::secret_keys("# ${PG}\nA=${PG}\nB=x${PG:-y}\nC=lit\nD=$$PG\n", &vars);
+/// assert_eq!(keys.into_iter().collect::<Vec<_>>(), ["A", "B"]);
+/// ```
+pub fn secret_keys(template: &str, secret_vars: &BTreeSet<String>) -> BTreeSet<String> {
+    code_lines(template)
+        .filter_map(|line| {
+            let (key, _) = assignment(line)?;
+            let mut names = BTreeSet::new();
+            interp::names(line, &mut names, 0);
+            names
+                .iter()
+                .any(|n| secret_vars.contains(n))
+                .then(|| key.to_owned())
+        })
+        .collect()
+}
+
 /// As [`secret_values`], each value with the `.env` key it is assigned to, for a report that
 /// names a secret without showing it.
 pub fn secret_entries(
@@ -259,16 +281,9 @@ pub fn secret_entries(
     env: &str,
     secret_vars: &BTreeSet<String>,
 ) -> Vec<(String, SecretString)> {
-    let secret_keys: BTreeSet<&str> = code_lines(template)
-        .filter_map(|line| {
-            let (key, _) = assignment(line)?;
-            let mut names = BTreeSet::new();
-            interp::names(line, &mut names, 0);
-            names.iter().any(|n| secret_vars.contains(n)).then_some(key)
-        })
-        .collect();
+    let secret_keys = secret_keys(template, secret_vars);
     read_env(env)
-        .filter(|(key, _)| secret_keys.contains(key))
+        .filter(|(key, _)| secret_keys.contains(*key))
         .map(|(key, value)| (key.to_owned(), SecretString::from(value)))
         .collect()
 }

@@ -46,6 +46,7 @@
 
 pub mod budget;
 mod checks;
+mod cmdline;
 mod env;
 mod error;
 mod interp;
@@ -65,9 +66,10 @@ pub use budget::Budget;
 pub use checks::{
     DEFAULT_DISK_FACTOR, DEFAULT_DISK_HEADROOM, check_disk, check_env_complete, check_rollback,
 };
+pub use cmdline::secrets_on_command_lines;
 pub use env::{
     MAX_ENV_VALUE_BYTES, env_spellings, read_env, referenced_vars, render_env, secret_entries,
-    secret_values, unresolved_vars,
+    secret_keys, secret_values, unresolved_vars,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use limits::Limits;

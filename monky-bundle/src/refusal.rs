@@ -34,6 +34,10 @@ pub enum RefusalCode {
     /// The compose file asks for more of the box than its budget gives one project; waived by
     /// raising the named budget key in the box's config.
     BudgetExceeded,
+    /// Compose would interpolate a secret into a process's arguments (`command`,
+    /// `entrypoint`, a healthcheck `test`, a `post_start`/`pre_stop` `command`), which every
+    /// local user can read in `/proc/<pid>/cmdline`.
+    SecretOnCommandLine,
 }
 
 impl RefusalCode {
@@ -52,6 +56,7 @@ impl RefusalCode {
             RefusalCode::EnvValueUnsafe => "ENV_VALUE_UNSAFE",
             RefusalCode::BundleNonconforming => "BUNDLE_NONCONFORMING",
             RefusalCode::BudgetExceeded => "BUDGET_EXCEEDED",
+            RefusalCode::SecretOnCommandLine => "SECRET_ON_COMMAND_LINE",
         }
     }
 }

@@ -99,6 +99,9 @@ codes! {
     /// OpenBao unreachable or sealed.
     BaoUnavailable = "BAO_UNAVAILABLE", Temporary,
         "OpenBao is unreachable or sealed: check the proxy transport and the mesh; the next tick retries";
+    /// OpenBao's certificate is expired or not yet valid by the box's clock.
+    TlsClock = "TLS_CLOCK", Fail,
+        "OpenBao's certificate is expired or not yet valid by this box's clock: check the clock (`timedatectl`, NTP sync); if the clock is right, OpenBao's operator renews the certificate";
     /// OpenBao refused a read.
     BaoPermissionDenied = "BAO_PERMISSION_DENIED", Fail,
         "OpenBao refused a read: check the manifest paths and the token's policy";
@@ -126,12 +129,18 @@ codes! {
     /// The compose file asks for more of the box than its budget gives one project.
     BudgetExceeded = "BUDGET_EXCEEDED", Fail,
         "the compose file asks for more of the box than its budget: lower the named value in the bundle, or raise the named budget key in config.yaml";
+    /// Compose would interpolate a secret into a process's arguments.
+    SecretOnCommandLine = "SECRET_ON_COMMAND_LINE", Fail,
+        "compose would put a secret into a process's arguments, readable by every local user in /proc/<pid>/cmdline: give it to the service in its environment and let the program read it there or from a file (a _FILE variable, REDISCLI_AUTH for redis-cli); `$${NAME}` in a shell command is left to the container's shell";
     /// Tenancy asks for an older release.
     RollbackRefused = "ROLLBACK_REFUSED", Fail,
         "tenancy asks for an older release: set allow_rollback in bundle.json to roll back on purpose";
     /// Too little free space on the docker data root.
     DiskInsufficient = "DISK_INSUFFICIENT", Fail,
-        "too little free space on the docker data root: run `monky-deployd run --once --prune` or grow the disk";
+        "too little free space on the docker data root: `docker image prune` (as root), a pruning tick (docs/OPERATIONS.md, a drop-in that runs `run --once --prune` as the agent) or grow the disk";
+    /// The env's releases and staging would be over `releases_max_bytes` even after pruning.
+    ReleasesOverCap = "RELEASES_OVER_CAP", Fail,
+        "the env's releases/ and staging/ would be over releases_max_bytes even after pruning the older releases: find what a container wrote into its release dir (`du -sh /var/lib/monky-deployd/<env_id>/releases/*`) and move it to a named volume, or raise releases_max_bytes";
     /// The bundle names another renderer.
     RendererRefused = "RENDERER_REFUSED", Fail,
         "bundle.json names a renderer other than compose: re-render the bundle with the compose renderer";
@@ -206,6 +215,7 @@ impl Code {
             R::EnvValueUnsafe => Code::EnvValueUnsafe,
             R::BundleNonconforming => Code::BundleNonconforming,
             R::BudgetExceeded => Code::BudgetExceeded,
+            R::SecretOnCommandLine => Code::SecretOnCommandLine,
             // A refusal code this agent does not know yet is still a malformed bundle to it.
             _ => Code::BundleInvalid,
         }

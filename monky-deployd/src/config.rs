@@ -15,6 +15,11 @@ use url::Url;
 
 use crate::exit::{Exit, Failure};
 
+/// `releases_max_bytes` by default: 1 GiB, some two hundred releases of the largest bundle.
+pub const DEFAULT_RELEASES_MAX_BYTES: u64 = 1 << 30;
+/// The smallest `releases_max_bytes` accepted.
+pub const MIN_RELEASES_MAX_BYTES: u64 = 16 << 20;
+
 /// Where the config lives unless `--config` or `MONKY_DEPLOYD_CONFIG` says otherwise.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/monky-deployd/config.yaml";
 
@@ -192,6 +197,8 @@ struct RawConfig {
     #[serde(default)]
     keep_releases: Option<usize>,
     #[serde(default)]
+    releases_max_bytes: Option<u64>,
+    #[serde(default)]
     on_failure: Option<OnFailure>,
     #[serde(default)]
     metrics_textfile: Option<PathBuf>,
@@ -334,8 +341,12 @@ pub struct Config {
     pub disk_factor: f64,
     /// See `disk_factor`.
     pub disk_headroom_bytes: u64,
-    /// Releases kept on disk by `--prune`.
+    /// Releases kept on disk after every successful apply (the current one and the last good
+    /// one always among them).
     pub keep_releases: usize,
+    /// The most bytes `<env_id>/releases/` plus `staging/` may hold; checked before a new
+    /// release is staged, older releases pruned first.
+    pub releases_max_bytes: u64,
     /// After a failed release: revert or leave (unset: revert, but leave on prod).
     pub on_failure: Option<OnFailure>,
     /// The Prometheus textfile written after every tick, when set.
@@ -420,6 +431,13 @@ impl Config {
         if !(disk_factor.is_finite() && disk_factor >= 1.0) {
             bail!("disk_factor: must be a number >= 1.0");
         }
+        let releases_max_bytes = raw.releases_max_bytes.unwrap_or(DEFAULT_RELEASES_MAX_BYTES);
+        if releases_max_bytes < MIN_RELEASES_MAX_BYTES {
+            bail!(
+                "releases_max_bytes: must be at least {MIN_RELEASES_MAX_BYTES} (16 MiB: a few \
+                 releases of the largest bundle); the default is {DEFAULT_RELEASES_MAX_BYTES}"
+            );
+        }
         let allowed_binds = match raw.allowed_binds {
             None => monky_bundle::AllowedBind::defaults(),
             Some(list) => list
@@ -458,6 +476,7 @@ impl Config {
             disk_factor,
             disk_headroom_bytes: raw.disk_headroom_bytes.unwrap_or(2 << 30),
             keep_releases: raw.keep_releases.unwrap_or(5).max(1),
+            releases_max_bytes,
             on_failure: raw.on_failure,
             metrics_textfile: raw.metrics_textfile,
             allowed_binds,
@@ -602,6 +621,7 @@ mod tests {
         assert_eq!(c.compose_project, "monky-env-qa-02");
         assert_eq!(c.bao.renew_below_s, 43200);
         assert_eq!(c.disk_headroom_bytes, 2 << 30);
+        assert_eq!(c.releases_max_bytes, 1 << 30);
         assert_eq!(
             c.tenancy_mapping().unwrap(),
             Some("127.0.0.1:18443".parse().unwrap())
@@ -668,6 +688,7 @@ healthy_timeout_s: 1800
                 .contains("bao.proxy_addr")
         );
         assert!(err("env_id: e1\ndisk_factor: 0.5\n").contains("disk_factor"));
+        assert!(err("env_id: e1\nreleases_max_bytes: 1000\n").contains("releases_max_bytes"));
         assert!(err("env_id: e1\ntenancy:\n  base_url: 'ftp://x'\n").contains("tenancy"));
     }
 
@@ -815,6 +836,7 @@ healthy_timeout_s: 1800
                 "disk_factor",
                 "disk_headroom_bytes",
                 "keep_releases",
+                "releases_max_bytes",
                 "tenancy",
                 "bao",
                 "service",

@@ -143,8 +143,49 @@ pub fn run(cfg: &Config) -> Vec<Check> {
     out.extend(openbao(cfg));
     out.push(disk(cfg, docker.as_ref().ok()));
     out.push(secrets(cfg));
+    out.push(proc_hidepid(
+        &std::fs::read_to_string("/proc/self/mounts").unwrap_or_default(),
+    ));
     out.push(timer(cfg.laptop_mode));
     out
+}
+
+/// Whether `/proc` hides other users' processes (`hidepid`), from `/proc/self/mounts`: without
+/// it every local user reads every process's command line, which is why a secret is refused
+/// there (`SECRET_ON_COMMAND_LINE`) but stays a risk for what the images' own scripts do.
+fn proc_hidepid(mounts: &str) -> Check {
+    const NAME: &str = "proc hidepid";
+    let options = mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_, at, kind, opts) = (f.next()?, f.next()?, f.next()?, f.next()?);
+        (at == "/proc" && kind == "proc").then_some(opts)
+    });
+    let Some(options) = options else {
+        return skip(NAME, "/proc is not mounted");
+    };
+    let hidepid = options
+        .split(',')
+        .find_map(|o| o.strip_prefix("hidepid="))
+        .filter(|v| !matches!(*v, "0" | "off"));
+    match hidepid {
+        Some(v) => check(
+            NAME,
+            "",
+            Ok(format!(
+                "/proc is mounted hidepid={v}: other users' command lines are hidden"
+            )),
+        ),
+        None => Check {
+            name: NAME,
+            verdict: Verdict::Warn,
+            detail: "/proc is mounted without hidepid: every local user can read every \
+                     process's command line (/proc/<pid>/cmdline), containers' included"
+                .into(),
+            fix: "mount /proc with hidepid=invisible (or 2) and a gid= for the monitoring users \
+                  that need to see all processes (an /etc/fstab line for proc); bundles with a \
+                  secret on a command line are refused either way (SECRET_ON_COMMAND_LINE)",
+        },
+    }
 }
 
 /// The bootstrap grant, when one is staged: a regular file, private, owned, small.
@@ -400,6 +441,31 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hidepid_is_read_from_the_proc_mount() {
+        let at = |line: &str| super::proc_hidepid(line);
+        assert_eq!(
+            at("proc /proc proc rw,nosuid,relatime,hidepid=invisible 0 0\n").verdict,
+            Verdict::Ok
+        );
+        assert_eq!(
+            at("proc /proc proc rw,relatime,gid=4,hidepid=2 0 0\n").verdict,
+            Verdict::Ok
+        );
+        assert_eq!(
+            at("proc /proc proc rw,relatime 0 0\n").verdict,
+            Verdict::Warn
+        );
+        assert_eq!(
+            at("proc /proc proc rw,hidepid=0 0 0\n").verdict,
+            Verdict::Warn
+        );
+        assert_eq!(
+            at("proc /x/proc proc rw 0 0\nsysfs /sys sysfs rw 0 0\n").verdict,
+            Verdict::Skip
+        );
+    }
 
     #[test]
     fn a_bundles_disk_need_cannot_overflow_the_check() {

@@ -329,6 +329,41 @@ impl Dir {
         Ok(out)
     }
 
+    /// The bytes allocated on disk below this directory, the directory's own entries included:
+    /// nothing followed through a link, and a tree deeper than 64 levels or wider than a
+    /// million entries counted up to there (a release holds a few files; anything beyond is
+    /// what a container wrote through a bind, and it is over any sane cap long before that).
+    pub fn disk_usage(&self) -> u64 {
+        let mut budget = 1_000_000usize;
+        self.add_usage(&mut budget, 0)
+    }
+
+    fn add_usage(&self, budget: &mut usize, depth: usize) -> u64 {
+        let mut total = 0u64;
+        for (name, kind) in self.entries().unwrap_or_default() {
+            let Some(left) = budget.checked_sub(1) else {
+                break;
+            };
+            *budget = left;
+            if let Ok(st) = rustix::fs::statat(&self.fd, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                let bytes = u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512);
+                total = total.saturating_add(bytes);
+            }
+            if kind == FileType::Directory
+                && depth < 64
+                && let Ok(fd) =
+                    rustix::fs::openat(&self.fd, name.as_str(), DIR_FLAGS, Mode::empty())
+            {
+                let sub = Self {
+                    fd,
+                    path: self.join(&name),
+                };
+                total = total.saturating_add(sub.add_usage(budget, depth + 1));
+            }
+        }
+        total
+    }
+
     /// The modification time of `name` (a link's own), in seconds.
     pub fn mtime(&self, name: &str) -> Option<i64> {
         rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)

@@ -14,6 +14,7 @@ macro_rules! outln {
 }
 
 pub mod cli;
+pub mod clock;
 pub mod code;
 pub mod config;
 pub mod doctor;

@@ -105,6 +105,9 @@ pub fn bao_failure(what: &str, e: bao::Error) -> anyhow::Error {
         bao::ErrorKind::PermissionDenied => Code::BaoPermissionDenied,
         bao::ErrorKind::NotFound => Code::SecretNotFound,
         bao::ErrorKind::LoginRejected => Code::BaoLoginRejected,
+        // Exit 1, not 75: a retry at the next tick meets the same clock, and a unit that stays
+        // green would hide it.
+        bao::ErrorKind::CertificateTime => Code::TlsClock,
         _ => Code::BaoRefused,
     };
     Failure::new(exit, code, format!("{what}: {}", failure_text(exit, &e))).into()

@@ -14,8 +14,8 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::code::Code;
 use crate::exit::{Exit, Failure};
 
-/// Manifest paths, unresolved variables and the compose policy on the file as the bundle
-/// carries it: the checks that need only the bundle, the env id, the KV mount and the box's
+/// Manifest paths, unresolved variables, the compose policy on the file as the bundle
+/// carries it and a secret on a command line: the checks that need only the bundle, the env id, the KV mount and the box's
 /// policy (`base`, whose `allow_privileged` is replaced by the bundle's). Returns the KV paths
 /// to read and every refusal.
 pub fn offline(
@@ -54,6 +54,10 @@ pub fn offline(
     let known = known_env_values(b.env_template(), &provided);
     let policy = base.clone().allow_privileged(b.meta().allow_privileged);
     for r in policy.findings_file(b.compose(), &|n| known.get(n).cloned(), &provided) {
+        refused.push(Failure::from(&r));
+    }
+    let secret_keys = bundle::secret_keys(b.env_template(), &provided);
+    for r in bundle::secrets_on_command_lines(b.compose(), &secret_keys) {
         refused.push(Failure::from(&r));
     }
     (paths, refused)

@@ -450,16 +450,14 @@ pub fn clean_staging(cfg: &Config) {
     }
 }
 
-/// Keeps the newest `keep` releases (and always the current one).
-pub fn prune(cfg: &Config, keep: usize) {
-    let Ok((_root, envd)) = env_dir(cfg) else {
-        return;
-    };
+/// The releases that may be removed, newest first: every `releases/<sha>` but the one
+/// `current` names and those in `protect`.
+fn removable(envd: &Dir, releases: &Dir, protect: &[&str]) -> Vec<String> {
     let current = envd.read_link("current");
-    let Ok(Some(releases)) = envd.sub("releases") else {
-        return;
-    };
-    let digests = envd.sub(DIGESTS).ok().flatten();
+    let current = current
+        .as_ref()
+        .and_then(|c| c.file_name())
+        .and_then(|f| f.to_str());
     let mut all: Vec<(i64, String)> = releases
         .entries()
         .unwrap_or_default()
@@ -468,16 +466,87 @@ pub fn prune(cfg: &Config, keep: usize) {
         .filter_map(|(n, _)| Some((releases.mtime(&n)?, n)))
         .collect();
     all.sort_by_key(|e| std::cmp::Reverse(e.0));
-    for (_, name) in all.into_iter().skip(keep) {
-        let is_current = current
-            .as_ref()
-            .is_some_and(|c| c.file_name().and_then(|f| f.to_str()) == Some(name.as_str()));
-        if !is_current {
-            tracing::info!("pruning release {}", releases.join(&name).display());
-            let _ = releases.remove_tree(&name);
-            if let Some(d) = &digests {
-                let _ = d.remove_file(&name);
+    all.into_iter()
+        .map(|(_, n)| n)
+        .filter(|n| Some(n.as_str()) != current && !protect.contains(&n.as_str()))
+        .collect()
+}
+
+fn remove_release(envd: &Dir, releases: &Dir, name: &str) {
+    tracing::info!("pruning release {}", releases.join(name).display());
+    if let Err(e) = releases.remove_tree(name) {
+        tracing::warn!("cannot prune {}: {e:#}", releases.join(name).display());
+    }
+    if let Ok(Some(d)) = envd.sub(DIGESTS) {
+        let _ = d.remove_file(name);
+    }
+}
+
+/// Keeps the newest `keep` releases; never removes the one `current` names nor those in
+/// `protect` (the last healthy release, a failed sha that waits out its backoff).
+pub fn prune(cfg: &Config, keep: usize, protect: &[&str]) {
+    let Ok((_root, envd)) = env_dir(cfg) else {
+        return;
+    };
+    let Ok(Some(releases)) = envd.sub("releases") else {
+        return;
+    };
+    // `keep` counts every release, the kept ones included: the removable ones beyond it go.
+    let total = releases
+        .entries()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(n, _)| !fsx::is_temp_name(n))
+        .count();
+    let excess = total.saturating_sub(keep);
+    let removable = removable(&envd, &releases, protect);
+    for name in removable.iter().rev().take(excess) {
+        remove_release(&envd, &releases, name);
+    }
+}
+
+/// The bytes `releases/` and `staging/` hold on disk now.
+pub fn usage(cfg: &Config) -> anyhow::Result<u64> {
+    let (_root, envd) = env_dir(cfg)?;
+    let mut used = 0u64;
+    for sub in ["releases", "staging"] {
+        if let Some(d) = envd.sub(sub)? {
+            used = used.saturating_add(d.disk_usage());
+        }
+    }
+    Ok(used)
+}
+
+/// Makes room for a release of `need` bytes under `releases_max_bytes` before it is staged:
+/// older releases go first, oldest first (never `current` nor one of `protect`); when even
+/// that is not enough, refused as `RELEASES_OVER_CAP` naming the cap, and nothing is staged.
+pub fn make_room(cfg: &Config, need: u64, protect: &[&str]) -> anyhow::Result<()> {
+    let cap = cfg.releases_max_bytes;
+    let fits = |used: u64| used.saturating_add(need) <= cap;
+    let mut used = usage(cfg)?;
+    if fits(used) {
+        return Ok(());
+    }
+    let (_root, envd) = env_dir(cfg)?;
+    if let Some(releases) = envd.sub("releases")? {
+        for name in removable(&envd, &releases, protect).iter().rev() {
+            remove_release(&envd, &releases, name);
+            used = usage(cfg)?;
+            if fits(used) {
+                return Ok(());
             }
         }
     }
+    Err(Failure::coded(
+        Code::ReleasesOverCap,
+        format!(
+            "{} and staging/ hold {used} bytes; with the new release's {need} that is over \
+             releases_max_bytes ({cap}) after pruning every release but the running and last \
+             good ones; look for data a container wrote into its release dir (`du -sh {}/*`), \
+             move it to a named volume, or raise releases_max_bytes",
+            envd.join("releases").display(),
+            envd.join("releases").display(),
+        ),
+    )
+    .into())
 }

@@ -1,11 +1,11 @@
 //! `state.json`: what the agent remembers between ticks. Never holds a secret.
 
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+use crate::clock::BootDeadline;
 use crate::fsx;
 
 /// Serializes the saves of state.json within the process: the tick's own and the tick
@@ -37,8 +37,40 @@ pub struct TokenState {
     pub source: TokenSource,
     /// When it was minted (unix seconds).
     pub obtained_at: u64,
-    /// When it expires unless renewed (unix seconds).
+    /// When it expires unless renewed (unix seconds); shown, and a fallback only: a wall
+    /// clock step moves it.
     pub expires_at: u64,
+    /// When it was minted, on the boot clock: its age for the re-lease within a boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub obtained_boot: Option<BootDeadline>,
+    /// When it expires unless renewed, on the boot clock, from OpenBao's TTL: what renewal is
+    /// scheduled by within a boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_boot: Option<BootDeadline>,
+    /// The TTL it was minted with (OpenBao's answer); a renewal granting less has reached the
+    /// token's max TTL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_ttl_s: Option<u64>,
+    /// A renewal came back short of `creation_ttl_s`: the max TTL is near, lease again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub max_ttl_near: bool,
+}
+
+impl TokenState {
+    /// Facts known by the wall clock alone (a state taken over from the original agent): the
+    /// first upkeep asks OpenBao for the rest.
+    #[must_use]
+    pub fn from_wall(source: TokenSource, obtained_at: u64, expires_at: u64) -> Self {
+        Self {
+            source,
+            obtained_at,
+            expires_at,
+            obtained_boot: None,
+            expires_boot: None,
+            creation_ttl_s: None,
+            max_ttl_near: false,
+        }
+    }
 }
 
 /// A container as last seen.
@@ -91,8 +123,12 @@ pub struct State {
     pub failed_sha: Option<String>,
     /// How many applies of `failed_sha` failed in a row.
     pub failed_attempts: u32,
-    /// When `failed_sha` may be tried again (unix seconds).
+    /// When `failed_sha` may be tried again (unix seconds); shown, and a fallback clamped to
+    /// the longest wait after another boot.
     pub next_attempt_at: Option<u64>,
+    /// The same deadline on the boot clock, which no wall-clock step moves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_attempt_boot: Option<BootDeadline>,
     /// The code of `failed_sha`'s failure.
     #[serde(deserialize_with = "crate::code::lenient")]
     pub failed_code: Option<crate::code::Code>,
@@ -115,11 +151,9 @@ pub struct State {
     pub quoting_changed: Vec<String>,
 }
 
-/// Seconds since the epoch.
+/// Seconds since the epoch by the wall clock (see [`crate::clock`]).
 pub fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    crate::clock::wall()
 }
 
 const FILE: &str = "state.json";
@@ -142,6 +176,7 @@ impl State {
         self.failed_sha = None;
         self.failed_attempts = 0;
         self.next_attempt_at = None;
+        self.next_attempt_boot = None;
         self.failed_code = None;
         self.failed_detail = None;
     }

@@ -137,11 +137,7 @@ fn token(o: &Map<String, Value>) -> Option<TokenState> {
     let expires_at = first_seconds(o, &["expires_at", "expire_at", "expiry"]).or_else(|| {
         first_seconds(o, &["ttl_s", "ttl"]).map(|ttl| obtained_at.saturating_add(ttl))
     })?;
-    Some(TokenState {
-        source,
-        obtained_at,
-        expires_at,
-    })
+    Some(TokenState::from_wall(source, obtained_at, expires_at))
 }
 
 /// The variables whose value reached the app differently through the original agent's `.env`
@@ -212,11 +208,11 @@ mod tests {
         assert_eq!(s.last_checkin, Some(1_790_000_000));
         assert_eq!(
             s.token,
-            Some(TokenState {
-                source: TokenSource::Lease,
-                obtained_at: 1_790_000_000,
-                expires_at: 1_790_086_400
-            })
+            Some(TokenState::from_wall(
+                TokenSource::Lease,
+                1_790_000_000,
+                1_790_086_400
+            ))
         );
     }
 

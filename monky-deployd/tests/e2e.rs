@@ -1475,4 +1475,46 @@ fn a_link_planted_in_a_writable_bind_is_never_bound() {
         assert_eq!(b.project.containers(), before, "a container was recreated");
         assert_eq!(b.current(), Some(release(&first)));
     }
+// ---- a secret on a command line ---------------------------------------------------------------
+
+/// A healthcheck whose `test` interpolates a secret would put the value in a process's
+/// arguments, readable by every local user: refused before the lease, nothing started. The
+/// escaped `$${...}` is left by compose to the container's shell, which reads the variable from
+/// the container's environment: that applies and comes up healthy.
+#[test]
+fn a_secret_on_a_command_line_is_refused_before_anything_starts() {
+    let Some(b) = E2eBox::new("cmdline") else {
+        return;
+    };
+    let healthcheck = "    healthcheck:\n      test: [\"CMD-SHELL\", \"test -n \\\"${SEE_ADMIN_TOKEN}\\\" && \
+                       wget -q -O /dev/null http://127.0.0.1:8080/healthz\"]\n      \
+                       interval: 1s\n      timeout: 2s\n      retries: 3\n";
+    let bad = web_bundle(compose_yaml(
+        b.e2e,
+        &b.e2e.image_1,
+        Some(b.port),
+        healthcheck,
+        &[],
+    ));
+    b.w.stage_grant();
+    b.w.publish(&bad);
+    let run = b.w.tick();
+    run.expect(1);
+    let why = "SECRET_ON_COMMAND_LINE: web: healthcheck.test uses ${SEE_ADMIN_TOKEN}";
+    run.says(&[why]);
+    assert_report(&b.w.last_report(), ReportResult::Failed, Some(why));
+    assert_eq!(b.w.tenancy.lease_count(ENV), 0, "refused before the lease");
+    assert_eq!(b.project.containers(), []);
+    assert_eq!(b.w.current_target(), None);
+    assert_no_secret(&b, &run);
+
+    let mut fixed = bad.clone();
+    fixed.compose = bad
+        .compose
+        .replace("${SEE_ADMIN_TOKEN}", "$${SEE_ADMIN_TOKEN}");
+    b.w.publish(&fixed);
+    let run = b.w.tick();
+    run.ok();
+    assert_healthy(&b.project.containers(), &b.project.name);
+    assert_no_secret(&b, &run);
 }

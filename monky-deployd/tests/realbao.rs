@@ -103,10 +103,12 @@ fn lease_swaps_apply_although_the_policy_refuses_revoke_self() {
     assert_report(&w.last_report(), ReportResult::Applied, None);
     assert_eq!(w.tenancy.lease_count(ENV), 1);
 
-    // Near the max TTL (the token's age is taken from state.json): the upkeep re-leases, and
-    // the swap's revoke-self is refused again without failing the tick.
+    // Near the max TTL (a token minted 29 days ago, before a reboot: its age is taken from
+    // state.json's wall clock): the upkeep re-leases, and the swap's revoke-self is refused
+    // again without failing the tick.
     let mut st = w.state();
     st["token"]["obtained_at"] = json!(st["token"]["obtained_at"].as_u64().unwrap() - 29 * 86_400);
+    st["token"]["obtained_boot"]["boot_id"] = json!("an-earlier-boot");
     std::fs::write(w.state_dir().join("state.json"), st.to_string()).unwrap();
     let old = std::fs::read_to_string(w.state_dir().join("bao.token")).unwrap();
     let run = w.tick();

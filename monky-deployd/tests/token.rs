@@ -117,8 +117,10 @@ fn a_fresh_lease_before_the_max_ttl() {
     let w = World::new();
     w.applied();
     let mut st = w.state();
+    // Minted 29 days ago, before a reboot: the age is the wall clock's.
     st["token"]["obtained_at"] =
         json!(st["token"]["obtained_at"].as_u64().unwrap() - 29 * 24 * 3600);
+    st["token"]["obtained_boot"]["boot_id"] = json!("an-earlier-boot");
     std::fs::write(w.state_dir().join("state.json"), st.to_string()).unwrap();
     let old = std::fs::read_to_string(w.state_dir().join("bao.token")).unwrap();
     w.tick().ok();
@@ -134,6 +136,35 @@ fn a_fresh_lease_before_the_max_ttl() {
     assert_eq!(lease_bodies.last().unwrap()["reason"], "renew");
     // The next tick works with the new token.
     w.tick().ok();
+}
+
+/// A renewal OpenBao caps below the token's TTL means its max TTL is near, however the age
+/// looks on the box's clocks: the agent leases again, at this tick and the next ones until a
+/// lease works.
+#[test]
+fn a_renewal_capped_by_the_max_ttl_leases_again() {
+    let w = World::new();
+    let day = std::time::Duration::from_secs(24 * 3600);
+    // A 30-day token under the role's 30-day max TTL, renewed at every tick.
+    w.bao.set_token_ttl(day * 30);
+    w.applied();
+    w.bao_extra("  renew_below_s: 4000000\n");
+    assert_eq!(w.tenancy.lease_count(ENV), 1);
+    // 20 days on at OpenBao: the renewal grants only the 10 days left to the max TTL.
+    w.bao.advance_clock(day * 20);
+    let run = w.tick();
+    run.ok();
+    run.says(&[
+        "exceeded the effective max_ttl",
+        "capped by the token's max TTL; re-leasing",
+    ]);
+    assert_eq!(w.tenancy.lease_count(ENV), 2);
+    // The fake's clock, 20 days on, finds the new grant (minted by the wall clock) expired, so
+    // this lease's login fails; the token is still good and the next tick leases again.
+    run.says(&["token upkeep: BAO_LOGIN_REJECTED"]);
+    assert_eq!(w.state()["token"]["max_ttl_near"], true);
+    w.tick().ok();
+    assert_eq!(w.tenancy.lease_count(ENV), 3);
 }
 
 #[test]

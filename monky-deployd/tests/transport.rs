@@ -3,6 +3,8 @@
 
 use monky_agent_proto::ReportResult;
 
+use monky_bao_client::testkit::TEST_HOSTS;
+
 use crate::util::*;
 
 #[test]
@@ -38,4 +40,27 @@ fn proxy_transport_with_the_wrong_ca_is_temporary_and_reads_nothing() {
         w.bootstrap_path().exists(),
         "the grant is kept for the next try"
     );
+}
+
+/// OpenBao's certificate not yet valid by the box's clock (a clock years behind): its own code,
+/// whose next step is the clock, and exit 1 so the unit does not stay green; the grant is kept,
+/// nothing is read.
+#[test]
+fn a_certificate_outside_its_dates_by_the_box_clock_is_tls_clock_and_exit_1() {
+    for (from, until, says) in [(2090, 2099, "not yet valid"), (2001, 2002, "expired")] {
+        let w = World::with_pki(Pki::valid_in_years(&TEST_HOSTS, from, until));
+        w.stage_grant();
+        w.publish(&TestBundle::default());
+        let run = w.tick();
+        run.expect(1);
+        run.says(&["TLS_CLOCK", says, "by this machine's clock"]);
+        assert!(
+            !run.stderr().contains("re-run the install kit"),
+            "{}",
+            run.stderr()
+        );
+        assert!(w.bao.requests().is_empty());
+        assert!(w.bootstrap_path().exists(), "the grant is kept");
+        assert_eq!(w.state()["last_code"], "TLS_CLOCK");
+    }
 }

@@ -163,6 +163,12 @@ impl World {
         Self::build(WorldOptions::default(), Some(real))
     }
 
+    /// As `tls_proxy`, with OpenBao serving `pki`'s certificate (one outside its dates, say).
+    pub fn with_pki(pki: Pki) -> Self {
+        let peers = peers_over(Some(&pki)).fake();
+        World::assemble(peers, Some(pki), None)
+    }
+
     fn build(opts: WorldOptions, real: Option<RealDocker>) -> Self {
         let pki = opts.tls_proxy.then(Pki::new);
         let peers = peers_over(pki.as_ref()).fake();

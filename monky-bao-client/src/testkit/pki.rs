@@ -50,6 +50,17 @@ impl Pki {
     /// When rcgen cannot make a key or a certificate, or `hosts` is empty.
     #[must_use]
     pub fn for_hosts(hosts: &[&str]) -> Self {
+        Self::valid_in_years(hosts, 1975, 4096)
+    }
+
+    /// As [`Pki::for_hosts`], with a server certificate valid from the first of January of
+    /// `from` to that of `until` (UTC): a certificate expired, or not yet valid, by the
+    /// machine's clock for the certificate time tests. The CA stays valid throughout.
+    ///
+    /// # Panics
+    /// As [`Pki::for_hosts`].
+    #[must_use]
+    pub fn valid_in_years(hosts: &[&str], from: i32, until: i32) -> Self {
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca_params
@@ -69,6 +80,8 @@ impl Pki {
             .distinguished_name
             .push(DnType::CommonName, *hosts.first().expect("a host name"));
         leaf_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        leaf_params.not_before = rcgen::date_time_ymd(from, 1, 1);
+        leaf_params.not_after = rcgen::date_time_ymd(until, 1, 1);
         let leaf = leaf_params.signed_by(&leaf_key, &ca).expect("signed leaf");
         Pki {
             ca_pem: ca.pem(),

@@ -74,11 +74,13 @@ impl Agent<'_> {
             self.state.containers.len()
         );
         self.conclude(Outcome::applied(Some(sha)))?;
-        if self.opts.prune {
-            release::prune(self.cfg, self.cfg.keep_releases);
-            if let Err(e) = self.docker.image_prune() {
-                warn!("image prune failed: {e}");
-            }
+        // After every successful apply, not only with `--prune`: a tenancy that sends a new sha
+        // every tick must not fill the disk. `current` (this sha, the last good one) stays.
+        release::prune(self.cfg, self.cfg.keep_releases, &[sha]);
+        if self.opts.prune
+            && let Err(e) = self.docker.image_prune()
+        {
+            warn!("image prune failed: {e}");
         }
         Ok(Exit::Ok)
     }
@@ -186,8 +188,10 @@ impl Agent<'_> {
     }
 
     /// When the desired sha failed before and its backoff has not run out, the deadline.
-    pub(super) fn backoff_deadline(&self, sha: &str) -> Option<u64> {
-        let deadline = Backoff::deadline(&self.state, sha, state::now())?;
+    pub(super) fn backoff_deadline(&mut self, sha: &str) -> Option<u64> {
+        let (now, boot) = (state::now(), crate::clock::boot());
+        Backoff::rebase(&mut self.state, now, boot.as_ref());
+        let deadline = Backoff::deadline(&self.state, sha, now, boot.as_ref())?;
         if self.opts.force {
             info!(
                 "--force: trying {} again before its backoff ran out",
@@ -234,8 +238,13 @@ impl Agent<'_> {
     ) -> anyhow::Error {
         // `CODE: names`, repeated by the reports sent while the sha waits.
         let detail = Failure::coded(code, why.to_string()).to_string();
-        let backoff =
-            Backoff::after_failure(&self.state, sha, state::now(), rand::random_range(0.0..1.0));
+        let backoff = Backoff::after_failure(
+            &self.state,
+            sha,
+            state::now(),
+            crate::clock::boot().as_ref(),
+            rand::random_range(0.0..1.0),
+        );
         let next = backoff.next_attempt_at;
         backoff.record(&mut self.state, sha, code, redact::redact(&detail));
         let previous = self.state.applied_sha.clone().filter(|p| p != sha);
@@ -353,6 +362,24 @@ impl Agent<'_> {
         }
         bundle::check_rollback(sha, &self.state.applied_history, b.meta().allow_rollback)
             .map_err(refusal)?;
+        // The byte cap of releases/ and staging/, before anything is leased or staged; the
+        // running release, the last good one and a sha waiting out its backoff are never pruned
+        // for room.
+        let need = b
+            .files()
+            .values()
+            .map(|bytes| bytes.len() as u64)
+            .sum::<u64>()
+            .saturating_add(ENV_ALLOWANCE);
+        let protect: Vec<&str> = [
+            Some(sha),
+            self.state.applied_sha.as_deref(),
+            self.state.failed_sha.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        release::make_room(self.cfg, need, &protect)?;
         match self.docker.free_bytes() {
             Ok(free) => bundle::check_disk(
                 free,
@@ -386,6 +413,10 @@ impl Agent<'_> {
         }
     }
 }
+
+/// What a release's `.env` is counted as before its values are read: a few hundred secrets of
+/// a few hundred bytes.
+const ENV_ALLOWANCE: u64 = 256 * 1024;
 
 fn refusal(r: bundle::Refusal) -> anyhow::Error {
     Failure::from(&r).into()

@@ -1,33 +1,49 @@
 //! The failed-release backoff: how long a release that failed waits before it is tried again,
 //! kept in state.json's flat `failed_*` fields.
+//!
+//! The wait is counted on the boot clock ([`crate::clock`]), so a wall-clock step neither holds
+//! a release back for the step's length nor retries it in a loop. After a reboot (or with a
+//! deadline from an older state) only the wall-clock deadline is left, and it is clamped to the
+//! longest wait the attempts allow.
 
 use std::time::Duration;
 
+use crate::clock::{BootDeadline, BootInstant};
 use crate::code::Code;
 use crate::state::State;
 
 /// The wait of a release that failed once more: which attempt this was and when the next may
 /// start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Backoff {
     /// How many applies of the sha failed in a row, this one included.
     pub attempts: u32,
     /// When the sha may be tried again (unix seconds).
     pub next_attempt_at: u64,
+    /// The same moment on the boot clock, when the kernel has one.
+    pub next_attempt_boot: Option<BootDeadline>,
 }
 
 impl Backoff {
-    /// The backoff after `sha` failed at `now`: one attempt more when it is the sha that failed
-    /// before, else the first. `jitter` is in 0..1.
-    pub fn after_failure(state: &State, sha: &str, now: u64, jitter: f64) -> Self {
+    /// The backoff after `sha` failed at `now` (wall) and `boot`: one attempt more when it is
+    /// the sha that failed before, else the first. `jitter` is in 0..1.
+    pub fn after_failure(
+        state: &State,
+        sha: &str,
+        now: u64,
+        boot: Option<&BootInstant>,
+        jitter: f64,
+    ) -> Self {
         let attempts = if state.failed_sha.as_deref() == Some(sha) {
             state.failed_attempts.saturating_add(1)
         } else {
             1
         };
+        let wait = failure_backoff(attempts, jitter).as_secs();
         Self {
             attempts,
-            next_attempt_at: now.saturating_add(failure_backoff(attempts, jitter).as_secs()),
+            next_attempt_at: now.saturating_add(wait),
+            next_attempt_boot: boot.map(|b| BootDeadline::after(b, wait)),
         }
     }
 
@@ -37,17 +53,47 @@ impl Backoff {
         state.failed_sha = Some(sha.to_string());
         state.failed_attempts = self.attempts;
         state.next_attempt_at = Some(self.next_attempt_at);
+        state.next_attempt_boot = self.next_attempt_boot;
         state.failed_code = Some(code);
         state.failed_detail = Some(detail);
     }
 
-    /// When `sha` may be tried again, if it is the failed sha and its wait has not run out at
-    /// `now`. A query only: it changes nothing.
-    pub fn deadline(state: &State, sha: &str, now: u64) -> Option<u64> {
+    /// Carries a wait set in another boot (or by an older state) into this one: the wall-clock
+    /// deadline, held to the longest wait the attempts allow, becomes a deadline on this boot's
+    /// clock, so a wall clock that stays wrong neither renews the wait at every tick nor holds
+    /// the sha back for the step's length. Without a boot clock the wall deadline is clamped.
+    pub fn rebase(state: &mut State, now: u64, boot: Option<&BootInstant>) {
+        let Some(at) = state.next_attempt_at.filter(|_| state.failed_sha.is_some()) else {
+            return;
+        };
+        if let (Some(b), Some(d)) = (boot, &state.next_attempt_boot)
+            && d.boot_id == b.boot_id
+        {
+            return;
+        }
+        let longest = failure_backoff(state.failed_attempts.max(1), 1.0).as_secs();
+        let left = at.saturating_sub(now).min(longest);
+        state.next_attempt_at = Some(now.saturating_add(left));
+        state.next_attempt_boot = boot.map(|b| BootDeadline::after(b, left));
+    }
+
+    /// When `sha` may be tried again (wall clock, for the reports), if it is the failed sha and
+    /// its wait has not run out at `now` (wall) and `boot`. A query only: it changes nothing.
+    pub fn deadline(state: &State, sha: &str, now: u64, boot: Option<&BootInstant>) -> Option<u64> {
         if state.failed_sha.as_deref() != Some(sha) {
             return None;
         }
-        state.next_attempt_at.filter(|d| *d > now)
+        let on_boot_clock = boot.and_then(|b| state.next_attempt_boot.as_ref()?.remaining(b));
+        let left = match on_boot_clock {
+            Some(left) => left,
+            // Another boot: the wall-clock deadline, which a backward step may have pushed
+            // out, is held to the longest wait this many failures can have.
+            None => state
+                .next_attempt_at?
+                .saturating_sub(now)
+                .min(failure_backoff(state.failed_attempts.max(1), 1.0).as_secs()),
+        };
+        (left > 0).then(|| now.saturating_add(left))
     }
 }
 
@@ -77,50 +123,118 @@ mod tests {
         assert_eq!(secs(30, 1.0), 3960);
     }
 
+    fn boot(id: &str, secs: u64) -> BootInstant {
+        BootInstant {
+            boot_id: id.into(),
+            secs,
+        }
+    }
+
     #[test]
     fn the_same_sha_counts_up_and_another_starts_over() {
         let mut st = State::default();
-        let first = Backoff::after_failure(&st, A, 1000, 0.5);
-        assert_eq!(
-            first,
-            Backoff {
-                attempts: 1,
-                next_attempt_at: 1060
-            }
-        );
+        let first = Backoff::after_failure(&st, A, 1000, None, 0.5);
+        assert_eq!((first.attempts, first.next_attempt_at), (1, 1060));
         first.record(&mut st, A, Code::Unhealthy, "UNHEALTHY: web".into());
-        let second = Backoff::after_failure(&st, A, 2000, 0.5);
-        assert_eq!(
-            second,
-            Backoff {
-                attempts: 2,
-                next_attempt_at: 2120
-            }
-        );
+        let second = Backoff::after_failure(&st, A, 2000, None, 0.5);
+        assert_eq!((second.attempts, second.next_attempt_at), (2, 2120));
         second.record(&mut st, A, Code::Unhealthy, "UNHEALTHY: web".into());
         assert_eq!(st.failed_attempts, 2);
         assert_eq!(st.failed_code, Some(Code::Unhealthy));
-        assert_eq!(Backoff::after_failure(&st, B, 3000, 0.5).attempts, 1);
+        assert_eq!(Backoff::after_failure(&st, B, 3000, None, 0.5).attempts, 1);
         st.failed_attempts = u32::MAX;
-        assert_eq!(
-            Backoff::after_failure(&st, A, u64::MAX, 1.0).attempts,
-            u32::MAX
-        );
-        assert_eq!(
-            Backoff::after_failure(&st, A, u64::MAX, 1.0).next_attempt_at,
-            u64::MAX
-        );
+        let last = Backoff::after_failure(&st, A, u64::MAX, Some(&boot("x", u64::MAX)), 1.0);
+        assert_eq!(last.attempts, u32::MAX);
+        assert_eq!(last.next_attempt_at, u64::MAX);
+        assert_eq!(last.next_attempt_boot.unwrap().at_s, u64::MAX);
     }
 
     #[test]
     fn the_deadline_holds_only_for_the_failed_sha_and_changes_nothing() {
         let mut st = State::default();
-        assert_eq!(Backoff::deadline(&st, A, 0), None);
-        Backoff::after_failure(&st, A, 1000, 0.5).record(&mut st, A, Code::Failed, "x".into());
+        let b = boot("x", 500);
+        assert_eq!(Backoff::deadline(&st, A, 0, Some(&b)), None);
+        Backoff::after_failure(&st, A, 1000, Some(&b), 0.5).record(
+            &mut st,
+            A,
+            Code::Failed,
+            "x".into(),
+        );
         let before = st.clone();
-        assert_eq!(Backoff::deadline(&st, A, 1059), Some(1060));
-        assert_eq!(Backoff::deadline(&st, A, 1060), None, "run out");
-        assert_eq!(Backoff::deadline(&st, B, 1000), None, "another sha");
+        assert_eq!(
+            Backoff::deadline(&st, A, 1059, Some(&boot("x", 559))),
+            Some(1060)
+        );
+        assert_eq!(
+            Backoff::deadline(&st, A, 1060, Some(&boot("x", 560))),
+            None,
+            "run out"
+        );
+        assert_eq!(
+            Backoff::deadline(&st, B, 1000, Some(&b)),
+            None,
+            "another sha"
+        );
         assert_eq!(st, before);
+    }
+
+    /// Wall-clock steps of 20 h either way: within the boot the wait is the boot clock's; after
+    /// a reboot the wall deadline is held to the longest wait one failure has (66 s).
+    #[test]
+    fn a_wall_clock_step_neither_stretches_nor_ends_the_wait() {
+        let step = 20 * 3600;
+        let mut st = State::default();
+        Backoff::after_failure(&st, A, 100_000, Some(&boot("x", 500)), 0.5).record(
+            &mut st,
+            A,
+            Code::Failed,
+            "x".into(),
+        );
+        let now = 100_000 - step;
+        assert_eq!(
+            Backoff::deadline(&st, A, now, Some(&boot("x", 510))),
+            Some(now + 50),
+            "clock 20 h behind: still 50 s, not 20 h"
+        );
+        let now = 100_000 + step;
+        assert_eq!(
+            Backoff::deadline(&st, A, now, Some(&boot("x", 510))),
+            Some(now + 50),
+            "clock 20 h ahead: the wait is not over"
+        );
+        assert_eq!(Backoff::deadline(&st, A, now, Some(&boot("x", 561))), None);
+        let now = 100_000 - step;
+        assert_eq!(
+            Backoff::deadline(&st, A, now, Some(&boot("y", 3))),
+            Some(now + 66),
+            "another boot, clock behind: clamped"
+        );
+        assert_eq!(
+            Backoff::deadline(&st, A, 100_000 + step, None),
+            None,
+            "no boot clock, clock ahead: run out"
+        );
+
+        // Rebased into a later boot: 66 s on that boot's clock, however wrong the wall stays.
+        let mut later = st.clone();
+        Backoff::rebase(&mut later, now, Some(&boot("y", 3)));
+        assert_eq!(later.next_attempt_boot.as_ref().unwrap().at_s, 69);
+        assert_eq!(later.next_attempt_at, Some(now + 66));
+        let still = later.clone();
+        Backoff::rebase(&mut later, now + 30, Some(&boot("y", 33)));
+        assert_eq!(later, still, "once per boot");
+        assert_eq!(
+            Backoff::deadline(&later, A, now, Some(&boot("y", 69))),
+            None
+        );
+        // No boot clock: the wall deadline itself is clamped, once.
+        let mut bare = st.clone();
+        Backoff::rebase(&mut bare, now, None);
+        assert_eq!(bare.next_attempt_at, Some(now + 66));
+        assert_eq!(bare.next_attempt_boot, None);
+        // Nothing failed: nothing to rebase.
+        let mut clean = State::default();
+        Backoff::rebase(&mut clean, now, Some(&boot("y", 3)));
+        assert_eq!(clean, State::default());
     }
 }

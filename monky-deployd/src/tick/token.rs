@@ -12,6 +12,7 @@ use secrecy::{ExposeSecret, SecretString};
 use tracing::{info, warn};
 
 use super::{Agent, TickOptions, lock};
+use crate::clock::{self, BootDeadline};
 use crate::code::Code;
 use crate::config::Config;
 use crate::exit::{Exit, Failure};
@@ -96,9 +97,14 @@ impl Agent<'_> {
             .bao()?
             .login_jwt(&self.cfg.bao.auth_mount, &self.cfg.bao.role, &grant)
             .map_err(|e| {
-                let temporary = e.kind() == bao::ErrorKind::Temporary;
+                // Neither a transport failure nor a certificate outside its dates says anything
+                // about the grant.
+                let not_the_grant = matches!(
+                    e.kind(),
+                    bao::ErrorKind::Temporary | bao::ErrorKind::CertificateTime
+                );
                 let f = peers::bao_failure("bootstrap login", e);
-                if temporary {
+                if not_the_grant {
                     f
                 } else {
                     f.context("the bootstrap grant was refused: re-run the install kit")
@@ -126,10 +132,15 @@ impl Agent<'_> {
             0o600,
         )?;
         let now = state::now();
+        let boot = clock::boot();
         self.state.token = Some(TokenState {
             source,
             obtained_at: now,
             expires_at: now.saturating_add(ttl.as_secs()),
+            obtained_boot: boot.as_ref().map(|b| BootDeadline::after(b, 0)),
+            expires_boot: boot.as_ref().map(|b| BootDeadline::after(b, ttl.as_secs())),
+            creation_ttl_s: Some(ttl.as_secs()),
+            max_ttl_near: false,
         });
         if let Some(old) = self.token.replace(token)
             && old.expose_secret() != self.token.as_ref().map_or("", |t| t.expose_secret())
@@ -226,15 +237,18 @@ impl Agent<'_> {
                 let now = state::now();
                 // Where the token came from is not recorded; as a bootstrap token it is swapped
                 // for a lease at the next apply, which is safe either way.
-                self.state.token = Some(TokenState {
-                    source: TokenSource::Bootstrap,
-                    obtained_at: if info.creation_time > 0 {
+                let mut facts = TokenState::from_wall(
+                    TokenSource::Bootstrap,
+                    if info.creation_time > 0 {
                         info.creation_time.min(now)
                     } else {
                         now
                     },
-                    expires_at: now.saturating_add(info.ttl.as_secs()),
-                });
+                    now,
+                );
+                facts.creation_ttl_s = Some(info.creation_ttl.as_secs()).filter(|t| *t > 0);
+                self.state.token = Some(facts);
+                self.record_ttl(info.ttl);
                 info!(
                     "token facts learnt from OpenBao (ttl {}s)",
                     info.ttl.as_secs()
@@ -244,28 +258,89 @@ impl Agent<'_> {
         }
     }
 
+    /// Records OpenBao's remaining TTL for the token: on the boot clock, which schedules the
+    /// renewal, and on the wall clock, which `status` shows.
+    fn record_ttl(&mut self, ttl: Duration) {
+        let now = state::now();
+        let boot = clock::boot();
+        if let Some(t) = self.state.token.as_mut() {
+            t.expires_at = now.saturating_add(ttl.as_secs());
+            t.expires_boot = boot.as_ref().map(|b| BootDeadline::after(b, ttl.as_secs()));
+        }
+    }
+
     /// Renews or re-leases the token when due; runs at the end of every tick that has one.
+    ///
+    /// Scheduled by OpenBao's own TTL counted on the boot clock, so a step of the wall clock by
+    /// any amount, either way, neither skips a renewal nor stores an expiry that later honest
+    /// ticks trust. After a reboot (or with facts from an older state) the boot clock says
+    /// nothing: the stored wall-clock expiry renews at once when it says due (a renewal answers
+    /// the true TTL), and otherwise `lookup-self` asks OpenBao what is left, so a backward step
+    /// cannot postpone the renewal either. One OpenBao call per boot at most, beyond renewals.
     pub(super) fn upkeep(&mut self) -> anyhow::Result<()> {
-        let (Some(tok), Some(ts)) = (&self.token, self.state.token.clone()) else {
+        let (Some(tok), Some(ts)) = (self.token.clone(), self.state.token.clone()) else {
             return Ok(());
         };
-        let now = state::now();
-        if now.saturating_sub(ts.obtained_at) > LEASE_AGAIN_AFTER.as_secs() {
+        let boot = clock::boot();
+        // The age by the boot clock; minted in another boot, by the wall clock, where a forward
+        // step costs one early lease and a backward one is caught by the capped renewal below.
+        let age = boot
+            .as_ref()
+            .and_then(|b| ts.obtained_boot.as_ref()?.elapsed(b))
+            .unwrap_or_else(|| state::now().saturating_sub(ts.obtained_at));
+        if ts.max_ttl_near || age > LEASE_AGAIN_AFTER.as_secs() {
             info!("token is close to its max TTL; re-leasing");
             return self.lease_login("renew");
         }
-        if ts.expires_at.saturating_sub(now) < self.cfg.bao.renew_below_s {
-            let renewal = self
-                .bao()?
-                .renew_self(tok, None)
-                .map_err(|e| peers::bao_failure("token renew", e))?;
-            for w in &renewal.warnings {
-                warn!("renew: {w}");
+        let renew_below = self.cfg.bao.renew_below_s;
+        // More left than the token was ever granted is no OpenBao answer: asked again below.
+        let granted = ts.creation_ttl_s.unwrap_or(u64::MAX);
+        let left = match boot
+            .as_ref()
+            .and_then(|b| ts.expires_boot.as_ref()?.remaining(b))
+            .filter(|left| *left <= granted)
+        {
+            Some(left) => left,
+            None if ts.expires_at.saturating_sub(state::now()) < renew_below => 0,
+            // No boot clock at all (no boot id): the wall clock is all there is, and asking
+            // OpenBao at every tick would be a call per heartbeat.
+            None if boot.is_none() => ts.expires_at.saturating_sub(state::now()),
+            None => {
+                let info = self
+                    .bao()?
+                    .lookup_self(&tok)
+                    .map_err(|e| peers::bao_failure("token lookup", e))?;
+                info!(
+                    "token facts for this boot learnt from OpenBao (ttl {}s)",
+                    info.ttl.as_secs()
+                );
+                self.record_ttl(info.ttl);
+                info.ttl.as_secs()
             }
-            info!("token renewed (ttl {}s)", renewal.ttl.as_secs());
+        };
+        if left >= renew_below {
+            return Ok(());
+        }
+        let renewal = self
+            .bao()?
+            .renew_self(&tok, None)
+            .map_err(|e| peers::bao_failure("token renew", e))?;
+        for w in &renewal.warnings {
+            warn!("renew: {w}");
+        }
+        info!("token renewed (ttl {}s)", renewal.ttl.as_secs());
+        self.record_ttl(renewal.ttl);
+        // OpenBao grants less than the token's own TTL only when its max TTL caps the renewal:
+        // lease again while there is time left (this tick, and the next ones until one works).
+        let capped = ts
+            .creation_ttl_s
+            .is_some_and(|c| renewal.ttl.as_secs().saturating_add(60) < c);
+        if capped {
             if let Some(t) = self.state.token.as_mut() {
-                t.expires_at = now.saturating_add(renewal.ttl.as_secs());
+                t.max_ttl_near = true;
             }
+            info!("the renewal was capped by the token's max TTL; re-leasing");
+            return self.lease_login("renew");
         }
         Ok(())
     }

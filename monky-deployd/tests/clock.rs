@@ -1,0 +1,137 @@
+//! Wall-clock steps of 20 h either way, around real renewals on the real OpenBao and around a
+//! failed release's backoff: nothing that lasts changes. The agent's clocks are shifted through
+//! `MONKY_DEPLOYD_TEST_CLOCK` (wall offset, boot offset, boot id), which only a build with the
+//! test-only feature `failpoints` honours (the CI suite runs with --all-features).
+
+#![cfg(feature = "failpoints")]
+
+use monky_agent_proto::ReportResult;
+use monky_bao_client::testkit::BaoPeer;
+
+use crate::util::*;
+
+const HOUR: i64 = 3600;
+
+/// A tick with the wall clock `wall` seconds off and `boot` seconds of boot clock passed
+/// (both relative to the real clocks), in the boot `boot_id` when given.
+fn clocked<B: BaoPeer>(w: &World<B>, wall: i64, boot: i64, boot_id: Option<&str>) -> Run {
+    let spec = format!("{wall} {boot} {}", boot_id.unwrap_or(""));
+    Run(w
+        .command(&["run", "--once"])
+        .env("MONKY_DEPLOYD_TEST_CLOCK", spec.trim())
+        .output()
+        .unwrap())
+}
+
+fn renewed(run: &Run) -> bool {
+    run.stderr().contains("token renewed")
+}
+
+#[test]
+fn one_tick_20h_ahead_does_not_stop_the_later_renewal_on_the_real_openbao() {
+    let Some(w) = World::real_bao() else { return };
+    w.applied();
+    // One tick with the wall clock 20 h ahead: the 24 h token is fresh by OpenBao's TTL.
+    let run = clocked(&w, 20 * HOUR, 0, None);
+    run.ok();
+    assert!(!renewed(&run), "{}", run.stderr());
+    // The clock is right again and 13 h have passed: 11 h left, below renew_below_s (12 h).
+    let run = clocked(&w, 13 * HOUR, 13 * HOUR, None);
+    run.ok();
+    run.says(&["token renewed (ttl 86400s)"]);
+    assert_report(&w.last_report(), ReportResult::Applied, None);
+}
+
+#[test]
+fn a_clock_20h_behind_does_not_postpone_the_renewal_on_the_real_openbao() {
+    let Some(w) = World::real_bao() else { return };
+    w.applied();
+    // The wall clock steps 20 h back, then 13 h pass: by the wall clock the token would have
+    // 31 h left; OpenBao's TTL counted on the boot clock has 11 h.
+    let run = clocked(&w, -20 * HOUR, 0, None);
+    run.ok();
+    assert!(!renewed(&run), "{}", run.stderr());
+    let run = clocked(&w, 13 * HOUR - 20 * HOUR, 13 * HOUR, None);
+    run.ok();
+    run.says(&["token renewed (ttl 86400s)"]);
+    // The renewed token is still the bearer OpenBao vouches for at the next checkin.
+    clocked(&w, 13 * HOUR - 20 * HOUR, 13 * HOUR + 60, None).ok();
+    assert_report(&w.last_report(), ReportResult::Applied, None);
+}
+
+#[test]
+fn after_a_reboot_with_the_clock_behind_openbao_is_asked_and_renewal_stays_on_time() {
+    let Some(w) = World::real_bao() else { return };
+    w.applied();
+    // Another boot, the wall clock 20 h behind: the stored expiry says 44 h, which nothing on
+    // the box can check, so OpenBao's TTL is asked for.
+    let run = clocked(&w, -20 * HOUR, 0, Some("a-later-boot"));
+    run.ok();
+    run.says(&["token facts for this boot learnt from OpenBao (ttl"]);
+    assert!(!renewed(&run), "{}", run.stderr());
+    let run = clocked(&w, 13 * HOUR - 20 * HOUR, 13 * HOUR, Some("a-later-boot"));
+    run.ok();
+    run.says(&["token renewed (ttl 86400s)"]);
+}
+
+fn bundle_requests<B: BaoPeer>(w: &World<B>) -> usize {
+    w.requests()
+        .iter()
+        .filter(|r| r.path.starts_with("/v1/agent/bundle/"))
+        .count()
+}
+
+#[test]
+fn a_failed_release_waits_its_backoff_whatever_the_wall_clock_does() {
+    let w = World::new();
+    w.applied();
+    w.stub("UNHEALTHY_IF", "web:bad");
+    let bad = w.publish(&TestBundle::tagged("bad"));
+    w.tick().expect(1);
+    assert_eq!(w.state()["failed_sha"], bad.as_str());
+    let bundles = bundle_requests(&w);
+
+    // 10 s later with the clock 20 h ahead: the minute's wait is not over.
+    let run = clocked(&w, 20 * HOUR + 10, 10, None);
+    run.expect(1);
+    assert_eq!(bundle_requests(&w), bundles, "{}", run.stderr());
+    let detail = w.last_report().detail.unwrap();
+    assert!(detail.contains("next attempt"), "{detail}");
+
+    // 2 min later with the clock 20 h behind: the wait is over and the sha is tried again.
+    let run = clocked(&w, 120 - 20 * HOUR, 120, None);
+    run.expect(1);
+    assert_eq!(bundle_requests(&w), bundles + 1, "{}", run.stderr());
+    assert_eq!(w.state()["failed_attempts"], 2);
+
+    // After a reboot, the clock a further 20 h behind: the wall-clock deadline, 20 h out, is
+    // held to the longest wait two failures have (2 min + 10%) on the new boot's clock...
+    let run = clocked(&w, 200 - 40 * HOUR, 0, Some("a-later-boot"));
+    run.expect(1);
+    assert_eq!(bundle_requests(&w), bundles + 1, "{}", run.stderr());
+    // ...which runs out although the wall clock stays behind.
+    let run = clocked(&w, 340 - 40 * HOUR, 140, Some("a-later-boot"));
+    run.expect(1);
+    assert_eq!(bundle_requests(&w), bundles + 2, "{}", run.stderr());
+}
+
+#[test]
+fn an_implausible_stored_expiry_is_checked_with_openbao() {
+    let w = World::new();
+    w.applied();
+    // More left on the boot clock than the token was ever granted: not an OpenBao answer.
+    let mut st = w.state();
+    st["token"]["expires_boot"]["at_s"] = serde_json::json!(u64::MAX / 2);
+    std::fs::write(w.state_dir().join("state.json"), st.to_string()).unwrap();
+    let n = w.bao.agent_requests().len();
+    let run = w.tick();
+    run.ok();
+    run.says(&["token facts for this boot learnt from OpenBao"]);
+    assert!(
+        w.bao.agent_requests()[n..]
+            .iter()
+            .any(|r| r.path.ends_with("/lookup-self"))
+    );
+    let left = w.state()["token"]["expires_boot"]["at_s"].as_u64().unwrap();
+    assert!(left < u64::MAX / 2, "rebased on OpenBao's TTL");
+}

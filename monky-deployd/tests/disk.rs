@@ -1,0 +1,121 @@
+//! Disk stays bounded whatever tenancy sends: a new sha every tick is pruned to `keep_releases`
+//! after every apply (no `--prune` needed), and `releases_max_bytes` holds before a release is
+//! staged, older releases going first, then a refusal that names the cap.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use monky_agent_proto::ReportResult;
+
+use crate::util::*;
+
+/// Bytes allocated below `dir`, links not followed (as `du`).
+fn du(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .map(|e| {
+            let e = e.unwrap();
+            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            m.blocks() * 512 + if m.is_dir() { du(&e.path()) } else { 0 }
+        })
+        .sum()
+}
+
+/// Ticks a minute apart, as the timer runs them, for tenancy's rate buckets.
+fn minute_later(w: &World) {
+    w.tenancy.advance_clock(std::time::Duration::from_secs(60));
+}
+
+fn releases(w: &World) -> usize {
+    std::fs::read_dir(w.env_dir().join("releases"))
+        .unwrap()
+        .count()
+}
+
+/// A release of about 512 KiB: the compose file padded with comment lines, unique per `i`.
+fn big(i: usize) -> TestBundle {
+    let mut b = TestBundle::tagged(&format!("big{i}"));
+    let line = format!("# padding {i:04} {}\n", "x".repeat(100));
+    b.compose
+        .push_str(&line.repeat(512 * 1024 / line.len() - 16));
+    b
+}
+
+#[test]
+fn a_new_sha_every_tick_for_50_ticks_keeps_keep_releases_without_prune() {
+    let w = World::new();
+    w.applied();
+    for i in 0..50 {
+        let sha = w.publish(&TestBundle::tagged(&format!("t{i}")));
+        minute_later(&w);
+        w.tick().ok();
+        assert_eq!(w.state()["applied_sha"], sha.as_str());
+        assert!(releases(&w) <= 5, "tick {i}: {} releases", releases(&w));
+    }
+    assert_eq!(releases(&w), 5, "keep_releases by default");
+    assert!(
+        !w.docker_calls()
+            .iter()
+            .any(|c| c.starts_with("image prune")),
+        "images are pruned only with --prune"
+    );
+}
+
+#[test]
+fn fifty_large_releases_stay_under_the_byte_cap() {
+    let w = World::new();
+    let cap: u64 = 16 << 20;
+    // keep_releases alone would let 100 releases of 512 KiB pile up; the cap binds first.
+    w.config_extra(&format!("keep_releases: 100\nreleases_max_bytes: {cap}\n"));
+    w.applied();
+    let mut last_good = String::new();
+    for i in 0..50 {
+        let sha = w.publish(&big(i));
+        minute_later(&w);
+        w.tick().ok();
+        assert_eq!(w.state()["applied_sha"], sha.as_str());
+        let used = du(&w.env_dir().join("releases")) + du(&w.env_dir().join("staging"));
+        assert!(used <= cap, "tick {i}: {used} bytes over the cap {cap}");
+        last_good = sha;
+    }
+    assert!(
+        (20..=32).contains(&releases(&w)),
+        "about cap / 512 KiB releases kept: {}",
+        releases(&w)
+    );
+    w.assert_current(&last_good);
+}
+
+#[test]
+fn a_release_that_cannot_fit_under_the_cap_is_refused_before_the_lease() {
+    let w = World::new();
+    let cap: u64 = 16 << 20;
+    w.config_extra(&format!("releases_max_bytes: {cap}\n"));
+    let good = w.applied();
+    // Something a container wrote into the running release dir fills the cap by itself.
+    let filler = w.env_dir().join(format!("releases/{good}/data"));
+    std::fs::create_dir(&filler).unwrap();
+    std::fs::write(filler.join("blob"), vec![7u8; 20 << 20]).unwrap();
+    let leases = w.tenancy.lease_count(ENV);
+    w.publish(&TestBundle::tagged("2"));
+    let run = w.tick();
+    run.expect(1);
+    run.says(&["RELEASES_OVER_CAP", "releases_max_bytes (16777216)"]);
+    assert_report(
+        &w.last_report(),
+        ReportResult::Failed,
+        Some("RELEASES_OVER_CAP: "),
+    );
+    assert_eq!(
+        w.tenancy.lease_count(ENV),
+        leases,
+        "refused before the lease"
+    );
+    w.assert_current(&good);
+    assert!(
+        filler.join("blob").exists(),
+        "the running release is never pruned"
+    );
+}
