@@ -90,6 +90,9 @@ pub struct TenancyConfig {
     pub timeout_s: u64,
     /// Alias for scheme, host and port together, for hand-written configs.
     pub base_url: Option<String>,
+    /// A user, besides root and the agent's own, whose socket may answer on a loopback
+    /// address the agent dials for tenancy (`proxy_addr`, or a loopback `base_url`).
+    pub listener_user: Option<String>,
 }
 
 impl Default for TenancyConfig {
@@ -102,6 +105,7 @@ impl Default for TenancyConfig {
             proxy_addr: "127.0.0.1:18443".into(),
             timeout_s: 30,
             base_url: None,
+            listener_user: None,
         }
     }
 }
@@ -128,6 +132,9 @@ pub struct BaoConfig {
     pub timeout_s: u64,
     /// Renew the token when its remaining TTL falls below this many seconds.
     pub renew_below_s: u64,
+    /// A user, besides root and the agent's own, whose socket may answer on a loopback
+    /// address the agent dials for OpenBao (`proxy_addr`, or a loopback `addr`).
+    pub listener_user: Option<String>,
     /// The retired AppRole section; present only so its presence can be refused clearly.
     #[serde(default)]
     approle: Option<IgnoredAny>,
@@ -145,6 +152,7 @@ impl Default for BaoConfig {
             proxy_addr: "127.0.0.1:18200".into(),
             timeout_s: 30,
             renew_below_s: 12 * 3600,
+            listener_user: None,
             approle: None,
         }
     }
