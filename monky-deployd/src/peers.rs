@@ -33,6 +33,7 @@ pub fn tenancy(cfg: &Config) -> anyhow::Result<proto::Client> {
         .max_bundle_bytes(monky_bundle::Limits::default().max_bytes)
         .user_agent(format!("monky-deployd/{}", crate::VERSION))
         .connection_check(listener_check(cfg, Peer::Tenancy)?);
+    remember_target(cfg, Peer::Tenancy)?;
     if let Some(addr) = cfg.tenancy_mapping()? {
         b = b.connect_to(addr);
     }
@@ -49,6 +50,7 @@ pub fn openbao(cfg: &Config) -> anyhow::Result<bao::BaoClient> {
     let mut b = bao::BaoClient::builder(cfg.bao_url()?)
         .timeout(Duration::from_secs(cfg.bao.timeout_s))
         .connection_check(listener_check(cfg, Peer::Bao)?);
+    remember_target(cfg, Peer::Bao)?;
     if let Some(ca) = &cfg.bao.ca_bundle {
         let pem = std::fs::read(ca)
             .with_context(|| format!("bao.ca_bundle: cannot read {}", ca.display()))
@@ -118,6 +120,61 @@ impl Peer {
     }
 }
 
+/// The loopback address the agent dials for `peer`, if it dials one: the proxy's port, or a
+/// loopback IP (or `localhost`) in the URL under `system`.
+///
+/// # Errors
+/// A config whose addresses do not parse.
+pub fn loopback_target(cfg: &Config, peer: Peer) -> anyhow::Result<Option<SocketAddr>> {
+    let (mapping, url) = match peer {
+        Peer::Tenancy => (cfg.tenancy_mapping()?, cfg.tenancy_url()?),
+        Peer::Bao => (cfg.bao_mapping()?, cfg.bao_url()?),
+    };
+    let addr = match (mapping, url.host(), url.port_or_known_default()) {
+        (Some(addr), _, _) => Some(addr),
+        (None, Some(url::Host::Ipv4(ip)), Some(port)) => Some(SocketAddr::from((ip, port))),
+        (None, Some(url::Host::Ipv6(ip)), Some(port)) => Some(SocketAddr::from((ip, port))),
+        (None, Some(url::Host::Domain("localhost")), Some(port)) => {
+            Some(SocketAddr::from(([127, 0, 0, 1], port)))
+        }
+        _ => None,
+    };
+    Ok(addr.filter(|a| a.ip().to_canonical().is_loopback()))
+}
+
+/// What a failed call to a loopback peer is checked against: the peer's address and who may
+/// serve it, per peer, for the one config this process runs with.
+static TARGETS: std::sync::Mutex<Vec<(Peer, SocketAddr, Trusted)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn remember_target(cfg: &Config, peer: Peer) -> anyhow::Result<()> {
+    let Some(addr) = loopback_target(cfg, peer)? else {
+        return Ok(());
+    };
+    let trusted = Trusted::of(cfg, peer)?;
+    let mut targets = TARGETS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    targets.retain(|(p, _, _)| *p != peer);
+    targets.push((peer, addr, trusted));
+    Ok(())
+}
+
+/// After a transport failure (over `https` the handshake comes before the connection check,
+/// so a squatter fails it and the check never runs): whether `peer`'s loopback address is now
+/// held by an untrusted user, which then is the failure's real cause. A look before or after a
+/// connection is racy, so this only names a cause; the check on the connection itself is what
+/// keeps the token from a squatter.
+fn diagnose(peer: Peer) -> Option<Untrusted> {
+    let (addr, trusted) = TARGETS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .find(|(p, _, _)| *p == peer)
+        .map(|(_, addr, trusted)| (*addr, trusted.clone()))?;
+    trusted.probe(addr).err()
+}
+
 /// The users whose sockets may answer on a loopback address for a peer.
 #[derive(Debug, Clone)]
 pub struct Trusted {
@@ -129,12 +186,17 @@ pub struct Trusted {
 impl Trusted {
     /// Root and the agent's own user always; `listener_user` too when the config names one.
     /// Root and the agent's user can read `bao.token` anyway, so trusting them costs nothing;
-    /// the packaged proxy unit runs as the agent's user, so a box needs no key for it.
+    /// the packaged proxy unit runs as the agent's user, so a box needs no key for it. The
+    /// agent's user is this process's and the state dir's owner (the same in a tick, which
+    /// refuses a state dir of another user; `doctor` run as root judges as the agent would).
     ///
     /// # Errors
     /// A `listener_user` that is no user on this box (exit 78).
     pub fn of(cfg: &Config, peer: Peer) -> anyhow::Result<Self> {
         let mut uids = vec![0, rustix::process::geteuid().as_raw()];
+        if let Ok(meta) = std::fs::metadata(&cfg.state_dir) {
+            uids.push(std::os::unix::fs::MetadataExt::uid(&meta));
+        }
         if let Some(name) = peer.listener_user(cfg) {
             let user = nix::unistd::User::from_name(name)
                 .ok()
@@ -152,6 +214,7 @@ impl Trusted {
                 })?;
             uids.push(user.uid.as_raw());
         }
+        uids.sort_unstable();
         uids.dedup();
         Ok(Self { peer, uids })
     }
@@ -182,6 +245,53 @@ impl Trusted {
             owner,
         }))
     }
+}
+
+impl Trusted {
+    /// Connects to `addr`, reads the owner of the socket that answered and closes without
+    /// sending anything: `doctor`'s look, and the diagnosis of a failed call. `Ok(None)` when
+    /// nothing answered (nobody to distrust), else the trusted owner's uid.
+    ///
+    /// # Errors
+    /// [`Untrusted`] for a listener of another user.
+    pub fn probe(&self, addr: SocketAddr) -> Result<Option<u32>, Untrusted> {
+        let Ok(stream) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
+            return Ok(None);
+        };
+        let (Ok(local), Ok(peer)) = (stream.local_addr(), stream.peer_addr()) else {
+            return Ok(None);
+        };
+        if let Err(e) = self.judge(local, peer) {
+            return match e.downcast::<Untrusted>() {
+                Ok(untrusted) => Err(*untrusted),
+                Err(_) => Ok(None),
+            };
+        }
+        Ok(owner::peer_uid(local, peer).ok().flatten())
+    }
+}
+
+/// `doctor`'s look at who serves `peer`'s loopback address; `None` when the agent dials no
+/// loopback address for it.
+pub fn listener_report(cfg: &Config, peer: Peer) -> Option<Result<String, String>> {
+    let addr = match loopback_target(cfg, peer) {
+        Ok(Some(addr)) => addr,
+        Ok(None) => return None,
+        Err(e) => return Some(Err(format!("{e:#}"))),
+    };
+    let trusted = match Trusted::of(cfg, peer) {
+        Ok(t) => t,
+        Err(e) => return Some(Err(format!("{e:#}"))),
+    };
+    let name = peer.name();
+    Some(match trusted.probe(addr) {
+        Ok(Some(uid)) => Ok(format!(
+            "{name} at {addr} is served by uid {uid} ({})",
+            user_name(uid)
+        )),
+        Ok(None) => Ok(format!("nothing answers for {name} at {addr}")),
+        Err(u) => Err(format!("{name}: {u}")),
+    })
 }
 
 /// The connection check for `peer`'s client: [`Trusted::judge`] on every new connection.
@@ -215,12 +325,12 @@ impl fmt::Display for Untrusted {
             Owner::Uid(uid) => write!(
                 f,
                 "{addr} is served by uid {uid} ({}), which is not root, the agent's user or \
-                 {key}; nothing was sent to it",
+                 {key}; no request was sent to it",
                 user_name(*uid)
             ),
             Owner::Unreadable(why) => write!(
                 f,
-                "cannot tell who serves {addr} ({why}); nothing was sent to it"
+                "cannot tell who serves {addr} ({why}); no request was sent to it"
             ),
         }
     }
@@ -255,6 +365,21 @@ fn user_name(uid: u32) -> String {
         .map_or_else(|| "no such user".to_owned(), |u| u.name)
 }
 
+/// The failure for an untrusted listener.
+fn untrusted_failure(what: &str, u: &Untrusted) -> anyhow::Error {
+    Failure::new(
+        Exit::Fail,
+        u.peer.untrusted(),
+        format!(
+            "{what}: {}'s address {u}: stop that process and restart \
+             monky-deployd-proxy.service, or name the proxy's user in {}",
+            u.peer.name(),
+            u.peer.key()
+        ),
+    )
+    .into()
+}
+
 /// The failure for a connection check's refusal, when `refusal` is one.
 fn listener_failure(
     what: &str,
@@ -262,19 +387,7 @@ fn listener_failure(
 ) -> Option<anyhow::Error> {
     let refusal = refusal?;
     if let Some(u) = refusal.downcast_ref::<Untrusted>() {
-        let name = u.peer.name();
-        return Some(
-            Failure::new(
-                Exit::Fail,
-                u.peer.untrusted(),
-                format!(
-                    "{what}: {name}'s address {u}: stop that process and restart \
-                     monky-deployd-proxy.service, or name the proxy's user in {}",
-                    u.peer.key()
-                ),
-            )
-            .into(),
-        );
+        return Some(untrusted_failure(what, u));
     }
     let v = refusal.downcast_ref::<Vanished>()?;
     Some(
@@ -291,6 +404,11 @@ fn listener_failure(
 pub fn tenancy_failure(what: &str, e: proto::Error) -> anyhow::Error {
     if let Some(f) = listener_failure(what, e.check_refusal()) {
         return f;
+    }
+    if matches!(e, proto::Error::Transport { .. })
+        && let Some(u) = diagnose(Peer::Tenancy)
+    {
+        return untrusted_failure(what, &u);
     }
     let exit = match e.kind() {
         proto::ErrorKind::Temporary => Exit::Temporary,
@@ -330,6 +448,11 @@ pub fn tenancy_failure(what: &str, e: proto::Error) -> anyhow::Error {
 pub fn bao_failure(what: &str, e: bao::Error) -> anyhow::Error {
     if let Some(f) = listener_failure(what, e.check_refusal()) {
         return f;
+    }
+    if matches!(e, bao::Error::Network { .. } | bao::Error::Tls { .. })
+        && let Some(u) = diagnose(Peer::Bao)
+    {
+        return untrusted_failure(what, &u);
     }
     let exit = match e.kind() {
         bao::ErrorKind::Temporary => Exit::Temporary,

@@ -6,6 +6,7 @@ mod util;
 mod apply;
 mod boxfiles;
 mod bundle_check;
+mod channel;
 mod cli;
 mod crash;
 mod crypto;
