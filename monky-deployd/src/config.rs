@@ -616,6 +616,16 @@ healthy_timeout_s: 1800
     }
 
     #[test]
+    fn listener_users_are_per_section_and_unset_by_default() {
+        let c = parse("env_id: e1\n").unwrap();
+        assert_eq!((c.tenancy.listener_user, c.bao.listener_user), (None, None));
+        let c = parse("env_id: e1\ntenancy:\n  listener_user: ziti\nbao:\n  listener_user: root\n")
+            .unwrap();
+        assert_eq!(c.tenancy.listener_user.as_deref(), Some("ziti"));
+        assert_eq!(c.bao.listener_user.as_deref(), Some("root"));
+    }
+
+    #[test]
     fn shipped_example_parses() {
         let text = include_str!("../../packaging/config.example.yaml");
         let c = parse(text).unwrap();

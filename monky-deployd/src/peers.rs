@@ -6,9 +6,9 @@
 //! TLS SNI and certificate checks) keep the real names. Environment proxies never apply.
 //!
 //! Whatever the transport, a connection to a loopback address carries a request only when the
-//! socket that answers it belongs to root, the agent's own user or the section's
-//! `listener_user` (see [`listener_check`]): any local user can listen on a loopback port the
-//! proxy left free, and the bearer is the box's OpenBao token.
+//! socket that answers it belongs to the agent's own user or the section's `listener_user`
+//! (see [`listener_check`]): any local user can listen on a loopback port the proxy left free,
+//! and the bearer is the box's OpenBao token.
 
 mod owner;
 
@@ -179,21 +179,23 @@ fn diagnose(peer: Peer) -> Option<Untrusted> {
 #[derive(Debug, Clone)]
 pub struct Trusted {
     peer: Peer,
-    /// Root, the agent's own uid, and the uid of `listener_user` when set.
+    /// The agent's own uid (and the state dir's owner), and `listener_user`'s when set.
     uids: Vec<u32>,
 }
 
 impl Trusted {
-    /// Root and the agent's own user always; `listener_user` too when the config names one.
-    /// Root and the agent's user can read `bao.token` anyway, so trusting them costs nothing;
-    /// the packaged proxy unit runs as the agent's user, so a box needs no key for it. The
-    /// agent's user is this process's and the state dir's owner (the same in a tick, which
-    /// refuses a state dir of another user; `doctor` run as root judges as the agent would).
+    /// The agent's own user always, `listener_user` too when the config names one. The
+    /// agent's user can read `bao.token` anyway, so trusting it costs nothing, and the packaged
+    /// proxy unit runs as that user, so a box needs no key for it. The agent's user is this
+    /// process's and the state dir's owner (the same in a tick, which refuses a state dir of
+    /// another user; `doctor` run as root judges as the agent would). Root is not implied:
+    /// root's services listen for others too (docker's userland proxy for a published port
+    /// is root's socket), so a proxy run as root is named (`listener_user: root`).
     ///
     /// # Errors
     /// A `listener_user` that is no user on this box (exit 78).
     pub fn of(cfg: &Config, peer: Peer) -> anyhow::Result<Self> {
-        let mut uids = vec![0, rustix::process::geteuid().as_raw()];
+        let mut uids = vec![rustix::process::geteuid().as_raw()];
         if let Ok(meta) = std::fs::metadata(&cfg.state_dir) {
             uids.push(std::os::unix::fs::MetadataExt::uid(&meta));
         }
@@ -324,7 +326,7 @@ impl fmt::Display for Untrusted {
         match &self.owner {
             Owner::Uid(uid) => write!(
                 f,
-                "{addr} is served by uid {uid} ({}), which is not root, the agent's user or \
+                "{addr} is served by uid {uid} ({}), which is neither the agent's user nor \
                  {key}; no request was sent to it",
                 user_name(*uid)
             ),
@@ -497,6 +499,94 @@ fn with_causes(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn config(extra: &str) -> Config {
+        let dir = std::env::temp_dir().join("monky-peers-test-no-such-dir");
+        Config::parse(
+            &format!("env_id: e1\nstate_dir: {}\n{extra}", dir.display()),
+            std::path::Path::new("config.yaml"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn trusted_is_the_agents_user_and_the_named_one() {
+        let me = rustix::process::geteuid().as_raw();
+        assert_eq!(Trusted::of(&config(""), Peer::Tenancy).unwrap().uids, [me]);
+        let t = Trusted::of(&config("bao:\n  listener_user: root\n"), Peer::Bao).unwrap();
+        assert!(t.uids.contains(&0) && t.uids.contains(&me), "{:?}", t.uids);
+        // The key of the other section does not count.
+        let t = Trusted::of(&config("bao:\n  listener_user: root\n"), Peer::Tenancy).unwrap();
+        assert_eq!(t.uids, [me]);
+
+        let err = Trusted::of(
+            &config("tenancy:\n  listener_user: no-such-user-x\n"),
+            Peer::Tenancy,
+        )
+        .unwrap_err();
+        assert_eq!(crate::exit::Exit::of(&err), Exit::Config);
+        let text = format!("{err:#}");
+        assert!(
+            text.contains("tenancy.listener_user") && text.contains("no-such-user-x"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn only_loopback_peers_are_judged() {
+        let t = Trusted {
+            peer: Peer::Tenancy,
+            uids: vec![],
+        };
+        // The network's peers are not in the box's socket table; the check lets them be.
+        let local: SocketAddr = "10.0.0.5:40000".parse().unwrap();
+        assert!(t.judge(local, "10.0.0.9:443".parse().unwrap()).is_ok());
+        // A loopback listener of this process, judged by a policy that trusts nobody.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let err = t
+            .judge(stream.local_addr().unwrap(), stream.peer_addr().unwrap())
+            .unwrap_err();
+        let untrusted = err.downcast_ref::<Untrusted>().expect("untrusted");
+        let me = rustix::process::geteuid().as_raw();
+        assert!(
+            untrusted.to_string().contains(&format!("uid {me} (")),
+            "{untrusted}"
+        );
+        assert_eq!(
+            t.probe(listener.local_addr().unwrap()).unwrap_err().addr,
+            listener.local_addr().unwrap()
+        );
+        let mine = Trusted {
+            peer: Peer::Tenancy,
+            uids: vec![me],
+        };
+        assert_eq!(
+            mine.probe(listener.local_addr().unwrap()).unwrap(),
+            Some(me)
+        );
+    }
+
+    #[test]
+    fn loopback_targets_are_the_proxy_ports_or_a_loopback_url() {
+        let proxy = config("");
+        assert_eq!(
+            loopback_target(&proxy, Peer::Tenancy).unwrap(),
+            Some("127.0.0.1:18443".parse().unwrap())
+        );
+        assert_eq!(
+            loopback_target(&proxy, Peer::Bao).unwrap(),
+            Some("127.0.0.1:18200".parse().unwrap())
+        );
+        let system = config(
+            "transport: system\ntenancy:\n  base_url: http://localhost:8081\nbao:\n  addr: https://bao.example.test:8200\n",
+        );
+        assert_eq!(
+            loopback_target(&system, Peer::Tenancy).unwrap(),
+            Some("127.0.0.1:8081".parse().unwrap())
+        );
+        assert_eq!(loopback_target(&system, Peer::Bao).unwrap(), None);
+    }
 
     #[test]
     fn causes_are_kept_once() {
