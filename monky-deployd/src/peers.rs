@@ -6,9 +6,9 @@
 //! TLS SNI and certificate checks) keep the real names. Environment proxies never apply.
 //!
 //! Whatever the transport, a connection to a loopback address carries a request only when the
-//! socket that answers it belongs to the agent's own user or the section's `listener_user`
-//! (see [`listener_check`]): any local user can listen on a loopback port the proxy left free,
-//! and the bearer is the box's OpenBao token.
+//! socket that answers it belongs to root, the agent's own user or the section's
+//! `listener_user` (see [`listener_check`]): any local user can listen on a loopback port the
+//! proxy left free, and the bearer is the box's OpenBao token.
 
 mod owner;
 
@@ -179,23 +179,21 @@ fn diagnose(peer: Peer) -> Option<Untrusted> {
 #[derive(Debug, Clone)]
 pub struct Trusted {
     peer: Peer,
-    /// The agent's own uid (and the state dir's owner), and `listener_user`'s when set.
+    /// Root, the agent's own uid (and the state dir's owner), and `listener_user`'s when set.
     uids: Vec<u32>,
 }
 
 impl Trusted {
-    /// The agent's own user always, `listener_user` too when the config names one. The
-    /// agent's user can read `bao.token` anyway, so trusting it costs nothing, and the packaged
-    /// proxy unit runs as that user, so a box needs no key for it. The agent's user is this
-    /// process's and the state dir's owner (the same in a tick, which refuses a state dir of
-    /// another user; `doctor` run as root judges as the agent would). Root is not implied:
-    /// root's services listen for others too (docker's userland proxy for a published port
-    /// is root's socket), so a proxy run as root is named (`listener_user: root`).
+    /// Root and the agent's own user always, `listener_user` too when the config names one.
+    /// Both can read `bao.token` anyway, so trusting them costs nothing, and the packaged
+    /// proxy unit runs as the agent's user, so a box needs no key for it. The agent's user is
+    /// this process's and the state dir's owner (the same in a tick, which refuses a state dir
+    /// of another user; `doctor` run as root judges as the agent would).
     ///
     /// # Errors
     /// A `listener_user` that is no user on this box (exit 78).
     pub fn of(cfg: &Config, peer: Peer) -> anyhow::Result<Self> {
-        let mut uids = vec![rustix::process::geteuid().as_raw()];
+        let mut uids = vec![0, rustix::process::geteuid().as_raw()];
         if let Ok(meta) = std::fs::metadata(&cfg.state_dir) {
             uids.push(std::os::unix::fs::MetadataExt::uid(&meta));
         }
@@ -326,7 +324,7 @@ impl fmt::Display for Untrusted {
         match &self.owner {
             Owner::Uid(uid) => write!(
                 f,
-                "{addr} is served by uid {uid} ({}), which is neither the agent's user nor \
+                "{addr} is served by uid {uid} ({}), which is not root, the agent's user or \
                  {key}; no request was sent to it",
                 user_name(*uid)
             ),
@@ -512,12 +510,18 @@ mod tests {
     #[test]
     fn trusted_is_the_agents_user_and_the_named_one() {
         let me = rustix::process::geteuid().as_raw();
-        assert_eq!(Trusted::of(&config(""), Peer::Tenancy).unwrap().uids, [me]);
-        let t = Trusted::of(&config("bao:\n  listener_user: root\n"), Peer::Bao).unwrap();
-        assert!(t.uids.contains(&0) && t.uids.contains(&me), "{:?}", t.uids);
+        let mut base = vec![0, me];
+        base.dedup();
+        assert_eq!(Trusted::of(&config(""), Peer::Tenancy).unwrap().uids, base);
+        let t = Trusted::of(&config("bao:\n  listener_user: nobody\n"), Peer::Bao).unwrap();
+        assert!(
+            t.uids.contains(&65534) && t.uids.contains(&me),
+            "{:?}",
+            t.uids
+        );
         // The key of the other section does not count.
-        let t = Trusted::of(&config("bao:\n  listener_user: root\n"), Peer::Tenancy).unwrap();
-        assert_eq!(t.uids, [me]);
+        let t = Trusted::of(&config("bao:\n  listener_user: nobody\n"), Peer::Tenancy).unwrap();
+        assert_eq!(t.uids, base);
 
         let err = Trusted::of(
             &config("tenancy:\n  listener_user: no-such-user-x\n"),

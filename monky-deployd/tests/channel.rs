@@ -22,11 +22,15 @@ const NOBODY: u32 = 65534;
 
 /// A listener on 127.0.0.1:`port` run as uid 65534. Each connection: read what comes (until a
 /// request head, a close or 3 s), record it, answer `answer`. It ends by itself after a minute.
+/// With `defer`, the kernel completes a connection only once data arrives (`TCP_DEFER_ACCEPT`),
+/// so until the agent sends, the squatter's side is a half-open socket.
 const SQUATTER: &str = r#"
 import binascii, socket, sys, time
 port, answer = int(sys.argv[1]), sys.argv[2].encode()
 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+if sys.argv[3] == "defer":
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 30)
 s.bind(("127.0.0.1", port))
 s.listen(16)
 print("listening", flush=True)
@@ -61,6 +65,10 @@ struct Squatter {
 
 impl Squatter {
     fn start(port: u16, answer: &str) -> Self {
+        Self::start_with(port, answer, "plain")
+    }
+
+    fn start_with(port: u16, answer: &str, mode: &str) -> Self {
         let mut child = Command::new("setpriv")
             .args([
                 "--reuid=65534",
@@ -71,6 +79,7 @@ impl Squatter {
                 SQUATTER,
                 &port.to_string(),
                 answer,
+                mode,
             ])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -206,6 +215,22 @@ fn a_squatter_on_tenancys_port_with_the_proxy_down_gets_no_bearer_and_moves_noth
     }
 }
 
+#[test]
+fn a_squatter_that_defers_accepting_is_named_by_its_half_open_socket() {
+    // sock_diag reports a socket still waiting for data as uid 0; the agent must read the
+    // listener's owner for it instead of trusting "root".
+    let (w, sha) = applied_box();
+    let token = token_text(&w);
+    let calls = w.docker_calls().len();
+    let port = free_port();
+    dial_at(&w, w.tenancy.addr(), port);
+    let squatter = Squatter::start_with(port, &unauthenticated(), "defer");
+    let run = w.tick();
+    let sent = squatter.finish();
+    assert!(sent.iter().all(Vec::is_empty), "{sent:?}");
+    refused_and_untouched(&w, &run, "TENANCY_LISTENER_UNTRUSTED", &token, &sha, calls);
+}
+
 /// A loopback relay to `upstream` on 127.0.0.1:`port`, run by the test's own user as the
 /// proxy would be; it stops taking connections when dropped.
 struct Relay {
@@ -337,4 +362,51 @@ fn a_401_for_a_token_openbao_accepts_keeps_the_token() {
     w.tick().ok();
     assert_eq!(token_text(&w), token);
     assert_report(&w.last_report(), ReportResult::Applied, None);
+}
+
+#[test]
+fn doctor_names_who_serves_each_loopback_port() {
+    let (w, _) = applied_box();
+    let check = |doc: &serde_json::Value, name: &str| -> (String, String) {
+        let c = doc["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no check {name}: {doc}"))
+            .clone();
+        (
+            c["verdict"].as_str().unwrap().to_owned(),
+            c["detail"].as_str().unwrap().to_owned(),
+        )
+    };
+    let doctor = || {
+        let run = w.run(&["doctor", "--json"]);
+        let doc: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+        (run.code(), doc)
+    };
+    let me = rustix::process::geteuid().as_raw();
+    let (code, doc) = doctor();
+    assert_eq!(code, 0, "{doc:#}");
+    let (verdict, detail) = check(&doc, "tenancy listener");
+    assert_eq!(verdict, "ok", "{detail}");
+    assert!(
+        detail.contains(&format!("served by uid {me} (")),
+        "{detail}"
+    );
+    assert_eq!(check(&doc, "openbao listener").0, "ok");
+
+    let port = free_port();
+    dial_at(&w, w.tenancy.addr(), port);
+    let squatter = Squatter::start(port, &unauthenticated());
+    let (code, doc) = doctor();
+    let sent = squatter.finish();
+    assert_ne!(code, 0);
+    let (verdict, detail) = check(&doc, "tenancy listener");
+    assert_eq!(verdict, "fail", "{detail}");
+    assert!(
+        detail.contains("uid 65534") && detail.contains(&format!("({})", user_name(NOBODY))),
+        "{detail}"
+    );
+    assert!(sent.iter().all(Vec::is_empty), "{sent:?}");
 }
