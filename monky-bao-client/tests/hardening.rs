@@ -73,10 +73,11 @@ fn user_agent_sent(configure: impl FnOnce(BaoClientBuilder) -> BaoClientBuilder)
     line.unwrap_or_else(|| panic!("{head}"))["user-agent: ".len()..].to_owned()
 }
 
+/// What a recording check saw: each new connection's (local, peer) addresses.
+type Seen = Arc<Mutex<Vec<(SocketAddr, SocketAddr)>>>;
+
 /// A connection check that records what it saw and answers `verdict`.
-fn recording_check(
-    verdict: Result<(), &'static str>,
-) -> (ConnectionCheck, Arc<Mutex<Vec<(SocketAddr, SocketAddr)>>>) {
+fn recording_check(verdict: Result<(), &'static str>) -> (ConnectionCheck, Seen) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = Arc::clone(&seen);
     let check: ConnectionCheck = Arc::new(move |local, peer| {
