@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use url::Url;
 
+use crate::connect::{CheckLayer, ConnectionCheck, refusal_in};
 use crate::error::{Call, Error, Result};
 use crate::wire::{
     BundleDownload, CheckinRequest, CheckinResponse, LeaseRequest, LeaseResponse, ReportRequest,
@@ -40,6 +41,17 @@ pub struct ClientBuilder {
     max_bundle_bytes: u64,
     user_agent: String,
     ca_bundle_pem: Option<Vec<u8>>,
+    connection_check: Option<CheckHook>,
+}
+
+/// A [`ConnectionCheck`] in a builder that prints itself.
+#[derive(Clone)]
+struct CheckHook(ConnectionCheck);
+
+impl std::fmt::Debug for CheckHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConnectionCheck")
+    }
 }
 
 impl ClientBuilder {
@@ -77,6 +89,16 @@ impl ClientBuilder {
     #[must_use]
     pub fn ca_bundle_pem(mut self, pem: Vec<u8>) -> Self {
         self.ca_bundle_pem = Some(pem);
+        self
+    }
+
+    /// Run `check` on every new connection, after connecting (and the TLS handshake for
+    /// `https`) and before the first byte of a request is written; its refusal drops the
+    /// connection and the call fails with [`Error::ConnectionCheck`], which carries the check's
+    /// own error ([`Error::check_refusal`]).
+    #[must_use]
+    pub fn connection_check(mut self, check: ConnectionCheck) -> Self {
+        self.connection_check = Some(CheckHook(check));
         self
     }
 
@@ -144,6 +166,9 @@ impl ClientBuilder {
             // so the port is also rewritten per request (see `Client::wire_url`).
             http = http.resolve(domain, mapping.addr);
         }
+        if let Some(CheckHook(check)) = self.connection_check {
+            http = http.connector_layer(CheckLayer(check));
+        }
         let http = http.build().map_err(|source| Error::Build { source })?;
         Ok(Client {
             http,
@@ -196,6 +221,7 @@ impl Client {
             max_bundle_bytes: DEFAULT_MAX_BUNDLE_BYTES,
             user_agent: concat!("monky-agent-proto/", env!("CARGO_PKG_VERSION")).to_owned(),
             ca_bundle_pem: None,
+            connection_check: None,
         }
     }
 
@@ -360,9 +386,19 @@ impl Client {
     }
 
     fn send(&self, url: &Url, req: RequestBuilder) -> Result<Response> {
-        req.send().map_err(|source| Error::Transport {
-            url: Box::new(url.clone()),
-            source: source.without_url(),
+        req.send().map_err(|source| {
+            let source = source.without_url();
+            match refusal_in(&source) {
+                Some(refusal) => Error::ConnectionCheck {
+                    url: Box::new(url.clone()),
+                    reason: refusal.to_string(),
+                    source,
+                },
+                None => Error::Transport {
+                    url: Box::new(url.clone()),
+                    source,
+                },
+            }
         })
     }
 

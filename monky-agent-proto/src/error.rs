@@ -70,6 +70,17 @@ pub enum Error {
         #[source]
         source: reqwest::Error,
     },
+    /// The connection check refused the peer; nothing of the request was sent.
+    #[error("request to {url} not sent: {reason}")]
+    ConnectionCheck {
+        /// The URL called.
+        url: Box<Url>,
+        /// The check's refusal, as it reads.
+        reason: String,
+        /// reqwest's error, whose chain holds the check's own error.
+        #[source]
+        source: reqwest::Error,
+    },
     /// Reading the response body failed part way.
     #[error("reading the response from {url} failed")]
     Read {
@@ -165,10 +176,22 @@ impl Error {
             | Error::CaBundle { .. }
             | Error::Build { .. }
             | Error::BundleUrl { .. }
+            | Error::ConnectionCheck { .. }
             | Error::Shape { .. }
             | Error::Invalid { .. }
             | Error::LeaseShape { .. }
             | Error::BundleTooLarge { .. } => ErrorKind::Refused,
+        }
+    }
+
+    /// The connection check's own error, when it refused the connection
+    /// ([`ClientBuilder::connection_check`](crate::ClientBuilder::connection_check)); the
+    /// caller downcasts it to its own type.
+    #[must_use]
+    pub fn check_refusal(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        match self {
+            Error::ConnectionCheck { source, .. } => crate::connect::refusal_in(source),
+            _ => None,
         }
     }
 

@@ -51,10 +51,14 @@ pub use wire::schemas;
 #[cfg(feature = "client")]
 pub mod client;
 #[cfg(feature = "client")]
+pub mod connect;
+#[cfg(feature = "client")]
 pub mod error;
 
 #[cfg(feature = "client")]
 pub use client::{Client, ClientBuilder};
+#[cfg(feature = "client")]
+pub use connect::{CheckError, ConnectionCheck};
 #[cfg(feature = "client")]
 pub use error::{Call, Error, ErrorKind, Result};
 

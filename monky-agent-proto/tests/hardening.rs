@@ -2,10 +2,12 @@
 //! one case per line, named by its id, in the checklist's order. monky-bao-client's
 //! `tests/hardening.rs` holds the same cases for the OpenBao client.
 
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use monky_agent_proto::testkit::{checkin_request, report_request};
-use monky_agent_proto::{Client, ClientBuilder, Error, ErrorKind, ReportResult};
+use monky_agent_proto::{Client, ClientBuilder, ConnectionCheck, Error, ErrorKind, ReportResult};
 use monky_bao_client::testkit::{FakeBao, Pki, RawBody, RawPeer, with_proxy_env};
 use secrecy::SecretString;
 
@@ -22,6 +24,7 @@ monky_bao_client::hardening_table![
     total_deadline,
     body_capped_while_reading,
     user_agent,
+    connection_check,
 ];
 
 fn build(base: &str) -> Result<Client, Error> {
@@ -61,6 +64,32 @@ fn user_agent_sent(configure: impl FnOnce(ClientBuilder) -> ClientBuilder) -> St
     let head = peer.request_head().unwrap().to_lowercase();
     let line = head.lines().find(|l| l.starts_with("user-agent: "));
     line.unwrap_or_else(|| panic!("{head}"))["user-agent: ".len()..].to_owned()
+}
+
+/// What a recording check saw: each new connection's (local, peer) addresses.
+type Seen = Arc<Mutex<Vec<(SocketAddr, SocketAddr)>>>;
+
+/// A connection check that records what it saw and answers `verdict`.
+fn recording_check(verdict: Result<(), &'static str>) -> (ConnectionCheck, Seen) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    let check: ConnectionCheck = Arc::new(move |local, peer| {
+        log.lock().unwrap().push((local, peer));
+        verdict.map_err(Into::into)
+    });
+    (check, seen)
+}
+
+/// The request head `peer` read, once its connection is over (empty: nothing was sent).
+fn head_when_closed(peer: &RawPeer) -> String {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(head) = peer.request_head() {
+            return head;
+        }
+        assert!(Instant::now() < until, "the peer's connection never ended");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// A report to `client`: any JSON 2xx answer is accepted.
@@ -238,4 +267,40 @@ fn user_agent() {
     let default = concat!("monky-agent-proto/", env!("CARGO_PKG_VERSION"));
     assert_eq!(user_agent_sent(|b| b), default);
     assert_eq!(user_agent_sent(|b| b.user_agent("probe/1")), "probe/1");
+}
+
+#[test]
+fn connection_check() {
+    // Refused: the call fails with the check's own error and the peer reads no byte.
+    let peer = RawPeer::json("200 OK", "{}");
+    let (check, seen) = recording_check(Err("served by a stranger"));
+    let client = Client::builder(peer.url())
+        .connection_check(check)
+        .build()
+        .unwrap();
+    let err = report(&client).unwrap_err();
+    assert!(matches!(err, Error::ConnectionCheck { .. }), "{err:?}");
+    assert_eq!(err.kind(), ErrorKind::Refused);
+    assert_eq!(
+        err.check_refusal().map(ToString::to_string).as_deref(),
+        Some("served by a stranger")
+    );
+    assert!(err.to_string().contains("served by a stranger"), "{err}");
+    assert_eq!(head_when_closed(&peer), "", "the peer read a request");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].1, peer.addr());
+    assert!(seen[0].0.ip().is_loopback(), "{seen:?}");
+
+    // Accepted: the call goes through, with the mapped address as the peer.
+    let peer = RawPeer::json("200 OK", "{}");
+    let (check, seen) = recording_check(Ok(()));
+    let client = Client::builder("http://monky.tenancy.deploy:443".parse().unwrap())
+        .connect_to(peer.addr())
+        .connection_check(check)
+        .build()
+        .unwrap();
+    report(&client).unwrap();
+    assert!(head_when_closed(&peer).contains("Bearer "));
+    assert_eq!(seen.lock().unwrap()[0].1, peer.addr());
 }

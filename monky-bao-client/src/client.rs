@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use url::Url;
 
+use crate::connect::{CheckLayer, ConnectionCheck, refusal_in};
 use crate::error::{Absence, Error, Result, describe_json_error};
 use crate::path::{KvPath, check_segment};
 use crate::token::Token;
@@ -42,9 +43,28 @@ pub struct BaoClientBuilder {
     timeout: Duration,
     connect_timeout: Duration,
     user_agent: String,
+    connection_check: Option<CheckHook>,
+}
+
+/// A [`ConnectionCheck`] in a builder that prints itself.
+struct CheckHook(ConnectionCheck);
+
+impl std::fmt::Debug for CheckHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConnectionCheck")
+    }
 }
 
 impl BaoClientBuilder {
+    /// Run `check` on every new connection, after connecting and the TLS handshake and before
+    /// the first byte of a request (and so the token) is written; its refusal drops the
+    /// connection and the call fails with [`Error::ConnectionCheck`], which carries the check's
+    /// own error ([`Error::check_refusal`]).
+    pub fn connection_check(mut self, check: ConnectionCheck) -> Self {
+        self.connection_check = Some(CheckHook(check));
+        self
+    }
+
     /// Trust exactly the certificates of this PEM bundle, and nothing else (not the system's
     /// roots).
     pub fn ca_bundle_pem(mut self, pem: Vec<u8>) -> Self {
@@ -155,6 +175,9 @@ impl BaoClientBuilder {
                         .map_err(|()| invalid("cannot set the mapped port"))?;
                 }
             }
+        }
+        if let Some(CheckHook(check)) = self.connection_check {
+            builder = builder.connector_layer(CheckLayer(check));
         }
         let http = builder.build().map_err(|source| Error::Build { source })?;
         Ok(BaoClient {
@@ -267,6 +290,7 @@ impl BaoClient {
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             user_agent: concat!("monky-bao-client/", env!("CARGO_PKG_VERSION")).to_owned(),
+            connection_check: None,
         }
     }
 
@@ -526,6 +550,13 @@ fn no_field(shown: &str, field: &str) -> Error {
 /// A transport failure; a certificate the trust root rejects gets its own variant so the
 /// message says so.
 fn network_error(shown: &str, source: reqwest::Error) -> Error {
+    if let Some(refusal) = refusal_in(&source) {
+        return Error::ConnectionCheck {
+            url: shown.to_owned(),
+            reason: refusal.to_string(),
+            source,
+        };
+    }
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&source);
     while let Some(err) = cause {
         if let Some(problem) = certificate_time(err) {

@@ -173,6 +173,19 @@ pub enum Error {
         reason: PathRefusal,
     },
 
+    /// The connection check refused the peer; nothing of the request (and so no token) was
+    /// sent.
+    #[error("request to {url} not sent: {reason}")]
+    ConnectionCheck {
+        /// The URL (never carries a token).
+        url: String,
+        /// The check's refusal, as it reads.
+        reason: String,
+        /// reqwest's error, whose chain holds the check's own error.
+        #[source]
+        source: reqwest::Error,
+    },
+
     /// The request did not complete: connection, timeout, or reading the body.
     #[error("request to {url} failed")]
     Network {
@@ -347,8 +360,19 @@ impl Error {
             | Error::Build { .. }
             | Error::InvalidName { .. }
             | Error::PathRefused { .. }
+            | Error::ConnectionCheck { .. }
             | Error::Rejected { .. }
             | Error::MissingValue { .. } => ErrorKind::Refused,
+        }
+    }
+
+    /// The connection check's own error, when it refused the connection
+    /// ([`BaoClientBuilder::connection_check`](crate::BaoClientBuilder::connection_check)); the
+    /// caller downcasts it to its own type.
+    pub fn check_refusal(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        match self {
+            Error::ConnectionCheck { source, .. } => crate::connect::refusal_in(source),
+            _ => None,
         }
     }
 

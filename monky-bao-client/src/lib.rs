@@ -33,6 +33,7 @@
 #![deny(missing_docs)]
 
 mod client;
+pub mod connect;
 mod error;
 mod path;
 mod token;
@@ -44,6 +45,7 @@ pub use client::{
     BaoClient, BaoClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Login, MAX_BODY_BYTES,
     MAX_TTL, Renewal, TokenInfo,
 };
+pub use connect::{CheckError, ConnectionCheck};
 pub use error::{Absence, CertificateTime, Error, ErrorKind, PathRefusal, Result};
 pub use path::KvPath;
 pub use token::{Token, TokenShape};

@@ -2,10 +2,14 @@
 //! one case per line, named by its id, in the checklist's order. monky-agent-proto's
 //! `tests/hardening.rs` holds the same cases for the tenancy client.
 
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use monky_bao_client::testkit::{FakeBao, Pki, RawBody, RawPeer, with_proxy_env};
-use monky_bao_client::{BaoClient, BaoClientBuilder, Error, ErrorKind, MAX_BODY_BYTES, Token};
+use monky_bao_client::{
+    BaoClient, BaoClientBuilder, ConnectionCheck, Error, ErrorKind, MAX_BODY_BYTES, Token,
+};
 use url::Url;
 
 monky_bao_client::hardening_table![
@@ -21,6 +25,7 @@ monky_bao_client::hardening_table![
     total_deadline,
     body_capped_while_reading,
     user_agent,
+    connection_check,
 ];
 
 fn build(addr: &str) -> Result<BaoClient, Error> {
@@ -66,6 +71,32 @@ fn user_agent_sent(configure: impl FnOnce(BaoClientBuilder) -> BaoClientBuilder)
     let head = peer.request_head().unwrap().to_lowercase();
     let line = head.lines().find(|l| l.starts_with("user-agent: "));
     line.unwrap_or_else(|| panic!("{head}"))["user-agent: ".len()..].to_owned()
+}
+
+/// What a recording check saw: each new connection's (local, peer) addresses.
+type Seen = Arc<Mutex<Vec<(SocketAddr, SocketAddr)>>>;
+
+/// A connection check that records what it saw and answers `verdict`.
+fn recording_check(verdict: Result<(), &'static str>) -> (ConnectionCheck, Seen) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    let check: ConnectionCheck = Arc::new(move |local, peer| {
+        log.lock().unwrap().push((local, peer));
+        verdict.map_err(Into::into)
+    });
+    (check, seen)
+}
+
+/// The request head `peer` read, once its connection is over (empty: nothing was sent).
+fn head_when_closed(peer: &RawPeer) -> String {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(head) = peer.request_head() {
+            return head;
+        }
+        assert!(Instant::now() < until, "the peer's connection never ended");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// A raw peer answering a token lookup.
@@ -250,4 +281,48 @@ fn user_agent() {
         user_agent_sent(|b| b.user_agent("probe/1".into())),
         "probe/1"
     );
+}
+
+#[test]
+fn connection_check() {
+    // Refused: the call fails with the check's own error and the peer reads no byte, so no
+    // token.
+    let peer = lookup_answer();
+    let (check, seen) = recording_check(Err("served by a stranger"));
+    let client = BaoClient::builder(peer.url())
+        .connection_check(check)
+        .build()
+        .unwrap();
+    let err = lookup(&client).unwrap_err();
+    assert!(matches!(err, Error::ConnectionCheck { .. }), "{err:?}");
+    assert_eq!(err.kind(), ErrorKind::Refused);
+    assert_eq!(
+        err.check_refusal().map(ToString::to_string).as_deref(),
+        Some("served by a stranger")
+    );
+    assert_eq!(head_when_closed(&peer), "", "the peer read a request");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].1, peer.addr());
+
+    // Over TLS the check runs after the handshake and before the request: accepted, the call
+    // goes through with the mapped address as the peer.
+    let pki = Pki::for_host("bao.example.test");
+    let bao = FakeBao::builder()
+        .tls(
+            pki.cert_pem.clone().into_bytes(),
+            pki.key_pem.clone().into_bytes(),
+        )
+        .start();
+    let (check, seen) = recording_check(Ok(()));
+    let client = BaoClient::builder(Url::parse("https://bao.example.test:8200").unwrap())
+        .ca_bundle_pem(pki.ca_bytes())
+        .connect_to(bao.addr())
+        .connection_check(check)
+        .build()
+        .unwrap();
+    // OpenBao answered (an unknown token): the request went out after the check.
+    let err = lookup(&client).unwrap_err();
+    assert!(err.status().is_some(), "{err:?}");
+    assert_eq!(seen.lock().unwrap()[0].1, bao.addr());
 }

@@ -96,6 +96,15 @@ codes! {
     /// Tenancy refused a call without a code of its own, or with one the agent does not know.
     TenancyRefused = "TENANCY_REFUSED", Fail,
         "tenancy refused a call (the message carries its status or code): look at tenancy's logs";
+    /// Another user's process answered on tenancy's loopback address.
+    TenancyListenerUntrusted = "TENANCY_LISTENER_UNTRUSTED", Fail,
+        "a process of another user (the message names its uid and user) listens where the agent dials tenancy, and was sent nothing: find it with `ss -ltnpe`, stop it, then `systemctl restart monky-deployd-proxy`; if the proxy really runs as that user, name it in tenancy.listener_user";
+    /// Another user's process answered on OpenBao's loopback address.
+    BaoListenerUntrusted = "BAO_LISTENER_UNTRUSTED", Fail,
+        "a process of another user (the message names its uid and user) listens where the agent dials OpenBao, and was sent nothing: find it with `ss -ltnpe`, stop it, then `systemctl restart monky-deployd-proxy`; if the proxy really runs as that user, name it in bao.listener_user";
+    /// Tenancy answered 401 to a token OpenBao still accepts.
+    TenancyRefusedToken = "TENANCY_REFUSED_TOKEN", Fail,
+        "tenancy refuses a token OpenBao still accepts, so the token is kept: after a kit re-reveal or a retire, re-run the install kit (the agent bootstraps with the new grant); otherwise tenancy cannot check tokens, look at tenancy's logs";
     /// OpenBao unreachable or sealed.
     BaoUnavailable = "BAO_UNAVAILABLE", Temporary,
         "OpenBao is unreachable or sealed: check the proxy transport and the mesh; the next tick retries";

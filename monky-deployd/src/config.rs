@@ -95,6 +95,9 @@ pub struct TenancyConfig {
     pub timeout_s: u64,
     /// Alias for scheme, host and port together, for hand-written configs.
     pub base_url: Option<String>,
+    /// A user, besides root and the agent's own, whose socket may answer on a loopback
+    /// address the agent dials for tenancy (`proxy_addr`, or a loopback `base_url`).
+    pub listener_user: Option<String>,
 }
 
 impl Default for TenancyConfig {
@@ -107,6 +110,7 @@ impl Default for TenancyConfig {
             proxy_addr: "127.0.0.1:18443".into(),
             timeout_s: 30,
             base_url: None,
+            listener_user: None,
         }
     }
 }
@@ -133,6 +137,9 @@ pub struct BaoConfig {
     pub timeout_s: u64,
     /// Renew the token when its remaining TTL falls below this many seconds.
     pub renew_below_s: u64,
+    /// A user, besides root and the agent's own, whose socket may answer on a loopback
+    /// address the agent dials for OpenBao (`proxy_addr`, or a loopback `addr`).
+    pub listener_user: Option<String>,
     /// The retired AppRole section; present only so its presence can be refused clearly.
     #[serde(default)]
     approle: Option<IgnoredAny>,
@@ -150,6 +157,7 @@ impl Default for BaoConfig {
             proxy_addr: "127.0.0.1:18200".into(),
             timeout_s: 30,
             renew_below_s: 12 * 3600,
+            listener_user: None,
             approle: None,
         }
     }
@@ -720,6 +728,16 @@ healthy_timeout_s: 1800
     fn base_url_is_an_alias() {
         let c = parse("env_id: e1\ntenancy:\n  base_url: http://127.0.0.1:9000\n").unwrap();
         assert_eq!(c.tenancy_url().unwrap().as_str(), "http://127.0.0.1:9000/");
+    }
+
+    #[test]
+    fn listener_users_are_per_section_and_unset_by_default() {
+        let c = parse("env_id: e1\n").unwrap();
+        assert_eq!((c.tenancy.listener_user, c.bao.listener_user), (None, None));
+        let c = parse("env_id: e1\ntenancy:\n  listener_user: ziti\nbao:\n  listener_user: root\n")
+            .unwrap();
+        assert_eq!(c.tenancy.listener_user.as_deref(), Some("ziti"));
+        assert_eq!(c.bao.listener_user.as_deref(), Some("root"));
     }
 
     #[test]

@@ -135,6 +135,20 @@ pub fn run(cfg: &Config) -> Vec<Check> {
         ),
         _ => skip("identity", "not configured or not used by this transport"),
     });
+    for peer in [peers::Peer::Tenancy, peers::Peer::Bao] {
+        let name = match peer {
+            peers::Peer::Tenancy => "tenancy listener",
+            peers::Peer::Bao => "openbao listener",
+        };
+        out.push(match peers::listener_report(cfg, peer) {
+            Some(result) => check(
+                name,
+                "another user's process holds the loopback port the agent dials: find it with `ss -ltnpe`, stop it and `systemctl restart monky-deployd-proxy`; if the proxy runs as that user, name it in tenancy.listener_user / bao.listener_user",
+                result,
+            ),
+            None => skip(name, "no loopback address is dialled for it"),
+        });
+    }
     out.push(check(
         "tenancy",
         "check the mesh: the proxy service (monky-deployd-proxy) or the tunneler, and tenancy.* in config",

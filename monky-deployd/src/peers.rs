@@ -4,7 +4,17 @@
 //! Transports: `system` dials the configured hosts; `proxy` sends tenancy's and OpenBao's TCP
 //! connections to the loopback ports of `ziti tunnel proxy` while the URLs (and so the Host header,
 //! TLS SNI and certificate checks) keep the real names. Environment proxies never apply.
+//!
+//! Whatever the transport, a connection to a loopback address carries a request only when the
+//! socket that answers it belongs to root, the agent's own user or the section's
+//! `listener_user` (see [`listener_check`]): any local user can listen on a loopback port the
+//! proxy left free, and the bearer is the box's OpenBao token.
 
+mod owner;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -21,7 +31,9 @@ pub fn tenancy(cfg: &Config) -> anyhow::Result<proto::Client> {
         .timeout(Duration::from_secs(cfg.tenancy.timeout_s))
         // The download stops where the parser would refuse: one limit, not two that can drift.
         .max_bundle_bytes(monky_bundle::Limits::default().max_bytes)
-        .user_agent(format!("monky-deployd/{}", crate::VERSION));
+        .user_agent(format!("monky-deployd/{}", crate::VERSION))
+        .connection_check(listener_check(cfg, Peer::Tenancy)?);
+    remember_target(cfg, Peer::Tenancy)?;
     if let Some(addr) = cfg.tenancy_mapping()? {
         b = b.connect_to(addr);
     }
@@ -35,8 +47,10 @@ pub fn tenancy(cfg: &Config) -> anyhow::Result<proto::Client> {
 
 /// Builds the OpenBao client for the configured transport and CA bundle.
 pub fn openbao(cfg: &Config) -> anyhow::Result<bao::BaoClient> {
-    let mut b =
-        bao::BaoClient::builder(cfg.bao_url()?).timeout(Duration::from_secs(cfg.bao.timeout_s));
+    let mut b = bao::BaoClient::builder(cfg.bao_url()?)
+        .timeout(Duration::from_secs(cfg.bao.timeout_s))
+        .connection_check(listener_check(cfg, Peer::Bao)?);
+    remember_target(cfg, Peer::Bao)?;
     if let Some(ca) = &cfg.bao.ca_bundle {
         let pem = std::fs::read(ca)
             .with_context(|| format!("bao.ca_bundle: cannot read {}", ca.display()))
@@ -58,8 +72,344 @@ pub fn openbao(cfg: &Config) -> anyhow::Result<bao::BaoClient> {
     })
 }
 
+/// A peer the agent dials: the config section, code and wording of its listener check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// Tenancy (`tenancy.proxy_addr`, or the URL's address under `system`).
+    Tenancy,
+    /// OpenBao (`bao.proxy_addr`, or `bao.addr`'s address under `system`).
+    Bao,
+}
+
+impl Peer {
+    /// The config key that names a further user who may serve this peer's loopback address.
+    #[must_use]
+    pub fn key(self) -> &'static str {
+        match self {
+            Peer::Tenancy => "tenancy.listener_user",
+            Peer::Bao => "bao.listener_user",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Peer::Tenancy => "tenancy",
+            Peer::Bao => "openbao",
+        }
+    }
+
+    fn untrusted(self) -> Code {
+        match self {
+            Peer::Tenancy => Code::TenancyListenerUntrusted,
+            Peer::Bao => Code::BaoListenerUntrusted,
+        }
+    }
+
+    fn unavailable(self) -> Code {
+        match self {
+            Peer::Tenancy => Code::TenancyUnavailable,
+            Peer::Bao => Code::BaoUnavailable,
+        }
+    }
+
+    fn listener_user(self, cfg: &Config) -> Option<&str> {
+        match self {
+            Peer::Tenancy => cfg.tenancy.listener_user.as_deref(),
+            Peer::Bao => cfg.bao.listener_user.as_deref(),
+        }
+    }
+}
+
+/// The loopback address the agent dials for `peer`, if it dials one: the proxy's port, or a
+/// loopback IP (or `localhost`) in the URL under `system`.
+///
+/// # Errors
+/// A config whose addresses do not parse.
+pub fn loopback_target(cfg: &Config, peer: Peer) -> anyhow::Result<Option<SocketAddr>> {
+    let (mapping, url) = match peer {
+        Peer::Tenancy => (cfg.tenancy_mapping()?, cfg.tenancy_url()?),
+        Peer::Bao => (cfg.bao_mapping()?, cfg.bao_url()?),
+    };
+    let addr = match (mapping, url.host(), url.port_or_known_default()) {
+        (Some(addr), _, _) => Some(addr),
+        (None, Some(url::Host::Ipv4(ip)), Some(port)) => Some(SocketAddr::from((ip, port))),
+        (None, Some(url::Host::Ipv6(ip)), Some(port)) => Some(SocketAddr::from((ip, port))),
+        (None, Some(url::Host::Domain("localhost")), Some(port)) => {
+            Some(SocketAddr::from(([127, 0, 0, 1], port)))
+        }
+        _ => None,
+    };
+    Ok(addr.filter(|a| a.ip().to_canonical().is_loopback()))
+}
+
+/// What a failed call to a loopback peer is checked against: the peer's address and who may
+/// serve it, per peer, for the one config this process runs with.
+static TARGETS: std::sync::Mutex<Vec<(Peer, SocketAddr, Trusted)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn remember_target(cfg: &Config, peer: Peer) -> anyhow::Result<()> {
+    let Some(addr) = loopback_target(cfg, peer)? else {
+        return Ok(());
+    };
+    let trusted = Trusted::of(cfg, peer)?;
+    let mut targets = TARGETS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    targets.retain(|(p, _, _)| *p != peer);
+    targets.push((peer, addr, trusted));
+    Ok(())
+}
+
+/// After a transport failure (over `https` the handshake comes before the connection check,
+/// so a squatter fails it and the check never runs): whether `peer`'s loopback address is now
+/// held by an untrusted user, which then is the failure's real cause. A look before or after a
+/// connection is racy, so this only names a cause; the check on the connection itself is what
+/// keeps the token from a squatter.
+fn diagnose(peer: Peer) -> Option<Untrusted> {
+    let (addr, trusted) = TARGETS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .find(|(p, _, _)| *p == peer)
+        .map(|(_, addr, trusted)| (*addr, trusted.clone()))?;
+    trusted.probe(addr).err()
+}
+
+/// The users whose sockets may answer on a loopback address for a peer.
+#[derive(Debug, Clone)]
+pub struct Trusted {
+    peer: Peer,
+    /// Root, the agent's own uid (and the state dir's owner), and `listener_user`'s when set.
+    uids: Vec<u32>,
+}
+
+impl Trusted {
+    /// Root and the agent's own user always, `listener_user` too when the config names one.
+    /// Both can read `bao.token` anyway, so trusting them costs nothing, and the packaged
+    /// proxy unit runs as the agent's user, so a box needs no key for it. The agent's user is
+    /// this process's and the state dir's owner (the same in a tick, which refuses a state dir
+    /// of another user; `doctor` run as root judges as the agent would).
+    ///
+    /// # Errors
+    /// A `listener_user` that is no user on this box (exit 78).
+    pub fn of(cfg: &Config, peer: Peer) -> anyhow::Result<Self> {
+        let mut uids = vec![0, rustix::process::geteuid().as_raw()];
+        if let Ok(meta) = std::fs::metadata(&cfg.state_dir) {
+            uids.push(std::os::unix::fs::MetadataExt::uid(&meta));
+        }
+        if let Some(name) = peer.listener_user(cfg) {
+            let user = nix::unistd::User::from_name(name)
+                .ok()
+                .flatten()
+                .ok_or_else(|| {
+                    Failure::new(
+                        Exit::Config,
+                        None,
+                        format!(
+                            "{}: no user {name:?} on this box: name the user the proxy runs as, \
+                             or remove the key",
+                            peer.key()
+                        ),
+                    )
+                })?;
+            uids.push(user.uid.as_raw());
+        }
+        uids.sort_unstable();
+        uids.dedup();
+        Ok(Self { peer, uids })
+    }
+
+    /// Judges the connection from `local` to `peer`: a loopback peer must be served by a
+    /// trusted uid; any other address is the network's, whose sockets the kernel cannot name.
+    ///
+    /// # Errors
+    /// [`Untrusted`] or [`Vanished`], boxed for the client's connection check.
+    pub fn judge(&self, local: SocketAddr, peer: SocketAddr) -> Result<(), proto::CheckError> {
+        if !peer.ip().to_canonical().is_loopback() {
+            return Ok(());
+        }
+        let owner = match owner::peer_uid(local, peer) {
+            Ok(Some(uid)) if self.uids.contains(&uid) => return Ok(()),
+            Ok(Some(uid)) => Owner::Uid(uid),
+            Ok(None) => {
+                return Err(Box::new(Vanished {
+                    peer: self.peer,
+                    addr: peer,
+                }));
+            }
+            Err(e) => Owner::Unreadable(e.to_string()),
+        };
+        Err(Box::new(Untrusted {
+            peer: self.peer,
+            addr: peer,
+            owner,
+        }))
+    }
+}
+
+impl Trusted {
+    /// Connects to `addr`, reads the owner of the socket that answered and closes without
+    /// sending anything: `doctor`'s look, and the diagnosis of a failed call. `Ok(None)` when
+    /// nothing answered (nobody to distrust), else the trusted owner's uid.
+    ///
+    /// # Errors
+    /// [`Untrusted`] for a listener of another user.
+    pub fn probe(&self, addr: SocketAddr) -> Result<Option<u32>, Untrusted> {
+        let Ok(stream) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
+            return Ok(None);
+        };
+        let (Ok(local), Ok(peer)) = (stream.local_addr(), stream.peer_addr()) else {
+            return Ok(None);
+        };
+        if let Err(e) = self.judge(local, peer) {
+            return match e.downcast::<Untrusted>() {
+                Ok(untrusted) => Err(*untrusted),
+                Err(_) => Ok(None),
+            };
+        }
+        Ok(owner::peer_uid(local, peer).ok().flatten())
+    }
+}
+
+/// `doctor`'s look at who serves `peer`'s loopback address; `None` when the agent dials no
+/// loopback address for it.
+pub fn listener_report(cfg: &Config, peer: Peer) -> Option<Result<String, String>> {
+    let addr = match loopback_target(cfg, peer) {
+        Ok(Some(addr)) => addr,
+        Ok(None) => return None,
+        Err(e) => return Some(Err(format!("{e:#}"))),
+    };
+    let trusted = match Trusted::of(cfg, peer) {
+        Ok(t) => t,
+        Err(e) => return Some(Err(format!("{e:#}"))),
+    };
+    let name = peer.name();
+    Some(match trusted.probe(addr) {
+        Ok(Some(uid)) => Ok(format!(
+            "{name} at {addr} is served by uid {uid} ({})",
+            user_name(uid)
+        )),
+        Ok(None) => Ok(format!("nothing answers for {name} at {addr}")),
+        Err(u) => Err(format!("{name}: {u}")),
+    })
+}
+
+/// The connection check for `peer`'s client: [`Trusted::judge`] on every new connection.
+///
+/// # Errors
+/// As [`Trusted::of`].
+pub fn listener_check(cfg: &Config, peer: Peer) -> anyhow::Result<proto::ConnectionCheck> {
+    let trusted = Trusted::of(cfg, peer)?;
+    Ok(Arc::new(move |local, remote| trusted.judge(local, remote)))
+}
+
+/// Who answered on a loopback address, when it is no trusted user.
+#[derive(Debug)]
+enum Owner {
+    Uid(u32),
+    Unreadable(String),
+}
+
+/// A loopback listener that is not the one the box's admin set up; nothing was sent to it.
+#[derive(Debug)]
+pub struct Untrusted {
+    peer: Peer,
+    addr: SocketAddr,
+    owner: Owner,
+}
+
+impl fmt::Display for Untrusted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (addr, key) = (self.addr, self.peer.key());
+        match &self.owner {
+            Owner::Uid(uid) => write!(
+                f,
+                "{addr} is served by uid {uid} ({}), which is not root, the agent's user or \
+                 {key}; no request was sent to it",
+                user_name(*uid)
+            ),
+            Owner::Unreadable(why) => write!(
+                f,
+                "cannot tell who serves {addr} ({why}); no request was sent to it"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Untrusted {}
+
+/// The peer's socket was gone before its owner could be read: the connection is dead anyway.
+#[derive(Debug)]
+pub struct Vanished {
+    peer: Peer,
+    addr: SocketAddr,
+}
+
+impl fmt::Display for Vanished {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the connection to {} closed before its owner could be read; nothing was sent",
+            self.addr
+        )
+    }
+}
+
+impl std::error::Error for Vanished {}
+
+/// `nobody`, or `no such user` for a uid without a passwd entry.
+fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or_else(|| "no such user".to_owned(), |u| u.name)
+}
+
+/// The failure for an untrusted listener.
+fn untrusted_failure(what: &str, u: &Untrusted) -> anyhow::Error {
+    Failure::new(
+        Exit::Fail,
+        u.peer.untrusted(),
+        format!(
+            "{what}: {}'s address {u}: stop that process and restart \
+             monky-deployd-proxy.service, or name the proxy's user in {}",
+            u.peer.name(),
+            u.peer.key()
+        ),
+    )
+    .into()
+}
+
+/// The failure for a connection check's refusal, when `refusal` is one.
+fn listener_failure(
+    what: &str,
+    refusal: Option<&(dyn std::error::Error + Send + Sync + 'static)>,
+) -> Option<anyhow::Error> {
+    let refusal = refusal?;
+    if let Some(u) = refusal.downcast_ref::<Untrusted>() {
+        return Some(untrusted_failure(what, u));
+    }
+    let v = refusal.downcast_ref::<Vanished>()?;
+    Some(
+        Failure::new(
+            Exit::Temporary,
+            v.peer.unavailable(),
+            format!("{what}: {v}"),
+        )
+        .into(),
+    )
+}
+
 /// Turns a tenancy error into a failure with the right exit status and tenancy's code.
 pub fn tenancy_failure(what: &str, e: proto::Error) -> anyhow::Error {
+    if let Some(f) = listener_failure(what, e.check_refusal()) {
+        return f;
+    }
+    if matches!(e, proto::Error::Transport { .. })
+        && let Some(u) = diagnose(Peer::Tenancy)
+    {
+        return untrusted_failure(what, &u);
+    }
     let exit = match e.kind() {
         proto::ErrorKind::Temporary => Exit::Temporary,
         proto::ErrorKind::EnvMismatch => Exit::Config,
@@ -96,6 +446,14 @@ pub fn tenancy_failure(what: &str, e: proto::Error) -> anyhow::Error {
 
 /// Turns an OpenBao error into a failure: unreachable or sealed is temporary, the rest fails.
 pub fn bao_failure(what: &str, e: bao::Error) -> anyhow::Error {
+    if let Some(f) = listener_failure(what, e.check_refusal()) {
+        return f;
+    }
+    if matches!(e, bao::Error::Network { .. } | bao::Error::Tls { .. })
+        && let Some(u) = diagnose(Peer::Bao)
+    {
+        return untrusted_failure(what, &u);
+    }
     let exit = match e.kind() {
         bao::ErrorKind::Temporary => Exit::Temporary,
         _ => Exit::Fail,
@@ -142,6 +500,100 @@ fn with_causes(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn config(extra: &str) -> Config {
+        let dir = std::env::temp_dir().join("monky-peers-test-no-such-dir");
+        Config::parse(
+            &format!("env_id: e1\nstate_dir: {}\n{extra}", dir.display()),
+            std::path::Path::new("config.yaml"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn trusted_is_the_agents_user_and_the_named_one() {
+        let me = rustix::process::geteuid().as_raw();
+        let mut base = vec![0, me];
+        base.dedup();
+        assert_eq!(Trusted::of(&config(""), Peer::Tenancy).unwrap().uids, base);
+        let t = Trusted::of(&config("bao:\n  listener_user: nobody\n"), Peer::Bao).unwrap();
+        assert!(
+            t.uids.contains(&65534) && t.uids.contains(&me),
+            "{:?}",
+            t.uids
+        );
+        // The key of the other section does not count.
+        let t = Trusted::of(&config("bao:\n  listener_user: nobody\n"), Peer::Tenancy).unwrap();
+        assert_eq!(t.uids, base);
+
+        let err = Trusted::of(
+            &config("tenancy:\n  listener_user: no-such-user-x\n"),
+            Peer::Tenancy,
+        )
+        .unwrap_err();
+        assert_eq!(crate::exit::Exit::of(&err), Exit::Config);
+        let text = format!("{err:#}");
+        assert!(
+            text.contains("tenancy.listener_user") && text.contains("no-such-user-x"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn only_loopback_peers_are_judged() {
+        let t = Trusted {
+            peer: Peer::Tenancy,
+            uids: vec![],
+        };
+        // The network's peers are not in the box's socket table; the check lets them be.
+        let local: SocketAddr = "10.0.0.5:40000".parse().unwrap();
+        assert!(t.judge(local, "10.0.0.9:443".parse().unwrap()).is_ok());
+        // A loopback listener of this process, judged by a policy that trusts nobody.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let err = t
+            .judge(stream.local_addr().unwrap(), stream.peer_addr().unwrap())
+            .unwrap_err();
+        let untrusted = err.downcast_ref::<Untrusted>().expect("untrusted");
+        let me = rustix::process::geteuid().as_raw();
+        assert!(
+            untrusted.to_string().contains(&format!("uid {me} (")),
+            "{untrusted}"
+        );
+        assert_eq!(
+            t.probe(listener.local_addr().unwrap()).unwrap_err().addr,
+            listener.local_addr().unwrap()
+        );
+        let mine = Trusted {
+            peer: Peer::Tenancy,
+            uids: vec![me],
+        };
+        assert_eq!(
+            mine.probe(listener.local_addr().unwrap()).unwrap(),
+            Some(me)
+        );
+    }
+
+    #[test]
+    fn loopback_targets_are_the_proxy_ports_or_a_loopback_url() {
+        let proxy = config("");
+        assert_eq!(
+            loopback_target(&proxy, Peer::Tenancy).unwrap(),
+            Some("127.0.0.1:18443".parse().unwrap())
+        );
+        assert_eq!(
+            loopback_target(&proxy, Peer::Bao).unwrap(),
+            Some("127.0.0.1:18200".parse().unwrap())
+        );
+        let system = config(
+            "transport: system\ntenancy:\n  base_url: http://localhost:8081\nbao:\n  addr: https://bao.example.test:8200\n",
+        );
+        assert_eq!(
+            loopback_target(&system, Peer::Tenancy).unwrap(),
+            Some("127.0.0.1:8081".parse().unwrap())
+        );
+        assert_eq!(loopback_target(&system, Peer::Bao).unwrap(), None);
+    }
 
     #[test]
     fn causes_are_kept_once() {

@@ -248,29 +248,24 @@ impl<'a> Agent<'a> {
         }
     }
 
-    /// Checks in; a superseded token is dropped and, with a fresh grant on disk, replaced.
+    /// Checks in. Tenancy's 401 alone destroys nothing: a fresh grant on disk (staged by the
+    /// box's admin) replaces the token, and otherwise OpenBao says whether the token is dead.
     fn checkin(&mut self) -> anyhow::Result<proto::CheckinResponse> {
         let req = self.checkin_request();
-        match self.tenancy.checkin(&self.bearer()?, &req) {
-            Ok(r) => Ok(r),
-            Err(e) if e.kind() == proto::ErrorKind::Unauthenticated => {
-                warn!("tenancy refused the token ({e}); deleting it");
-                self.forget_token();
-                if !self.cfg.bootstrap_file.exists() {
-                    return Err(Failure::coded(
-                        Code::AgentUnauthenticated,
-                        "the token was superseded or revoked and no bootstrap grant is on disk: \
-                         re-run the install kit",
-                    )
-                    .into());
-                }
-                self.bootstrap()?;
-                self.tenancy
-                    .checkin(&self.bearer()?, &req)
-                    .map_err(|e| peers::tenancy_failure("checkin after re-bootstrap", e))
-            }
-            Err(e) => Err(peers::tenancy_failure("checkin", e)),
+        let refused = match self.tenancy.checkin(&self.bearer()?, &req) {
+            Ok(r) => return Ok(r),
+            Err(e) if e.kind() == proto::ErrorKind::Unauthenticated => e,
+            Err(e) => return Err(peers::tenancy_failure("checkin", e)),
+        };
+        warn!("tenancy refused the token ({refused})");
+        if !self.cfg.bootstrap_file.exists() {
+            return Err(self.token_refused_by_tenancy(&refused));
         }
+        // The new login's token replaces (and revokes) the old one only once it exists.
+        self.bootstrap()?;
+        self.tenancy
+            .checkin(&self.bearer()?, &req)
+            .map_err(|e| peers::tenancy_failure("checkin after re-bootstrap", e))
     }
 
     /// The whole tick after the lock: token, checkin, action.

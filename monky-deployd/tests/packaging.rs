@@ -590,10 +590,12 @@ fn the_units_say_what_the_issue_asks() {
         "@resources must stay allowed (setrlimit, for the Go docker CLI): {filters}"
     );
     let families = values("RestrictAddressFamilies").join(" ");
-    assert!(
-        families.split_whitespace().any(|f| f == "AF_UNIX"),
-        "{families}"
-    );
+    for family in ["AF_UNIX", "AF_NETLINK"] {
+        assert!(
+            families.split_whitespace().any(|f| f == family),
+            "{family}: {families}"
+        );
+    }
 
     let timer = directives(&read("packaging/systemd/monky-deployd.timer"));
     for (k, v) in [

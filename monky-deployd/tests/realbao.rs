@@ -228,3 +228,34 @@ fn a_seal_in_the_middle_of_the_work_is_temporary_then_unsealing_applies() {
     assert_eq!(r.sha.as_deref(), Some(second.as_str()));
     assert_eq!(w.state()["applied_sha"], json!(second));
 }
+
+#[test]
+fn a_401_from_tenancy_for_a_token_the_real_openbao_accepts_keeps_it() {
+    let Some(w) = world() else { return };
+    let sha = w.applied();
+    let token = std::fs::read(w.state_dir().join("bao.token")).unwrap();
+    w.tenancy.set_fault(
+        Endpoint::Checkin,
+        Fault::Status {
+            status: 401,
+            body: r#"{"code":"AGENT_UNAUTHENTICATED","detail":"unknown or revoked token"}"#.into(),
+        },
+    );
+    let run = w.tick();
+    run.expect(1);
+    // The real server's lookup-self said yes: the failure is tenancy's, the token stays.
+    run.says(&["TENANCY_REFUSED_TOKEN", "OpenBao still accepts the token"]);
+    assert_eq!(
+        std::fs::read(w.state_dir().join("bao.token")).unwrap(),
+        token
+    );
+    w.assert_current(&sha);
+
+    w.tenancy.clear_faults();
+    w.tick().ok();
+    assert_report(&w.last_report(), ReportResult::Applied, None);
+    assert_eq!(
+        std::fs::read(w.state_dir().join("bao.token")).unwrap(),
+        token
+    );
+}

@@ -7,6 +7,7 @@ mod apply;
 mod boxfiles;
 mod budget;
 mod bundle_check;
+mod channel;
 mod cli;
 mod clock;
 mod crash;

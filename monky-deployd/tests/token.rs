@@ -69,14 +69,27 @@ fn a_superseded_grant_rebootstraps_with_a_fresh_one() {
 }
 
 #[test]
-fn a_superseded_grant_without_a_fresh_one_deletes_the_token() {
+fn a_superseded_grant_without_a_fresh_one_keeps_a_token_openbao_accepts() {
     let w = World::new();
     w.applied();
+    let token = std::fs::read(w.state_dir().join("bao.token")).unwrap();
     w.tenancy.supersede(ENV);
     let run = w.tick();
     run.expect(1);
-    run.says(&["AGENT_UNAUTHENTICATED", "re-run the install kit"]);
-    assert!(!w.state_dir().join("bao.token").exists());
+    // Tenancy's word alone deletes nothing: OpenBao still accepts the token.
+    run.says(&["TENANCY_REFUSED_TOKEN", "re-run the install kit"]);
+    assert_eq!(
+        std::fs::read(w.state_dir().join("bao.token")).unwrap(),
+        token
+    );
+    // The kit's fresh grant then replaces it in the next tick.
+    w.stage_grant();
+    w.tick().ok();
+    assert_ne!(
+        std::fs::read(w.state_dir().join("bao.token")).unwrap(),
+        token
+    );
+    assert_eq!(w.state()["token"]["source"], "bootstrap");
 }
 
 #[test]

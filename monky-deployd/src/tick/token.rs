@@ -169,6 +169,43 @@ impl Agent<'_> {
         }
     }
 
+    /// Tenancy answered 401 and no fresh grant is staged: the token is deleted only when
+    /// OpenBao refuses it too (`lookup-self` over the pinned TLS). A token OpenBao accepts is
+    /// kept and the failure is tenancy's; one OpenBao cannot be asked about is kept as well.
+    pub(super) fn token_refused_by_tenancy(&mut self, refused: &proto::Error) -> anyhow::Error {
+        let looked_up = match (&self.token, self.bao()) {
+            (Some(tok), Ok(client)) => client.lookup_self(tok),
+            (None, _) => return anyhow::anyhow!("no token"),
+            (_, Err(e)) => return e,
+        };
+        match looked_up {
+            Ok(info) => Failure::coded(
+                Code::TenancyRefusedToken,
+                format!(
+                    "checkin: {refused}; OpenBao still accepts the token (ttl {}s), so it is \
+                     kept: re-run the install kit if tenancy superseded the grant, otherwise \
+                     look at tenancy's logs",
+                    info.ttl.as_secs()
+                ),
+            )
+            .into(),
+            Err(e) if e.kind() == bao::ErrorKind::PermissionDenied => {
+                warn!("OpenBao refuses the token too ({e}); deleting it");
+                self.forget_token();
+                Failure::coded(
+                    Code::AgentUnauthenticated,
+                    "the token was superseded or revoked and no bootstrap grant is on disk: \
+                     re-run the install kit",
+                )
+                .into()
+            }
+            Err(e) => peers::bao_failure(
+                "asking OpenBao about the token tenancy refused (the token is kept)",
+                e,
+            ),
+        }
+    }
+
     /// Leases a grant, logs in with it, and makes the new token the bearer.
     pub(super) fn lease_login(&mut self, reason: &str) -> anyhow::Result<()> {
         let req = proto::LeaseRequest {
