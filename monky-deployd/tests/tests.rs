@@ -12,6 +12,7 @@ mod crypto;
 mod deadline;
 mod e2e;
 mod faults;
+mod heal;
 mod hostile;
 mod leaks;
 mod lifecycle;
