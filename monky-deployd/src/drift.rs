@@ -159,11 +159,14 @@ pub fn detect(applied: &str, converged: Option<&Converged>, seen: &[ContainerFac
             out.push(drift(Kind::Extra));
             continue;
         }
-        if let Some(e) = expected {
-            let differs = |want: &Option<String>, got: &Option<String>| {
-                want.is_some() && got.is_some() && want != got
-            };
-            if differs(&e.config_hash, &f.config_hash) || differs(&e.image_id, &f.image_id) {
+        // Only the engine's answer carries the hash and the image; the CLI fallback's rows
+        // (no id) are not compared, or every container would look replaced.
+        if let Some(e) = expected.filter(|_| !f.id.is_empty()) {
+            // A container without compose's hash where compose had put one is not compose's.
+            let hash_differs = e.config_hash.is_some() && e.config_hash != f.config_hash;
+            let image_differs =
+                e.image_id.is_some() && f.image_id.is_some() && e.image_id != f.image_id;
+            if hash_differs || image_differs {
                 out.push(drift(Kind::Replaced));
                 continue;
             }
@@ -271,7 +274,7 @@ mod tests {
         check(&[migrate(Some(0)), web("running", "h-web", None)], &[]);
         // Docker's to restart: not drift.
         check(&[migrate(Some(0)), web("restarting", "h-web", None)], &[]);
-        // Health is not drift.
+        // A paused container is a person's pause, reported by its health as before.
         check(&[migrate(Some(0)), web("paused", "h-web", None)], &[]);
         check(&[migrate(Some(0))], &["web missing (p-web-1)"]);
         check(
@@ -299,6 +302,15 @@ mod tests {
             &[migrate(Some(0)), web("running", "h-other", None)],
             &["web recreated by hand (p-web-1)"],
         );
+        let mut no_hash = web("running", "h-web", None);
+        no_hash.config_hash = None;
+        check(
+            &[migrate(Some(0)), no_hash.clone()],
+            &["web recreated by hand (p-web-1)"],
+        );
+        // The CLI fallback's rows carry no id, hash or image: not compared.
+        no_hash.id = String::new();
+        check(&[migrate(Some(0)), no_hash], &[]);
         let mut other_image = web("running", "h-web", None);
         other_image.image_id = Some("sha256:other".into());
         check(
