@@ -513,3 +513,28 @@ fn hold_refuses_a_past_or_unreadable_until_and_a_multiline_reason() {
     assert!(!w.state_dir().join("hold").exists());
     w.run(&["unhold"]).ok().prints(&["was not held"]);
 }
+
+/// `hold` run as root acts as the state dir's owner, so the agent's tick reads a file of its
+/// own; run as that owner it writes as itself. Either way the file is the owner's, 0600.
+#[test]
+fn hold_writes_the_file_as_the_state_dirs_owner() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let w = World::new();
+    let root = rustix::process::geteuid().is_root();
+    // As root, the state dir belongs to another user, as on a box (nobody stands in for the
+    // agent's user); its parents must let that user through.
+    let owner = if root { 65534 } else { rustix::process::geteuid().as_raw() };
+    std::fs::create_dir_all(w.state_dir()).unwrap();
+    std::fs::set_permissions(w.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(w.state_dir(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    if root {
+        std::os::unix::fs::chown(w.state_dir(), Some(owner), Some(owner)).unwrap();
+    }
+    w.run(&["hold", "--reason", "kernel update"]).ok();
+    let meta = std::fs::metadata(w.state_dir().join("hold")).unwrap();
+    assert_eq!(meta.uid(), owner);
+    assert_eq!(meta.mode() & 0o777, 0o600);
+    w.run(&["status"]).ok().prints(&["kernel update"]);
+    w.run(&["unhold"]).ok().prints(&["hold removed"]);
+    assert!(!w.state_dir().join("hold").exists());
+}
