@@ -523,7 +523,11 @@ fn hold_writes_the_file_as_the_state_dirs_owner() {
     let root = rustix::process::geteuid().is_root();
     // As root, the state dir belongs to another user, as on a box (nobody stands in for the
     // agent's user); its parents must let that user through.
-    let owner = if root { 65534 } else { rustix::process::geteuid().as_raw() };
+    let owner = if root {
+        65534
+    } else {
+        rustix::process::geteuid().as_raw()
+    };
     std::fs::create_dir_all(w.state_dir()).unwrap();
     std::fs::set_permissions(w.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(w.state_dir(), std::fs::Permissions::from_mode(0o700)).unwrap();
