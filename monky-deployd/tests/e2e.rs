@@ -1364,7 +1364,9 @@ fn drift_made_by_hand_is_healed_by_the_next_tick() {
     let other = format!("{}other:1", b.project.name);
     b.project.docker_ok(["commit", &web, &other]);
     let by_hand = other.clone();
-    let cases: Vec<(&str, Box<dyn Fn(&E2eBox)>, String)> = vec![
+    /// A drift made by hand: its name, how it is made, what the report names.
+    type Case<'a> = (&'a str, Box<dyn Fn(&E2eBox)>, String);
+    let cases: Vec<Case> = vec![
         (
             "removed",
             Box::new(|b: &E2eBox| {
