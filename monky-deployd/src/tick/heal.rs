@@ -107,30 +107,42 @@ impl Agent<'_> {
         self.refresh_containers();
         let still = drift::detect(sha, self.state.converged.as_ref(), &self.facts)
             .into_iter()
-            // A container of the release that compose made anew has a new id and hash; only
-            // what compose does not replace counts as drift that stayed.
+            // What compose made now is the release's, even where it hashes a service
+            // differently from the record (a compose upgraded since the last up).
             .filter(|d| !matches!(d.kind, drift::Kind::Replaced))
             .collect::<Vec<_>>();
         let bad = not_ready(&self.state.containers);
-        let why = match (&up, bad.is_empty()) {
-            (Err(e), _) => Some((
-                Failure::code_of(e).unwrap_or(Code::HealFailed),
-                redact::redact(&format!("{e:#}")),
-                true,
-            )),
+        // `CODE: names` of what went wrong, and whether compose's logs say more.
+        let failed = match (&up, bad.is_empty()) {
+            (Err(e), _) => Some(match Failure::detail_of(e) {
+                (Some(code), detail) if code != Code::Failed => (code, detail, true),
+                (_, detail) => (
+                    Code::HealFailed,
+                    format!("{}: {detail}", Code::HealFailed),
+                    true,
+                ),
+            }),
             (Ok(()), false) => Some((
                 Code::HealFailed,
-                format!("not healthy after up: {}", bad.join(", ")),
+                format!(
+                    "{}: not healthy after up: {}",
+                    Code::HealFailed,
+                    bad.join(", ")
+                ),
                 true,
             )),
             (Ok(()), true) if !still.is_empty() => Some((
                 Code::HealFailed,
-                format!("still drifted after up: {}", drift::describe(&still)),
+                format!(
+                    "{}: still drifted after up: {}",
+                    Code::HealFailed,
+                    drift::describe(&still)
+                ),
                 false,
             )),
             (Ok(()), true) => None,
         };
-        let Some((code, why, logs)) = why else {
+        let Some((code, why, logs)) = failed else {
             self.record_converged(sha);
             let detail = format!("{}: {what}", Code::Healed);
             info!("healed {}: {what}", short(Some(sha)));
@@ -142,14 +154,8 @@ impl Agent<'_> {
         } else {
             None
         };
-        let code = if code == Code::Failed {
-            Code::HealFailed
-        } else {
-            code
-        };
         let detail = format!(
-            "{}: {why}; drift: {what}; next heal after {}",
-            code,
+            "{why}; drift: {what}; next heal after {}",
             crate::status::rfc3339(next)
         );
         warn!(
