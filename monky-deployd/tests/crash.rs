@@ -135,3 +135,36 @@ fn walk_names(dir: &std::path::Path) -> Vec<String> {
     }
     out
 }
+
+/// Tenancy went back to the running release while an apply was cut short after the swap: the
+/// next tick points `current` back at it and brings it up, and says so.
+#[test]
+fn an_interrupted_apply_tenancy_no_longer_wants_is_rolled_back() {
+    let w = World::new();
+    let first = w.applied();
+    let second = w.publish(&TestBundle::tagged("2"));
+    let run = Run(w
+        .command(&["run", "--once"])
+        .env("MONKY_DEPLOYD_FAILPOINT", "after-swap")
+        .output()
+        .unwrap());
+    assert_eq!(run.0.status.code(), None, "killed");
+    w.assert_current(&second);
+    w.tenancy
+        .set_desired(ENV, monky_agent_proto::testkit::Desired::sha(first.clone()));
+    w.tick().ok();
+    w.assert_current(&first);
+    let r = w.last_report();
+    assert_eq!(r.result, ReportResult::Applied, "{r:?}");
+    assert_eq!(r.sha.as_deref(), Some(first.as_str()));
+    let detail = r.detail.unwrap_or_default();
+    assert!(
+        detail.starts_with(&format!(
+            "APPLY_INTERRUPTED: rolled back the apply of {}",
+            &second[..12]
+        )) && detail.ends_with(&format!("reverted to {}", &first[..12])),
+        "{detail}"
+    );
+    assert!(!w.env_dir().join("applying").exists());
+    assert_eq!(w.state()["applied_sha"], json!(first));
+}
