@@ -41,7 +41,7 @@ pub mod wire;
 
 pub use wire::{
     Action, BundleDownload, CheckinInterval, CheckinRequest, CheckinResponse, ContainerStatus,
-    ErrorCode, ErrorEnvelope, HostFacts, LeaseRequest, LeaseResponse, MAX_TTL, ReportRequest,
+    ErrorCode, ErrorEnvelope, Hold, HostFacts, LeaseRequest, LeaseResponse, MAX_TTL, ReportRequest,
     ReportResult, Sha, ShaError, VaultInfo, bundle_path, is_retired_lease_shape,
 };
 

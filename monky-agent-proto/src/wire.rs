@@ -181,6 +181,26 @@ pub struct CheckinRequest {
     pub host: HostFacts,
     /// The state of the project's containers.
     pub containers: Vec<ContainerStatus>,
+    /// An operator's hold on the box, while there is one; left out of the body otherwise, so
+    /// a tenancy that does not know the field reads the body as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<Hold>,
+}
+
+/// An operator's hold on a box (`monky-deployd hold`): while it lasts the agent checks in and
+/// reports, but neither applies, heals nor retires. Carried in the checkin and the report as
+/// an optional field; the report's `result` stays one of the values tenancy knows.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    /// Why the box is held, as the operator wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When the hold was put (unix seconds).
+    pub since: u64,
+    /// When the hold ends by itself (unix seconds); absent: until `monky-deployd unhold`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<u64>,
 }
 
 /// Host facts sent with every checkin.
@@ -412,9 +432,14 @@ pub struct ReportRequest {
     pub log_tail: String,
     /// The state of the project's containers.
     pub containers: Vec<ContainerStatus>,
-    /// Code and names of a failure; left out of the body when absent.
+    /// Code and names of a failure; left out of the body when absent. An `applied` report may
+    /// carry one too, naming what the agent did on its own (`HEALED: ...`, `RECOVERED: ...`)
+    /// or why it did not act (`HELD: ...`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The operator's hold on the box, while there is one (see [`Hold`]); left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<Hold>,
 }
 
 /// Tenancy's error body.

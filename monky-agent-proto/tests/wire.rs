@@ -190,6 +190,7 @@ mod prop {
                 log_tail,
                 containers: vec![ContainerStatus { name: "c".into(), state: "running".into(), health }],
                 detail,
+                hold: None,
             };
             let json = serde_json::to_string(&report).unwrap();
             prop_assert_eq!(json.contains("\"detail\""), report.detail.is_some());

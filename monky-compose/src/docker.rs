@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::Container;
 use crate::compose::{Compose, ComposeVersion};
 use crate::container::{Row, project_containers};
-use crate::engine::{self, Engine, EngineInfo, PROJECT_LABEL};
+use crate::engine::{self, ContainerFacts, Engine, EngineInfo, PROJECT_LABEL};
 use crate::error::{Error, Result};
 use crate::process::{Invocation, Runner, is_executable};
 
@@ -466,6 +466,36 @@ impl Docker {
             }
             other => other,
         }
+    }
+
+    /// As [`Docker::containers`], with each container's [`ContainerFacts`]: from the Engine API
+    /// in one request; the `docker ps` fallback knows the containers only.
+    pub fn container_facts(&self, project: &str) -> Result<Vec<ContainerFacts>> {
+        match self.inner.engine.container_facts(project) {
+            Err(e @ Error::EngineUnavailable { .. }) => {
+                tracing::debug!(error = %e, "engine socket unreachable; asking the docker CLI");
+                Ok(self
+                    .cli_containers(project)?
+                    .into_iter()
+                    .map(ContainerFacts::of)
+                    .collect())
+            }
+            other => other,
+        }
+    }
+
+    /// `docker rm -f <containers>`: removes containers by name or id, running or not (compose's
+    /// leftovers, a container made by another hand). Nothing to remove is no call.
+    pub fn remove_containers(&self, names: &[String]) -> Result<()> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let mut args: Vec<String> = vec!["rm".into(), "-f".into()];
+        args.extend(names.iter().cloned());
+        // A running container is stopped first, which may take its stop grace period.
+        let inv = Invocation::new(&self.inner.bin, self.inner.limits.timeout).args(args);
+        self.inner.runner.run(&inv)?.check()?;
+        Ok(())
     }
 
     fn cli_containers(&self, project: &str) -> Result<Vec<Container>> {

@@ -25,6 +25,9 @@ pub const SERVICE_LABEL: &str = "com.docker.compose.service";
 /// The label marking `compose run` one-off containers (`True`), which are not the project's
 /// state.
 pub const ONEOFF_LABEL: &str = "com.docker.compose.oneoff";
+/// The label holding compose's hash of the service's configuration: `up` recreates a container
+/// whose hash differs from the model's, so a container made by another hand shows here.
+pub const CONFIG_HASH_LABEL: &str = "com.docker.compose.config-hash";
 
 /// The most this crate reads of one Engine API response.
 const MAX_BODY: u64 = 16 * 1024 * 1024;
@@ -127,12 +130,28 @@ impl Engine {
     /// The containers of compose project `project`, one-off containers excluded, sorted by
     /// name. `GET /containers/json?all=1&filters={"label":["com.docker.compose.project=<p>"]}`.
     pub fn containers(&self, project: &str) -> Result<Vec<Container>> {
+        Ok(project_containers(self.rows(project)?))
+    }
+
+    /// As [`Engine::containers`], with what the same answer says about where each container
+    /// came from ([`ContainerFacts`]): still one request, no process.
+    pub fn container_facts(&self, project: &str) -> Result<Vec<ContainerFacts>> {
+        let mut facts: Vec<ContainerFacts> = self
+            .rows(project)?
+            .into_iter()
+            .filter(|r| !r.is_oneoff())
+            .map(ApiContainer::into_facts)
+            .collect();
+        facts.sort_by(|a, b| a.container.name.cmp(&b.container.name));
+        Ok(facts)
+    }
+
+    fn rows(&self, project: &str) -> Result<Vec<ApiContainer>> {
         let filters = serde_json::json!({ "label": [format!("{PROJECT_LABEL}={project}")] });
-        let rows: Vec<ApiContainer> = self.get_json(
+        self.get_json(
             "/containers/json",
             &[("all", "1"), ("filters", &filters.to_string())],
-        )?;
-        Ok(project_containers(rows))
+        )
     }
 
     fn target_text(&self) -> String {
@@ -255,8 +274,50 @@ fn io_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io:
     None
 }
 
+/// A container of a project with the facts drift detection compares: its id, compose's config
+/// hash, the image it runs and, when it exited, its exit code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerFacts {
+    /// The container's name, service, state and health.
+    pub container: Container,
+    /// The engine's id of the container.
+    pub id: String,
+    /// Compose's `com.docker.compose.config-hash` label; `None` on a container compose did not
+    /// make (or when only the CLI could be asked).
+    pub config_hash: Option<String>,
+    /// The id of the image it runs (`sha256:...`), when the engine says.
+    pub image_id: Option<String>,
+    /// The exit code an exited container's status shows (`Exited (0) 3 minutes ago`).
+    pub exit_code: Option<i32>,
+}
+
+impl ContainerFacts {
+    /// Facts that only the container itself is known of (the CLI fallback's rows).
+    #[must_use]
+    pub fn of(container: Container) -> Self {
+        ContainerFacts {
+            container,
+            id: String::new(),
+            config_hash: None,
+            image_id: None,
+            exit_code: None,
+        }
+    }
+}
+
+/// The exit code in an engine status text: `Exited (137) 2 seconds ago` gives 137.
+#[must_use]
+pub fn exit_code_from_status(status: &str) -> Option<i32> {
+    let rest = status.trim_start().strip_prefix("Exited (")?;
+    rest[..rest.find(')')?].trim().parse().ok()
+}
+
 #[derive(Debug, Deserialize)]
 struct ApiContainer {
+    #[serde(rename = "Id", default)]
+    id: String,
+    #[serde(rename = "ImageID", default)]
+    image_id: String,
     #[serde(rename = "Names", default)]
     names: Vec<String>,
     #[serde(rename = "State", default)]
@@ -270,6 +331,20 @@ struct ApiContainer {
 impl ApiContainer {
     fn label(&self, key: &str) -> Option<&str> {
         self.labels.as_ref()?.get(key).map(String::as_str)
+    }
+
+    fn into_facts(self) -> ContainerFacts {
+        let config_hash = self.label(CONFIG_HASH_LABEL).map(str::to_owned);
+        let exit_code = exit_code_from_status(&self.status);
+        let id = self.id.clone();
+        let image_id = Some(self.image_id.clone()).filter(|i| !i.is_empty());
+        ContainerFacts {
+            container: self.into_container(),
+            id,
+            config_hash,
+            image_id,
+            exit_code,
+        }
     }
 }
 
@@ -367,6 +442,49 @@ mod tests {
                 container("p-db-1", "", "exited", None),
                 container("p-web-1", "web", "running", Some("healthy")),
             ]
+        );
+    }
+
+    #[test]
+    fn exit_codes_from_status_texts() {
+        let check = |status: &str, code: Option<i32>| {
+            assert_eq!(exit_code_from_status(status), code, "{status:?}");
+        };
+        check("Exited (0) 3 minutes ago", Some(0));
+        check("Exited (137) 2 seconds ago", Some(137));
+        check("Exited (-1) now", Some(-1));
+        check("Up 2 minutes (healthy)", None);
+        check("Restarting (1) 5 seconds ago", None);
+        check("Exited (x) now", None);
+        check("Exited (", None);
+        check("", None);
+    }
+
+    #[test]
+    fn api_rows_carry_their_hash_image_and_exit_code() {
+        let rows: Vec<ApiContainer> = serde_json::from_str(
+            r#"[{"Id":"c1","ImageID":"sha256:aa","Names":["/p-web-1"],"State":"exited",
+                 "Status":"Exited (137) 1 second ago",
+                 "Labels":{"com.docker.compose.service":"web","com.docker.compose.config-hash":"h1"}},
+                {"Id":"c2","Names":["/p-x-1"],"State":"running","Status":"Up 1 second","Labels":{}}]"#,
+        )
+        .unwrap();
+        let facts: Vec<ContainerFacts> = rows.into_iter().map(ApiContainer::into_facts).collect();
+        assert_eq!(facts[0].id, "c1");
+        assert_eq!(facts[0].config_hash.as_deref(), Some("h1"));
+        assert_eq!(facts[0].image_id.as_deref(), Some("sha256:aa"));
+        assert_eq!(facts[0].exit_code, Some(137));
+        assert_eq!(
+            facts[0].container,
+            container("p-web-1", "web", "exited", None)
+        );
+        assert_eq!(
+            (
+                facts[1].config_hash.as_deref(),
+                facts[1].image_id.as_deref(),
+                facts[1].exit_code
+            ),
+            (None, None, None)
         );
     }
 

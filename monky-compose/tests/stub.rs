@@ -722,3 +722,23 @@ fn image_prune_argv() {
     assert_eq!(calls.len(), 1, "no compose lookup for a prune");
     assert_eq!(calls[0].args, strings(&["image", "prune", "-f"]));
 }
+
+#[test]
+fn remove_containers_is_one_rm_and_nothing_for_none() {
+    let stub = stub_with(&v("2.30.3"));
+    let docker = stub.docker();
+    docker.remove_containers(&[]).unwrap();
+    assert!(stub.calls().is_empty(), "nothing to remove is no call");
+    docker
+        .remove_containers(&strings(&["p-web-1", "p-x-1"]))
+        .unwrap();
+    let calls = stub.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].args, strings(&["rm", "-f", "p-web-1", "p-x-1"]));
+    let down = stub_with(&[("DAEMON_DOWN", "1".to_owned())]);
+    let err = down
+        .docker()
+        .remove_containers(&strings(&["p-web-1"]))
+        .unwrap_err();
+    assert!(err.to_string().contains("Cannot connect"), "{err}");
+}

@@ -51,6 +51,7 @@ fn main() {
     let mut runs = 15usize;
     let mut out: Option<PathBuf> = None;
     let mut policy_only = false;
+    let mut real_engine_only = false;
     let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -58,16 +59,27 @@ fn main() {
             "--out" => out = it.next().map(PathBuf::from),
             // Only the in-process compose policy case: no peers, no docker.
             "--policy-only" => policy_only = true,
+            // Only the real-engine cases (the heartbeat's figure), for a quick look at it.
+            "--real-engine-only" => real_engine_only = true,
             // What cargo bench passes along.
             "--bench" => {}
             other => {
-                panic!("perf: unknown argument {other:?} (--runs N, --out FILE, --policy-only)")
+                panic!(
+                    "perf: unknown argument {other:?} (--runs N, --out FILE, --policy-only, \
+                     --real-engine-only)"
+                )
             }
         }
     }
     let mut rows = Rows::default();
     if policy_only {
         compose_policy(&mut rows, runs);
+        print!("{}", rows.0.join("\n") + "\n");
+        return;
+    }
+    if real_engine_only {
+        let e2e = E2e::from_env().expect("--real-engine-only needs MONKY_E2E_ENV");
+        real_engine(&mut rows, runs, &e2e);
         print!("{}", rows.0.join("\n") + "\n");
         return;
     }

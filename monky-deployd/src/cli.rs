@@ -54,6 +54,17 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Hold the box: ticks check in and report, but apply, heal and retire nothing.
+    Hold {
+        /// Why, for the reports, `status` and `explain` (one line).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        /// When the hold ends by itself: a time (2026-12-01T18:00:00Z) or a duration (2h).
+        #[arg(long, value_name = "TIME")]
+        until: Option<String>,
+    },
+    /// End a hold: the next tick converges the box again.
+    Unhold,
     /// Log in to OpenBao with the kit's bootstrap grant and store the token.
     Bootstrap {
         /// Replace an existing token.
@@ -109,6 +120,19 @@ mod tests {
                 prune: false,
                 force: false
             }
+        ));
+    }
+
+    #[test]
+    fn hold_takes_a_reason_and_an_end() {
+        let c = Cli::try_parse_from(["m", "hold", "--reason", "db work", "--until", "2h"]).unwrap();
+        assert!(matches!(
+            c.command,
+            Command::Hold { reason: Some(ref r), until: Some(ref u) } if r == "db work" && u == "2h"
+        ));
+        assert!(matches!(
+            Cli::try_parse_from(["m", "unhold"]).unwrap().command,
+            Command::Unhold
         ));
     }
 

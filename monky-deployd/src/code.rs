@@ -201,6 +201,21 @@ codes! {
     /// A warning: the original agent's `.env` handed some values to the app differently.
     EnvQuotingChanged = "ENV_QUOTING_CHANGED", Ok,
         "the named variables now reach the app exactly as stored: update an app value initialised with the original agent's form";
+    /// The project's containers drifted from the current release and were not healed.
+    Drift = "DRIFT", Fail,
+        "the containers differ from the current release (the detail names each) and were not healed: self_heal is off, or a heal waits out its backoff; `monky-deployd run --once --force` heals now";
+    /// A heal of drift did not bring the current release back.
+    HealFailed = "HEAL_FAILED", Fail,
+        "the current release could not be brought back up after drift: read the compose log tail in the report; the next heal waits out a backoff, `run --once --force` tries now";
+    /// A note on an applied report: the agent healed drift.
+    Healed = "HEALED", Ok,
+        "the agent brought the current release back up after the drift the detail names: find out who or what stopped or changed the containers";
+    /// A note on an applied report: an apply that was interrupted was finished or rolled back.
+    ApplyInterrupted = "APPLY_INTERRUPTED", Ok,
+        "an apply was cut short (kill, reboot, OOM) and the next tick finished or rolled it back: nothing to do unless it repeats";
+    /// The box is held by an operator.
+    Held = "HELD", Ok,
+        "an operator held the box (`monky-deployd hold`): nothing is applied, healed or retired until `monky-deployd unhold` or the hold's end";
     /// A failure without a code of its own.
     Failed = "FAILED", Fail,
         "read `journalctl -u monky-deployd` for the whole error chain; the next tick tries again";

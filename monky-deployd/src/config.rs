@@ -207,6 +207,8 @@ struct RawConfig {
     #[serde(default)]
     releases_max_bytes: Option<u64>,
     #[serde(default)]
+    self_heal: Option<bool>,
+    #[serde(default)]
     on_failure: Option<OnFailure>,
     #[serde(default)]
     metrics_textfile: Option<PathBuf>,
@@ -355,6 +357,8 @@ pub struct Config {
     /// The most bytes `<env_id>/releases/` plus `staging/` may hold; checked before a new
     /// release is staged, older releases pruned first.
     pub releases_max_bytes: u64,
+    /// Whether drift of the current release is healed locally (default on).
+    pub self_heal: bool,
     /// After a failed release: revert or leave (unset: revert, but leave on prod).
     pub on_failure: Option<OnFailure>,
     /// The Prometheus textfile written after every tick, when set.
@@ -485,6 +489,7 @@ impl Config {
             disk_headroom_bytes: raw.disk_headroom_bytes.unwrap_or(2 << 30),
             keep_releases: raw.keep_releases.unwrap_or(5).max(1),
             releases_max_bytes,
+            self_heal: raw.self_heal.unwrap_or(true),
             on_failure: raw.on_failure,
             metrics_textfile: raw.metrics_textfile,
             allowed_binds,
@@ -745,6 +750,38 @@ healthy_timeout_s: 1800
         let text = include_str!("../../packaging/config.example.yaml");
         let c = parse(text).unwrap();
         assert_eq!(c.env_id, "env-qa-02");
+        assert!(c.self_heal);
+    }
+
+    #[test]
+    fn self_heal_is_on_unless_turned_off() {
+        assert!(
+            parse(
+                "env_id: e1
+"
+            )
+            .unwrap()
+            .self_heal
+        );
+        assert!(
+            !parse(
+                "env_id: e1
+self_heal: false
+"
+            )
+            .unwrap()
+            .self_heal
+        );
+        let err = format!(
+            "{:#}",
+            parse(
+                "env_id: e1
+self_heal: maybe
+"
+            )
+            .unwrap_err()
+        );
+        assert!(err.contains("self_heal"), "{err}");
     }
 
     #[test]
@@ -855,6 +892,7 @@ healthy_timeout_s: 1800
                 "disk_headroom_bytes",
                 "keep_releases",
                 "releases_max_bytes",
+                "self_heal",
                 "tenancy",
                 "bao",
                 "service",

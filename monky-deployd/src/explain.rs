@@ -44,8 +44,35 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         format!("{} ({health})", short(st.applied_sha.as_deref())),
     ));
     lines.push(("desired", short(st.desired_sha.as_deref()).to_string()));
-    let converged = st.applied_sha.is_some() && st.applied_sha == st.desired_sha;
-    let why = if converged {
+    let hold = crate::hold::peek(&cfg.state_dir);
+    let interrupted = crate::interrupted::peek(&cfg.state_dir, &cfg.env_id);
+    let converged = st.applied_sha.is_some()
+        && st.applied_sha == st.desired_sha
+        && interrupted.is_none()
+        && st.last_code != Some(crate::code::Code::Drift)
+        && st.last_code != Some(crate::code::Code::HealFailed);
+    let why = if let Some(h) = &hold {
+        format!("held: {}", h.describe())
+    } else if let Some(m) = &interrupted {
+        format!(
+            "the apply of {} started {} was cut short (kill, reboot, OOM): the next tick \
+             clears compose's leftovers and finishes it, or rolls back to {}",
+            short(Some(&m.sha)),
+            ago(now, Some(m.started_at)),
+            short(m.previous.as_deref())
+        )
+    } else if let Some(code @ (crate::code::Code::Drift | crate::code::Code::HealFailed)) =
+        st.last_code.filter(|_| st.last_error.is_some())
+    {
+        format!(
+            "the containers drifted from {} ({code}); {}",
+            short(st.applied_sha.as_deref()),
+            st.next_heal_at.filter(|t| *t > now).map_or(
+                "the next tick heals it".to_string(),
+                |t| format!("the next heal may run {}", ago(now, Some(t)))
+            )
+        )
+    } else if converged {
         "converged".to_string()
     } else if st.last_checkin.is_none() {
         "no checkin has succeeded yet".to_string()
@@ -69,6 +96,12 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         lines.push((
             "last error",
             format!("{} ({})", err, ago(now, st.last_report.or(st.last_checkin))),
+        ));
+    }
+    if let Some(note) = &st.last_note {
+        lines.push((
+            "last note",
+            format!("{note} ({})", ago(now, st.last_report)),
         ));
     }
     if !st.quoting_changed.is_empty() {
@@ -98,7 +131,11 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
             (None, true) => "present".into(),
         },
     ));
-    let step = if converged {
+    let step = if hold.is_some() {
+        crate::code::Code::Held.next_step().to_string()
+    } else if interrupted.is_some() {
+        crate::code::Code::ApplyInterrupted.next_step().to_string()
+    } else if converged {
         "nothing to do".to_string()
     } else if !token_present {
         "re-run the install kit".to_string()

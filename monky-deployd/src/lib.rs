@@ -18,11 +18,14 @@ pub mod clock;
 pub mod code;
 pub mod config;
 pub mod doctor;
+pub mod drift;
 pub mod exit;
 pub mod explain;
 mod failpoint;
 mod fsx;
+pub mod hold;
 mod host;
+pub mod interrupted;
 pub mod logging;
 pub mod metrics;
 mod peers;
@@ -148,6 +151,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Doctor { json } => doctor::show(&load()?, json),
         Command::Status { json } => status::show(&load()?, json),
         Command::Bootstrap { force } => tick::bootstrap_command(&load()?, force),
+        Command::Hold { reason, until } => hold::hold_command(&load()?, reason, until),
+        Command::Unhold => hold::unhold_command(&load()?),
     }
 }
 

@@ -112,6 +112,26 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
         "When a failed release may be tried again (0: no backoff).",
         &[(String::new(), secs(state.next_attempt_at))],
     );
+    // The hold as this tick found it; one that ran out since reads as none.
+    let hold = state.hold.as_ref().filter(|h| h.holds_at(tick.ended_at));
+    metric(
+        "held",
+        "gauge",
+        "1 while an operator holds the box (`monky-deployd hold`).",
+        &[(String::new(), f64::from(u8::from(hold.is_some())))],
+    );
+    metric(
+        "hold_until_timestamp_seconds",
+        "gauge",
+        "When the hold ends by itself (0: no hold, or until unhold).",
+        &[(String::new(), secs(hold.and_then(|h| h.until)))],
+    );
+    metric(
+        "heal_deadline_timestamp_seconds",
+        "gauge",
+        "When drift may be healed again after the last heal (0: never healed).",
+        &[(String::new(), secs(state.next_heal_at))],
+    );
     out
 }
 
@@ -139,6 +159,12 @@ mod tests {
             last_result: Some("failed".into()),
             refusals: [("ENV_INCOMPLETE".to_string(), 2)].into(),
             next_attempt_at: Some(1_900_000_000),
+            hold: Some(crate::hold::Hold {
+                reason: Some("db work".into()),
+                since: 1_700_000_000,
+                until: Some(1_800_000_600),
+            }),
+            next_heal_at: Some(1_800_000_060),
             ..State::default()
         };
         let text = render(
@@ -157,6 +183,9 @@ mod tests {
             "monky_deployd_applied_info{env_id=\"env-\\\"x\\\"\",sha=\"ab12\"} 1",
             "monky_deployd_refusals_total{env_id=\"env-\\\"x\\\"\",code=\"ENV_INCOMPLETE\"} 2",
             "monky_deployd_backoff_deadline_timestamp_seconds{env_id=\"env-\\\"x\\\"\"} 1900000000",
+            "monky_deployd_held{env_id=\"env-\\\"x\\\"\"} 1",
+            "monky_deployd_hold_until_timestamp_seconds{env_id=\"env-\\\"x\\\"\"} 1800000600",
+            "monky_deployd_heal_deadline_timestamp_seconds{env_id=\"env-\\\"x\\\"\"} 1800000060",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
         }

@@ -149,6 +149,20 @@ pub struct State {
     /// Variables whose value the original agent's `.env` handed to the app differently from
     /// the value now written (names only), found by the first apply after the takeover.
     pub quoting_changed: Vec<String>,
+    /// What the last healthy `up` of the applied release left, by container; drift is measured
+    /// against it.
+    pub converged: Option<crate::drift::Converged>,
+    /// Heals within an hour of each other, the last included (the heal backoff's step).
+    pub heal_attempts: u32,
+    /// When the last heal ran (unix seconds).
+    pub last_heal_at: Option<u64>,
+    /// When drift may be healed again (unix seconds).
+    pub next_heal_at: Option<u64>,
+    /// What the last `applied` report noted beside the result (`HEALED: ...`,
+    /// `APPLY_INTERRUPTED: ...`, `HELD: ...`), redacted.
+    pub last_note: Option<String>,
+    /// The operator's hold as the last tick found it (for the metrics file).
+    pub hold: Option<crate::hold::Hold>,
 }
 
 /// Seconds since the epoch by the wall clock (see [`crate::clock`]).

@@ -24,6 +24,12 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
             .collect::<Vec<_>>(),
     };
     let token = token_json(token_present, st.token.as_ref());
+    let hold = crate::hold::peek(&cfg.state_dir).map(
+        |h| json!({"reason": h.reason, "since": rfc3339(h.since), "until": h.until.map(rfc3339)}),
+    );
+    let interrupted = crate::interrupted::peek(&cfg.state_dir, &cfg.env_id).map(
+        |m| json!({"sha": m.sha, "previous": m.previous, "started_at": rfc3339(m.started_at)}),
+    );
     let doc = json!({
         "env_id": cfg.env_id,
         "applied_sha": st.applied_sha,
@@ -34,6 +40,10 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         "last_report": st.last_report.map(rfc3339),
         "last_result": st.last_result,
         "last_error": st.last_error,
+        "last_note": st.last_note,
+        "hold": hold,
+        "interrupted_apply": interrupted,
+        "next_heal_at": st.next_heal_at.map(rfc3339),
         "containers": containers,
         "transport": cfg.transport.as_str(),
     });
@@ -58,8 +68,29 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         "last_report",
         "last_result",
         "last_error",
+        "last_note",
     ] {
         line(k, &doc[k]);
+    }
+    if let Some(h) = doc["hold"].as_object() {
+        outln!(
+            "{:<14} {}",
+            "held",
+            redact(&format!(
+                "since {}, until {}: {}",
+                h["since"].as_str().unwrap_or("?"),
+                h["until"].as_str().unwrap_or("`monky-deployd unhold`"),
+                h["reason"].as_str().unwrap_or("no reason given")
+            ))
+        );
+    }
+    if let Some(m) = doc["interrupted_apply"].as_object() {
+        outln!(
+            "{:<14} {} started {} did not finish; the next tick finishes or rolls it back",
+            "interrupted",
+            crate::tick::short(m["sha"].as_str()),
+            m["started_at"].as_str().unwrap_or("?")
+        );
     }
     let t = &doc["token"];
     outln!(

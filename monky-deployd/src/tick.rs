@@ -19,6 +19,7 @@ use crate::{fsx, host, logging, metrics, peers, redact, release};
 
 mod apply;
 mod backoff;
+mod heal;
 mod outcome;
 mod token;
 
@@ -157,6 +158,13 @@ pub(crate) struct Agent<'a> {
     token: Option<bao::Token>,
     /// Why the last look at the containers failed; a heartbeat must not call that "not running".
     docker_error: Option<String>,
+    /// The project's containers as last listed, with what drift detection compares.
+    facts: Vec<compose::ContainerFacts>,
+    /// The operator's hold, when one is in force.
+    hold: Option<crate::hold::Hold>,
+    /// The apply marker is dealt with (an apply of this tick concluded, or an interrupted one
+    /// was recovered or given up): `finish` removes it once the state is saved.
+    marker_settled: bool,
 }
 
 impl<'a> Agent<'a> {
@@ -167,6 +175,9 @@ impl<'a> Agent<'a> {
             builder = builder.compose_hint(hint);
         }
         let docker = builder.build().context("docker")?;
+        let hold = crate::hold::load(&cfg.state_dir)?;
+        let mut state = state;
+        state.hold.clone_from(&hold);
         Ok(Self {
             tenancy: peers::tenancy(cfg)?,
             bao: std::cell::OnceCell::new(),
@@ -176,6 +187,9 @@ impl<'a> Agent<'a> {
             opts,
             token: None,
             docker_error: None,
+            facts: Vec::new(),
+            hold,
+            marker_settled: false,
         })
     }
 
@@ -192,22 +206,21 @@ impl<'a> Agent<'a> {
     /// Looks at the project's containers again: state keeps what was seen, and why the look
     /// failed is kept for the heartbeat (a failed look is no "nothing running").
     fn refresh_containers(&mut self) {
-        let listed = self.docker.containers(&self.cfg.compose_project);
+        let listed = self.docker.container_facts(&self.cfg.compose_project);
         self.docker_error = listed.as_ref().err().map(ToString::to_string);
-        self.state.containers = match listed {
-            Ok(cs) => cs
-                .into_iter()
-                .map(|c| SeenContainer {
-                    name: c.name,
-                    state: c.state,
-                    health: c.health,
-                })
-                .collect(),
-            Err(e) => {
-                warn!("cannot list containers: {e}");
-                Vec::new()
-            }
-        };
+        self.facts = listed.unwrap_or_else(|e| {
+            warn!("cannot list containers: {e}");
+            Vec::new()
+        });
+        self.state.containers = self
+            .facts
+            .iter()
+            .map(|f| SeenContainer {
+                name: f.container.name.clone(),
+                state: f.container.state.clone(),
+                health: f.container.health.clone(),
+            })
+            .collect();
     }
 
     fn wire_containers(&self) -> Vec<proto::ContainerStatus> {
@@ -245,6 +258,7 @@ impl<'a> Agent<'a> {
                 laptop_mode: self.cfg.laptop_mode,
             },
             containers: self.wire_containers(),
+            hold: self.hold.as_ref().map(crate::hold::Hold::wire),
         }
     }
 
@@ -291,6 +305,12 @@ impl<'a> Agent<'a> {
             resp.desired_sha.as_ref().map_or("-", |s| s.short()),
             short(self.state.applied_sha.as_deref())
         );
+        if let Some(hold) = self.hold.clone() {
+            return self.held(&hold, &resp);
+        }
+        if let Some(exit) = self.recover_interrupted(&resp)? {
+            return Ok(exit);
+        }
         match resp.action {
             Action::None => self.heartbeat(),
             Action::Down => {
@@ -328,6 +348,19 @@ impl<'a> Agent<'a> {
     // ---- none / down ------------------------------------------------------------------------
 
     fn heartbeat(&mut self) -> anyhow::Result<Exit> {
+        if let (None, Some(sha)) = (&self.docker_error, self.state.applied_sha.clone()) {
+            let drift = crate::drift::detect(&sha, self.state.converged.as_ref(), &self.facts);
+            if !drift.is_empty() {
+                return self.on_drift(&sha, &drift);
+            }
+            self.adopt_converged(&sha);
+        }
+        self.health_report(None)
+    }
+
+    /// The heartbeat's report of the containers' health; `note` (a hold) goes beside an
+    /// `applied` result and after a failure's detail.
+    fn health_report(&mut self, note: Option<(Code, String)>) -> anyhow::Result<Exit> {
         let bad = not_ready(&self.state.containers);
         let missing = self.state.containers.is_empty() && self.state.applied_sha.is_some();
         let sha = self.state.applied_sha.clone();
@@ -337,7 +370,10 @@ impl<'a> Agent<'a> {
                 "heartbeat: {} container(s) healthy",
                 self.state.containers.len()
             );
-            return self.conclude(Outcome::applied(sha.as_deref()));
+            return self.conclude(match note {
+                Some((code, detail)) => Outcome::noted(sha.as_deref(), code, detail),
+                None => Outcome::applied(sha.as_deref()),
+            });
         }
         let (code, why) = if let Some(e) = unknown {
             (
@@ -352,7 +388,10 @@ impl<'a> Agent<'a> {
         } else {
             (Code::Unhealthy, bad.join(", "))
         };
-        let detail = format!("{code}: {why}");
+        let mut detail = format!("{code}: {why}");
+        if let Some((_, note)) = note {
+            detail = format!("{detail}; {note}");
+        }
         warn!("heartbeat: {}", redact::redact(&detail));
         self.conclude(Outcome::failed(sha.as_deref(), code, detail))
     }

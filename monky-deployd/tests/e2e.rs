@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::{Desired, Endpoint};
+use monky_agent_proto::testkit::{Desired, Endpoint, Rate, RateLimits};
 use monky_bao_client::testkit::{BaoPeer, RealBao};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
@@ -1517,4 +1517,324 @@ fn a_secret_on_a_command_line_is_refused_before_anything_starts() {
     run.ok();
     assert_healthy(&b.project.containers(), &b.project.name);
     assert_no_secret(&b, &run);
+// ---- the box stays converged: drift, interrupted applies, holds --------------------------------
+
+impl E2eBox {
+    /// Lets the next drift be healed at once, as the heal backoff's clock running out would.
+    fn forget_heal_backoff(&self) {
+        let mut st = self.w.state();
+        st["next_heal_at"] = Value::Null;
+        st["last_heal_at"] = Value::Null;
+        st["heal_attempts"] = json!(0);
+        std::fs::write(self.w.state_dir().join("state.json"), st.to_string()).unwrap();
+    }
+
+    /// The tenancy endpoints called since request `from`.
+    fn endpoints_since(&self, from: usize) -> Vec<Option<Endpoint>> {
+        self.w.requests()[from..]
+            .iter()
+            .map(|r| r.endpoint)
+            .collect()
+    }
+
+    fn web(&self) -> String {
+        format!("{}-web-1", self.project.name)
+    }
+
+    /// A container added to the project by hand, of image `image`, with `labels` besides the
+    /// project's.
+    fn run_by_hand(&self, name: &str, image: &str, labels: &[(String, String)]) {
+        let mut args: Vec<String> = vec!["run".into(), "-d".into(), "--name".into(), name.into()];
+        for (k, v) in labels {
+            args.extend(["--label".into(), format!("{k}={v}")]);
+        }
+        args.push(image.into());
+        self.project.docker_ok(&args);
+    }
+
+    fn labels_of(&self, container: &str) -> Vec<(String, String)> {
+        let text =
+            self.project
+                .docker_ok(["inspect", "--format", "{{json .Config.Labels}}", container]);
+        let labels: BTreeMap<String, String> = serde_json::from_str(text.trim()).unwrap();
+        labels.into_iter().collect()
+    }
+}
+
+/// Each drift made by hand on the real engine is healed by the next tick: the report names it,
+/// the release runs healthy again, tenancy saw only a checkin and a report (no bundle, no
+/// lease), the agent read nothing from OpenBao, and no secret is anywhere.
+#[test]
+fn drift_made_by_hand_is_healed_by_the_next_tick() {
+    let Some(b) = E2eBox::new("heal") else {
+        return;
+    };
+    // Ten ticks in a minute, where a box makes one: tenancy's checkin bucket is widened.
+    b.w.tenancy.set_limits(RateLimits {
+        checkin: Rate::per_minute(60),
+        ..RateLimits::default()
+    });
+    let sha = b.first_apply(&b.bundle(&b.e2e.image_1));
+    let web = b.web();
+    // Another image with the same content: the running container committed under a name of
+    // this run, so the by-hand container differs from the release in its image only.
+    let other = format!("{}other:1", b.project.name);
+    b.project.docker_ok(["commit", &web, &other]);
+    let by_hand = other.clone();
+    /// A drift made by hand: its name, how it is made, what the report names.
+    type Case<'a> = (&'a str, Box<dyn Fn(&E2eBox)>, String);
+    let cases: Vec<Case> = vec![
+        (
+            "removed",
+            Box::new(|b: &E2eBox| {
+                b.project.docker_ok(["rm", "-f", &b.web()]);
+            }),
+            format!("web missing ({web})"),
+        ),
+        (
+            "stopped",
+            Box::new(|b: &E2eBox| {
+                b.project.docker_ok(["stop", "-t", "1", &b.web()]);
+            }),
+            "web exited".to_string(),
+        ),
+        (
+            "killed",
+            Box::new(|b: &E2eBox| {
+                b.project.docker_ok(["kill", &b.web()]);
+            }),
+            format!("web exited (137) ({web})"),
+        ),
+        (
+            "recreated with another image",
+            Box::new(move |b: &E2eBox| {
+                let labels = b.labels_of(&b.web());
+                b.project.docker_ok(["rm", "-f", &b.web()]);
+                b.run_by_hand(&b.web(), &by_hand, &labels);
+            }),
+            format!("web recreated by hand ({web})"),
+        ),
+        (
+            "an extra container",
+            Box::new(|b: &E2eBox| {
+                let name = format!("{}-intruder-1", b.project.name);
+                let labels = vec![
+                    (
+                        "com.docker.compose.project".to_string(),
+                        b.project.name.clone(),
+                    ),
+                    (
+                        "com.docker.compose.service".to_string(),
+                        "intruder".to_string(),
+                    ),
+                ];
+                b.run_by_hand(&name, &b.e2e.image_1, &labels);
+            }),
+            format!("intruder not the release's ({}-intruder-1)", b.project.name),
+        ),
+    ];
+    for (name, make, drift) in &cases {
+        b.forget_heal_backoff();
+        make(&b);
+        let from = b.w.requests().len();
+        let run = b.w.tick();
+        run.ok();
+        let r = b.w.last_report();
+        assert_eq!(r.result, ReportResult::Applied, "{name}: {r:?}");
+        let detail = r.detail.clone().unwrap_or_default();
+        assert!(
+            detail.starts_with("HEALED: ") && detail.contains(drift.as_str()),
+            "{name}: {detail}"
+        );
+        assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+        assert_eq!(
+            b.endpoints_since(from),
+            [Some(Endpoint::Checkin), Some(Endpoint::Report)],
+            "{name}"
+        );
+        assert!(!r.log_tail.contains("secret(s)"), "{name}: {}", r.log_tail);
+        assert_healthy(&b.project.containers(), &b.project.name);
+        assert_eq!(get_200(b.port, "/variant.txt").trim(), "1", "{name}");
+        assert_no_secret(&b, &run);
+        // Converged: the next heartbeat changes nothing.
+        let seen = b.project.containers();
+        b.w.tick().ok();
+        assert_report(&b.w.last_report(), ReportResult::Applied, None);
+        assert_eq!(b.project.containers(), seen, "{name}");
+    }
+    let _ = b.project.docker(["rmi", "-f", &other]);
+}
+
+/// The agent killed at each step of an apply on the real engine, `compose up` included (the
+/// agent and its compose child killed while the containers are being made): the next tick
+/// clears compose's leftovers and finishes the apply from disk, without an OpenBao read.
+#[test]
+fn an_apply_killed_at_any_step_is_finished_by_the_next_tick() {
+    for point in [
+        "before-swap",
+        "before-up",
+        "during-up",
+        "after-up",
+        "before-save",
+    ] {
+        let Some(b) = E2eBox::new(&format!("kill-{point}")) else {
+            return;
+        };
+        b.first_apply(&b.bundle(&b.e2e.image_1));
+        let second = b.w.publish(&b.bundle(&b.e2e.image_2));
+        if point == "during-up" {
+            kill_during_up(&b);
+        } else {
+            let out =
+                b.w.command(&["run", "--once"])
+                    .env("MONKY_DEPLOYD_FAILPOINT", point)
+                    .output()
+                    .unwrap();
+            assert_eq!(out.status.code(), None, "{point}: killed by a signal");
+        }
+        assert!(b.w.env_dir().join("applying").exists(), "{point}: the mark");
+        b.w.run(&["explain"]).ok().prints(&["cut short"]);
+        let from = b.w.requests().len();
+        let run = b.w.tick();
+        run.ok();
+        let r = b.w.last_report();
+        assert_eq!(r.result, ReportResult::Applied, "{point}: {r:?}");
+        assert!(
+            r.detail
+                .as_deref()
+                .is_some_and(|d| d.starts_with("APPLY_INTERRUPTED: finished the apply of")),
+            "{point}: {r:?}"
+        );
+        assert_eq!(
+            b.endpoints_since(from),
+            [Some(Endpoint::Checkin), Some(Endpoint::Report)],
+            "{point}: no bundle, no lease"
+        );
+        assert_eq!(b.w.state()["applied_sha"], json!(second), "{point}");
+        assert_eq!(b.current(), Some(release(&second)), "{point}");
+        assert_healthy(&b.project.containers(), &b.project.name);
+        assert_eq!(get_200(b.port, "/variant.txt").trim(), "2", "{point}");
+        assert!(!b.w.env_dir().join("applying").exists(), "{point}");
+        assert_no_secret(&b, &run);
+    }
+}
+
+/// Runs a tick and kills it, and every process it started, once compose has begun making the
+/// new release's containers: what a power cut in the middle of `compose up` leaves.
+fn kill_during_up(b: &E2eBox) {
+    let mut child = b.w.command(&["run", "--once"]).spawn().unwrap();
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    // The mark is written before `current` moves; compose's `up` follows it.
+    loop {
+        assert!(Instant::now() < deadline, "the apply never reached up");
+        if descendants(pid)
+            .iter()
+            .any(|p| cmdline(*p).split('\0').any(|a| a == "up"))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut victims = descendants(pid);
+    victims.push(pid);
+    for p in victims {
+        let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+    }
+    let _ = child.wait();
+}
+
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+/// Every process below `pid` (children of any depth), from /proc.
+fn descendants(pid: u32) -> Vec<u32> {
+    let parent_of = |p: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        // The fields after the command name, which is in parentheses and may hold spaces.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        rest.split_whitespace().nth(1)?.parse().ok()
+    };
+    let all: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    let mut out = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(p) = frontier.pop() {
+        for c in all.iter().copied().filter(|c| parent_of(*c) == Some(p)) {
+            out.push(c);
+            frontier.push(c);
+        }
+    }
+    out
+}
+
+/// A held box on the real engine: tenancy's apply and retire and a drift change nothing; the
+/// hold ends at its --until and the next tick converges.
+#[test]
+fn a_held_box_is_not_changed_and_unholds_at_its_until() {
+    let Some(b) = E2eBox::new("held") else {
+        return;
+    };
+    let first = b.first_apply(&b.bundle(&b.e2e.image_1));
+    b.w.run(&["hold", "--reason", "disk swap", "--until", "1h"])
+        .ok();
+    let before = b.project.containers();
+
+    let second = b.w.publish(&b.bundle(&b.e2e.image_2));
+    b.w.tick().ok();
+    let r = b.w.last_report();
+    assert!(
+        r.detail
+            .as_deref()
+            .is_some_and(|d| d.starts_with("HELD: disk swap")),
+        "{r:?}"
+    );
+    assert_eq!(
+        r.hold.as_ref().and_then(|h| h.reason.as_deref()),
+        Some("disk swap")
+    );
+    assert_eq!(
+        b.project.containers(),
+        before,
+        "an apply changed a held box"
+    );
+    assert_eq!(b.current(), Some(release(&first)));
+
+    b.w.tenancy.set_desired(ENV, Desired::down(true));
+    b.w.tick().ok();
+    assert_eq!(
+        b.project.containers(),
+        before,
+        "a retire changed a held box"
+    );
+
+    b.project.docker_ok(["stop", "-t", "1", &b.web()]);
+    let stopped = b.project.containers();
+    b.w.tick().expect(1);
+    assert_eq!(b.project.containers(), stopped, "a heal changed a held box");
+    assert!(
+        b.w.last_report()
+            .detail
+            .unwrap()
+            .contains("HELD: disk swap")
+    );
+
+    // The hour passes (the hold's end moved into the past, as the clock would).
+    let path = b.w.state_dir().join("hold");
+    let mut hold: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    hold["until"] = json!(1);
+    std::fs::write(&path, hold.to_string()).unwrap();
+    b.w.tenancy.set_desired(ENV, Desired::sha(second.clone()));
+    b.w.tick().ok();
+    assert_report(&b.w.last_report(), ReportResult::Applied, None);
+    assert_eq!(b.current(), Some(release(&second)));
+    assert_healthy(&b.project.containers(), &b.project.name);
+    assert!(!path.exists());
 }

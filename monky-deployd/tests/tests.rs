@@ -16,6 +16,7 @@ mod deadline;
 mod disk;
 mod e2e;
 mod faults;
+mod heal;
 mod hostile;
 mod leaks;
 mod lifecycle;

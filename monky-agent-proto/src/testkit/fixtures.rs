@@ -20,6 +20,7 @@ pub fn checkin_request(env_id: &str) -> CheckinRequest {
         applied_sha: None,
         host: host_facts(),
         containers: vec![container("web")],
+        hold: None,
     }
 }
 
@@ -70,6 +71,7 @@ pub fn report_request(env_id: &str, result: ReportResult) -> ReportRequest {
         log_tail: String::new(),
         containers: vec![],
         detail: None,
+        hold: None,
     }
 }
 

@@ -88,6 +88,13 @@ else
       echo "Total reclaimed space: 0B"
       exit 0
       ;;
+    rm)
+      # The model is rewritten by the next `up`; removing records the call and nothing else.
+      daemon_down
+      shift
+      printf '%s\n' "$@"
+      exit 0
+      ;;
     *)
       echo "stub docker: unexpected arguments: $*" >&2
       exit 99
@@ -150,7 +157,7 @@ containers() { # containers STATE HEALTH: the model, one container per service i
     first=0
     status="Up 1 second"
     [ -n "$2" ] && status="Up 1 second ($2)"
-    json+="{\"Id\":\"$id$s\",\"Names\":[\"/$project-$s-1\"],\"State\":\"$1\",\"Status\":\"$status\",\"Labels\":{\"com.docker.compose.project\":\"$project\",\"com.docker.compose.service\":\"$s\",\"com.docker.compose.oneoff\":\"False\"}}"
+    json+="{\"Id\":\"$id$s\",\"Names\":[\"/$project-$s-1\"],\"State\":\"$1\",\"Status\":\"$status\",\"Labels\":{\"com.docker.compose.project\":\"$project\",\"com.docker.compose.service\":\"$s\",\"com.docker.compose.oneoff\":\"False\",\"com.docker.compose.config-hash\":\"hash-$s\"},\"ImageID\":\"sha256:image-$s\"}"
   done
   # One write; the fake engine re-reads a file it finds half written.
   printf '%s]\n' "$json" >"$here/containers.json"

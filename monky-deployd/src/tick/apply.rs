@@ -57,7 +57,18 @@ impl Agent<'_> {
         if let Err(e) = staged.compose(&self.docker, self.cfg).pull() {
             return Err(self.release_failed(sha, Code::ComposePullFailed, &e, None));
         }
-        // 11. Promote: `current` names the new release, checked again on disk.
+        // 11. Promote: `current` names the new release, checked again on disk. From here to
+        // the saved outcome the box changes: a mark says so to a tick that finds this one cut
+        // short, and this tick's `finish` removes it once the outcome is saved.
+        crate::interrupted::write(
+            self.cfg,
+            &crate::interrupted::Marker {
+                sha: sha.to_string(),
+                previous: self.state.applied_sha.clone(),
+                started_at: state::now(),
+            },
+        )?;
+        self.marker_settled = true;
         let rel = release::promote(self.cfg, staged, sha, &|r| self.policy_gate(r))?;
         failpoint::hit("after-swap");
         release::verify(self.cfg, sha)?;
@@ -65,6 +76,7 @@ impl Agent<'_> {
         self.up_healthy(&rel, sha, self.cfg.is_prod(b.meta().is_prod()))?;
         // 14. Report.
         self.state.mark_applied(sha, b.meta().is_prod());
+        self.record_converged(sha);
         // From now on the release is this agent's own.
         self.state.original_release = None;
         self.state.clear_failed();
@@ -142,7 +154,12 @@ impl Agent<'_> {
 
     /// Steps 12-13: `compose up` and the health wait. A release that does not come up healthy
     /// starts the backoff and falls back; its failure carries the compose logs to the report.
-    fn up_healthy(&mut self, rel: &release::Release, sha: &str, prod: bool) -> anyhow::Result<()> {
+    pub(super) fn up_healthy(
+        &mut self,
+        rel: &release::Release,
+        sha: &str,
+        prod: bool,
+    ) -> anyhow::Result<()> {
         let project = rel.compose(&self.docker, self.cfg);
         info!("compose up -d --remove-orphans");
         failpoint::hit("before-up");
@@ -301,6 +318,7 @@ impl Agent<'_> {
         self.refresh_containers();
         match result {
             Ok(()) if not_ready(&self.state.containers).is_empty() => {
+                self.record_converged(prev);
                 format!("reverted to {}", short(Some(prev)))
             }
             Ok(()) => {

@@ -20,13 +20,24 @@ pub(super) struct Outcome<'a> {
     sha: Option<&'a str>,
     /// The failure's code and `CODE: names` detail.
     failure: Option<(Code, String)>,
-    compose_logs: Option<&'a str>,
+    /// Beside an `applied` result: what the agent did on its own or why it did not act
+    /// (`HEALED: ...`, `APPLY_INTERRUPTED: ...`, `HELD: ...`).
+    note: Option<String>,
+    pub(super) compose_logs: Option<&'a str>,
 }
 
 impl<'a> Outcome<'a> {
     /// `sha` runs and is healthy (or nothing runs and nothing should).
     pub(super) fn applied(sha: Option<&'a str>) -> Self {
         Self::new(ReportResult::Applied, sha, None)
+    }
+
+    /// `sha` runs and is healthy, with a note of `code` (`CODE: names`) in the report's detail.
+    pub(super) fn noted(sha: Option<&'a str>, code: Code, detail: String) -> Self {
+        debug_assert_eq!(code.exit(), Exit::Ok, "a note is not a failure");
+        let mut o = Self::new(ReportResult::Applied, sha, None);
+        o.note = Some(detail);
+        o
     }
 
     /// The env was retired; `sha` was what ran.
@@ -44,6 +55,7 @@ impl<'a> Outcome<'a> {
             result,
             sha,
             failure,
+            note: None,
             compose_logs: None,
         }
     }
@@ -57,11 +69,16 @@ impl Agent<'_> {
             result,
             sha,
             failure,
+            note,
             compose_logs,
         } = outcome;
         // Redacted once here: the same text goes to the report and to state.json.
         let failure = failure.map(|(code, detail)| (code, redact::redact(&detail)));
-        let detail = failure.as_ref().map(|(_, d)| d.as_str());
+        let note = note.map(|n| redact::redact(&n));
+        let detail = failure
+            .as_ref()
+            .map(|(_, d)| d.as_str())
+            .or(note.as_deref());
         let mut tail = logging::tail(logging::LOG_TAIL_MAX);
         if let Some(logs) = compose_logs {
             tail.push_str("--- compose logs ---\n");
@@ -75,6 +92,7 @@ impl Agent<'_> {
             log_tail: tail,
             containers: self.wire_containers(),
             detail: detail.map(str::to_string),
+            hold: self.hold.as_ref().map(crate::hold::Hold::wire),
         };
         self.tenancy
             .report(&self.bearer()?, &req)
@@ -84,6 +102,7 @@ impl Agent<'_> {
         let (code, error) = failure.unzip();
         self.state.last_code = code;
         self.state.last_error = error;
+        self.state.last_note = note;
         Ok(match result {
             ReportResult::Failed => Exit::Fail,
             ReportResult::Applied | ReportResult::Down => Exit::Ok,
@@ -142,6 +161,11 @@ impl Agent<'_> {
                 state::path(&self.cfg.state_dir).display(),
                 self.cfg.state_dir.display()
             )
-        })
+        })?;
+        // Only once the outcome is saved: a crash before this leaves the mark for the next tick.
+        if self.marker_settled {
+            crate::interrupted::clear(self.cfg)?;
+        }
+        Ok(())
     }
 }

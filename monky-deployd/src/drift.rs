@@ -1,0 +1,370 @@
+//! Drift: how the project's containers differ from what the current release's last `up` left,
+//! judged from one Engine API listing (the heartbeat's own), so finding it spawns no process.
+//!
+//! After every `up` that ended healthy (an apply, a heal, a finished interrupted apply) the
+//! agent records, by container name, the service, compose's config hash, the image and whether
+//! the container had already completed (exited 0: a one-shot such as a migration that its
+//! dependents wait for with `service_completed_successfully`). A later listing is drift when:
+//!
+//! - a recorded container is gone (`docker rm -f`, `compose down` in the wrong directory, a
+//!   `docker system prune`);
+//! - a container is `exited` or `dead` and was not a completed one-shot that is still exited 0
+//!   (`docker stop`, `docker kill`, a reboot or daemon restart of a service without a restart
+//!   policy). The engine shows a container it is going to restart as `restarting`, so an exit
+//!   under a restart policy is docker's to handle and never drift;
+//! - its config hash or image differs from the record (recreated by another hand);
+//! - it is `created` and never started (compose's leftover from an interrupted `up`, which
+//!   blocks the name of the container the next `up` makes);
+//! - the record has no container of that name (a container added to the project by hand, or a
+//!   service that is not the release's).
+//!
+//! Health is not drift: a running container that is unhealthy is reported `UNHEALTHY` as
+//! before, since recreating it would not make its dependencies answer.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use monky_compose::ContainerFacts;
+use serde::{Deserialize, Serialize};
+
+/// What the last healthy `up` of a release left running, by container name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Converged {
+    /// The release these containers are of.
+    pub sha: String,
+    /// Each container's record, by name.
+    pub containers: BTreeMap<String, Expected>,
+}
+
+/// One container as the last healthy `up` left it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Expected {
+    /// Its compose service.
+    pub service: String,
+    /// Compose's config hash label, when there was one.
+    pub config_hash: Option<String>,
+    /// The image id it ran.
+    pub image_id: Option<String>,
+    /// It had exited 0 already: a one-shot whose exit is its success.
+    pub completed: bool,
+}
+
+impl Converged {
+    /// The record of `sha` from a listing taken after its healthy `up`.
+    pub fn record(sha: &str, facts: &[ContainerFacts]) -> Self {
+        let containers = facts
+            .iter()
+            .filter(|f| f.container.state != "created")
+            .map(|f| {
+                let expected = Expected {
+                    service: f.container.service.clone(),
+                    config_hash: f.config_hash.clone(),
+                    image_id: f.image_id.clone(),
+                    completed: f.container.state == "exited" && f.exit_code == Some(0),
+                };
+                (f.container.name.clone(), expected)
+            })
+            .collect();
+        Self {
+            sha: sha.to_string(),
+            containers,
+        }
+    }
+}
+
+/// How one container drifted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// Recorded, and gone.
+    Missing,
+    /// Exited or dead, with its exit code when the engine says.
+    Stopped {
+        /// `exited` or `dead`.
+        state: String,
+        /// The exit code.
+        exit_code: Option<i32>,
+    },
+    /// Its config hash or image differs from the record.
+    Replaced,
+    /// Created and never started: a leftover of an interrupted `up`.
+    Leftover,
+    /// Not recorded: made by another hand, or of a service the release does not have.
+    Extra,
+}
+
+/// One drifted container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    /// The container's name (empty when nothing of the project is left and no record says
+    /// which containers there were).
+    pub container: String,
+    /// Its compose service.
+    pub service: String,
+    /// How it drifted.
+    pub kind: Kind,
+}
+
+impl Drift {
+    /// Whether a heal removes this container before `up`: compose would not replace it, or
+    /// could not make its own under that name.
+    pub fn must_be_removed(&self) -> bool {
+        matches!(self.kind, Kind::Replaced | Kind::Leftover | Kind::Extra)
+    }
+}
+
+impl fmt::Display for Drift {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let service = if self.service.is_empty() {
+            "?"
+        } else {
+            &self.service
+        };
+        match &self.kind {
+            Kind::Missing if self.container.is_empty() => {
+                write!(f, "every container of the project is missing")
+            }
+            Kind::Missing => write!(f, "{service} missing ({})", self.container),
+            Kind::Stopped { state, exit_code } => match exit_code {
+                Some(code) => write!(f, "{service} {state} ({code}) ({})", self.container),
+                None => write!(f, "{service} {state} ({})", self.container),
+            },
+            Kind::Replaced => write!(f, "{service} recreated by hand ({})", self.container),
+            Kind::Leftover => write!(f, "{service} created, never started ({})", self.container),
+            Kind::Extra => write!(f, "{service} not the release's ({})", self.container),
+        }
+    }
+}
+
+/// The drift of `seen` (the project's containers now) from `converged`, the record of the
+/// release `applied` names; without a record of that release, only what needs none (a
+/// stopped or leftover container, or nothing of the project left) is found.
+pub fn detect(applied: &str, converged: Option<&Converged>, seen: &[ContainerFacts]) -> Vec<Drift> {
+    let record = converged.filter(|c| c.sha == applied);
+    let mut out = Vec::new();
+    for f in seen {
+        let c = &f.container;
+        let drift = |kind| Drift {
+            container: c.name.clone(),
+            service: c.service.clone(),
+            kind,
+        };
+        let expected = record.and_then(|r| r.containers.get(&c.name));
+        if c.state == "created" {
+            out.push(drift(Kind::Leftover));
+            continue;
+        }
+        if record.is_some() && expected.is_none() {
+            out.push(drift(Kind::Extra));
+            continue;
+        }
+        // Only the engine's answer carries the hash and the image; the CLI fallback's rows
+        // (no id) are not compared, or every container would look replaced.
+        if let Some(e) = expected.filter(|_| !f.id.is_empty()) {
+            // A container without compose's hash where compose had put one is not compose's.
+            let hash_differs = e.config_hash.is_some() && e.config_hash != f.config_hash;
+            let image_differs =
+                e.image_id.is_some() && f.image_id.is_some() && e.image_id != f.image_id;
+            if hash_differs || image_differs {
+                out.push(drift(Kind::Replaced));
+                continue;
+            }
+        }
+        if matches!(c.state.as_str(), "exited" | "dead") {
+            let one_shot_done = expected.is_some_and(|e| e.completed)
+                && c.state == "exited"
+                && f.exit_code == Some(0);
+            if !one_shot_done {
+                out.push(drift(Kind::Stopped {
+                    state: c.state.clone(),
+                    exit_code: f.exit_code,
+                }));
+            }
+        }
+    }
+    match record {
+        Some(r) => {
+            for (name, e) in &r.containers {
+                if !seen.iter().any(|f| &f.container.name == name) {
+                    out.push(Drift {
+                        container: name.clone(),
+                        service: e.service.clone(),
+                        kind: Kind::Missing,
+                    });
+                }
+            }
+        }
+        None if seen.is_empty() => out.push(Drift {
+            container: String::new(),
+            service: String::new(),
+            kind: Kind::Missing,
+        }),
+        None => {}
+    }
+    out
+}
+
+/// The drift as one line: `web missing (p-web-1), db exited (137) (p-db-1)`.
+pub fn describe(drift: &[Drift]) -> String {
+    drift
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use monky_compose::Container;
+
+    fn facts(
+        name: &str,
+        service: &str,
+        state: &str,
+        hash: &str,
+        exit: Option<i32>,
+    ) -> ContainerFacts {
+        ContainerFacts {
+            container: Container {
+                name: name.into(),
+                service: service.into(),
+                state: state.into(),
+                health: None,
+            },
+            id: format!("id-{name}"),
+            config_hash: Some(hash.into()),
+            image_id: Some("sha256:img".into()),
+            exit_code: exit,
+        }
+    }
+
+    fn converged() -> Converged {
+        Converged::record(
+            "S",
+            &[
+                facts("p-web-1", "web", "running", "h-web", None),
+                facts("p-migrate-1", "migrate", "exited", "h-migrate", Some(0)),
+            ],
+        )
+    }
+
+    /// `check(seen, expected drift lines)` against the record above.
+    fn check(seen: &[ContainerFacts], expected: &[&str]) {
+        let got = detect("S", Some(&converged()), seen);
+        let lines: Vec<String> = got.iter().map(ToString::to_string).collect();
+        assert_eq!(lines, expected, "{seen:?}");
+    }
+
+    #[test]
+    fn the_record_keeps_one_shots_as_completed_and_skips_leftovers() {
+        let c = converged();
+        assert!(c.containers["p-migrate-1"].completed);
+        assert!(!c.containers["p-web-1"].completed);
+        let with_leftover = Converged::record("S", &[facts("p-x-1", "x", "created", "h", None)]);
+        assert!(with_leftover.containers.is_empty());
+    }
+
+    #[test]
+    fn drift_by_kind() {
+        let web = |state: &str, hash: &str, exit| facts("p-web-1", "web", state, hash, exit);
+        let migrate = |exit| facts("p-migrate-1", "migrate", "exited", "h-migrate", exit);
+        // Converged: the web runs, the one-shot stays exited 0.
+        check(&[migrate(Some(0)), web("running", "h-web", None)], &[]);
+        // Docker's to restart: not drift.
+        check(&[migrate(Some(0)), web("restarting", "h-web", None)], &[]);
+        // A paused container is a person's pause, reported by its health as before.
+        check(&[migrate(Some(0)), web("paused", "h-web", None)], &[]);
+        check(&[migrate(Some(0))], &["web missing (p-web-1)"]);
+        check(
+            &[],
+            &["migrate missing (p-migrate-1)", "web missing (p-web-1)"],
+        );
+        check(
+            &[migrate(Some(0)), web("exited", "h-web", Some(0))],
+            &["web exited (0) (p-web-1)"],
+        );
+        check(
+            &[migrate(Some(0)), web("exited", "h-web", Some(137))],
+            &["web exited (137) (p-web-1)"],
+        );
+        check(
+            &[migrate(Some(0)), web("dead", "h-web", None)],
+            &["web dead (p-web-1)"],
+        );
+        // A one-shot that failed on its own later is drift.
+        check(
+            &[migrate(Some(1)), web("running", "h-web", None)],
+            &["migrate exited (1) (p-migrate-1)"],
+        );
+        check(
+            &[migrate(Some(0)), web("running", "h-other", None)],
+            &["web recreated by hand (p-web-1)"],
+        );
+        let mut no_hash = web("running", "h-web", None);
+        no_hash.config_hash = None;
+        check(
+            &[migrate(Some(0)), no_hash.clone()],
+            &["web recreated by hand (p-web-1)"],
+        );
+        // The CLI fallback's rows carry no id, hash or image: not compared.
+        no_hash.id = String::new();
+        check(&[migrate(Some(0)), no_hash], &[]);
+        let mut other_image = web("running", "h-web", None);
+        other_image.image_id = Some("sha256:other".into());
+        check(
+            &[migrate(Some(0)), other_image],
+            &["web recreated by hand (p-web-1)"],
+        );
+        check(
+            &[migrate(Some(0)), web("created", "h-web", None)],
+            &["web created, never started (p-web-1)"],
+        );
+        check(
+            &[
+                migrate(Some(0)),
+                web("running", "h-web", None),
+                facts("p-intruder-1", "intruder", "running", "x", None),
+            ],
+            &["intruder not the release's (p-intruder-1)"],
+        );
+    }
+
+    #[test]
+    fn without_a_record_of_the_applied_release_only_what_needs_none_is_found() {
+        let stale = converged();
+        let seen = [facts("p-web-1", "web", "running", "h-other", None)];
+        assert_eq!(detect("T", Some(&stale), &seen), vec![]);
+        assert_eq!(detect("T", None, &seen), vec![]);
+        let stopped = [facts("p-web-1", "web", "exited", "h", Some(0))];
+        assert_eq!(
+            describe(&detect("T", None, &stopped)),
+            "web exited (0) (p-web-1)"
+        );
+        assert_eq!(
+            describe(&detect("T", None, &[])),
+            "every container of the project is missing"
+        );
+    }
+
+    #[test]
+    fn what_a_heal_removes_first() {
+        let d = |kind| Drift {
+            container: "c".into(),
+            service: "s".into(),
+            kind,
+        };
+        assert!(d(Kind::Replaced).must_be_removed());
+        assert!(d(Kind::Leftover).must_be_removed());
+        assert!(d(Kind::Extra).must_be_removed());
+        assert!(!d(Kind::Missing).must_be_removed());
+        assert!(
+            !d(Kind::Stopped {
+                state: "exited".into(),
+                exit_code: None
+            })
+            .must_be_removed()
+        );
+    }
+}

@@ -1,0 +1,345 @@
+//! Keeping the box converged between applies: drift of the current release healed locally
+//! (no tenancy apply, no lease, no OpenBao read), an apply cut short finished or rolled back,
+//! and an operator's hold respected.
+
+use monky_agent_proto as proto;
+use proto::Action;
+use tracing::{info, warn};
+
+use super::backoff::failure_backoff;
+use super::outcome::Outcome;
+use super::{Agent, not_ready, short};
+use crate::code::Code;
+use crate::drift::{self, Converged, Drift};
+use crate::exit::{Exit, Failure};
+use crate::hold::Hold;
+use crate::interrupted::Marker;
+use crate::{redact, release, state};
+
+/// Heals within this long of the last one count as one more attempt; past it drift starts
+/// over at the first step. The backoff's longest step, so a service that crash-loops slowly
+/// still climbs the steps.
+const HEAL_MEMORY_SECS: u64 = 3600;
+
+impl Agent<'_> {
+    /// Records what the last healthy `up` of `sha` left (from the listing just taken).
+    pub(super) fn record_converged(&mut self, sha: &str) {
+        self.state.converged = Some(Converged::record(sha, &self.facts));
+    }
+
+    /// A heartbeat found no drift: a box without a record of the applied release (one applied
+    /// before this agent version, or brought back by a fallback whose listing was partial)
+    /// takes what runs now as the record, once all of it is ready.
+    pub(super) fn adopt_converged(&mut self, sha: &str) {
+        let recorded = self.state.converged.as_ref().is_some_and(|c| c.sha == sha);
+        if !recorded && !self.facts.is_empty() && not_ready(&self.state.containers).is_empty() {
+            info!(
+                "recording the running containers of {} for drift detection",
+                short(Some(sha))
+            );
+            self.record_converged(sha);
+        }
+    }
+
+    /// Drift found by a heartbeat: healed, unless healing is off or waits out its backoff.
+    pub(super) fn on_drift(&mut self, sha: &str, drift: &[Drift]) -> anyhow::Result<Exit> {
+        let what = drift::describe(drift);
+        warn!("drift from {}: {what}", short(Some(sha)));
+        if !self.cfg.self_heal {
+            let detail = format!(
+                "{}: {what}; self_heal is off, nothing was changed",
+                Code::Drift
+            );
+            return self.conclude(Outcome::failed(Some(sha), Code::Drift, detail));
+        }
+        let now = state::now();
+        if let Some(at) = self.state.next_heal_at.filter(|at| *at > now) {
+            if self.opts.force {
+                info!("--force: healing before the heal backoff ran out");
+            } else {
+                let detail = format!(
+                    "{}: {what}; waiting: heal {} ran at {}, the next may run at {}",
+                    Code::Drift,
+                    self.state.heal_attempts,
+                    self.state
+                        .last_heal_at
+                        .map_or("-".into(), crate::status::rfc3339),
+                    crate::status::rfc3339(at)
+                );
+                info!(
+                    "the heal of {} waits until {}",
+                    short(Some(sha)),
+                    crate::status::rfc3339(at)
+                );
+                return self.conclude(Outcome::failed(Some(sha), Code::Drift, detail));
+            }
+        }
+        self.heal(sha, drift, &what)
+    }
+
+    /// Brings the current release up again as it is on disk: verified (sha and `.env`
+    /// digest) and judged by the compose policy as before any `up`, compose's leftovers and
+    /// containers made by another hand removed first. Every heal, healthy or not, takes a step
+    /// of the heal backoff.
+    fn heal(&mut self, sha: &str, drift: &[Drift], what: &str) -> anyhow::Result<Exit> {
+        let now = state::now();
+        let recent = self
+            .state
+            .last_heal_at
+            .is_some_and(|t| now.saturating_sub(t) < HEAL_MEMORY_SECS);
+        let attempts = if recent {
+            self.state.heal_attempts.saturating_add(1)
+        } else {
+            1
+        };
+        let next =
+            now.saturating_add(failure_backoff(attempts, rand::random_range(0.0..1.0)).as_secs());
+        self.state.heal_attempts = attempts;
+        self.state.last_heal_at = Some(now);
+        self.state.next_heal_at = Some(next);
+        info!("healing {} (heal {attempts}): {what}", short(Some(sha)));
+        let remove: Vec<String> = drift
+            .iter()
+            .filter(|d| d.must_be_removed())
+            .map(|d| d.container.clone())
+            .collect();
+        let up = self.bring_up_current(sha, &remove);
+        self.refresh_containers();
+        let still = drift::detect(sha, self.state.converged.as_ref(), &self.facts)
+            .into_iter()
+            // What compose made now is the release's, even where it hashes a service
+            // differently from the record (a compose upgraded since the last up).
+            .filter(|d| !matches!(d.kind, drift::Kind::Replaced))
+            .collect::<Vec<_>>();
+        let bad = not_ready(&self.state.containers);
+        // `CODE: names` of what went wrong, and whether compose's logs say more.
+        let failed = match (&up, bad.is_empty()) {
+            (Err(e), _) => Some(match Failure::detail_of(e) {
+                (Some(code), detail) if code != Code::Failed => (code, detail, true),
+                (_, detail) => (
+                    Code::HealFailed,
+                    format!("{}: {detail}", Code::HealFailed),
+                    true,
+                ),
+            }),
+            (Ok(()), false) => Some((
+                Code::HealFailed,
+                format!(
+                    "{}: not healthy after up: {}",
+                    Code::HealFailed,
+                    bad.join(", ")
+                ),
+                true,
+            )),
+            (Ok(()), true) if !still.is_empty() => Some((
+                Code::HealFailed,
+                format!(
+                    "{}: still drifted after up: {}",
+                    Code::HealFailed,
+                    drift::describe(&still)
+                ),
+                false,
+            )),
+            (Ok(()), true) => None,
+        };
+        let Some((code, why, logs)) = failed else {
+            self.record_converged(sha);
+            let detail = format!("{}: {what}", Code::Healed);
+            info!("healed {}: {what}", short(Some(sha)));
+            return self.conclude(Outcome::noted(Some(sha), Code::Healed, detail));
+        };
+        let logs = if logs {
+            release::Release::open(&release::current_dir(self.cfg))
+                .and_then(|rel| rel.compose(&self.docker, self.cfg).logs_tail(200).ok())
+        } else {
+            None
+        };
+        let detail = format!(
+            "{why}; drift: {what}; next heal after {}",
+            crate::status::rfc3339(next)
+        );
+        warn!(
+            "heal of {} failed: {}",
+            short(Some(sha)),
+            redact::redact(&detail)
+        );
+        let mut outcome = Outcome::failed(Some(sha), code, detail);
+        outcome.compose_logs = logs.as_deref();
+        self.conclude(outcome)
+    }
+
+    /// `current` must name `sha`, which must verify and pass the policy; then the named
+    /// containers go and compose brings the release up, waiting for health.
+    fn bring_up_current(&mut self, sha: &str, remove: &[String]) -> anyhow::Result<()> {
+        let current = release::current_sha(self.cfg)?;
+        if current.as_deref() != Some(sha) {
+            return Err(Failure::coded(
+                Code::HealFailed,
+                format!(
+                    "current names {}, not the applied {}: nothing is started from it",
+                    short(current.as_deref()),
+                    short(Some(sha))
+                ),
+            )
+            .into());
+        }
+        release::verify(self.cfg, sha)?;
+        let rel = release::Release::open(&release::current_dir(self.cfg)).ok_or_else(|| {
+            Failure::coded(Code::HealFailed, "the current release has no compose file")
+        })?;
+        self.policy_gate(&rel)?;
+        if !remove.is_empty() {
+            info!("removing before up: {}", remove.join(", "));
+            self.docker
+                .remove_containers(remove)
+                .map_err(|e| Failure::coded(Code::HealFailed, e.to_string()))?;
+        }
+        info!("compose up -d --remove-orphans");
+        rel.compose(&self.docker, self.cfg)
+            .up(Some(self.cfg.healthy_timeout))
+            .map_err(|e| Failure::coded(Code::HealFailed, e.to_string()).into())
+    }
+
+    /// A held box: the heartbeat's health report with the hold beside it, whatever tenancy
+    /// asked; nothing is applied, healed or retired.
+    pub(super) fn held(
+        &mut self,
+        hold: &Hold,
+        resp: &proto::CheckinResponse,
+    ) -> anyhow::Result<Exit> {
+        let mut note = hold.describe();
+        match resp.action {
+            Action::Apply => note.push_str(&format!(
+                "; tenancy's apply of {} waits",
+                resp.desired_sha.as_ref().map_or("-", |s| s.short())
+            )),
+            Action::Down => note.push_str("; tenancy's retire waits"),
+            Action::None => {}
+        }
+        if let Some(m) = crate::interrupted::peek(&self.cfg.state_dir, &self.cfg.env_id) {
+            note.push_str(&format!(
+                "; the interrupted apply of {} waits",
+                short(Some(&m.sha))
+            ));
+        }
+        info!("{note}");
+        self.health_report(Some((Code::Held, note)))
+    }
+
+    /// An apply that a crash cut short: compose's leftovers go first, then the release is
+    /// finished when tenancy still wants it and it verifies on disk (no bundle, lease or
+    /// OpenBao read: its `.env` is there), or `current` is rolled back to the applied release
+    /// when tenancy wants that one; for any other action the mark is dropped and the action
+    /// goes on. `Some` when this concluded the tick.
+    pub(super) fn recover_interrupted(
+        &mut self,
+        resp: &proto::CheckinResponse,
+    ) -> anyhow::Result<Option<Exit>> {
+        let Some(m) = crate::interrupted::load(self.cfg)? else {
+            return Ok(None);
+        };
+        self.marker_settled = true;
+        warn!(
+            "{}: the apply of {} started {} did not finish",
+            Code::ApplyInterrupted,
+            short(Some(&m.sha)),
+            crate::status::rfc3339(m.started_at)
+        );
+        self.clear_leftovers()?;
+        let desired = resp.desired_sha.as_ref().map(|s| s.as_str());
+        let exit = match resp.action {
+            Action::Apply if desired == Some(m.sha.as_str()) => self
+                .finish_interrupted(&m)
+                .inspect_err(|e| self.conclude_error(Some(&m.sha), e))?,
+            Action::None => self.roll_back_interrupted(&m)?,
+            _ => {
+                info!("tenancy now asks for something else; the interrupted apply is dropped");
+                None
+            }
+        };
+        Ok(exit)
+    }
+
+    /// Removes the project's containers that were created and never started: what a killed
+    /// `compose up` leaves, and what makes the next `up` fail on a name conflict.
+    fn clear_leftovers(&mut self) -> anyhow::Result<()> {
+        let leftovers: Vec<String> = self
+            .facts
+            .iter()
+            .filter(|f| f.container.state == "created")
+            .map(|f| f.container.name.clone())
+            .collect();
+        if leftovers.is_empty() {
+            return Ok(());
+        }
+        info!("removing compose's leftovers: {}", leftovers.join(", "));
+        self.docker
+            .remove_containers(&leftovers)
+            .map_err(|e| Failure::coded(Code::ComposeUpFailed, e.to_string()))?;
+        self.refresh_containers();
+        Ok(())
+    }
+
+    /// Finishes the interrupted apply of `m.sha` from its release on disk; `None` when that
+    /// release is not there whole (the crash came before it was), so the tick's apply goes on
+    /// as any other.
+    fn finish_interrupted(&mut self, m: &Marker) -> anyhow::Result<Option<Exit>> {
+        let sha = m.sha.as_str();
+        let on_disk = self.cfg.env_dir().join("releases").join(sha);
+        if !on_disk.is_dir() {
+            info!(
+                "{} never reached releases/; applying it anew",
+                short(Some(sha))
+            );
+            return Ok(None);
+        }
+        if let Err(e) = release::verify(self.cfg, sha) {
+            warn!(
+                "the release of the interrupted apply does not verify ({}); applying it anew",
+                redact::redact(&format!("{e:#}"))
+            );
+            return Ok(None);
+        }
+        let rel = release::point_current(self.cfg, sha, &|r| self.policy_gate(r))?;
+        let prod = self.cfg.is_prod(rel.is_prod());
+        info!("finishing the interrupted apply of {}", short(Some(sha)));
+        self.up_healthy(&rel, sha, prod)?;
+        self.state.mark_applied(sha, rel.is_prod());
+        self.record_converged(sha);
+        self.state.clear_failed();
+        let detail = format!(
+            "{}: finished the apply of {} cut short at {}",
+            Code::ApplyInterrupted,
+            short(Some(sha)),
+            crate::status::rfc3339(m.started_at)
+        );
+        self.conclude(Outcome::noted(Some(sha), Code::ApplyInterrupted, detail))
+            .map(Some)
+    }
+
+    /// Tenancy wants the applied release, not the interrupted one: `current` goes back to it
+    /// and it is brought up again. `None` when `current` still names it (the crash came before
+    /// the swap): the heartbeat goes on, and heals what the crash left.
+    fn roll_back_interrupted(&mut self, m: &Marker) -> anyhow::Result<Option<Exit>> {
+        let Some(applied) = self.state.applied_sha.clone() else {
+            return Ok(None);
+        };
+        if release::current_sha(self.cfg)?.as_deref() == Some(applied.as_str()) {
+            return Ok(None);
+        }
+        let note = self.revert_to(&applied);
+        let detail = format!(
+            "{}: rolled back the apply of {} cut short at {}: {note}",
+            Code::ApplyInterrupted,
+            short(Some(&m.sha)),
+            crate::status::rfc3339(m.started_at)
+        );
+        let sha = self.state.applied_sha.clone();
+        let outcome = if sha.is_some() {
+            Outcome::noted(sha.as_deref(), Code::ApplyInterrupted, detail)
+        } else {
+            Outcome::failed(Some(&applied), Code::Unhealthy, detail)
+        };
+        self.conclude(outcome).map(Some)
+    }
+}
