@@ -17,6 +17,7 @@ pub mod cli;
 pub mod code;
 pub mod config;
 pub mod doctor;
+pub mod evidence;
 pub mod exit;
 pub mod explain;
 mod failpoint;
@@ -147,6 +148,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Doctor { json } => doctor::show(&load()?, json),
         Command::Status { json } => status::show(&load()?, json),
         Command::Bootstrap { force } => tick::bootstrap_command(&load()?, force),
+        Command::Logs { sha } => evidence::show(&load()?, sha.as_deref()),
     }
 }
 
