@@ -439,7 +439,9 @@ mod tests {
         let section = section.split("\n#").next().unwrap_or(section);
         let mut seen = BTreeSet::new();
         for line in section.lines().filter(|l| l.starts_with("- **")) {
-            let (head, rest) = line[4..].split_once("**").expect("- **owner, exit N**: codes");
+            let (head, rest) = line[4..]
+                .split_once("**")
+                .expect("- **owner, exit N**: codes");
             let (owner, exit) = head.split_once(", exit ").expect("owner, exit N");
             // The codes come first; the argument after the first full stop may quote keys.
             let codes = rest.split(". ").next().unwrap_or(rest);

@@ -88,7 +88,9 @@ fn prune(d: &fsx::Dir) {
 }
 
 fn is_sha(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// The newest sha with kept logs, read without writing anything.

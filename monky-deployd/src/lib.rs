@@ -34,6 +34,7 @@ pub mod state;
 pub mod status;
 mod takeover;
 pub mod tick;
+pub mod verdict;
 mod watchdog;
 
 use crate::cli::{BundleCommand, Cli, Command};

@@ -169,7 +169,8 @@ mod tests {
 
     #[test]
     fn certificate_reasons_get_their_own_codes() {
-        let check = |reason: &str, code: Option<Code>| assert_eq!(tls_code(reason), code, "{reason}");
+        let check =
+            |reason: &str, code: Option<Code>| assert_eq!(tls_code(reason), code, "{reason}");
         check(
             "invalid peer certificate: UnknownIssuer",
             Some(Code::BaoTlsUnknownCa),
@@ -178,7 +179,10 @@ mod tests {
             "invalid peer certificate: NotValidForNameContext { expected: DnsName(\"bao\"), presented: [] }",
             Some(Code::BaoTlsWrongName),
         );
-        check("invalid peer certificate: NotValidForName", Some(Code::BaoTlsWrongName));
+        check(
+            "invalid peer certificate: NotValidForName",
+            Some(Code::BaoTlsWrongName),
+        );
         // validity dates are the clock's question, not the trust root's
         check("invalid peer certificate: ExpiredContext { .. }", None);
         check("invalid peer certificate: NotValidYet", None);

@@ -267,7 +267,10 @@ mod tests {
                 dir.display()
             ),
             code: Some(15),
-            stderr: format!("validating {}/compose.yaml: services.web.ports must be a array\n", dir.display()),
+            stderr: format!(
+                "validating {}/compose.yaml: services.web.ports must be a array\n",
+                dir.display()
+            ),
         };
         assert_eq!(
             config_cause(&e, dir),

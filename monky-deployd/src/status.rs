@@ -10,9 +10,24 @@ use crate::state::{State, TokenState};
 
 /// Prints the status; exits 0 when it could be read.
 pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
-    let st = State::peek(&cfg.state_dir);
+    let st = State::peek_env(&cfg.state_dir, &cfg.env_id);
     let token_present = cfg.state_dir.join("bao.token").exists();
-    let containers = match monky_compose::Engine::from_env().containers(&cfg.compose_project) {
+    let listed = monky_compose::Engine::from_env()
+        .containers(&cfg.compose_project)
+        .map_err(|e| e.to_string());
+    let why_not = crate::verdict::not_converged(
+        &st,
+        crate::verdict::Seen {
+            now: crate::state::now(),
+            token_present,
+            containers: Some(&listed),
+        },
+    );
+    let code = st.last_code.filter(|_| st.last_error.is_some());
+    let failed_logs = crate::evidence::latest(cfg)
+        .filter(|_| code.is_some() || st.failed_sha.is_some())
+        .map(|sha| crate::evidence::log_path(cfg, &sha).display().to_string());
+    let containers = match listed {
         Ok(cs) => cs
             .into_iter()
             .map(|c| json!({"name": c.name, "state": c.state, "health": c.health}))
@@ -28,7 +43,11 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         "env_id": cfg.env_id,
         "applied_sha": st.applied_sha,
         "desired_sha": st.desired_sha,
-        "converged": st.applied_sha.is_some() && st.applied_sha == st.desired_sha,
+        "converged": why_not.is_empty(),
+        "not_converged": why_not,
+        "whose_move": code.map(|c| c.owner().as_str()),
+        "next_step": code.map(crate::code::Code::next_step),
+        "failed_logs": failed_logs,
         "token": token,
         "last_checkin": st.last_checkin.map(rfc3339),
         "last_report": st.last_report.map(rfc3339),
@@ -58,8 +77,13 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         "last_report",
         "last_result",
         "last_error",
+        "whose_move",
+        "failed_logs",
     ] {
         line(k, &doc[k]);
+    }
+    for why in &why_not {
+        outln!("{:<14} {}", "not converged", redact(why));
     }
     let t = &doc["token"];
     outln!(

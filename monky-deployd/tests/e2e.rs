@@ -764,12 +764,13 @@ fn a_fallback_to_a_release_changed_on_disk_is_refused() {
 
 // ---- 5. pull failures -------------------------------------------------------------------------
 
-/// A failed pull: exit 1, `COMPOSE_PULL_FAILED` with the registry's words, and the running
-/// release (if any) untouched.
+/// A failed pull: exit 1, `code` (`COMPOSE_PULL_FAILED`, or `IMAGE_NOT_FOUND` for a tag never
+/// pushed) with the registry's words, and the running release (if any) untouched.
 #[track_caller]
 fn check_pull_failure(
     b: &E2eBox,
     bundle: &TestBundle,
+    code: &str,
     registry_says: &[&str],
     previous: Option<&str>,
 ) {
@@ -778,7 +779,7 @@ fn check_pull_failure(
     let run = b.w.tick();
     run.expect(1);
     let r = b.w.last_report();
-    assert_report(&r, ReportResult::Failed, Some("COMPOSE_PULL_FAILED: "));
+    assert_report(&r, ReportResult::Failed, Some(&format!("{code}: ")));
     let detail = r.detail.clone().unwrap();
     for words in registry_says {
         assert!(detail.contains(words), "{words:?} not in {detail:?}");
@@ -818,7 +819,13 @@ fn a_pull_without_any_credential_says_so() {
         .unwrap()
         .retain(|e| e.get("use").is_none());
     b.w.stage_grant();
-    check_pull_failure(&b, &bundle, &["no basic auth credentials"], None);
+    check_pull_failure(
+        &b,
+        &bundle,
+        "COMPOSE_PULL_FAILED",
+        &["no basic auth credentials"],
+        None,
+    );
     assert!(!b.w.state_dir().join("docker/config.json").exists());
 }
 
@@ -834,6 +841,7 @@ fn a_pull_with_a_wrong_password_keeps_the_running_release() {
     check_pull_failure(
         &b,
         &b.bundle(&b.e2e.image_2),
+        "COMPOSE_PULL_FAILED",
         &["unauthorized", "authentication required"],
         Some(&first),
     );
@@ -848,6 +856,7 @@ fn a_pull_of_a_missing_tag_keeps_the_running_release() {
     check_pull_failure(
         &b,
         &b.bundle(&b.e2e.image_missing),
+        "IMAGE_NOT_FOUND",
         &["manifest unknown", "not found"],
         Some(&first),
     );

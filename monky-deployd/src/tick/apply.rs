@@ -23,7 +23,8 @@ impl Agent<'_> {
     pub(super) fn apply(&mut self, sha: &str, url: &str) -> anyhow::Result<Exit> {
         // 1-2. Fetch the bundle and verify it hashes to the desired sha.
         let (b, raw) = self.fetch(sha, url)?;
-        self.apply_bundle(sha, &b).inspect_err(|e| self.keep_bad_bundle(sha, &raw, e))
+        self.apply_bundle(sha, &b)
+            .inspect_err(|e| self.keep_bad_bundle(sha, &raw, e))
     }
 
     /// A bundle the bundle author must fix is kept on the box, so the advice to run
@@ -45,6 +46,9 @@ impl Agent<'_> {
     }
 
     fn apply_bundle(&mut self, sha: &str, b: &bundle::Bundle) -> anyhow::Result<Exit> {
+        // Recorded before the disk check, so `doctor` measures the desired bundle's need even
+        // when the check refuses it.
+        self.state.last_disk_need_bytes = b.meta().disk_need_bytes;
         // 3. Refuse what the bundle alone shows is wrong, before any lease or secret read.
         let paths = self.refusal_checks(&b, sha)?;
         // 4-6. Lease a grant, log in with it, read the secrets.
@@ -75,7 +79,6 @@ impl Agent<'_> {
         // 10. Pull from the staging dir: a registry refusal leaves `current` naming the release
         // that is still running.
         info!("compose pull");
-        self.state.last_disk_need_bytes = b.meta().disk_need_bytes;
         if let Err(e) = staged.compose(&self.docker, self.cfg).pull() {
             // A tag never pushed is the bundle's, not the registry's: no credential fixes it.
             let code = if e.is_missing_image() {
@@ -515,7 +518,10 @@ pub(super) fn diagnose(up: Option<&monky_compose::Error>, bad: &[Looked]) -> (Co
         ),
         _ => (
             Code::Unhealthy,
-            bad.iter().map(Looked::summary).collect::<Vec<_>>().join(", "),
+            bad.iter()
+                .map(Looked::summary)
+                .collect::<Vec<_>>()
+                .join(", "),
         ),
     }
 }
