@@ -134,7 +134,7 @@ codes! {
         "tenancy asks for an older release: set allow_rollback in bundle.json to roll back on purpose";
     /// Too little free space on the docker data root.
     DiskInsufficient = "DISK_INSUFFICIENT", Fail,
-        "too little free space on the docker data root: run `monky-deployd run --once --prune` or grow the disk";
+        "too little free space on the docker data root: the box admin frees it (`docker image prune -a`, OPERATIONS.md \"Free disk\") or grows the disk; the next tick retries";
     /// The bundle names another renderer.
     RendererRefused = "RENDERER_REFUSED", Fail,
         "bundle.json names a renderer other than compose: re-render the bundle with the compose renderer";

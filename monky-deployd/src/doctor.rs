@@ -157,7 +157,8 @@ fn grant(cfg: &Config) -> Check {
             "no bootstrap grant staged (consumed, or a token is in use)",
         );
     }
-    check(
+    let token_stored = std::fs::symlink_metadata(cfg.state_dir.join("bao.token")).is_ok();
+    let mut c = check(
         "grant",
         "stage the grant again as a regular file, mode 0600, owned by the agent's user \
          (re-run the install kit); a kit's grant lives one hour, so reveal it again when it expired",
@@ -176,7 +177,19 @@ fn grant(cfg: &Config) -> Check {
                 )),
                 None => Ok(format!("{} is a private regular file", path.display())),
             }),
-    )
+    );
+    if c.verdict == Verdict::Ok && token_stored {
+        // The tick keeps using a token that works; a grant staged to rotate it would sit
+        // unused and expire within the hour without a word.
+        c.verdict = Verdict::Warn;
+        c.detail = format!(
+            "grant staged but a working token is in use, so the tick ignores it; {}",
+            c.detail
+        );
+        c.fix = "to rotate the token now: `sudo -u monky-deployd monky-deployd bootstrap --force` \
+                 (OPERATIONS.md, \"Rotate the token\"); else remove the grant";
+    }
+    c
 }
 
 /// The `exp` claim of a grant, read without verifying it (OpenBao verifies): only to say

@@ -52,7 +52,14 @@ pub fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
     let started = std::time::Instant::now();
     let outcome = run_tick(cfg, opts);
     let st = State::peek(&cfg.state_dir);
-    summary(&st, outcome.exit, started.elapsed());
+    // Offline on a laptop is one quiet line, already written.
+    let offline = cfg.laptop_mode
+        && outcome.exit == Exit::Ok
+        && st.last_error.is_some()
+        && st.last_code.is_some_and(|c| c.exit() == Exit::Temporary);
+    if !offline {
+        summary(&st, outcome.exit, started.elapsed());
+    }
     if let Some(path) = &cfg.metrics_textfile {
         let facts = metrics::TickFacts {
             exit: outcome.exit,
