@@ -16,6 +16,7 @@ mod hostile;
 mod leaks;
 mod lifecycle;
 mod observe;
+mod operator;
 mod packaging;
 mod policy;
 mod realbao;
