@@ -364,3 +364,111 @@ fn an_upgraded_box_shows_what_it_runs_before_its_first_tick() {
     // Read, never written: the tick takes it over under its lock.
     assert_eq!(std::fs::read(&state).unwrap(), text);
 }
+
+#[test]
+fn at_debug_each_peer_call_is_one_line_and_the_http_stack_is_quiet() {
+    let w = World::new();
+    w.config_extra("log_level: DEBUG\n");
+    w.stage_grant();
+    w.publish(&TestBundle::default());
+    let run = w.tick();
+    run.ok();
+    let err = run.stderr();
+    assert!(
+        err.lines()
+            .any(|l| l.contains("tenancy POST /v1/agent/checkin 200 ") && l.ends_with("ms")),
+        "{err}"
+    );
+    assert!(
+        err.lines()
+            .any(|l| l.contains("openbao ") && l.contains(" /v1/") && l.ends_with("ms")),
+        "{err}"
+    );
+    for chatter in [
+        "idle connection",
+        "new connection",
+        "connecting to",
+        "flushed",
+        "pooling",
+    ] {
+        assert!(!err.contains(chatter), "{chatter:?} in\n{err}");
+    }
+    // The same tick with RUST_LOG=debug shows what the filter holds back.
+    w.publish(&TestBundle::tagged("2"));
+    let loud = Run(w
+        .command(&["run", "--once"])
+        .env("RUST_LOG", "debug")
+        .output()
+        .unwrap());
+    let loud = loud.stderr();
+    assert!(
+        [
+            "idle connection",
+            "new connection",
+            "connecting to",
+            "flushed",
+            "pooling"
+        ]
+        .iter()
+        .any(|c| loud.contains(c)),
+        "{loud}"
+    );
+    let token = std::fs::read_to_string(w.state_dir().join("bao.token")).unwrap();
+    assert!(!err.contains(token.trim()), "the token in the journal");
+}
+
+#[test]
+fn the_journal_gets_priorities_only_when_stderr_is_the_journal_stream() {
+    use std::os::unix::fs::MetadataExt;
+    let w = World::new();
+    w.applied();
+    w.tenancy.set_fault(
+        Endpoint::Checkin,
+        Fault::Status {
+            status: 503,
+            body: "upstream connect error".into(),
+        },
+    );
+    // systemd's JOURNAL_STREAM names the stream's device and inode; a file stands in for it.
+    let journal = w.path("journal.log");
+    let file = std::fs::File::create(&journal).unwrap();
+    let meta = file.metadata().unwrap();
+    let out = w
+        .command(&["run", "--once"])
+        .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
+        .stderr(file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(!lines.is_empty());
+    for l in &lines {
+        assert!(
+            ["<3>", "<4>", "<6>", "<7>"]
+                .iter()
+                .any(|p| l.starts_with(p)),
+            "no priority: {l:?}"
+        );
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("<3>") && l.contains("TENANCY_UNAVAILABLE")),
+        "{text}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("<4>")
+            && l.contains("tick: action=- ")
+            && l.contains("exit=75")),
+        "{text}"
+    );
+    // Inherited but pointing elsewhere (a pipe here): no prefixes.
+    let piped = w
+        .command(&["run", "--once"])
+        .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&piped.stderr);
+    assert!(!text.contains("<3>") && !text.contains("<4>"), "{text}");
+}
