@@ -21,6 +21,7 @@ mod packaging;
 mod policy;
 mod realbao;
 mod redaction;
+mod runbooks;
 mod shapes;
 mod soak;
 mod token;
