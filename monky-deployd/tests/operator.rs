@@ -472,3 +472,17 @@ fn the_journal_gets_priorities_only_when_stderr_is_the_journal_stream() {
     let text = String::from_utf8_lossy(&piped.stderr);
     assert!(!text.contains("<3>") && !text.contains("<4>"), "{text}");
 }
+
+#[test]
+fn a_token_of_another_env_is_named_by_the_tick_status_explain_and_doctor() {
+    let w = World::new();
+    w.applied();
+    let text = std::fs::read_to_string(w.config_path())
+        .unwrap()
+        .replace(&format!("env_id: {ENV}"), "env_id: env-other");
+    std::fs::write(w.config_path(), text).unwrap();
+    let v = Views::of(&w, w.tick());
+    v.tick_says(78, "AGENT_ENV_MISMATCH", "box admin")
+        .not_converged("AGENT_ENV_MISMATCH", Some("box admin"))
+        .doctor_says("token", "fail", "minted for env \"env-qa-02\"");
+}
