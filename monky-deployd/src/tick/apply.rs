@@ -23,7 +23,7 @@ impl Agent<'_> {
     pub(super) fn apply(&mut self, sha: &str, url: &str) -> anyhow::Result<Exit> {
         // 1-2. Fetch the bundle and verify it hashes to the desired sha.
         let (b, raw) = self.fetch(sha, url)?;
-        self.apply_bundle(sha, &b)
+        self.apply_bundle(sha, b)
             .inspect_err(|e| self.keep_bad_bundle(sha, &raw, e))
     }
 
@@ -45,7 +45,7 @@ impl Agent<'_> {
         }
     }
 
-    fn apply_bundle(&mut self, sha: &str, b: &bundle::Bundle) -> anyhow::Result<Exit> {
+    fn apply_bundle(&mut self, sha: &str, b: bundle::Bundle) -> anyhow::Result<Exit> {
         // Recorded before the disk check, so `doctor` measures the desired bundle's need even
         // when the check refuses it.
         self.state.last_disk_need_bytes = b.meta().disk_need_bytes;
