@@ -386,7 +386,7 @@ impl Client {
     }
 
     fn send(&self, url: &Url, req: RequestBuilder) -> Result<Response> {
-        req.send().map_err(|source| {
+        let transport = |source: reqwest::Error| {
             let source = source.without_url();
             match refusal_in(&source) {
                 Some(refusal) => Error::ConnectionCheck {
@@ -399,7 +399,20 @@ impl Client {
                     source,
                 },
             }
-        })
+        };
+        let (client, built) = req.build_split();
+        let built = built.map_err(transport)?;
+        // One debug line per call (method, path, status, time); the bearer is a header, and
+        // the path holds env ids and shas only.
+        let (method, path) = (built.method().clone(), url.path().to_owned());
+        let started = Instant::now();
+        let response = client.execute(built);
+        let ms = started.elapsed().as_millis();
+        match &response {
+            Ok(r) => tracing::debug!("tenancy {method} {path} {} {ms}ms", r.status().as_u16()),
+            Err(_) => tracing::debug!("tenancy {method} {path} failed {ms}ms"),
+        }
+        response.map_err(transport)
     }
 
     /// Read a JSON answer; a non-2xx status becomes the classified error.

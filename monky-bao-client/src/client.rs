@@ -444,10 +444,19 @@ impl BaoClient {
             Some(host) => request.header(reqwest::header::HOST, host),
             None => request,
         };
-        let response = request
-            .timeout(self.timeout)
-            .send()
-            .map_err(|source| network_error(shown, source))?;
+        let (client, built) = request.timeout(self.timeout).build_split();
+        let built = built.map_err(|source| network_error(shown, source))?;
+        // One debug line per call (method, path, status, time): the path names mounts, envs
+        // and secret names, never a value; tokens travel in headers and bodies only.
+        let (method, path) = (built.method().clone(), built.url().path().to_owned());
+        let started = Instant::now();
+        let response = client.execute(built);
+        let ms = started.elapsed().as_millis();
+        match &response {
+            Ok(r) => tracing::debug!("openbao {method} {path} {} {ms}ms", r.status().as_u16()),
+            Err(_) => tracing::debug!("openbao {method} {path} failed {ms}ms"),
+        }
+        let response = response.map_err(|source| network_error(shown, source))?;
         Ok((response, deadline))
     }
 

@@ -154,6 +154,22 @@ impl Engine {
         )
     }
 
+    /// Why a container is not ready, from `GET /containers/{name}/json`: the engine's own
+    /// error for a container that never started (a host port in use, a missing device) and the
+    /// last healthcheck probe. Texts are cut to [`ContainerDetail::MAX_TEXT`] characters; they
+    /// are the app's or the engine's words and callers redact them like any log line.
+    pub fn inspect(&self, name: &str) -> Result<ContainerDetail> {
+        // A container name never holds a slash; one that does would address another endpoint.
+        if name.is_empty() || name.contains('/') || name.contains('?') {
+            return Err(Error::Parse {
+                what: "container name".to_owned(),
+                detail: format!("{name:?} is not a container name"),
+            });
+        }
+        let raw: ApiInspect = self.get_json(&format!("/containers/{name}/json"), &[])?;
+        Ok(raw.into_detail())
+    }
+
     fn target_text(&self) -> String {
         match &self.target {
             Target::Unix(p) => format!("unix://{}", p.display()),
@@ -369,6 +385,94 @@ impl Row for ApiContainer {
     }
 }
 
+/// What the engine says about one container beyond its state: see [`Engine::inspect`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerDetail {
+    /// `State.Error`: why the engine could not start it (empty string: none).
+    pub error: Option<String>,
+    /// `State.ExitCode` of an exited container.
+    pub exit_code: Option<i64>,
+    /// The last healthcheck probe (`State.Health.Log`'s last entry), when it has one.
+    pub last_probe: Option<Probe>,
+}
+
+impl ContainerDetail {
+    /// The most characters kept of the engine's error or a probe's output.
+    pub const MAX_TEXT: usize = 300;
+}
+
+/// One healthcheck probe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Probe {
+    /// The probe command's exit code (0 healthy, 1 unhealthy; -1 when it could not run).
+    pub exit_code: i64,
+    /// Its output, trimmed and cut to [`ContainerDetail::MAX_TEXT`] characters.
+    pub output: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ApiInspect {
+    #[serde(rename = "State", default)]
+    state: ApiState,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ApiState {
+    #[serde(rename = "Error", default)]
+    error: Option<String>,
+    #[serde(rename = "ExitCode", default)]
+    exit_code: Option<i64>,
+    #[serde(rename = "Status", default)]
+    status: Option<String>,
+    #[serde(rename = "Health", default)]
+    health: Option<ApiHealth>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ApiHealth {
+    #[serde(rename = "Log", default)]
+    log: Option<Vec<ApiProbe>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ApiProbe {
+    #[serde(rename = "ExitCode", default)]
+    exit_code: i64,
+    #[serde(rename = "Output", default)]
+    output: String,
+}
+
+impl ApiInspect {
+    fn into_detail(self) -> ContainerDetail {
+        let cut = |t: &str| crate::process::tail_chars(&one_line(t), ContainerDetail::MAX_TEXT);
+        let st = self.state;
+        ContainerDetail {
+            error: st.error.as_deref().map(cut).filter(|e| !e.is_empty()),
+            // An exit code means something only once the container ran and stopped.
+            exit_code: st
+                .exit_code
+                .filter(|_| matches!(st.status.as_deref(), Some("exited" | "dead"))),
+            last_probe: st
+                .health
+                .and_then(|h| h.log)
+                .and_then(|log| log.into_iter().last())
+                .map(|p| Probe {
+                    exit_code: p.exit_code,
+                    output: cut(&p.output),
+                }),
+        }
+    }
+}
+
+/// Lines joined with ` | `, blank ones dropped: a probe's or the engine's text on one line.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
 /// Bytes available to unprivileged users on the filesystem holding `path` (`statvfs`:
 /// `f_bavail * f_frsize`). When `path` itself is missing (a data root on a not-yet-mounted
 /// disk, a private mount namespace), its nearest existing ancestor is measured.
@@ -485,6 +589,54 @@ mod tests {
                 facts[1].exit_code
             ),
             (None, None, None)
+        );
+    }
+
+    #[test]
+    fn inspect_answers_become_details() {
+        let detail = |json: &str| {
+            serde_json::from_str::<ApiInspect>(json)
+                .unwrap()
+                .into_detail()
+        };
+        // A port taken on the host: created, never started, the engine says why.
+        let d = detail(
+            r#"{"State":{"Status":"created","ExitCode":128,"Error":"driver failed programming external connectivity on endpoint p-web-1: Bind for 0.0.0.0:8080 failed: port is already allocated"}}"#,
+        );
+        assert!(d.error.unwrap().ends_with("port is already allocated"));
+        assert_eq!(d.exit_code, None);
+        assert_eq!(d.last_probe, None);
+        // A failing healthcheck: the last probe's output, on one line.
+        let d = detail(
+            r#"{"State":{"Status":"running","ExitCode":0,"Error":"","Health":{"Status":"unhealthy","Log":[
+                {"ExitCode":1,"Output":"first"},
+                {"ExitCode":1,"Output":"curl: (7) Failed to connect\nto localhost port 80\n"}]}}}"#,
+        );
+        assert_eq!(d.error, None);
+        assert_eq!(
+            d.last_probe,
+            Some(Probe {
+                exit_code: 1,
+                output: "curl: (7) Failed to connect | to localhost port 80".into()
+            })
+        );
+        // An exited app: its exit code; a huge output is cut.
+        let long = "x".repeat(5000);
+        let d = detail(&format!(
+            r#"{{"State":{{"Status":"exited","ExitCode":3,"Health":{{"Log":[{{"ExitCode":1,"Output":"{long}"}}]}}}}}}"#
+        ));
+        assert_eq!(d.exit_code, Some(3));
+        assert!(d.last_probe.unwrap().output.len() <= ContainerDetail::MAX_TEXT + 3);
+        // Nothing known: nothing said.
+        assert_eq!(detail("{}"), ContainerDetail::default());
+    }
+
+    #[test]
+    fn inspect_refuses_a_name_that_is_a_path() {
+        let e = Engine::unix("/nonexistent.sock");
+        assert_eq!(
+            e.inspect("../info").unwrap_err().kind(),
+            crate::ErrorKind::Protocol
         );
     }
 

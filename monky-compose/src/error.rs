@@ -207,6 +207,42 @@ impl Error {
         }
     }
 
+    /// The cause in the process's own words, without the command line: for a failed or
+    /// killed command, its error lines (`Error response from daemon: ...`), else its last
+    /// line, at most [`Error::CAUSE_MAX`] characters; any other error's whole message. An
+    /// operator reads this first; the command line names temporary paths that are gone.
+    #[must_use]
+    pub fn cause(&self) -> String {
+        match self {
+            Error::Failed { stderr, code, .. } => {
+                first_words(stderr).unwrap_or_else(|| format!("failed ({})", describe_code(*code)))
+            }
+            Error::Timeout { stderr, after, .. } => match first_words(stderr) {
+                Some(w) => format!("timed out after {after:?}: {w}"),
+                None => format!("timed out after {after:?}"),
+            },
+            other => other.to_string(),
+        }
+    }
+
+    /// The most characters [`Error::cause`] keeps.
+    pub const CAUSE_MAX: usize = 400;
+
+    /// A pull refused because the registry has no such image or tag (`manifest unknown`,
+    /// `manifest for ... not found`): the bundle names an image that was never pushed, which
+    /// no retry and no credential fixes.
+    #[must_use]
+    pub fn is_missing_image(&self) -> bool {
+        match self {
+            Error::PullFailed { message } => {
+                let m = message.to_ascii_lowercase();
+                m.contains("manifest unknown")
+                    || (m.contains("manifest for ") && m.contains(" not found"))
+            }
+            _ => false,
+        }
+    }
+
     /// The exit code of a failed command, when there was one.
     #[must_use]
     pub fn exit_code(&self) -> Option<i32> {
@@ -215,6 +251,38 @@ impl Error {
             _ => None,
         }
     }
+}
+
+/// A command's error in its own words: the lines that say `error` (docker's `Error response
+/// from daemon: ...`, compose's `error while interpolating ...`), else the last line; progress
+/// lines (` Container x  Starting`) carry nothing. Joined with ` | `, cut to the last
+/// [`Error::CAUSE_MAX`] characters.
+fn first_words(stderr: &str) -> Option<String> {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let errors: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.to_ascii_lowercase().contains("error"))
+        .collect();
+    let chosen = if errors.is_empty() {
+        lines.last().map(|l| vec![*l])?
+    } else {
+        errors
+    };
+    let mut unique: Vec<&str> = Vec::new();
+    for l in chosen {
+        if !unique.contains(&l) {
+            unique.push(l);
+        }
+    }
+    Some(crate::process::tail_chars(
+        &unique.join(" | "),
+        Error::CAUSE_MAX,
+    ))
 }
 
 fn describe_code(code: Option<i32>) -> String {
@@ -295,6 +363,54 @@ mod tests {
         );
         assert_eq!(e.exit_code(), Some(18));
         assert_eq!(e.kind(), ErrorKind::CommandFailed);
+    }
+
+    #[test]
+    fn the_cause_comes_in_dockers_words_without_the_command_line() {
+        let failed = |stderr: &str| Error::Failed {
+            what: "docker compose --ansi never -p p -f /var/lib/x/staging/abc/compose.yaml up"
+                .into(),
+            code: Some(1),
+            stderr: stderr.into(),
+        };
+        let port = failed(
+            " Network p_default  Creating\n Container p-web-1  Starting\n\
+             Error response from daemon: failed to set up container networking: driver failed \
+             programming external connectivity on endpoint p-web-1: Bind for 0.0.0.0:8080 failed: \
+             port is already allocated\n",
+        );
+        let cause = port.cause();
+        assert!(cause.starts_with("Error response from daemon:"), "{cause}");
+        assert!(cause.ends_with("port is already allocated"), "{cause}");
+        assert!(!cause.contains("staging"), "{cause}");
+        assert_eq!(
+            failed("services.web.ports must be a list\n").cause(),
+            "services.web.ports must be a list"
+        );
+        assert_eq!(failed("").cause(), "failed (exit code 1)");
+        let twice = failed("Error: x\nError: x\n");
+        assert_eq!(twice.cause(), "Error: x");
+        let long = failed(&format!("error {}\n", "y".repeat(2000)));
+        assert!(long.cause().len() <= Error::CAUSE_MAX + 3);
+        assert_eq!(
+            Error::PullFailed {
+                message: "m".into()
+            }
+            .cause(),
+            "compose pull failed: m"
+        );
+    }
+
+    #[test]
+    fn a_missing_tag_is_told_apart_from_other_pull_failures() {
+        let pull = |m: &str| Error::PullFailed { message: m.into() };
+        assert!(
+            pull("manifest for reg:5000/app:nope not found: manifest unknown: manifest unknown")
+                .is_missing_image()
+        );
+        assert!(pull("reg:5000/app:nope: manifest unknown").is_missing_image());
+        assert!(!pull("no basic auth credentials").is_missing_image());
+        assert!(!pull("dial tcp: lookup reg: no such host").is_missing_image());
     }
 
     #[test]

@@ -44,5 +44,5 @@ pub use container::Container;
 pub use docker::{
     CommandLimits, ComposeInfo, Docker, DockerBuilder, DockerFacts, FileStamp, SYSTEM_PLUGIN_DIRS,
 };
-pub use engine::{ContainerFacts, Engine, EngineInfo};
+pub use engine::{ContainerDetail, ContainerFacts, Engine, EngineInfo, Probe};
 pub use error::{Error, ErrorKind, Result};

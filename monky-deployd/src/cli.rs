@@ -65,6 +65,12 @@ pub enum Command {
     },
     /// End a hold: the next tick converges the box again.
     Unhold,
+    /// Print the compose logs and probe outputs kept from a failed release (the newest, or the
+    /// one whose sha starts with SHA); run it as the agent's user.
+    Logs {
+        /// A sha, or its first 7 or more hex digits.
+        sha: Option<String>,
+    },
     /// Log in to OpenBao with the kit's bootstrap grant and store the token.
     Bootstrap {
         /// Replace an existing token.

@@ -123,6 +123,15 @@ codes! {
     /// Any other OpenBao refusal.
     BaoRefused = "BAO_REFUSED", Fail,
         "OpenBao refused a call: check bao.addr and bao.ca_bundle in config.yaml";
+    /// OpenBao answers, sealed.
+    BaoSealed = "BAO_SEALED", Temporary,
+        "OpenBao is sealed: its operators must unseal it (nothing to change on this box); the next tick retries";
+    /// OpenBao's certificate is not signed by the configured CA.
+    BaoTlsUnknownCa = "BAO_TLS_UNKNOWN_CA", Fail,
+        "OpenBao's certificate is not signed by the CA this box trusts: the box admin points bao.ca_bundle in config.yaml at OpenBao's CA (or OpenBao's operators serve a certificate from it)";
+    /// OpenBao's certificate is for another host name.
+    BaoTlsWrongName = "BAO_TLS_WRONG_NAME", Fail,
+        "OpenBao's certificate is for another host name than bao.addr's: the box admin fixes bao.addr in config.yaml (the name, not an IP), or OpenBao's operators add the name to the certificate";
     /// `.env.template` uses variables no manifest entry provides.
     EnvIncomplete = "ENV_INCOMPLETE", Fail,
         "the bundle uses variables its manifest does not provide: fix the manifest or .env.template in the renderer";
@@ -146,7 +155,7 @@ codes! {
         "tenancy asks for an older release: set allow_rollback in bundle.json to roll back on purpose";
     /// Too little free space on the docker data root.
     DiskInsufficient = "DISK_INSUFFICIENT", Fail,
-        "too little free space on the docker data root: `docker image prune` (as root), a pruning tick (docs/OPERATIONS.md, a drop-in that runs `run --once --prune` as the agent) or grow the disk";
+        "too little free space on the docker data root: the box admin frees it (`docker image prune -a`, OPERATIONS.md \"Free disk\") or grows the disk; the next tick retries";
     /// The env's releases and staging would be over `releases_max_bytes` even after pruning.
     ReleasesOverCap = "RELEASES_OVER_CAP", Fail,
         "the env's releases/ and staging/ would be over releases_max_bytes even after pruning the older releases: find what a container wrote into its release dir (`du -sh /var/lib/monky-deployd/<env_id>/releases/*`) and move it to a named volume, or raise releases_max_bytes";
@@ -174,12 +183,15 @@ codes! {
     /// The pull failed.
     ComposePullFailed = "COMPOSE_PULL_FAILED", Fail,
         "the registry refused the pull (its message is in the detail): check the registry-auth secret and the image tag";
+    /// The registry has no such image or tag (`manifest unknown`).
+    ImageNotFound = "IMAGE_NOT_FOUND", Fail,
+        "the registry has no image with the tag the bundle names: the bundle author pushes the image or fixes the tag in the compose file, then tenancy publishes a new bundle";
     /// `docker compose up` failed.
     ComposeUpFailed = "COMPOSE_UP_FAILED", Fail,
-        "compose could not start the release: read `journalctl -u monky-deployd` and the compose logs";
+        "compose could not start the release (docker's reason is in the message): a port or name taken on the box is the box admin's to free, a wrong option in the compose file the bundle author's; `monky-deployd logs` shows the kept compose logs";
     /// Containers did not become healthy, or stopped being healthy.
     Unhealthy = "UNHEALTHY", Fail,
-        "containers did not become healthy: read the compose log tail in the report or `docker compose -p <project> logs`";
+        "containers did not become healthy: the message carries the last probe output; `monky-deployd logs` shows the failed release's kept compose logs (the bundle author's to fix)";
     /// Nothing of the project runs although a release was applied.
     NotRunning = "NOT_RUNNING", Fail,
         "no container of the project runs: run `monky-deployd run --once --force` to apply again";
@@ -221,7 +233,85 @@ codes! {
         "read `journalctl -u monky-deployd` for the whole error chain; the next tick tries again";
 }
 
+/// Whose move it is after a code: who can fix what the code names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Owner {
+    /// Whoever runs this box: its config, disk, docker, state dir, install kit.
+    BoxAdmin,
+    /// Whoever renders the bundle: its compose file, manifest, template, images.
+    BundleAuthor,
+    /// Tenancy's operators: the control plane, its answers, its budgets, the mesh to it.
+    Tenancy,
+    /// OpenBao's operators: its seal, certificate, mounts, policies, secrets.
+    BaoOperators,
+    /// The image registry's operators.
+    Registry,
+    /// Nobody: the agent retries on its own (or it is only a warning).
+    NoOne,
+}
+
+impl Owner {
+    /// The words an operator reads (`explain`, `status`, the journal).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Owner::BoxAdmin => "box admin",
+            Owner::BundleAuthor => "bundle author",
+            Owner::Tenancy => "tenancy",
+            Owner::BaoOperators => "OpenBao operators",
+            Owner::Registry => "registry",
+            Owner::NoOne => "no one (retries on its own)",
+        }
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Code {
+    /// Whose move it is. Deliberately without a catch-all arm: a new code must say who acts.
+    /// docs/OPERATIONS.md's "Whose move" list says the same (a unit test checks they agree).
+    #[must_use]
+    pub fn owner(self) -> Owner {
+        use Code as C;
+        match self {
+            // The kit's grant and token live on the box; re-running the kit is the admin's.
+            C::NoCredentials | C::GrantUnsafe | C::AgentUnauthenticated => Owner::BoxAdmin,
+            C::AgentEnvMismatch | C::StateDirUnsafe | C::ReleaseModified => Owner::BoxAdmin,
+            C::DiskInsufficient | C::DockerUnavailable | C::ComposeDownFailed => Owner::BoxAdmin,
+            C::NotRunning | C::Failed | C::BaoRefused => Owner::BoxAdmin,
+            C::BaoTlsUnknownCa | C::BaoTlsWrongName | C::ComposeUpFailed => Owner::BoxAdmin,
+            C::LeaseRateLimited | C::RateLimited | C::TenancyUnavailable => Owner::NoOne,
+            C::BaoUnavailable | C::TickTimeout => Owner::NoOne,
+            C::LeaseShape | C::LeaseInvalid | C::CheckinInvalid => Owner::Tenancy,
+            C::BundleNotFound | C::TenancyRefused | C::BundleShaMismatch => Owner::Tenancy,
+            C::BaoPermissionDenied | C::BaoLoginRejected | C::BaoSealed => Owner::BaoOperators,
+            C::SecretNotFound => Owner::BaoOperators,
+            C::EnvIncomplete | C::EnvValueUnsafe | C::PrivilegedRefused => Owner::BundleAuthor,
+            C::RollbackRefused | C::RendererRefused | C::ManifestValueRefused => {
+                Owner::BundleAuthor
+            }
+            C::ManifestPathRefused | C::BundleInvalid | C::BundleTooLarge => Owner::BundleAuthor,
+            C::ComposeConfigFailed | C::ImageNotFound | C::Unhealthy => Owner::BundleAuthor,
+            C::EnvQuotingChanged => Owner::BundleAuthor,
+            C::BundleNonconforming | C::BudgetExceeded | C::SecretOnCommandLine => {
+                Owner::BundleAuthor
+            }
+            C::ComposePullFailed => Owner::Registry,
+            // Someone else's process on the box's loopback port, the box's clock, its disk.
+            C::TenancyListenerUntrusted | C::BaoListenerUntrusted | C::TlsClock => Owner::BoxAdmin,
+            C::ReleasesOverCap | C::Drift | C::HealFailed => Owner::BoxAdmin,
+            // Warnings: the tick went on, and who stopped the containers or the apply is the
+            // box's question.
+            C::Healed | C::ApplyInterrupted | C::Held => Owner::BoxAdmin,
+            // OpenBao still accepts the token tenancy refused.
+            C::TenancyRefusedToken => Owner::Tenancy,
+        }
+    }
+
     /// The agent's code for a bundle refusal.
     #[must_use]
     pub fn of_refusal(code: bundle::RefusalCode) -> Code {
@@ -330,6 +420,7 @@ mod tests {
                 "RATE_LIMITED",
                 "TENANCY_UNAVAILABLE",
                 "BAO_UNAVAILABLE",
+                "BAO_SEALED",
                 "TICK_TIMEOUT"
             ]
         );
@@ -391,6 +482,33 @@ mod tests {
             serde_json::to_string(&Code::TickTimeout).unwrap(),
             "\"TICK_TIMEOUT\""
         );
+    }
+
+    #[test]
+    fn operations_md_says_whose_move_each_code_is() {
+        let doc = include_str!("../../docs/OPERATIONS.md");
+        let section = doc
+            .split("\n### Whose move\n")
+            .nth(1)
+            .expect("docs/OPERATIONS.md has a ### Whose move section");
+        let section = section.split("\n#").next().unwrap_or(section);
+        let mut seen = BTreeSet::new();
+        for line in section.lines().filter(|l| l.starts_with("- **")) {
+            let (head, rest) = line[4..]
+                .split_once("**")
+                .expect("- **owner, exit N**: codes");
+            let (owner, exit) = head.split_once(", exit ").expect("owner, exit N");
+            // The codes come first; the argument after the first full stop may quote keys.
+            let codes = rest.split(". ").next().unwrap_or(rest);
+            for code in codes.split('`').skip(1).step_by(2) {
+                let c = Code::from_text(code).unwrap_or_else(|| panic!("unknown code {code}"));
+                assert_eq!(c.owner().as_str(), owner, "{code}'s owner");
+                assert_eq!(c.exit().code().to_string(), exit, "{code}'s exit");
+                assert!(seen.insert(c), "{code} listed twice");
+            }
+        }
+        let missing: Vec<_> = Code::ALL.iter().filter(|c| !seen.contains(c)).collect();
+        assert!(missing.is_empty(), "### Whose move lacks {missing:?}");
     }
 
     #[test]

@@ -195,7 +195,7 @@ struct RawConfig {
     #[serde(default)]
     docker_bin: Option<PathBuf>,
     #[serde(default)]
-    log_level: Option<String>,
+    log_level: Option<LevelValue>,
     #[serde(default)]
     registry_host: Option<String>,
     #[serde(default)]
@@ -478,9 +478,10 @@ impl Config {
                 .compose_project
                 .unwrap_or_else(|| format!("monky-{env_id}")),
             docker_bin: raw.docker_bin.unwrap_or_else(|| PathBuf::from("docker")),
-            log_level: match raw.log_level.as_deref() {
+            log_level: match raw.log_level {
                 None => tracing::Level::INFO,
-                Some(text) => parse_log_level(text)?,
+                Some(LevelValue::Text(text)) => parse_log_level(&text)?,
+                Some(LevelValue::Number(n)) => parse_log_level(&n.to_string())?,
             },
             registry_host: raw
                 .registry_host
@@ -593,18 +594,40 @@ impl Config {
     }
 }
 
-/// A `log_level` value: the original agent's spellings (DEBUG, INFO, WARNING, ERROR, CRITICAL)
-/// and tracing's (TRACE, WARN), in any case. There is no level that hides errors, so an unknown
-/// word is refused instead of becoming a filter that matches nothing.
+/// `log_level` as written: a word, or a number as Python's `logging` takes (`log_level: 10`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum LevelValue {
+    Number(i64),
+    Text(String),
+}
+
+/// A `log_level` value: every spelling Python's `logging` takes (CRITICAL, FATAL, ERROR,
+/// WARNING, WARN, INFO, DEBUG, NOTSET, and a number: 10 debug, 20 info, 30 warning, 40 error,
+/// 50 critical, what lies between rounding down to the level that shows it) and tracing's
+/// TRACE, in any case. There is no level that hides errors, so an unknown word is refused
+/// instead of becoming a filter that matches nothing.
 fn parse_log_level(text: &str) -> anyhow::Result<tracing::Level> {
-    Ok(match text.trim().to_ascii_uppercase().as_str() {
+    let text = text.trim();
+    if let Ok(n) = text.parse::<i64>() {
+        return Ok(match n {
+            // NOTSET (0) on the root logger lets everything through.
+            ..=10 => tracing::Level::DEBUG,
+            11..=20 => tracing::Level::INFO,
+            21..=30 => tracing::Level::WARN,
+            _ => tracing::Level::ERROR,
+        });
+    }
+    Ok(match text.to_ascii_uppercase().as_str() {
         "TRACE" => tracing::Level::TRACE,
-        "DEBUG" => tracing::Level::DEBUG,
+        "DEBUG" | "NOTSET" => tracing::Level::DEBUG,
         "INFO" => tracing::Level::INFO,
         "WARNING" | "WARN" => tracing::Level::WARN,
-        "ERROR" | "CRITICAL" => tracing::Level::ERROR,
+        "ERROR" | "CRITICAL" | "FATAL" => tracing::Level::ERROR,
         _ => {
-            bail!("log_level: {text:?} is not a level; use DEBUG, INFO, WARNING, ERROR or CRITICAL")
+            bail!(
+                "log_level: {text:?} is not a level; use DEBUG, INFO, WARNING, ERROR, CRITICAL (or FATAL, WARN, NOTSET, or a number as Python's logging takes)"
+            )
         }
     })
 }
@@ -718,12 +741,22 @@ healthy_timeout_s: 1800
             ("CRITICAL", Level::ERROR),
             ("critical", Level::ERROR),
             ("trace", Level::TRACE),
+            ("FATAL", Level::ERROR),
+            ("NOTSET", Level::DEBUG),
+            ("'10'", Level::DEBUG),
+            ("10", Level::DEBUG),
+            ("15", Level::INFO),
+            ("20", Level::INFO),
+            ("30", Level::WARN),
+            ("40", Level::ERROR),
+            ("50", Level::ERROR),
+            ("0", Level::DEBUG),
         ] {
             let c = parse(&format!("env_id: e1\nlog_level: {text}\n")).unwrap();
             assert_eq!(c.log_level, level, "{text}");
         }
         assert_eq!(parse("env_id: e1\n").unwrap().log_level, Level::INFO);
-        for bad in ["verbose", "off", "''", "NOTSET"] {
+        for bad in ["verbose", "off", "''", "1.5"] {
             let e = err(&format!("env_id: e1\nlog_level: {bad}\n"));
             assert!(e.contains("log_level"), "{bad}: {e}");
         }

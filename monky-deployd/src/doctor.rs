@@ -156,6 +156,7 @@ pub fn run(cfg: &Config) -> Vec<Check> {
     ));
     out.extend(openbao(cfg));
     out.push(disk(cfg, docker.as_ref().ok()));
+    out.push(last_tick(cfg));
     out.push(secrets(cfg));
     out.push(proc_hidepid(
         &std::fs::read_to_string("/proc/self/mounts").unwrap_or_default(),
@@ -211,14 +212,54 @@ fn grant(cfg: &Config) -> Check {
             "no bootstrap grant staged (consumed, or a token is in use)",
         );
     }
-    check(
+    let token_stored = std::fs::symlink_metadata(cfg.state_dir.join("bao.token")).is_ok();
+    let mut c = check(
         "grant",
         "stage the grant again as a regular file, mode 0600, owned by the agent's user \
-         (re-run the install kit)",
+         (re-run the install kit); a kit's grant lives one hour, so reveal it again when it expired",
         crate::fsx::read_private(path, crate::tick::MAX_GRANT_BYTES)
-            .map(|_| format!("{} is a private regular file", path.display()))
-            .map_err(|p| format!("{}: {p}", path.display())),
-    )
+            .map_err(|p| format!("{}: {p}", path.display()))
+            .and_then(|bytes| match grant_expiry(&bytes) {
+                Some(exp) if exp <= crate::state::now() => Err(format!(
+                    "{} expired at {}: OpenBao will refuse it",
+                    path.display(),
+                    crate::status::rfc3339(exp)
+                )),
+                Some(exp) => Ok(format!(
+                    "{} is a private regular file, valid until {}",
+                    path.display(),
+                    crate::status::rfc3339(exp)
+                )),
+                None => Ok(format!("{} is a private regular file", path.display())),
+            }),
+    );
+    if c.verdict == Verdict::Ok && token_stored {
+        // The tick keeps using a token that works; a grant staged to rotate it would sit
+        // unused and expire within the hour without a word.
+        c.verdict = Verdict::Warn;
+        c.detail = format!(
+            "grant staged but a working token is in use, so the tick ignores it; {}",
+            c.detail
+        );
+        c.fix = "to rotate the token now: `sudo -u monky-deployd monky-deployd bootstrap --force` \
+                 (OPERATIONS.md, \"Rotate the token\"); else remove the grant";
+    }
+    c
+}
+
+/// The `exp` claim of a grant, read without verifying it (OpenBao verifies): only to say
+/// "expired" before the tick spends a login on it. Never logs any part of the grant.
+fn grant_expiry(jwt: &[u8]) -> Option<u64> {
+    use base64::Engine as _;
+    let text = std::str::from_utf8(jwt).ok()?.trim();
+    let payload = text.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()?
+        .get("exp")?
+        .as_u64()
 }
 
 fn state_dir(cfg: &Config) -> Result<String, String> {
@@ -229,8 +270,15 @@ fn state_dir(cfg: &Config) -> Result<String, String> {
     }
     let st = rustix::fs::stat(&cfg.state_dir).map_err(|e| e.to_string())?;
     let euid = rustix::process::geteuid().as_raw();
-    if let Some(p) = crate::fsx::owner_mode_problem(&st, &[euid]) {
-        return Err(format!("{}: {p}", cfg.state_dir.display()));
+    let agent = agent_uid(
+        euid,
+        &std::fs::read_to_string("/etc/passwd").unwrap_or_default(),
+    );
+    if let Some(p) = crate::fsx::owner_mode_problem(&st, &[agent]) {
+        return Err(format!(
+            "{}: {p} (the agent's user)",
+            cfg.state_dir.display()
+        ));
     }
     for sub in ["docker", cfg.env_id.as_str()] {
         let p = cfg.state_dir.join(sub);
@@ -248,6 +296,14 @@ fn state_dir(cfg: &Config) -> Result<String, String> {
             cfg.state_dir.display()
         ));
     }
+    if euid != agent {
+        // Another user (root, as the docs run doctor) proves nothing by writing here, and a
+        // file it left would be one the agent did not make.
+        return Ok(format!(
+            "{} (mode {mode:o}, owned by the agent's user, uid {agent})",
+            cfg.state_dir.display()
+        ));
+    }
     crate::fsx::Dir::state_root(&cfg.state_dir)
         .and_then(|d| {
             d.write_atomic(".doctor-probe", b"", 0o600)?;
@@ -258,6 +314,24 @@ fn state_dir(cfg: &Config) -> Result<String, String> {
         "{} (mode {mode:o}, writable)",
         cfg.state_dir.display()
     ))
+}
+
+/// The uid the agent runs as: whoever runs doctor, unless that is root, which judges the box
+/// for the unit's `User=monky-deployd` (root itself on a box without that user).
+fn agent_uid(euid: u32, passwd: &str) -> u32 {
+    if euid != 0 {
+        return euid;
+    }
+    passwd
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            let uid = f.nth(1)?.parse::<u32>().ok()?;
+            (name == "monky-deployd").then_some(uid)
+        })
+        .next()
+        .unwrap_or(0)
 }
 
 fn tenancy_reachable(cfg: &Config) -> Result<String, String> {
@@ -295,7 +369,7 @@ fn openbao(cfg: &Config) -> Vec<Check> {
         // No token: a lookup with an empty one still proves reachability and TLS (403 is fine).
         let probe = client.lookup_self(&bao::Token::new(String::new()));
         let reach = match probe {
-            Err(e) if e.kind() == bao::ErrorKind::Temporary => Err(e.to_string()),
+            Err(e) if e.kind() == bao::ErrorKind::Temporary => Err(bao_problem(e)),
             _ => Ok(format!("{} reachable, certificate valid", cfg.bao.addr)),
         };
         return vec![
@@ -313,11 +387,17 @@ fn openbao(cfg: &Config) -> Vec<Check> {
             check(
                 "token",
                 FIX_TOKEN,
-                Ok(format!("valid, ttl {}s", info.ttl.as_secs())),
+                match info.meta.get("env_id") {
+                    Some(other) if *other != cfg.env_id => Err(format!(
+                        "valid, but minted for env {other:?}, not {:?} (AGENT_ENV_MISMATCH): fix env_id in config.yaml or re-run this env's install kit",
+                        cfg.env_id
+                    )),
+                    _ => Ok(format!("valid, ttl {}s", info.ttl.as_secs())),
+                },
             ),
         ],
         Err(e) if e.kind() == bao::ErrorKind::Temporary => vec![
-            check("openbao", FIX_REACH, Err(e.to_string())),
+            check("openbao", FIX_REACH, Err(bao_problem(e))),
             skip("token", "OpenBao not reachable"),
         ],
         Err(e) => vec![
@@ -331,13 +411,30 @@ fn openbao(cfg: &Config) -> Vec<Check> {
     }
 }
 
+/// An OpenBao failure in words, with its code when it has one (sealed, wrong CA, wrong name),
+/// so the fix line's owner is clear.
+fn bao_problem(e: bao::Error) -> String {
+    let failure = peers::bao_failure("lookup-self", e);
+    let (code, detail) = crate::exit::Failure::detail_of(&failure);
+    match code {
+        Some(c) => format!("{detail} ({}'s move: {})", c.owner(), c.next_step()),
+        None => detail,
+    }
+}
+
 fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
-    const FIX: &str =
-        "free space on the docker data root: `monky-deployd run --once --prune`, or grow the disk";
+    const FIX: &str = "free space on the docker data root (OPERATIONS.md, \"Free disk\": \
+         `docker image prune -a` of images no release names, old releases by a pruning tick), \
+         or grow the disk";
     let Some(docker) = docker else {
         return skip("disk", "docker not usable");
     };
-    let st = State::peek(&cfg.state_dir);
+    // Docker down is the docker socket check's failure; a disk verdict from a guess of the
+    // data root would be a second, false one.
+    if let Err(e) = compose::Engine::from_env().info() {
+        return skip("disk", &format!("the docker engine does not answer ({e})"));
+    }
+    let st = State::peek_env(&cfg.state_dir, &cfg.env_id);
     let need = st.last_disk_need_bytes.unwrap_or(0);
     let want = disk_wanted(need, cfg.disk_factor, cfg.disk_headroom_bytes);
     check(
@@ -349,6 +446,35 @@ fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
             Err(e) => Err(e.to_string()),
         },
     )
+}
+
+/// The last tick's outcome: a failure that is the box admin's to fix fails doctor, one that
+/// is someone else's (the bundle author's, tenancy's, OpenBao's operators') warns with whose
+/// move it is, so doctor never says all is well while ticks fail.
+fn last_tick(cfg: &Config) -> Check {
+    const NAME: &str = "last tick";
+    let st = State::peek_env(&cfg.state_dir, &cfg.env_id);
+    let (Some(code), Some(error)) = (st.last_code, st.last_error.as_ref()) else {
+        return match st.last_success {
+            Some(t) => check(
+                NAME,
+                "",
+                Ok(format!("succeeded at {}", crate::status::rfc3339(t))),
+            ),
+            None => skip(NAME, "no tick has run yet"),
+        };
+    };
+    let verdict = if code.owner() == crate::code::Owner::BoxAdmin {
+        Verdict::Fail
+    } else {
+        Verdict::Warn
+    };
+    Check {
+        name: NAME,
+        verdict,
+        detail: redact(&format!("{error} ({}'s move)", code.owner())),
+        fix: code.next_step(),
+    }
 }
 
 /// The running release's secrets that the redactor cannot mask everywhere, by `.env` key.
@@ -479,6 +605,29 @@ mod tests {
             at("proc /x/proc proc rw 0 0\nsysfs /sys sysfs rw 0 0\n").verdict,
             Verdict::Skip
         );
+    }
+
+    #[test]
+    fn root_judges_the_state_dir_for_the_agents_user() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nmonky-deployd:x:998:998::/var/lib/monky-deployd:/usr/sbin/nologin\n";
+        assert_eq!(agent_uid(0, passwd), 998);
+        assert_eq!(agent_uid(1000, passwd), 1000);
+        assert_eq!(agent_uid(0, "root:x:0:0::/root:/bin/sh\n"), 0);
+        assert_eq!(agent_uid(0, "monky-deployd:x:notanumber:1::/:/bin/sh\n"), 0);
+    }
+
+    #[test]
+    fn a_grants_expiry_is_read_without_trusting_it() {
+        use base64::Engine as _;
+        let b64 = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+        let jwt = format!(
+            "{}.{}.sig",
+            b64(r#"{"alg":"ES256"}"#),
+            b64(r#"{"exp":1700000000,"env_id":"e"}"#)
+        );
+        assert_eq!(grant_expiry(jwt.as_bytes()), Some(1_700_000_000));
+        assert_eq!(grant_expiry(b"not a jwt"), None);
+        assert_eq!(grant_expiry(format!("a.{}.c", b64("{}")).as_bytes()), None);
     }
 
     #[test]

@@ -26,11 +26,21 @@ fn human(secs: u64) -> String {
 
 /// Prints the explanation.
 pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
-    let st = State::peek(&cfg.state_dir);
+    let st = State::peek_env(&cfg.state_dir, &cfg.env_id);
     let now = state::now();
-    let containers = monky_compose::Engine::from_env()
+    let listed = monky_compose::Engine::from_env()
         .containers(&cfg.compose_project)
-        .ok();
+        .map_err(|e| e.to_string());
+    let token_present = cfg.state_dir.join("bao.token").exists();
+    let why_not = crate::verdict::not_converged(
+        &st,
+        crate::verdict::Seen {
+            now,
+            token_present,
+            containers: Some(&listed),
+        },
+    );
+    let containers = listed.as_ref().ok();
     let mut lines: Vec<(&str, String)> = vec![("env", cfg.env_id.clone())];
     let health = match &containers {
         Some(cs) => {
@@ -46,8 +56,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
     lines.push(("desired", short(st.desired_sha.as_deref()).to_string()));
     let hold = crate::hold::peek(&cfg.state_dir);
     let interrupted = crate::interrupted::peek(&cfg.state_dir, &cfg.env_id);
-    let converged = st.applied_sha.is_some()
-        && st.applied_sha == st.desired_sha
+    let converged = why_not.is_empty()
         && interrupted.is_none()
         && st.last_code != Some(crate::code::Code::Drift)
         && st.last_code != Some(crate::code::Code::HealFailed);
@@ -86,10 +95,8 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
             crate::status::rfc3339(deadline),
             ago(now, Some(deadline))
         )
-    } else if st.last_error.is_some() {
-        "the last apply did not succeed".to_string()
     } else {
-        "an apply is due at the next tick".to_string()
+        why_not.join("; ")
     };
     lines.push(("state", why));
     if let Some(err) = &st.last_error {
@@ -114,8 +121,21 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
             ),
         ));
     }
+    let code = st.last_code.filter(|_| st.last_error.is_some());
+    if let Some(code) = code {
+        lines.push(("whose move", code.owner().to_string()));
+    }
+    if let Some(sha) = crate::evidence::latest(cfg).filter(|_| code.is_some()) {
+        lines.push((
+            "logs",
+            format!(
+                "`monky-deployd logs {}` ({})",
+                crate::tick::short(Some(&sha)),
+                crate::evidence::log_path(cfg, &sha).display()
+            ),
+        ));
+    }
     lines.push(("checkin", ago(now, st.last_checkin)));
-    let token_present = cfg.state_dir.join("bao.token").exists();
     lines.push((
         "token",
         match (&st.token, token_present) {

@@ -19,6 +19,7 @@ pub mod code;
 pub mod config;
 pub mod doctor;
 pub mod drift;
+pub mod evidence;
 pub mod exit;
 pub mod explain;
 mod failpoint;
@@ -37,6 +38,7 @@ pub mod state;
 pub mod status;
 mod takeover;
 pub mod tick;
+pub mod verdict;
 mod watchdog;
 
 use crate::cli::{BundleCommand, Cli, Command};
@@ -153,6 +155,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Bootstrap { force } => tick::bootstrap_command(&load()?, force),
         Command::Hold { reason, until } => hold::hold_command(&load()?, reason, until),
         Command::Unhold => hold::unhold_command(&load()?),
+        Command::Logs { sha } => evidence::show(&load()?, sha.as_deref()),
     }
 }
 

@@ -54,6 +54,24 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
         "When a tick last ended with exit 0 (0: never).",
         &[(String::new(), secs(state.last_success))],
     );
+    // An alert fires on this, not on the exit code: a box that keeps exiting 75 or keeps
+    // waiting out a failed release's backoff is not converged either.
+    let converged = tick.exit == Exit::Ok
+        && crate::verdict::not_converged(
+            state,
+            crate::verdict::Seen {
+                now: tick.ended_at,
+                token_present: state.token.is_some(),
+                containers: None,
+            },
+        )
+        .is_empty();
+    metric(
+        "converged",
+        "gauge",
+        "1 when the last tick ended fine and the box runs what tenancy wants.",
+        &[(String::new(), f64::from(u8::from(converged)))],
+    );
     metric(
         "exit_code",
         "gauge",
@@ -186,8 +204,51 @@ mod tests {
             "monky_deployd_held{env_id=\"env-\\\"x\\\"\"} 1",
             "monky_deployd_hold_until_timestamp_seconds{env_id=\"env-\\\"x\\\"\"} 1800000600",
             "monky_deployd_heal_deadline_timestamp_seconds{env_id=\"env-\\\"x\\\"\"} 1800000060",
+            "monky_deployd_converged{env_id=\"env-\\\"x\\\"\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
         }
+    }
+
+    #[test]
+    fn converged_only_when_the_tick_ended_fine_and_the_shas_agree() {
+        let sha = "c".repeat(64);
+        let fine = State {
+            applied_sha: Some(sha.clone()),
+            desired_sha: Some(sha),
+            last_checkin: Some(1_800_000_000),
+            last_success: Some(1_800_000_000),
+            token: Some(crate::state::TokenState::from_wall(
+                crate::state::TokenSource::Lease,
+                1_799_000_000,
+                1_900_000_000,
+            )),
+            ..State::default()
+        };
+        let facts = |exit| TickFacts {
+            exit,
+            duration: Duration::from_secs(1),
+            ended_at: 1_800_000_000,
+        };
+        let gauge = |st: &State, exit| {
+            render("e", st, facts(exit))
+                .lines()
+                .find(|l| l.starts_with("monky_deployd_converged{"))
+                .unwrap()
+                .to_string()
+        };
+        assert!(gauge(&fine, Exit::Ok).ends_with(" 1"));
+        assert!(gauge(&fine, Exit::Temporary).ends_with(" 0"));
+        let failing = State {
+            last_error: Some("TENANCY_UNAVAILABLE: down".into()),
+            last_code: Some(crate::code::Code::TenancyUnavailable),
+            ..fine.clone()
+        };
+        assert!(gauge(&failing, Exit::Ok).ends_with(" 0"));
+        let text = render("e", &fine, facts(Exit::Ok));
+        assert!(
+            text.contains("monky_deployd_last_success_timestamp_seconds{env_id=\"e\"} 1800000000"),
+            "{text}"
+        );
     }
 }

@@ -458,6 +458,9 @@ pub fn bao_failure(what: &str, e: bao::Error) -> anyhow::Error {
         bao::ErrorKind::Temporary => Exit::Temporary,
         _ => Exit::Fail,
     };
+    if let Some(code) = bao_specific(&e) {
+        return Failure::coded(code, format!("{what}: {}", failure_text(code.exit(), &e))).into();
+    }
     let code = match e.kind() {
         bao::ErrorKind::Temporary => Code::BaoUnavailable,
         bao::ErrorKind::PermissionDenied => Code::BaoPermissionDenied,
@@ -469,6 +472,30 @@ pub fn bao_failure(what: &str, e: bao::Error) -> anyhow::Error {
         _ => Code::BaoRefused,
     };
     Failure::new(exit, code, format!("{what}: {}", failure_text(exit, &e))).into()
+}
+
+/// The OpenBao failures whose cause has a code of its own: sealed (its operators' move, not the
+/// proxy's), and a certificate that no retry will make acceptable (wrong CA, wrong name). A
+/// certificate outside its validity dates is left to the clock check: a stepped clock, not the
+/// trust root, is the usual cause.
+fn bao_specific(e: &bao::Error) -> Option<Code> {
+    match e {
+        bao::Error::Sealed { .. } => Some(Code::BaoSealed),
+        bao::Error::Tls { reason, .. } => tls_code(reason),
+        _ => None,
+    }
+}
+
+/// A rustls verifier's reason (`invalid peer certificate: UnknownIssuer`,
+/// `... NotValidForNameContext { .. }`) as a code.
+fn tls_code(reason: &str) -> Option<Code> {
+    if reason.contains("UnknownIssuer") || reason.contains("BadSignature") {
+        Some(Code::BaoTlsUnknownCa)
+    } else if reason.contains("NotValidForName") {
+        Some(Code::BaoTlsWrongName)
+    } else {
+        None
+    }
 }
 
 /// A peer error's text: with its causes for a temporary (transport) failure, alone otherwise.
@@ -593,6 +620,27 @@ mod tests {
             Some("127.0.0.1:8081".parse().unwrap())
         );
         assert_eq!(loopback_target(&system, Peer::Bao).unwrap(), None);
+    }
+
+    #[test]
+    fn certificate_reasons_get_their_own_codes() {
+        let check =
+            |reason: &str, code: Option<Code>| assert_eq!(tls_code(reason), code, "{reason}");
+        check(
+            "invalid peer certificate: UnknownIssuer",
+            Some(Code::BaoTlsUnknownCa),
+        );
+        check(
+            "invalid peer certificate: NotValidForNameContext { expected: DnsName(\"bao\"), presented: [] }",
+            Some(Code::BaoTlsWrongName),
+        );
+        check(
+            "invalid peer certificate: NotValidForName",
+            Some(Code::BaoTlsWrongName),
+        );
+        // validity dates are the clock's question, not the trust root's
+        check("invalid peer certificate: ExpiredContext { .. }", None);
+        check("invalid peer certificate: NotValidYet", None);
     }
 
     #[test]

@@ -94,13 +94,20 @@ pub fn model(
 ) -> anyhow::Result<Vec<Failure>> {
     let model = project
         .config_json()
-        .map_err(|e| Failure::coded(Code::ComposeConfigFailed, e.to_string()))?;
+        .map_err(|e| Failure::coded(Code::ComposeConfigFailed, config_cause(&e, dir)))?;
     let read_link = |p: &Path| std::fs::read_link(p).ok();
     Ok(policy
         .findings_model(model, raw_yaml, dir, &read_link)
         .iter()
         .map(Failure::from)
         .collect())
+}
+
+/// Compose's own complaint first, the release dir cut out of it: the dir is a staging path
+/// gone by the time an operator reads the message, and the member name is what they fix.
+fn config_cause(e: &monky_compose::Error, dir: &Path) -> String {
+    let dir = format!("{}/", dir.display());
+    format!("compose config: {}", e.cause().replace(&dir, ""))
 }
 
 /// The values compose will interpolate from `.env` that are known before any secret is read:
@@ -302,6 +309,27 @@ fn model_of_bundle(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_config_failure_says_composes_words_first_without_the_staging_path() {
+        let dir = Path::new("/var/lib/monky-deployd/staging/0123abcd");
+        let e = monky_compose::Error::Failed {
+            what: format!(
+                "docker compose --ansi never -p monky-env-qa -f {}/compose.yaml --env-file {}/.env --profile * config --format json",
+                dir.display(),
+                dir.display()
+            ),
+            code: Some(15),
+            stderr: format!(
+                "validating {}/compose.yaml: services.web.ports must be a array\n",
+                dir.display()
+            ),
+        };
+        assert_eq!(
+            config_cause(&e, dir),
+            "compose config: validating compose.yaml: services.web.ports must be a array"
+        );
+    }
 
     fn check(template: &str, provided: &[&str], expected: &[(&str, &str)]) {
         let provided = provided.iter().map(|s| s.to_string()).collect();

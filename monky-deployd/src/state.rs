@@ -146,6 +146,12 @@ pub struct State {
     /// The running release when it was written by the original agent (state taken over from
     /// it); cleared by the first apply of this agent.
     pub original_release: Option<String>,
+    /// The action tenancy answered in the last tick's checkin (`none`, `apply`, `down`); none
+    /// when the tick ended before a checkin answered.
+    pub last_action: Option<String>,
+    /// How many ticks in a row before the last one ended with the same code and detail: the
+    /// journal says "same as the last N ticks" instead of repeating the whole error.
+    pub repeats: u32,
     /// Variables whose value the original agent's `.env` handed to the app differently from
     /// the value now written (names only), found by the first apply after the takeover.
     pub quoting_changed: Vec<String>,
@@ -203,6 +209,22 @@ impl State {
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default()
+    }
+
+    /// As [`State::peek`], for `env_id`'s box: the original agent's file is taken over as the
+    /// tick would take it over, in memory only, so an upgraded box shows what it runs before
+    /// its first tick.
+    pub fn peek_env(state_dir: &Path, env_id: &str) -> Self {
+        let Ok(bytes) = fsx::read_bounded(&path(state_dir), fsx::MAX_STATE_FILE_BYTES) else {
+            return Self::default();
+        };
+        if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes)
+            && crate::takeover::is_original(&doc)
+        {
+            return crate::takeover::from_original(&doc, &state_dir.join(env_id), env_id)
+                .unwrap_or_default();
+        }
+        serde_json::from_slice(&bytes).unwrap_or_default()
     }
 
     /// Loads the state; a corrupt or foreign file is moved aside and a clean state returned,

@@ -10,9 +10,31 @@ use crate::state::{State, TokenState};
 
 /// Prints the status; exits 0 when it could be read.
 pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
-    let st = State::peek(&cfg.state_dir);
+    let st = State::peek_env(&cfg.state_dir, &cfg.env_id);
     let token_present = cfg.state_dir.join("bao.token").exists();
-    let containers = match monky_compose::Engine::from_env().containers(&cfg.compose_project) {
+    let listed = monky_compose::Engine::from_env()
+        .containers(&cfg.compose_project)
+        .map_err(|e| e.to_string());
+    let marker = crate::interrupted::peek(&cfg.state_dir, &cfg.env_id);
+    let mut why_not = crate::verdict::not_converged(
+        &st,
+        crate::verdict::Seen {
+            now: crate::state::now(),
+            token_present,
+            containers: Some(&listed),
+        },
+    );
+    if let Some(m) = &marker {
+        why_not.push(format!(
+            "the apply of {} did not finish",
+            crate::tick::short(Some(&m.sha))
+        ));
+    }
+    let code = st.last_code.filter(|_| st.last_error.is_some());
+    let failed_logs = crate::evidence::latest(cfg)
+        .filter(|_| code.is_some() || st.failed_sha.is_some())
+        .map(|sha| crate::evidence::log_path(cfg, &sha).display().to_string());
+    let containers = match listed {
         Ok(cs) => cs
             .into_iter()
             .map(|c| json!({"name": c.name, "state": c.state, "health": c.health}))
@@ -27,14 +49,18 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
     let hold = crate::hold::peek(&cfg.state_dir).map(
         |h| json!({"reason": h.reason, "since": rfc3339(h.since), "until": h.until.map(rfc3339)}),
     );
-    let interrupted = crate::interrupted::peek(&cfg.state_dir, &cfg.env_id).map(
+    let interrupted = marker.map(
         |m| json!({"sha": m.sha, "previous": m.previous, "started_at": rfc3339(m.started_at)}),
     );
     let doc = json!({
         "env_id": cfg.env_id,
         "applied_sha": st.applied_sha,
         "desired_sha": st.desired_sha,
-        "converged": st.applied_sha.is_some() && st.applied_sha == st.desired_sha,
+        "converged": why_not.is_empty(),
+        "not_converged": why_not,
+        "whose_move": code.map(|c| c.owner().as_str()),
+        "next_step": code.map(crate::code::Code::next_step),
+        "failed_logs": failed_logs,
         "token": token,
         "last_checkin": st.last_checkin.map(rfc3339),
         "last_report": st.last_report.map(rfc3339),
@@ -69,6 +95,8 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         "last_result",
         "last_error",
         "last_note",
+        "whose_move",
+        "failed_logs",
     ] {
         line(k, &doc[k]);
     }
@@ -91,6 +119,9 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
             crate::tick::short(m["sha"].as_str()),
             m["started_at"].as_str().unwrap_or("?")
         );
+    }
+    for why in &why_not {
+        outln!("{:<14} {}", "not converged", redact(why));
     }
     let t = &doc["token"];
     outln!(

@@ -52,8 +52,16 @@ pub struct TickOutcome {
 pub fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
     let started = std::time::Instant::now();
     let outcome = run_tick(cfg, opts);
+    let st = State::peek(&cfg.state_dir);
+    // Offline on a laptop is one quiet line, already written.
+    let offline = cfg.laptop_mode
+        && outcome.exit == Exit::Ok
+        && st.last_error.is_some()
+        && st.last_code.is_some_and(|c| c.exit() == Exit::Temporary);
+    if !offline {
+        summary(&st, outcome.exit, started.elapsed());
+    }
     if let Some(path) = &cfg.metrics_textfile {
-        let st = State::peek(&cfg.state_dir);
         let facts = metrics::TickFacts {
             exit: outcome.exit,
             duration: started.elapsed(),
@@ -64,6 +72,91 @@ pub fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
         }
     }
     outcome
+}
+
+/// The tick's one summary line, what `journalctl -u monky-deployd` shows for each run as
+/// systemd shows one line per unit start: action, sha, outcome, code, duration, exit.
+fn summary(st: &State, exit: Exit, took: Duration) {
+    let line = summary_line(st, exit, took);
+    match exit {
+        Exit::Ok => info!("{line}"),
+        Exit::Temporary => warn!("{line}"),
+        Exit::Fail | Exit::Config => tracing::error!("{line}"),
+    }
+}
+
+/// See [`summary`].
+pub(crate) fn summary_line(st: &State, exit: Exit, took: Duration) -> String {
+    let code = st.last_code.filter(|_| st.last_error.is_some());
+    let outcome = match (exit, st.last_result.as_deref()) {
+        (Exit::Temporary, _) => "temporary",
+        (Exit::Config, _) => "config",
+        (_, Some(r)) if code.is_none() || r == "failed" => r,
+        (Exit::Ok, _) => "ok",
+        _ => "failed",
+    };
+    let sha = match st.last_action.as_deref() {
+        Some("apply") => st.desired_sha.as_deref().or(st.applied_sha.as_deref()),
+        _ => st.applied_sha.as_deref(),
+    };
+    let mut line = format!(
+        "tick: action={} sha={} outcome={outcome} code={} duration={:.1}s exit={}",
+        st.last_action.as_deref().unwrap_or("-"),
+        short(sha),
+        code.map_or("-", Code::as_str),
+        took.as_secs_f64(),
+        exit.code()
+    );
+    if let Some(code) = code {
+        line.push_str(&format!(" owner=\"{}\"", code.owner()));
+        if st.repeats > 0 {
+            line.push_str(&format!(
+                " (same {code} as the last {} tick{})",
+                st.repeats,
+                if st.repeats == 1 { "" } else { "s" }
+            ));
+        }
+    }
+    line
+}
+
+/// An error for the journal: `CODE: message` on one line of at most [`ERROR_LINE_MAX`]
+/// characters; the whole chain follows on a second, info line when it says more.
+fn log_error(e: &anyhow::Error, repeated: bool) {
+    let full = redact::redact(&format!("{e:#}"));
+    let (code, detail) = Failure::detail_of(e);
+    let detail = redact::redact(&detail);
+    if repeated {
+        // The summary line counts the repeats; the chain was logged in full the first time.
+        tracing::error!("{}", one_line(&detail, ERROR_LINE_MAX));
+        return;
+    }
+    let head = one_line(&detail, ERROR_LINE_MAX);
+    tracing::error!("{head}");
+    if full != detail || head.len() < detail.len() {
+        info!(
+            "  detail{}: {}",
+            code.map_or(String::new(), |c| format!(" of {c}")),
+            full
+        );
+    }
+}
+
+/// The most characters of an error's first line in the journal.
+const ERROR_LINE_MAX: usize = 240;
+
+/// `text` on one line, cut to `max` characters with an ellipsis.
+pub(crate) fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text
+        .split('\n')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" | ");
+    match flat.char_indices().nth(max) {
+        Some((at, _)) => format!("{}...", &flat[..at]),
+        None => flat,
+    }
 }
 
 fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
@@ -88,7 +181,7 @@ fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
                 );
                 Exit::Ok
             } else {
-                tracing::error!("{}", redact::redact(&format!("{e:#}")));
+                log_error(&e, State::peek(&cfg.state_dir).repeats > 0);
                 exit
             }
         }
@@ -107,10 +200,12 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> any
     };
     // Declared after the lock, so dropped before it: the deadline stops, then the lock goes.
     let _deadline = crate::watchdog::arm(cfg);
-    let (state, note) = State::load(&cfg.state_dir, &cfg.env_id)?;
+    let (mut state, note) = State::load(&cfg.state_dir, &cfg.env_id)?;
     if let Some(note) = note {
         warn!("{note}");
     }
+    // This tick's action, once tenancy answers; none if it never does.
+    state.last_action = None;
     let mut agent = Agent::new(cfg, state, opts)?;
     let result = agent.converge();
     // Clamped again: a state.json written before the bounds existed may hold any number.
@@ -165,6 +260,8 @@ pub(crate) struct Agent<'a> {
     /// The apply marker is dealt with (an apply of this tick concluded, or an interrupted one
     /// was recovered or given up): `finish` removes it once the state is saved.
     marker_settled: bool,
+    /// The last tick's code and error, to count a failure that repeats.
+    previous: (Option<Code>, Option<String>),
 }
 
 impl<'a> Agent<'a> {
@@ -179,6 +276,7 @@ impl<'a> Agent<'a> {
         let mut state = state;
         state.hold.clone_from(&hold);
         Ok(Self {
+            previous: (state.last_code, state.last_error.clone()),
             tenancy: peers::tenancy(cfg)?,
             bao: std::cell::OnceCell::new(),
             docker,
@@ -287,6 +385,7 @@ impl<'a> Agent<'a> {
         self.ensure_token()?;
         let resp = self.checkin()?;
         self.learn_token_facts();
+        self.state.last_action = Some(resp.action.to_string());
         self.state.last_checkin = Some(state::now());
         self.state.desired_sha = resp.desired_sha.as_ref().map(|s| s.as_str().to_owned());
         self.state.checkin_interval_s = resp.checkin_interval_s.map(|i| i.as_secs());
@@ -462,6 +561,53 @@ pub fn short(sha: Option<&str>) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_summary_line_per_tick_says_action_sha_outcome_code_duration_exit() {
+        let sha = "ab".repeat(32);
+        let st = State {
+            last_action: Some("apply".into()),
+            desired_sha: Some(sha.clone()),
+            last_result: Some("failed".into()),
+            last_error: Some("UNHEALTHY: web-1 (unhealthy)".into()),
+            last_code: Some(Code::Unhealthy),
+            repeats: 14,
+            ..State::default()
+        };
+        assert_eq!(
+            summary_line(&st, Exit::Fail, Duration::from_millis(14_200)),
+            "tick: action=apply sha=abababababab outcome=failed code=UNHEALTHY duration=14.2s \
+             exit=1 owner=\"bundle author\" (same UNHEALTHY as the last 14 ticks)"
+        );
+        let fine = State {
+            last_action: Some("none".into()),
+            applied_sha: Some(sha),
+            last_result: Some("applied".into()),
+            ..State::default()
+        };
+        assert_eq!(
+            summary_line(&fine, Exit::Ok, Duration::from_millis(80)),
+            "tick: action=none sha=abababababab outcome=applied code=- duration=0.1s exit=0"
+        );
+        let down = State {
+            last_error: Some("TENANCY_UNAVAILABLE: refused".into()),
+            last_code: Some(Code::TenancyUnavailable),
+            ..State::default()
+        };
+        assert_eq!(
+            summary_line(&down, Exit::Temporary, Duration::from_secs(2)),
+            "tick: action=- sha=- outcome=temporary code=TENANCY_UNAVAILABLE duration=2.0s \
+             exit=75 owner=\"no one (retries on its own)\""
+        );
+    }
+
+    #[test]
+    fn an_error_line_is_one_short_line() {
+        assert_eq!(one_line("a\n\n b \n", 100), "a | b");
+        let long = "x".repeat(500);
+        assert_eq!(one_line(&long, 240).chars().count(), 243);
+        assert_eq!(one_line("é".repeat(3).as_str(), 2), "éé...");
+    }
 
     #[test]
     fn short_never_cuts_inside_a_character() {

@@ -698,6 +698,24 @@ fn an_unhealthy_bundle_over_a_good_one_falls_back_to_it() {
     assert_eq!(b.current(), Some(release(&first)));
     assert_eq!(b.w.state()["applied_sha"], json!(first));
     assert_healthy(&b.project.containers(), &b.project.name);
+    // The failed release's logs and probe output outlive its containers: kept before the
+    // fallback replaced them, and `explain` points at them.
+    let detail = r.detail.unwrap();
+    assert!(detail.contains("probe exit"), "{detail}");
+    let logs = b.w.run(&["logs"]);
+    logs.ok();
+    let text = logs.stdout();
+    assert!(text.contains("last probe exit"), "{text}");
+    assert!(text.contains("--- compose logs ---"), "{text}");
+    assert!(text.contains("healthz disabled"), "{text}");
+    let explain = b.w.run(&["explain"]);
+    explain.ok();
+    assert!(
+        explain.stdout().contains("monky-deployd logs ")
+            && explain.stdout().contains("bundle author"),
+        "{}",
+        explain.stdout()
+    );
     assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
 
     // The next tick is inside the backoff window: a report, but no lease, pull or up.
@@ -764,12 +782,13 @@ fn a_fallback_to_a_release_changed_on_disk_is_refused() {
 
 // ---- 5. pull failures -------------------------------------------------------------------------
 
-/// A failed pull: exit 1, `COMPOSE_PULL_FAILED` with the registry's words, and the running
-/// release (if any) untouched.
+/// A failed pull: exit 1, `code` (`COMPOSE_PULL_FAILED`, or `IMAGE_NOT_FOUND` for a tag never
+/// pushed) with the registry's words, and the running release (if any) untouched.
 #[track_caller]
 fn check_pull_failure(
     b: &E2eBox,
     bundle: &TestBundle,
+    code: &str,
     registry_says: &[&str],
     previous: Option<&str>,
 ) {
@@ -778,7 +797,7 @@ fn check_pull_failure(
     let run = b.w.tick();
     run.expect(1);
     let r = b.w.last_report();
-    assert_report(&r, ReportResult::Failed, Some("COMPOSE_PULL_FAILED: "));
+    assert_report(&r, ReportResult::Failed, Some(&format!("{code}: ")));
     let detail = r.detail.clone().unwrap();
     for words in registry_says {
         assert!(detail.contains(words), "{words:?} not in {detail:?}");
@@ -818,7 +837,13 @@ fn a_pull_without_any_credential_says_so() {
         .unwrap()
         .retain(|e| e.get("use").is_none());
     b.w.stage_grant();
-    check_pull_failure(&b, &bundle, &["no basic auth credentials"], None);
+    check_pull_failure(
+        &b,
+        &bundle,
+        "COMPOSE_PULL_FAILED",
+        &["no basic auth credentials"],
+        None,
+    );
     assert!(!b.w.state_dir().join("docker/config.json").exists());
 }
 
@@ -834,6 +859,7 @@ fn a_pull_with_a_wrong_password_keeps_the_running_release() {
     check_pull_failure(
         &b,
         &b.bundle(&b.e2e.image_2),
+        "COMPOSE_PULL_FAILED",
         &["unauthorized", "authentication required"],
         Some(&first),
     );
@@ -848,9 +874,108 @@ fn a_pull_of_a_missing_tag_keeps_the_running_release() {
     check_pull_failure(
         &b,
         &b.bundle(&b.e2e.image_missing),
+        "IMAGE_NOT_FOUND",
         &["manifest unknown", "not found"],
         Some(&first),
     );
+}
+
+/// A host port another process holds: docker's own words, `COMPOSE_UP_FAILED`, the box
+/// admin's move; not `UNHEALTHY` after the health wait.
+#[test]
+fn a_port_in_use_is_compose_up_failed_with_dockers_reason() {
+    let Some(b) = E2eBox::with_timeout("port-in-use", 20) else {
+        return;
+    };
+    let first = b.first_apply(&b.bundle(&b.e2e.image_1));
+    // The next release publishes on a port this test holds.
+    let holder = TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().port();
+    b.w.publish(&web_bundle(compose_yaml(
+        b.e2e,
+        &b.e2e.image_2,
+        Some(taken),
+        "",
+        &[],
+    )));
+    let run = b.w.tick();
+    run.expect(1);
+    let r = b.w.last_report();
+    assert_report(&r, ReportResult::Failed, Some("COMPOSE_UP_FAILED: "));
+    let detail = r.detail.unwrap();
+    assert!(
+        detail.contains("address already in use") || detail.contains("port is already allocated"),
+        "docker's reason: {detail}"
+    );
+    assert!(!detail.contains("--env-file"), "no command line: {detail}");
+    assert!(
+        run.stderr().contains("owner=\"box admin\""),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(b.current(), Some(release(&first)));
+    let explain = b.w.run(&["explain"]);
+    explain.ok();
+    assert!(
+        explain.stdout().contains("whose move  box admin"),
+        "{}",
+        explain.stdout()
+    );
+    assert_no_secret(&b, &run);
+    drop(holder);
+}
+
+/// The docker socket gone (never the shared daemon stopped): the heartbeat says
+/// `DOCKER_UNAVAILABLE`, nothing says converged, and doctor fails the socket without a false
+/// disk failure.
+#[test]
+fn docker_down_is_named_everywhere_without_a_false_disk_failure() {
+    let Some(b) = E2eBox::new("docker-down") else {
+        return;
+    };
+    b.first_apply(&b.bundle(&b.e2e.image_1));
+    let gone = b.project.scratch.path().join("no-docker.sock");
+    let run_with = |args: &[&str]| {
+        Run(b
+            .w
+            .command(args)
+            .env("DOCKER_HOST", format!("unix://{}", gone.display()))
+            .output()
+            .unwrap())
+    };
+    let tick = run_with(&["run", "--once"]);
+    tick.expect(1);
+    assert!(
+        tick.stderr().contains("code=DOCKER_UNAVAILABLE"),
+        "{}",
+        tick.stderr()
+    );
+    let status = run_with(&["status", "--json"]);
+    status.ok();
+    let doc: Value = serde_json::from_str(&status.stdout()).unwrap();
+    assert_eq!(doc["converged"], false, "{doc:#}");
+    let explain = run_with(&["explain"]);
+    explain.ok();
+    assert!(
+        !explain.stdout().contains("nothing to do"),
+        "{}",
+        explain.stdout()
+    );
+    let doctor = run_with(&["doctor", "--json"]);
+    doctor.expect(1);
+    let doc: Value = serde_json::from_str(&doctor.stdout()).unwrap();
+    let verdict = |name: &str| {
+        doc["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| c["verdict"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    assert_eq!(verdict("docker socket"), "fail", "{doc:#}");
+    assert_eq!(verdict("disk"), "skip", "{doc:#}");
+    assert_no_secret(&b, &tick);
 }
 
 // ---- 6. retire --------------------------------------------------------------------------------
@@ -1475,6 +1600,8 @@ fn a_link_planted_in_a_writable_bind_is_never_bound() {
         assert_eq!(b.project.containers(), before, "a container was recreated");
         assert_eq!(b.current(), Some(release(&first)));
     }
+}
+
 // ---- a secret on a command line ---------------------------------------------------------------
 
 /// A healthcheck whose `test` interpolates a secret would put the value in a process's
@@ -1517,6 +1644,8 @@ fn a_secret_on_a_command_line_is_refused_before_anything_starts() {
     run.ok();
     assert_healthy(&b.project.containers(), &b.project.name);
     assert_no_secret(&b, &run);
+}
+
 // ---- the box stays converged: drift, interrupted applies, holds --------------------------------
 
 impl E2eBox {

@@ -192,7 +192,7 @@ const CELLS: &[Cell] = &[
             }
         },
         exit: 75,
-        report: Some("BAO_UNAVAILABLE"),
+        report: Some("BAO_SEALED"),
         says: "sealed",
     },
     Cell {
@@ -241,8 +241,9 @@ const CELLS: &[Cell] = &[
         tls: true,
         apply: true,
         fault: |w| std::fs::write(w.path("ca.pem"), Pki::new().ca_pem).unwrap(),
-        exit: 75,
-        report: Some("BAO_UNAVAILABLE"),
+        // No retry fixes a trust root: exit 1, so the unit turns red.
+        exit: 1,
+        report: Some("BAO_TLS_UNKNOWN_CA"),
         says: "certificate",
     },
     Cell {
@@ -279,8 +280,23 @@ const CELLS: &[Cell] = &[
         apply: true,
         fault: |w| w.stub("PULL_FAIL", "Error response from daemon: manifest unknown"),
         exit: 1,
-        report: Some("COMPOSE_PULL_FAILED"),
+        // A tag never pushed is the bundle author's, not the registry's.
+        report: Some("IMAGE_NOT_FOUND"),
         says: "manifest unknown",
+    },
+    Cell {
+        name: "docker: pull refused by the registry",
+        tls: false,
+        apply: true,
+        fault: |w| {
+            w.stub(
+                "PULL_FAIL",
+                "Error response from daemon: no basic auth credentials",
+            )
+        },
+        exit: 1,
+        report: Some("COMPOSE_PULL_FAILED"),
+        says: "no basic auth credentials",
     },
     Cell {
         name: "docker: up failure",

@@ -359,7 +359,28 @@ fn check_refused(what: &str, code: &str, serve: impl FnOnce(&World) -> String) {
         .collect();
     assert!(calls.is_empty(), "{what}: OpenBao was called: {calls:?}");
     assert_eq!(w.docker_calls().len(), docker_calls, "{what}: docker ran");
-    assert_same_tree(&before, &snapshot(w.dir.path()), what);
+    let mut after = snapshot(w.dir.path());
+    // The one thing a refusal writes: a bundle that is its author's to fix is kept (0600) so
+    // `bundle check` can be run on it where it failed.
+    let failed = w.env_dir().join("failed");
+    let failed = failed.strip_prefix(w.dir.path()).unwrap().to_path_buf();
+    let kept: Vec<PathBuf> = after
+        .keys()
+        .filter(|p| p.starts_with(&failed))
+        .cloned()
+        .collect();
+    for p in kept {
+        if let Some(Node::File(mode, _)) = after.get(&p) {
+            assert!(
+                p.to_string_lossy().ends_with(".tar"),
+                "{what}: {}",
+                p.display()
+            );
+            assert_eq!(mode & 0o777, 0o600, "{what}: {}", p.display());
+        }
+        after.remove(&p);
+    }
+    assert_same_tree(&before, &after, what);
     assert!(!Path::new(CANARY).exists(), "{what}: {CANARY} was written");
     assert!(
         !w.env_dir().join("staging").exists(),

@@ -134,7 +134,8 @@ fn a_pull_failure_backs_off_without_touching_current() {
     w.tick().expect(1);
     let detail = w.last_report().detail.unwrap();
     assert!(
-        detail.starts_with("COMPOSE_PULL_FAILED")
+        detail.starts_with("IMAGE_NOT_FOUND: ")
+            && detail.contains("manifest unknown")
             && detail.contains(&format!("running {}", &good[..12])),
         "{detail}"
     );

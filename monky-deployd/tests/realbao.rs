@@ -210,8 +210,9 @@ fn a_seal_in_the_middle_of_the_work_is_temporary_then_unsealing_applies() {
     w.bao.seal();
     let run = Run(child.wait_with_output().unwrap());
     run.expect(75);
-    // The agent's own next call found the server sealed: temporary, with OpenBao's word.
-    run.says(&["BAO_UNAVAILABLE", "is sealed"]);
+    // The agent's own next call found the server sealed: temporary, its own code (OpenBao's
+    // operators' move), with OpenBao's word.
+    run.says(&["BAO_SEALED", "is sealed"]);
     assert_eq!(
         w.current_target(),
         current,

@@ -27,14 +27,15 @@ fn proxy_transport_with_tls_and_a_ca_bundle() {
 }
 
 #[test]
-fn proxy_transport_with_the_wrong_ca_is_temporary_and_reads_nothing() {
+fn proxy_transport_with_the_wrong_ca_fails_for_the_box_admin_and_reads_nothing() {
     let w = World::with(WorldOptions { tls_proxy: true });
     std::fs::write(w.path("ca.pem"), Pki::new().ca_pem).unwrap();
     w.stage_grant();
     w.publish(&TestBundle::default());
     let run = w.tick();
-    run.expect(75);
-    run.says(&["certificate"]);
+    // No retry fixes a trust root: exit 1, so the unit turns red instead of staying green.
+    run.expect(1);
+    run.says(&["BAO_TLS_UNKNOWN_CA", "certificate", "owner=\"box admin\""]);
     assert!(w.bao.requests().is_empty());
     assert!(
         w.bootstrap_path().exists(),

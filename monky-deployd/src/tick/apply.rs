@@ -22,7 +22,33 @@ impl Agent<'_> {
     /// lists them. A refusal or failure returns early; the steps after it never run.
     pub(super) fn apply(&mut self, sha: &str, url: &str) -> anyhow::Result<Exit> {
         // 1-2. Fetch the bundle and verify it hashes to the desired sha.
-        let b = self.fetch(sha, url)?;
+        let (b, raw) = self.fetch(sha, url)?;
+        self.apply_bundle(sha, b)
+            .inspect_err(|e| self.keep_bad_bundle(sha, &raw, e))
+    }
+
+    /// A bundle the bundle author must fix is kept on the box, so the advice to run
+    /// `bundle check` on it can be followed.
+    fn keep_bad_bundle(&self, sha: &str, raw: &[u8], e: &anyhow::Error) {
+        if Failure::code_of(e).map(Code::owner) != Some(crate::code::Owner::BundleAuthor) {
+            return;
+        }
+        match crate::evidence::keep_bundle(self.cfg, sha, raw) {
+            Ok(Some(path)) => info!(
+                "kept the bundle as {}: `monky-deployd bundle check {} --env {}`",
+                path.display(),
+                path.display(),
+                self.cfg.env_id
+            ),
+            Ok(None) => {}
+            Err(e) => warn!("cannot keep the failed bundle: {e:#}"),
+        }
+    }
+
+    fn apply_bundle(&mut self, sha: &str, b: bundle::Bundle) -> anyhow::Result<Exit> {
+        // Recorded before the disk check, so `doctor` measures the desired bundle's need even
+        // when the check refuses it.
+        self.state.last_disk_need_bytes = b.meta().disk_need_bytes;
         // 3. Refuse what the bundle alone shows is wrong, before any lease or secret read.
         let paths = self.refusal_checks(&b, sha)?;
         // 4-6. Lease a grant, log in with it, read the secrets.
@@ -53,9 +79,14 @@ impl Agent<'_> {
         // 10. Pull from the staging dir: a registry refusal leaves `current` naming the release
         // that is still running.
         info!("compose pull");
-        self.state.last_disk_need_bytes = b.meta().disk_need_bytes;
         if let Err(e) = staged.compose(&self.docker, self.cfg).pull() {
-            return Err(self.release_failed(sha, Code::ComposePullFailed, &e, None));
+            // A tag never pushed is the bundle's, not the registry's: no credential fixes it.
+            let code = if e.is_missing_image() {
+                Code::ImageNotFound
+            } else {
+                Code::ComposePullFailed
+            };
+            return Err(self.release_failed(sha, code, &e, None));
         }
         // 11. Promote: `current` names the new release, checked again on disk. From here to
         // the saved outcome the box changes: a mark says so to a tick that finds this one cut
@@ -98,13 +129,14 @@ impl Agent<'_> {
     }
 
     /// Steps 1-2: the bundle from tenancy, parsed within the limits and proven to be `sha`.
-    fn fetch(&self, sha: &str, url: &str) -> anyhow::Result<bundle::Bundle> {
+    fn fetch(&self, sha: &str, url: &str) -> anyhow::Result<(bundle::Bundle, Vec<u8>)> {
         let dl = self
             .tenancy
             .bundle(&self.bearer()?, url)
             .map_err(|e| peers::tenancy_failure("bundle", e))?;
-        let b =
-            bundle::Bundle::parse(&dl.bytes, &bundle::Limits::default()).map_err(bundle_error)?;
+        let b = bundle::Bundle::parse(&dl.bytes, &bundle::Limits::default())
+            .map_err(bundle_error)
+            .inspect_err(|e| self.keep_bad_bundle(sha, &dl.bytes, e))?;
         b.check_sha(sha).map_err(refusal)?;
         if let Some(h) = dl.header_sha.as_deref().filter(|h| *h != b.sha()) {
             warn!(
@@ -114,7 +146,7 @@ impl Agent<'_> {
             );
         }
         failpoint::hit("after-fetch");
-        Ok(b)
+        Ok((b, dl.bytes))
     }
 
     /// Steps 4-6: the token for reading (a lease, unless a valid one is held), then every
@@ -174,11 +206,45 @@ impl Agent<'_> {
             warn!("cannot read the compose logs: {e}");
             String::new()
         });
-        let (code, why) = match (&up, bad.is_empty()) {
-            (Err(e), true) => (Code::ComposeUpFailed, e.to_string()),
-            _ => (Code::Unhealthy, bad.join(", ")),
-        };
-        warn!("apply of {} failed: {code}: {why}", short(Some(sha)));
+        let looked: Vec<Looked> = self
+            .state
+            .containers
+            .iter()
+            .filter(|c| !monky_compose::Container::ready(&c.state, c.health.as_deref()))
+            .map(|c| Looked {
+                name: c.name.clone(),
+                state: c.state.clone(),
+                health: c.health.clone(),
+                detail: self.docker.engine().inspect(&c.name).unwrap_or_default(),
+            })
+            .collect();
+        let (code, why) = diagnose(up.as_ref().err(), &looked);
+        warn!(
+            "apply of {} failed: {code}: {}",
+            short(Some(sha)),
+            redact::redact(&why)
+        );
+        // Kept before the fallback: `compose up` of the previous release replaces these
+        // containers, and their logs with them.
+        let kept = format!(
+            "{code}: {why}\n{}--- compose logs ---\n{logs}",
+            looked.iter().map(Looked::evidence).collect::<String>()
+        );
+        match crate::evidence::keep_logs(self.cfg, sha, &kept) {
+            Ok(path) => info!(
+                "kept the failed release's logs in {}: `monky-deployd logs {}`",
+                path.display(),
+                short(Some(sha))
+            ),
+            Err(e) => warn!("cannot keep the failed release's logs: {e:#}"),
+        }
+        let last: Vec<&str> = logs.lines().rev().take(5).collect();
+        if !last.is_empty() {
+            warn!(
+                "last compose log lines: {}",
+                redact::redact(&last.into_iter().rev().collect::<Vec<_>>().join(" | "))
+            );
+        }
         let started = Started {
             prod,
             compose_logs: &logs,
@@ -435,6 +501,84 @@ impl Agent<'_> {
 /// What a release's `.env` is counted as before its values are read: a few hundred secrets of
 /// a few hundred bytes.
 const ENV_ALLOWANCE: u64 = 256 * 1024;
+/// A container that was not ready after `up`, with what the engine says about it.
+#[derive(Debug, Clone)]
+pub(super) struct Looked {
+    name: String,
+    state: String,
+    health: Option<String>,
+    detail: monky_compose::ContainerDetail,
+}
+
+impl Looked {
+    /// `web-1 (unhealthy; probe exit 1: <output>)`, `web-1 (exited; exit code 3)`.
+    fn summary(&self) -> String {
+        let mut parts = vec![self.health.clone().unwrap_or_else(|| self.state.clone())];
+        if let Some(code) = self.detail.exit_code {
+            parts.push(format!("exit code {code}"));
+        }
+        if let Some(p) = self.detail.last_probe.as_ref().filter(|p| p.exit_code != 0) {
+            parts.push(format!("probe exit {}: {}", p.exit_code, p.output));
+        }
+        format!("{} ({})", self.name, parts.join("; "))
+    }
+
+    /// The container's lines in the kept evidence.
+    fn evidence(&self) -> String {
+        let mut out = format!("container {}: state {}", self.name, self.state);
+        if let Some(h) = &self.health {
+            out.push_str(&format!(", health {h}"));
+        }
+        if let Some(e) = &self.detail.error {
+            out.push_str(&format!(", engine error: {e}"));
+        }
+        if let Some(c) = self.detail.exit_code {
+            out.push_str(&format!(", exit code {c}"));
+        }
+        if let Some(p) = &self.detail.last_probe {
+            out.push_str(&format!(", last probe exit {}: {}", p.exit_code, p.output));
+        }
+        out.push('\n');
+        out
+    }
+}
+
+/// The code and the cause of a release that did not come up: a container the engine could
+/// not start (a host port in use) or an `up` that failed before any container ran is
+/// `COMPOSE_UP_FAILED` in docker's words; a container that ran and then failed its probe,
+/// exited or never became healthy is `UNHEALTHY`, with its last probe output or exit code.
+pub(super) fn diagnose(up: Option<&monky_compose::Error>, bad: &[Looked]) -> (Code, String) {
+    let never_started: Vec<String> = bad
+        .iter()
+        .filter_map(|l| {
+            l.detail
+                .error
+                .as_ref()
+                .map(|e| format!("{} did not start: {e}", l.name))
+        })
+        .collect();
+    if !never_started.is_empty() {
+        return (Code::ComposeUpFailed, never_started.join("; "));
+    }
+    // Nothing ran that could have failed on its own: compose itself failed.
+    let nothing_ran = bad.iter().all(|l| l.state == "created");
+    match up {
+        Some(e) if nothing_ran && e.kind() != monky_compose::ErrorKind::Unhealthy => {
+            (Code::ComposeUpFailed, e.cause())
+        }
+        _ if bad.is_empty() => (
+            Code::Unhealthy,
+            up.map_or_else(|| "no container came up".to_string(), |e| e.cause()),
+        ),
+        _ => (
+            Code::Unhealthy,
+            bad.iter()
+                .map(Looked::summary)
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+    }
+}
 
 fn refusal(r: bundle::Refusal) -> anyhow::Error {
     Failure::from(&r).into()

@@ -149,6 +149,13 @@ impl Agent<'_> {
                 }
             }
         }
+        // A failure equal to the last tick's (code and detail) is counted, not logged again.
+        let now = (self.state.last_code, self.state.last_error.clone());
+        self.state.repeats = if now.1.is_some() && now == self.previous {
+            self.state.repeats.saturating_add(1)
+        } else {
+            0
+        };
         let reached_tenancy = error.is_none_or(|e| Exit::of(e) != Exit::Temporary);
         if reached_tenancy && let Err(e) = self.upkeep() {
             warn!("token upkeep: {}", redact::redact(&format!("{e:#}")));

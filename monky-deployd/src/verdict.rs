@@ -1,0 +1,146 @@
+//! One answer to "is this box fine?", shared by `status`, `explain` and the metrics file, so
+//! none of them says "converged" while the last tick failed, the token is gone or expired, or
+//! docker does not answer: equal shas alone are not convergence.
+
+use crate::code::Code;
+use crate::state::State;
+
+/// What the read-only commands know beyond state.json.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    /// Now (unix seconds).
+    pub now: u64,
+    /// Whether `bao.token` exists.
+    pub token_present: bool,
+    /// The project's containers as the engine lists them now, or why it could not; `None`
+    /// when not looked at (the metrics file, written from the tick's own record).
+    pub containers: Option<&'a Result<Vec<monky_compose::Container>, String>>,
+}
+
+/// Why the box is not converged, most important first; empty when it is.
+#[must_use]
+pub fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
+    let mut why = Vec::new();
+    if let Some(code) = st.last_code.filter(|_| st.last_error.is_some()) {
+        why.push(format!(
+            "the last tick failed with {code} ({} moves next)",
+            code.owner()
+        ));
+    } else if st.last_error.is_some() {
+        why.push(format!("the last tick failed ({})", Code::Failed));
+    }
+    match (&st.applied_sha, &st.desired_sha) {
+        (None, None) if st.last_checkin.is_none() => {
+            why.push("no checkin has succeeded yet".into());
+        }
+        (Some(a), Some(d)) if a == d => {}
+        (None, None) => {}
+        (a, d) => why.push(format!(
+            "running {}, tenancy wants {}",
+            crate::tick::short(a.as_deref()),
+            crate::tick::short(d.as_deref())
+        )),
+    }
+    if !seen.token_present {
+        why.push("no OpenBao token on the box".into());
+    } else if let Some(t) = st.token.as_ref().filter(|t| t.expires_at <= seen.now) {
+        why.push(format!(
+            "the token expired at {} by the agent's record",
+            crate::status::rfc3339(t.expires_at)
+        ));
+    }
+    match seen.containers {
+        Some(Err(e)) => why.push(format!("docker does not answer: {e}")),
+        Some(Ok(cs)) => {
+            let bad: Vec<&str> = cs
+                .iter()
+                .filter(|c| !c.is_ready())
+                .map(|c| c.name.as_str())
+                .collect();
+            if !bad.is_empty() {
+                why.push(format!("not running and healthy: {}", bad.join(", ")));
+            } else if cs.is_empty() && st.applied_sha.is_some() {
+                why.push("no container of the project runs".into());
+            }
+        }
+        None => {}
+    }
+    why
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{TokenSource, TokenState};
+
+    fn fine() -> State {
+        State {
+            applied_sha: Some("a".repeat(64)),
+            desired_sha: Some("a".repeat(64)),
+            last_checkin: Some(100),
+            token: Some(TokenState::from_wall(TokenSource::Lease, 0, 10_000)),
+            ..State::default()
+        }
+    }
+
+    fn seen(containers: Option<&Result<Vec<monky_compose::Container>, String>>) -> Seen<'_> {
+        Seen {
+            now: 1000,
+            token_present: true,
+            containers,
+        }
+    }
+
+    #[test]
+    fn equal_shas_are_not_enough() {
+        assert!(not_converged(&fine(), seen(None)).is_empty());
+        let check = |st: State, s: Seen<'_>, expected: &str| {
+            let why = not_converged(&st, s);
+            assert!(
+                why.iter().any(|w| w.contains(expected)),
+                "{expected:?} not in {why:?}"
+            );
+        };
+        check(
+            State {
+                last_error: Some("AGENT_UNAUTHENTICATED: revoked".into()),
+                last_code: Some(Code::AgentUnauthenticated),
+                ..fine()
+            },
+            seen(None),
+            "failed with AGENT_UNAUTHENTICATED (box admin moves next)",
+        );
+        check(
+            State {
+                last_error: Some("TENANCY_UNAVAILABLE: down".into()),
+                last_code: Some(Code::TenancyUnavailable),
+                ..fine()
+            },
+            seen(None),
+            "TENANCY_UNAVAILABLE",
+        );
+        let mut expired = fine();
+        expired.token.as_mut().unwrap().expires_at = 999;
+        check(expired, seen(None), "the token expired");
+        check(
+            fine(),
+            Seen {
+                token_present: false,
+                ..seen(None)
+            },
+            "no OpenBao token",
+        );
+        let down = Err("docker engine at unix:///nope is not reachable".to_string());
+        check(fine(), seen(Some(&down)), "docker does not answer");
+        check(fine(), seen(Some(&Ok(vec![]))), "no container");
+        check(
+            State {
+                desired_sha: Some("b".repeat(64)),
+                ..fine()
+            },
+            seen(None),
+            "tenancy wants bbbbbbbbbbbb",
+        );
+        check(State::default(), seen(None), "no checkin");
+    }
+}

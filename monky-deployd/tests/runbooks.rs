@@ -1,0 +1,222 @@
+//! docs/OPERATIONS.md's runbooks, run as written: the agent's commands are taken from the
+//! page's `sh` blocks (not copied here), with the box's paths mapped to the test box, so a
+//! command the docs show that stops working fails here. Box-level commands the stub box cannot
+//! run (apt, scp, docker, systemctl) are listed by name, so a new line is never skipped unseen.
+
+use monky_agent_proto::ReportResult;
+use monky_agent_proto::testkit::Desired;
+use serde_json::json;
+
+use crate::util::*;
+
+const DOC: &str = include_str!("../../docs/OPERATIONS.md");
+
+/// The lines of the `sh` blocks under the runbook titled `title`.
+fn commands(title: &str) -> Vec<String> {
+    let runbooks = DOC
+        .split("\n## Runbooks\n")
+        .nth(1)
+        .expect("OPERATIONS.md has a Runbooks section");
+    let runbooks = runbooks.split("\n## ").next().unwrap();
+    let section = runbooks
+        .split(&format!("\n### {title}\n"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no runbook {title:?}"));
+    let section = section.split("\n### ").next().unwrap();
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in section.lines() {
+        match (inside, line.trim()) {
+            (false, "```sh") => inside = true,
+            (true, "```") => inside = false,
+            (true, l) if !l.is_empty() => out.push(l.to_string()),
+            _ => {}
+        }
+    }
+    assert!(!out.is_empty(), "runbook {title:?} has no commands");
+    out
+}
+
+/// Box-level commands a runbook may show that only a real box runs (the packaging test's
+/// systemd box runs the install; these are the others).
+const BOX_ONLY: &[&str] = &[
+    "scp ",
+    "ssh ",
+    "docker ",
+    "df ",
+    "sudo systemctl ",
+    "sudo rm ",
+];
+
+/// Runs one runbook line on `w`: the agent's commands through the binary (as the agent's user
+/// is the test's own user here), the grant staging as the install kit does it.
+fn run_line(w: &World, line: &str, subst: &[(&str, String)]) -> Option<Run> {
+    let mut line = line.to_string();
+    for (from, to) in subst {
+        line = line.replace(from, to);
+    }
+    line = line.replace(
+        "/var/lib/monky-deployd",
+        &w.state_dir().display().to_string(),
+    );
+    if line.starts_with("sudo install ") && line.ends_with("/etc/monky-deployd/bootstrap.jwt") {
+        w.stage_grant();
+        return None;
+    }
+    let args = line
+        .strip_prefix("sudo -u monky-deployd monky-deployd ")
+        .or_else(|| line.strip_prefix("monky-deployd "));
+    match args {
+        Some(args) => {
+            let args: Vec<&str> = args.split_whitespace().collect();
+            Some(w.run(&args))
+        }
+        None => {
+            assert!(
+                BOX_ONLY.iter().any(|p| line.starts_with(p)),
+                "a runbook line this test does not know how to run: {line:?}"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn rotate_the_token() {
+    let w = World::new();
+    w.applied();
+    let old = std::fs::read_to_string(w.state_dir().join("bao.token")).unwrap();
+    let mut runs = Vec::new();
+    for line in commands("Rotate the token") {
+        if let Some(run) = run_line(&w, &line, &[]) {
+            runs.push((line, run));
+        }
+    }
+    for (line, run) in &runs {
+        assert_eq!(run.code(), 0, "{line}: {}{}", run.stdout(), run.stderr());
+    }
+    let new = std::fs::read_to_string(w.state_dir().join("bao.token")).unwrap();
+    assert_ne!(old.trim(), new.trim(), "the token was not rotated");
+    assert!(!w.bootstrap_path().exists(), "the grant was not used");
+    // The next tick works with the new token.
+    w.tick().ok();
+}
+
+#[test]
+fn roll_back() {
+    let w = World::new();
+    let mut old = TestBundle::default();
+    old.meta["allow_rollback"] = json!(true);
+    w.stage_grant();
+    let old_sha = w.publish(&old);
+    w.tick().ok();
+    w.publish(&TestBundle::tagged("2"));
+    w.tick().ok();
+    w.tenancy.set_desired(ENV, Desired::sha(old_sha.clone()));
+    for line in commands("Roll back") {
+        if let Some(run) = run_line(&w, &line, &[]) {
+            run.ok();
+        }
+    }
+    w.assert_current(&old_sha);
+    assert_eq!(w.last_report().result, ReportResult::Applied);
+}
+
+#[test]
+fn read_a_failed_releases_logs() {
+    let w = World::new();
+    w.applied();
+    // An unhealthy release (its logs kept before the fallback) ...
+    w.stub("UNHEALTHY_IF", "web:bad");
+    let bad = w.publish(&TestBundle::tagged("bad"));
+    w.tick().expect(1);
+    // ... and a refused one (kept as a tar for `bundle check`).
+    let mut refused = TestBundle::tagged("refused");
+    refused.meta["renderer"] = json!("helm");
+    let refused_sha = w.publish(&refused);
+    w.tick().expect(1);
+    assert!(
+        w.env_dir()
+            .join("failed")
+            .join(format!("{refused_sha}.tar"))
+            .exists()
+    );
+    let subst = [
+        ("7a10c3e", bad[..7].to_string()),
+        ("<sha>", refused_sha.clone()),
+    ];
+    let mut saw_logs = false;
+    let mut saw_check = false;
+    for line in commands("Read a failed release's logs") {
+        let Some(run) = run_line(&w, &line, &subst) else {
+            continue;
+        };
+        if line.contains(" bundle check ") {
+            // The kept bundle is refused again, for the same reason, by the same checks.
+            run.expect(1);
+            assert!(
+                run.stdout().contains("RENDERER_REFUSED"),
+                "{}",
+                run.stdout()
+            );
+            saw_check = true;
+        } else {
+            run.ok();
+            assert!(
+                run.stdout().contains("--- compose logs ---"),
+                "{}",
+                run.stdout()
+            );
+            assert!(run.stdout().contains(&bad), "{}", run.stdout());
+            saw_logs = true;
+        }
+    }
+    assert!(saw_logs && saw_check);
+}
+
+#[test]
+fn every_doctor_check_has_a_row_in_the_fail_table() {
+    let w = World::new();
+    w.applied();
+    let run = w.run(&["doctor", "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    let table = DOC
+        .split("\n### What each doctor FAIL means\n")
+        .nth(1)
+        .expect("the doctor table");
+    for check in doc["checks"].as_array().unwrap() {
+        let name = check["name"].as_str().unwrap();
+        if matches!(name, "config" | "secrets") {
+            // config never fails once doctor runs; secrets only warns
+            continue;
+        }
+        assert!(
+            table.contains(&format!("| `{name}` |")),
+            "doctor's {name:?} check has no row in OPERATIONS.md"
+        );
+    }
+}
+
+#[test]
+fn the_other_runbooks_show_only_commands_a_box_runs() {
+    // Install, free disk and moving a box are box-level (install.sh, docker): every line is
+    // one this suite knows to be such, or the agent's own.
+    for title in [
+        "Install from a build",
+        "Free disk",
+        "Move a box to another env",
+    ] {
+        for line in commands(title) {
+            let known = BOX_ONLY.iter().any(|p| line.starts_with(p))
+                || line.starts_with("sudo bash install.sh ")
+                || line.starts_with("sudo -u monky-deployd monky-deployd ");
+            assert!(known, "{title}: {line:?}");
+            // The page forbids a tick by hand as root, and so does every runbook.
+            assert!(!line.contains("run --once --prune"), "{title}: {line:?}");
+        }
+    }
+    // install.sh takes the folder `cargo xtask dist` fills, under the name it is copied to.
+    let install = commands("Install from a build").join("\n");
+    assert!(install.contains("target/dist-pkg"), "{install}");
+    assert!(install.contains("--source ./release"), "{install}");
+}
