@@ -21,6 +21,8 @@ fuzz_target!(|data: &[u8]| {
                 RefusalCode::PrivilegedRefused
                     | RefusalCode::BundleInvalid
                     | RefusalCode::BundleTooLarge
+                    | RefusalCode::BundleNonconforming
+                    | RefusalCode::BudgetExceeded
             ));
         }
     }

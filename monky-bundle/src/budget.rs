@@ -272,7 +272,7 @@ fn human(bytes: u64) -> String {
 
 fn secs(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 != 0 || ms == 0 {
+    if !ms.is_multiple_of(1000) || ms == 0 {
         format!("{ms}ms")
     } else {
         format!("{}s", ms / 1000)

@@ -977,7 +977,7 @@ impl Ctx<'_> {
 
     /// Whether the key's value in the compose file takes anything from a secret: before the
     /// lease it would be judged as empty, so it is judged on compose's model instead.
-    fn from_secret(&self, site: &Site<'_>) -> bool {
+    fn takes_a_secret(&self, site: &Site<'_>) -> bool {
         let (Some(secrets), Some(raw)) = (self.secrets, site.raw) else {
             return false;
         };
@@ -1008,7 +1008,7 @@ impl Ctx<'_> {
             C::ContainerName => {
                 if let Some(name) = value.as_str()
                     && !name.starts_with(&format!("{}-", p.project))
-                    && !self.from_secret(site)
+                    && !self.takes_a_secret(site)
                 {
                     let mut text = walk.key_value(site, shown, name);
                     if walk.shows_value(site) {
@@ -1184,7 +1184,7 @@ impl Ctx<'_> {
                 if let Some(name) = value.as_str()
                     && !external
                     && !name.starts_with(&format!("{}_", p.project))
-                    && !self.from_secret(site)
+                    && !self.takes_a_secret(site)
                 {
                     let mut text = walk.key_value(site, shown, name);
                     if walk.shows_value(site) {
