@@ -187,14 +187,19 @@ impl Trusted {
     /// Root and the agent's own user always, `listener_user` too when the config names one.
     /// Both can read `bao.token` anyway, so trusting them costs nothing, and the packaged
     /// proxy unit runs as the agent's user, so a box needs no key for it. The agent's user is
-    /// this process's and the state dir's owner (the same in a tick, which refuses a state dir
-    /// of another user; `doctor` run as root judges as the agent would).
+    /// this process's, and for a process run as root (`doctor` by an admin) the state dir's
+    /// owner too, so root judges as the agent would.
     ///
     /// # Errors
     /// A `listener_user` that is no user on this box (exit 78).
     pub fn of(cfg: &Config, peer: Peer) -> anyhow::Result<Self> {
-        let mut uids = vec![0, rustix::process::geteuid().as_raw()];
-        if let Ok(meta) = std::fs::metadata(&cfg.state_dir) {
+        let me = rustix::process::geteuid().as_raw();
+        let mut uids = vec![0, me];
+        // Only root stands in for the agent's user (`doctor` run by an admin); the agent itself
+        // is that user, and must not trust whoever a planted state dir belongs to.
+        if me == 0
+            && let Ok(meta) = std::fs::metadata(&cfg.state_dir)
+        {
             uids.push(std::os::unix::fs::MetadataExt::uid(&meta));
         }
         if let Some(name) = peer.listener_user(cfg) {
