@@ -159,3 +159,62 @@ fn find(cfg: &Config, prefix: &str) -> anyhow::Result<String> {
 pub fn exists(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn box_config(dir: &Path) -> Config {
+        let state = dir.join("state");
+        Config::parse(
+            &format!("env_id: e1\nstate_dir: {}\n", state.display()),
+            Path::new("test.yaml"),
+        )
+        .unwrap()
+    }
+
+    fn sha(n: u8) -> String {
+        format!("{n:02x}").repeat(32)
+    }
+
+    #[test]
+    fn kept_logs_are_private_bounded_and_the_newest_few() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = box_config(dir.path());
+        let long = "a line of compose output\n".repeat(20_000);
+        for n in 0..5 {
+            let p = keep_logs(&cfg, &sha(n), &long).unwrap();
+            let meta = std::fs::metadata(&p).unwrap();
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+            assert!(meta.len() as usize <= MAX_LOG_BYTES, "{}", meta.len());
+            // mtimes one second apart make "newest" unambiguous
+            let t = std::time::SystemTime::UNIX_EPOCH
+                + std::time::Duration::from_secs(1000 + u64::from(n));
+            std::fs::File::options()
+                .write(true)
+                .open(&p)
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+        }
+        keep_bundle(&cfg, &sha(9), b"tar bytes").unwrap().unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(super::dir(&cfg))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left.len(), KEEP, "{left:?}");
+        assert!(left.contains(&format!("{}.tar", sha(9))), "{left:?}");
+        assert!(!left.contains(&format!("{}.log", sha(0))), "{left:?}");
+        assert_eq!(latest(&cfg), Some(sha(4)));
+        assert_eq!(find(&cfg, &sha(4)[..7]).unwrap(), sha(4));
+        assert!(find(&cfg, "abc").is_err(), "too short");
+        assert!(find(&cfg, "zzzzzzz").is_err(), "not hex");
+        assert!(
+            keep_bundle(&cfg, &sha(8), &vec![0; MAX_BUNDLE_BYTES + 1])
+                .unwrap()
+                .is_none()
+        );
+    }
+}

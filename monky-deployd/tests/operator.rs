@@ -401,6 +401,12 @@ fn at_debug_each_peer_call_is_one_line_and_the_http_stack_is_quiet() {
         .output()
         .unwrap());
     let loud = loud.stderr();
+    // Printed for the record (`--nocapture`): what the filter saves a debug journal.
+    eprintln!(
+        "a debug apply tick: {} lines at log_level DEBUG, {} with RUST_LOG=debug",
+        err.lines().count(),
+        loud.lines().count()
+    );
     assert!(
         [
             "idle connection",

@@ -1620,6 +1620,39 @@ fn the_deb_installs_and_ticks_under_systemd() {
         format!("\"_UID\":\"{uid}\""),
         "{journal}"
     );
+    // The journal reads as systemd's own units do: the agent's <N> prefixes are parsed into
+    // priorities (none is left in a message), and each tick has one summary line at the
+    // priority its exit deserves: the install tick's 75 a warning, the apply's 0 info.
+    let unparsed =
+        b.sh("journalctl -u monky-deployd.service --no-pager -o cat | grep -E '^<[0-7]>'");
+    assert!(
+        !unparsed.status.success(),
+        "unparsed priority prefixes: {}",
+        text(&unparsed)
+    );
+    let priority_of = |needle: &str| {
+        b.ok(&format!(
+            "journalctl -u monky-deployd.service -o json --no-pager | grep -F '{needle}' \
+             | grep -o '\"PRIORITY\":\"[0-9]\"' | sort -u"
+        ))
+    };
+    assert_eq!(
+        priority_of("outcome=temporary").trim(),
+        "\"PRIORITY\":\"4\"",
+        "{journal}"
+    );
+    assert_eq!(
+        priority_of(&format!(
+            "tick: action=apply sha={} outcome=applied code=- ",
+            &sha[..12]
+        ))
+        .trim(),
+        "\"PRIORITY\":\"6\"",
+        "{journal}"
+    );
+    let warnings = b.ok("journalctl -u monky-deployd.service -p warning --no-pager -o cat");
+    assert!(warnings.contains("tick: action=- "), "{warnings}");
+    assert!(!warnings.contains("outcome=applied"), "{warnings}");
     assert_eq!(
         b.ok("stat -c '%a %U' /var/lib/monky-deployd/bao.token /var/lib/monky-deployd/state.json"),
         "600 monky-deployd\n600 monky-deployd\n"
@@ -1846,7 +1879,7 @@ fn check_command(cmd: &str) -> Result<(), String> {
         }
         "docker" | "apt-get" | "dpkg" | "dpkg-deb" | "sha256sum" | "curl" | "lintian"
         | "setfacl" | "getfacl" | "stat" | "ls" | "cat" | "df" | "id" | "rm" | "ziti" | "grep"
-        | "tail" => Ok(()),
+        | "tail" | "scp" | "install" => Ok(()),
         other => Err(format!("{other:?} is not a command the docs may use")),
     }
 }

@@ -595,3 +595,86 @@ pub(super) struct Started<'a> {
     prod: bool,
     compose_logs: &'a str,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use monky_compose::{ContainerDetail, Probe};
+
+    fn looked(state: &str, health: Option<&str>, detail: ContainerDetail) -> Looked {
+        Looked {
+            name: "p-web-1".into(),
+            state: state.into(),
+            health: health.map(str::to_owned),
+            detail,
+        }
+    }
+
+    fn up_failed(stderr: &str) -> monky_compose::Error {
+        monky_compose::Error::Failed {
+            what: "docker compose -f /x/staging/abc/compose.yaml up".into(),
+            code: Some(1),
+            stderr: stderr.into(),
+        }
+    }
+
+    #[test]
+    fn a_container_that_never_started_is_compose_up_failed_in_the_engines_words() {
+        let port = ContainerDetail {
+            error: Some("Bind for 127.0.0.1:8080 failed: port is already allocated".into()),
+            ..ContainerDetail::default()
+        };
+        let (code, why) = diagnose(
+            Some(&up_failed("Error response from daemon: x")),
+            &[looked("created", None, port)],
+        );
+        assert_eq!(code, Code::ComposeUpFailed);
+        assert_eq!(
+            why,
+            "p-web-1 did not start: Bind for 127.0.0.1:8080 failed: port is already allocated"
+        );
+        // Nothing ran and the engine said nothing more: compose's own words.
+        let (code, why) = diagnose(
+            Some(&up_failed("Error response from daemon: no such network")),
+            &[looked("created", None, ContainerDetail::default())],
+        );
+        assert_eq!(code, Code::ComposeUpFailed);
+        assert_eq!(why, "Error response from daemon: no such network");
+        let (code, _) = diagnose(Some(&up_failed("Error: boom")), &[]);
+        assert_eq!(code, Code::ComposeUpFailed);
+    }
+
+    #[test]
+    fn a_container_that_ran_and_failed_is_unhealthy_with_its_probe_or_exit_code() {
+        let probe = ContainerDetail {
+            last_probe: Some(Probe {
+                exit_code: 1,
+                output: "curl: (7) refused".into(),
+            }),
+            ..ContainerDetail::default()
+        };
+        let (code, why) = diagnose(
+            Some(&up_failed("container p-web-1 is unhealthy")),
+            &[looked("running", Some("unhealthy"), probe)],
+        );
+        assert_eq!(code, Code::Unhealthy);
+        assert_eq!(why, "p-web-1 (unhealthy; probe exit 1: curl: (7) refused)");
+        let exited = ContainerDetail {
+            exit_code: Some(3),
+            ..ContainerDetail::default()
+        };
+        let (code, why) = diagnose(None, &[looked("exited", None, exited)]);
+        assert_eq!(code, Code::Unhealthy);
+        assert_eq!(why, "p-web-1 (exited; exit code 3)");
+        // A passing last probe is no cause.
+        let passing = ContainerDetail {
+            last_probe: Some(Probe {
+                exit_code: 0,
+                output: "ok".into(),
+            }),
+            ..ContainerDetail::default()
+        };
+        let (_, why) = diagnose(None, &[looked("running", Some("starting"), passing)]);
+        assert_eq!(why, "p-web-1 (starting)");
+    }
+}
