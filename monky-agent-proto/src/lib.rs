@@ -56,7 +56,7 @@ pub mod error;
 #[cfg(feature = "client")]
 pub use client::{Client, ClientBuilder};
 #[cfg(feature = "client")]
-pub use error::{Call, Error, ErrorKind, Result};
+pub use error::{Call, CertificateTime, Error, ErrorKind, Result};
 
 #[cfg(feature = "testkit")]
 pub mod testkit;
