@@ -60,7 +60,7 @@ pub use client::{Client, ClientBuilder};
 #[cfg(feature = "client")]
 pub use connect::{CheckError, ConnectionCheck};
 #[cfg(feature = "client")]
-pub use error::{Call, Error, ErrorKind, Result};
+pub use error::{Call, CertificateTime, Error, ErrorKind, Result};
 
 #[cfg(feature = "testkit")]
 pub mod testkit;

@@ -576,3 +576,41 @@ fn bundle_urls_off_tenancy_are_refused_before_any_request() {
     }
     assert!(fake.requests().is_empty());
 }
+
+/// Tenancy's certificate outside its dates by this machine's clock is told apart from other
+/// TLS failures (the agent's next step is the clock), with which way it missed.
+#[test]
+fn a_certificate_outside_its_dates_is_named() {
+    use monky_agent_proto::CertificateTime;
+    use monky_bao_client::testkit::{FakeBao, Pki};
+    for (from, until, problem) in [
+        (2090, 2099, Some(CertificateTime::NotYetValid)),
+        (2001, 2002, Some(CertificateTime::Expired)),
+        (1975, 4096, None),
+    ] {
+        // Any TLS server does: the handshake is what is tested.
+        let pki = Pki::valid_in_years(&["tenancy.example.test"], from, until);
+        let server = FakeBao::builder()
+            .tls(
+                pki.cert_pem.clone().into_bytes(),
+                pki.key_pem.clone().into_bytes(),
+            )
+            .start();
+        let client = Client::builder("https://tenancy.example.test:8443".parse().unwrap())
+            .connect_to(server.addr())
+            .ca_bundle_pem(pki.ca_bytes())
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let err = client
+            .report(
+                &SecretString::from("s.certificatetime0000000"),
+                &report_request("env-c", None),
+            )
+            .unwrap_err();
+        assert_eq!(err.certificate_time(), problem, "{err:?}");
+        if problem.is_some() {
+            assert_eq!(err.kind(), ErrorKind::Temporary);
+        }
+    }
+}

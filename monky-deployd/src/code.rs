@@ -108,9 +108,10 @@ codes! {
     /// OpenBao unreachable or sealed.
     BaoUnavailable = "BAO_UNAVAILABLE", Temporary,
         "OpenBao is unreachable or sealed: check the proxy transport and the mesh; the next tick retries";
-    /// OpenBao's certificate is expired or not yet valid by the box's clock.
+    /// A peer's certificate (OpenBao's, or tenancy's over https) is expired or not yet valid
+    /// by the box's clock.
     TlsClock = "TLS_CLOCK", Fail,
-        "OpenBao's certificate is expired or not yet valid by this box's clock: check the clock (`timedatectl`, NTP sync); if the clock is right, OpenBao's operator renews the certificate";
+        "a peer's certificate is expired or not yet valid by this box's clock: check the clock (`timedatectl`, NTP sync); if the clock is right, the peer's operator renews the certificate";
     /// OpenBao refused a read.
     BaoPermissionDenied = "BAO_PERMISSION_DENIED", Fail,
         "OpenBao refused a read: check the manifest paths and the token's policy";

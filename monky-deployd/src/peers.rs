@@ -432,6 +432,18 @@ pub fn tenancy_failure(what: &str, e: proto::Error) -> anyhow::Error {
             proto::ErrorKind::EnvMismatch => Code::AgentEnvMismatch,
             _ => Code::TenancyRefused,
         });
+    if let Some(problem) = e.certificate_time() {
+        // Exit 1, not 75: the next tick meets the same clock.
+        return Failure::new(
+            Exit::Fail,
+            Code::TlsClock,
+            format!(
+                "{what}: tenancy's certificate is {problem} by this machine's clock: {}",
+                with_causes(&e)
+            ),
+        )
+        .into();
+    }
     let text = failure_text(exit, &e);
     // The client's own refusals already start with their code.
     let text = text

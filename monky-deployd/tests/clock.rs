@@ -135,3 +135,32 @@ fn an_implausible_stored_expiry_is_checked_with_openbao() {
     let left = w.state()["token"]["expires_boot"]["at_s"].as_u64().unwrap();
     assert!(left < u64::MAX / 2, "rebased on OpenBao's TTL");
 }
+
+/// The boot clock costs a heartbeat nothing at OpenBao: no call within a boot, one
+/// `lookup-self` in the first tick of a new boot, none after.
+#[test]
+fn a_heartbeat_asks_openbao_once_per_boot_at_most() {
+    let w = World::new();
+    w.applied();
+    let paths = |from: usize| -> Vec<String> {
+        w.bao.agent_requests()[from..]
+            .iter()
+            .map(|r| r.path.clone())
+            .collect()
+    };
+    let n = w.bao.agent_requests().len();
+    w.tick().ok();
+    assert_eq!(paths(n), Vec::<String>::new(), "same boot");
+    let n = w.bao.agent_requests().len();
+    clocked(&w, 0, 0, Some("a-later-boot")).ok();
+    let asked = paths(n);
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].ends_with("/lookup-self"), "{asked:?}");
+    let n = w.bao.agent_requests().len();
+    clocked(&w, 60, 60, Some("a-later-boot")).ok();
+    assert_eq!(
+        paths(n),
+        Vec::<String>::new(),
+        "the new boot's facts are kept"
+    );
+}
