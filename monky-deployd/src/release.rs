@@ -120,17 +120,26 @@ impl Release {
     pub fn write_budget_override(&self, cfg: &Config) -> anyhow::Result<()> {
         let text = cfg.budget.pids_override_for(&self.compose_yaml()?);
         let (_root, envd) = env_dir(cfg)?;
-        let parent = self
-            .dir
-            .parent()
-            .and_then(Path::file_name)
-            .and_then(|n| n.to_str())
-            .context("release dir has no parent")?;
-        let name = self
-            .dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .context("release dir has no name")?;
+        // A release reached through `current` (a heal, a fallback's recheck) is written in the
+        // dir the agent's own link names, opened from the env dir like every other.
+        let resolved;
+        let (parent, name) = if self.dir == current_dir(cfg) {
+            resolved = current_sha(cfg)?.context("current names no release")?;
+            ("releases", resolved.as_str())
+        } else {
+            let parent = self
+                .dir
+                .parent()
+                .and_then(Path::file_name)
+                .and_then(|n| n.to_str())
+                .context("release dir has no parent")?;
+            let name = self
+                .dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .context("release dir has no name")?;
+            (parent, name)
+        };
         let dir = envd
             .sub(parent)?
             .and_then(|p| p.sub(name).transpose())
