@@ -1,8 +1,8 @@
 //! Round trips of the protocol's literal JSON examples through the wire types.
 
 use monky_agent_proto::{
-    Action, CheckinRequest, CheckinResponse, ErrorCode, ErrorEnvelope, LeaseRequest, LeaseResponse,
-    ReportRequest, ReportResult, is_retired_lease_shape,
+    Action, CheckinRequest, CheckinResponse, ErrorCode, ErrorEnvelope, Hold, LeaseRequest,
+    LeaseResponse, ReportRequest, ReportResult, is_retired_lease_shape,
 };
 use secrecy::ExposeSecret;
 use serde::Serialize;
@@ -120,6 +120,35 @@ fn report_request_examples_round_trip_and_leave_out_an_absent_detail() {
             .unwrap()
             .contains("detail")
     );
+}
+
+/// The hold is an optional field: absent from a body without one (so today's tenancy reads
+/// the same bytes as before), present with one, and a body without it still decodes.
+#[test]
+fn the_hold_is_an_optional_field_of_checkin_and_report() {
+    let heartbeat: ReportRequest = round_trip("report_request_heartbeat.json");
+    assert_eq!(heartbeat.hold, None);
+    assert!(!serde_json::to_string(&heartbeat).unwrap().contains("hold"));
+    let held = ReportRequest {
+        hold: Some(Hold {
+            reason: Some("db restore".into()),
+            since: 1_764_600_000,
+            until: None,
+        }),
+        ..heartbeat
+    };
+    let v = serde_json::to_value(&held).unwrap();
+    assert_eq!(
+        v["hold"],
+        serde_json::json!({"reason": "db restore", "since": 1_764_600_000u64})
+    );
+    assert_eq!(v["result"], "applied", "the result stays one tenancy knows");
+    let back: ReportRequest = serde_json::from_value(v).unwrap();
+    assert_eq!(back, held);
+
+    let checkin: CheckinRequest = round_trip("checkin_request.json");
+    assert_eq!(checkin.hold, None);
+    assert!(!serde_json::to_string(&checkin).unwrap().contains("hold"));
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! An operator's hold on the box (`monky-deployd hold` / `unhold`): while it lasts a tick checks
 //! in and reports, but neither applies, heals nor retires. It is the file `hold` in the state
-//! dir, written atomically through [`fsx`] like the rest of the agent's state, so the tick, which
+//! dir, written atomically through `fsx` like the rest of the agent's state, so the tick, which
 //! runs as the agent's user, reads a file of its own; a hold past its `until` ends by itself.
 
 use std::path::Path;
