@@ -40,7 +40,7 @@ const GIB: u64 = 1024 * MIB;
 /// | `max_memory` | none (the agent sets the host's memory) | a limit above the host's is no limit |
 /// | `max_cpus` | none (the agent sets the host's CPUs) | |
 /// | `max_stop_grace_period` | 5 min | every `down` and update waits for it |
-/// | `min_healthcheck_interval` | 1 s (with `restart: always` or `unless-stopped`) | each check is a process the daemon starts |
+/// | `min_healthcheck_interval` | 1 s | each check is a process the daemon starts, whatever the restart policy |
 /// | `max_log_size` | 100 MiB per file (`json-file` must set `max-size`) | |
 /// | `max_log_files` | 10 | |
 #[derive(Debug, Clone, PartialEq)]
@@ -72,7 +72,7 @@ pub struct Budget {
     pub max_cpus: Option<f64>,
     /// Longest `stop_grace_period`.
     pub max_stop_grace_period: Duration,
-    /// Shortest healthcheck `interval` / `start_interval` of a service that restarts always.
+    /// Shortest healthcheck `interval` / `start_interval`.
     pub min_healthcheck_interval: Duration,
     /// Largest log file (`max-size`) of the `json-file` and `local` drivers, in bytes.
     pub max_log_size: u64,
@@ -600,19 +600,16 @@ impl Budget {
                 &secs(self.max_stop_grace_period),
             );
         }
-        let restarts = matches!(
-            get("restart").and_then(Value::as_str).map(str::trim),
-            Some("always" | "unless-stopped")
-        ) || get("deploy.restart_policy.condition").and_then(Value::as_str)
-            == Some("any");
+        // The daemon runs the check every interval for as long as the container runs, whatever
+        // its restart policy: a service that never restarts but runs for days is checked as often.
         let disabled = get("healthcheck.disable").is_some_and(|d| d == &Value::Bool(true));
-        if restarts && !disabled {
+        if !disabled {
             for key in ["healthcheck.interval", "healthcheck.start_interval"] {
                 if let Some(d) = get(key).and_then(as_duration)
                     && d < self.min_healthcheck_interval
                 {
                     out.push(format!(
-                        "{} with restart always, under budget.min_healthcheck_interval {}",
+                        "{} under budget.min_healthcheck_interval {}",
                         shown.show(key, &secs(d)),
                         secs(self.min_healthcheck_interval)
                     ));
@@ -905,7 +902,7 @@ mod tests {
             ),
             (
                 "restart: always\n    healthcheck: {test: [CMD, \"true\"], interval: 1ms}",
-                "web: healthcheck.interval 1ms with restart always, under budget.min_healthcheck_interval 1s",
+                "web: healthcheck.interval 1ms under budget.min_healthcheck_interval 1s",
             ),
             (
                 "logging: {driver: json-file}",
@@ -923,7 +920,7 @@ mod tests {
 
     #[test]
     fn ordinary_values_pass() {
-        let yaml = "services:\n  web:\n    image: x\n    pids_limit: 512\n    scale: 2\n    ports: [\"8080:80\", \"127.0.0.1:5432:5432\", \"3000\", \"[::1]:9090:9090/udp\"]\n    shm_size: 256m\n    tmpfs: [/tmp, \"/run:size=64m,mode=1777\"]\n    stop_grace_period: 1m30s\n    restart: always\n    healthcheck: {test: [CMD, \"true\"], interval: 10s, start_interval: 1s}\n    logging: {driver: json-file, options: {max-size: 10m, max-file: \"3\"}}\n  worker:\n    image: x\n    logging: {driver: local}\n    healthcheck: {interval: 100ms}\nnetworks: {a: {}, b: {}, c: {external: true}}\n";
+        let yaml = "services:\n  web:\n    image: x\n    pids_limit: 512\n    scale: 2\n    ports: [\"8080:80\", \"127.0.0.1:5432:5432\", \"3000\", \"[::1]:9090:9090/udp\"]\n    shm_size: 256m\n    tmpfs: [/tmp, \"/run:size=64m,mode=1777\"]\n    stop_grace_period: 1m30s\n    restart: always\n    healthcheck: {test: [CMD, \"true\"], interval: 10s, start_interval: 1s}\n    logging: {driver: json-file, options: {max-size: 10m, max-file: \"3\"}}\n  worker:\n    image: x\n    logging: {driver: local}\n    healthcheck: {interval: 2s}\nnetworks: {a: {}, b: {}, c: {external: true}}\n";
         assert_eq!(judge(yaml, &Budget::default()), Vec::<String>::new());
     }
 
