@@ -39,6 +39,7 @@ const GIB: u64 = 1024 * MIB;
 /// | `max_tmpfs_size` | 1 GiB per mount | |
 /// | `max_memory` | none (the agent sets the host's memory) | a limit above the host's is no limit |
 /// | `max_cpus` | none (the agent sets the host's CPUs) | |
+/// | `max_cpu_shares` | 1024 (docker's own weight) | a higher weight takes CPU from every other env's containers |
 /// | `max_stop_grace_period` | 5 min | every `down` and update waits for it |
 /// | `min_healthcheck_interval` | 1 s | each check is a process the daemon starts, whatever the restart policy |
 /// | `max_log_size` | 100 MiB per file (`json-file` must set `max-size`) | |
@@ -70,6 +71,8 @@ pub struct Budget {
     pub max_memory: Option<u64>,
     /// Most CPUs a limit or reservation may name; `None` is not checked.
     pub max_cpus: Option<f64>,
+    /// Highest `cpu_shares`, the CPU weight against every other container on the box.
+    pub max_cpu_shares: u64,
     /// Longest `stop_grace_period`.
     pub max_stop_grace_period: Duration,
     /// Shortest healthcheck `interval` / `start_interval`.
@@ -95,6 +98,7 @@ impl Default for Budget {
             max_tmpfs_size: GIB,
             max_memory: None,
             max_cpus: None,
+            max_cpu_shares: 1024,
             max_stop_grace_period: Duration::from_secs(300),
             min_healthcheck_interval: Duration::from_secs(1),
             max_log_size: 100 * MIB,
@@ -587,6 +591,20 @@ impl Budget {
                 }
             }
         }
+        // A weight, not a limit: under contention a container with 262144 (dockerd's maximum)
+        // gets 256 times the CPU of one left at docker's 1024, whatever its `cpus`.
+        if let Some(n) = get("cpu_shares").and_then(as_i64)
+            && n > 0
+            && n as u64 > self.max_cpu_shares
+        {
+            over(
+                out,
+                "cpu_shares",
+                &n.to_string(),
+                "max_cpu_shares",
+                &self.max_cpu_shares.to_string(),
+            );
+        }
 
         // Time the daemon spends on the project.
         if let Some(d) = get("stop_grace_period").and_then(as_duration)
@@ -896,6 +914,10 @@ mod tests {
                 "web: mem_limit 64 GiB over budget.max_memory 4 GiB",
             ),
             ("cpus: 16", "web: cpus 16 over budget.max_cpus 2"),
+            (
+                "cpu_shares: 262144",
+                "web: cpu_shares 262144 over budget.max_cpu_shares 1024",
+            ),
             (
                 "stop_grace_period: 1000h",
                 "web: stop_grace_period 3600000s over budget.max_stop_grace_period 300s",

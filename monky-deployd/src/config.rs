@@ -244,6 +244,7 @@ struct RawBudget {
     max_tmpfs_size: Option<String>,
     max_memory: Option<String>,
     max_cpus: Option<f64>,
+    max_cpu_shares: Option<u64>,
     max_stop_grace_period: Option<String>,
     min_healthcheck_interval: Option<String>,
     max_log_size: Option<String>,
@@ -294,6 +295,7 @@ impl RawBudget {
             max_tmpfs_size: size("max_tmpfs_size", self.max_tmpfs_size, d.max_tmpfs_size)?,
             max_memory,
             max_cpus: self.max_cpus.or_else(crate::host::cpus),
+            max_cpu_shares: self.max_cpu_shares.unwrap_or(d.max_cpu_shares),
             max_stop_grace_period: duration(
                 "max_stop_grace_period",
                 self.max_stop_grace_period,

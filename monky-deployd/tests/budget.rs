@@ -171,6 +171,7 @@ const HOSTILE: &[Case] = &[
     case("tmpfs-volume-8g", "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes: [mem:/m]\nvolumes:\n  mem:\n    driver_opts: {type: tmpfs, device: tmpfs, o: size=8g}\n", BE, "volumes.mem: driver_opts size 8 GiB over budget.max_tmpfs_size 1 GiB"),
     case("memory-above-host", "mem_limit: 64t", BE, "web: mem_limit 64 TiB over budget.max_memory"),
     case("cpus-above-host", "cpus: 512", BE, "web: cpus 512 over budget.max_cpus"),
+    case("cpu-shares-max", "cpu_shares: 262144", BE, "web: cpu_shares 262144 over budget.max_cpu_shares 1024"),
     case("stop-grace-1000h", "stop_grace_period: 1000h", BE, "web: stop_grace_period 3600000s over budget.max_stop_grace_period 300s"),
     case("healthcheck-1ms-restart-always", "restart: always\nhealthcheck: {test: [CMD, \"true\"], interval: 1ms}", BE, "web: healthcheck.interval 1ms under budget.min_healthcheck_interval 1s"),
     case("healthcheck-1ms-no-restart", "healthcheck: {test: [CMD, \"true\"], interval: 1ms}", BE, "web: healthcheck.interval 1ms under budget.min_healthcheck_interval 1s"),
