@@ -647,6 +647,18 @@ impl Budget {
                 ));
             }
             if matches!(driver, Some("json-file" | "local")) {
+                // The daemon reads max-size with Go's float syntax (`1e3g` is 1000 GB on a
+                // current dockerd): a size this check cannot read is refused, never skipped.
+                if let Some(v) = opt("max-size")
+                    && as_u64(v).is_none()
+                {
+                    let text = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                    out.push(format!(
+                        "{} is not a size the budget reads (write it as 10m, up to budget.max_log_size {})",
+                        shown.show("logging max-size", &text),
+                        human(self.max_log_size)
+                    ));
+                }
                 if let Some(size) = opt("max-size").and_then(as_u64)
                     && size > self.max_log_size
                 {

@@ -178,6 +178,7 @@ const HOSTILE: &[Case] = &[
     case("healthcheck-start-interval-on-failure", "restart: on-failure\nhealthcheck: {test: [CMD, \"true\"], start_interval: 10ms}", BE, "web: healthcheck.start_interval 10ms under budget.min_healthcheck_interval 1s"),
     case("logs-unbounded", "logging: {driver: json-file}", BE, "web: logging json-file without max-size (set it up to budget.max_log_size 100 MiB)"),
     case("logs-10g", "logging: {driver: json-file, options: {max-size: 10g}}", BE, "web: logging max-size 10 GiB over budget.max_log_size 100 MiB"),
+    case("logs-size-exponent", "logging: {driver: json-file, options: {max-size: \"1e3g\"}}", BE, "web: logging max-size 1e3g is not a size the budget reads (write it as 10m, up to budget.max_log_size 100 MiB)"),
     case("container-name-unprefixed", "container_name: postgres", NC, "web: container_name postgres (accepted: monky-env-qa-02-postgres)"),
     case("volume-name-unprefixed", "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes: [pg:/pg]\nvolumes:\n  pg:\n    name: pgdata\n", NC, "volumes.pg: name pgdata (accepted: monky-env-qa-02_pgdata)"),
     case("network-name-unprefixed", "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    networks: [edge]\nnetworks:\n  edge:\n    name: edge\n", NC, "networks.edge: name edge (accepted: monky-env-qa-02_edge)"),
