@@ -39,8 +39,9 @@ const GIB: u64 = 1024 * MIB;
 /// | `max_tmpfs_size` | 1 GiB per mount | |
 /// | `max_memory` | none (the agent sets the host's memory) | a limit above the host's is no limit |
 /// | `max_cpus` | none (the agent sets the host's CPUs) | |
+/// | `max_cpu_shares` | 1024 (docker's own weight) | a higher weight takes CPU from every other env's containers |
 /// | `max_stop_grace_period` | 5 min | every `down` and update waits for it |
-/// | `min_healthcheck_interval` | 1 s (with `restart: always` or `unless-stopped`) | each check is a process the daemon starts |
+/// | `min_healthcheck_interval` | 1 s | each check is a process the daemon starts, whatever the restart policy |
 /// | `max_log_size` | 100 MiB per file (`json-file` must set `max-size`) | |
 /// | `max_log_files` | 10 | |
 #[derive(Debug, Clone, PartialEq)]
@@ -70,9 +71,11 @@ pub struct Budget {
     pub max_memory: Option<u64>,
     /// Most CPUs a limit or reservation may name; `None` is not checked.
     pub max_cpus: Option<f64>,
+    /// Highest `cpu_shares`, the CPU weight against every other container on the box.
+    pub max_cpu_shares: u64,
     /// Longest `stop_grace_period`.
     pub max_stop_grace_period: Duration,
-    /// Shortest healthcheck `interval` / `start_interval` of a service that restarts always.
+    /// Shortest healthcheck `interval` / `start_interval`.
     pub min_healthcheck_interval: Duration,
     /// Largest log file (`max-size`) of the `json-file` and `local` drivers, in bytes.
     pub max_log_size: u64,
@@ -95,6 +98,7 @@ impl Default for Budget {
             max_tmpfs_size: GIB,
             max_memory: None,
             max_cpus: None,
+            max_cpu_shares: 1024,
             max_stop_grace_period: Duration::from_secs(300),
             min_healthcheck_interval: Duration::from_secs(1),
             max_log_size: 100 * MIB,
@@ -587,6 +591,20 @@ impl Budget {
                 }
             }
         }
+        // A weight, not a limit: under contention a container with 262144 (dockerd's maximum)
+        // gets 256 times the CPU of one left at docker's 1024, whatever its `cpus`.
+        if let Some(n) = get("cpu_shares").and_then(as_i64)
+            && n > 0
+            && n as u64 > self.max_cpu_shares
+        {
+            over(
+                out,
+                "cpu_shares",
+                &n.to_string(),
+                "max_cpu_shares",
+                &self.max_cpu_shares.to_string(),
+            );
+        }
 
         // Time the daemon spends on the project.
         if let Some(d) = get("stop_grace_period").and_then(as_duration)
@@ -600,19 +618,16 @@ impl Budget {
                 &secs(self.max_stop_grace_period),
             );
         }
-        let restarts = matches!(
-            get("restart").and_then(Value::as_str).map(str::trim),
-            Some("always" | "unless-stopped")
-        ) || get("deploy.restart_policy.condition").and_then(Value::as_str)
-            == Some("any");
+        // The daemon runs the check every interval for as long as the container runs, whatever
+        // its restart policy: a service that never restarts but runs for days is checked as often.
         let disabled = get("healthcheck.disable").is_some_and(|d| d == &Value::Bool(true));
-        if restarts && !disabled {
+        if !disabled {
             for key in ["healthcheck.interval", "healthcheck.start_interval"] {
                 if let Some(d) = get(key).and_then(as_duration)
                     && d < self.min_healthcheck_interval
                 {
                     out.push(format!(
-                        "{} with restart always, under budget.min_healthcheck_interval {}",
+                        "{} under budget.min_healthcheck_interval {}",
                         shown.show(key, &secs(d)),
                         secs(self.min_healthcheck_interval)
                     ));
@@ -632,6 +647,18 @@ impl Budget {
                 ));
             }
             if matches!(driver, Some("json-file" | "local")) {
+                // The daemon reads max-size with Go's float syntax (`1e3g` is 1000 GB on a
+                // current dockerd): a size this check cannot read is refused, never skipped.
+                if let Some(v) = opt("max-size")
+                    && as_u64(v).is_none()
+                {
+                    let text = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                    out.push(format!(
+                        "{} is not a size the budget reads (write it as 10m, up to budget.max_log_size {})",
+                        shown.show("logging max-size", &text),
+                        human(self.max_log_size)
+                    ));
+                }
                 if let Some(size) = opt("max-size").and_then(as_u64)
                     && size > self.max_log_size
                 {
@@ -900,12 +927,16 @@ mod tests {
             ),
             ("cpus: 16", "web: cpus 16 over budget.max_cpus 2"),
             (
+                "cpu_shares: 262144",
+                "web: cpu_shares 262144 over budget.max_cpu_shares 1024",
+            ),
+            (
                 "stop_grace_period: 1000h",
                 "web: stop_grace_period 3600000s over budget.max_stop_grace_period 300s",
             ),
             (
                 "restart: always\n    healthcheck: {test: [CMD, \"true\"], interval: 1ms}",
-                "web: healthcheck.interval 1ms with restart always, under budget.min_healthcheck_interval 1s",
+                "web: healthcheck.interval 1ms under budget.min_healthcheck_interval 1s",
             ),
             (
                 "logging: {driver: json-file}",
@@ -923,7 +954,7 @@ mod tests {
 
     #[test]
     fn ordinary_values_pass() {
-        let yaml = "services:\n  web:\n    image: x\n    pids_limit: 512\n    scale: 2\n    ports: [\"8080:80\", \"127.0.0.1:5432:5432\", \"3000\", \"[::1]:9090:9090/udp\"]\n    shm_size: 256m\n    tmpfs: [/tmp, \"/run:size=64m,mode=1777\"]\n    stop_grace_period: 1m30s\n    restart: always\n    healthcheck: {test: [CMD, \"true\"], interval: 10s, start_interval: 1s}\n    logging: {driver: json-file, options: {max-size: 10m, max-file: \"3\"}}\n  worker:\n    image: x\n    logging: {driver: local}\n    healthcheck: {interval: 100ms}\nnetworks: {a: {}, b: {}, c: {external: true}}\n";
+        let yaml = "services:\n  web:\n    image: x\n    pids_limit: 512\n    scale: 2\n    ports: [\"8080:80\", \"127.0.0.1:5432:5432\", \"3000\", \"[::1]:9090:9090/udp\"]\n    shm_size: 256m\n    tmpfs: [/tmp, \"/run:size=64m,mode=1777\"]\n    stop_grace_period: 1m30s\n    restart: always\n    healthcheck: {test: [CMD, \"true\"], interval: 10s, start_interval: 1s}\n    logging: {driver: json-file, options: {max-size: 10m, max-file: \"3\"}}\n  worker:\n    image: x\n    logging: {driver: local}\n    healthcheck: {interval: 2s}\nnetworks: {a: {}, b: {}, c: {external: true}}\n";
         assert_eq!(judge(yaml, &Budget::default()), Vec::<String>::new());
     }
 

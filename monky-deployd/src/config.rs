@@ -244,6 +244,7 @@ struct RawBudget {
     max_tmpfs_size: Option<String>,
     max_memory: Option<String>,
     max_cpus: Option<f64>,
+    max_cpu_shares: Option<u64>,
     max_stop_grace_period: Option<String>,
     min_healthcheck_interval: Option<String>,
     max_log_size: Option<String>,
@@ -294,6 +295,7 @@ impl RawBudget {
             max_tmpfs_size: size("max_tmpfs_size", self.max_tmpfs_size, d.max_tmpfs_size)?,
             max_memory,
             max_cpus: self.max_cpus.or_else(crate::host::cpus),
+            max_cpu_shares: self.max_cpu_shares.unwrap_or(d.max_cpu_shares),
             max_stop_grace_period: duration(
                 "max_stop_grace_period",
                 self.max_stop_grace_period,
@@ -457,7 +459,7 @@ impl Config {
                 .map(|b| b.parse().map_err(|e| anyhow::anyhow!("allowed_binds: {e}")))
                 .collect::<anyhow::Result<_>>()?,
         };
-        let cfg = Self {
+        let mut cfg = Self {
             path: path.to_path_buf(),
             site: raw.site,
             transport,
@@ -506,7 +508,31 @@ impl Config {
         cfg.bao_url()?;
         cfg.tenancy_mapping()?;
         cfg.bao_mapping()?;
+        for port in cfg.peer_ports()? {
+            if !cfg.budget.reserved_ports.contains(&port) {
+                cfg.budget.reserved_ports.push(port);
+            }
+        }
         Ok(cfg)
+    }
+
+    /// The host ports of the loopback peers this agent is set up to dial: both `proxy_addr`s
+    /// (whatever the transport, as the tunneler listens there) and a loopback tenancy or
+    /// OpenBao URL. They join `budget.reserved_ports` whatever the config says, because the
+    /// listener check trusts root and docker's proxy for a published port runs as root: a
+    /// bundle publishing one of them could answer the agent's own calls.
+    fn peer_ports(&self) -> anyhow::Result<Vec<u16>> {
+        let mut ports: Vec<u16> = [&self.tenancy.proxy_addr, &self.bao.proxy_addr]
+            .into_iter()
+            .filter_map(|a| a.parse::<SocketAddr>().ok())
+            .map(|a| a.port())
+            .collect();
+        for peer in [crate::peers::Peer::Tenancy, crate::peers::Peer::Bao] {
+            if let Some(a) = crate::peers::loopback_target(self, peer)? {
+                ports.push(a.port());
+            }
+        }
+        Ok(ports)
     }
 
     /// Tenancy's base URL: `base_url` when given, else scheme://host:port.
@@ -1031,5 +1057,52 @@ self_heal: maybe
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_agents_own_peer_ports_are_always_reserved() {
+        // The admin empties reserved_ports and moves both proxies; a loopback OpenBao URL
+        // under `system` adds its own port.
+        let c = parse(
+            "env_id: e1\nbudget:\n  reserved_ports: []\ntenancy:\n  proxy_addr: 127.0.0.1:19443\n\
+             bao:\n  proxy_addr: 127.0.0.1:19200\n",
+        )
+        .unwrap();
+        assert_eq!(c.budget.reserved_ports, [19443, 19200]);
+        let c = parse(
+            "env_id: e1\ntransport: system\nbudget:\n  reserved_ports: [22]\n\
+             bao:\n  addr: https://localhost:8300\n",
+        )
+        .unwrap();
+        assert_eq!(c.budget.reserved_ports, [22, 18443, 18200, 8300]);
+
+        // Whatever host ip a bundle names, and in a range or the long syntax, it is refused.
+        let c = parse(
+            "env_id: e1\nbudget:\n  reserved_ports: []\ntenancy:\n  proxy_addr: 127.0.0.1:19443\n",
+        )
+        .unwrap();
+        let policy = c.compose_policy(true);
+        for port in [
+            "\"19443:80\"",
+            "\"127.0.0.1:19443:80\"",
+            "\"0.0.0.0:19443:80\"",
+            "\"[::]:19443:80\"",
+            "\"[::1]:19443:80/tcp\"",
+            "\":19443:80\"",
+            "\"19440-19450:80\"",
+            "{target: 80, published: \"19443\", host_ip: \"::\"}",
+            "{target: 80, published: 19443, host_ip: \"\"}",
+        ] {
+            let yaml = format!("services:\n  web:\n    image: x\n    ports:\n      - {port}\n");
+            let err = policy
+                .check_file(&yaml, &|_| None, &Default::default())
+                .expect_err(&yaml)
+                .to_string();
+            assert!(err.contains("reserved_ports"), "{port}: {err}");
+        }
+        let ok = "services:\n  web:\n    image: x\n    ports:\n      - \"19444:80\"\n";
+        policy
+            .check_file(ok, &|_| None, &Default::default())
+            .unwrap();
     }
 }
