@@ -13,7 +13,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
+use std::cell::Cell;
+use std::sync::{OnceLock, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use monky_agent_proto::ReportResult;
@@ -155,6 +156,18 @@ struct Project {
     docker: PathBuf,
     /// An empty DOCKER_CONFIG and working directory for the test's own docker calls.
     scratch: tempfile::TempDir,
+    /// Held while the project exists, so the daemon is not restarted under it; `None` in the
+    /// one test that restarts the daemon and holds the engine alone.
+    _engine: Option<RwLockReadGuard<'static, ()>>,
+}
+
+/// The docker daemon as the real-engine tests share it: each project holds the read side, the
+/// test that restarts the daemon the write side (see `restart_dockerd`).
+static ENGINE: RwLock<()> = RwLock::new(());
+
+thread_local! {
+    /// Set on the thread that holds `ENGINE` for writing: its own project takes no read lock.
+    static ENGINE_ALONE: Cell<bool> = const { Cell::new(false) };
 }
 
 impl Project {
@@ -164,6 +177,10 @@ impl Project {
             name: format!("{}{}-{short}", e2e.prefix, std::process::id()),
             docker: e2e.docker.clone(),
             scratch: tempfile::tempdir().unwrap(),
+            // A test that panicked with the write side held leaves the lock poisoned; the
+            // daemon it restarted is still the one to share.
+            _engine: (!ENGINE_ALONE.get())
+                .then(|| ENGINE.read().unwrap_or_else(std::sync::PoisonError::into_inner)),
         };
         p.clean();
         p
@@ -1977,4 +1994,119 @@ fn a_held_box_is_not_changed_and_unholds_at_its_until() {
     assert_eq!(b.current(), Some(release(&second)));
     assert_healthy(&b.project.containers(), &b.project.name);
     assert!(!path.exists());
+}
+
+// ---- the docker daemon restarted -----------------------------------------------------------------
+
+/// Stops the docker daemon and brings it back with the same command line and environment,
+/// unless whatever supervises it (systemd, the machine's init) does so first. The caller holds
+/// `ENGINE` for writing, so no other test's project is on the engine meanwhile.
+fn restart_dockerd(docker: &Path) {
+    let pid: u32 = std::fs::read_to_string("/var/run/docker.pid")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .or_else(|| {
+            let out = Command::new("pidof").arg("dockerd").output().ok()?;
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .expect("the docker daemon's pid (/var/run/docker.pid or pidof dockerd)");
+    let proc_file = |name: &str| std::fs::read(format!("/proc/{pid}/{name}")).unwrap();
+    let split = |raw: Vec<u8>| -> Vec<String> {
+        raw.split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect()
+    };
+    let argv = split(proc_file("cmdline"));
+    let env: Vec<(String, String)> = split(proc_file("environ"))
+        .into_iter()
+        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect();
+    let answers = || {
+        Command::new(docker)
+            .args(["info", "--format", "{{.ID}}"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let until = |what: &str, secs: u64, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what} within {secs} s");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -TERM {pid}");
+    until("the docker daemon stopped", 90, &|| {
+        !Path::new(&format!("/proc/{pid}")).exists()
+    });
+    // A supervisor that restarts it is given a few seconds; else it is started here, detached
+    // in a session of its own so that it outlives this test process.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !answers() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    if !answers() {
+        Command::new("setsid")
+            .arg("-f")
+            .args(&argv)
+            .env_clear()
+            .envs(env)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("start the docker daemon again");
+    }
+    until("the docker daemon answering again", 120, &answers);
+}
+
+/// After the docker daemon restarts, a service with no restart policy stays exited: docker
+/// does not bring it back, so it is drift, and the next tick heals it without tenancy's apply
+/// or OpenBao, as it heals a container stopped by hand.
+#[test]
+fn a_service_without_a_restart_policy_comes_back_after_a_daemon_restart() {
+    // The engine alone: every other real-engine test waits, or has finished.
+    let _alone = ENGINE
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    ENGINE_ALONE.set(true);
+    let Some(b) = E2eBox::new("dockerd") else {
+        return;
+    };
+    let sha = b.first_apply(&b.bundle(&b.e2e.image_1));
+    let web = b.web();
+    restart_dockerd(&b.e2e.docker);
+    let state = b
+        .project
+        .docker_ok(["inspect", "--format", "{{.State.Status}}", &web]);
+    assert_eq!(state.trim(), "exited", "docker brought back a container without a policy");
+
+    let from = b.w.requests().len();
+    let run = b.w.tick();
+    run.ok();
+    let r = b.w.last_report();
+    assert_eq!(r.result, ReportResult::Applied, "{r:?}");
+    let detail = r.detail.clone().unwrap_or_default();
+    assert!(
+        detail.starts_with("HEALED: ") && detail.contains("web exited"),
+        "{detail}"
+    );
+    assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+    assert_eq!(
+        b.endpoints_since(from),
+        [Some(Endpoint::Checkin), Some(Endpoint::Report)]
+    );
+    assert_healthy(&b.project.containers(), &b.project.name);
+    assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
+    assert_no_secret(&b, &run);
 }
