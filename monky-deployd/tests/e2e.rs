@@ -8,12 +8,12 @@
 //! a compose project named with `MONKY_E2E_NAME_PREFIX`, which a drop guard takes down with its
 //! volumes, pass or fail.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::cell::Cell;
 use std::sync::{OnceLock, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
@@ -179,8 +179,11 @@ impl Project {
             scratch: tempfile::tempdir().unwrap(),
             // A test that panicked with the write side held leaves the lock poisoned; the
             // daemon it restarted is still the one to share.
-            _engine: (!ENGINE_ALONE.get())
-                .then(|| ENGINE.read().unwrap_or_else(std::sync::PoisonError::into_inner)),
+            _engine: (!ENGINE_ALONE.get()).then(|| {
+                ENGINE
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+            }),
         };
         p.clean();
         p
@@ -2024,7 +2027,10 @@ fn restart_dockerd(docker: &Path) {
     let argv = split(proc_file("cmdline"));
     let env: Vec<(String, String)> = split(proc_file("environ"))
         .into_iter()
-        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .filter_map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
         .collect();
     let answers = || {
         Command::new(docker)
@@ -2089,7 +2095,11 @@ fn a_service_without_a_restart_policy_comes_back_after_a_daemon_restart() {
     let state = b
         .project
         .docker_ok(["inspect", "--format", "{{.State.Status}}", &web]);
-    assert_eq!(state.trim(), "exited", "docker brought back a container without a policy");
+    assert_eq!(
+        state.trim(),
+        "exited",
+        "docker brought back a container without a policy"
+    );
 
     let from = b.w.requests().len();
     let run = b.w.tick();
