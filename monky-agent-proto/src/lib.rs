@@ -51,6 +51,7 @@ pub use wire::schemas;
 #[cfg(feature = "client")]
 pub mod client;
 #[cfg(feature = "client")]
+#[path = "../../monky-bao-client/src/connect.rs"]
 pub mod connect;
 #[cfg(feature = "client")]
 pub mod error;

@@ -4,7 +4,8 @@
 //! reqwest runs it as a connector layer: the inner connector has connected (and, for `https`,
 //! finished the TLS handshake), nothing of a request has been written yet, and the refusal
 //! drops the connection. Which peers to trust is the caller's policy; this module only carries
-//! the decision. monky-agent-proto has the same hook (the crate rules keep the two apart).
+//! the decision. This one file is also monky-agent-proto's `connect` module (`#[path]`): the
+//! crate rules keep the two clients from depending on each other, and the hook is the same.
 
 use std::fmt;
 use std::future::Future;

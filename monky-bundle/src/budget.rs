@@ -294,31 +294,13 @@ struct Shown<'a> {
 impl Shown<'_> {
     fn show(&self, key: &str, value: &str) -> String {
         let first = key.split(['.', ' ']).next().unwrap_or(key);
-        if !self.model {
-            return format!("{key} {}", printable(value, 60));
-        }
-        match self.raw.and_then(|r| r.get(first)) {
-            None => format!("{key} (value not shown: not in the compose file)"),
-            Some(raw) => {
-                let mut vars = BTreeSet::new();
-                raw_vars(raw, &mut vars);
-                if vars.is_empty() {
-                    format!("{key} {}", printable(value, 60))
-                } else {
-                    let names: Vec<String> = vars.iter().map(|v| format!("${{{v}}}")).collect();
-                    format!("{key} from {}", names.join(" "))
-                }
-            }
-        }
-    }
-}
-
-fn raw_vars(v: &Value, out: &mut BTreeSet<String>) {
-    match v {
-        Value::String(s) if s.contains('$') => crate::interp::names(s, out, 0),
-        Value::Array(a) => a.iter().for_each(|x| raw_vars(x, out)),
-        Value::Object(m) => m.values().for_each(|x| raw_vars(x, out)),
-        _ => {}
+        crate::policy::key_value(
+            self.model,
+            self.raw.and_then(|r| r.get(first)),
+            key,
+            value,
+            60,
+        )
     }
 }
 

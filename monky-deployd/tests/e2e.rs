@@ -322,6 +322,25 @@ impl Project {
                 );
             }
         }
+        // Images a test made under the project's name (a container committed by hand): left
+        // behind, they are children of the suite's images, and teardown could not remove those.
+        let images = self.docker([
+            "images",
+            "-q",
+            "--filter",
+            &format!("reference={}*", self.name),
+        ]);
+        let images: Vec<String> = String::from_utf8_lossy(&images.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        if !images.is_empty() {
+            let _ = self.docker(
+                ["rmi", "-f"]
+                    .into_iter()
+                    .chain(images.iter().map(String::as_str)),
+            );
+        }
     }
 }
 
@@ -1740,7 +1759,7 @@ fn drift_made_by_hand_is_healed_by_the_next_tick() {
     // this run, so the by-hand container differs from the release in its image only.
     let other = format!("{}other:1", b.project.name);
     b.project.docker_ok(["commit", &web, &other]);
-    let by_hand = other.clone();
+    let by_hand = other;
     /// A drift made by hand: its name, how it is made, what the report names.
     type Case<'a> = (&'a str, Box<dyn Fn(&E2eBox)>, String);
     let cases: Vec<Case> = vec![
@@ -1822,7 +1841,6 @@ fn drift_made_by_hand_is_healed_by_the_next_tick() {
         assert_report(&b.w.last_report(), ReportResult::Applied, None);
         assert_eq!(b.project.containers(), seen, "{name}");
     }
-    let _ = b.project.docker(["rmi", "-f", &other]);
 }
 
 /// The agent killed at each step of an apply on the real engine, `compose up` included (the
