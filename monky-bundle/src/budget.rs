@@ -3,13 +3,10 @@
 //! file before the lease where the values are literal). A finding gives no host access, so it
 //! has its own code (`BUDGET_EXCEEDED`) and the box's admin waives it by raising the named key.
 
-use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-
-use crate::refusal::printable;
 
 /// The name of the override the agent writes next to a release's compose file to supply
 /// [`Budget::default_pids`]: not a bundle member, so no bundle can carry or replace it.
