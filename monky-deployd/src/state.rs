@@ -162,8 +162,11 @@ pub struct State {
     pub heal_attempts: u32,
     /// When the last heal ran (unix seconds).
     pub last_heal_at: Option<u64>,
-    /// When drift may be healed again (unix seconds).
+    /// When drift may be healed again (unix seconds); shown, and a fallback after another boot.
     pub next_heal_at: Option<u64>,
+    /// The same deadline on the boot clock, which no wall-clock step moves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_heal_boot: Option<BootDeadline>,
     /// What the last `applied` report noted beside the result (`HEALED: ...`,
     /// `APPLY_INTERRUPTED: ...`, `HELD: ...`), redacted.
     pub last_note: Option<String>,

@@ -1703,6 +1703,7 @@ impl E2eBox {
     fn forget_heal_backoff(&self) {
         let mut st = self.w.state();
         st["next_heal_at"] = Value::Null;
+        st["next_heal_boot"] = Value::Null;
         st["last_heal_at"] = Value::Null;
         st["heal_attempts"] = json!(0);
         std::fs::write(self.w.state_dir().join("state.json"), st.to_string()).unwrap();

@@ -318,6 +318,7 @@ fn a_crash_loop_is_healed_once_per_backoff_step() {
     // The wait ran out: the second heal, and a longer wait after it.
     let mut st = a.w.state();
     st["next_heal_at"] = json!(1);
+    st["next_heal_boot"] = Value::Null;
     std::fs::write(a.w.state_dir().join("state.json"), st.to_string()).unwrap();
     a.w.tick().ok();
     assert_eq!(ups(&a), 2);

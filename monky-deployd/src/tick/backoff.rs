@@ -83,18 +83,35 @@ impl Backoff {
         if state.failed_sha.as_deref() != Some(sha) {
             return None;
         }
-        let on_boot_clock = boot.and_then(|b| state.next_attempt_boot.as_ref()?.remaining(b));
-        let left = match on_boot_clock {
-            Some(left) => left,
-            // Another boot: the wall-clock deadline, which a backward step may have pushed
-            // out, is held to the longest wait this many failures can have.
-            None => state
-                .next_attempt_at?
-                .saturating_sub(now)
-                .min(failure_backoff(state.failed_attempts.max(1), 1.0).as_secs()),
-        };
-        (left > 0).then(|| now.saturating_add(left))
+        wait_until(
+            state.next_attempt_at,
+            state.next_attempt_boot.as_ref(),
+            state.failed_attempts,
+            now,
+            boot,
+        )
     }
+}
+
+/// When a wait of the `attempts`-th step, set for the wall-clock moment `at` and the boot-clock
+/// deadline `on_boot`, ends (wall clock, for the reports), if it has not run out at `now` and
+/// `boot`. Within the boot it was set in, the boot clock decides, which no wall-clock step
+/// moves; in another boot (or without a boot clock) the wall-clock deadline, which a backward
+/// step may have pushed out, is held to the longest wait this many steps can have.
+pub fn wait_until(
+    at: Option<u64>,
+    on_boot: Option<&BootDeadline>,
+    attempts: u32,
+    now: u64,
+    boot: Option<&BootInstant>,
+) -> Option<u64> {
+    let left = match boot.and_then(|b| on_boot?.remaining(b)) {
+        Some(left) => left,
+        None => at?
+            .saturating_sub(now)
+            .min(failure_backoff(attempts.max(1), 1.0).as_secs()),
+    };
+    (left > 0).then(|| now.saturating_add(left))
 }
 
 /// The wait after the `attempts`-th failure of the same release: 1 min doubling up to 1 h,

@@ -53,7 +53,14 @@ impl Agent<'_> {
             return self.conclude(Outcome::failed(Some(sha), Code::Drift, detail));
         }
         let now = state::now();
-        if let Some(at) = self.state.next_heal_at.filter(|at| *at > now) {
+        let waits = super::backoff::wait_until(
+            self.state.next_heal_at,
+            self.state.next_heal_boot.as_ref(),
+            self.state.heal_attempts,
+            now,
+            crate::clock::boot().as_ref(),
+        );
+        if let Some(at) = waits {
             if self.opts.force {
                 info!("--force: healing before the heal backoff ran out");
             } else {
@@ -92,11 +99,13 @@ impl Agent<'_> {
         } else {
             1
         };
-        let next =
-            now.saturating_add(failure_backoff(attempts, rand::random_range(0.0..1.0)).as_secs());
+        let wait = failure_backoff(attempts, rand::random_range(0.0..1.0)).as_secs();
         self.state.heal_attempts = attempts;
         self.state.last_heal_at = Some(now);
+        let next = now.saturating_add(wait);
         self.state.next_heal_at = Some(next);
+        self.state.next_heal_boot =
+            crate::clock::boot().map(|b| crate::clock::BootDeadline::after(&b, wait));
         info!("healing {} (heal {attempts}): {what}", short(Some(sha)));
         let remove: Vec<String> = drift
             .iter()
