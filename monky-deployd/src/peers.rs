@@ -230,11 +230,17 @@ impl Trusted {
     /// # Errors
     /// [`Untrusted`] or [`Vanished`], boxed for the client's connection check.
     pub fn judge(&self, local: SocketAddr, peer: SocketAddr) -> Result<(), proto::CheckError> {
+        self.owner(local, peer).map(drop)
+    }
+
+    /// [`judge`](Self::judge), with the trusted owner's uid (`None` for a peer that is not on
+    /// loopback), so a caller that reports it looks the socket up once.
+    fn owner(&self, local: SocketAddr, peer: SocketAddr) -> Result<Option<u32>, proto::CheckError> {
         if !peer.ip().to_canonical().is_loopback() {
-            return Ok(());
+            return Ok(None);
         }
         let owner = match owner::peer_uid(local, peer) {
-            Ok(Some(uid)) if self.uids.contains(&uid) => return Ok(()),
+            Ok(Some(uid)) if self.uids.contains(&uid) => return Ok(Some(uid)),
             Ok(Some(uid)) => Owner::Uid(uid),
             Ok(None) => {
                 return Err(Box::new(Vanished {
@@ -266,13 +272,13 @@ impl Trusted {
         let (Ok(local), Ok(peer)) = (stream.local_addr(), stream.peer_addr()) else {
             return Ok(None);
         };
-        if let Err(e) = self.judge(local, peer) {
-            return match e.downcast::<Untrusted>() {
+        match self.owner(local, peer) {
+            Ok(uid) => Ok(uid),
+            Err(e) => match e.downcast::<Untrusted>() {
                 Ok(untrusted) => Err(*untrusted),
                 Err(_) => Ok(None),
-            };
+            },
         }
-        Ok(owner::peer_uid(local, peer).ok().flatten())
     }
 }
 
