@@ -668,8 +668,10 @@ impl Budget {
     /// The `size=` of tmpfs mount options (`size=64m,mode=1777`); `size=50%` is a share of the
     /// host's memory, known only when `max_memory` is.
     fn tmpfs_option_size(&self, opts: &str) -> Option<u64> {
+        // The kernel takes the last `size=` of a mount's options.
         let size = opts
             .split(',')
+            .rev()
             .find_map(|o| o.trim().strip_prefix("size="))?;
         match size.strip_suffix('%') {
             Some(pct) => {
@@ -764,6 +766,7 @@ fn tmpfs_driver_size(vol: &Value) -> Option<u64> {
     opts.get("o")
         .and_then(Value::as_str)?
         .split(',')
+        .rev()
         .find_map(|o| o.trim().strip_prefix("size="))
         .and_then(parse_size)
 }
@@ -898,6 +901,10 @@ mod tests {
             ),
             (
                 "tmpfs: [\"/run:size=8g\"]",
+                "web: tmpfs 8 GiB over budget.max_tmpfs_size 1 GiB",
+            ),
+            (
+                "tmpfs: [\"/run:size=1m,size=8g\"]",
                 "web: tmpfs 8 GiB over budget.max_tmpfs_size 1 GiB",
             ),
             (

@@ -1474,15 +1474,7 @@ fn tmpfs_driver_opts(opts: &Value) -> bool {
             let key = opt.split_once('=').map_or(opt, |(k, _)| k);
             matches!(
                 key,
-                "size"
-                    | "mode"
-                    | "uid"
-                    | "gid"
-                    | "nr_inodes"
-                    | "nr_blocks"
-                    | "noexec"
-                    | "nosuid"
-                    | "nodev"
+                "size" | "mode" | "uid" | "gid" | "nr_inodes" | "noexec" | "nosuid" | "nodev"
             )
         })
 }

@@ -169,6 +169,7 @@ const HOSTILE: &[Case] = &[
     case("tmpfs-8g", "tmpfs: [\"/run:size=8g\"]", BE, "web: tmpfs 8 GiB over budget.max_tmpfs_size 1 GiB"),
     case("tmpfs-mount-8g", "volumes:\n  - type: tmpfs\n    target: /scratch\n    tmpfs: {size: 8g}", BE, "web: volumes tmpfs 8 GiB over budget.max_tmpfs_size 1 GiB"),
     case("tmpfs-volume-8g", "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes: [mem:/m]\nvolumes:\n  mem:\n    driver_opts: {type: tmpfs, device: tmpfs, o: size=8g}\n", BE, "volumes.mem: driver_opts size 8 GiB over budget.max_tmpfs_size 1 GiB"),
+    case("tmpfs-volume-last-size", "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes: [mem:/m]\nvolumes:\n  mem:\n    driver_opts: {type: tmpfs, device: tmpfs, o: \"size=1m,size=8g\"}\n", BE, "volumes.mem: driver_opts size 8 GiB over budget.max_tmpfs_size 1 GiB"),
     case("memory-above-host", "mem_limit: 64t", BE, "web: mem_limit 64 TiB over budget.max_memory"),
     case("cpus-above-host", "cpus: 512", BE, "web: cpus 512 over budget.max_cpus"),
     case("cpu-shares-max", "cpu_shares: 262144", BE, "web: cpu_shares 262144 over budget.max_cpu_shares 1024"),
