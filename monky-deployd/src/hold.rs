@@ -39,7 +39,8 @@ impl Hold {
     /// The wire shape tenancy sees.
     pub fn wire(&self) -> proto::Hold {
         proto::Hold {
-            reason: self.reason.clone(),
+            // Every way out is redacted, an operator's text included.
+            reason: self.reason.as_deref().map(crate::redact::redact),
             since: self.since,
             until: self.until,
         }
@@ -65,8 +66,21 @@ impl Hold {
 pub fn peek(state_dir: &Path) -> Option<Hold> {
     fsx::read_bounded(&state_dir.join(FILE), MAX_FILE_BYTES)
         .ok()
-        .and_then(|b| serde_json::from_slice::<Hold>(&b).ok())
+        .map(|b| parse(&b).unwrap_or_else(|_| unparsable()))
         .filter(|h| h.holds_at(state::now()))
+}
+
+fn parse(bytes: &[u8]) -> serde_json::Result<Hold> {
+    serde_json::from_slice::<Hold>(bytes)
+}
+
+/// What a hold file that does not parse means, to the tick and the read-only commands alike.
+fn unparsable() -> Hold {
+    Hold {
+        reason: Some("the hold file does not parse".into()),
+        since: 0,
+        until: None,
+    }
 }
 
 /// The hold in force, for the tick (under its lock): a hold past its `until` is removed, so it
@@ -77,16 +91,12 @@ pub fn load(state_dir: &Path) -> anyhow::Result<Option<Hold>> {
     let Some(bytes) = root.read_file(FILE, MAX_FILE_BYTES)? else {
         return Ok(None);
     };
-    let hold = serde_json::from_slice::<Hold>(&bytes).unwrap_or_else(|e| {
+    let hold = parse(&bytes).unwrap_or_else(|e| {
         tracing::warn!(
             "{} does not parse ({e}); it holds the box all the same",
             root.join(FILE).display()
         );
-        Hold {
-            reason: Some("the hold file does not parse".into()),
-            since: 0,
-            until: None,
-        }
+        unparsable()
     });
     if hold.holds_at(state::now()) {
         return Ok(Some(hold));
