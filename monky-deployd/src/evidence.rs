@@ -49,7 +49,7 @@ pub fn keep_logs(cfg: &Config, sha: &str, text: &str) -> anyhow::Result<PathBuf>
     let text = crate::logging::tail_of(&redact(text), MAX_LOG_BYTES);
     let d = open(cfg)?;
     d.write_atomic(&format!("{sha}.log"), text.as_bytes(), 0o600)?;
-    prune(&d);
+    prune(&d, sha);
     Ok(log_path(cfg, sha))
 }
 
@@ -61,12 +61,13 @@ pub fn keep_bundle(cfg: &Config, sha: &str, bytes: &[u8]) -> anyhow::Result<Opti
     }
     let d = open(cfg)?;
     d.write_atomic(&format!("{sha}.tar"), bytes, 0o600)?;
-    prune(&d);
+    prune(&d, sha);
     Ok(Some(bundle_path(cfg, sha)))
 }
 
-/// Drops the evidence of all but the newest [`KEEP`] shas.
-fn prune(d: &fsx::Dir) {
+/// Drops the evidence of all but the newest [`KEEP`] shas, `written` always among them: ranked by
+/// mtime, which a backward clock step could make the oldest just as it was written.
+fn prune(d: &fsx::Dir, written: &str) {
     let Ok(entries) = d.entries() else { return };
     let mut shas: Vec<(i64, String)> = Vec::new();
     for (name, _) in &entries {
@@ -80,7 +81,8 @@ fn prune(d: &fsx::Dir) {
         }
     }
     shas.sort_by(|a, b| b.cmp(a));
-    for (_, sha) in shas.into_iter().skip(KEEP) {
+    let others = shas.into_iter().filter(|(_, s)| s != written);
+    for (_, sha) in others.skip(KEEP.saturating_sub(1)) {
         for ext in ["log", "tar"] {
             let _ = d.remove_file(&format!("{sha}.{ext}"));
         }
