@@ -108,17 +108,27 @@ impl Refusal {
     }
 }
 
+impl Refusal {
+    /// What the refusal names, without its code (empty when it names nothing): for a caller
+    /// that shows the code from [`Refusal::code`] itself.
+    #[must_use]
+    pub fn message(&self) -> String {
+        let names = self.names.join(", ");
+        if self.code == RefusalCode::EnvIncomplete && !names.is_empty() {
+            format!("unresolved: {names}")
+        } else {
+            names
+        }
+    }
+}
+
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.code.as_str())?;
         if self.names.is_empty() {
             return Ok(());
         }
-        f.write_str(": ")?;
-        if self.code == RefusalCode::EnvIncomplete {
-            f.write_str("unresolved: ")?;
-        }
-        f.write_str(&self.names.join(", "))
+        write!(f, ": {}", self.message())
     }
 }
 
@@ -161,6 +171,18 @@ mod tests {
         assert_eq!(r.to_string(), "ENV_INCOMPLETE: unresolved: A, B");
         let r = Refusal::new(RefusalCode::BundleInvalid, Vec::<String>::new());
         assert_eq!(r.to_string(), "BUNDLE_INVALID");
+    }
+
+    #[test]
+    fn the_message_is_the_display_without_the_code() {
+        let r = Refusal::new(RefusalCode::EnvIncomplete, ["A", "B"]);
+        assert_eq!(r.message(), "unresolved: A, B");
+        let r = Refusal::one(RefusalCode::RollbackRefused, "older than the applied sha");
+        assert_eq!(r.message(), "older than the applied sha");
+        assert_eq!(
+            Refusal::new(RefusalCode::BundleInvalid, Vec::<String>::new()).message(),
+            ""
+        );
     }
 
     #[test]

@@ -72,6 +72,9 @@ codes! {
     /// The token belongs to another env.
     AgentEnvMismatch = "AGENT_ENV_MISMATCH", Config,
         "the token belongs to another env: fix env_id in config.yaml or re-run the install kit for this env";
+    /// The configuration (config.yaml, or a file or user it names) cannot be used.
+    ConfigInvalid = "CONFIG_INVALID", Config,
+        "the configuration cannot be used (the message names the key and line, or the file): fix it in /etc/monky-deployd/config.yaml (`monky-deployd doctor` checks it); no tick retries until it changes";
     /// Tenancy's lease budget is spent.
     LeaseRateLimited = "LEASE_RATE_LIMITED", Temporary,
         "tenancy's lease budget (5 per hour) is spent: the next ticks retry on their own";
@@ -282,6 +285,7 @@ impl Code {
             // The kit's grant and token live on the box; re-running the kit is the admin's.
             C::NoCredentials | C::GrantUnsafe | C::AgentUnauthenticated => Owner::BoxAdmin,
             C::AgentEnvMismatch | C::StateDirUnsafe | C::ReleaseModified => Owner::BoxAdmin,
+            C::ConfigInvalid => Owner::BoxAdmin,
             C::DiskInsufficient | C::DockerUnavailable | C::ComposeDownFailed => Owner::BoxAdmin,
             C::NotRunning | C::Failed | C::BaoRefused => Owner::BoxAdmin,
             C::BaoTlsUnknownCa | C::BaoTlsWrongName | C::ComposeUpFailed => Owner::BoxAdmin,

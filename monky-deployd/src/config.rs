@@ -13,7 +13,8 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use url::Url;
 
-use crate::exit::{Exit, Failure};
+use crate::code::Code;
+use crate::exit::Failure;
 
 /// `releases_max_bytes` by default: 1 GiB, some two hundred releases of the largest bundle.
 pub const DEFAULT_RELEASES_MAX_BYTES: u64 = 1 << 30;
@@ -382,14 +383,14 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads and validates the file; every problem is an [`Exit::Config`] failure naming the key.
+    /// Reads and validates the file; every problem is a [`Code::ConfigInvalid`] failure (exit 78) naming the key.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read config {}", path.display()))
-            .map_err(|e| Failure::wrap(Exit::Config, e))?;
+            .map_err(|e| Failure::wrap(Code::ConfigInvalid, e))?;
         Self::parse(&text, path).map_err(|e| {
             Failure::wrap(
-                Exit::Config,
+                Code::ConfigInvalid,
                 e.context(format!("config {} is unusable", path.display())),
             )
         })

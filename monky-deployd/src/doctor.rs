@@ -411,15 +411,12 @@ fn openbao(cfg: &Config) -> Vec<Check> {
     }
 }
 
-/// An OpenBao failure in words, with its code when it has one (sealed, wrong CA, wrong name),
+/// An OpenBao failure in words, with its code (sealed, wrong CA, wrong name, ...) and its owner,
 /// so the fix line's owner is clear.
 fn bao_problem(e: bao::Error) -> String {
     let failure = peers::bao_failure("lookup-self", e);
     let (code, detail) = crate::exit::Failure::detail_of(&failure);
-    match code {
-        Some(c) => format!("{detail} ({}'s move: {})", c.owner(), c.next_step()),
-        None => detail,
-    }
+    format!("{detail} ({}'s move: {})", code.owner(), code.next_step())
 }
 
 fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {

@@ -32,22 +32,25 @@ impl Exit {
         }
     }
 
-    /// The status an error chain maps to.
+    /// The status an error chain maps to: the class of its first failure's code.
     pub fn of(err: &anyhow::Error) -> Self {
-        Failure::of(err).map_or(Self::Fail, |f| f.exit)
+        Failure::of(err).map_or(Self::Fail, Failure::exit)
     }
 }
 
-/// An error with a decided exit status and, for refusals, the code tenancy sees: the agent's one
-/// type for a refusal or a failure (a bundle's [`monky_bundle::Refusal`] or
-/// [`monky_bundle::Error`] becomes one by `From`).
+/// An error with a code, whose class decides the exit status: the agent's one type for a
+/// refusal or a failure (a bundle's [`monky_bundle::Refusal`] or [`monky_bundle::Error`] becomes
+/// one by `From`).
+///
+/// The message never starts with the code: `Display` writes `CODE: message` from the typed code,
+/// so every way out (the final error line, the journal, a report's detail, state's last error)
+/// shows the code where it is composed, and nothing reads it back out of the text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
-    /// How the process ends.
-    pub exit: Exit,
-    /// The refusal or failure code (`ENV_INCOMPLETE`, `AGENT_UNAUTHENTICATED`, ...).
-    pub code: Option<Code>,
-    /// What happened, names only.
+    /// The refusal or failure code (`ENV_INCOMPLETE`, `AGENT_UNAUTHENTICATED`, ...); its class
+    /// is how the process ends.
+    pub code: Code,
+    /// What happened, names only, without the code.
     pub message: String,
     /// How long the peer asked to wait before the next try (`Retry-After`), for the loop.
     pub retry_after: Option<Duration>,
@@ -57,20 +60,21 @@ pub struct Failure {
 }
 
 impl Failure {
-    /// A failure with a code; `message` should name what is wrong and what to do.
-    pub fn new(exit: Exit, code: impl Into<Option<Code>>, message: impl Into<String>) -> Self {
+    /// A failure with `code`, which decides the exit class; `message` names what is wrong and
+    /// what to do, without the code.
+    pub fn coded(code: Code, message: impl Into<String>) -> Self {
         Self {
-            exit,
-            code: code.into(),
+            code,
             message: message.into(),
             retry_after: None,
             compose_logs: None,
         }
     }
 
-    /// A failure with a code that ends the tick with the code's own exit class.
-    pub fn coded(code: Code, message: impl Into<String>) -> Self {
-        Self::new(code.exit(), code, message)
+    /// How a tick that ends with this failure exits: its code's class.
+    #[must_use]
+    pub fn exit(&self) -> Exit {
+        self.code.exit()
     }
 
     /// Carries the peer's `Retry-After` up to the loop.
@@ -87,13 +91,13 @@ impl Failure {
         self
     }
 
-    /// Marks an existing error chain with an exit status.
-    pub fn wrap(exit: Exit, err: anyhow::Error) -> anyhow::Error {
-        anyhow::Error::new(Self::new(exit, None, format!("{err:#}")))
+    /// Marks an existing error chain with a code (and so an exit status).
+    pub fn wrap(code: Code, err: anyhow::Error) -> anyhow::Error {
+        anyhow::Error::new(Self::coded(code, format!("{err:#}")))
     }
 
     /// The first failure in a chain.
-    fn of(err: &anyhow::Error) -> Option<&Failure> {
+    pub fn of(err: &anyhow::Error) -> Option<&Failure> {
         err.chain().find_map(|e| e.downcast_ref::<Failure>())
     }
 
@@ -102,9 +106,9 @@ impl Failure {
         Self::first(err, |f| f.retry_after)
     }
 
-    /// The code of the first coded failure in a chain.
+    /// The code of the first failure in a chain.
     pub fn code_of(err: &anyhow::Error) -> Option<Code> {
-        Self::first(err, |f| f.code)
+        Self::of(err).map(|f| f.code)
     }
 
     /// The compose logs the first failure in a chain carries.
@@ -121,12 +125,12 @@ impl Failure {
 
     /// The code and `CODE: names` of an error, for a report's detail and state's last error,
     /// unredacted: an error that carries no failure is `FAILED` with its innermost cause.
-    pub fn detail_of(err: &anyhow::Error) -> (Option<Code>, String) {
+    pub fn detail_of(err: &anyhow::Error) -> (Code, String) {
         match Self::of(err) {
             Some(f) => (f.code, f.to_string()),
             None => (
-                Some(Code::Failed),
-                format!("{}: {}", Code::Failed, err.root_cause()),
+                Code::Failed,
+                Self::coded(Code::Failed, err.root_cause().to_string()).to_string(),
             ),
         }
     }
@@ -134,13 +138,11 @@ impl Failure {
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // A bundle refusal's own text already starts with its code: not printed twice.
-        match self.code {
-            Some(code) if !self.message.starts_with(code.as_str()) => {
-                write!(f, "{code}: {}", self.message)
-            }
-            _ => f.write_str(&self.message),
+        f.write_str(self.code.as_str())?;
+        if self.message.is_empty() {
+            return Ok(());
         }
+        write!(f, ": {}", self.message)
     }
 }
 
@@ -148,7 +150,7 @@ impl std::error::Error for Failure {}
 
 impl From<&monky_bundle::Refusal> for Failure {
     fn from(r: &monky_bundle::Refusal) -> Self {
-        Self::coded(Code::of_refusal(r.code), r.to_string())
+        Self::coded(Code::of_refusal(r.code), r.message())
     }
 }
 
@@ -169,8 +171,11 @@ mod tests {
 
     #[test]
     fn the_status_comes_from_the_failure_anywhere_in_the_chain() {
-        let e = anyhow::Error::new(Failure::new(Exit::Temporary, None, "tenancy unreachable"))
-            .context("checkin");
+        let e = anyhow::Error::new(Failure::coded(
+            Code::TenancyUnavailable,
+            "tenancy unreachable",
+        ))
+        .context("checkin");
         assert_eq!(Exit::of(&e), Exit::Temporary);
         assert_eq!(Exit::of(&anyhow::anyhow!("plain")), Exit::Fail);
         let coded: anyhow::Result<()> =
@@ -181,7 +186,7 @@ mod tests {
         assert_eq!(format!("{e:#}"), "apply: ENV_INCOMPLETE: unresolved: A");
         assert_eq!(Failure::retry_after_of(&e), None);
         let waited = anyhow::Error::new(
-            Failure::new(Exit::Temporary, None, "rate limited")
+            Failure::coded(Code::RateLimited, "slow down")
                 .with_retry_after(Some(Duration::from_secs(30))),
         )
         .context("checkin");
@@ -192,6 +197,40 @@ mod tests {
         assert_eq!(
             [Exit::Ok, Exit::Fail, Exit::Temporary, Exit::Config].map(Exit::code),
             [0, 1, 75, 78]
+        );
+    }
+
+    #[test]
+    fn the_exit_class_is_the_codes_and_the_code_is_shown_once() {
+        for code in Code::ALL {
+            let f = Failure::coded(*code, "names");
+            assert_eq!(f.exit(), code.exit(), "{code}");
+            assert_eq!(f.to_string(), format!("{code}: names"));
+        }
+        let e = Failure::wrap(
+            Code::ConfigInvalid,
+            anyhow::anyhow!("log_level: no such level"),
+        );
+        assert_eq!(Exit::of(&e), Exit::Config);
+        assert_eq!(format!("{e:#}"), "CONFIG_INVALID: log_level: no such level");
+        // A bundle refusal's own text starts with its code; the failure shows it once.
+        let r = monky_bundle::Refusal::new(monky_bundle::RefusalCode::EnvIncomplete, ["A"]);
+        let f = Failure::from(&r);
+        assert_eq!(
+            (f.code, f.message.as_str()),
+            (Code::EnvIncomplete, "unresolved: A")
+        );
+        assert_eq!(f.to_string(), r.to_string());
+        let bare = monky_bundle::Refusal::new(
+            monky_bundle::RefusalCode::BundleInvalid,
+            Vec::<String>::new(),
+        );
+        assert_eq!(Failure::from(&bare).to_string(), "BUNDLE_INVALID");
+        // An error without a failure is FAILED, with its innermost cause.
+        let plain = anyhow::anyhow!("disk gone").context("save");
+        assert_eq!(
+            Failure::detail_of(&plain),
+            (Code::Failed, "FAILED: disk gone".to_string())
         );
     }
 }

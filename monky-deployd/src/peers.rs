@@ -39,7 +39,7 @@ pub fn tenancy(cfg: &Config) -> anyhow::Result<proto::Client> {
     }
     b.build().map_err(|e| {
         Failure::wrap(
-            Exit::Config,
+            Code::ConfigInvalid,
             anyhow::Error::new(e).context("tenancy client"),
         )
     })
@@ -54,7 +54,7 @@ pub fn openbao(cfg: &Config) -> anyhow::Result<bao::BaoClient> {
     if let Some(ca) = &cfg.bao.ca_bundle {
         let pem = std::fs::read(ca)
             .with_context(|| format!("bao.ca_bundle: cannot read {}", ca.display()))
-            .map_err(|e| Failure::wrap(Exit::Config, e))?;
+            .map_err(|e| Failure::wrap(Code::ConfigInvalid, e))?;
         b = b.ca_bundle_pem(pem);
     }
     if let Some(addr) = cfg.bao_mapping()? {
@@ -68,7 +68,7 @@ pub fn openbao(cfg: &Config) -> anyhow::Result<bao::BaoClient> {
             }
             _ => anyhow::Error::new(e),
         };
-        Failure::wrap(Exit::Config, e.context("openbao client"))
+        Failure::wrap(Code::ConfigInvalid, e.context("openbao client"))
     })
 }
 
@@ -207,9 +207,8 @@ impl Trusted {
                 .ok()
                 .flatten()
                 .ok_or_else(|| {
-                    Failure::new(
-                        Exit::Config,
-                        None,
+                    Failure::coded(
+                        Code::ConfigInvalid,
                         format!(
                             "{}: no user {name:?} on this box: name the user the proxy runs as, \
                              or remove the key",
@@ -378,8 +377,7 @@ fn user_name(uid: u32) -> String {
 
 /// The failure for an untrusted listener.
 fn untrusted_failure(what: &str, u: &Untrusted) -> anyhow::Error {
-    Failure::new(
-        Exit::Fail,
+    Failure::coded(
         u.peer.untrusted(),
         format!(
             "{what}: {}'s address {u}: stop that process and restart \
@@ -401,14 +399,7 @@ fn listener_failure(
         return Some(untrusted_failure(what, u));
     }
     let v = refusal.downcast_ref::<Vanished>()?;
-    Some(
-        Failure::new(
-            Exit::Temporary,
-            v.peer.unavailable(),
-            format!("{what}: {v}"),
-        )
-        .into(),
-    )
+    Some(Failure::coded(v.peer.unavailable(), format!("{what}: {v}")).into())
 }
 
 /// Turns a tenancy error into a failure with the right exit status and tenancy's code.
@@ -421,27 +412,24 @@ pub fn tenancy_failure(what: &str, e: proto::Error) -> anyhow::Error {
     {
         return untrusted_failure(what, &u);
     }
-    let exit = match e.kind() {
-        proto::ErrorKind::Temporary => Exit::Temporary,
-        proto::ErrorKind::EnvMismatch => Exit::Config,
-        _ => Exit::Fail,
+    // The kind decides the exit class, and a code of that class for the kind of failure, so
+    // that a report's detail always starts with one. Tenancy's own code is taken when the agent
+    // knows it and it is of the same class (a known code on a 5xx is still a retry, exit 75);
+    // any other code of tenancy's stays in the message, which quotes tenancy's answer.
+    let by_kind = match e.kind() {
+        proto::ErrorKind::Temporary => Code::TenancyUnavailable,
+        proto::ErrorKind::Unauthenticated => Code::AgentUnauthenticated,
+        proto::ErrorKind::EnvMismatch => Code::AgentEnvMismatch,
+        _ => Code::TenancyRefused,
     };
-    // Tenancy's own code when the agent knows it; otherwise a code for the kind of failure, so
-    // that a report's detail always starts with one. An unknown code of tenancy's stays in the
-    // message, which quotes tenancy's answer.
     let code = e
         .code()
         .and_then(Code::of_tenancy)
-        .unwrap_or(match e.kind() {
-            proto::ErrorKind::Temporary => Code::TenancyUnavailable,
-            proto::ErrorKind::Unauthenticated => Code::AgentUnauthenticated,
-            proto::ErrorKind::EnvMismatch => Code::AgentEnvMismatch,
-            _ => Code::TenancyRefused,
-        });
+        .filter(|c| c.exit() == by_kind.exit())
+        .unwrap_or(by_kind);
     if let Some(problem) = e.certificate_time() {
         // Exit 1, not 75: the next tick meets the same clock.
-        return Failure::new(
-            Exit::Fail,
+        return Failure::coded(
             Code::TlsClock,
             format!(
                 "{what}: tenancy's certificate is {problem} by this machine's clock: {}",
@@ -450,21 +438,31 @@ pub fn tenancy_failure(what: &str, e: proto::Error) -> anyhow::Error {
         )
         .into();
     }
-    let text = failure_text(exit, &e);
-    // The client's own refusals already start with their code.
-    let text = text
-        .strip_prefix(&format!("{code}: "))
-        .map_or(text.clone(), str::to_owned);
-    let mut msg = format!("{what}: {text}");
-    if exit == Exit::Config {
+    let mut msg = format!("{what}: {}", tenancy_text(code.exit(), &e));
+    if code.exit() == Exit::Config {
         msg.push_str(
             "; the token is pinned to another env than config.yaml's env_id: \
              fix env_id or re-run the install kit for this env",
         );
     }
-    Failure::new(exit, code, msg)
+    Failure::coded(code, msg)
         .with_retry_after(e.retry_after())
         .into()
+}
+
+/// The tenancy client's words for `e`, without the code its own refusals print first: the
+/// failure carries that code and shows it.
+fn tenancy_text(exit: Exit, e: &proto::Error) -> String {
+    match e {
+        proto::Error::Invalid { url, detail, .. } => format!("answer from {url}: {detail}"),
+        proto::Error::LeaseShape { url } => {
+            format!("lease from {url} has the retired approle shape; tenancy is stale")
+        }
+        proto::Error::BundleTooLarge { url, limit } => {
+            format!("bundle from {url} exceeds {limit} bytes")
+        }
+        _ => failure_text(exit, e),
+    }
 }
 
 /// Turns an OpenBao error into a failure: unreachable or sealed is temporary, the rest fails.
@@ -477,10 +475,6 @@ pub fn bao_failure(what: &str, e: bao::Error) -> anyhow::Error {
     {
         return untrusted_failure(what, &u);
     }
-    let exit = match e.kind() {
-        bao::ErrorKind::Temporary => Exit::Temporary,
-        _ => Exit::Fail,
-    };
     if let Some(code) = bao_specific(&e) {
         return Failure::coded(code, format!("{what}: {}", failure_text(code.exit(), &e))).into();
     }
@@ -494,7 +488,7 @@ pub fn bao_failure(what: &str, e: bao::Error) -> anyhow::Error {
         bao::ErrorKind::CertificateTime => Code::TlsClock,
         _ => Code::BaoRefused,
     };
-    Failure::new(exit, code, format!("{what}: {}", failure_text(exit, &e))).into()
+    Failure::coded(code, format!("{what}: {}", failure_text(code.exit(), &e))).into()
 }
 
 /// The OpenBao failures whose cause has a code of its own: sealed (its operators' move, not the

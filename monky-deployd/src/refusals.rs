@@ -67,17 +67,16 @@ pub fn offline(
 /// refusal's code (host access comes first) and every refusal's text, so an operator sees every
 /// finding at once instead of one per backoff.
 pub fn all(refused: Vec<Failure>) -> Option<Failure> {
-    let first = refused.first()?;
-    let mut combined = Failure::coded(
-        first.code.unwrap_or(Code::Failed),
-        refused
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; "),
-    );
-    combined.exit = first.exit;
-    Some(combined)
+    let (first, rest) = refused.split_first()?;
+    // The first's code is the combined failure's own, shown once in front; every other
+    // refusal shows its own code.
+    let message = (!first.message.is_empty())
+        .then(|| first.message.clone())
+        .into_iter()
+        .chain(rest.iter().map(ToString::to_string))
+        .collect::<Vec<_>>()
+        .join("; ");
+    Some(Failure::coded(first.code, message))
 }
 
 /// The compose policy on compose's own model of a release dir (`docker compose config`):
@@ -201,7 +200,7 @@ pub fn bundle_check(
     let offline = offline(&b, env_id, kv_mount, &base).1;
     let compose_clean = !offline
         .iter()
-        .any(|f| f.code == Some(Code::BundleInvalid) && f.message.contains("compose file:"));
+        .any(|f| f.code == Code::BundleInvalid && f.message.contains("compose file:"));
     refusals.extend(offline);
     if compose_clean {
         for f in model_of_bundle(&b, &base, cfg)? {
@@ -299,10 +298,13 @@ fn model_of_bundle(
     match model(&policy, &compose, b.compose(), &release) {
         Ok(refused) => Ok(refused),
         // The tick fails on the same model: so does the check.
-        Err(e) => Ok(vec![Failure::coded(
-            Code::ComposeConfigFailed,
-            crate::redact::redact(&format!("{e:#}")),
-        )]),
+        Err(e) => {
+            let (code, why) = Failure::of(&e).map_or_else(
+                || (Code::ComposeConfigFailed, format!("{e:#}")),
+                |f| (f.code, f.message.clone()),
+            );
+            Ok(vec![Failure::coded(code, crate::redact::redact(&why))])
+        }
     }
 }
 

@@ -134,11 +134,7 @@ fn log_error(e: &anyhow::Error, repeated: bool) {
     let head = one_line(&detail, ERROR_LINE_MAX);
     tracing::error!("{head}");
     if full != detail || head.len() < detail.len() {
-        info!(
-            "  detail{}: {}",
-            code.map_or(String::new(), |c| format!(" of {c}")),
-            full
-        );
+        info!("  detail of {code}: {full}");
     }
 }
 

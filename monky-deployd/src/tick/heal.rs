@@ -124,7 +124,7 @@ impl Agent<'_> {
         // `CODE: names` of what went wrong, and whether compose's logs say more.
         let failed = match (&up, bad.is_empty()) {
             (Err(e), _) => Some(match Failure::detail_of(e) {
-                (Some(code), detail) if code != Code::Failed => (code, detail, true),
+                (code, detail) if code != Code::Failed => (code, detail, true),
                 (_, detail) => (
                     Code::HealFailed,
                     format!("{}: {detail}", Code::HealFailed),

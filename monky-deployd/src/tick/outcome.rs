@@ -114,7 +114,7 @@ impl Agent<'_> {
     /// sent (no token, tenancy down) is logged, and state still records the failure.
     pub(super) fn conclude_error(&mut self, sha: Option<&str>, e: &anyhow::Error) {
         let (code, detail) = Failure::detail_of(e);
-        let mut outcome = Outcome::failed(sha, code.unwrap_or(Code::Failed), detail);
+        let mut outcome = Outcome::failed(sha, code, detail);
         outcome.compose_logs = Failure::compose_logs_of(e);
         let reported = self.token.is_some()
             && self
@@ -134,7 +134,7 @@ impl Agent<'_> {
         if let Some(e) = error {
             let (code, detail) = Failure::detail_of(e);
             self.state.last_error = Some(redact::redact(&detail));
-            self.state.last_code = code;
+            self.state.last_code = Some(code);
         }
         match result {
             Ok(Exit::Ok) => self.state.last_success = Some(state::now()),
