@@ -6,6 +6,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::BootDeadline;
+use crate::code::Code;
 use crate::fsx;
 
 /// Serializes the saves of state.json within the process: the tick's own and the tick
@@ -282,6 +283,71 @@ impl State {
         let mut bytes = serde_json::to_vec_pretty(self).context("cannot encode state")?;
         bytes.push(b'\n');
         fsx::Dir::state_root(state_dir)?.write_atomic(FILE, &bytes, 0o600)
+    }
+
+    /// Records what a tick concluded: `result` what it told tenancy (or would have; `None`
+    /// when it reached no action, and the last result stands), `failure` its code and
+    /// `CODE: names` detail (redacted), `note` what an `applied` result noted, `reported_at`
+    /// when the report went out. The only writer of the outcome fields: `Agent::conclude`
+    /// calls it once per tick, and the tick's deadline (see [`State::record_timeout`]).
+    pub fn record_outcome(
+        &mut self,
+        result: Option<monky_agent_proto::ReportResult>,
+        failure: Option<(Code, String)>,
+        note: Option<String>,
+        reported_at: Option<u64>,
+    ) {
+        if let Some(result) = result {
+            self.last_result = Some(result.as_str().to_string());
+            self.last_note = note;
+        }
+        if reported_at.is_some() {
+            self.last_report = reported_at;
+        }
+        let (code, error) = failure.unzip();
+        self.last_code = code;
+        self.last_error = error;
+    }
+
+    /// The tick's deadline passed: `detail` (`TICK_TIMEOUT: ...`) is recorded as a failed
+    /// outcome and counted, from the deadline's thread, since the tick can no longer conclude.
+    pub fn record_timeout(&mut self, detail: String) {
+        let code = Code::TickTimeout;
+        self.record_outcome(
+            Some(monky_agent_proto::ReportResult::Failed),
+            Some((code, detail)),
+            None,
+            None,
+        );
+        self.count_failure(code);
+    }
+
+    /// The tick ended: `succeeded_at` when it ended with exit 0, else its code (recorded by
+    /// the outcome) is counted; a failure equal to `previous` tick's (code and detail) counts
+    /// as a repeat.
+    pub fn count_tick(
+        &mut self,
+        succeeded_at: Option<u64>,
+        previous: &(Option<Code>, Option<String>),
+    ) {
+        match succeeded_at {
+            Some(at) => self.last_success = Some(at),
+            None => {
+                if let Some(code) = self.last_code {
+                    self.count_failure(code);
+                }
+            }
+        }
+        let now = (self.last_code, self.last_error.clone());
+        self.repeats = if now.1.is_some() && now == *previous {
+            self.repeats.saturating_add(1)
+        } else {
+            0
+        };
+    }
+
+    fn count_failure(&mut self, code: Code) {
+        *self.refusals.entry(code.as_str().to_string()).or_default() += 1;
     }
 
     /// Records a sha as applied (and healthy).

@@ -258,6 +258,8 @@ pub(crate) struct Agent<'a> {
     marker_settled: bool,
     /// The last tick's code and error, to count a failure that repeats.
     previous: (Option<Code>, Option<String>),
+    /// The tick's outcome went out (`conclude`): it goes out once.
+    concluded: bool,
 }
 
 impl<'a> Agent<'a> {
@@ -284,6 +286,7 @@ impl<'a> Agent<'a> {
             facts: Vec::new(),
             hold,
             marker_settled: false,
+            concluded: false,
         })
     }
 
@@ -379,7 +382,9 @@ impl<'a> Agent<'a> {
     /// The whole tick after the lock: token, checkin, action.
     fn converge(&mut self) -> anyhow::Result<Exit> {
         self.ensure_token()?;
-        let resp = self.checkin()?;
+        let resp = self
+            .checkin()
+            .inspect_err(|e| self.conclude_checkin_error(e))?;
         self.learn_token_facts();
         self.state.last_action = Some(resp.action.to_string());
         self.state.last_checkin = Some(state::now());
@@ -422,7 +427,9 @@ impl<'a> Agent<'a> {
                     .map(|s| s.as_str().to_owned())
                     .ok_or_else(|| {
                         Failure::coded(Code::CheckinInvalid, "action apply without desired_sha")
-                    })?;
+                            .into()
+                    })
+                    .inspect_err(|e| self.conclude_error(None, e))?;
                 // With a desired sha there is always a URL: tenancy's, or the protocol's default.
                 let url = resp
                     .bundle_url_or_default(&self.cfg.env_id)

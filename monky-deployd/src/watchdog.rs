@@ -75,10 +75,9 @@ fn expire(limit: Duration, state_dir: &Path, env_id: &str) -> ! {
     let _no_more_saves = state::save_lock();
     match State::load(state_dir, env_id) {
         Ok((mut st, _)) => {
-            st.last_result = Some("failed".into());
-            st.last_error = Some(detail);
-            st.last_code = Some(code);
-            *st.refusals.entry(code.as_str().into()).or_default() += 1;
+            // The one outcome not recorded by `Agent::conclude`: the tick cannot conclude any
+            // more, so its deadline records the timeout through the same state method.
+            st.record_timeout(detail);
             if let Err(e) = st.save_holding_lock(state_dir) {
                 error!("cannot record the timeout in state.json: {e:#}");
             }

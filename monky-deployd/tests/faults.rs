@@ -548,3 +548,87 @@ fn the_loop_honours_retry_after() {
         assert!(*gap >= 2.95 && *gap < 5.0, "{gaps:?}");
     }
 }
+
+/// The reports tenancy took that say `failed`.
+fn failed_reports(w: &World) -> Vec<monky_agent_proto::ReportRequest> {
+    w.reports()
+        .into_iter()
+        .filter(|r| r.result == ReportResult::Failed)
+        .collect()
+}
+
+#[test]
+fn an_apply_without_a_sha_is_reported_failed_once_with_its_code() {
+    let w = World::new();
+    let sha = w.applied();
+    let reports = w.reports().len();
+    let fetches = bundle_fetches(&w);
+    let body = json!({"env_id": ENV, "desired_sha": null, "action": "apply"});
+    w.tenancy.set_fault(
+        Endpoint::Checkin,
+        Fault::Status {
+            status: 200,
+            body: body.to_string(),
+        },
+    );
+    let run = w.tick();
+    run.expect(1).says(&["CHECKIN_INVALID"]);
+    // Said to tenancy once, as failed with the code, and nothing acted on.
+    let new: Vec<_> = w.reports().into_iter().skip(reports).collect();
+    assert_eq!(new.len(), 1, "{new:?}");
+    assert_report(&new[0], ReportResult::Failed, Some("CHECKIN_INVALID: "));
+    assert_eq!(new[0].sha, None);
+    assert_eq!(bundle_fetches(&w), fetches);
+    let st = w.state();
+    assert_eq!(st["last_result"], "failed");
+    assert_eq!(st["last_code"], "CHECKIN_INVALID");
+    assert_eq!(st["applied_sha"], json!(sha));
+    w.assert_current(&sha);
+}
+
+#[test]
+fn a_success_report_tenancy_does_not_take_leaves_the_release_applied() {
+    // Tenancy down for the report (a retry, 75) or refusing it (1): either way the release
+    // came up, so it is applied, never `failed` and never waiting out a backoff; the next
+    // tick's heartbeat reports it.
+    for (status, exit, code) in [
+        (503, 75, "TENANCY_UNAVAILABLE"),
+        (400, 1, "TENANCY_REFUSED"),
+    ] {
+        let w = World::new();
+        let first = w.applied();
+        let sha = w.publish(&TestBundle::tagged("2"));
+        w.tenancy.set_fault_times(
+            Endpoint::Report,
+            Fault::Status {
+                status,
+                body: r#"{"code":"BUSY","detail":"report store is busy"}"#.into(),
+            },
+            Some(1),
+        );
+        w.tick().expect(exit);
+        assert!(failed_reports(&w).is_empty(), "{status}: {:?}", w.reports());
+        let st = w.state();
+        assert_eq!(st["applied_sha"], json!(sha), "{status}: {st}");
+        assert_eq!(st["last_result"], "applied", "{status}: {st}");
+        assert_eq!(st["last_code"], code, "{status}: {st}");
+        assert!(st["failed_sha"].is_null(), "{status}: {st}");
+        assert!(st["next_attempt_at"].is_null(), "{status}: {st}");
+        w.assert_current(&sha);
+        assert_ne!(first, sha);
+
+        w.tick().ok();
+        let r = w.last_report();
+        assert_report(&r, ReportResult::Applied, None);
+        assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+        assert!(failed_reports(&w).is_empty(), "{status}: {:?}", w.reports());
+        assert!(w.state()["last_code"].is_null());
+    }
+}
+
+fn bundle_fetches(w: &World) -> usize {
+    w.requests()
+        .iter()
+        .filter(|r| r.endpoint == Some(Endpoint::Bundle))
+        .count()
+}

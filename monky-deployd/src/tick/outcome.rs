@@ -13,10 +13,23 @@ use crate::exit::{Exit, Failure};
 use crate::state;
 use crate::{failpoint, logging, peers, redact, release};
 
+/// Whether an outcome is reported to tenancy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Send {
+    /// Always; the report's failure becomes the tick's error.
+    Always,
+    /// When a token is there to send it with; the report's failure is logged.
+    IfToken,
+    /// Never: the tick reached no action.
+    Never,
+}
+
 /// What a tick tells tenancy about the release it acted on.
 #[derive(Debug)]
 pub(super) struct Outcome<'a> {
-    result: ReportResult,
+    /// `None`: the tick reached no action (its error came before one), so nothing is reported
+    /// and the last result stands.
+    result: Option<ReportResult>,
     sha: Option<&'a str>,
     /// The failure's code and `CODE: names` detail.
     failure: Option<(Code, String)>,
@@ -50,9 +63,16 @@ impl<'a> Outcome<'a> {
         Self::new(ReportResult::Failed, sha, Some((code, detail)))
     }
 
+    /// The error of a tick that reached no action; `detail` is `CODE: names`.
+    fn unreported(code: Code, detail: String) -> Self {
+        let mut o = Self::new(ReportResult::Failed, None, Some((code, detail)));
+        o.result = None;
+        o
+    }
+
     fn new(result: ReportResult, sha: Option<&'a str>, failure: Option<(Code, String)>) -> Self {
         Self {
-            result,
+            result: Some(result),
             sha,
             failure,
             note: None,
@@ -63,8 +83,38 @@ impl<'a> Outcome<'a> {
 
 impl Agent<'_> {
     /// The one place an outcome goes out: reported to tenancy (with the journal's redacted
-    /// tail), then recorded in state as what the last report said. Returns the tick's exit.
+    /// tail), then recorded in state. Returns the tick's exit, or the report's error: the
+    /// release's outcome is recorded all the same, and the report's failure beside it, so a
+    /// release that came up is never taken for a failed one because tenancy did not take the
+    /// report (the next tick's heartbeat reports it again).
     pub(super) fn conclude(&mut self, outcome: Outcome<'_>) -> anyhow::Result<Exit> {
+        self.conclude_with(outcome, Send::Always)
+    }
+
+    /// An action (apply or retire, or a checkin answer that cannot be acted on) that ended in
+    /// an error is reported as failed, with the compose logs its failure carries; nothing when
+    /// the tick's outcome went out already (a success report that tenancy did not take is no
+    /// failed release). The error stays the tick's: a report that cannot be sent (no token,
+    /// tenancy down) is logged, and state still records the failure.
+    pub(super) fn conclude_error(&mut self, sha: Option<&str>, e: &anyhow::Error) {
+        if self.concluded {
+            return;
+        }
+        let (code, detail) = Failure::detail_of(e);
+        let mut outcome = Outcome::failed(sha, code, detail);
+        outcome.compose_logs = Failure::compose_logs_of(e);
+        // Without a token no report can be sent; the failure is still the tick's outcome.
+        let _ = self.conclude_with(outcome, Send::IfToken);
+    }
+
+    /// Reports `outcome` as `send` says and records it in state, once per tick: the only
+    /// writer of state's outcome (`State::record_outcome`) besides the tick's deadline, which
+    /// records `TICK_TIMEOUT` from its own thread when the tick can no longer conclude. With
+    /// [`Send::Always`], the report's own failure is returned and recorded as the tick's error;
+    /// with [`Send::IfToken`] it is logged and the outcome's failure stays the one recorded.
+    fn conclude_with(&mut self, outcome: Outcome<'_>, send: Send) -> anyhow::Result<Exit> {
+        debug_assert!(!self.concluded, "a tick concludes once");
+        self.concluded = true;
         let Outcome {
             result,
             sha,
@@ -75,10 +125,58 @@ impl Agent<'_> {
         // Redacted once here: the same text goes to the report and to state.json.
         let failure = failure.map(|(code, detail)| (code, redact::redact(&detail)));
         let note = note.map(|n| redact::redact(&n));
-        let detail = failure
-            .as_ref()
-            .map(|(_, d)| d.as_str())
-            .or(note.as_deref());
+        let Some(result) = result else {
+            // No action was reached: nothing to report, and the last result stands.
+            self.state.record_outcome(None, failure, None, None);
+            return Ok(Exit::Fail);
+        };
+        let sent = match send {
+            Send::Always => {
+                self.report(result, sha, failure.as_ref(), note.as_deref(), compose_logs)
+            }
+            Send::IfToken if self.token.is_some() => {
+                self.report(result, sha, failure.as_ref(), note.as_deref(), compose_logs)
+            }
+            Send::IfToken | Send::Never => Err(anyhow::anyhow!("no token to report with")),
+        };
+        let exit = match result {
+            ReportResult::Failed => Exit::Fail,
+            ReportResult::Applied | ReportResult::Down => Exit::Ok,
+        };
+        match sent {
+            Ok(()) => {
+                self.state
+                    .record_outcome(Some(result), failure, note, Some(state::now()));
+                Ok(exit)
+            }
+            Err(e) if send == Send::Always => {
+                let (code, detail) = Failure::detail_of(&e);
+                let failure = Some((code, redact::redact(&detail)));
+                self.state.record_outcome(Some(result), failure, note, None);
+                Err(e)
+            }
+            Err(e) => {
+                warn!(
+                    "could not report the failure: {}",
+                    redact::redact(&format!("{e:#}"))
+                );
+                self.state.record_outcome(Some(result), failure, note, None);
+                Ok(exit)
+            }
+        }
+    }
+
+    /// The report to tenancy: the result, the failure's or the note's detail (redacted by the
+    /// caller), the journal's redacted tail with the compose logs after it.
+    fn report(
+        &self,
+        result: ReportResult,
+        sha: Option<&str>,
+        failure: Option<&(Code, String)>,
+        note: Option<&str>,
+        compose_logs: Option<&str>,
+    ) -> anyhow::Result<()> {
+        let detail = failure.map(|(_, d)| d.as_str()).or(note);
         let mut tail = logging::tail(logging::LOG_TAIL_MAX);
         if let Some(logs) = compose_logs {
             tail.push_str("--- compose logs ---\n");
@@ -96,66 +194,31 @@ impl Agent<'_> {
         };
         self.tenancy
             .report(&self.bearer()?, &req)
-            .map_err(|e| peers::tenancy_failure("report", e))?;
-        self.state.last_report = Some(state::now());
-        self.state.last_result = Some(result.as_str().to_string());
-        let (code, error) = failure.unzip();
-        self.state.last_code = code;
-        self.state.last_error = error;
-        self.state.last_note = note;
-        Ok(match result {
-            ReportResult::Failed => Exit::Fail,
-            ReportResult::Applied | ReportResult::Down => Exit::Ok,
-        })
+            .map_err(|e| peers::tenancy_failure("report", e))
     }
 
-    /// An action (apply or retire) that ended in an error is reported as failed, with the
-    /// compose logs its failure carries. The error stays the tick's: a report that cannot be
-    /// sent (no token, tenancy down) is logged, and state still records the failure.
-    pub(super) fn conclude_error(&mut self, sha: Option<&str>, e: &anyhow::Error) {
-        let (code, detail) = Failure::detail_of(e);
-        let mut outcome = Outcome::failed(sha, code, detail);
-        outcome.compose_logs = Failure::compose_logs_of(e);
-        let reported = self.token.is_some()
-            && self
-                .conclude(outcome)
-                .inspect_err(|re| warn!("could not report the failure: {re:#}"))
-                .is_ok();
-        if !reported {
-            // `finish` records the error's code and detail.
-            self.state.last_result = Some(ReportResult::Failed.as_str().to_string());
+    /// A checkin that tenancy answered with something the agent cannot act on
+    /// (`CHECKIN_INVALID`) is said back to it once, as failed; any other checkin error reached
+    /// no answer to report on.
+    pub(super) fn conclude_checkin_error(&mut self, e: &anyhow::Error) {
+        if Failure::code_of(e) == Some(Code::CheckinInvalid) {
+            self.conclude_error(None, e);
         }
     }
 
-    /// The tick's `finally`: an error's code and detail recorded, token upkeep, staging
-    /// cleanup, state saved. Returns the state save's error.
+    /// The tick's `finally`: an error no step concluded is concluded here, unreported (it
+    /// reached no action), then token upkeep, staging cleanup, state saved. Returns the state
+    /// save's error.
     pub(super) fn finish(&mut self, result: &anyhow::Result<Exit>) -> anyhow::Result<()> {
         let error = result.as_ref().err();
-        if let Some(e) = error {
+        if let Some(e) = error.filter(|_| !self.concluded) {
             let (code, detail) = Failure::detail_of(e);
-            self.state.last_error = Some(redact::redact(&detail));
-            self.state.last_code = Some(code);
+            let _ = self.conclude_with(Outcome::unreported(code, detail), Send::Never);
         }
-        match result {
-            Ok(Exit::Ok) => self.state.last_success = Some(state::now()),
-            // A tick that ends failed without an error (a heartbeat, a wait) recorded its code.
-            Ok(_) | Err(_) => {
-                if let Some(code) = self.state.last_code {
-                    *self
-                        .state
-                        .refusals
-                        .entry(code.as_str().to_string())
-                        .or_default() += 1;
-                }
-            }
-        }
-        // A failure equal to the last tick's (code and detail) is counted, not logged again.
-        let now = (self.state.last_code, self.state.last_error.clone());
-        self.state.repeats = if now.1.is_some() && now == self.previous {
-            self.state.repeats.saturating_add(1)
-        } else {
-            0
-        };
+        self.state.count_tick(
+            matches!(result, Ok(Exit::Ok)).then(state::now),
+            &self.previous,
+        );
         let reached_tenancy = error.is_none_or(|e| Exit::of(e) != Exit::Temporary);
         if reached_tenancy && let Err(e) = self.upkeep() {
             warn!("token upkeep: {}", redact::redact(&format!("{e:#}")));
