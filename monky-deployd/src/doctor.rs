@@ -432,7 +432,7 @@ fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
         return skip("disk", &format!("the docker engine does not answer ({e})"));
     }
     let st = State::peek_env(&cfg.state_dir, &cfg.env_id);
-    let need = st.last_disk_need_bytes.unwrap_or(0);
+    let need = st.last_disk_need_bytes().unwrap_or(0);
     let want = disk_wanted(need, cfg.disk_factor, cfg.disk_headroom_bytes);
     check(
         "disk",
@@ -451,8 +451,8 @@ fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
 fn last_tick(cfg: &Config) -> Check {
     const NAME: &str = "last tick";
     let st = State::peek_env(&cfg.state_dir, &cfg.env_id);
-    let (Some(code), Some(error)) = (st.last_code, st.last_error.as_ref()) else {
-        return match st.last_success {
+    let (Some(code), Some(error)) = (st.last_code(), st.last_error()) else {
+        return match st.last_success() {
             Some(t) => check(
                 NAME,
                 "",

@@ -6,6 +6,7 @@ use crate::exit::Exit;
 use crate::redact::redact;
 use crate::state::{self, State};
 use crate::tick::short;
+use monky_agent_proto::Sha;
 
 fn ago(now: u64, t: Option<u64>) -> String {
     match t {
@@ -51,15 +52,18 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
     };
     lines.push((
         "running",
-        format!("{} ({health})", short(st.applied_sha.as_deref())),
+        format!("{} ({health})", short(st.applied_sha().map(Sha::as_str))),
     ));
-    lines.push(("desired", short(st.desired_sha.as_deref()).to_string()));
+    lines.push((
+        "desired",
+        short(st.desired_sha().map(Sha::as_str)).to_string(),
+    ));
     let hold = crate::hold::peek(&cfg.state_dir);
     let interrupted = crate::interrupted::peek(&cfg.state_dir, &cfg.env_id);
     let converged = why_not.is_empty()
         && interrupted.is_none()
-        && st.last_code != Some(crate::code::Code::Drift)
-        && st.last_code != Some(crate::code::Code::HealFailed);
+        && st.last_code() != Some(crate::code::Code::Drift)
+        && st.last_code() != Some(crate::code::Code::HealFailed);
     let why = if let Some(h) = &hold {
         format!("held: {}", h.describe())
     } else if let Some(m) = &interrupted {
@@ -71,27 +75,28 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
             short(m.previous.as_deref())
         )
     } else if let Some(code @ (crate::code::Code::Drift | crate::code::Code::HealFailed)) =
-        st.last_code.filter(|_| st.last_error.is_some())
+        st.last_code().filter(|_| st.last_error().is_some())
     {
         format!(
             "the containers drifted from {} ({code}); {}",
-            short(st.applied_sha.as_deref()),
-            st.next_heal_at.filter(|t| *t > now).map_or(
+            short(st.applied_sha().map(Sha::as_str)),
+            st.next_heal_at().filter(|t| *t > now).map_or(
                 "the next tick heals it".to_string(),
                 |t| format!("the next heal may run {}", ago(now, Some(t)))
             )
         )
     } else if converged {
         "converged".to_string()
-    } else if st.last_checkin.is_none() {
+    } else if st.last_checkin().is_none() {
         "no checkin has succeeded yet".to_string()
-    } else if let Some(deadline) = st
-        .next_attempt_at
-        .filter(|d| *d > now && st.failed_sha == st.desired_sha)
+    } else if let Some((failed, deadline)) = st
+        .failed()
+        .filter(|f| Some(&f.sha) == st.desired_sha())
+        .and_then(|f| Some((f, f.next_attempt_at.filter(|d| *d > now)?)))
     {
         format!(
             "{} failed and waits: next attempt {} ({})",
-            short(st.failed_sha.as_deref()),
+            failed.sha.short(),
             crate::status::rfc3339(deadline),
             ago(now, Some(deadline))
         )
@@ -99,29 +104,33 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         why_not.join("; ")
     };
     lines.push(("state", why));
-    if let Some(err) = &st.last_error {
+    if let Some(err) = &st.last_error() {
         lines.push((
             "last error",
-            format!("{} ({})", err, ago(now, st.last_report.or(st.last_checkin))),
+            format!(
+                "{} ({})",
+                err,
+                ago(now, st.last_report().or(st.last_checkin()))
+            ),
         ));
     }
-    if let Some(note) = &st.last_note {
+    if let Some(note) = &st.last_note() {
         lines.push((
             "last note",
-            format!("{note} ({})", ago(now, st.last_report)),
+            format!("{note} ({})", ago(now, st.last_report())),
         ));
     }
-    if !st.quoting_changed.is_empty() {
+    if !st.quoting_changed().is_empty() {
         lines.push((
             "env change",
             format!(
                 "{}: the original agent's .env handed these to the app differently; \
                  the app now gets the exact value",
-                st.quoting_changed.join(", ")
+                st.quoting_changed().join(", ")
             ),
         ));
     }
-    let code = st.last_code.filter(|_| st.last_error.is_some());
+    let code = st.last_code().filter(|_| st.last_error().is_some());
     if let Some(code) = code {
         lines.push(("whose move", code.owner().to_string()));
     }
@@ -135,10 +144,10 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
             ),
         ));
     }
-    lines.push(("checkin", ago(now, st.last_checkin)));
+    lines.push(("checkin", ago(now, st.last_checkin())));
     lines.push((
         "token",
-        match (&st.token, token_present) {
+        match (&st.token(), token_present) {
             (_, false) => "absent: re-run the install kit (or stage a bootstrap grant)".into(),
             (Some(t), true) => format!(
                 "{}, expires {}",
@@ -161,8 +170,8 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         "re-run the install kit".to_string()
     } else {
         // The code as stored, never read back out of the error's text.
-        st.last_code
-            .filter(|_| st.last_error.is_some())
+        st.last_code()
+            .filter(|_| st.last_error().is_some())
             .map_or(
                 "wait for the next tick, or run `monky-deployd run --once`",
                 |c| c.next_step(),

@@ -1,6 +1,7 @@
 //! The Prometheus textfile (`metrics_textfile`, node_exporter's textfile-collector convention),
 //! rewritten atomically at the end of every tick. It carries no secret: shas, codes and times.
 
+use monky_agent_proto::Sha;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
@@ -52,7 +53,7 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
         "last_success_timestamp_seconds",
         "gauge",
         "When a tick last ended with exit 0 (0: never).",
-        &[(String::new(), secs(state.last_success))],
+        &[(String::new(), secs(state.last_success()))],
     );
     // An alert fires on this, not on the exit code: a box that keeps exiting 75 or keeps
     // waiting out a failed release's backoff is not converged either.
@@ -61,7 +62,7 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
             state,
             crate::verdict::Seen {
                 now: tick.ended_at,
-                token_present: state.token.is_some(),
+                token_present: state.token().is_some(),
                 containers: None,
             },
         )
@@ -79,7 +80,7 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
         &[(String::new(), f64::from(tick.exit.code()))],
     );
     let results = ["applied", "failed", "down"];
-    let current = state.last_result.as_deref().unwrap_or("");
+    let current = state.last_result().unwrap_or("");
     let samples: Vec<(String, f64)> = results
         .iter()
         .map(|r| {
@@ -95,7 +96,7 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
         "1 for the result of the last report.",
         &samples,
     );
-    if let Some(sha) = &state.applied_sha {
+    if let Some(sha) = state.applied_sha().map(Sha::as_str) {
         metric(
             "applied_info",
             "gauge",
@@ -104,7 +105,7 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
         );
     }
     let ttl = state
-        .token
+        .token()
         .as_ref()
         .map_or(0.0, |t| t.expires_at.saturating_sub(tick.ended_at) as f64);
     metric(
@@ -114,7 +115,7 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
         &[(String::new(), ttl)],
     );
     let refusals: Vec<(String, f64)> = state
-        .refusals
+        .refusals()
         .iter()
         .map(|(code, n)| (format!("code=\"{}\"", escape(code)), *n as f64))
         .collect();
@@ -128,10 +129,13 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
         "backoff_deadline_timestamp_seconds",
         "gauge",
         "When a failed release may be tried again (0: no backoff).",
-        &[(String::new(), secs(state.next_attempt_at))],
+        &[(
+            String::new(),
+            secs(state.failed().and_then(|f| f.next_attempt_at)),
+        )],
     );
     // The hold as this tick found it; one that ran out since reads as none.
-    let hold = state.hold.as_ref().filter(|h| h.holds_at(tick.ended_at));
+    let hold = state.hold().filter(|h| h.holds_at(tick.ended_at));
     metric(
         "held",
         "gauge",
@@ -148,7 +152,7 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
         "heal_deadline_timestamp_seconds",
         "gauge",
         "When drift may be healed again after the last heal (0: never healed).",
-        &[(String::new(), secs(state.next_heal_at))],
+        &[(String::new(), secs(state.next_heal_at()))],
     );
     out
 }
@@ -172,19 +176,20 @@ mod tests {
 
     #[test]
     fn renders_every_family_with_the_env_label() {
-        let state = State {
-            applied_sha: Some("ab12".into()),
-            last_result: Some("failed".into()),
-            refusals: [("ENV_INCOMPLETE".to_string(), 2)].into(),
-            next_attempt_at: Some(1_900_000_000),
-            hold: Some(crate::hold::Hold {
+        let sha = "ab12000000000000000000000000000000000000000000000000000000000000";
+        let state = State::default().patched(serde_json::json!({
+            "applied_sha": sha,
+            "last_result": "failed",
+            "refusals": {"ENV_INCOMPLETE": 2},
+            "failed_sha": sha,
+            "next_attempt_at": 1_900_000_000,
+            "hold": crate::hold::Hold {
                 reason: Some("db work".into()),
                 since: 1_700_000_000,
                 until: Some(1_800_000_600),
-            }),
-            next_heal_at: Some(1_800_000_060),
-            ..State::default()
-        };
+            },
+            "next_heal_at": 1_800_000_060,
+        }));
         let text = render(
             "env-\"x\"",
             &state,
@@ -198,7 +203,11 @@ mod tests {
             "monky_deployd_exit_code{env_id=\"env-\\\"x\\\"\"} 1",
             "monky_deployd_tick_duration_seconds{env_id=\"env-\\\"x\\\"\"} 0.25",
             "monky_deployd_last_result{env_id=\"env-\\\"x\\\"\",result=\"failed\"} 1",
-            "monky_deployd_applied_info{env_id=\"env-\\\"x\\\"\",sha=\"ab12\"} 1",
+            concat!(
+                "monky_deployd_applied_info{env_id=\"env-\\\"x\\\"\",sha=\"",
+                "ab12000000000000000000000000000000000000000000000000000000000000",
+                "\"} 1"
+            ),
             "monky_deployd_refusals_total{env_id=\"env-\\\"x\\\"\",code=\"ENV_INCOMPLETE\"} 2",
             "monky_deployd_backoff_deadline_timestamp_seconds{env_id=\"env-\\\"x\\\"\"} 1900000000",
             "monky_deployd_held{env_id=\"env-\\\"x\\\"\"} 1",
@@ -213,18 +222,17 @@ mod tests {
     #[test]
     fn converged_only_when_the_tick_ended_fine_and_the_shas_agree() {
         let sha = "c".repeat(64);
-        let fine = State {
-            applied_sha: Some(sha.clone()),
-            desired_sha: Some(sha),
-            last_checkin: Some(1_800_000_000),
-            last_success: Some(1_800_000_000),
-            token: Some(crate::state::TokenState::from_wall(
+        let fine = State::default().patched(serde_json::json!({
+            "applied_sha": sha,
+            "desired_sha": sha,
+            "last_checkin": 1_800_000_000,
+            "last_success": 1_800_000_000,
+            "token": crate::state::TokenState::from_wall(
                 crate::state::TokenSource::Lease,
                 1_799_000_000,
                 1_900_000_000,
-            )),
-            ..State::default()
-        };
+            ),
+        }));
         let facts = |exit| TickFacts {
             exit,
             duration: Duration::from_secs(1),
@@ -239,11 +247,10 @@ mod tests {
         };
         assert!(gauge(&fine, Exit::Ok).ends_with(" 1"));
         assert!(gauge(&fine, Exit::Temporary).ends_with(" 0"));
-        let failing = State {
-            last_error: Some("TENANCY_UNAVAILABLE: down".into()),
-            last_code: Some(crate::code::Code::TenancyUnavailable),
-            ..fine.clone()
-        };
+        let failing = fine.patched(serde_json::json!({
+            "last_error": "TENANCY_UNAVAILABLE: down",
+            "last_code": "TENANCY_UNAVAILABLE",
+        }));
         assert!(gauge(&failing, Exit::Ok).ends_with(" 0"));
         let text = render("e", &fine, facts(Exit::Ok));
         assert!(

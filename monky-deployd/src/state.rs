@@ -5,6 +5,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
+use monky_agent_proto::Sha;
+
 use crate::clock::BootDeadline;
 use crate::code::Code;
 use crate::fsx;
@@ -85,94 +89,314 @@ pub struct SeenContainer {
     pub health: Option<String>,
 }
 
-/// The persisted state.
+/// A release whose apply failed after it was staged (render, model, pull, up or health) and
+/// that waits out its backoff before it is tried again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedRelease {
+    /// The sha that failed.
+    pub sha: Sha,
+    /// How many applies of it failed in a row.
+    pub attempts: u32,
+    /// When it may be tried again (unix seconds); shown, and a fallback clamped to the longest
+    /// wait after another boot.
+    pub next_attempt_at: Option<u64>,
+    /// The same deadline on the boot clock, which no wall-clock step moves.
+    pub next_attempt_boot: Option<BootDeadline>,
+    /// The code of its failure; none in a state that kept a code this version does not know.
+    pub code: Option<Code>,
+    /// `CODE: names` of its failure without the backoff note, repeated by the reports sent
+    /// while it waits.
+    pub detail: Option<String>,
+}
+
+/// The failed release as state.json has always kept it: flat `failed_*` fields beside the
+/// others, written even when no release failed, so an upgrade or a downgrade reads it as before.
+mod failed_fields {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::{BootDeadline, Code, FailedRelease, Sha};
+
+    #[derive(Default, Serialize, Deserialize)]
+    #[serde(default)]
+    struct Flat {
+        failed_sha: Option<Sha>,
+        failed_attempts: u32,
+        next_attempt_at: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        next_attempt_boot: Option<BootDeadline>,
+        #[serde(deserialize_with = "crate::code::lenient")]
+        failed_code: Option<Code>,
+        failed_detail: Option<String>,
+    }
+
+    #[allow(clippy::ref_option)] // serde's `with` hands a reference to the field
+    pub(super) fn serialize<S: Serializer>(
+        failed: &Option<FailedRelease>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let flat = failed.clone().map_or_else(Flat::default, |f| Flat {
+            failed_sha: Some(f.sha),
+            failed_attempts: f.attempts,
+            next_attempt_at: f.next_attempt_at,
+            next_attempt_boot: f.next_attempt_boot,
+            failed_code: f.code,
+            failed_detail: f.detail,
+        });
+        flat.serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<FailedRelease>, D::Error> {
+        let flat = Flat::deserialize(d)?;
+        Ok(flat.failed_sha.map(|sha| FailedRelease {
+            sha,
+            attempts: flat.failed_attempts,
+            next_attempt_at: flat.next_attempt_at,
+            next_attempt_boot: flat.next_attempt_boot,
+            code: flat.failed_code,
+            detail: flat.failed_detail,
+        }))
+    }
+}
+
+/// The persisted state. Its fields change only through the methods below, each named for what
+/// happened; everything else reads them through the accessors of the same names.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct State {
     /// Format version.
-    pub version: u32,
+    version: u32,
     /// The env this state belongs to.
-    pub env_id: String,
+    env_id: String,
     /// The sha that is running and was last healthy.
-    pub applied_sha: Option<String>,
+    applied_sha: Option<Sha>,
     /// What tenancy last asked for.
-    pub desired_sha: Option<String>,
+    desired_sha: Option<Sha>,
     /// Every sha applied, oldest first (rollback checks).
-    pub applied_history: Vec<String>,
+    applied_history: Vec<Sha>,
     /// Last successful checkin (unix seconds).
-    pub last_checkin: Option<u64>,
+    last_checkin: Option<u64>,
     /// Last report sent (unix seconds).
-    pub last_report: Option<u64>,
-    /// `applied`, `failed` or `down`: what the last report said.
-    pub last_result: Option<String>,
+    last_report: Option<u64>,
+    /// `applied`, `failed` or `down`: what the last tick that reached an action concluded, and
+    /// reported unless `last_error` names the report's own failure.
+    last_result: Option<String>,
     /// `CODE: names` of the last failure, redacted.
-    pub last_error: Option<String>,
+    last_error: Option<String>,
     /// The code of `last_error`, kept as a code so that nothing reads it back out of the text.
     #[serde(deserialize_with = "crate::code::lenient")]
-    pub last_code: Option<crate::code::Code>,
+    last_code: Option<Code>,
     /// Token facts.
-    pub token: Option<TokenState>,
+    token: Option<TokenState>,
     /// Containers as last seen.
-    pub containers: Vec<SeenContainer>,
+    containers: Vec<SeenContainer>,
     /// Tenancy's checkin interval.
-    pub checkin_interval_s: Option<u64>,
+    checkin_interval_s: Option<u64>,
     /// The KV mount tenancy named, when it differs from config.
-    pub kv_mount: Option<String>,
+    kv_mount: Option<String>,
     /// Whether the running release is prod (its bundle's tier), for retire without a bundle.
-    pub applied_prod: Option<bool>,
-    /// The sha whose apply failed after it was staged (pull, up or health), if it still waits.
-    pub failed_sha: Option<String>,
-    /// How many applies of `failed_sha` failed in a row.
-    pub failed_attempts: u32,
-    /// When `failed_sha` may be tried again (unix seconds); shown, and a fallback clamped to
-    /// the longest wait after another boot.
-    pub next_attempt_at: Option<u64>,
-    /// The same deadline on the boot clock, which no wall-clock step moves.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_attempt_boot: Option<BootDeadline>,
-    /// The code of `failed_sha`'s failure.
-    #[serde(deserialize_with = "crate::code::lenient")]
-    pub failed_code: Option<crate::code::Code>,
-    /// `CODE: names` of `failed_sha`'s failure without the backoff note, repeated by the
-    /// reports sent while it waits.
-    pub failed_detail: Option<String>,
+    applied_prod: Option<bool>,
+    /// The release whose apply failed after it was staged, if it still waits (state.json's flat
+    /// `failed_*` fields).
+    #[serde(flatten, with = "failed_fields")]
+    failed: Option<FailedRelease>,
     /// Refusals and failures seen, by code (for the metrics file).
-    pub refusals: std::collections::BTreeMap<String, u64>,
+    refusals: BTreeMap<String, u64>,
     /// The last bundle's disk need in bytes (for `doctor`).
-    pub last_disk_need_bytes: Option<u64>,
+    last_disk_need_bytes: Option<u64>,
     /// The last tick that ended with exit 0 (unix seconds).
-    pub last_success: Option<u64>,
+    last_success: Option<u64>,
     /// The compose found last time (a heartbeat spawns no process to find it again).
-    pub compose: Option<monky_compose::ComposeInfo>,
+    compose: Option<monky_compose::ComposeInfo>,
     /// The running release when it was written by the original agent (state taken over from
     /// it); cleared by the first apply of this agent.
-    pub original_release: Option<String>,
+    original_release: Option<Sha>,
     /// The action tenancy answered in the last tick's checkin (`none`, `apply`, `down`); none
     /// when the tick ended before a checkin answered.
-    pub last_action: Option<String>,
+    last_action: Option<String>,
     /// How many ticks in a row before the last one ended with the same code and detail: the
     /// journal says "same as the last N ticks" instead of repeating the whole error.
-    pub repeats: u32,
+    repeats: u32,
     /// Variables whose value the original agent's `.env` handed to the app differently from
     /// the value now written (names only), found by the first apply after the takeover.
-    pub quoting_changed: Vec<String>,
+    quoting_changed: Vec<String>,
     /// What the last healthy `up` of the applied release left, by container; drift is measured
     /// against it.
-    pub converged: Option<crate::drift::Converged>,
+    converged: Option<crate::drift::Converged>,
     /// Heals within an hour of each other, the last included (the heal backoff's step).
-    pub heal_attempts: u32,
+    heal_attempts: u32,
     /// When the last heal ran (unix seconds).
-    pub last_heal_at: Option<u64>,
+    last_heal_at: Option<u64>,
     /// When drift may be healed again (unix seconds); shown, and a fallback after another boot.
-    pub next_heal_at: Option<u64>,
+    next_heal_at: Option<u64>,
     /// The same deadline on the boot clock, which no wall-clock step moves.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_heal_boot: Option<BootDeadline>,
+    next_heal_boot: Option<BootDeadline>,
     /// What the last `applied` report noted beside the result (`HEALED: ...`,
     /// `APPLY_INTERRUPTED: ...`, `HELD: ...`), redacted.
-    pub last_note: Option<String>,
+    last_note: Option<String>,
     /// The operator's hold as the last tick found it (for the metrics file).
-    pub hold: Option<crate::hold::Hold>,
+    hold: Option<crate::hold::Hold>,
+}
+
+/// Read access, one accessor per field, named as the field.
+impl State {
+    /// Format version.
+    #[must_use]
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+    /// The env this state belongs to.
+    #[must_use]
+    pub fn env_id(&self) -> &str {
+        &self.env_id
+    }
+    /// The sha that is running and was last healthy.
+    #[must_use]
+    pub fn applied_sha(&self) -> Option<&Sha> {
+        self.applied_sha.as_ref()
+    }
+    /// What tenancy last asked for.
+    #[must_use]
+    pub fn desired_sha(&self) -> Option<&Sha> {
+        self.desired_sha.as_ref()
+    }
+    /// Every sha applied, oldest first.
+    #[must_use]
+    pub fn applied_history(&self) -> &[Sha] {
+        &self.applied_history
+    }
+    /// Last successful checkin (unix seconds).
+    #[must_use]
+    pub fn last_checkin(&self) -> Option<u64> {
+        self.last_checkin
+    }
+    /// Last report sent (unix seconds).
+    #[must_use]
+    pub fn last_report(&self) -> Option<u64> {
+        self.last_report
+    }
+    /// `applied`, `failed` or `down`.
+    #[must_use]
+    pub fn last_result(&self) -> Option<&str> {
+        self.last_result.as_deref()
+    }
+    /// `CODE: names` of the last failure, redacted.
+    #[must_use]
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+    /// The code of `last_error`.
+    #[must_use]
+    pub fn last_code(&self) -> Option<Code> {
+        self.last_code
+    }
+    /// Token facts.
+    #[must_use]
+    pub fn token(&self) -> Option<&TokenState> {
+        self.token.as_ref()
+    }
+    /// Containers as last seen.
+    #[must_use]
+    pub fn containers(&self) -> &[SeenContainer] {
+        &self.containers
+    }
+    /// Tenancy's checkin interval.
+    #[must_use]
+    pub fn checkin_interval_s(&self) -> Option<u64> {
+        self.checkin_interval_s
+    }
+    /// The KV mount tenancy named, when it differs from config.
+    #[must_use]
+    pub fn kv_mount(&self) -> Option<&str> {
+        self.kv_mount.as_deref()
+    }
+    /// Whether the running release is prod.
+    #[must_use]
+    pub fn applied_prod(&self) -> Option<bool> {
+        self.applied_prod
+    }
+    /// The release that failed and waits out its backoff.
+    #[must_use]
+    pub fn failed(&self) -> Option<&FailedRelease> {
+        self.failed.as_ref()
+    }
+    /// Refusals and failures seen, by code.
+    #[must_use]
+    pub fn refusals(&self) -> &BTreeMap<String, u64> {
+        &self.refusals
+    }
+    /// The last bundle's disk need in bytes.
+    #[must_use]
+    pub fn last_disk_need_bytes(&self) -> Option<u64> {
+        self.last_disk_need_bytes
+    }
+    /// The last tick that ended with exit 0 (unix seconds).
+    #[must_use]
+    pub fn last_success(&self) -> Option<u64> {
+        self.last_success
+    }
+    /// The compose found last time.
+    #[must_use]
+    pub fn compose(&self) -> Option<&monky_compose::ComposeInfo> {
+        self.compose.as_ref()
+    }
+    /// The running release, when the original agent wrote it.
+    #[must_use]
+    pub fn original_release(&self) -> Option<&Sha> {
+        self.original_release.as_ref()
+    }
+    /// The action tenancy answered in the last tick's checkin.
+    #[must_use]
+    pub fn last_action(&self) -> Option<&str> {
+        self.last_action.as_deref()
+    }
+    /// How many ticks in a row before the last one ended the same.
+    #[must_use]
+    pub fn repeats(&self) -> u32 {
+        self.repeats
+    }
+    /// Variables the original agent's `.env` handed to the app differently.
+    #[must_use]
+    pub fn quoting_changed(&self) -> &[String] {
+        &self.quoting_changed
+    }
+    /// What the last healthy `up` of the applied release left.
+    #[must_use]
+    pub fn converged(&self) -> Option<&crate::drift::Converged> {
+        self.converged.as_ref()
+    }
+    /// Heals within an hour of each other, the last included.
+    #[must_use]
+    pub fn heal_attempts(&self) -> u32 {
+        self.heal_attempts
+    }
+    /// When the last heal ran (unix seconds).
+    #[must_use]
+    pub fn last_heal_at(&self) -> Option<u64> {
+        self.last_heal_at
+    }
+    /// When drift may be healed again (unix seconds).
+    #[must_use]
+    pub fn next_heal_at(&self) -> Option<u64> {
+        self.next_heal_at
+    }
+    /// The same deadline on the boot clock.
+    #[must_use]
+    pub fn next_heal_boot(&self) -> Option<&BootDeadline> {
+        self.next_heal_boot.as_ref()
+    }
+    /// What the last `applied` report noted beside the result.
+    #[must_use]
+    pub fn last_note(&self) -> Option<&str> {
+        self.last_note.as_deref()
+    }
+    /// The operator's hold as the last tick found it.
+    #[must_use]
+    pub fn hold(&self) -> Option<&crate::hold::Hold> {
+        self.hold.as_ref()
+    }
 }
 
 /// Seconds since the epoch by the wall clock (see [`crate::clock`]).
@@ -187,22 +411,173 @@ pub fn path(state_dir: &Path) -> PathBuf {
     state_dir.join(FILE)
 }
 
+/// What the original agent's `state.json` gives the state taken over from it
+/// (`crate::takeover`), every value already of its shape.
+#[derive(Debug, Default)]
+pub(crate) struct Original {
+    /// The running release, which becomes `original_release` too.
+    pub applied_sha: Option<Sha>,
+    /// Its tier, from its `bundle.json` on disk.
+    pub applied_prod: Option<bool>,
+    /// What tenancy last asked for.
+    pub desired_sha: Option<Sha>,
+    /// The shas applied, oldest first, the running one last.
+    pub applied_history: Vec<Sha>,
+    /// Last checkin and report (unix seconds).
+    pub last_checkin: Option<u64>,
+    /// See `last_checkin`.
+    pub last_report: Option<u64>,
+    /// `applied`, `failed` or `down`.
+    pub last_result: Option<String>,
+    /// Token facts.
+    pub token: Option<TokenState>,
+}
+
 impl State {
+    /// A clean state for `env_id`.
+    #[must_use]
+    pub fn new(env_id: &str) -> Self {
+        Self {
+            version: STATE_VERSION,
+            env_id: env_id.to_string(),
+            ..Self::default()
+        }
+    }
+
+    /// The state taken over from the original agent's file.
+    pub(crate) fn taken_over(env_id: &str, o: Original) -> Self {
+        Self {
+            applied_history: o.applied_history,
+            original_release: o.applied_sha.clone(),
+            applied_sha: o.applied_sha,
+            applied_prod: o.applied_prod,
+            desired_sha: o.desired_sha,
+            last_checkin: o.last_checkin,
+            last_report: o.last_report,
+            last_result: o.last_result,
+            token: o.token,
+            ..Self::new(env_id)
+        }
+    }
+
+    /// A tick starts: its action is none until tenancy answers.
+    pub fn begin_tick(&mut self) {
+        self.last_action = None;
+    }
+
+    /// Tenancy answered a checkin at `at` with `action`, wanting `desired`, with its interval.
+    pub fn checked_in(
+        &mut self,
+        action: &str,
+        desired: Option<Sha>,
+        interval_s: Option<u64>,
+        at: u64,
+    ) {
+        self.last_action = Some(action.to_string());
+        self.last_checkin = Some(at);
+        self.desired_sha = desired;
+        self.checkin_interval_s = interval_s;
+    }
+
+    /// The KV mount tenancy names when it differs from the config's (else none).
+    pub fn adopt_kv_mount(&mut self, mount: Option<String>) {
+        self.kv_mount = mount;
+    }
+
+    /// The project's containers as just listed.
+    pub fn saw_containers(&mut self, containers: Vec<SeenContainer>) {
+        self.containers = containers;
+    }
+
+    /// The compose found on the box, for the next heartbeat.
+    pub fn found_compose(&mut self, compose: Option<monky_compose::ComposeInfo>) {
+        self.compose = compose;
+    }
+
+    /// The operator's hold as this tick found it.
+    pub fn found_hold(&mut self, hold: Option<crate::hold::Hold>) {
+        self.hold = hold;
+    }
+
+    /// The desired bundle's disk need, for `doctor`.
+    pub fn needs_disk(&mut self, bytes: Option<u64>) {
+        self.last_disk_need_bytes = bytes;
+    }
+
+    /// The first apply over the original agent's release found these variables handed to the
+    /// app differently.
+    pub fn found_quoting_changed(&mut self, names: Vec<String>) {
+        self.quoting_changed = names;
+    }
+
+    /// The release that runs is this agent's own now.
+    pub fn own_release(&mut self) {
+        self.original_release = None;
+    }
+
     /// Nothing healthy of this agent's runs any more: `applied_prod` goes with `applied_sha`,
     /// so that it never describes another release than the one `applied_sha` names.
-    pub fn forget_applied(&mut self) -> Option<String> {
+    pub fn forget_applied(&mut self) -> Option<Sha> {
         self.applied_prod = None;
         self.applied_sha.take()
     }
 
+    /// A release failed after it was staged and waits out its backoff.
+    pub fn mark_failed(&mut self, failed: FailedRelease) {
+        self.failed = Some(failed);
+    }
+
+    /// The failed release's wait, carried into this boot (`Backoff::rebase`).
+    pub fn rebase_failed(&mut self, next_attempt_at: u64, next_attempt_boot: Option<BootDeadline>) {
+        if let Some(f) = self.failed.as_mut() {
+            f.next_attempt_at = Some(next_attempt_at);
+            f.next_attempt_boot = next_attempt_boot;
+        }
+    }
+
     /// Forgets a failed release and its backoff: it applied, or tenancy wants another sha.
     pub fn clear_failed(&mut self) {
-        self.failed_sha = None;
-        self.failed_attempts = 0;
-        self.next_attempt_at = None;
-        self.next_attempt_boot = None;
-        self.failed_code = None;
-        self.failed_detail = None;
+        self.failed = None;
+    }
+
+    /// The token's facts: minted, learnt from OpenBao, or gone with the token (`None`).
+    pub fn set_token_facts(&mut self, token: Option<TokenState>) {
+        self.token = token;
+    }
+
+    /// OpenBao said how long the token has left: its expiry on the wall and boot clocks.
+    pub fn token_ttl_learnt(&mut self, expires_at: u64, expires_boot: Option<BootDeadline>) {
+        if let Some(t) = self.token.as_mut() {
+            t.expires_at = expires_at;
+            t.expires_boot = expires_boot;
+        }
+    }
+
+    /// A renewal came back short of the token's TTL: its max TTL is near.
+    pub fn token_max_ttl_near(&mut self) {
+        if let Some(t) = self.token.as_mut() {
+            t.max_ttl_near = true;
+        }
+    }
+
+    /// What a healthy `up` left, for drift detection.
+    pub fn record_converged(&mut self, converged: crate::drift::Converged) {
+        self.converged = Some(converged);
+    }
+
+    /// A heal ran at `at`, the `attempts`-th within the heal memory; the next may run at
+    /// `next_at` (and `next_boot` on the boot clock).
+    pub fn healing(
+        &mut self,
+        attempts: u32,
+        at: u64,
+        next_at: u64,
+        next_boot: Option<BootDeadline>,
+    ) {
+        self.heal_attempts = attempts;
+        self.last_heal_at = Some(at);
+        self.next_heal_at = Some(next_at);
+        self.next_heal_boot = next_boot;
     }
 
     /// The state as the last tick saved it, for the read-only commands (status, explain,
@@ -235,11 +610,7 @@ impl State {
     /// with a note saying where the old file went.
     pub fn load(state_dir: &Path, env_id: &str) -> anyhow::Result<(Self, Option<String>)> {
         let p = path(state_dir);
-        let fresh = Self {
-            version: STATE_VERSION,
-            env_id: env_id.to_string(),
-            ..Self::default()
-        };
+        let fresh = Self::new(env_id);
         let root = fsx::Dir::state_root(state_dir)?;
         let Some(bytes) = root.read_file(FILE, fsx::MAX_STATE_FILE_BYTES)? else {
             return Ok((fresh, None));
@@ -253,9 +624,7 @@ impl State {
                 Ok(s) => {
                     let note = format!(
                         "state.json was written by the original agent; taken over (applied {})",
-                        s.applied_sha
-                            .as_deref()
-                            .map_or("none", |a| a.get(..12).unwrap_or(a))
+                        s.applied_sha.as_ref().map_or("none", Sha::short)
                     );
                     return Ok((s, Some(note)));
                 }
@@ -351,13 +720,26 @@ impl State {
     }
 
     /// Records a sha as applied (and healthy).
-    pub fn mark_applied(&mut self, sha: &str, prod: bool) {
-        self.applied_sha = Some(sha.to_string());
+    pub fn mark_applied(&mut self, sha: &Sha, prod: bool) {
+        self.applied_sha = Some(sha.clone());
         self.applied_prod = Some(prod);
         self.applied_history.retain(|s| s != sha);
-        self.applied_history.push(sha.to_string());
+        self.applied_history.push(sha.clone());
         let excess = self.applied_history.len().saturating_sub(50);
         self.applied_history.drain(..excess);
+    }
+}
+
+#[cfg(test)]
+impl State {
+    /// This state with `patch`'s keys written over it as state.json spells them: for tests of
+    /// the readers, which cannot set the fields themselves.
+    pub(crate) fn patched(&self, patch: serde_json::Value) -> Self {
+        let mut doc = serde_json::to_value(self).unwrap();
+        for (key, value) in patch.as_object().unwrap() {
+            doc[key] = value.clone();
+        }
+        serde_json::from_value(doc).unwrap()
     }
 }
 
@@ -386,15 +768,19 @@ fn set_aside(
 mod tests {
     use super::*;
 
+    fn sha(c: char) -> Sha {
+        Sha::parse(&c.to_string().repeat(64)).unwrap()
+    }
+
     #[test]
     fn round_trip_and_corrupt_files_are_set_aside() {
         let dir = tempfile::tempdir().unwrap();
         let (mut s, note) = State::load(dir.path(), "e1").unwrap();
         assert!(note.is_none());
-        s.mark_applied("aaa", false);
-        s.mark_applied("bbb", false);
-        s.mark_applied("aaa", false);
-        assert_eq!(s.applied_history, ["bbb", "aaa"]);
+        s.mark_applied(&sha('a'), false);
+        s.mark_applied(&sha('b'), false);
+        s.mark_applied(&sha('a'), false);
+        assert_eq!(s.applied_history(), [sha('b'), sha('a')]);
         s.save(dir.path()).unwrap();
         assert_eq!(State::load(dir.path(), "e1").unwrap().0, s);
 
@@ -403,12 +789,60 @@ mod tests {
             br#"{"version": 9, "env_id": "e1"}"#,
             br#"{"version": 1, "env_id": "e2"}"#,
             br#"{"env_id": "e2", "applied_sha": null}"#,
+            // A sha is a shape in state.json too.
+            br#"{"version": 1, "env_id": "e1", "applied_sha": "aaa"}"#,
         ] {
             std::fs::write(path(dir.path()), bad).unwrap();
             let (s, note) = State::load(dir.path(), "e1").unwrap();
-            assert_eq!(s.applied_sha, None);
+            assert_eq!(s.applied_sha(), None);
             assert!(note.unwrap().contains("set aside"));
             assert!(!path(dir.path()).exists());
         }
+    }
+
+    #[test]
+    fn the_failed_release_keeps_its_flat_fields_on_disk() {
+        let mut s = State::new("e1");
+        let fresh = serde_json::to_value(&s).unwrap();
+        // No failed release: the fields are there, empty, as every earlier version wrote them.
+        for (key, empty) in [
+            ("failed_sha", serde_json::Value::Null),
+            ("failed_attempts", 0.into()),
+            ("next_attempt_at", serde_json::Value::Null),
+            ("failed_code", serde_json::Value::Null),
+            ("failed_detail", serde_json::Value::Null),
+        ] {
+            assert_eq!(fresh[key], empty, "{key}");
+        }
+        assert!(fresh.get("next_attempt_boot").is_none());
+        assert!(fresh.get("failed").is_none());
+
+        let failed = FailedRelease {
+            sha: sha('c'),
+            attempts: 3,
+            next_attempt_at: Some(1_700_000_000),
+            next_attempt_boot: None,
+            code: Some(Code::Unhealthy),
+            detail: Some("UNHEALTHY: web-1 (unhealthy)".into()),
+        };
+        s.mark_failed(failed.clone());
+        let doc = serde_json::to_value(&s).unwrap();
+        assert_eq!(doc["failed_sha"], "c".repeat(64));
+        assert_eq!(doc["failed_attempts"], 3);
+        assert_eq!(doc["next_attempt_at"], 1_700_000_000);
+        assert_eq!(doc["failed_code"], "UNHEALTHY");
+        assert_eq!(doc["failed_detail"], "UNHEALTHY: web-1 (unhealthy)");
+        let back: State = serde_json::from_value(doc).unwrap();
+        assert_eq!(back.failed(), Some(&failed));
+        // An older file's flat fields, with a code this version does not know.
+        let older: State = serde_json::from_value(serde_json::json!({
+            "version": 1, "env_id": "e1", "failed_sha": "d".repeat(64),
+            "failed_attempts": 2, "failed_code": "SOMETHING_NEW"
+        }))
+        .unwrap();
+        let f = older.failed().unwrap();
+        assert_eq!((&f.sha, f.attempts, f.code), (&sha('d'), 2, None));
+        s.clear_failed();
+        assert_eq!(serde_json::to_value(&s).unwrap(), fresh);
     }
 }

@@ -30,9 +30,9 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
             crate::tick::short(Some(&m.sha))
         ));
     }
-    let code = st.last_code.filter(|_| st.last_error.is_some());
+    let code = st.last_code().filter(|_| st.last_error().is_some());
     let failed_logs = crate::evidence::latest(cfg)
-        .filter(|_| code.is_some() || st.failed_sha.is_some())
+        .filter(|_| code.is_some() || st.failed().is_some())
         .map(|sha| crate::evidence::log_path(cfg, &sha).display().to_string());
     let containers = match listed {
         Ok(cs) => cs
@@ -40,12 +40,12 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
             .map(|c| json!({"name": c.name, "state": c.state, "health": c.health}))
             .collect(),
         Err(_) => st
-            .containers
+            .containers()
             .iter()
             .map(|c| json!({"name": c.name, "state": c.state, "health": c.health, "stale": true}))
             .collect::<Vec<_>>(),
     };
-    let token = token_json(token_present, st.token.as_ref());
+    let token = token_json(token_present, st.token());
     let hold = crate::hold::peek(&cfg.state_dir).map(
         |h| json!({"reason": h.reason, "since": rfc3339(h.since), "until": h.until.map(rfc3339)}),
     );
@@ -54,22 +54,22 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
     );
     let doc = json!({
         "env_id": cfg.env_id,
-        "applied_sha": st.applied_sha,
-        "desired_sha": st.desired_sha,
+        "applied_sha": st.applied_sha(),
+        "desired_sha": st.desired_sha(),
         "converged": why_not.is_empty(),
         "not_converged": why_not,
         "whose_move": code.map(|c| c.owner().as_str()),
         "next_step": code.map(crate::code::Code::next_step),
         "failed_logs": failed_logs,
         "token": token,
-        "last_checkin": st.last_checkin.map(rfc3339),
-        "last_report": st.last_report.map(rfc3339),
-        "last_result": st.last_result,
-        "last_error": st.last_error,
-        "last_note": st.last_note,
+        "last_checkin": st.last_checkin().map(rfc3339),
+        "last_report": st.last_report().map(rfc3339),
+        "last_result": st.last_result(),
+        "last_error": st.last_error(),
+        "last_note": st.last_note(),
         "hold": hold,
         "interrupted_apply": interrupted,
-        "next_heal_at": st.next_heal_at.map(rfc3339),
+        "next_heal_at": st.next_heal_at().map(rfc3339),
         "containers": containers,
         "transport": cfg.transport.as_str(),
     });

@@ -13,7 +13,9 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::state::{STATE_VERSION, State, TokenSource, TokenState};
+use monky_agent_proto::Sha;
+
+use crate::state::{Original, State, TokenSource, TokenState};
 
 /// The most of `current/bundle.json` read to learn the tier; a real one is a few KiB.
 const MAX_BUNDLE_JSON: u64 = 1 << 20;
@@ -41,53 +43,53 @@ pub fn from_original(doc: &Value, env_dir: &Path, env_id: &str) -> Result<State,
     if running.is_some() {
         applied_sha.clone_from(&running);
     }
-    let mut state = State {
-        version: STATE_VERSION,
-        env_id: env_id.to_string(),
-        applied_history: applied_sha.iter().cloned().collect(),
-        applied_sha: applied_sha.clone(),
-        desired_sha: o.get("desired_sha").and_then(sha),
-        last_checkin: o.get("last_checkin").and_then(seconds),
-        last_report: o.get("last_report").and_then(seconds),
-        last_result: o
-            .get("last_result")
-            .and_then(Value::as_str)
-            // The original's state may say `refused`; this agent reports a refusal as `failed`.
-            .and_then(|r| match r {
-                "applied" | "failed" | "down" => Some(r),
-                "refused" => Some("failed"),
-                _ => None,
-            })
-            .map(str::to_string),
-        token: o.get("token").and_then(Value::as_object).and_then(token),
-        applied_prod: applied_sha
-            .as_deref()
-            .and_then(|s| release_is_prod(&env_dir.join("releases").join(s))),
-        original_release: applied_sha,
-        ..State::default()
-    };
     // The original's history, when it kept one, keeps rollback checks meaningful.
-    if let Some(history) = o.get("applied_history").and_then(Value::as_array) {
-        let mut seen: Vec<String> = history.iter().filter_map(sha).collect();
-        if let Some(a) = &state.applied_sha {
-            seen.retain(|s| s != a);
-            seen.push(a.clone());
-        }
-        let excess = seen.len().saturating_sub(50);
-        seen.drain(..excess);
-        state.applied_history = seen;
+    let mut history: Vec<Sha> = o
+        .get("applied_history")
+        .and_then(Value::as_array)
+        .map(|h| h.iter().filter_map(sha).collect())
+        .unwrap_or_default();
+    if let Some(a) = &applied_sha {
+        history.retain(|s| s != a);
+        history.push(a.clone());
     }
-    Ok(state)
+    let excess = history.len().saturating_sub(50);
+    history.drain(..excess);
+    Ok(State::taken_over(
+        env_id,
+        Original {
+            applied_prod: applied_sha
+                .as_ref()
+                .and_then(|s| release_is_prod(&env_dir.join("releases").join(s.as_str()))),
+            applied_sha,
+            applied_history: history,
+            desired_sha: o.get("desired_sha").and_then(sha),
+            last_checkin: o.get("last_checkin").and_then(seconds),
+            last_report: o.get("last_report").and_then(seconds),
+            last_result: o
+                .get("last_result")
+                .and_then(Value::as_str)
+                // The original's state may say `refused`; this agent reports a refusal as
+                // `failed`.
+                .and_then(|r| match r {
+                    "applied" | "failed" | "down" => Some(r),
+                    "refused" => Some("failed"),
+                    _ => None,
+                })
+                .map(str::to_string),
+            token: o.get("token").and_then(Value::as_object).and_then(token),
+        },
+    ))
 }
 
 /// The sha `current` points at (`releases/<sha>`), when that release is on disk.
-fn running_sha(env_dir: &Path) -> Option<String> {
+fn running_sha(env_dir: &Path) -> Option<Sha> {
     let target = std::fs::read_link(env_dir.join("current")).ok()?;
     let name = target.file_name()?.to_str()?;
     let name = sha(&Value::String(name.to_string()))?;
     env_dir
         .join("releases")
-        .join(&name)
+        .join(name.as_str())
         .is_dir()
         .then_some(name)
 }
@@ -105,10 +107,8 @@ fn release_is_prod(release: &Path) -> Option<bool> {
 }
 
 /// A sha as tenancy sends it: 64 lowercase hex digits.
-fn sha(v: &Value) -> Option<String> {
-    let s = v.as_str()?;
-    (s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-        .then(|| s.to_string())
+fn sha(v: &Value) -> Option<Sha> {
+    Sha::parse(v.as_str()?).ok()
 }
 
 /// Unix seconds as the original wrote them (`time.time()`: a float), or an integer.
@@ -200,15 +200,16 @@ mod tests {
         });
         assert!(is_original(&doc));
         let s = from_original(&doc, dir.path(), "e1").unwrap();
-        assert_eq!(s.version, STATE_VERSION);
-        assert_eq!(s.applied_sha.as_deref(), Some(A));
-        assert_eq!(s.applied_history, [A]);
-        assert_eq!(s.applied_prod, Some(true));
-        assert_eq!(s.original_release.as_deref(), Some(A));
-        assert_eq!(s.last_checkin, Some(1_790_000_000));
+        assert_eq!(s.version(), crate::state::STATE_VERSION);
+        assert_eq!(s.applied_sha().map(Sha::as_str), Some(A));
+        assert_eq!(s.applied_history().len(), 1);
+        assert_eq!(s.applied_history()[0].as_str(), A);
+        assert_eq!(s.applied_prod(), Some(true));
+        assert_eq!(s.original_release().map(Sha::as_str), Some(A));
+        assert_eq!(s.last_checkin(), Some(1_790_000_000));
         assert_eq!(
-            s.token,
-            Some(TokenState::from_wall(
+            s.token(),
+            Some(&TokenState::from_wall(
                 TokenSource::Lease,
                 1_790_000_000,
                 1_790_086_400
@@ -244,11 +245,11 @@ mod tests {
         // No applied_sha, a token without times, a sha of the wrong shape elsewhere.
         let doc = json!({"desired_sha": "not-a-sha", "token": {"source": "lease"}, "last_result": "weird"});
         let s = from_original(&doc, dir.path(), "e1").unwrap();
-        assert_eq!(s.applied_sha.as_deref(), Some(B));
-        assert_eq!(s.applied_prod, Some(false));
-        assert_eq!(s.desired_sha, None);
-        assert_eq!(s.token, None);
-        assert_eq!(s.last_result, None);
+        assert_eq!(s.applied_sha().map(Sha::as_str), Some(B));
+        assert_eq!(s.applied_prod(), Some(false));
+        assert_eq!(s.desired_sha(), None);
+        assert_eq!(s.token(), None);
+        assert_eq!(s.last_result(), None);
         // A TTL instead of an expiry.
         let t = token(
             json!({"source": "bootstrap", "issued_at": 100, "ttl": 86400})
@@ -260,7 +261,7 @@ mod tests {
         // Nothing on disk and nothing in the file: an empty state, not a guess.
         let empty = tempfile::tempdir().unwrap();
         let s = from_original(&json!({}), empty.path(), "e1").unwrap();
-        assert_eq!((s.applied_sha, s.applied_prod), (None, None));
+        assert_eq!((s.applied_sha(), s.applied_prod()), (None, None));
         // Another env's file is not taken over.
         assert!(from_original(&json!({"env_id": "e2"}), empty.path(), "e1").is_err());
         assert!(!is_original(&json!({"version": 1})));

@@ -56,8 +56,8 @@ pub fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
     // Offline on a laptop is one quiet line, already written.
     let offline = cfg.laptop_mode
         && outcome.exit == Exit::Ok
-        && st.last_error.is_some()
-        && st.last_code.is_some_and(|c| c.exit() == Exit::Temporary);
+        && st.last_error().is_some()
+        && st.last_code().is_some_and(|c| c.exit() == Exit::Temporary);
     if !offline {
         summary(&st, outcome.exit, started.elapsed());
     }
@@ -87,33 +87,33 @@ fn summary(st: &State, exit: Exit, took: Duration) {
 
 /// See [`summary`].
 pub(crate) fn summary_line(st: &State, exit: Exit, took: Duration) -> String {
-    let code = st.last_code.filter(|_| st.last_error.is_some());
-    let outcome = match (exit, st.last_result.as_deref()) {
+    let code = st.last_code().filter(|_| st.last_error().is_some());
+    let outcome = match (exit, st.last_result()) {
         (Exit::Temporary, _) => "temporary",
         (Exit::Config, _) => "config",
         (_, Some(r)) if code.is_none() || r == "failed" => r,
         (Exit::Ok, _) => "ok",
         _ => "failed",
     };
-    let sha = match st.last_action.as_deref() {
-        Some("apply") => st.desired_sha.as_deref().or(st.applied_sha.as_deref()),
-        _ => st.applied_sha.as_deref(),
+    let sha = match st.last_action() {
+        Some("apply") => st.desired_sha().or(st.applied_sha()),
+        _ => st.applied_sha(),
     };
     let mut line = format!(
         "tick: action={} sha={} outcome={outcome} code={} duration={:.1}s exit={}",
-        st.last_action.as_deref().unwrap_or("-"),
-        short(sha),
+        st.last_action().unwrap_or("-"),
+        short(sha.map(proto::Sha::as_str)),
         code.map_or("-", Code::as_str),
         took.as_secs_f64(),
         exit.code()
     );
     if let Some(code) = code {
         line.push_str(&format!(" owner=\"{}\"", code.owner()));
-        if st.repeats > 0 {
+        if st.repeats() > 0 {
             line.push_str(&format!(
                 " (same {code} as the last {} tick{})",
-                st.repeats,
-                if st.repeats == 1 { "" } else { "s" }
+                st.repeats(),
+                if st.repeats() == 1 { "" } else { "s" }
             ));
         }
     }
@@ -177,7 +177,7 @@ fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
                 );
                 Exit::Ok
             } else {
-                log_error(&e, State::peek(&cfg.state_dir).repeats > 0);
+                log_error(&e, State::peek(&cfg.state_dir).repeats() > 0);
                 exit
             }
         }
@@ -201,13 +201,13 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> any
         warn!("{note}");
     }
     // This tick's action, once tenancy answers; none if it never does.
-    state.last_action = None;
+    state.begin_tick();
     let mut agent = Agent::new(cfg, state, opts)?;
     let result = agent.converge();
     // Clamped again: a state.json written before the bounds existed may hold any number.
     *interval = agent
         .state
-        .checkin_interval_s
+        .checkin_interval_s()
         .map(|s| proto::CheckinInterval::from_secs(s).get());
     let saved = agent.finish(&result);
     match (result, saved) {
@@ -266,15 +266,15 @@ impl<'a> Agent<'a> {
     pub(crate) fn new(cfg: &'a Config, state: State, opts: TickOptions) -> anyhow::Result<Self> {
         let mut builder =
             compose::Docker::builder(cfg.docker_bin.clone()).docker_config(cfg.docker_config_dir());
-        if let Some(hint) = state.compose.clone() {
+        if let Some(hint) = state.compose().cloned() {
             builder = builder.compose_hint(hint);
         }
         let docker = builder.build().context("docker")?;
         let hold = crate::hold::load(&cfg.state_dir)?;
         let mut state = state;
-        state.hold.clone_from(&hold);
+        state.found_hold(hold.clone());
         Ok(Self {
-            previous: (state.last_code, state.last_error.clone()),
+            previous: (state.last_code(), state.last_error().map(str::to_owned)),
             tenancy: peers::tenancy(cfg)?,
             bao: std::cell::OnceCell::new(),
             docker,
@@ -309,20 +309,21 @@ impl<'a> Agent<'a> {
             warn!("cannot list containers: {e}");
             Vec::new()
         });
-        self.state.containers = self
-            .facts
-            .iter()
-            .map(|f| SeenContainer {
-                name: f.container.name.clone(),
-                state: f.container.state.clone(),
-                health: f.container.health.clone(),
-            })
-            .collect();
+        self.state.saw_containers(
+            self.facts
+                .iter()
+                .map(|f| SeenContainer {
+                    name: f.container.name.clone(),
+                    state: f.container.state.clone(),
+                    health: f.container.health.clone(),
+                })
+                .collect(),
+        );
     }
 
     fn wire_containers(&self) -> Vec<proto::ContainerStatus> {
         self.state
-            .containers
+            .containers()
             .iter()
             .map(|c| proto::ContainerStatus {
                 name: c.name.clone(),
@@ -337,11 +338,11 @@ impl<'a> Agent<'a> {
     fn checkin_request(&mut self) -> proto::CheckinRequest {
         self.refresh_containers();
         let facts = self.docker.facts();
-        self.state.compose = self.docker.known_compose();
+        self.state.found_compose(self.docker.known_compose());
         proto::CheckinRequest {
             env_id: self.cfg.env_id.clone(),
             agent_version: crate::VERSION.to_string(),
-            applied_sha: self.state.applied_sha.clone(),
+            applied_sha: self.state.applied_sha().map(|s| s.as_str().to_owned()),
             host: proto::HostFacts {
                 hostname: host::hostname(),
                 os: host::os(),
@@ -386,24 +387,27 @@ impl<'a> Agent<'a> {
             .checkin()
             .inspect_err(|e| self.conclude_checkin_error(e))?;
         self.learn_token_facts();
-        self.state.last_action = Some(resp.action.to_string());
-        self.state.last_checkin = Some(state::now());
-        self.state.desired_sha = resp.desired_sha.as_ref().map(|s| s.as_str().to_owned());
-        self.state.checkin_interval_s = resp.checkin_interval_s.map(|i| i.as_secs());
+        self.state.checked_in(
+            &resp.action.to_string(),
+            resp.desired_sha.clone(),
+            resp.checkin_interval_s.map(|i| i.as_secs()),
+            state::now(),
+        );
         if let Some(mount) = resp.vault.as_ref().and_then(|v| v.mount.clone()) {
-            if mount != self.cfg.bao.kv_mount && self.state.kv_mount.as_deref() != Some(&mount) {
+            if mount != self.cfg.bao.kv_mount && self.state.kv_mount() != Some(&mount) {
                 info!(
                     "adopting KV mount {mount:?} from tenancy (config says {:?})",
                     self.cfg.bao.kv_mount
                 );
             }
-            self.state.kv_mount = (mount != self.cfg.bao.kv_mount).then_some(mount);
+            self.state
+                .adopt_kv_mount((mount != self.cfg.bao.kv_mount).then_some(mount));
         }
         info!(
             "checkin: action={} desired={} applied={}",
             resp.action,
             resp.desired_sha.as_ref().map_or("-", |s| s.short()),
-            short(self.state.applied_sha.as_deref())
+            short(self.state.applied_sha().map(proto::Sha::as_str))
         );
         if let Some(hold) = self.hold.clone() {
             return self.held(&hold, &resp);
@@ -414,17 +418,16 @@ impl<'a> Agent<'a> {
         match resp.action {
             Action::None => self.heartbeat(),
             Action::Down => {
-                let sha = self.state.applied_sha.clone();
+                let sha = self.state.applied_sha().cloned();
                 self.retire(resp.purge_volumes)
-                    .inspect_err(|e| self.conclude_error(sha.as_deref(), e))
+                    .inspect_err(|e| self.conclude_error(sha.as_ref().map(proto::Sha::as_str), e))
             }
             Action::Apply => {
                 // A sha that is not 64 lowercase hex digits never decoded: this one is safe in a
                 // path, a URL and a comparison with the release's own.
                 let sha = resp
                     .desired_sha
-                    .as_ref()
-                    .map(|s| s.as_str().to_owned())
+                    .clone()
                     .ok_or_else(|| {
                         Failure::coded(Code::CheckinInvalid, "action apply without desired_sha")
                             .into()
@@ -434,7 +437,7 @@ impl<'a> Agent<'a> {
                 let url = resp
                     .bundle_url_or_default(&self.cfg.env_id)
                     .unwrap_or_default();
-                if self.state.failed_sha.as_deref() != Some(sha.as_str()) {
+                if self.state.failed().is_some_and(|f| f.sha != sha) {
                     // Tenancy wants something else now: the old failure no longer counts.
                     self.state.clear_failed();
                 }
@@ -442,7 +445,7 @@ impl<'a> Agent<'a> {
                     return self.report_waiting(&sha, deadline);
                 }
                 self.apply(&sha, &url)
-                    .inspect_err(|e| self.conclude_error(Some(&sha), e))
+                    .inspect_err(|e| self.conclude_error(Some(sha.as_str()), e))
             }
         }
     }
@@ -450,12 +453,12 @@ impl<'a> Agent<'a> {
     // ---- none / down ------------------------------------------------------------------------
 
     fn heartbeat(&mut self) -> anyhow::Result<Exit> {
-        if let (None, Some(sha)) = (&self.docker_error, self.state.applied_sha.clone()) {
-            let drift = crate::drift::detect(&sha, self.state.converged.as_ref(), &self.facts);
+        if let (None, Some(sha)) = (&self.docker_error, self.state.applied_sha().cloned()) {
+            let drift = crate::drift::detect(sha.as_str(), self.state.converged(), &self.facts);
             if !drift.is_empty() {
-                return self.on_drift(&sha, &drift);
+                return self.on_drift(sha.as_str(), &drift);
             }
-            self.adopt_converged(&sha);
+            self.adopt_converged(sha.as_str());
         }
         self.health_report(None)
     }
@@ -463,14 +466,14 @@ impl<'a> Agent<'a> {
     /// The heartbeat's report of the containers' health; `note` (a hold) goes beside an
     /// `applied` result and after a failure's detail.
     fn health_report(&mut self, note: Option<(Code, String)>) -> anyhow::Result<Exit> {
-        let bad = not_ready(&self.state.containers);
-        let missing = self.state.containers.is_empty() && self.state.applied_sha.is_some();
-        let sha = self.state.applied_sha.clone();
+        let bad = not_ready(self.state.containers());
+        let missing = self.state.containers().is_empty() && self.state.applied_sha().is_some();
+        let sha = self.state.applied_sha().map(|s| s.as_str().to_owned());
         let unknown = self.docker_error.clone();
         if unknown.is_none() && bad.is_empty() && !missing {
             info!(
                 "heartbeat: {} container(s) healthy",
-                self.state.containers.len()
+                self.state.containers().len()
             );
             return self.conclude(match note {
                 Some((code, detail)) => Outcome::noted(sha.as_deref(), code, detail),
@@ -510,7 +513,7 @@ impl<'a> Agent<'a> {
         // The release `current` names is judged by its own (verified) tier too: a failed prod
         // release left in place (on_failure: leave) is no applied release, and still prod.
         let prod = self.cfg.is_prod(
-            self.state.applied_prod.unwrap_or(false) || rel.as_ref().is_some_and(|r| r.is_prod()),
+            self.state.applied_prod().unwrap_or(false) || rel.as_ref().is_some_and(|r| r.is_prod()),
         );
         let wanted = purge_requested || self.cfg.volumes_on_absent == VolumesOnAbsent::Purge;
         let volumes = wanted && !prod;
@@ -531,16 +534,15 @@ impl<'a> Agent<'a> {
         let sha = self.state.forget_applied();
         release::clear_current(self.cfg)?;
         self.refresh_containers();
-        self.conclude(Outcome::down(sha.as_deref()))
+        self.conclude(Outcome::down(sha.as_ref().map(proto::Sha::as_str)))
     }
 
     // ---- apply ------------------------------------------------------------------------------
 
     fn kv_mount(&self) -> String {
         self.state
-            .kv_mount
-            .clone()
-            .unwrap_or_else(|| self.cfg.bao.kv_mount.clone())
+            .kv_mount()
+            .map_or_else(|| self.cfg.bao.kv_mount.clone(), str::to_owned)
     }
 }
 
@@ -568,35 +570,32 @@ mod tests {
     #[test]
     fn one_summary_line_per_tick_says_action_sha_outcome_code_duration_exit() {
         let sha = "ab".repeat(32);
-        let st = State {
-            last_action: Some("apply".into()),
-            desired_sha: Some(sha.clone()),
-            last_result: Some("failed".into()),
-            last_error: Some("UNHEALTHY: web-1 (unhealthy)".into()),
-            last_code: Some(Code::Unhealthy),
-            repeats: 14,
-            ..State::default()
-        };
+        let st = State::default().patched(serde_json::json!({
+            "last_action": "apply",
+            "desired_sha": sha,
+            "last_result": "failed",
+            "last_error": "UNHEALTHY: web-1 (unhealthy)",
+            "last_code": "UNHEALTHY",
+            "repeats": 14,
+        }));
         assert_eq!(
             summary_line(&st, Exit::Fail, Duration::from_millis(14_200)),
             "tick: action=apply sha=abababababab outcome=failed code=UNHEALTHY duration=14.2s \
              exit=1 owner=\"bundle author\" (same UNHEALTHY as the last 14 ticks)"
         );
-        let fine = State {
-            last_action: Some("none".into()),
-            applied_sha: Some(sha),
-            last_result: Some("applied".into()),
-            ..State::default()
-        };
+        let fine = State::default().patched(serde_json::json!({
+            "last_action": "none",
+            "applied_sha": sha,
+            "last_result": "applied",
+        }));
         assert_eq!(
             summary_line(&fine, Exit::Ok, Duration::from_millis(80)),
             "tick: action=none sha=abababababab outcome=applied code=- duration=0.1s exit=0"
         );
-        let down = State {
-            last_error: Some("TENANCY_UNAVAILABLE: refused".into()),
-            last_code: Some(Code::TenancyUnavailable),
-            ..State::default()
-        };
+        let down = State::default().patched(serde_json::json!({
+            "last_error": "TENANCY_UNAVAILABLE: refused",
+            "last_code": "TENANCY_UNAVAILABLE",
+        }));
         assert_eq!(
             summary_line(&down, Exit::Temporary, Duration::from_secs(2)),
             "tick: action=- sha=- outcome=temporary code=TENANCY_UNAVAILABLE duration=2.0s \

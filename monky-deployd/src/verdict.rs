@@ -21,29 +21,29 @@ pub struct Seen<'a> {
 #[must_use]
 pub fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
     let mut why = Vec::new();
-    if let Some(code) = st.last_code.filter(|_| st.last_error.is_some()) {
+    if let Some(code) = st.last_code().filter(|_| st.last_error().is_some()) {
         why.push(format!(
             "the last tick failed with {code} ({} moves next)",
             code.owner()
         ));
-    } else if st.last_error.is_some() {
+    } else if st.last_error().is_some() {
         why.push(format!("the last tick failed ({})", Code::Failed));
     }
-    match (&st.applied_sha, &st.desired_sha) {
-        (None, None) if st.last_checkin.is_none() => {
+    match (st.applied_sha(), st.desired_sha()) {
+        (None, None) if st.last_checkin().is_none() => {
             why.push("no checkin has succeeded yet".into());
         }
         (Some(a), Some(d)) if a == d => {}
         (None, None) => {}
         (a, d) => why.push(format!(
             "running {}, tenancy wants {}",
-            crate::tick::short(a.as_deref()),
-            crate::tick::short(d.as_deref())
+            crate::tick::short(a.map(monky_agent_proto::Sha::as_str)),
+            crate::tick::short(d.map(monky_agent_proto::Sha::as_str))
         )),
     }
     if !seen.token_present {
         why.push("no OpenBao token on the box".into());
-    } else if let Some(t) = st.token.as_ref().filter(|t| t.expires_at <= seen.now) {
+    } else if let Some(t) = st.token().filter(|t| t.expires_at <= seen.now) {
         why.push(format!(
             "the token expired at {} by the agent's record",
             crate::status::rfc3339(t.expires_at)
@@ -59,7 +59,7 @@ pub fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
                 .collect();
             if !bad.is_empty() {
                 why.push(format!("not running and healthy: {}", bad.join(", ")));
-            } else if cs.is_empty() && st.applied_sha.is_some() {
+            } else if cs.is_empty() && st.applied_sha().is_some() {
                 why.push("no container of the project runs".into());
             }
         }
@@ -74,13 +74,12 @@ mod tests {
     use crate::state::{TokenSource, TokenState};
 
     fn fine() -> State {
-        State {
-            applied_sha: Some("a".repeat(64)),
-            desired_sha: Some("a".repeat(64)),
-            last_checkin: Some(100),
-            token: Some(TokenState::from_wall(TokenSource::Lease, 0, 10_000)),
-            ..State::default()
-        }
+        State::default().patched(serde_json::json!({
+            "applied_sha": "a".repeat(64),
+            "desired_sha": "a".repeat(64),
+            "last_checkin": 100,
+            "token": TokenState::from_wall(TokenSource::Lease, 0, 10_000),
+        }))
     }
 
     fn seen(containers: Option<&Result<Vec<monky_compose::Container>, String>>) -> Seen<'_> {
@@ -102,25 +101,24 @@ mod tests {
             );
         };
         check(
-            State {
-                last_error: Some("AGENT_UNAUTHENTICATED: revoked".into()),
-                last_code: Some(Code::AgentUnauthenticated),
-                ..fine()
-            },
+            fine().patched(serde_json::json!({
+                "last_error": "AGENT_UNAUTHENTICATED: revoked",
+                "last_code": Code::AgentUnauthenticated,
+            })),
             seen(None),
             "failed with AGENT_UNAUTHENTICATED (box admin moves next)",
         );
         check(
-            State {
-                last_error: Some("TENANCY_UNAVAILABLE: down".into()),
-                last_code: Some(Code::TenancyUnavailable),
-                ..fine()
-            },
+            fine().patched(serde_json::json!({
+                "last_error": "TENANCY_UNAVAILABLE: down",
+                "last_code": Code::TenancyUnavailable,
+            })),
             seen(None),
             "TENANCY_UNAVAILABLE",
         );
-        let mut expired = fine();
-        expired.token.as_mut().unwrap().expires_at = 999;
+        let expired = fine().patched(serde_json::json!({
+            "token": TokenState::from_wall(TokenSource::Lease, 0, 999),
+        }));
         check(expired, seen(None), "the token expired");
         check(
             fine(),
@@ -134,10 +132,7 @@ mod tests {
         check(fine(), seen(Some(&down)), "docker does not answer");
         check(fine(), seen(Some(&Ok(vec![]))), "no container");
         check(
-            State {
-                desired_sha: Some("b".repeat(64)),
-                ..fine()
-            },
+            fine().patched(serde_json::json!({"desired_sha": "b".repeat(64)})),
             seen(None),
             "tenancy wants bbbbbbbbbbbb",
         );

@@ -16,15 +16,16 @@ use crate::code::Code;
 use crate::exit::{Exit, Failure};
 use crate::state;
 use crate::{failpoint, fsx, peers, redact, refusals, release};
+use monky_agent_proto::Sha;
 
 impl Agent<'_> {
     /// Applies the desired release, step by step as docs/architecture.md's "What a tick does"
     /// lists them. A refusal or failure returns early; the steps after it never run.
-    pub(super) fn apply(&mut self, sha: &str, url: &str) -> anyhow::Result<Exit> {
+    pub(super) fn apply(&mut self, sha: &Sha, url: &str) -> anyhow::Result<Exit> {
         // 1-2. Fetch the bundle and verify it hashes to the desired sha.
         let (b, raw) = self.fetch(sha, url)?;
         self.apply_bundle(sha, b)
-            .inspect_err(|e| self.keep_bad_bundle(sha, &raw, e))
+            .inspect_err(|e| self.keep_bad_bundle(sha.as_str(), &raw, e))
     }
 
     /// A bundle the bundle author must fix is kept on the box, so the advice to run
@@ -45,15 +46,15 @@ impl Agent<'_> {
         }
     }
 
-    fn apply_bundle(&mut self, sha: &str, b: bundle::Bundle) -> anyhow::Result<Exit> {
+    fn apply_bundle(&mut self, sha: &Sha, b: bundle::Bundle) -> anyhow::Result<Exit> {
         // Recorded before the disk check, so `doctor` measures the desired bundle's need even
         // when the check refuses it.
-        self.state.last_disk_need_bytes = b.meta().disk_need_bytes;
+        self.state.needs_disk(b.meta().disk_need_bytes);
         // 3. Refuse what the bundle alone shows is wrong, before any lease or secret read.
         let paths = self.refusal_checks(&b, sha)?;
         // 4-6. Lease a grant, log in with it, read the secrets.
         let values = self.read_secrets(&b, &paths)?;
-        if self.state.original_release.is_some() {
+        if self.state.original_release().is_some() {
             self.note_quoting_changes(&values);
         }
         // 7. Render `.env`. A value that cannot be written where the template puts it fails
@@ -96,31 +97,31 @@ impl Agent<'_> {
             self.cfg,
             &crate::interrupted::Marker {
                 sha: sha.to_string(),
-                previous: self.state.applied_sha.clone(),
+                previous: self.state.applied_sha().map(ToString::to_string),
                 started_at: state::now(),
             },
         )?;
         self.marker_settled = true;
-        let rel = release::promote(self.cfg, staged, sha, &|r| self.policy_gate(r))?;
+        let rel = release::promote(self.cfg, staged, sha.as_str(), &|r| self.policy_gate(r))?;
         failpoint::hit("after-swap");
-        release::verify(self.cfg, sha)?;
+        release::verify(self.cfg, sha.as_str())?;
         // 12-13. Up, and wait for health; a failure falls back.
         self.up_healthy(&rel, sha, self.cfg.is_prod(b.meta().is_prod()))?;
         // 14. Report.
         self.state.mark_applied(sha, b.meta().is_prod());
-        self.record_converged(sha);
+        self.record_converged(sha.as_str());
         // From now on the release is this agent's own.
-        self.state.original_release = None;
+        self.state.own_release();
         self.state.clear_failed();
         info!(
             "applied {} ({} container(s) healthy)",
-            short(Some(sha)),
-            self.state.containers.len()
+            sha.short(),
+            self.state.containers().len()
         );
-        self.conclude(Outcome::applied(Some(sha)))?;
+        self.conclude(Outcome::applied(Some(sha.as_str())))?;
         // After every successful apply, not only with `--prune`: a tenancy that sends a new sha
         // every tick must not fill the disk. `current` (this sha, the last good one) stays.
-        release::prune(self.cfg, self.cfg.keep_releases, &[sha]);
+        release::prune(self.cfg, self.cfg.keep_releases, &[sha.as_str()]);
         if self.opts.prune
             && let Err(e) = self.docker.image_prune()
         {
@@ -130,15 +131,15 @@ impl Agent<'_> {
     }
 
     /// Steps 1-2: the bundle from tenancy, parsed within the limits and proven to be `sha`.
-    fn fetch(&self, sha: &str, url: &str) -> anyhow::Result<(bundle::Bundle, Vec<u8>)> {
+    fn fetch(&self, sha: &Sha, url: &str) -> anyhow::Result<(bundle::Bundle, Vec<u8>)> {
         let dl = self
             .tenancy
             .bundle(&self.bearer()?, url)
             .map_err(|e| peers::tenancy_failure("bundle", e))?;
         let b = bundle::Bundle::parse(&dl.bytes, &bundle::Limits::default())
             .map_err(bundle_error)
-            .inspect_err(|e| self.keep_bad_bundle(sha, &dl.bytes, e))?;
-        b.check_sha(sha).map_err(refusal)?;
+            .inspect_err(|e| self.keep_bad_bundle(sha.as_str(), &dl.bytes, e))?;
+        b.check_sha(sha.as_str()).map_err(refusal)?;
         if let Some(h) = dl.header_sha.as_deref().filter(|h| *h != b.sha()) {
             warn!(
                 "bundle header sha {} disagrees with its content {}",
@@ -190,7 +191,7 @@ impl Agent<'_> {
     pub(super) fn up_healthy(
         &mut self,
         rel: &release::Release,
-        sha: &str,
+        sha: &Sha,
         prod: bool,
     ) -> anyhow::Result<()> {
         let project = rel.compose(&self.docker, self.cfg);
@@ -199,7 +200,7 @@ impl Agent<'_> {
         let up = project.up(Some(self.cfg.healthy_timeout));
         failpoint::hit("after-up");
         self.refresh_containers();
-        let bad = not_ready(&self.state.containers);
+        let bad = not_ready(self.state.containers());
         if up.is_ok() && bad.is_empty() {
             return Ok(());
         }
@@ -209,7 +210,7 @@ impl Agent<'_> {
         });
         let looked: Vec<Looked> = self
             .state
-            .containers
+            .containers()
             .iter()
             .filter(|c| !monky_compose::Container::ready(&c.state, c.health.as_deref()))
             .map(|c| Looked {
@@ -222,7 +223,7 @@ impl Agent<'_> {
         let (code, why) = diagnose(up.as_ref().err(), &looked);
         warn!(
             "apply of {} failed: {code}: {}",
-            short(Some(sha)),
+            sha.short(),
             redact::redact(&why)
         );
         // Kept before the fallback: `compose up` of the previous release replaces these
@@ -231,11 +232,11 @@ impl Agent<'_> {
             "{code}: {why}\n{}--- compose logs ---\n{logs}",
             looked.iter().map(Looked::evidence).collect::<String>()
         );
-        match crate::evidence::keep_logs(self.cfg, sha, &kept) {
+        match crate::evidence::keep_logs(self.cfg, sha.as_str(), &kept) {
             Ok(path) => info!(
                 "kept the failed release's logs in {}: `monky-deployd logs {}`",
                 path.display(),
-                short(Some(sha))
+                sha.short()
             ),
             Err(e) => warn!("cannot keep the failed release's logs: {e:#}"),
         }
@@ -268,18 +269,18 @@ impl Agent<'_> {
                 names.join(", ")
             );
         }
-        self.state.quoting_changed = names;
+        self.state.found_quoting_changed(names);
     }
 
     /// When the desired sha failed before and its backoff has not run out, the deadline.
-    pub(super) fn backoff_deadline(&mut self, sha: &str) -> Option<u64> {
+    pub(super) fn backoff_deadline(&mut self, sha: &Sha) -> Option<u64> {
         let (now, boot) = (state::now(), crate::clock::boot());
         Backoff::rebase(&mut self.state, now, boot.as_ref());
         let deadline = Backoff::deadline(&self.state, sha, now, boot.as_ref())?;
         if self.opts.force {
             info!(
                 "--force: trying {} again before its backoff ran out",
-                short(Some(sha))
+                sha.short()
             );
             return None;
         }
@@ -287,26 +288,25 @@ impl Agent<'_> {
     }
 
     /// A failed release waiting out its backoff: report, but no bundle, lease, pull or up.
-    pub(super) fn report_waiting(&mut self, sha: &str, deadline: u64) -> anyhow::Result<Exit> {
+    pub(super) fn report_waiting(&mut self, sha: &Sha, deadline: u64) -> anyhow::Result<Exit> {
         // A state written before the failure's own detail was kept has only its code's name.
-        let code = self.state.failed_code.unwrap_or(Code::Failed);
-        let base = self
-            .state
-            .failed_detail
-            .clone()
+        let failed = self.state.failed();
+        let code = failed.and_then(|f| f.code).unwrap_or(Code::Failed);
+        let base = failed
+            .and_then(|f| f.detail.clone())
             .unwrap_or_else(|| format!("{code}: an earlier attempt failed"));
-        let running = self.state.applied_sha.clone();
+        let running = self.state.applied_sha();
         let detail = format!(
             "{base}; next attempt {}; running {}",
             crate::status::rfc3339(deadline),
-            running.as_deref().map_or("nothing", |s| short(Some(s)))
+            running.map_or("nothing", Sha::short)
         );
         info!(
             "{} failed before; waiting until {} (`run --once --force` retries now)",
-            short(Some(sha)),
+            sha.short(),
             crate::status::rfc3339(deadline)
         );
-        self.conclude(Outcome::failed(Some(sha), code, detail))
+        self.conclude(Outcome::failed(Some(sha.as_str()), code, detail))
     }
 
     /// A release that failed at render, model, pull, up or health: schedules the next attempt
@@ -315,7 +315,7 @@ impl Agent<'_> {
     /// running release and when the next attempt is.
     pub(super) fn release_failed(
         &mut self,
-        sha: &str,
+        sha: &Sha,
         code: Code,
         why: &dyn std::fmt::Display,
         started: Option<Started<'_>>,
@@ -331,11 +331,11 @@ impl Agent<'_> {
         );
         let next = backoff.next_attempt_at;
         backoff.record(&mut self.state, sha, code, redact::redact(&detail));
-        let previous = self.state.applied_sha.clone().filter(|p| p != sha);
+        let previous = self.state.applied_sha().filter(|p| *p != sha).cloned();
         let note = match (previous, started) {
             // Nothing of it started (its `.env` or its pull failed): nothing changed on the
             // engine or on disk, so nothing falls back, prod or not.
-            (Some(prev), None) => format!("running {}", short(Some(&prev))),
+            (Some(prev), None) => format!("running {}", prev.short()),
             (None, None) => "nothing running".to_string(),
             (None, Some(_)) => {
                 self.state.forget_applied();
@@ -345,7 +345,7 @@ impl Agent<'_> {
                 if self.cfg.on_failure(prod) == crate::config::OnFailure::Leave =>
             {
                 self.state.forget_applied();
-                format!("left {} in place (on_failure: leave)", short(Some(sha)))
+                format!("left {} in place (on_failure: leave)", sha.short())
             }
             (Some(prev), Some(_)) => self.revert_to(&prev),
         };
@@ -363,44 +363,41 @@ impl Agent<'_> {
     }
 
     /// Points `current` back at `prev` and brings it up again; volumes are not touched.
-    pub(super) fn revert_to(&mut self, prev: &str) -> String {
-        if let Err(e) = release::verify(self.cfg, prev) {
+    pub(super) fn revert_to(&mut self, prev: &Sha) -> String {
+        if let Err(e) = release::verify(self.cfg, prev.as_str()) {
             // Nothing is started from a release that changed on disk; what runs stays.
             self.state.forget_applied();
             warn!(
                 "fallback to {} refused: {}",
-                short(Some(prev)),
+                prev.short(),
                 redact::redact(&format!("{e:#}"))
             );
             let code = Failure::code_of(&e).unwrap_or(Code::Failed);
-            return format!("fallback to {} refused ({code})", short(Some(prev)));
+            return format!("fallback to {} refused ({code})", prev.short());
         }
-        let result =
-            release::point_current(self.cfg, prev, &|r| self.policy_gate(r)).and_then(|rel| {
-                info!("falling back to {}", short(Some(prev)));
+        let result = release::point_current(self.cfg, prev.as_str(), &|r| self.policy_gate(r))
+            .and_then(|rel| {
+                info!("falling back to {}", prev.short());
                 rel.compose(&self.docker, self.cfg)
                     .up(Some(self.cfg.healthy_timeout))
                     .map_err(anyhow::Error::new)
             });
         self.refresh_containers();
         match result {
-            Ok(()) if not_ready(&self.state.containers).is_empty() => {
-                self.record_converged(prev);
-                format!("reverted to {}", short(Some(prev)))
+            Ok(()) if not_ready(self.state.containers()).is_empty() => {
+                self.record_converged(prev.as_str());
+                format!("reverted to {}", prev.short())
             }
             Ok(()) => {
                 self.state.forget_applied();
-                format!(
-                    "reverted to {}, which is not healthy either",
-                    short(Some(prev))
-                )
+                format!("reverted to {}, which is not healthy either", prev.short())
             }
             Err(e) => {
                 self.state.forget_applied();
-                warn!("fallback to {} failed: {e:#}", short(Some(prev)));
+                warn!("fallback to {} failed: {e:#}", prev.short());
                 match Failure::code_of(&e) {
-                    Some(code) => format!("fallback to {} refused ({code})", short(Some(prev))),
-                    None => format!("fallback to {} failed", short(Some(prev))),
+                    Some(code) => format!("fallback to {} refused ({code})", prev.short()),
+                    None => format!("fallback to {} failed", prev.short()),
                 }
             }
         }
@@ -434,7 +431,7 @@ impl Agent<'_> {
     pub(super) fn refusal_checks(
         &self,
         b: &bundle::Bundle,
-        sha: &str,
+        sha: &Sha,
     ) -> anyhow::Result<Vec<bao::KvPath>> {
         let (paths, refused) = refusals::offline(
             b,
@@ -445,8 +442,13 @@ impl Agent<'_> {
         if let Some(f) = refusals::all(refused) {
             return Err(f.into());
         }
-        bundle::check_rollback(sha, &self.state.applied_history, b.meta().allow_rollback)
-            .map_err(refusal)?;
+        let history: Vec<String> = self
+            .state
+            .applied_history()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        bundle::check_rollback(sha.as_str(), &history, b.meta().allow_rollback).map_err(refusal)?;
         // The byte cap of releases/ and staging/, before anything is leased or staged; the
         // running release, the last good one and a sha waiting out its backoff are never pruned
         // for room.
@@ -458,11 +460,12 @@ impl Agent<'_> {
             .saturating_add(ENV_ALLOWANCE);
         let protect: Vec<&str> = [
             Some(sha),
-            self.state.applied_sha.as_deref(),
-            self.state.failed_sha.as_deref(),
+            self.state.applied_sha(),
+            self.state.failed().map(|f| &f.sha),
         ]
         .into_iter()
         .flatten()
+        .map(Sha::as_str)
         .collect();
         release::make_room(self.cfg, need, &protect)?;
         match self.docker.free_bytes() {

@@ -1,5 +1,5 @@
 //! The failed-release backoff: how long a release that failed waits before it is tried again,
-//! kept in state.json's flat `failed_*` fields.
+//! kept in state as its [`FailedRelease`] (state.json's flat `failed_*` fields).
 //!
 //! The wait is counted on the boot clock ([`crate::clock`]), so a wall-clock step neither holds
 //! a release back for the step's length nor retries it in a loop. After a reboot (or with a
@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use crate::clock::{BootDeadline, BootInstant};
 use crate::code::Code;
-use crate::state::State;
+use crate::state::{FailedRelease, State};
+use monky_agent_proto::Sha;
 
 /// The wait of a release that failed once more: which attempt this was and when the next may
 /// start.
@@ -29,15 +30,14 @@ impl Backoff {
     /// the sha that failed before, else the first. `jitter` is in 0..1.
     pub fn after_failure(
         state: &State,
-        sha: &str,
+        sha: &Sha,
         now: u64,
         boot: Option<&BootInstant>,
         jitter: f64,
     ) -> Self {
-        let attempts = if state.failed_sha.as_deref() == Some(sha) {
-            state.failed_attempts.saturating_add(1)
-        } else {
-            1
+        let attempts = match state.failed() {
+            Some(f) if f.sha == *sha => f.attempts.saturating_add(1),
+            _ => 1,
         };
         let wait = failure_backoff(attempts, jitter).as_secs();
         Self {
@@ -49,13 +49,15 @@ impl Backoff {
 
     /// Writes the backoff for `sha` into the state, with the failure's code and `CODE: names`
     /// that the reports repeat while it waits.
-    pub fn record(self, state: &mut State, sha: &str, code: Code, detail: String) {
-        state.failed_sha = Some(sha.to_string());
-        state.failed_attempts = self.attempts;
-        state.next_attempt_at = Some(self.next_attempt_at);
-        state.next_attempt_boot = self.next_attempt_boot;
-        state.failed_code = Some(code);
-        state.failed_detail = Some(detail);
+    pub fn record(self, state: &mut State, sha: &Sha, code: Code, detail: String) {
+        state.mark_failed(FailedRelease {
+            sha: sha.clone(),
+            attempts: self.attempts,
+            next_attempt_at: Some(self.next_attempt_at),
+            next_attempt_boot: self.next_attempt_boot,
+            code: Some(code),
+            detail: Some(detail),
+        });
     }
 
     /// Carries a wait set in another boot (or by an older state) into this one: the wall-clock
@@ -63,30 +65,33 @@ impl Backoff {
     /// clock, so a wall clock that stays wrong neither renews the wait at every tick nor holds
     /// the sha back for the step's length. Without a boot clock the wall deadline is clamped.
     pub fn rebase(state: &mut State, now: u64, boot: Option<&BootInstant>) {
-        let Some(at) = state.next_attempt_at.filter(|_| state.failed_sha.is_some()) else {
+        let Some(failed) = state.failed() else {
             return;
         };
-        if let (Some(b), Some(d)) = (boot, &state.next_attempt_boot)
+        let Some(at) = failed.next_attempt_at else {
+            return;
+        };
+        if let (Some(b), Some(d)) = (boot, &failed.next_attempt_boot)
             && d.boot_id == b.boot_id
         {
             return;
         }
-        let longest = failure_backoff(state.failed_attempts.max(1), 1.0).as_secs();
+        let longest = failure_backoff(failed.attempts.max(1), 1.0).as_secs();
         let left = at.saturating_sub(now).min(longest);
-        state.next_attempt_at = Some(now.saturating_add(left));
-        state.next_attempt_boot = boot.map(|b| BootDeadline::after(b, left));
+        state.rebase_failed(
+            now.saturating_add(left),
+            boot.map(|b| BootDeadline::after(b, left)),
+        );
     }
 
     /// When `sha` may be tried again (wall clock, for the reports), if it is the failed sha and
     /// its wait has not run out at `now` (wall) and `boot`. A query only: it changes nothing.
-    pub fn deadline(state: &State, sha: &str, now: u64, boot: Option<&BootInstant>) -> Option<u64> {
-        if state.failed_sha.as_deref() != Some(sha) {
-            return None;
-        }
+    pub fn deadline(state: &State, sha: &Sha, now: u64, boot: Option<&BootInstant>) -> Option<u64> {
+        let failed = state.failed().filter(|f| f.sha == *sha)?;
         wait_until(
-            state.next_attempt_at,
-            state.next_attempt_boot.as_ref(),
-            state.failed_attempts,
+            failed.next_attempt_at,
+            failed.next_attempt_boot.as_ref(),
+            failed.attempts,
             now,
             boot,
         )
@@ -125,8 +130,13 @@ pub fn failure_backoff(attempts: u32, jitter: f64) -> Duration {
 mod tests {
     use super::*;
 
-    const A: &str = "a";
-    const B: &str = "b";
+    fn a() -> Sha {
+        Sha::parse(&"a".repeat(64)).unwrap()
+    }
+
+    fn b() -> Sha {
+        Sha::parse(&"b".repeat(64)).unwrap()
+    }
 
     #[test]
     fn failure_backoff_doubles_from_a_minute_to_an_hour_with_jitter() {
@@ -150,17 +160,26 @@ mod tests {
     #[test]
     fn the_same_sha_counts_up_and_another_starts_over() {
         let mut st = State::default();
-        let first = Backoff::after_failure(&st, A, 1000, None, 0.5);
+        let first = Backoff::after_failure(&st, &a(), 1000, None, 0.5);
         assert_eq!((first.attempts, first.next_attempt_at), (1, 1060));
-        first.record(&mut st, A, Code::Unhealthy, "UNHEALTHY: web".into());
-        let second = Backoff::after_failure(&st, A, 2000, None, 0.5);
+        first.record(&mut st, &a(), Code::Unhealthy, "UNHEALTHY: web".into());
+        let second = Backoff::after_failure(&st, &a(), 2000, None, 0.5);
         assert_eq!((second.attempts, second.next_attempt_at), (2, 2120));
-        second.record(&mut st, A, Code::Unhealthy, "UNHEALTHY: web".into());
-        assert_eq!(st.failed_attempts, 2);
-        assert_eq!(st.failed_code, Some(Code::Unhealthy));
-        assert_eq!(Backoff::after_failure(&st, B, 3000, None, 0.5).attempts, 1);
-        st.failed_attempts = u32::MAX;
-        let last = Backoff::after_failure(&st, A, u64::MAX, Some(&boot("x", u64::MAX)), 1.0);
+        second
+            .clone()
+            .record(&mut st, &a(), Code::Unhealthy, "UNHEALTHY: web".into());
+        let failed = st.failed().unwrap();
+        assert_eq!((failed.attempts, failed.code), (2, Some(Code::Unhealthy)));
+        assert_eq!(
+            Backoff::after_failure(&st, &b(), 3000, None, 0.5).attempts,
+            1
+        );
+        Backoff {
+            attempts: u32::MAX,
+            ..second
+        }
+        .record(&mut st, &a(), Code::Unhealthy, "UNHEALTHY: web".into());
+        let last = Backoff::after_failure(&st, &a(), u64::MAX, Some(&boot("x", u64::MAX)), 1.0);
         assert_eq!(last.attempts, u32::MAX);
         assert_eq!(last.next_attempt_at, u64::MAX);
         assert_eq!(last.next_attempt_boot.unwrap().at_s, u64::MAX);
@@ -169,26 +188,26 @@ mod tests {
     #[test]
     fn the_deadline_holds_only_for_the_failed_sha_and_changes_nothing() {
         let mut st = State::default();
-        let b = boot("x", 500);
-        assert_eq!(Backoff::deadline(&st, A, 0, Some(&b)), None);
-        Backoff::after_failure(&st, A, 1000, Some(&b), 0.5).record(
+        let at = boot("x", 500);
+        assert_eq!(Backoff::deadline(&st, &a(), 0, Some(&at)), None);
+        Backoff::after_failure(&st, &a(), 1000, Some(&at), 0.5).record(
             &mut st,
-            A,
+            &a(),
             Code::Failed,
             "x".into(),
         );
         let before = st.clone();
         assert_eq!(
-            Backoff::deadline(&st, A, 1059, Some(&boot("x", 559))),
+            Backoff::deadline(&st, &a(), 1059, Some(&boot("x", 559))),
             Some(1060)
         );
         assert_eq!(
-            Backoff::deadline(&st, A, 1060, Some(&boot("x", 560))),
+            Backoff::deadline(&st, &a(), 1060, Some(&boot("x", 560))),
             None,
             "run out"
         );
         assert_eq!(
-            Backoff::deadline(&st, B, 1000, Some(&b)),
+            Backoff::deadline(&st, &b(), 1000, Some(&at)),
             None,
             "another sha"
         );
@@ -201,33 +220,36 @@ mod tests {
     fn a_wall_clock_step_neither_stretches_nor_ends_the_wait() {
         let step = 20 * 3600;
         let mut st = State::default();
-        Backoff::after_failure(&st, A, 100_000, Some(&boot("x", 500)), 0.5).record(
+        Backoff::after_failure(&st, &a(), 100_000, Some(&boot("x", 500)), 0.5).record(
             &mut st,
-            A,
+            &a(),
             Code::Failed,
             "x".into(),
         );
         let now = 100_000 - step;
         assert_eq!(
-            Backoff::deadline(&st, A, now, Some(&boot("x", 510))),
+            Backoff::deadline(&st, &a(), now, Some(&boot("x", 510))),
             Some(now + 50),
             "clock 20 h behind: still 50 s, not 20 h"
         );
         let now = 100_000 + step;
         assert_eq!(
-            Backoff::deadline(&st, A, now, Some(&boot("x", 510))),
+            Backoff::deadline(&st, &a(), now, Some(&boot("x", 510))),
             Some(now + 50),
             "clock 20 h ahead: the wait is not over"
         );
-        assert_eq!(Backoff::deadline(&st, A, now, Some(&boot("x", 561))), None);
+        assert_eq!(
+            Backoff::deadline(&st, &a(), now, Some(&boot("x", 561))),
+            None
+        );
         let now = 100_000 - step;
         assert_eq!(
-            Backoff::deadline(&st, A, now, Some(&boot("y", 3))),
+            Backoff::deadline(&st, &a(), now, Some(&boot("y", 3))),
             Some(now + 66),
             "another boot, clock behind: clamped"
         );
         assert_eq!(
-            Backoff::deadline(&st, A, 100_000 + step, None),
+            Backoff::deadline(&st, &a(), 100_000 + step, None),
             None,
             "no boot clock, clock ahead: run out"
         );
@@ -235,20 +257,22 @@ mod tests {
         // Rebased into a later boot: 66 s on that boot's clock, however wrong the wall stays.
         let mut later = st.clone();
         Backoff::rebase(&mut later, now, Some(&boot("y", 3)));
-        assert_eq!(later.next_attempt_boot.as_ref().unwrap().at_s, 69);
-        assert_eq!(later.next_attempt_at, Some(now + 66));
+        let failed = later.failed().unwrap();
+        assert_eq!(failed.next_attempt_boot.as_ref().unwrap().at_s, 69);
+        assert_eq!(failed.next_attempt_at, Some(now + 66));
         let still = later.clone();
         Backoff::rebase(&mut later, now + 30, Some(&boot("y", 33)));
         assert_eq!(later, still, "once per boot");
         assert_eq!(
-            Backoff::deadline(&later, A, now, Some(&boot("y", 69))),
+            Backoff::deadline(&later, &a(), now, Some(&boot("y", 69))),
             None
         );
         // No boot clock: the wall deadline itself is clamped, once.
         let mut bare = st.clone();
         Backoff::rebase(&mut bare, now, None);
-        assert_eq!(bare.next_attempt_at, Some(now + 66));
-        assert_eq!(bare.next_attempt_boot, None);
+        let failed = bare.failed().unwrap();
+        assert_eq!(failed.next_attempt_at, Some(now + 66));
+        assert_eq!(failed.next_attempt_boot, None);
         // Nothing failed: nothing to rebase.
         let mut clean = State::default();
         Backoff::rebase(&mut clean, now, Some(&boot("y", 3)));

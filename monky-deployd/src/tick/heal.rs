@@ -15,6 +15,7 @@ use crate::exit::{Exit, Failure};
 use crate::hold::Hold;
 use crate::interrupted::Marker;
 use crate::{redact, release, state};
+use monky_agent_proto::Sha;
 
 /// Heals within this long of the last one count as one more attempt; past it drift starts
 /// over at the first step. The backoff's longest step, so a service that crash-loops slowly
@@ -24,15 +25,16 @@ const HEAL_MEMORY_SECS: u64 = 3600;
 impl Agent<'_> {
     /// Records what the last healthy `up` of `sha` left (from the listing just taken).
     pub(super) fn record_converged(&mut self, sha: &str) {
-        self.state.converged = Some(Converged::record(sha, &self.facts));
+        self.state
+            .record_converged(Converged::record(sha, &self.facts));
     }
 
     /// A heartbeat found no drift: a box without a record of the applied release (one applied
     /// before this agent version, or brought back by a fallback whose listing was partial)
     /// takes what runs now as the record, once all of it is ready.
     pub(super) fn adopt_converged(&mut self, sha: &str) {
-        let recorded = self.state.converged.as_ref().is_some_and(|c| c.sha == sha);
-        if !recorded && !self.facts.is_empty() && not_ready(&self.state.containers).is_empty() {
+        let recorded = self.state.converged().is_some_and(|c| c.sha == sha);
+        if !recorded && !self.facts.is_empty() && not_ready(self.state.containers()).is_empty() {
             info!(
                 "recording the running containers of {} for drift detection",
                 short(Some(sha))
@@ -54,9 +56,9 @@ impl Agent<'_> {
         }
         let now = state::now();
         let waits = super::backoff::wait_until(
-            self.state.next_heal_at,
-            self.state.next_heal_boot.as_ref(),
-            self.state.heal_attempts,
+            self.state.next_heal_at(),
+            self.state.next_heal_boot(),
+            self.state.heal_attempts(),
             now,
             crate::clock::boot().as_ref(),
         );
@@ -67,9 +69,9 @@ impl Agent<'_> {
                 let detail = format!(
                     "{}: {what}; waiting: heal {} ran at {}, the next may run at {}",
                     Code::Drift,
-                    self.state.heal_attempts,
+                    self.state.heal_attempts(),
                     self.state
-                        .last_heal_at
+                        .last_heal_at()
                         .map_or("-".into(), crate::status::rfc3339),
                     crate::status::rfc3339(at)
                 );
@@ -92,20 +94,21 @@ impl Agent<'_> {
         let now = state::now();
         let recent = self
             .state
-            .last_heal_at
+            .last_heal_at()
             .is_some_and(|t| now.saturating_sub(t) < HEAL_MEMORY_SECS);
         let attempts = if recent {
-            self.state.heal_attempts.saturating_add(1)
+            self.state.heal_attempts().saturating_add(1)
         } else {
             1
         };
         let wait = failure_backoff(attempts, rand::random_range(0.0..1.0)).as_secs();
-        self.state.heal_attempts = attempts;
-        self.state.last_heal_at = Some(now);
         let next = now.saturating_add(wait);
-        self.state.next_heal_at = Some(next);
-        self.state.next_heal_boot =
-            crate::clock::boot().map(|b| crate::clock::BootDeadline::after(&b, wait));
+        self.state.healing(
+            attempts,
+            now,
+            next,
+            crate::clock::boot().map(|b| crate::clock::BootDeadline::after(&b, wait)),
+        );
         info!("healing {} (heal {attempts}): {what}", short(Some(sha)));
         let remove: Vec<String> = drift
             .iter()
@@ -114,13 +117,13 @@ impl Agent<'_> {
             .collect();
         let up = self.bring_up_current(sha, &remove);
         self.refresh_containers();
-        let still = drift::detect(sha, self.state.converged.as_ref(), &self.facts)
+        let still = drift::detect(sha, self.state.converged(), &self.facts)
             .into_iter()
             // What compose made now is the release's, even where it hashes a service
             // differently from the record (a compose upgraded since the last up).
             .filter(|d| !matches!(d.kind, drift::Kind::Replaced))
             .collect::<Vec<_>>();
-        let bad = not_ready(&self.state.containers);
+        let bad = not_ready(self.state.containers());
         // `CODE: names` of what went wrong, and whether compose's logs say more.
         let failed = match (&up, bad.is_empty()) {
             (Err(e), _) => Some(match Failure::detail_of(e) {
@@ -255,12 +258,14 @@ impl Agent<'_> {
             crate::status::rfc3339(m.started_at)
         );
         self.clear_leftovers()?;
-        let desired = resp.desired_sha.as_ref().map(|s| s.as_str());
-        let exit = match resp.action {
-            Action::Apply if desired == Some(m.sha.as_str()) => self
-                .finish_interrupted(&m)
-                .inspect_err(|e| self.conclude_error(Some(&m.sha), e))?,
-            Action::None => self.roll_back_interrupted(&m)?,
+        // The marker names the sha as text; tenancy's desired sha, when it is that one, is the
+        // checked value to go on with.
+        let desired = resp.desired_sha.as_ref().filter(|s| s.as_str() == m.sha);
+        let exit = match (resp.action, desired) {
+            (Action::Apply, Some(sha)) => self
+                .finish_interrupted(&m, sha)
+                .inspect_err(|e| self.conclude_error(Some(sha.as_str()), e))?,
+            (Action::None, _) => self.roll_back_interrupted(&m)?,
             _ => {
                 info!("tenancy now asks for something else; the interrupted apply is dropped");
                 None
@@ -292,45 +297,45 @@ impl Agent<'_> {
     /// Finishes the interrupted apply of `m.sha` from its release on disk; `None` when that
     /// release is not there whole (the crash came before it was), so the tick's apply goes on
     /// as any other.
-    fn finish_interrupted(&mut self, m: &Marker) -> anyhow::Result<Option<Exit>> {
-        let sha = m.sha.as_str();
-        let on_disk = self.cfg.env_dir().join("releases").join(sha);
+    fn finish_interrupted(&mut self, m: &Marker, sha: &Sha) -> anyhow::Result<Option<Exit>> {
+        let on_disk = self.cfg.env_dir().join("releases").join(sha.as_str());
         if !on_disk.is_dir() {
-            info!(
-                "{} never reached releases/; applying it anew",
-                short(Some(sha))
-            );
+            info!("{} never reached releases/; applying it anew", sha.short());
             return Ok(None);
         }
-        if let Err(e) = release::verify(self.cfg, sha) {
+        if let Err(e) = release::verify(self.cfg, sha.as_str()) {
             warn!(
                 "the release of the interrupted apply does not verify ({}); applying it anew",
                 redact::redact(&format!("{e:#}"))
             );
             return Ok(None);
         }
-        let rel = release::point_current(self.cfg, sha, &|r| self.policy_gate(r))?;
+        let rel = release::point_current(self.cfg, sha.as_str(), &|r| self.policy_gate(r))?;
         let prod = self.cfg.is_prod(rel.is_prod());
-        info!("finishing the interrupted apply of {}", short(Some(sha)));
+        info!("finishing the interrupted apply of {}", sha.short());
         self.up_healthy(&rel, sha, prod)?;
         self.state.mark_applied(sha, rel.is_prod());
-        self.record_converged(sha);
+        self.record_converged(sha.as_str());
         self.state.clear_failed();
         let detail = format!(
             "{}: finished the apply of {} cut short at {}",
             Code::ApplyInterrupted,
-            short(Some(sha)),
+            sha.short(),
             crate::status::rfc3339(m.started_at)
         );
-        self.conclude(Outcome::noted(Some(sha), Code::ApplyInterrupted, detail))
-            .map(Some)
+        self.conclude(Outcome::noted(
+            Some(sha.as_str()),
+            Code::ApplyInterrupted,
+            detail,
+        ))
+        .map(Some)
     }
 
     /// Tenancy wants the applied release, not the interrupted one: `current` goes back to it
     /// and it is brought up again. `None` when `current` still names it (the crash came before
     /// the swap): the heartbeat goes on, and heals what the crash left.
     fn roll_back_interrupted(&mut self, m: &Marker) -> anyhow::Result<Option<Exit>> {
-        let Some(applied) = self.state.applied_sha.clone() else {
+        let Some(applied) = self.state.applied_sha().cloned() else {
             return Ok(None);
         };
         if release::current_sha(self.cfg)?.as_deref() == Some(applied.as_str()) {
@@ -343,11 +348,15 @@ impl Agent<'_> {
             short(Some(&m.sha)),
             crate::status::rfc3339(m.started_at)
         );
-        let sha = self.state.applied_sha.clone();
+        let sha = self.state.applied_sha().cloned();
         let outcome = if sha.is_some() {
-            Outcome::noted(sha.as_deref(), Code::ApplyInterrupted, detail)
+            Outcome::noted(
+                sha.as_ref().map(Sha::as_str),
+                Code::ApplyInterrupted,
+                detail,
+            )
         } else {
-            Outcome::failed(Some(&applied), Code::Unhealthy, detail)
+            Outcome::failed(Some(applied.as_str()), Code::Unhealthy, detail)
         };
         self.conclude(outcome).map(Some)
     }

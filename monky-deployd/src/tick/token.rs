@@ -133,7 +133,7 @@ impl Agent<'_> {
         )?;
         let now = state::now();
         let boot = clock::boot();
-        self.state.token = Some(TokenState {
+        self.state.set_token_facts(Some(TokenState {
             source,
             obtained_at: now,
             expires_at: now.saturating_add(ttl.as_secs()),
@@ -141,7 +141,7 @@ impl Agent<'_> {
             expires_boot: boot.as_ref().map(|b| BootDeadline::after(b, ttl.as_secs())),
             creation_ttl_s: Some(ttl.as_secs()),
             max_ttl_near: false,
-        });
+        }));
         if let Some(old) = self.token.replace(token)
             && old.expose_secret() != self.token.as_ref().map_or("", |t| t.expose_secret())
             && let Err(e) = self
@@ -163,7 +163,7 @@ impl Agent<'_> {
 
     pub(super) fn forget_token(&mut self) {
         self.token = None;
-        self.state.token = None;
+        self.state.set_token_facts(None);
         if let Ok(root) = fsx::Dir::state_root(&self.cfg.state_dir) {
             let _ = root.remove_file(TOKEN_FILE);
         }
@@ -235,7 +235,7 @@ impl Agent<'_> {
                 source: TokenSource::Lease,
                 ..
             }),
-        ) = (&self.token, &self.state.token)
+        ) = (&self.token, self.state.token())
         {
             match self.bao()?.lookup_self(tok) {
                 Ok(info) if info.ttl.as_secs() > self.cfg.bao.renew_below_s => return Ok(()),
@@ -263,7 +263,7 @@ impl Agent<'_> {
     /// of letting it die at its TTL. Best effort: a failed lookup leaves the next tick to ask.
     pub(super) fn learn_token_facts(&mut self) {
         let Some(tok) = &self.token else { return };
-        if self.state.token.is_some() {
+        if self.state.token().is_some() {
             return;
         }
         let looked_up = self
@@ -284,7 +284,7 @@ impl Agent<'_> {
                     now,
                 );
                 facts.creation_ttl_s = Some(info.creation_ttl.as_secs()).filter(|t| *t > 0);
-                self.state.token = Some(facts);
+                self.state.set_token_facts(Some(facts));
                 self.record_ttl(info.ttl);
                 info!(
                     "token facts learnt from OpenBao (ttl {}s)",
@@ -300,10 +300,10 @@ impl Agent<'_> {
     fn record_ttl(&mut self, ttl: Duration) {
         let now = state::now();
         let boot = clock::boot();
-        if let Some(t) = self.state.token.as_mut() {
-            t.expires_at = now.saturating_add(ttl.as_secs());
-            t.expires_boot = boot.as_ref().map(|b| BootDeadline::after(b, ttl.as_secs()));
-        }
+        self.state.token_ttl_learnt(
+            now.saturating_add(ttl.as_secs()),
+            boot.as_ref().map(|b| BootDeadline::after(b, ttl.as_secs())),
+        );
     }
 
     /// Renews or re-leases the token when due; runs at the end of every tick that has one.
@@ -315,7 +315,7 @@ impl Agent<'_> {
     /// the true TTL), and otherwise `lookup-self` asks OpenBao what is left, so a backward step
     /// cannot postpone the renewal either. One OpenBao call per boot at most, beyond renewals.
     pub(super) fn upkeep(&mut self) -> anyhow::Result<()> {
-        let (Some(tok), Some(ts)) = (self.token.clone(), self.state.token.clone()) else {
+        let (Some(tok), Some(ts)) = (self.token.clone(), self.state.token().cloned()) else {
             return Ok(());
         };
         let boot = clock::boot();
@@ -373,9 +373,7 @@ impl Agent<'_> {
             .creation_ttl_s
             .is_some_and(|c| renewal.ttl.as_secs().saturating_add(60) < c);
         if capped {
-            if let Some(t) = self.state.token.as_mut() {
-                t.max_ttl_near = true;
-            }
+            self.state.token_max_ttl_near();
             info!("the renewal was capped by the token's max TTL; re-leasing");
             return self.lease_login("renew");
         }
