@@ -130,32 +130,37 @@ impl Agent<'_> {
             self.state.record_outcome(None, failure, None, None);
             return Ok(Exit::Fail);
         };
+        // `None`: not sent, there being no token to send it with.
         let sent = match send {
             Send::Always => {
-                self.report(result, sha, failure.as_ref(), note.as_deref(), compose_logs)
+                Some(self.report(result, sha, failure.as_ref(), note.as_deref(), compose_logs))
             }
             Send::IfToken if self.token.is_some() => {
-                self.report(result, sha, failure.as_ref(), note.as_deref(), compose_logs)
+                Some(self.report(result, sha, failure.as_ref(), note.as_deref(), compose_logs))
             }
-            Send::IfToken | Send::Never => Err(anyhow::anyhow!("no token to report with")),
+            Send::IfToken | Send::Never => None,
         };
         let exit = match result {
             ReportResult::Failed => Exit::Fail,
             ReportResult::Applied | ReportResult::Down => Exit::Ok,
         };
         match sent {
-            Ok(()) => {
+            None => {
+                self.state.record_outcome(Some(result), failure, note, None);
+                Ok(exit)
+            }
+            Some(Ok(())) => {
                 self.state
                     .record_outcome(Some(result), failure, note, Some(state::now()));
                 Ok(exit)
             }
-            Err(e) if send == Send::Always => {
+            Some(Err(e)) if send == Send::Always => {
                 let (code, detail) = Failure::detail_of(&e);
                 let failure = Some((code, redact::redact(&detail)));
                 self.state.record_outcome(Some(result), failure, note, None);
                 Err(e)
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 warn!(
                     "could not report the failure: {}",
                     redact::redact(&format!("{e:#}"))
