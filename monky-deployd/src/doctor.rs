@@ -12,6 +12,7 @@ use serde_json::json;
 
 use crate::config::{Config, TransportKind};
 use crate::exit::Exit;
+use crate::layout::Layout;
 use crate::peers;
 use crate::redact::redact;
 use crate::state::State;
@@ -51,7 +52,7 @@ fn check(name: &'static str, fix: &'static str, result: Result<String, String>) 
     Check {
         name,
         verdict,
-        detail: redact(&detail),
+        detail: redact(&detail).into_string(),
         fix,
     }
 }
@@ -212,7 +213,7 @@ fn grant(cfg: &Config) -> Check {
             "no bootstrap grant staged (consumed, or a token is in use)",
         );
     }
-    let token_stored = std::fs::symlink_metadata(cfg.state_dir.join("bao.token")).is_ok();
+    let token_stored = Layout::peek(cfg).has_token();
     let mut c = check(
         "grant",
         "stage the grant again as a regular file, mode 0600, owned by the agent's user \
@@ -280,14 +281,11 @@ fn state_dir(cfg: &Config) -> Result<String, String> {
             cfg.state_dir.display()
         ));
     }
-    for sub in ["docker", cfg.env_id.as_str()] {
-        let p = cfg.state_dir.join(sub);
-        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(format!(
-                "{} is a symlink the agent did not make",
-                p.display()
-            ));
-        }
+    if let Some(p) = Layout::peek(cfg).planted_links().first() {
+        return Err(format!(
+            "{} is a symlink the agent did not make",
+            p.display()
+        ));
     }
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
@@ -304,11 +302,8 @@ fn state_dir(cfg: &Config) -> Result<String, String> {
             cfg.state_dir.display()
         ));
     }
-    crate::fsx::Dir::state_root(&cfg.state_dir)
-        .and_then(|d| {
-            d.write_atomic(".doctor-probe", b"", 0o600)?;
-            d.remove_file(".doctor-probe")
-        })
+    Layout::open(cfg)
+        .and_then(|layout| layout.probe_writable())
         .map_err(|e| format!("{} is not writable: {e:#}", cfg.state_dir.display()))?;
     Ok(format!(
         "{} (mode {mode:o}, writable)",
@@ -362,7 +357,7 @@ fn openbao(cfg: &Config) -> Vec<Check> {
         Err(e) => return vec![check("openbao", FIX_REACH, Err(format!("{e:#}")))],
     };
     // Bounded and regular-only, as the tick reads it: a FIFO planted here cannot hang doctor.
-    let token = crate::fsx::read_bounded(&cfg.state_dir.join("bao.token"), 64 * 1024).ok();
+    let token = Layout::peek(cfg).peek_token();
     let Some(token) =
         token.map(|t| bao::Token::new(String::from_utf8_lossy(&t).trim().to_string()))
     else {
@@ -434,7 +429,7 @@ fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
     if let Err(e) = compose::Engine::from_env().info() {
         return skip("disk", &format!("the docker engine does not answer ({e})"));
     }
-    let st = State::peek_env(&cfg.state_dir, &cfg.env_id);
+    let st = State::peek_env(&Layout::peek(cfg));
     let need = st.last_disk_need_bytes.unwrap_or(0);
     let want = disk_wanted(need, cfg.disk_factor, cfg.disk_headroom_bytes);
     check(
@@ -453,7 +448,7 @@ fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
 /// move it is, so doctor never says all is well while ticks fail.
 fn last_tick(cfg: &Config) -> Check {
     const NAME: &str = "last tick";
-    let st = State::peek_env(&cfg.state_dir, &cfg.env_id);
+    let st = State::peek_env(&Layout::peek(cfg));
     let (Some(code), Some(error)) = (st.last_code, st.last_error.as_ref()) else {
         return match st.last_success {
             Some(t) => check(
@@ -472,7 +467,7 @@ fn last_tick(cfg: &Config) -> Check {
     Check {
         name: NAME,
         verdict,
-        detail: redact(&format!("{error} ({}'s move)", code.owner())),
+        detail: redact(&format!("{error} ({}'s move)", code.owner())).into_string(),
         fix: code.next_step(),
     }
 }
@@ -480,7 +475,10 @@ fn last_tick(cfg: &Config) -> Check {
 /// The running release's secrets that the redactor cannot mask everywhere, by `.env` key.
 fn secrets(cfg: &Config) -> Check {
     const NAME: &str = "secrets";
-    let Some(rel) = crate::release::Release::open(&crate::release::current_dir(cfg)) else {
+    let Some(rel) = crate::release::Release::current(&Layout::peek(cfg))
+        .ok()
+        .flatten()
+    else {
         return skip(NAME, "no release deployed");
     };
     let entries = rel.secrets();
@@ -507,7 +505,7 @@ fn secrets(cfg: &Config) -> Check {
     Check {
         name: NAME,
         verdict: Verdict::Warn,
-        detail: redact(&weak.join("; ")),
+        detail: redact(&weak.join("; ")).into_string(),
         fix: "rotate these secrets in OpenBao to random values of 12 bytes or more; shorter ones \
               are masked in logs and reports only in part (see Redaction in OPERATIONS.md)",
     }

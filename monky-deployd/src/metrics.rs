@@ -240,7 +240,7 @@ mod tests {
         assert!(gauge(&fine, Exit::Ok).ends_with(" 1"));
         assert!(gauge(&fine, Exit::Temporary).ends_with(" 0"));
         let failing = State {
-            last_error: Some("TENANCY_UNAVAILABLE: down".into()),
+            last_error: Some(crate::redact::redact("TENANCY_UNAVAILABLE: down")),
             last_code: Some(crate::code::Code::TenancyUnavailable),
             ..fine.clone()
         };

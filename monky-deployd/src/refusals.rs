@@ -301,7 +301,7 @@ fn model_of_bundle(
         // The tick fails on the same model: so does the check.
         Err(e) => Ok(vec![Failure::coded(
             Code::ComposeConfigFailed,
-            crate::redact::redact(&format!("{e:#}")),
+            crate::redact::redact(&format!("{e:#}")).into_string(),
         )]),
     }
 }

@@ -1,12 +1,11 @@
 //! `state.json`: what the agent remembers between ticks. Never holds a secret.
 
-use std::path::{Path, PathBuf};
-
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::BootDeadline;
-use crate::fsx;
+use crate::layout::Layout;
+use crate::redact::Redacted;
 
 /// Serializes the saves of state.json within the process: the tick's own and the tick
 /// deadline's, which runs on another thread and ends the process while holding it, so the tick
@@ -105,7 +104,7 @@ pub struct State {
     /// `applied`, `failed` or `down`: what the last report said.
     pub last_result: Option<String>,
     /// `CODE: names` of the last failure, redacted.
-    pub last_error: Option<String>,
+    pub last_error: Option<Redacted>,
     /// The code of `last_error`, kept as a code so that nothing reads it back out of the text.
     #[serde(deserialize_with = "crate::code::lenient")]
     pub last_code: Option<crate::code::Code>,
@@ -134,7 +133,7 @@ pub struct State {
     pub failed_code: Option<crate::code::Code>,
     /// `CODE: names` of `failed_sha`'s failure without the backoff note, repeated by the
     /// reports sent while it waits.
-    pub failed_detail: Option<String>,
+    pub failed_detail: Option<Redacted>,
     /// Refusals and failures seen, by code (for the metrics file).
     pub refusals: std::collections::BTreeMap<String, u64>,
     /// The last bundle's disk need in bytes (for `doctor`).
@@ -169,7 +168,7 @@ pub struct State {
     pub next_heal_boot: Option<BootDeadline>,
     /// What the last `applied` report noted beside the result (`HEALED: ...`,
     /// `APPLY_INTERRUPTED: ...`, `HELD: ...`), redacted.
-    pub last_note: Option<String>,
+    pub last_note: Option<Redacted>,
     /// The operator's hold as the last tick found it (for the metrics file).
     pub hold: Option<crate::hold::Hold>,
 }
@@ -177,13 +176,6 @@ pub struct State {
 /// Seconds since the epoch by the wall clock (see [`crate::clock`]).
 pub fn now() -> u64 {
     crate::clock::wall()
-}
-
-const FILE: &str = "state.json";
-
-/// The state file inside a state dir.
-pub fn path(state_dir: &Path) -> PathBuf {
-    state_dir.join(FILE)
 }
 
 impl State {
@@ -207,9 +199,9 @@ impl State {
     /// The state as the last tick saved it, for the read-only commands (status, explain,
     /// doctor, the metrics file): bounded, regular file only, and a default when it is missing
     /// or unreadable. Only [`State::load`] (under the tick's lock) moves a bad file aside.
-    pub fn peek(state_dir: &Path) -> Self {
-        fsx::read_bounded(&path(state_dir), fsx::MAX_STATE_FILE_BYTES)
-            .ok()
+    pub fn peek(layout: &Layout) -> Self {
+        layout
+            .peek_state()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default()
     }
@@ -217,38 +209,35 @@ impl State {
     /// As [`State::peek`], for `env_id`'s box: the original agent's file is taken over as the
     /// tick would take it over, in memory only, so an upgraded box shows what it runs before
     /// its first tick.
-    pub fn peek_env(state_dir: &Path, env_id: &str) -> Self {
-        let Ok(bytes) = fsx::read_bounded(&path(state_dir), fsx::MAX_STATE_FILE_BYTES) else {
+    pub fn peek_env(layout: &Layout) -> Self {
+        let Some(bytes) = layout.peek_state() else {
             return Self::default();
         };
         if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes)
             && crate::takeover::is_original(&doc)
         {
-            return crate::takeover::from_original(&doc, &state_dir.join(env_id), env_id)
-                .unwrap_or_default();
+            return crate::takeover::from_original(&doc, layout).unwrap_or_default();
         }
         serde_json::from_slice(&bytes).unwrap_or_default()
     }
 
     /// Loads the state; a corrupt or foreign file is moved aside and a clean state returned,
     /// with a note saying where the old file went.
-    pub fn load(state_dir: &Path, env_id: &str) -> anyhow::Result<(Self, Option<String>)> {
-        let p = path(state_dir);
+    pub fn load(layout: &Layout) -> anyhow::Result<(Self, Option<String>)> {
+        let env_id = layout.env_id();
         let fresh = Self {
             version: STATE_VERSION,
             env_id: env_id.to_string(),
             ..Self::default()
         };
-        let root = fsx::Dir::state_root(state_dir)?;
-        let Some(bytes) = root.read_file(FILE, fsx::MAX_STATE_FILE_BYTES)? else {
+        let Some(bytes) = layout.read_state()? else {
             return Ok((fresh, None));
         };
         // The original agent's file has no `version`: taken over, not set aside.
         if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes)
             && crate::takeover::is_original(&doc)
         {
-            let env_dir = state_dir.join(env_id);
-            match crate::takeover::from_original(&doc, &env_dir, env_id) {
+            match crate::takeover::from_original(&doc, layout) {
                 Ok(s) => {
                     let note = format!(
                         "state.json was written by the original agent; taken over (applied {})",
@@ -258,7 +247,7 @@ impl State {
                     );
                     return Ok((s, Some(note)));
                 }
-                Err(problem) => return set_aside(state_dir, &p, fresh, &problem),
+                Err(problem) => return set_aside(layout, fresh, &problem),
             }
         }
         let problem = match serde_json::from_slice::<Self>(&bytes) {
@@ -267,21 +256,21 @@ impl State {
             Ok(s) => format!("it belongs to env {:?}", s.env_id),
             Err(e) => format!("it does not parse ({e})"),
         };
-        set_aside(state_dir, &p, fresh, &problem)
+        set_aside(layout, fresh, &problem)
     }
 
     /// Saves atomically (0600), one save of the process at a time: the tick deadline may record
     /// a timeout from another thread.
-    pub fn save(&self, state_dir: &Path) -> anyhow::Result<()> {
+    pub fn save(&self, layout: &Layout) -> anyhow::Result<()> {
         let _one_at_a_time = save_lock();
-        self.save_holding_lock(state_dir)
+        self.save_holding_lock(layout)
     }
 
     /// As [`State::save`], for a caller that holds [`save_lock`] already.
-    pub(crate) fn save_holding_lock(&self, state_dir: &Path) -> anyhow::Result<()> {
+    pub(crate) fn save_holding_lock(&self, layout: &Layout) -> anyhow::Result<()> {
         let mut bytes = serde_json::to_vec_pretty(self).context("cannot encode state")?;
         bytes.push(b'\n');
-        fsx::Dir::state_root(state_dir)?.write_atomic(FILE, &bytes, 0o600)
+        layout.write_state(&bytes)
     }
 
     /// Records a sha as applied (and healthy).
@@ -297,16 +286,11 @@ impl State {
 
 /// Moves a state file that cannot be used aside and returns the clean state with a note.
 fn set_aside(
-    state_dir: &Path,
-    p: &Path,
+    layout: &Layout,
     fresh: State,
     problem: &str,
 ) -> anyhow::Result<(State, Option<String>)> {
-    let aside_name = format!("{FILE}.bad.{}", now());
-    let aside = state_dir.join(&aside_name);
-    let root = fsx::Dir::state_root(state_dir)?;
-    root.rename_to(FILE, &root, &aside_name)
-        .with_context(|| format!("cannot move {} aside", p.display()))?;
+    let aside = layout.set_state_aside(now())?;
     Ok((
         fresh,
         Some(format!(
@@ -323,14 +307,15 @@ mod tests {
     #[test]
     fn round_trip_and_corrupt_files_are_set_aside() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut s, note) = State::load(dir.path(), "e1").unwrap();
+        let layout = Layout::open_at(dir.path(), "e1").unwrap();
+        let (mut s, note) = State::load(&layout).unwrap();
         assert!(note.is_none());
         s.mark_applied("aaa", false);
         s.mark_applied("bbb", false);
         s.mark_applied("aaa", false);
         assert_eq!(s.applied_history, ["bbb", "aaa"]);
-        s.save(dir.path()).unwrap();
-        assert_eq!(State::load(dir.path(), "e1").unwrap().0, s);
+        s.save(&layout).unwrap();
+        assert_eq!(State::load(&layout).unwrap().0, s);
 
         for bad in [
             &b"{not json"[..],
@@ -338,11 +323,11 @@ mod tests {
             br#"{"version": 1, "env_id": "e2"}"#,
             br#"{"env_id": "e2", "applied_sha": null}"#,
         ] {
-            std::fs::write(path(dir.path()), bad).unwrap();
-            let (s, note) = State::load(dir.path(), "e1").unwrap();
+            std::fs::write(layout.state_path(), bad).unwrap();
+            let (s, note) = State::load(&layout).unwrap();
             assert_eq!(s.applied_sha, None);
             assert!(note.unwrap().contains("set aside"));
-            assert!(!path(dir.path()).exists());
+            assert!(!layout.state_path().exists());
         }
     }
 }

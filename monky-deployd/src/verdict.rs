@@ -103,7 +103,7 @@ mod tests {
         };
         check(
             State {
-                last_error: Some("AGENT_UNAUTHENTICATED: revoked".into()),
+                last_error: Some(crate::redact::redact("AGENT_UNAUTHENTICATED: revoked")),
                 last_code: Some(Code::AgentUnauthenticated),
                 ..fine()
             },
@@ -112,7 +112,7 @@ mod tests {
         );
         check(
             State {
-                last_error: Some("TENANCY_UNAVAILABLE: down".into()),
+                last_error: Some(crate::redact::redact("TENANCY_UNAVAILABLE: down")),
                 last_code: Some(Code::TenancyUnavailable),
                 ..fine()
             },

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::clock::{BootDeadline, BootInstant};
 use crate::code::Code;
+use crate::redact::Redacted;
 use crate::state::State;
 
 /// The wait of a release that failed once more: which attempt this was and when the next may
@@ -49,7 +50,7 @@ impl Backoff {
 
     /// Writes the backoff for `sha` into the state, with the failure's code and `CODE: names`
     /// that the reports repeat while it waits.
-    pub fn record(self, state: &mut State, sha: &str, code: Code, detail: String) {
+    pub fn record(self, state: &mut State, sha: &str, code: Code, detail: Redacted) {
         state.failed_sha = Some(sha.to_string());
         state.failed_attempts = self.attempts;
         state.next_attempt_at = Some(self.next_attempt_at);
@@ -152,10 +153,20 @@ mod tests {
         let mut st = State::default();
         let first = Backoff::after_failure(&st, A, 1000, None, 0.5);
         assert_eq!((first.attempts, first.next_attempt_at), (1, 1060));
-        first.record(&mut st, A, Code::Unhealthy, "UNHEALTHY: web".into());
+        first.record(
+            &mut st,
+            A,
+            Code::Unhealthy,
+            crate::redact::redact("UNHEALTHY: web"),
+        );
         let second = Backoff::after_failure(&st, A, 2000, None, 0.5);
         assert_eq!((second.attempts, second.next_attempt_at), (2, 2120));
-        second.record(&mut st, A, Code::Unhealthy, "UNHEALTHY: web".into());
+        second.record(
+            &mut st,
+            A,
+            Code::Unhealthy,
+            crate::redact::redact("UNHEALTHY: web"),
+        );
         assert_eq!(st.failed_attempts, 2);
         assert_eq!(st.failed_code, Some(Code::Unhealthy));
         assert_eq!(Backoff::after_failure(&st, B, 3000, None, 0.5).attempts, 1);
@@ -175,7 +186,7 @@ mod tests {
             &mut st,
             A,
             Code::Failed,
-            "x".into(),
+            crate::redact::redact("x"),
         );
         let before = st.clone();
         assert_eq!(
@@ -205,7 +216,7 @@ mod tests {
             &mut st,
             A,
             Code::Failed,
-            "x".into(),
+            crate::redact::redact("x"),
         );
         let now = 100_000 - step;
         assert_eq!(
