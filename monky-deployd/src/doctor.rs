@@ -68,6 +68,8 @@ fn skip(name: &'static str, detail: &str) -> Check {
 
 /// Runs every check.
 pub fn run(cfg: &Config) -> Vec<Check> {
+    // Read only, once: doctor may run as root, and creates nothing.
+    let layout = Layout::peek(cfg);
     let mut out = vec![check(
         "config",
         "",
@@ -81,9 +83,9 @@ pub fn run(cfg: &Config) -> Vec<Check> {
         "state dir",
         "make it a directory owned by the agent's user, mode 0700, with nothing planted below it \
          (`chown -R monky-deployd: <state_dir> && chmod 0700 <state_dir>`; the package does this)",
-        state_dir(cfg),
+        state_dir(cfg, &layout),
     ));
-    out.push(grant(cfg));
+    out.push(grant(cfg, &layout));
     out.push(match &cfg.metrics_textfile {
         Some(path) => check(
             "metrics dir",
@@ -155,10 +157,10 @@ pub fn run(cfg: &Config) -> Vec<Check> {
         "check the mesh: the proxy service (monky-deployd-proxy) or the tunneler, and tenancy.* in config",
         tenancy_reachable(cfg),
     ));
-    out.extend(openbao(cfg));
-    out.push(disk(cfg, docker.as_ref().ok()));
-    out.push(last_tick(cfg));
-    out.push(secrets(cfg));
+    out.extend(openbao(cfg, &layout));
+    out.push(disk(cfg, &layout, docker.as_ref().ok()));
+    out.push(last_tick(&layout));
+    out.push(secrets(&layout));
     out.push(proc_hidepid(
         &std::fs::read_to_string("/proc/self/mounts").unwrap_or_default(),
     ));
@@ -205,7 +207,7 @@ fn proc_hidepid(mounts: &str) -> Check {
 }
 
 /// The bootstrap grant, when one is staged: a regular file, private, owned, small.
-fn grant(cfg: &Config) -> Check {
+fn grant(cfg: &Config, layout: &Layout) -> Check {
     let path = &cfg.bootstrap_file;
     if std::fs::symlink_metadata(path).is_err() {
         return skip(
@@ -213,7 +215,7 @@ fn grant(cfg: &Config) -> Check {
             "no bootstrap grant staged (consumed, or a token is in use)",
         );
     }
-    let token_stored = Layout::peek(cfg).has_token();
+    let token_stored = layout.has_token();
     let mut c = check(
         "grant",
         "stage the grant again as a regular file, mode 0600, owned by the agent's user \
@@ -263,7 +265,7 @@ fn grant_expiry(jwt: &[u8]) -> Option<u64> {
         .as_u64()
 }
 
-fn state_dir(cfg: &Config) -> Result<String, String> {
+fn state_dir(cfg: &Config, layout: &Layout) -> Result<String, String> {
     let meta = std::fs::metadata(&cfg.state_dir)
         .map_err(|e| format!("{}: {e}", cfg.state_dir.display()))?;
     if !meta.is_dir() {
@@ -281,7 +283,7 @@ fn state_dir(cfg: &Config) -> Result<String, String> {
             cfg.state_dir.display()
         ));
     }
-    if let Some(p) = Layout::peek(cfg).planted_links().first() {
+    if let Some(p) = layout.planted_links().first() {
         return Err(format!(
             "{} is a symlink the agent did not make",
             p.display()
@@ -349,7 +351,7 @@ fn tenancy_reachable(cfg: &Config) -> Result<String, String> {
     Err(format!("{host}:{port} not reachable (tried {addrs:?})"))
 }
 
-fn openbao(cfg: &Config) -> Vec<Check> {
+fn openbao(cfg: &Config, layout: &Layout) -> Vec<Check> {
     const FIX_REACH: &str = "check bao.addr, bao.ca_bundle and the proxy service; the certificate must be for bao.addr's host name";
     const FIX_TOKEN: &str = "re-run the install kit (a fresh bootstrap grant), or wait for the next apply to lease a new token";
     let client = match peers::openbao(cfg) {
@@ -357,7 +359,7 @@ fn openbao(cfg: &Config) -> Vec<Check> {
         Err(e) => return vec![check("openbao", FIX_REACH, Err(format!("{e:#}")))],
     };
     // Bounded and regular-only, as the tick reads it: a FIFO planted here cannot hang doctor.
-    let token = Layout::peek(cfg).peek_token();
+    let token = layout.peek_token();
     let Some(token) =
         token.map(|t| bao::Token::new(String::from_utf8_lossy(&t).trim().to_string()))
     else {
@@ -417,7 +419,7 @@ fn bao_problem(e: bao::Error) -> String {
     }
 }
 
-fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
+fn disk(cfg: &Config, layout: &Layout, docker: Option<&compose::Docker>) -> Check {
     const FIX: &str = "free space on the docker data root (OPERATIONS.md, \"Free disk\": \
          `docker image prune -a` of images no release names, old releases by a pruning tick), \
          or grow the disk";
@@ -429,7 +431,7 @@ fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
     if let Err(e) = compose::Engine::from_env().info() {
         return skip("disk", &format!("the docker engine does not answer ({e})"));
     }
-    let st = State::peek_env(&Layout::peek(cfg));
+    let st = State::peek_env(layout);
     let need = st.last_disk_need_bytes.unwrap_or(0);
     let want = disk_wanted(need, cfg.disk_factor, cfg.disk_headroom_bytes);
     check(
@@ -446,9 +448,9 @@ fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
 /// The last tick's outcome: a failure that is the box admin's to fix fails doctor, one that
 /// is someone else's (the bundle author's, tenancy's, OpenBao's operators') warns with whose
 /// move it is, so doctor never says all is well while ticks fail.
-fn last_tick(cfg: &Config) -> Check {
+fn last_tick(layout: &Layout) -> Check {
     const NAME: &str = "last tick";
-    let st = State::peek_env(&Layout::peek(cfg));
+    let st = State::peek_env(layout);
     let (Some(code), Some(error)) = (st.last_code, st.last_error.as_ref()) else {
         return match st.last_success {
             Some(t) => check(
@@ -473,12 +475,9 @@ fn last_tick(cfg: &Config) -> Check {
 }
 
 /// The running release's secrets that the redactor cannot mask everywhere, by `.env` key.
-fn secrets(cfg: &Config) -> Check {
+fn secrets(layout: &Layout) -> Check {
     const NAME: &str = "secrets";
-    let Some(rel) = crate::release::Release::current(&Layout::peek(cfg))
-        .ok()
-        .flatten()
-    else {
+    let Some(rel) = crate::release::Release::current(layout).ok().flatten() else {
         return skip(NAME, "no release deployed");
     };
     let entries = rel.secrets();

@@ -686,25 +686,25 @@ mod tests {
         let outside = t.path().join("outside");
         std::fs::create_dir(&outside).unwrap();
         std::fs::write(outside.join("keep"), "x").unwrap();
-        std::os::unix::fs::symlink(&outside, d.join("staging")).unwrap();
-        let e = d.ensure_sub("staging", 0o700).unwrap_err();
+        std::os::unix::fs::symlink(&outside, d.join("sub")).unwrap();
+        let e = d.ensure_sub("sub", 0o700).unwrap_err();
         assert!(
             format!("{e:#}").contains(Code::StateDirUnsafe.as_str()),
             "{e:#}"
         );
-        assert!(d.sub("staging").is_err());
-        d.remove_tree("staging").unwrap();
+        assert!(d.sub("sub").is_err());
+        d.remove_tree("sub").unwrap();
         assert!(outside.join("keep").exists());
         assert_eq!(
             std::fs::metadata(&outside).unwrap().permissions().mode() & 0o777,
             0o755
         );
-        let s = d.ensure_sub("staging", 0o700).unwrap();
+        let s = d.ensure_sub("sub", 0o700).unwrap();
         let inner = s.ensure_sub("a", 0o700).unwrap();
         inner.write_atomic("f", b"1", 0o600).unwrap();
         std::os::unix::fs::symlink(&outside, inner.join("link")).unwrap();
-        d.remove_tree("staging").unwrap();
-        assert!(!d.join("staging").exists());
+        d.remove_tree("sub").unwrap();
+        assert!(!d.join("sub").exists());
         assert!(outside.join("keep").exists());
     }
 
@@ -738,8 +738,8 @@ mod tests {
     #[test]
     fn swap_symlink_replaces_the_link() {
         let (_t, d) = root();
-        d.swap_symlink(Path::new("releases/a"), "current").unwrap();
-        d.swap_symlink(Path::new("releases/b"), "current").unwrap();
-        assert_eq!(d.read_link("current").unwrap(), Path::new("releases/b"));
+        d.swap_symlink(Path::new("dir/a"), "link").unwrap();
+        d.swap_symlink(Path::new("dir/b"), "link").unwrap();
+        assert_eq!(d.read_link("link").unwrap(), Path::new("dir/b"));
     }
 }

@@ -654,11 +654,10 @@ pub(crate) mod tests {
         assert_eq!(rel.dir(), layout.current_path());
         // `current` turned into a link out of releases/ afterwards: the release held open
         // still reads its own files, and a new open refuses the link.
-        let env = layout.env().unwrap();
         let outside = t.path().join("outside");
         std::fs::create_dir(&outside).unwrap();
         std::fs::write(outside.join("compose.yaml"), "services: {planted: {}}\n").unwrap();
-        env.remove_file("current").unwrap();
+        layout.remove_current().unwrap();
         std::os::unix::fs::symlink(&outside, layout.current_path()).unwrap();
         assert!(rel.compose_yaml().unwrap().contains("web:1"));
         let e = Release::current(&layout).unwrap_err();

@@ -179,22 +179,20 @@ pub fn handed_differently(
 mod tests {
     use super::*;
     use serde_json::json;
-    use std::path::Path;
 
-    /// A state dir holding env `e1`; its env dir.
-    fn state_dir() -> (tempfile::TempDir, Layout, std::path::PathBuf) {
+    /// A state dir holding env `e1`.
+    fn state_dir() -> (tempfile::TempDir, Layout) {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::open_at(dir.path(), "e1").unwrap();
-        let env = layout.env_path();
-        std::fs::create_dir(&env).unwrap();
-        (dir, layout, env)
+        layout.env().unwrap();
+        (dir, layout)
     }
 
     const A: &str = "3f9c000000000000000000000000000000000000000000000000000000000001";
     const B: &str = "7a10000000000000000000000000000000000000000000000000000000000002";
 
-    fn release(env_dir: &Path, sha: &str, tier: &str) {
-        let dir = env_dir.join("releases").join(sha);
+    fn release(layout: &Layout, sha: &str, tier: &str) {
+        let dir = layout.releases_path().join(sha);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
             dir.join(monky_bundle::MemberName::BUNDLE_JSON.as_str()),
@@ -205,9 +203,10 @@ mod tests {
 
     #[test]
     fn the_original_shape_keeps_its_sha_and_token_facts_and_learns_prod_from_disk() {
-        let (_dir, layout, env) = state_dir();
-        release(&env, A, "prod");
-        std::os::unix::fs::symlink(Path::new("releases").join(A), env.join("current")).unwrap();
+        let (_dir, layout) = state_dir();
+        release(&layout, A, "prod");
+        // The original agent's link, which may be absolute.
+        std::os::unix::fs::symlink(layout.releases_path().join(A), layout.current_path()).unwrap();
         let doc = json!({
             "env_id": "e1", "applied_sha": A, "desired_sha": A, "last_result": "applied",
             "last_checkin": 1_790_000_000.25,
@@ -252,9 +251,9 @@ mod tests {
 
     #[test]
     fn missing_facts_come_from_current_and_bad_shapes_are_dropped() {
-        let (_dir, layout, env) = state_dir();
-        release(&env, B, "qa");
-        std::os::unix::fs::symlink(Path::new("releases").join(B), env.join("current")).unwrap();
+        let (_dir, layout) = state_dir();
+        release(&layout, B, "qa");
+        std::os::unix::fs::symlink(layout.releases_path().join(B), layout.current_path()).unwrap();
         // No applied_sha, a token without times, a sha of the wrong shape elsewhere.
         let doc = json!({"desired_sha": "not-a-sha", "token": {"source": "lease"}, "last_result": "weird"});
         let s = from_original(&doc, &layout).unwrap();
@@ -272,7 +271,7 @@ mod tests {
         .unwrap();
         assert_eq!((t.source, t.expires_at), (TokenSource::Bootstrap, 86500));
         // Nothing on disk and nothing in the file: an empty state, not a guess.
-        let (_empty, empty, _) = state_dir();
+        let (_empty, empty) = state_dir();
         let s = from_original(&json!({}), &empty).unwrap();
         assert_eq!((s.applied_sha, s.applied_prod), (None, None));
         // Another env's file is not taken over.
