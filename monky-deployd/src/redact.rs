@@ -616,6 +616,25 @@ mod tests {
     }
 
     #[test]
+    fn redacted_text_stays_redacted_read_back_joined_and_cut() {
+        register("read-back-secret-77");
+        register("hunt3r77");
+        // state.json read back: redacted again, so a value registered since is masked too.
+        let r: Redacted = serde_json::from_str(r#""pw read-back-secret-77""#).unwrap();
+        assert_eq!(r.as_str(), "pw ***");
+        assert_eq!(serde_json::to_string(&r).unwrap(), r#""pw ***""#);
+        // Glued to a letter, a short value is no token; cut away from it, it is one.
+        let glued = redact("xhunt3r77");
+        assert_eq!(glued.as_str(), "xhunt3r77");
+        assert_eq!(glued.tail(8).as_str(), "***");
+        // A cut at a line start keeps the text as it was.
+        let mut lines = redact("first line\n");
+        lines.push_lines(&redact("second hunt3r77"));
+        assert_eq!(lines.as_str(), "first line\nsecond ***");
+        assert_eq!(lines.tail(12).as_str(), "second ***");
+    }
+
+    #[test]
     fn env_file_spellings_are_masked() {
         let r = Redactor::default();
         r.register("pa$s 'x' #1");
