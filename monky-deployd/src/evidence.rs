@@ -187,11 +187,10 @@ mod tests {
     #[test]
     fn kept_logs_are_private_bounded_and_the_newest_few() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = box_config(dir.path());
-        let cfg = Layout::open(&cfg).unwrap();
+        let layout = Layout::open(&box_config(dir.path())).unwrap();
         let long = "a line of compose output\n".repeat(20_000);
         for n in 0..5 {
-            let p = keep_logs(&cfg, &sha(n), &long).unwrap();
+            let p = keep_logs(&layout, &sha(n), &long).unwrap();
             let meta = std::fs::metadata(&p).unwrap();
             assert_eq!(meta.permissions().mode() & 0o777, 0o600);
             assert!(meta.len() as usize <= MAX_LOG_BYTES, "{}", meta.len());
@@ -205,8 +204,10 @@ mod tests {
                 .set_modified(t)
                 .unwrap();
         }
-        keep_bundle(&cfg, &sha(9), b"tar bytes").unwrap().unwrap();
-        let mut left: Vec<String> = std::fs::read_dir(super::dir(&cfg))
+        keep_bundle(&layout, &sha(9), b"tar bytes")
+            .unwrap()
+            .unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(super::dir(&layout))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
@@ -214,12 +215,12 @@ mod tests {
         assert_eq!(left.len(), KEEP, "{left:?}");
         assert!(left.contains(&format!("{}.tar", sha(9))), "{left:?}");
         assert!(!left.contains(&format!("{}.log", sha(0))), "{left:?}");
-        assert_eq!(latest(&cfg), Some(sha(4)));
-        assert_eq!(find(&cfg, &sha(4)[..7]).unwrap(), sha(4));
-        assert!(find(&cfg, "abc").is_err(), "too short");
-        assert!(find(&cfg, "zzzzzzz").is_err(), "not hex");
+        assert_eq!(latest(&layout), Some(sha(4)));
+        assert_eq!(find(&layout, &sha(4)[..7]).unwrap(), sha(4));
+        assert!(find(&layout, "abc").is_err(), "too short");
+        assert!(find(&layout, "zzzzzzz").is_err(), "not hex");
         assert!(
-            keep_bundle(&cfg, &sha(8), &vec![0; MAX_BUNDLE_BYTES + 1])
+            keep_bundle(&layout, &sha(8), &vec![0; MAX_BUNDLE_BYTES + 1])
                 .unwrap()
                 .is_none()
         );
