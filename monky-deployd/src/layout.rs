@@ -8,8 +8,8 @@
 //! ```
 //!
 //! A [`Layout`] holds the state dir's fd, opened once per tick (or command) with the
-//! StrictModes checks of [`fsx::Dir::state_root`]; every other module asks it for a
-//! [`fsx::Dir`] or a file and so never builds a path below the state dir, and every directory
+//! StrictModes checks of `fsx::Dir::state_root`; every other module asks it for a
+//! `fsx::Dir` or a file and so never builds a path below the state dir, and every directory
 //! below it is opened from its parent's fd without following a link. The read-only commands
 //! (status, explain, doctor, the metrics file) use [`Layout::peek`], which creates nothing and
 //! reads what it can.
