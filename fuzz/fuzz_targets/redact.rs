@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
     {
         if s.len() >= ANYWHERE_LEN {
             // Long enough to be masked wherever it stands, glued to the text's letters too.
-            let out = redact(&format!("{pre}{s}{post}"));
+            let out = redact(&format!("{pre}{s}{post}")).into_string();
             assert!(!out.contains(s), "{s:?} survived in {out:?}");
         } else {
             // Shorter values are masked where they stand as a value, not inside a word: here as
@@ -48,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
             // `KEY="<secret>"` after redaction can only be this one, unmasked.
             let (pre, post) = (pre.replace('\n', " "), post.replace('\n', " "));
             let line = format!("\nKEY=\"{s}\"\n");
-            let out = redact(&format!("{pre}{line}{post}"));
+            let out = redact(&format!("{pre}{line}{post}")).into_string();
             assert!(!out.contains(&line), "{s:?} survived in {out:?}");
         }
     }

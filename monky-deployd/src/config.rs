@@ -600,12 +600,12 @@ impl Config {
 
     /// The agent's own docker config directory (`DOCKER_CONFIG`), never a human's `$HOME`.
     pub fn docker_config_dir(&self) -> PathBuf {
-        self.state_dir.join("docker")
+        crate::layout::docker_config_dir(&self.state_dir)
     }
 
     /// The env's directory holding `releases/` and `current`.
     pub fn env_dir(&self) -> PathBuf {
-        self.state_dir.join(&self.env_id)
+        crate::layout::env_path(&self.state_dir, &self.env_id)
     }
 
     /// The compose policy of this box for a bundle: the project name and the admin's

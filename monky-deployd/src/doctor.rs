@@ -12,6 +12,7 @@ use serde_json::json;
 
 use crate::config::{Config, TransportKind};
 use crate::exit::Exit;
+use crate::layout::Layout;
 use crate::peers;
 use crate::redact::redact;
 use crate::state::State;
@@ -51,7 +52,7 @@ fn check(name: &'static str, fix: &'static str, result: Result<String, String>) 
     Check {
         name,
         verdict,
-        detail: redact(&detail),
+        detail: redact(&detail).into_string(),
         fix,
     }
 }
@@ -67,6 +68,8 @@ fn skip(name: &'static str, detail: &str) -> Check {
 
 /// Runs every check.
 pub fn run(cfg: &Config) -> Vec<Check> {
+    // Read only, once: doctor may run as root, and creates nothing.
+    let layout = Layout::peek(cfg);
     let mut out = vec![check(
         "config",
         "",
@@ -80,9 +83,9 @@ pub fn run(cfg: &Config) -> Vec<Check> {
         "state dir",
         "make it a directory owned by the agent's user, mode 0700, with nothing planted below it \
          (`chown -R monky-deployd: <state_dir> && chmod 0700 <state_dir>`; the package does this)",
-        state_dir(cfg),
+        state_dir(cfg, &layout),
     ));
-    out.push(grant(cfg));
+    out.push(grant(cfg, &layout));
     out.push(match &cfg.metrics_textfile {
         Some(path) => check(
             "metrics dir",
@@ -154,10 +157,10 @@ pub fn run(cfg: &Config) -> Vec<Check> {
         "check the mesh: the proxy service (monky-deployd-proxy) or the tunneler, and tenancy.* in config",
         tenancy_reachable(cfg),
     ));
-    out.extend(openbao(cfg));
-    out.push(disk(cfg, docker.as_ref().ok()));
-    out.push(last_tick(cfg));
-    out.push(secrets(cfg));
+    out.extend(openbao(cfg, &layout));
+    out.push(disk(cfg, &layout, docker.as_ref().ok()));
+    out.push(last_tick(&layout));
+    out.push(secrets(&layout));
     out.push(proc_hidepid(
         &std::fs::read_to_string("/proc/self/mounts").unwrap_or_default(),
     ));
@@ -204,7 +207,7 @@ fn proc_hidepid(mounts: &str) -> Check {
 }
 
 /// The bootstrap grant, when one is staged: a regular file, private, owned, small.
-fn grant(cfg: &Config) -> Check {
+fn grant(cfg: &Config, layout: &Layout) -> Check {
     let path = &cfg.bootstrap_file;
     if std::fs::symlink_metadata(path).is_err() {
         return skip(
@@ -212,7 +215,7 @@ fn grant(cfg: &Config) -> Check {
             "no bootstrap grant staged (consumed, or a token is in use)",
         );
     }
-    let token_stored = std::fs::symlink_metadata(cfg.state_dir.join("bao.token")).is_ok();
+    let token_stored = layout.has_token();
     let mut c = check(
         "grant",
         "stage the grant again as a regular file, mode 0600, owned by the agent's user \
@@ -262,7 +265,7 @@ fn grant_expiry(jwt: &[u8]) -> Option<u64> {
         .as_u64()
 }
 
-fn state_dir(cfg: &Config) -> Result<String, String> {
+fn state_dir(cfg: &Config, layout: &Layout) -> Result<String, String> {
     let meta = std::fs::metadata(&cfg.state_dir)
         .map_err(|e| format!("{}: {e}", cfg.state_dir.display()))?;
     if !meta.is_dir() {
@@ -280,14 +283,11 @@ fn state_dir(cfg: &Config) -> Result<String, String> {
             cfg.state_dir.display()
         ));
     }
-    for sub in ["docker", cfg.env_id.as_str()] {
-        let p = cfg.state_dir.join(sub);
-        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(format!(
-                "{} is a symlink the agent did not make",
-                p.display()
-            ));
-        }
+    if let Some(p) = layout.planted_links().first() {
+        return Err(format!(
+            "{} is a symlink the agent did not make",
+            p.display()
+        ));
     }
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
@@ -304,11 +304,8 @@ fn state_dir(cfg: &Config) -> Result<String, String> {
             cfg.state_dir.display()
         ));
     }
-    crate::fsx::Dir::state_root(&cfg.state_dir)
-        .and_then(|d| {
-            d.write_atomic(".doctor-probe", b"", 0o600)?;
-            d.remove_file(".doctor-probe")
-        })
+    Layout::open(cfg)
+        .and_then(|layout| layout.probe_writable())
         .map_err(|e| format!("{} is not writable: {e:#}", cfg.state_dir.display()))?;
     Ok(format!(
         "{} (mode {mode:o}, writable)",
@@ -354,7 +351,7 @@ fn tenancy_reachable(cfg: &Config) -> Result<String, String> {
     Err(format!("{host}:{port} not reachable (tried {addrs:?})"))
 }
 
-fn openbao(cfg: &Config) -> Vec<Check> {
+fn openbao(cfg: &Config, layout: &Layout) -> Vec<Check> {
     const FIX_REACH: &str = "check bao.addr, bao.ca_bundle and the proxy service; the certificate must be for bao.addr's host name";
     const FIX_TOKEN: &str = "re-run the install kit (a fresh bootstrap grant), or wait for the next apply to lease a new token";
     let client = match peers::openbao(cfg) {
@@ -362,7 +359,7 @@ fn openbao(cfg: &Config) -> Vec<Check> {
         Err(e) => return vec![check("openbao", FIX_REACH, Err(format!("{e:#}")))],
     };
     // Bounded and regular-only, as the tick reads it: a FIFO planted here cannot hang doctor.
-    let token = crate::fsx::read_bounded(&cfg.state_dir.join("bao.token"), 64 * 1024).ok();
+    let token = layout.peek_token();
     let Some(token) =
         token.map(|t| bao::Token::new(String::from_utf8_lossy(&t).trim().to_string()))
     else {
@@ -419,7 +416,7 @@ fn bao_problem(e: bao::Error) -> String {
     format!("{detail} ({}'s move: {})", code.owner(), code.next_step())
 }
 
-fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
+fn disk(cfg: &Config, layout: &Layout, docker: Option<&compose::Docker>) -> Check {
     const FIX: &str = "free space on the docker data root (OPERATIONS.md, \"Free disk\": \
          `docker image prune -a` of images no release names, old releases by a pruning tick), \
          or grow the disk";
@@ -431,7 +428,7 @@ fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
     if let Err(e) = compose::Engine::from_env().info() {
         return skip("disk", &format!("the docker engine does not answer ({e})"));
     }
-    let st = State::peek_env(&cfg.state_dir, &cfg.env_id);
+    let st = State::peek_env(layout);
     let need = st.last_disk_need_bytes().unwrap_or(0);
     let want = disk_wanted(need, cfg.disk_factor, cfg.disk_headroom_bytes);
     check(
@@ -448,9 +445,9 @@ fn disk(cfg: &Config, docker: Option<&compose::Docker>) -> Check {
 /// The last tick's outcome: a failure that is the box admin's to fix fails doctor, one that
 /// is someone else's (the bundle author's, tenancy's, OpenBao's operators') warns with whose
 /// move it is, so doctor never says all is well while ticks fail.
-fn last_tick(cfg: &Config) -> Check {
+fn last_tick(layout: &Layout) -> Check {
     const NAME: &str = "last tick";
-    let st = State::peek_env(&cfg.state_dir, &cfg.env_id);
+    let st = State::peek_env(layout);
     let (Some(code), Some(error)) = (st.last_code(), st.last_error()) else {
         return match st.last_success() {
             Some(t) => check(
@@ -469,15 +466,15 @@ fn last_tick(cfg: &Config) -> Check {
     Check {
         name: NAME,
         verdict,
-        detail: redact(&format!("{error} ({}'s move)", code.owner())),
+        detail: redact(&format!("{error} ({}'s move)", code.owner())).into_string(),
         fix: code.next_step(),
     }
 }
 
 /// The running release's secrets that the redactor cannot mask everywhere, by `.env` key.
-fn secrets(cfg: &Config) -> Check {
+fn secrets(layout: &Layout) -> Check {
     const NAME: &str = "secrets";
-    let Some(rel) = crate::release::Release::open(&crate::release::current_dir(cfg)) else {
+    let Some(rel) = crate::release::Release::current(layout).ok().flatten() else {
         return skip(NAME, "no release deployed");
     };
     let entries = rel.secrets();
@@ -504,7 +501,7 @@ fn secrets(cfg: &Config) -> Check {
     Check {
         name: NAME,
         verdict: Verdict::Warn,
-        detail: redact(&weak.join("; ")),
+        detail: redact(&weak.join("; ")).into_string(),
         fix: "rotate these secrets in OpenBao to random values of 12 bytes or more; shorter ones \
               are masked in logs and reports only in part (see Redaction in OPERATIONS.md)",
     }

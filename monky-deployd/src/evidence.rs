@@ -11,6 +11,7 @@ use anyhow::Context;
 use crate::config::Config;
 use crate::exit::Exit;
 use crate::fsx;
+use crate::layout::Layout;
 use crate::redact::redact;
 
 /// How many failed shas keep their evidence.
@@ -20,49 +21,44 @@ pub const MAX_LOG_BYTES: usize = 256 * 1024;
 /// The most bytes of one kept bundle (the bundle limit: a larger one was never parsed).
 pub const MAX_BUNDLE_BYTES: usize = 4 * 1024 * 1024;
 
-const DIR: &str = "failed";
-
-/// Where the evidence lives: `<state_dir>/<env_id>/failed`.
-pub fn dir(cfg: &Config) -> PathBuf {
-    cfg.state_dir.join(&cfg.env_id).join(DIR)
+/// Where the evidence lives: `<state_dir>/<env_id>/failed`, for messages.
+pub fn dir(layout: &Layout) -> PathBuf {
+    layout.failed_path()
 }
 
-/// The kept logs of `sha`.
-pub fn log_path(cfg: &Config, sha: &str) -> PathBuf {
-    dir(cfg).join(format!("{sha}.log"))
+/// The kept logs of `sha`, for messages.
+pub fn log_path(layout: &Layout, sha: &str) -> PathBuf {
+    dir(layout).join(log_name(sha))
 }
 
-/// The kept bundle of `sha`.
-pub fn bundle_path(cfg: &Config, sha: &str) -> PathBuf {
-    dir(cfg).join(format!("{sha}.tar"))
+fn log_name(sha: &str) -> String {
+    format!("{sha}.log")
 }
 
-fn open(cfg: &Config) -> anyhow::Result<fsx::Dir> {
-    fsx::Dir::state_root(&cfg.state_dir)?
-        .ensure_sub(&cfg.env_id, 0o700)?
-        .ensure_sub(DIR, 0o700)
+fn bundle_name(sha: &str) -> String {
+    format!("{sha}.tar")
 }
 
 /// Keeps `text` (redacted here, its end within [`MAX_LOG_BYTES`]) as `sha`'s logs; returns the
 /// path. `sha` is a checked 64-hex sha, so safe as a file name.
-pub fn keep_logs(cfg: &Config, sha: &str, text: &str) -> anyhow::Result<PathBuf> {
-    let text = crate::logging::tail_of(&redact(text), MAX_LOG_BYTES);
-    let d = open(cfg)?;
-    d.write_atomic(&format!("{sha}.log"), text.as_bytes(), 0o600)?;
+pub fn keep_logs(layout: &Layout, sha: &str, text: &str) -> anyhow::Result<PathBuf> {
+    let text = redact(text).tail(MAX_LOG_BYTES);
+    let d = layout.failed()?;
+    d.write_atomic(&log_name(sha), text.as_str().as_bytes(), 0o600)?;
     prune(&d, sha);
-    Ok(log_path(cfg, sha))
+    Ok(d.join(log_name(sha)))
 }
 
 /// Keeps a bundle the bundle author must fix, when within [`MAX_BUNDLE_BYTES`]; returns the
 /// path. A bundle carries paths, never secret values.
-pub fn keep_bundle(cfg: &Config, sha: &str, bytes: &[u8]) -> anyhow::Result<Option<PathBuf>> {
+pub fn keep_bundle(layout: &Layout, sha: &str, bytes: &[u8]) -> anyhow::Result<Option<PathBuf>> {
     if bytes.len() > MAX_BUNDLE_BYTES {
         return Ok(None);
     }
-    let d = open(cfg)?;
-    d.write_atomic(&format!("{sha}.tar"), bytes, 0o600)?;
+    let d = layout.failed()?;
+    d.write_atomic(&bundle_name(sha), bytes, 0o600)?;
     prune(&d, sha);
-    Ok(Some(bundle_path(cfg, sha)))
+    Ok(Some(d.join(bundle_name(sha))))
 }
 
 /// Drops the evidence of all but the newest [`KEEP`] shas, `written` always among them: ranked by
@@ -95,17 +91,22 @@ fn is_sha(s: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// The newest sha with kept logs, read without writing anything.
-pub fn latest(cfg: &Config) -> Option<String> {
-    let entries = std::fs::read_dir(dir(cfg)).ok()?;
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
+/// The shas with kept logs and their logs' mtimes.
+fn kept_logs(d: &fsx::Dir) -> Vec<(i64, String)> {
+    d.entries()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(name, _)| {
             let sha = name.strip_suffix(".log").filter(|s| is_sha(s))?.to_string();
-            let t = e.metadata().ok()?.modified().ok()?;
-            Some((t, sha))
+            d.has_file(&name).then_some((d.mtime(&name)?, sha))
         })
+        .collect()
+}
+
+/// The newest sha with kept logs, read without writing anything.
+pub fn latest(layout: &Layout) -> Option<String> {
+    kept_logs(&layout.failed_if_any()?)
+        .into_iter()
         .max()
         .map(|(_, sha)| sha)
 }
@@ -113,45 +114,48 @@ pub fn latest(cfg: &Config) -> Option<String> {
 /// `monky-deployd logs [<sha>]`: prints the kept logs of `sha` (a prefix of at least 7 hex
 /// digits is enough), or of the newest failed release.
 pub fn show(cfg: &Config, sha: Option<&str>) -> anyhow::Result<Exit> {
+    let layout = Layout::peek(cfg);
     let sha = match sha {
-        Some(prefix) => find(cfg, prefix)?,
-        None => latest(cfg).with_context(|| {
+        Some(prefix) => find(&layout, prefix)?,
+        None => latest(&layout).with_context(|| {
             format!(
                 "no failed release's logs are kept in {}: nothing failed lately (or run this as the agent's user: sudo -u monky-deployd monky-deployd logs)",
-                dir(cfg).display()
+                dir(&layout).display()
             )
         })?,
     };
-    let path = log_path(cfg, &sha);
-    let bytes = fsx::read_bounded(&path, MAX_LOG_BYTES as u64 + 1)
+    let path = log_path(&layout, &sha);
+    let bytes = layout
+        .failed_if_any()
+        .context("the kept logs' directory is gone")?
+        .read(&log_name(&sha), MAX_LOG_BYTES as u64 + 1)
         .map_err(|p| anyhow::anyhow!("cannot read {}: {p}", path.display()))?;
     outln!("# {} ({})", sha, path.display());
     // Written redacted; redacted again for a secret registered since.
-    for line in redact(&String::from_utf8_lossy(&bytes)).lines() {
+    for line in redact(&String::from_utf8_lossy(&bytes)).as_str().lines() {
         outln!("{line}");
     }
     Ok(Exit::Ok)
 }
 
-fn find(cfg: &Config, prefix: &str) -> anyhow::Result<String> {
+fn find(layout: &Layout, prefix: &str) -> anyhow::Result<String> {
     if prefix.len() < 7 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
         anyhow::bail!("{prefix:?} is not a sha: give at least 7 hex digits of one");
     }
     let prefix = prefix.to_ascii_lowercase();
-    let found: Vec<String> = std::fs::read_dir(dir(cfg))
-        .map(|rd| {
-            rd.filter_map(Result::ok)
-                .filter_map(|e| e.file_name().into_string().ok())
-                .filter_map(|n| n.strip_suffix(".log").map(str::to_string))
-                .filter(|s| is_sha(s) && s.starts_with(&prefix))
-                .collect()
-        })
-        .unwrap_or_default();
+    let found: Vec<String> = layout
+        .failed_if_any()
+        .map(|d| kept_logs(&d))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(_, sha)| sha)
+        .filter(|s| s.starts_with(&prefix))
+        .collect();
     match found.as_slice() {
         [one] => Ok(one.clone()),
         [] => anyhow::bail!(
             "no kept logs for {prefix} in {}: only the last {KEEP} failed releases keep theirs",
-            dir(cfg).display()
+            dir(layout).display()
         ),
         _ => anyhow::bail!("{prefix} names more than one kept release: give more digits"),
     }
@@ -183,10 +187,10 @@ mod tests {
     #[test]
     fn kept_logs_are_private_bounded_and_the_newest_few() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = box_config(dir.path());
+        let layout = Layout::open(&box_config(dir.path())).unwrap();
         let long = "a line of compose output\n".repeat(20_000);
         for n in 0..5 {
-            let p = keep_logs(&cfg, &sha(n), &long).unwrap();
+            let p = keep_logs(&layout, &sha(n), &long).unwrap();
             let meta = std::fs::metadata(&p).unwrap();
             assert_eq!(meta.permissions().mode() & 0o777, 0o600);
             assert!(meta.len() as usize <= MAX_LOG_BYTES, "{}", meta.len());
@@ -200,8 +204,10 @@ mod tests {
                 .set_modified(t)
                 .unwrap();
         }
-        keep_bundle(&cfg, &sha(9), b"tar bytes").unwrap().unwrap();
-        let mut left: Vec<String> = std::fs::read_dir(super::dir(&cfg))
+        keep_bundle(&layout, &sha(9), b"tar bytes")
+            .unwrap()
+            .unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(super::dir(&layout))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
@@ -209,12 +215,12 @@ mod tests {
         assert_eq!(left.len(), KEEP, "{left:?}");
         assert!(left.contains(&format!("{}.tar", sha(9))), "{left:?}");
         assert!(!left.contains(&format!("{}.log", sha(0))), "{left:?}");
-        assert_eq!(latest(&cfg), Some(sha(4)));
-        assert_eq!(find(&cfg, &sha(4)[..7]).unwrap(), sha(4));
-        assert!(find(&cfg, "abc").is_err(), "too short");
-        assert!(find(&cfg, "zzzzzzz").is_err(), "not hex");
+        assert_eq!(latest(&layout), Some(sha(4)));
+        assert_eq!(find(&layout, &sha(4)[..7]).unwrap(), sha(4));
+        assert!(find(&layout, "abc").is_err(), "too short");
+        assert!(find(&layout, "zzzzzzz").is_err(), "not hex");
         assert!(
-            keep_bundle(&cfg, &sha(8), &vec![0; MAX_BUNDLE_BYTES + 1])
+            keep_bundle(&layout, &sha(8), &vec![0; MAX_BUNDLE_BYTES + 1])
                 .unwrap()
                 .is_none()
         );

@@ -7,6 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::code::Code;
+use crate::redact::Redacted;
 
 /// The process exit statuses the systemd unit and operators rely on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -56,7 +57,7 @@ pub struct Failure {
     pub retry_after: Option<Duration>,
     /// The tail of the compose logs of a release that did not come up healthy, redacted: the
     /// evidence the failure's report carries. Never part of the message.
-    pub compose_logs: Option<String>,
+    pub compose_logs: Option<Redacted>,
 }
 
 impl Failure {
@@ -112,8 +113,8 @@ impl Failure {
     }
 
     /// The compose logs the first failure in a chain carries.
-    pub fn compose_logs_of(err: &anyhow::Error) -> Option<&str> {
-        Self::first(err, |f| f.compose_logs.as_deref())
+    pub fn compose_logs_of(err: &anyhow::Error) -> Option<&Redacted> {
+        Self::first(err, |f| f.compose_logs.as_ref())
     }
 
     /// `field` of the first failure in a chain that has it.

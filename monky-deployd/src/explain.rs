@@ -3,6 +3,7 @@
 
 use crate::config::Config;
 use crate::exit::Exit;
+use crate::layout::Layout;
 use crate::redact::redact;
 use crate::state::{self, State};
 use crate::tick::short;
@@ -27,12 +28,13 @@ fn human(secs: u64) -> String {
 
 /// Prints the explanation.
 pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
-    let st = State::peek_env(&cfg.state_dir, &cfg.env_id);
+    let layout = Layout::peek(cfg);
+    let st = State::peek_env(&layout);
     let now = state::now();
     let listed = monky_compose::Engine::from_env()
         .containers(&cfg.compose_project)
         .map_err(|e| e.to_string());
-    let token_present = cfg.state_dir.join("bao.token").exists();
+    let token_present = layout.has_token();
     let why_not = crate::verdict::not_converged(
         &st,
         crate::verdict::Seen {
@@ -58,8 +60,8 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         "desired",
         short(st.desired_sha().map(Sha::as_str)).to_string(),
     ));
-    let hold = crate::hold::peek(&cfg.state_dir);
-    let interrupted = crate::interrupted::peek(&cfg.state_dir, &cfg.env_id);
+    let hold = crate::hold::peek(&layout);
+    let interrupted = crate::interrupted::peek(&layout);
     let converged = why_not.is_empty()
         && interrupted.is_none()
         && st.last_code() != Some(crate::code::Code::Drift)
@@ -134,13 +136,13 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
     if let Some(code) = code {
         lines.push(("whose move", code.owner().to_string()));
     }
-    if let Some(sha) = crate::evidence::latest(cfg).filter(|_| code.is_some()) {
+    if let Some(sha) = crate::evidence::latest(&layout).filter(|_| code.is_some()) {
         lines.push((
             "logs",
             format!(
                 "`monky-deployd logs {}` ({})",
                 crate::tick::short(Some(&sha)),
-                crate::evidence::log_path(cfg, &sha).display()
+                crate::evidence::log_path(&layout, &sha).display()
             ),
         ));
     }

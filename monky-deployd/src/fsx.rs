@@ -3,8 +3,9 @@
 //! bounded reads that accept regular files only, and StrictModes-style owner and mode checks.
 //!
 //! The state dir itself may be reached through links the admin made (it is named in the
-//! config); every component below it is opened relative to its parent's fd and must not be a
-//! symlink, except `current`, which only the agent creates.
+//! config) and is opened once, by [`crate::layout::Layout`]; every component below it is opened
+//! relative to its parent's fd and must not be a symlink. `current`, the one link, which only
+//! the agent creates, is read as a link (`readlinkat`) and never followed.
 
 use std::ffi::OsStr;
 use std::io::{Read, Write};
@@ -84,6 +85,9 @@ pub fn check_dir_owner(dir: &Path) -> Result<(), String> {
 pub struct Dir {
     fd: OwnedFd,
     path: PathBuf,
+    /// Whether a subdirectory must be the agent's own (StrictModes). Off only below a
+    /// read-only open ([`Dir::open_read_only`]): `status` run as root reads the agent's files.
+    strict: bool,
 }
 
 impl Dir {
@@ -121,6 +125,33 @@ impl Dir {
         Ok(Self {
             fd,
             path: path.to_path_buf(),
+            strict: true,
+        })
+    }
+
+    /// Opens an existing directory for the read-only commands (status, explain, doctor, the
+    /// metrics file): nothing is created or narrowed, and neither it nor a subdirectory opened
+    /// from it is judged by owner, since those commands may run as root or an operator; a link
+    /// below it is still never followed. For reading only: nothing may be written through it.
+    pub fn open_read_only(path: &Path) -> anyhow::Result<Self> {
+        let fd = rustix::fs::open(path, DIR_FLAGS.difference(OFlags::NOFOLLOW), Mode::empty())
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        Ok(Self {
+            fd,
+            path: path.to_path_buf(),
+            strict: false,
+        })
+    }
+
+    /// A second fd on the same directory.
+    pub fn try_clone(&self) -> anyhow::Result<Self> {
+        Ok(Self {
+            fd: self
+                .fd
+                .try_clone()
+                .context("cannot duplicate a directory fd")?,
+            path: self.path.clone(),
+            strict: self.strict,
         })
     }
 
@@ -169,11 +200,28 @@ impl Dir {
 
     fn checked_sub(&self, fd: OwnedFd, name: &str) -> anyhow::Result<Self> {
         let path = self.join(name);
-        let st = rustix::fs::fstat(&fd)?;
-        if let Some(p) = owner_mode_problem(&st, &[euid()]) {
-            return Err(unsafe_path(&path, &p));
+        if self.strict {
+            let st = rustix::fs::fstat(&fd)?;
+            if let Some(p) = owner_mode_problem(&st, &[euid()]) {
+                return Err(unsafe_path(&path, &p));
+            }
         }
-        Ok(Self { fd, path })
+        Ok(Self {
+            fd,
+            path,
+            strict: self.strict,
+        })
+    }
+
+    /// Whether `name` is a regular file here (not a link to one).
+    pub fn has_file(&self, name: &str) -> bool {
+        rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
+    }
+
+    /// Whether anything (a file, a link, a directory) has the name `name` here.
+    pub fn has(&self, name: &str) -> bool {
+        rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW).is_ok()
     }
 
     /// Writes `bytes` to `name` atomically with exactly `mode`: a temp file created
@@ -293,6 +341,7 @@ impl Dir {
         let sub = Self {
             fd,
             path: self.join(name),
+            strict: self.strict,
         };
         for (entry, _) in sub.entries()? {
             sub.remove_tree(&entry)?;
@@ -357,6 +406,7 @@ impl Dir {
                 let sub = Self {
                     fd,
                     path: self.join(&name),
+                    strict: self.strict,
                 };
                 total = total.saturating_add(sub.add_usage(budget, depth + 1));
             }
@@ -549,12 +599,6 @@ pub fn read_private(path: &Path, max: u64) -> Result<Vec<u8>, ReadProblem> {
     read_fd(fd, max)
 }
 
-/// Reads a file outside the state dir that the agent only reports on (state.json for the
-/// metrics and `status`): regular files only, bounded, no link followed at the last step.
-pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, ReadProblem> {
-    read_regular(None, path, max)
-}
-
 /// Writes the metrics textfile: its directory must pass [`check_dir_owner`]; the file is
 /// written atomically through an unpredictable temp name, so a link is replaced, never
 /// written through.
@@ -583,6 +627,7 @@ pub fn write_outside(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()>
     let dir = Dir {
         fd,
         path: dir.to_path_buf(),
+        strict: true,
     };
     dir.write_atomic(name, bytes, mode)
 }
@@ -642,25 +687,25 @@ mod tests {
         let outside = t.path().join("outside");
         std::fs::create_dir(&outside).unwrap();
         std::fs::write(outside.join("keep"), "x").unwrap();
-        std::os::unix::fs::symlink(&outside, d.join("staging")).unwrap();
-        let e = d.ensure_sub("staging", 0o700).unwrap_err();
+        std::os::unix::fs::symlink(&outside, d.join("sub")).unwrap();
+        let e = d.ensure_sub("sub", 0o700).unwrap_err();
         assert!(
             format!("{e:#}").contains(Code::StateDirUnsafe.as_str()),
             "{e:#}"
         );
-        assert!(d.sub("staging").is_err());
-        d.remove_tree("staging").unwrap();
+        assert!(d.sub("sub").is_err());
+        d.remove_tree("sub").unwrap();
         assert!(outside.join("keep").exists());
         assert_eq!(
             std::fs::metadata(&outside).unwrap().permissions().mode() & 0o777,
             0o755
         );
-        let s = d.ensure_sub("staging", 0o700).unwrap();
+        let s = d.ensure_sub("sub", 0o700).unwrap();
         let inner = s.ensure_sub("a", 0o700).unwrap();
         inner.write_atomic("f", b"1", 0o600).unwrap();
         std::os::unix::fs::symlink(&outside, inner.join("link")).unwrap();
-        d.remove_tree("staging").unwrap();
-        assert!(!d.join("staging").exists());
+        d.remove_tree("sub").unwrap();
+        assert!(!d.join("sub").exists());
         assert!(outside.join("keep").exists());
     }
 
@@ -674,12 +719,9 @@ mod tests {
         std::os::unix::fs::symlink(t.path(), d.join("link")).unwrap();
         assert!(d.read_file("link", 10).is_err());
         rustix::fs::mknodat(&d, "fifo", FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
+        assert_eq!(d.read("fifo", 10), Err(ReadProblem::NotRegular("FIFO")));
         assert_eq!(
-            read_bounded(&d.join("fifo"), 10),
-            Err(ReadProblem::NotRegular("FIFO"))
-        );
-        assert_eq!(
-            read_bounded(Path::new("/dev/zero"), 10),
+            read_regular(None, Path::new("/dev/zero"), 10),
             Err(ReadProblem::NotRegular("character device"))
         );
     }
@@ -697,8 +739,8 @@ mod tests {
     #[test]
     fn swap_symlink_replaces_the_link() {
         let (_t, d) = root();
-        d.swap_symlink(Path::new("releases/a"), "current").unwrap();
-        d.swap_symlink(Path::new("releases/b"), "current").unwrap();
-        assert_eq!(d.read_link("current").unwrap(), Path::new("releases/b"));
+        d.swap_symlink(Path::new("dir/a"), "link").unwrap();
+        d.swap_symlink(Path::new("dir/b"), "link").unwrap();
+        assert_eq!(d.read_link("link").unwrap(), Path::new("dir/b"));
     }
 }

@@ -3,7 +3,6 @@
 //! dir, written atomically through `fsx` like the rest of the agent's state, so the tick, which
 //! runs as the agent's user, reads a file of its own; a hold past its `until` ends by itself.
 
-use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Context;
@@ -12,9 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::exit::Exit;
-use crate::{fsx, state};
+use crate::layout::Layout;
+use crate::state;
 
-const FILE: &str = "hold";
 /// A reason is a line for people, not a document.
 const MAX_REASON_CHARS: usize = 500;
 const MAX_FILE_BYTES: u64 = 8 * 1024;
@@ -40,7 +39,10 @@ impl Hold {
     pub fn wire(&self) -> proto::Hold {
         proto::Hold {
             // Every way out is redacted, an operator's text included.
-            reason: self.reason.as_deref().map(crate::redact::redact),
+            reason: self
+                .reason
+                .as_deref()
+                .map(|r| crate::redact::redact(r).into_string()),
             since: self.since,
             until: self.until,
         }
@@ -63,9 +65,9 @@ impl Hold {
 
 /// The hold in force, from the file, for the read-only commands (status, explain): `None`
 /// when there is none, it cannot be read, or its `until` has passed.
-pub fn peek(state_dir: &Path) -> Option<Hold> {
-    fsx::read_bounded(&state_dir.join(FILE), MAX_FILE_BYTES)
-        .ok()
+pub fn peek(layout: &Layout) -> Option<Hold> {
+    layout
+        .peek_hold(MAX_FILE_BYTES)
         .map(|b| parse(&b).unwrap_or_else(|_| unparsable()))
         .filter(|h| h.holds_at(state::now()))
 }
@@ -86,15 +88,14 @@ fn unparsable() -> Hold {
 /// The hold in force, for the tick (under its lock): a hold past its `until` is removed, so it
 /// ends by itself; a file that does not parse holds, as a hold without a reason, since an
 /// operator who wrote it meant to stop the box.
-pub fn load(state_dir: &Path) -> anyhow::Result<Option<Hold>> {
-    let root = fsx::Dir::state_root(state_dir)?;
-    let Some(bytes) = root.read_file(FILE, MAX_FILE_BYTES)? else {
+pub fn load(layout: &Layout) -> anyhow::Result<Option<Hold>> {
+    let Some(bytes) = layout.read_hold(MAX_FILE_BYTES)? else {
         return Ok(None);
     };
     let hold = parse(&bytes).unwrap_or_else(|e| {
         tracing::warn!(
             "{} does not parse ({e}); it holds the box all the same",
-            root.join(FILE).display()
+            layout.hold_path().display()
         );
         unparsable()
     });
@@ -105,7 +106,7 @@ pub fn load(state_dir: &Path) -> anyhow::Result<Option<Hold>> {
         "the hold put {} ran out; the box is no longer held",
         crate::status::rfc3339(hold.since)
     );
-    root.remove_file(FILE)?;
+    layout.remove_hold()?;
     Ok(None)
 }
 
@@ -158,10 +159,10 @@ pub fn hold_command(
         since: now,
         until,
     };
-    let root = as_state_owner(&cfg.state_dir)?;
+    let layout = as_state_owner(cfg)?;
     let mut bytes = serde_json::to_vec_pretty(&hold).context("cannot encode the hold")?;
     bytes.push(b'\n');
-    root.write_atomic(FILE, &bytes, 0o600)?;
+    layout.write_hold(&bytes)?;
     outln!("{}", hold.describe());
     outln!("the agent checks in and reports, but applies, heals and retires nothing until then");
     Ok(Exit::Ok)
@@ -169,9 +170,9 @@ pub fn hold_command(
 
 /// `monky-deployd unhold`.
 pub fn unhold_command(cfg: &Config) -> anyhow::Result<Exit> {
-    let root = as_state_owner(&cfg.state_dir)?;
-    let had = root.read_file(FILE, MAX_FILE_BYTES)?.is_some();
-    root.remove_file(FILE)?;
+    let layout = as_state_owner(cfg)?;
+    let had = layout.read_hold(MAX_FILE_BYTES)?.is_some();
+    layout.remove_hold()?;
     outln!(
         "{}",
         if had {
@@ -186,8 +187,9 @@ pub fn unhold_command(cfg: &Config) -> anyhow::Result<Exit> {
 /// Opens the state dir as its owner. Run as root, this thread takes the owner's uid and gid
 /// first (the command runs on one thread), so the file is the agent's own and the state dir's
 /// checks apply unchanged; run as the agent, nothing changes.
-fn as_state_owner(state_dir: &Path) -> anyhow::Result<fsx::Dir> {
+fn as_state_owner(cfg: &Config) -> anyhow::Result<Layout> {
     use rustix::process::{Gid, Uid, geteuid};
+    let state_dir = &cfg.state_dir;
     if geteuid().is_root()
         && let Ok(st) = rustix::fs::stat(state_dir)
         && st.st_uid != 0
@@ -215,7 +217,7 @@ fn as_state_owner(state_dir: &Path) -> anyhow::Result<fsx::Dir> {
                 )
             })?;
     }
-    fsx::Dir::state_root(state_dir)
+    Layout::open(cfg)
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ mod fsx;
 pub mod hold;
 mod host;
 pub mod interrupted;
+pub mod layout;
 pub mod logging;
 pub mod metrics;
 mod peers;

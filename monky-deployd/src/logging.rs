@@ -7,14 +7,15 @@ use std::sync::{Mutex, OnceLock};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
-use crate::redact::redact;
+use crate::redact::{Redacted, redact};
 
 /// The most the report's `log_tail` carries (tenancy keeps the first 2 KiB in its audit log).
 pub const LOG_TAIL_MAX: usize = 16 * 1024;
 
-fn captured() -> &'static Mutex<String> {
-    static CAPTURED: OnceLock<Mutex<String>> = OnceLock::new();
-    CAPTURED.get_or_init(|| Mutex::new(String::new()))
+/// This tick's log lines, each redacted once, on its way to stderr.
+fn captured() -> &'static Mutex<Redacted> {
+    static CAPTURED: OnceLock<Mutex<Redacted>> = OnceLock::new();
+    CAPTURED.get_or_init(|| Mutex::new(Redacted::default()))
 }
 
 /// The HTTP stack's own crates: at debug they log every pool checkout and TLS record (104 of
@@ -48,13 +49,15 @@ pub fn init(level: tracing::Level) {
 
 /// Starts a new tick's capture.
 pub fn start_capture() {
-    captured().lock().unwrap_or_else(|p| p.into_inner()).clear();
+    *captured().lock().unwrap_or_else(|p| p.into_inner()) = Redacted::default();
 }
 
-/// This tick's log lines, redacted, the end kept within `max` bytes.
-pub fn tail(max: usize) -> String {
-    let text = captured().lock().unwrap_or_else(|p| p.into_inner()).clone();
-    tail_of(&redact(&text), max)
+/// This tick's log lines (redacted as they were written), the end kept within `max` bytes.
+pub fn tail(max: usize) -> Redacted {
+    captured()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .tail(max)
 }
 
 /// The last `max` bytes of `text`, cut at a line start where possible.
@@ -148,16 +151,17 @@ impl Write for LineWriter {
 
 impl Drop for LineWriter {
     fn drop(&mut self) {
+        // The one redaction of a log line: callers log raw text, error chains included.
         let line = redact(&String::from_utf8_lossy(&self.0));
         if stderr_is_journal() {
-            let _ = io::stderr().write_all(with_priority(&line, self.1).as_bytes());
+            let _ = io::stderr().write_all(with_priority(line.as_str(), self.1).as_bytes());
         } else {
-            let _ = io::stderr().write_all(line.as_bytes());
+            let _ = io::stderr().write_all(line.as_str().as_bytes());
         }
         let mut cap = captured().lock().unwrap_or_else(|p| p.into_inner());
-        cap.push_str(&line);
-        if cap.len() > 4 * LOG_TAIL_MAX {
-            *cap = tail_of(&cap, LOG_TAIL_MAX);
+        cap.push_lines(&line);
+        if cap.as_str().len() > 4 * LOG_TAIL_MAX {
+            *cap = cap.tail(LOG_TAIL_MAX);
         }
     }
 }

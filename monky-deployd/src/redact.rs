@@ -1,7 +1,10 @@
 //! The redactor: the one filter every way out of the agent goes through.
 //!
-//! Logs, the report's `log_tail` and `detail`, `status`, state.json's `last_error`, the error
-//! printed by `main` and a panic message are all passed through [`redact`]. It masks every value
+//! Its output is a type: [`Redacted`], text that only this module makes (its constructor is
+//! private), so what leaves the process (the report's `log_tail` and `detail`, state.json's
+//! `last_error`, a log line, compose's output kept as evidence) is built from a `Redacted` and
+//! a text is redacted once on its way out rather than again at every step. Logs, `status`, the
+//! error printed by `main` and a panic message go through [`redact`] too. It masks every value
 //! the agent has read from OpenBao (registered with [`register`] the moment it is read, in its
 //! plain, JSON-escaped, Go-quoted, per-line, `.env` and URL-encoded forms), OpenBao token
 //! shapes, JWTs, bearer headers and registry auth strings.
@@ -14,7 +17,8 @@
 //! Values shorter than [`MIN_VALUE_LEN`] are never masked; `doctor` names the secrets that fall
 //! under the last two rules.
 
-use std::sync::{OnceLock, RwLock, TryLockError};
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock, RwLock, TryLockError};
 
 use base64::Engine as _;
 use regex::Regex;
@@ -28,6 +32,71 @@ const URL_COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHAN
 
 /// What a masked value becomes.
 pub const MASK: &str = "***";
+
+/// Text the redactor has passed: only [`redact`] (and this module's joins and cuts of what it
+/// produced) makes one. It is serialized as its plain string; read back (state.json's
+/// `last_error`), it goes through the redactor again, so a value registered since is masked
+/// and nothing outside this module turns a raw string into a `Redacted`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct Redacted(String);
+
+impl Redacted {
+    /// The redacted text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The redacted text, owned (for a wire struct that holds a `String`).
+    #[must_use]
+    pub fn into_string(self) -> String {
+        self.0
+    }
+
+    /// Whether there is no text.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Appends `other`, on a line of its own: two redacted texts side by side stay redacted
+    /// as long as no value is spelled across the seam, and a line break is a boundary for
+    /// every rule (each line of a multi-line value is registered apart).
+    pub fn push_lines(&mut self, other: &Redacted) {
+        if !self.0.is_empty() && !self.0.ends_with('\n') {
+            self.0.push('\n');
+        }
+        self.0.push_str(&other.0);
+    }
+
+    /// The last `max` bytes, cut at a line start where possible (see
+    /// [`crate::logging::tail_of`]). A cut inside a line is redacted again: a value masked
+    /// only as a whole token may stand alone once the text glued to it is cut off.
+    #[must_use]
+    pub fn tail(&self, max: usize) -> Redacted {
+        let cut = crate::logging::tail_of(&self.0, max);
+        let at_line_start =
+            cut.len() == self.0.len() || self.0[..self.0.len() - cut.len()].ends_with('\n');
+        if at_line_start {
+            Redacted(cut)
+        } else {
+            redact(&cut)
+        }
+    }
+}
+
+impl std::fmt::Display for Redacted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Redacted {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(|s| redact(&s))
+    }
+}
 
 /// Values shorter than this (in bytes) are not masked on their own: masking every "on" or "1" in
 /// a log would hide the log without protecting anything a guess would not find. The same holds
@@ -159,9 +228,32 @@ static PATTERNS: [Pattern; 7] = [
 #[derive(Default)]
 struct Redactor {
     values: RwLock<Vec<Form>>,
+    /// The releases (sha and `.env` digest) whose secrets are registered.
+    releases: Mutex<HashSet<String>>,
 }
 
 impl Redactor {
+    /// Registers the values `read` returns, unless `key` was registered before; `read` is not
+    /// called then. Without a key, always.
+    fn register_release(
+        &self,
+        key: Option<&str>,
+        read: impl FnOnce() -> Vec<secrecy::SecretString>,
+    ) {
+        use secrecy::ExposeSecret as _;
+        // Held while registering, so two threads never both read the same release.
+        let mut done = self.releases.lock().unwrap_or_else(|p| p.into_inner());
+        if key.is_some_and(|k| done.contains(k)) {
+            return;
+        }
+        for value in read() {
+            self.register(value.expose_secret());
+        }
+        if let Some(k) = key {
+            done.insert(k.to_string());
+        }
+    }
+
     fn register(&self, value: &str) {
         let mut forms = vec![value.to_string()];
         // The escapes of the JSON writers a value meets on its way out: serde_json (the agent's
@@ -466,9 +558,16 @@ pub fn register_basic_auth(user: &str, password: &str) {
     global().register_basic_auth(user, password);
 }
 
-/// Masks everything secret in `text`.
-pub fn redact(text: &str) -> String {
-    global().redact(text)
+/// Registers a release's secret values once per `key` (its sha and `.env` digest) in the
+/// process: `read` (which reads them back from the release's `.env`) runs the first time a key
+/// is seen, never again for it. With no key (nothing to tell two `.env`s apart), every time.
+pub fn register_release(key: Option<&str>, read: impl FnOnce() -> Vec<secrecy::SecretString>) {
+    global().register_release(key, read);
+}
+
+/// Masks everything secret in `text`: the one way to a [`Redacted`].
+pub fn redact(text: &str) -> Redacted {
+    Redacted(global().redact(text))
 }
 
 /// Masks everything secret in `text` without waiting: `None` while a value is being registered.
@@ -482,7 +581,7 @@ mod tests {
     use super::*;
 
     fn check(input: &str, expected: &str) {
-        assert_eq!(redact(input), expected, "input: {input}");
+        assert_eq!(redact(input).as_str(), expected, "input: {input}");
     }
 
     #[test]
@@ -514,6 +613,25 @@ mod tests {
         check(r#"{"v":"quote\"d-secret"}"#, r#"{"v":"***"}"#);
         check("cm9ib3Q6cmVnaXN0cnktcGFzcw==", "***");
         check("pw registry-pass", "pw ***");
+    }
+
+    #[test]
+    fn redacted_text_stays_redacted_read_back_joined_and_cut() {
+        register("read-back-secret-77");
+        register("hunt3r77");
+        // state.json read back: redacted again, so a value registered since is masked too.
+        let r: Redacted = serde_json::from_str(r#""pw read-back-secret-77""#).unwrap();
+        assert_eq!(r.as_str(), "pw ***");
+        assert_eq!(serde_json::to_string(&r).unwrap(), r#""pw ***""#);
+        // Glued to a letter, a short value is no token; cut away from it, it is one.
+        let glued = redact("xhunt3r77");
+        assert_eq!(glued.as_str(), "xhunt3r77");
+        assert_eq!(glued.tail(8).as_str(), "***");
+        // A cut at a line start keeps the text as it was.
+        let mut lines = redact("first line\n");
+        lines.push_lines(&redact("second hunt3r77"));
+        assert_eq!(lines.as_str(), "first line\nsecond ***");
+        assert_eq!(lines.tail(12).as_str(), "second ***");
     }
 
     #[test]

@@ -303,7 +303,10 @@ fn model_of_bundle(
                 || (Code::ComposeConfigFailed, format!("{e:#}")),
                 |f| (f.code, f.message.clone()),
             );
-            Ok(vec![Failure::coded(code, crate::redact::redact(&why))])
+            Ok(vec![Failure::coded(
+                code,
+                crate::redact::redact(&why).into_string(),
+            )])
         }
     }
 }

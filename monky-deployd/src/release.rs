@@ -4,8 +4,11 @@
 //! `releases/<sha>/` once complete (bundle files + `.env`, 0600), and `current -> releases/<sha>`.
 //! Every step is a rename, so a crash leaves `current` naming a complete release.
 //!
-//! Every directory is opened from the state dir's fd without following links ([`fsx::Dir`]),
-//! and a release is checked before any compose command that starts or stops it
+//! Every directory is opened from its parent's fd without following links, starting from the
+//! state dir's fd that [`Layout`] holds; a [`Release`] keeps its own directory's fd, and the
+//! release `current` names is opened from `releases/` by the sha the link names, never through
+//! the link. Only compose is given a path. A release is checked before any compose command
+//! that starts or stops it
 //! ([`verify`]): its members must still hash to its sha and its `.env` must match the keyed
 //! digest recorded when the agent wrote it (`<env_id>/env-digests/<sha>`, HMAC-SHA256 under
 //! the box-local key `<state_dir>/release.key`), because a container that binds its own
@@ -23,11 +26,10 @@ use crate::code::Code;
 use crate::config::Config;
 use crate::exit::Failure;
 use crate::fsx::{self, Dir};
+use crate::layout::Layout;
 
 /// The rendered `.env` in a release dir (not a bundle member: the agent writes it).
 pub const ENV_FILE: &str = ".env";
-const DIGESTS: &str = "env-digests";
-const KEY_FILE: &str = "release.key";
 
 /// More entries than this in a release dir is not a release any more (nor worth listing).
 const MAX_RELEASE_ENTRIES: usize = 4096;
@@ -35,48 +37,90 @@ const MAX_RELEASE_ENTRIES: usize = 4096;
 /// The largest `.env` read back: the template's member cap plus the values' cap, escaped.
 const MAX_ENV_BYTES: u64 = 16 * 1024 * 1024;
 
-/// A complete release directory (staged or promoted).
+/// The largest recorded digest read back (64 hex digits).
+const MAX_DIGEST_BYTES: u64 = 1024;
+
+/// A complete release directory (staged or promoted), held open: every file of it is read
+/// and written through its fd, which was opened from its parent's without following a link.
+/// Only compose is given a path ([`Release::dir`]), as the docker CLI needs one.
 #[derive(Debug)]
 pub struct Release {
-    dir: PathBuf,
+    fd: Dir,
+    /// What compose is given as the project's directory: `<env>/current` for the release
+    /// reached through `current` (what compose has always been given for the running
+    /// release, so its containers' configuration does not change), else the dir's own path.
+    path: PathBuf,
     compose_file: bundle::MemberName,
-    /// The keyed digest of the `.env` this process wrote into a staged release.
+    /// The sha the release is of.
+    sha: String,
+    /// The keyed digest of its `.env`: the one this process wrote into a staged release, or
+    /// the one recorded for `releases/<sha>`.
     env_digest: Option<String>,
 }
 
 impl Release {
-    /// Opens a release directory if it holds a compose file (a regular file, not a link).
-    pub fn open(dir: &Path) -> Option<Self> {
-        bundle::MemberName::COMPOSE_FILES
+    /// A release of `sha` in `fd`, if it holds a compose file (a regular file, not a link).
+    fn of(fd: Dir, path: PathBuf, sha: &str, env_digest: Option<String>) -> Option<Self> {
+        let compose_file = bundle::MemberName::COMPOSE_FILES
             .into_iter()
-            .find(|f| std::fs::symlink_metadata(dir.join(f.as_str())).is_ok_and(|m| m.is_file()))
-            .map(|compose_file| Self {
-                dir: dir.to_path_buf(),
-                compose_file,
-                env_digest: None,
-            })
+            .find(|f| fd.has_file(f.as_str()))?;
+        Some(Self {
+            fd,
+            path,
+            compose_file,
+            sha: sha.to_string(),
+            env_digest,
+        })
     }
 
-    /// The directory.
+    /// `releases/<sha>` with the digest recorded for its `.env`; `None` when it is not there
+    /// or holds no compose file.
+    fn promoted(layout: &Layout, sha: &str, path: PathBuf) -> anyhow::Result<Option<Self>> {
+        let Some(fd) = layout
+            .releases_if_any()?
+            .map(|r| r.sub(sha))
+            .transpose()?
+            .flatten()
+        else {
+            return Ok(None);
+        };
+        let digest = layout
+            .digests_if_any()?
+            .and_then(|d| d.read(sha, MAX_DIGEST_BYTES).ok())
+            .and_then(|b| String::from_utf8(b).ok());
+        Ok(Self::of(fd, path, sha, digest))
+    }
+
+    /// The release `current` names, opened from `releases/` by the sha the link names (never
+    /// through the link); `None` when there is none or it holds no compose file.
+    pub fn current(layout: &Layout) -> anyhow::Result<Option<Self>> {
+        match current_sha(layout)? {
+            Some(sha) => Self::promoted(layout, &sha, layout.current_path()),
+            None => Ok(None),
+        }
+    }
+
+    /// The directory compose is given.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.path
     }
 
     /// The compose file's text.
     pub fn compose_yaml(&self) -> anyhow::Result<String> {
-        let path = self.dir.join(self.compose_file.as_str());
-        let bytes = fsx::read_bounded(&path, MAX_ENV_BYTES)
-            .map_err(|p| anyhow::anyhow!("cannot read {}: {p}", path.display()))?;
-        String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8", path.display()))
+        let name = self.compose_file.as_str();
+        let bytes = self
+            .fd
+            .read(name, MAX_ENV_BYTES)
+            .map_err(|p| anyhow::anyhow!("cannot read {}: {p}", self.fd.join(name).display()))?;
+        String::from_utf8(bytes)
+            .with_context(|| format!("{} is not UTF-8", self.fd.join(name).display()))
     }
 
     fn meta(&self) -> Option<bundle::BundleMeta> {
-        fsx::read_bounded(
-            &self.dir.join(bundle::MemberName::BUNDLE_JSON.as_str()),
-            MAX_ENV_BYTES,
-        )
-        .ok()
-        .and_then(|b| bundle::BundleMeta::parse(&b).ok())
+        self.fd
+            .read(bundle::MemberName::BUNDLE_JSON.as_str(), MAX_ENV_BYTES)
+            .ok()
+            .and_then(|b| bundle::BundleMeta::parse(&b).ok())
     }
 
     /// The release's `allow_privileged` (false when its `bundle.json` cannot be read).
@@ -91,7 +135,8 @@ impl Release {
 
     /// The compose project for this release. Every compose call on a release goes through
     /// here, so this is where the release's secrets become known to the redactor, also when
-    /// this process did not read them (a retire or a fallback to an older release).
+    /// this process did not read them (a retire or a fallback to an older release): once per
+    /// release and `.env` in the process ([`crate::redact::register_release`]).
     ///
     /// The agent's budget override ([`bundle::budget::OVERRIDE_FILE`]), when the release has
     /// one, is merged over the compose file on every call, so `up`, `ps` and `down` see the
@@ -100,13 +145,12 @@ impl Release {
         self.register_secrets();
         let project = docker.compose(
             &cfg.compose_project,
-            &self.dir,
-            &self.dir.join(self.compose_file.as_str()),
-            &self.dir.join(ENV_FILE),
+            &self.path,
+            &self.path.join(self.compose_file.as_str()),
+            &self.path.join(ENV_FILE),
         );
-        let over = self.dir.join(bundle::budget::OVERRIDE_FILE);
-        if std::fs::symlink_metadata(&over).is_ok_and(|m| m.is_file()) {
-            project.with_override(&over)
+        if self.fd.has_file(bundle::budget::OVERRIDE_FILE) {
+            project.with_override(&self.path.join(bundle::budget::OVERRIDE_FILE))
         } else {
             project
         }
@@ -118,52 +162,35 @@ impl Release {
     /// a missing or changed override shows in the model, which must hold a pids limit for
     /// every service.
     pub fn write_budget_override(&self, cfg: &Config) -> anyhow::Result<()> {
-        let text = cfg.budget.pids_override_for(&self.compose_yaml()?);
-        let (_root, envd) = env_dir(cfg)?;
-        // A release reached through `current` (a heal, a fallback's recheck) is written in the
-        // dir the agent's own link names, opened from the env dir like every other.
-        let resolved;
-        let (parent, name) = if self.dir == current_dir(cfg) {
-            resolved = current_sha(cfg)?.context("current names no release")?;
-            ("releases", resolved.as_str())
-        } else {
-            let parent = self
-                .dir
-                .parent()
-                .and_then(Path::file_name)
-                .and_then(|n| n.to_str())
-                .context("release dir has no parent")?;
-            let name = self
-                .dir
-                .file_name()
-                .and_then(|n| n.to_str())
-                .context("release dir has no name")?;
-            (parent, name)
-        };
-        let dir = envd
-            .sub(parent)?
-            .and_then(|p| p.sub(name).transpose())
-            .transpose()?
-            .with_context(|| format!("{} is no longer on disk", self.dir.display()))?;
-        match text {
-            Some(t) => dir.write_atomic(bundle::budget::OVERRIDE_FILE, t.as_bytes(), 0o600),
-            None => dir.remove_file(bundle::budget::OVERRIDE_FILE),
+        match cfg.budget.pids_override_for(&self.compose_yaml()?) {
+            Some(t) => self
+                .fd
+                .write_atomic(bundle::budget::OVERRIDE_FILE, t.as_bytes(), 0o600),
+            None => self.fd.remove_file(bundle::budget::OVERRIDE_FILE),
         }
     }
 }
 
 impl Release {
-    /// Registers with the redactor the values of `.env` that came from the manifest's secrets.
+    /// Registers with the redactor the values of `.env` that came from the manifest's secrets,
+    /// unless this process did for the same release and `.env` already. Without a known
+    /// digest (a release written before digests were kept) it reads them every time.
     fn register_secrets(&self) {
-        for (_, value) in self.secrets() {
-            crate::redact::register(value.expose_secret());
-        }
+        let key = self
+            .env_digest
+            .as_ref()
+            .map(|d| format!("{}:{d}", self.sha));
+        crate::redact::register_release(key.as_deref(), || {
+            self.secrets().into_iter().map(|(_, v)| v).collect()
+        });
     }
 
     /// The values of `.env` that came from the manifest's secrets, by `.env` key.
     pub fn secrets(&self) -> Vec<(String, SecretString)> {
+        #[cfg(test)]
+        tests::ENV_READS.with(|n| n.set(n.get() + 1));
         // Bounded, regular files only: a FIFO planted as `.env` cannot hang the tick here.
-        let read = |name: &str| fsx::read_bounded(&self.dir.join(name), MAX_ENV_BYTES).ok();
+        let read = |name: &str| self.fd.read(name, MAX_ENV_BYTES).ok();
         let (Some(manifest), Some(template), Some(env)) = (
             read(bundle::MemberName::SECRETS_MANIFEST.as_str()),
             read(bundle::MemberName::ENV_TEMPLATE.as_str()),
@@ -180,27 +207,15 @@ impl Release {
     }
 }
 
-/// `<state_dir>/<env_id>/current`.
-pub fn current_dir(cfg: &Config) -> PathBuf {
-    cfg.env_dir().join("current")
-}
-
-/// The env's directory, opened from the checked state dir (created 0700 if missing).
-fn env_dir(cfg: &Config) -> anyhow::Result<(Dir, Dir)> {
-    let root = Dir::state_root(&cfg.state_dir)?;
-    let env = root.ensure_sub(&cfg.env_id, 0o700)?;
-    Ok((root, env))
-}
-
 /// The box-local key of the `.env` digests, made on first use (32 random bytes, 0600).
-fn digest_key(root: &Dir) -> anyhow::Result<zeroize::Zeroizing<Vec<u8>>> {
-    if let Some(key) = root.read_file(KEY_FILE, 1024)?
+fn digest_key(layout: &Layout) -> anyhow::Result<zeroize::Zeroizing<Vec<u8>>> {
+    if let Some(key) = layout.read_release_key()?
         && key.len() >= 32
     {
-        return Ok(zeroize::Zeroizing::new(key));
+        return Ok(key);
     }
     let key = zeroize::Zeroizing::new(rand::random::<[u8; 32]>().to_vec());
-    root.write_atomic(KEY_FILE, &key, 0o600)?;
+    layout.write_release_key(&key)?;
     Ok(key)
 }
 
@@ -213,9 +228,8 @@ fn env_digest(key: &[u8], env: &[u8]) -> String {
 }
 
 /// Writes the bundle's files and the rendered `.env` (0600) into a fresh staging directory.
-pub fn stage(cfg: &Config, b: &bundle::Bundle, env: &SecretString) -> anyhow::Result<Release> {
-    let (root, envd) = env_dir(cfg)?;
-    let staging = envd.ensure_sub("staging", 0o700)?;
+pub fn stage(layout: &Layout, b: &bundle::Bundle, env: &SecretString) -> anyhow::Result<Release> {
+    let staging = layout.staging()?;
     let name = format!("{}.{}", b.sha(), std::process::id());
     staging.remove_tree(&name)?;
     let dir = staging.ensure_sub(&name, 0o700)?;
@@ -224,10 +238,9 @@ pub fn stage(cfg: &Config, b: &bundle::Bundle, env: &SecretString) -> anyhow::Re
     }
     let env = env.expose_secret().as_bytes();
     dir.write_atomic(ENV_FILE, env, 0o600)?;
-    let digest = env_digest(&digest_key(&root)?, env);
-    let mut rel = Release::open(dir.path()).context("staged release has no compose file")?;
-    rel.env_digest = Some(digest);
-    Ok(rel)
+    let digest = env_digest(&digest_key(layout)?, env);
+    let path = dir.path().to_path_buf();
+    Release::of(dir, path, b.sha(), Some(digest)).context("staged release has no compose file")
 }
 
 /// A check a release must pass before `current` names it.
@@ -245,28 +258,28 @@ pub type Gate<'a> = &'a dyn Fn(&Release) -> anyhow::Result<()>;
 /// never missing; that directory is not the one judged, so `gate` must pass on it before
 /// `current` names it.
 pub fn promote(
-    cfg: &Config,
+    layout: &Layout,
     staged: Release,
     sha: &str,
     gate: Gate<'_>,
 ) -> anyhow::Result<Release> {
-    let (_root, envd) = env_dir(cfg)?;
-    let releases = envd.ensure_sub("releases", 0o700)?;
-    let staging = envd.ensure_sub("staging", 0o700)?;
+    let releases = layout.releases()?;
+    let staging = layout.staging()?;
     let name = staged
-        .dir
+        .path
         .file_name()
         .and_then(|n| n.to_str())
         .context("staged release has no name")?
         .to_string();
     let digest = staged
         .env_digest
-        .as_deref()
+        .clone()
         .context("staged release has no .env digest")?;
-    envd.ensure_sub(DIGESTS, 0o700)?
+    layout
+        .digests()?
         .write_atomic(sha, digest.as_bytes(), 0o600)?;
     if let Some(old) = releases.sub(sha)? {
-        let new = staging.sub(&name)?.context("staged release vanished")?;
+        let new = &staged.fd;
         let written: Vec<String> = new.entries()?.into_iter().map(|(n, _)| n).collect();
         for member in &written {
             let bytes = new
@@ -281,50 +294,56 @@ pub fn promote(
                 old.remove_tree(&entry)?;
             }
         }
+        drop(staged);
         staging.remove_tree(&name)?;
-        gate(&Release::open(old.path()).context("promoted release has no compose file")?)?;
+        let path = old.path().to_path_buf();
+        gate(
+            &Release::of(old, path, sha, Some(digest))
+                .context("promoted release has no compose file")?,
+        )?;
     } else {
         staging.rename_to(&name, &releases, sha)?;
         releases.sync()?;
     }
     crate::failpoint::hit("before-swap");
-    envd.swap_symlink(&Path::new("releases").join(sha), "current")?;
-    Release::open(&current_dir(cfg)).context("promoted release has no compose file")
+    layout.point_current(sha)?;
+    Release::current(layout)?.context("promoted release has no compose file")
 }
 
 /// Points `current` at an existing `releases/<sha>` (a fallback), once `gate` passed on it.
-pub fn point_current(cfg: &Config, sha: &str, gate: Gate<'_>) -> anyhow::Result<Release> {
-    let (_root, envd) = env_dir(cfg)?;
-    let releases = envd.ensure_sub("releases", 0o700)?;
-    let rel = releases
-        .sub(sha)?
-        .and_then(|d| Release::open(d.path()))
-        .with_context(|| {
+pub fn point_current(layout: &Layout, sha: &str, gate: Gate<'_>) -> anyhow::Result<Release> {
+    let rel =
+        Release::promoted(layout, sha, layout.releases_path().join(sha))?.with_context(|| {
             format!(
                 "release {} is no longer on disk",
-                releases.join(sha).display()
+                layout.releases_path().join(sha).display()
             )
         })?;
     gate(&rel)?;
-    envd.swap_symlink(&Path::new("releases").join(sha), "current")?;
-    Release::open(&current_dir(cfg)).context("current has no compose file")
+    layout.point_current(sha)?;
+    Release::current(layout)?.context("current has no compose file")
+}
+
+/// Whether `releases/<sha>` is on disk (a directory, not a link).
+pub fn on_disk(layout: &Layout, sha: &str) -> bool {
+    layout
+        .releases_if_any()
+        .ok()
+        .flatten()
+        .is_some_and(|r| r.sub(sha).is_ok_and(|d| d.is_some()))
 }
 
 /// The sha `current` names, when it is the agent's own link into `releases/`.
-pub fn current_sha(cfg: &Config) -> anyhow::Result<Option<String>> {
-    let (_root, envd) = env_dir(cfg)?;
-    let Some(target) = envd.read_link("current") else {
+pub fn current_sha(layout: &Layout) -> anyhow::Result<Option<String>> {
+    let Some(target) = layout.current_target()? else {
         return Ok(None);
     };
-    let sha = target
-        .strip_prefix("releases")
-        .ok()
-        .and_then(|s| s.to_str())
+    let sha = Layout::release_of_target(&target)
         .filter(|s| s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')));
     match sha {
         Some(s) => Ok(Some(s.to_string())),
         None => Err(fsx::unsafe_path(
-            &envd.join("current"),
+            &layout.current_path(),
             &format!(
                 "it points at {}, not into releases/ (the agent never makes such a link)",
                 target.display()
@@ -352,11 +371,10 @@ fn modified(dir: &Path, why: &str) -> anyhow::Error {
 ///
 /// A release written by a version that kept no digest has its `.env` digest recorded now,
 /// once, after its members verified.
-pub fn verify(cfg: &Config, sha: &str) -> anyhow::Result<()> {
-    let (root, envd) = env_dir(cfg)?;
-    let releases = envd
-        .sub("releases")?
-        .with_context(|| format!("{} does not exist", envd.join("releases").display()))?;
+pub fn verify(layout: &Layout, sha: &str) -> anyhow::Result<()> {
+    let releases = layout
+        .releases_if_any()?
+        .with_context(|| format!("{} does not exist", layout.releases_path().display()))?;
     let dir = releases.sub(sha)?.with_context(|| {
         format!(
             "release {} is no longer on disk",
@@ -399,10 +417,10 @@ pub fn verify(cfg: &Config, sha: &str) -> anyhow::Result<()> {
         .read(ENV_FILE, MAX_ENV_BYTES)
         .map(zeroize::Zeroizing::new)
         .map_err(|p| modified(dir.path(), &format!("{ENV_FILE}: {p}")))?;
-    let key = digest_key(&root)?;
-    let digests = envd.ensure_sub(DIGESTS, 0o700)?;
+    let key = digest_key(layout)?;
+    let digests = layout.digests()?;
     let digest = env_digest(&key, &env);
-    match digests.read_file(sha, 1024)? {
+    match digests.read_file(sha, MAX_DIGEST_BYTES)? {
         Some(recorded) if recorded == digest.as_bytes() => Ok(()),
         Some(_) => Err(modified(
             dir.path(),
@@ -419,50 +437,24 @@ pub fn verify(cfg: &Config, sha: &str) -> anyhow::Result<()> {
 }
 
 /// Removes `current` after a retire; the releases stay on disk.
-pub fn clear_current(cfg: &Config) -> anyhow::Result<()> {
-    let (_root, envd) = env_dir(cfg)?;
-    if envd.read_link("current").is_some() {
-        envd.remove_file("current")?;
-        envd.sync()?;
-    }
-    Ok(())
+pub fn clear_current(layout: &Layout) -> anyhow::Result<()> {
+    layout.remove_current()
 }
 
 /// Removes staging leftovers and temp files (after every tick, and so after a crash).
 /// Nothing here follows a link: a planted one is removed itself.
-pub fn clean_staging(cfg: &Config) {
-    let Ok(root) = Dir::state_root(&cfg.state_dir) else {
-        return;
-    };
-    root.remove_temp_files();
-    if let Ok(Some(docker)) = root.sub("docker") {
-        docker.remove_temp_files();
-    }
-    let Ok(Some(envd)) = root.sub(&cfg.env_id) else {
-        return;
-    };
-    if let Err(e) = envd.remove_tree("staging") {
+pub fn clean_staging(layout: &Layout) {
+    layout.remove_temp_files();
+    if let Err(e) = layout.remove_staging() {
         tracing::warn!("cannot clear staging: {e:#}");
     }
-    envd.remove_temp_files();
-    for sub in [DIGESTS, "releases"] {
-        if let Ok(Some(d)) = envd.sub(sub) {
-            d.remove_temp_files();
-        }
-    }
-    if let Ok(Some(releases)) = envd.sub("releases") {
-        for (name, _) in releases.entries().unwrap_or_default() {
-            if let Ok(Some(r)) = releases.sub(&name) {
-                r.remove_temp_files();
-            }
-        }
-    }
+    layout.remove_env_temp_files();
 }
 
 /// The releases that may be removed, newest first: every `releases/<sha>` but the one
 /// `current` names and those in `protect`.
-fn removable(envd: &Dir, releases: &Dir, protect: &[&str]) -> Vec<String> {
-    let current = envd.read_link("current");
+fn removable(layout: &Layout, releases: &Dir, protect: &[&str]) -> Vec<String> {
+    let current = layout.current_target().ok().flatten();
     let current = current
         .as_ref()
         .and_then(|c| c.file_name())
@@ -481,23 +473,20 @@ fn removable(envd: &Dir, releases: &Dir, protect: &[&str]) -> Vec<String> {
         .collect()
 }
 
-fn remove_release(envd: &Dir, releases: &Dir, name: &str) {
+fn remove_release(layout: &Layout, releases: &Dir, name: &str) {
     tracing::info!("pruning release {}", releases.join(name).display());
     if let Err(e) = releases.remove_tree(name) {
         tracing::warn!("cannot prune {}: {e:#}", releases.join(name).display());
     }
-    if let Ok(Some(d)) = envd.sub(DIGESTS) {
+    if let Ok(Some(d)) = layout.digests_if_any() {
         let _ = d.remove_file(name);
     }
 }
 
 /// Keeps the newest `keep` releases; never removes the one `current` names nor those in
 /// `protect` (the last healthy release, a failed sha that waits out its backoff).
-pub fn prune(cfg: &Config, keep: usize, protect: &[&str]) {
-    let Ok((_root, envd)) = env_dir(cfg) else {
-        return;
-    };
-    let Ok(Some(releases)) = envd.sub("releases") else {
+pub fn prune(layout: &Layout, keep: usize, protect: &[&str]) {
+    let Ok(Some(releases)) = layout.releases_if_any() else {
         return;
     };
     // `keep` counts every release, the kept ones included: the removable ones beyond it go.
@@ -508,20 +497,20 @@ pub fn prune(cfg: &Config, keep: usize, protect: &[&str]) {
         .filter(|(n, _)| !fsx::is_temp_name(n))
         .count();
     let excess = total.saturating_sub(keep);
-    let removable = removable(&envd, &releases, protect);
+    let removable = removable(layout, &releases, protect);
     for name in removable.iter().rev().take(excess) {
-        remove_release(&envd, &releases, name);
+        remove_release(layout, &releases, name);
     }
 }
 
 /// The bytes `releases/` and `staging/` hold on disk now.
-pub fn usage(cfg: &Config) -> anyhow::Result<u64> {
-    let (_root, envd) = env_dir(cfg)?;
+pub fn usage(layout: &Layout) -> anyhow::Result<u64> {
     let mut used = 0u64;
-    for sub in ["releases", "staging"] {
-        if let Some(d) = envd.sub(sub)? {
-            used = used.saturating_add(d.disk_usage());
-        }
+    for d in [layout.releases_if_any()?, layout.staging_if_any()?]
+        .into_iter()
+        .flatten()
+    {
+        used = used.saturating_add(d.disk_usage());
     }
     Ok(used)
 }
@@ -529,18 +518,17 @@ pub fn usage(cfg: &Config) -> anyhow::Result<u64> {
 /// Makes room for a release of `need` bytes under `releases_max_bytes` before it is staged:
 /// older releases go first, oldest first (never `current` nor one of `protect`); when even
 /// that is not enough, refused as `RELEASES_OVER_CAP` naming the cap, and nothing is staged.
-pub fn make_room(cfg: &Config, need: u64, protect: &[&str]) -> anyhow::Result<()> {
+pub fn make_room(layout: &Layout, cfg: &Config, need: u64, protect: &[&str]) -> anyhow::Result<()> {
     let cap = cfg.releases_max_bytes;
     let fits = |used: u64| used.saturating_add(need) <= cap;
-    let mut used = usage(cfg)?;
+    let mut used = usage(layout)?;
     if fits(used) {
         return Ok(());
     }
-    let (_root, envd) = env_dir(cfg)?;
-    if let Some(releases) = envd.sub("releases")? {
-        for name in removable(&envd, &releases, protect).iter().rev() {
-            remove_release(&envd, &releases, name);
-            used = usage(cfg)?;
+    if let Some(releases) = layout.releases_if_any()? {
+        for name in removable(layout, &releases, protect).iter().rev() {
+            remove_release(layout, &releases, name);
+            used = usage(layout)?;
             if fits(used) {
                 return Ok(());
             }
@@ -553,9 +541,126 @@ pub fn make_room(cfg: &Config, need: u64, protect: &[&str]) -> anyhow::Result<()
              releases_max_bytes ({cap}) after pruning every release but the running and last \
              good ones; look for data a container wrote into its release dir (`du -sh {}/*`), \
              move it to a named volume, or raise releases_max_bytes",
-            envd.join("releases").display(),
-            envd.join("releases").display(),
+            layout.releases_path().display(),
+            layout.releases_path().display(),
         ),
     )
     .into())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Reads of a release's `.env` by [`Release::secrets`] on this thread.
+        pub(crate) static ENV_READS: Cell<usize> = const { Cell::new(0) };
+    }
+
+    fn reads() -> usize {
+        ENV_READS.with(Cell::get)
+    }
+
+    fn config(dir: &Path) -> Config {
+        Config::parse(
+            &format!("env_id: e1\nstate_dir: {}\n", dir.join("state").display()),
+            Path::new("test.yaml"),
+        )
+        .unwrap()
+    }
+
+    /// `releases/<sha>` as an apply leaves it: members, a `.env` with `secret` as its one
+    /// secret value, and its recorded digest.
+    fn release_on_disk(layout: &Layout, sha: &str, secret: &str) {
+        let dir = layout.releases().unwrap().ensure_sub(sha, 0o700).unwrap();
+        let manifest = serde_json::json!({"vault_mode": "openbao", "entries": [
+            {"var": "DB_PASSWORD", "path": "monky/e1/see/db", "kind": "supplied", "version": 1},
+        ]});
+        for (name, bytes) in [
+            (
+                "compose.yaml",
+                "services:\n  web:\n    image: web:1\n".to_string(),
+            ),
+            (".env.template", "DB_PASSWORD=${DB_PASSWORD}\n".to_string()),
+            ("secrets.manifest.json", manifest.to_string()),
+            (ENV_FILE, format!("DB_PASSWORD={secret}\n")),
+        ] {
+            dir.write_atomic(name, bytes.as_bytes(), 0o600).unwrap();
+        }
+        let env = format!("DB_PASSWORD={secret}\n");
+        let digest = env_digest(&digest_key(layout).unwrap(), env.as_bytes());
+        layout
+            .digests()
+            .unwrap()
+            .write_atomic(sha, digest.as_bytes(), 0o600)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_releases_secrets_are_read_and_registered_once_per_release() {
+        let t = tempfile::tempdir().unwrap();
+        let cfg = config(t.path());
+        let layout = Layout::open(&cfg).unwrap();
+        let docker = compose::Docker::builder("/bin/true")
+            .docker_config(cfg.docker_config_dir())
+            .build()
+            .unwrap();
+        let (a, b) = ("a".repeat(64), "b".repeat(64));
+        let (secret_a, secret_b) = ("once-only-secret-value-a1", "once-only-secret-value-b2");
+        release_on_disk(&layout, &a, secret_a);
+        release_on_disk(&layout, &b, secret_b);
+        layout.point_current(&a).unwrap();
+
+        let before = reads();
+        // Every compose call of an apply opens the release anew (staged, gated, promoted,
+        // `up`, `ps`): the values are read back once.
+        for _ in 0..4 {
+            let rel = Release::current(&layout).unwrap().unwrap();
+            let _ = rel.compose(&docker, &cfg);
+        }
+        assert_eq!(reads() - before, 1);
+        assert_eq!(
+            crate::redact::redact(&format!("pw={secret_a}")).as_str(),
+            "pw=***"
+        );
+        // A release this process did not render (a fallback, a retire) is read the first
+        // time compose is called on it, so its values are masked too.
+        let _ = point_current(&layout, &b, &|_| Ok(()))
+            .unwrap()
+            .compose(&docker, &cfg);
+        assert_eq!(reads() - before, 2);
+        assert_eq!(
+            crate::redact::redact(&format!("pw={secret_b}")).as_str(),
+            "pw=***"
+        );
+        let _ = Release::current(&layout)
+            .unwrap()
+            .unwrap()
+            .compose(&docker, &cfg);
+        assert_eq!(reads() - before, 2);
+    }
+
+    #[test]
+    fn a_release_is_read_through_its_own_fd_not_through_current() {
+        let t = tempfile::tempdir().unwrap();
+        let cfg = config(t.path());
+        let layout = Layout::open(&cfg).unwrap();
+        let sha = "c".repeat(64);
+        release_on_disk(&layout, &sha, "some-secret-value-c3");
+        layout.point_current(&sha).unwrap();
+        let rel = Release::current(&layout).unwrap().unwrap();
+        // Compose is given `current`, as it always was, so a container's config is unchanged.
+        assert_eq!(rel.dir(), layout.current_path());
+        // `current` turned into a link out of releases/ afterwards: the release held open
+        // still reads its own files, and a new open refuses the link.
+        let outside = t.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("compose.yaml"), "services: {planted: {}}\n").unwrap();
+        layout.remove_current().unwrap();
+        std::os::unix::fs::symlink(&outside, layout.current_path()).unwrap();
+        assert!(rel.compose_yaml().unwrap().contains("web:1"));
+        let e = Release::current(&layout).unwrap_err();
+        assert!(format!("{e:#}").contains("not into releases/"), "{e:#}");
+    }
 }

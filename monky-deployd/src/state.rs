@@ -1,7 +1,5 @@
 //! `state.json`: what the agent remembers between ticks. Never holds a secret.
 
-use std::path::{Path, PathBuf};
-
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
@@ -11,7 +9,8 @@ use monky_agent_proto::Sha;
 
 use crate::clock::BootDeadline;
 use crate::code::Code;
-use crate::fsx;
+use crate::layout::Layout;
+use crate::redact::Redacted;
 
 /// Serializes the saves of state.json within the process: the tick's own and the tick
 /// deadline's, which runs on another thread and ends the process while holding it, so the tick
@@ -106,7 +105,7 @@ pub struct FailedRelease {
     pub code: Option<Code>,
     /// `CODE: names` of its failure without the backoff note, repeated by the reports sent
     /// while it waits.
-    pub detail: Option<String>,
+    pub detail: Option<Redacted>,
 }
 
 /// The failed release as state.json has always kept it: flat `failed_*` fields beside the
@@ -114,7 +113,7 @@ pub struct FailedRelease {
 mod failed_fields {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    use super::{BootDeadline, Code, FailedRelease, Sha};
+    use super::{BootDeadline, Code, FailedRelease, Redacted, Sha};
 
     #[derive(Default, Serialize, Deserialize)]
     #[serde(default)]
@@ -126,7 +125,7 @@ mod failed_fields {
         next_attempt_boot: Option<BootDeadline>,
         #[serde(deserialize_with = "crate::code::lenient")]
         failed_code: Option<Code>,
-        failed_detail: Option<String>,
+        failed_detail: Option<Redacted>,
     }
 
     #[allow(clippy::ref_option)] // serde's `with` hands a reference to the field
@@ -183,7 +182,7 @@ pub struct State {
     /// reported unless `last_error` names the report's own failure.
     last_result: Option<String>,
     /// `CODE: names` of the last failure, redacted.
-    last_error: Option<String>,
+    last_error: Option<Redacted>,
     /// The code of `last_error`, kept as a code so that nothing reads it back out of the text.
     #[serde(deserialize_with = "crate::code::lenient")]
     last_code: Option<Code>,
@@ -235,7 +234,7 @@ pub struct State {
     next_heal_boot: Option<BootDeadline>,
     /// What the last `applied` report noted beside the result (`HEALED: ...`,
     /// `APPLY_INTERRUPTED: ...`, `HELD: ...`), redacted.
-    last_note: Option<String>,
+    last_note: Option<Redacted>,
     /// The operator's hold as the last tick found it (for the metrics file).
     hold: Option<crate::hold::Hold>,
 }
@@ -284,8 +283,8 @@ impl State {
     }
     /// `CODE: names` of the last failure, redacted.
     #[must_use]
-    pub fn last_error(&self) -> Option<&str> {
-        self.last_error.as_deref()
+    pub fn last_error(&self) -> Option<&Redacted> {
+        self.last_error.as_ref()
     }
     /// The code of `last_error`.
     #[must_use]
@@ -389,8 +388,8 @@ impl State {
     }
     /// What the last `applied` report noted beside the result.
     #[must_use]
-    pub fn last_note(&self) -> Option<&str> {
-        self.last_note.as_deref()
+    pub fn last_note(&self) -> Option<&Redacted> {
+        self.last_note.as_ref()
     }
     /// The operator's hold as the last tick found it.
     #[must_use]
@@ -402,13 +401,6 @@ impl State {
 /// Seconds since the epoch by the wall clock (see [`crate::clock`]).
 pub fn now() -> u64 {
     crate::clock::wall()
-}
-
-const FILE: &str = "state.json";
-
-/// The state file inside a state dir.
-pub fn path(state_dir: &Path) -> PathBuf {
-    state_dir.join(FILE)
 }
 
 /// What the original agent's `state.json` gives the state taken over from it
@@ -583,9 +575,9 @@ impl State {
     /// The state as the last tick saved it, for the read-only commands (status, explain,
     /// doctor, the metrics file): bounded, regular file only, and a default when it is missing
     /// or unreadable. Only [`State::load`] (under the tick's lock) moves a bad file aside.
-    pub fn peek(state_dir: &Path) -> Self {
-        fsx::read_bounded(&path(state_dir), fsx::MAX_STATE_FILE_BYTES)
-            .ok()
+    pub fn peek(layout: &Layout) -> Self {
+        layout
+            .peek_state()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default()
     }
@@ -593,34 +585,31 @@ impl State {
     /// As [`State::peek`], for `env_id`'s box: the original agent's file is taken over as the
     /// tick would take it over, in memory only, so an upgraded box shows what it runs before
     /// its first tick.
-    pub fn peek_env(state_dir: &Path, env_id: &str) -> Self {
-        let Ok(bytes) = fsx::read_bounded(&path(state_dir), fsx::MAX_STATE_FILE_BYTES) else {
+    pub fn peek_env(layout: &Layout) -> Self {
+        let Some(bytes) = layout.peek_state() else {
             return Self::default();
         };
         if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes)
             && crate::takeover::is_original(&doc)
         {
-            return crate::takeover::from_original(&doc, &state_dir.join(env_id), env_id)
-                .unwrap_or_default();
+            return crate::takeover::from_original(&doc, layout).unwrap_or_default();
         }
         serde_json::from_slice(&bytes).unwrap_or_default()
     }
 
     /// Loads the state; a corrupt or foreign file is moved aside and a clean state returned,
     /// with a note saying where the old file went.
-    pub fn load(state_dir: &Path, env_id: &str) -> anyhow::Result<(Self, Option<String>)> {
-        let p = path(state_dir);
+    pub fn load(layout: &Layout) -> anyhow::Result<(Self, Option<String>)> {
+        let env_id = layout.env_id();
         let fresh = Self::new(env_id);
-        let root = fsx::Dir::state_root(state_dir)?;
-        let Some(bytes) = root.read_file(FILE, fsx::MAX_STATE_FILE_BYTES)? else {
+        let Some(bytes) = layout.read_state()? else {
             return Ok((fresh, None));
         };
         // The original agent's file has no `version`: taken over, not set aside.
         if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes)
             && crate::takeover::is_original(&doc)
         {
-            let env_dir = state_dir.join(env_id);
-            match crate::takeover::from_original(&doc, &env_dir, env_id) {
+            match crate::takeover::from_original(&doc, layout) {
                 Ok(s) => {
                     let note = format!(
                         "state.json was written by the original agent; taken over (applied {})",
@@ -628,7 +617,7 @@ impl State {
                     );
                     return Ok((s, Some(note)));
                 }
-                Err(problem) => return set_aside(state_dir, &p, fresh, &problem),
+                Err(problem) => return set_aside(layout, fresh, &problem),
             }
         }
         let problem = match serde_json::from_slice::<Self>(&bytes) {
@@ -637,21 +626,21 @@ impl State {
             Ok(s) => format!("it belongs to env {:?}", s.env_id),
             Err(e) => format!("it does not parse ({e})"),
         };
-        set_aside(state_dir, &p, fresh, &problem)
+        set_aside(layout, fresh, &problem)
     }
 
     /// Saves atomically (0600), one save of the process at a time: the tick deadline may record
     /// a timeout from another thread.
-    pub fn save(&self, state_dir: &Path) -> anyhow::Result<()> {
+    pub fn save(&self, layout: &Layout) -> anyhow::Result<()> {
         let _one_at_a_time = save_lock();
-        self.save_holding_lock(state_dir)
+        self.save_holding_lock(layout)
     }
 
     /// As [`State::save`], for a caller that holds [`save_lock`] already.
-    pub(crate) fn save_holding_lock(&self, state_dir: &Path) -> anyhow::Result<()> {
+    pub(crate) fn save_holding_lock(&self, layout: &Layout) -> anyhow::Result<()> {
         let mut bytes = serde_json::to_vec_pretty(self).context("cannot encode state")?;
         bytes.push(b'\n');
-        fsx::Dir::state_root(state_dir)?.write_atomic(FILE, &bytes, 0o600)
+        layout.write_state(&bytes)
     }
 
     /// Records what a tick concluded: `result` what it told tenancy (or would have; `None`
@@ -662,8 +651,8 @@ impl State {
     pub fn record_outcome(
         &mut self,
         result: Option<monky_agent_proto::ReportResult>,
-        failure: Option<(Code, String)>,
-        note: Option<String>,
+        failure: Option<(Code, Redacted)>,
+        note: Option<Redacted>,
         reported_at: Option<u64>,
     ) {
         if let Some(result) = result {
@@ -680,7 +669,7 @@ impl State {
 
     /// The tick's deadline passed: `detail` (`TICK_TIMEOUT: ...`) is recorded as a failed
     /// outcome and counted, from the deadline's thread, since the tick can no longer conclude.
-    pub fn record_timeout(&mut self, detail: String) {
+    pub fn record_timeout(&mut self, detail: Redacted) {
         let code = Code::TickTimeout;
         self.record_outcome(
             Some(monky_agent_proto::ReportResult::Failed),
@@ -697,7 +686,7 @@ impl State {
     pub fn count_tick(
         &mut self,
         succeeded_at: Option<u64>,
-        previous: &(Option<Code>, Option<String>),
+        previous: &(Option<Code>, Option<Redacted>),
     ) {
         match succeeded_at {
             Some(at) => self.last_success = Some(at),
@@ -745,16 +734,11 @@ impl State {
 
 /// Moves a state file that cannot be used aside and returns the clean state with a note.
 fn set_aside(
-    state_dir: &Path,
-    p: &Path,
+    layout: &Layout,
     fresh: State,
     problem: &str,
 ) -> anyhow::Result<(State, Option<String>)> {
-    let aside_name = format!("{FILE}.bad.{}", now());
-    let aside = state_dir.join(&aside_name);
-    let root = fsx::Dir::state_root(state_dir)?;
-    root.rename_to(FILE, &root, &aside_name)
-        .with_context(|| format!("cannot move {} aside", p.display()))?;
+    let aside = layout.set_state_aside(now())?;
     Ok((
         fresh,
         Some(format!(
@@ -775,14 +759,15 @@ mod tests {
     #[test]
     fn round_trip_and_corrupt_files_are_set_aside() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut s, note) = State::load(dir.path(), "e1").unwrap();
+        let layout = Layout::open_at(dir.path(), "e1").unwrap();
+        let (mut s, note) = State::load(&layout).unwrap();
         assert!(note.is_none());
         s.mark_applied(&sha('a'), false);
         s.mark_applied(&sha('b'), false);
         s.mark_applied(&sha('a'), false);
         assert_eq!(s.applied_history(), [sha('b'), sha('a')]);
-        s.save(dir.path()).unwrap();
-        assert_eq!(State::load(dir.path(), "e1").unwrap().0, s);
+        s.save(&layout).unwrap();
+        assert_eq!(State::load(&layout).unwrap().0, s);
 
         for bad in [
             &b"{not json"[..],
@@ -792,11 +777,11 @@ mod tests {
             // A sha is a shape in state.json too.
             br#"{"version": 1, "env_id": "e1", "applied_sha": "aaa"}"#,
         ] {
-            std::fs::write(path(dir.path()), bad).unwrap();
-            let (s, note) = State::load(dir.path(), "e1").unwrap();
+            std::fs::write(layout.state_path(), bad).unwrap();
+            let (s, note) = State::load(&layout).unwrap();
             assert_eq!(s.applied_sha(), None);
             assert!(note.unwrap().contains("set aside"));
-            assert!(!path(dir.path()).exists());
+            assert!(!layout.state_path().exists());
         }
     }
 
@@ -823,7 +808,7 @@ mod tests {
             next_attempt_at: Some(1_700_000_000),
             next_attempt_boot: None,
             code: Some(Code::Unhealthy),
-            detail: Some("UNHEALTHY: web-1 (unhealthy)".into()),
+            detail: Some(crate::redact::redact("UNHEALTHY: web-1 (unhealthy)")),
         };
         s.mark_failed(failed.clone());
         let doc = serde_json::to_value(&s).unwrap();

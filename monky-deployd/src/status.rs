@@ -5,17 +5,19 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::exit::Exit;
+use crate::layout::Layout;
 use crate::redact::redact;
 use crate::state::{State, TokenState};
 
 /// Prints the status; exits 0 when it could be read.
 pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
-    let st = State::peek_env(&cfg.state_dir, &cfg.env_id);
-    let token_present = cfg.state_dir.join("bao.token").exists();
+    let layout = Layout::peek(cfg);
+    let st = State::peek_env(&layout);
+    let token_present = layout.has_token();
     let listed = monky_compose::Engine::from_env()
         .containers(&cfg.compose_project)
         .map_err(|e| e.to_string());
-    let marker = crate::interrupted::peek(&cfg.state_dir, &cfg.env_id);
+    let marker = crate::interrupted::peek(&layout);
     let mut why_not = crate::verdict::not_converged(
         &st,
         crate::verdict::Seen {
@@ -31,9 +33,13 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         ));
     }
     let code = st.last_code().filter(|_| st.last_error().is_some());
-    let failed_logs = crate::evidence::latest(cfg)
+    let failed_logs = crate::evidence::latest(&layout)
         .filter(|_| code.is_some() || st.failed().is_some())
-        .map(|sha| crate::evidence::log_path(cfg, &sha).display().to_string());
+        .map(|sha| {
+            crate::evidence::log_path(&layout, &sha)
+                .display()
+                .to_string()
+        });
     let containers = match listed {
         Ok(cs) => cs
             .into_iter()
@@ -46,7 +52,7 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
             .collect::<Vec<_>>(),
     };
     let token = token_json(token_present, st.token());
-    let hold = crate::hold::peek(&cfg.state_dir).map(
+    let hold = crate::hold::peek(&layout).map(
         |h| json!({"reason": h.reason, "since": rfc3339(h.since), "until": h.until.map(rfc3339)}),
     );
     let interrupted = marker.map(

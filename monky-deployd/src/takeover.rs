@@ -9,12 +9,11 @@
 //! here is read defensively: the file is the original agent's and the disk is the box's, so a
 //! value of the wrong shape is dropped, never trusted.
 
-use std::path::Path;
-
 use serde_json::{Map, Value};
 
 use monky_agent_proto::Sha;
 
+use crate::layout::Layout;
 use crate::state::{Original, State, TokenSource, TokenState};
 
 /// The most of `current/bundle.json` read to learn the tier; a real one is a few KiB.
@@ -26,18 +25,19 @@ pub fn is_original(doc: &Value) -> bool {
 }
 
 /// The state to continue with, from the original agent's `state.json` and the env's directory
-/// (`<state_dir>/<env_id>`, which holds `releases/<sha>` and `current` in both agents).
+/// (which holds `releases/<sha>` and `current` in both agents), read through `layout`.
 ///
 /// `Err` names why the file cannot be taken over (it belongs to another env), so the caller
 /// sets it aside as it does any foreign file.
-pub fn from_original(doc: &Value, env_dir: &Path, env_id: &str) -> Result<State, String> {
+pub fn from_original(doc: &Value, layout: &Layout) -> Result<State, String> {
+    let env_id = layout.env_id();
     let o = doc.as_object().ok_or("it is not a json object")?;
     if let Some(other) = o.get("env_id").and_then(Value::as_str)
         && other != env_id
     {
         return Err(format!("it belongs to env {other:?}"));
     }
-    let running = running_sha(env_dir);
+    let running = running_sha(layout);
     let mut applied_sha = o.get("applied_sha").and_then(sha);
     // The release `current` names is what runs; the file can only be older than that.
     if running.is_some() {
@@ -60,7 +60,7 @@ pub fn from_original(doc: &Value, env_dir: &Path, env_id: &str) -> Result<State,
         Original {
             applied_prod: applied_sha
                 .as_ref()
-                .and_then(|s| release_is_prod(&env_dir.join("releases").join(s.as_str()))),
+                .and_then(|s| release_is_prod(layout, s.as_str())),
             applied_sha,
             applied_history: history,
             desired_sha: o.get("desired_sha").and_then(sha),
@@ -83,25 +83,31 @@ pub fn from_original(doc: &Value, env_dir: &Path, env_id: &str) -> Result<State,
 }
 
 /// The sha `current` points at (`releases/<sha>`), when that release is on disk.
-fn running_sha(env_dir: &Path) -> Option<Sha> {
-    let target = std::fs::read_link(env_dir.join("current")).ok()?;
+fn running_sha(layout: &Layout) -> Option<Sha> {
+    let target = layout.current_target().ok()??;
     let name = target.file_name()?.to_str()?;
     let name = sha(&Value::String(name.to_string()))?;
-    env_dir
-        .join("releases")
-        .join(name.as_str())
-        .is_dir()
-        .then_some(name)
+    layout
+        .releases_if_any()
+        .ok()??
+        .sub(name.as_str())
+        .ok()?
+        .map(|_| name)
 }
 
 /// Whether a release's `bundle.json` says `tier: prod`; `None` when it cannot be read.
-fn release_is_prod(release: &Path) -> Option<bool> {
+fn release_is_prod(layout: &Layout, sha: &str) -> Option<bool> {
     // Bounded, regular files only: a link or FIFO planted there is not followed.
-    let bytes = crate::fsx::read_bounded(
-        &release.join(monky_bundle::MemberName::BUNDLE_JSON.as_str()),
-        MAX_BUNDLE_JSON,
-    )
-    .ok()?;
+    let bytes = layout
+        .releases_if_any()
+        .ok()??
+        .sub(sha)
+        .ok()??
+        .read(
+            monky_bundle::MemberName::BUNDLE_JSON.as_str(),
+            MAX_BUNDLE_JSON,
+        )
+        .ok()?;
     let doc: Value = serde_json::from_slice(&bytes).ok()?;
     Some(doc.get("tier").and_then(Value::as_str) == Some("prod"))
 }
@@ -177,8 +183,16 @@ mod tests {
     const A: &str = "3f9c000000000000000000000000000000000000000000000000000000000001";
     const B: &str = "7a10000000000000000000000000000000000000000000000000000000000002";
 
-    fn release(env_dir: &Path, sha: &str, tier: &str) {
-        let dir = env_dir.join("releases").join(sha);
+    /// A state dir holding env `e1`.
+    fn state_dir() -> (tempfile::TempDir, Layout) {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::open_at(dir.path(), "e1").unwrap();
+        layout.env().unwrap();
+        (dir, layout)
+    }
+
+    fn release(layout: &Layout, sha: &str, tier: &str) {
+        let dir = layout.releases_path().join(sha);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
             dir.join(monky_bundle::MemberName::BUNDLE_JSON.as_str()),
@@ -189,17 +203,17 @@ mod tests {
 
     #[test]
     fn the_original_shape_keeps_its_sha_and_token_facts_and_learns_prod_from_disk() {
-        let dir = tempfile::tempdir().unwrap();
-        release(dir.path(), A, "prod");
-        std::os::unix::fs::symlink(Path::new("releases").join(A), dir.path().join("current"))
-            .unwrap();
+        let (_dir, layout) = state_dir();
+        release(&layout, A, "prod");
+        // The original agent's link, which may be absolute.
+        std::os::unix::fs::symlink(layout.releases_path().join(A), layout.current_path()).unwrap();
         let doc = json!({
             "env_id": "e1", "applied_sha": A, "desired_sha": A, "last_result": "applied",
             "last_checkin": 1_790_000_000.25,
             "token": {"source": "lease", "obtained_at": 1_790_000_000.5, "expires_at": 1_790_086_400.5},
         });
         assert!(is_original(&doc));
-        let s = from_original(&doc, dir.path(), "e1").unwrap();
+        let s = from_original(&doc, &layout).unwrap();
         assert_eq!(s.version(), crate::state::STATE_VERSION);
         assert_eq!(s.applied_sha().map(Sha::as_str), Some(A));
         assert_eq!(s.applied_history().len(), 1);
@@ -238,13 +252,12 @@ mod tests {
 
     #[test]
     fn missing_facts_come_from_current_and_bad_shapes_are_dropped() {
-        let dir = tempfile::tempdir().unwrap();
-        release(dir.path(), B, "qa");
-        std::os::unix::fs::symlink(Path::new("releases").join(B), dir.path().join("current"))
-            .unwrap();
+        let (_dir, layout) = state_dir();
+        release(&layout, B, "qa");
+        std::os::unix::fs::symlink(layout.releases_path().join(B), layout.current_path()).unwrap();
         // No applied_sha, a token without times, a sha of the wrong shape elsewhere.
         let doc = json!({"desired_sha": "not-a-sha", "token": {"source": "lease"}, "last_result": "weird"});
-        let s = from_original(&doc, dir.path(), "e1").unwrap();
+        let s = from_original(&doc, &layout).unwrap();
         assert_eq!(s.applied_sha().map(Sha::as_str), Some(B));
         assert_eq!(s.applied_prod(), Some(false));
         assert_eq!(s.desired_sha(), None);
@@ -259,11 +272,11 @@ mod tests {
         .unwrap();
         assert_eq!((t.source, t.expires_at), (TokenSource::Bootstrap, 86500));
         // Nothing on disk and nothing in the file: an empty state, not a guess.
-        let empty = tempfile::tempdir().unwrap();
-        let s = from_original(&json!({}), empty.path(), "e1").unwrap();
+        let (_empty, empty) = state_dir();
+        let s = from_original(&json!({}), &empty).unwrap();
         assert_eq!((s.applied_sha(), s.applied_prod()), (None, None));
         // Another env's file is not taken over.
-        assert!(from_original(&json!({"env_id": "e2"}), empty.path(), "e1").is_err());
+        assert!(from_original(&json!({"env_id": "e2"}), &empty).is_err());
         assert!(!is_original(&json!({"version": 1})));
     }
 }

@@ -1,7 +1,5 @@
 //! One tick: lock, token, checkin, then heartbeat, retire or apply, report, upkeep, save.
 
-use std::fs::File;
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -14,8 +12,9 @@ use tracing::{info, warn};
 use crate::code::Code;
 use crate::config::{Config, VolumesOnAbsent};
 use crate::exit::{Exit, Failure};
+use crate::layout::Layout;
 use crate::state::{self, SeenContainer, State};
-use crate::{fsx, host, logging, metrics, peers, redact, release};
+use crate::{host, logging, metrics, peers, release};
 
 mod apply;
 mod backoff;
@@ -52,7 +51,7 @@ pub struct TickOutcome {
 pub fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
     let started = std::time::Instant::now();
     let outcome = run_tick(cfg, opts);
-    let st = State::peek(&cfg.state_dir);
+    let st = State::peek(&Layout::peek(cfg));
     // Offline on a laptop is one quiet line, already written.
     let offline = cfg.laptop_mode
         && outcome.exit == Exit::Ok
@@ -123,9 +122,9 @@ pub(crate) fn summary_line(st: &State, exit: Exit, took: Duration) -> String {
 /// An error for the journal: `CODE: message` on one line of at most [`ERROR_LINE_MAX`]
 /// characters; the whole chain follows on a second, info line when it says more.
 fn log_error(e: &anyhow::Error, repeated: bool) {
-    let full = redact::redact(&format!("{e:#}"));
+    // Raw here: the log sink redacts every line once.
+    let full = format!("{e:#}");
     let (code, detail) = Failure::detail_of(e);
-    let detail = redact::redact(&detail);
     if repeated {
         // The summary line counts the repeats; the chain was logged in full the first time.
         tracing::error!("{}", one_line(&detail, ERROR_LINE_MAX));
@@ -171,13 +170,10 @@ fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
             });
             let exit = Exit::of(&e);
             if exit == Exit::Temporary && cfg.laptop_mode {
-                info!(
-                    "offline (laptop mode): {}",
-                    redact::redact(&e.root_cause().to_string())
-                );
+                info!("offline (laptop mode): {}", e.root_cause());
                 Exit::Ok
             } else {
-                log_error(&e, State::peek(&cfg.state_dir).repeats() > 0);
+                log_error(&e, State::peek(&Layout::peek(cfg)).repeats() > 0);
                 exit
             }
         }
@@ -190,19 +186,20 @@ fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
 }
 
 fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> anyhow::Result<Exit> {
-    let Some(_lock) = lock(&cfg.state_dir)? else {
+    let layout = Layout::open(cfg)?;
+    let Some(_lock) = layout.lock()? else {
         info!("another tick holds the lock; nothing to do");
         return Ok(Exit::Ok);
     };
     // Declared after the lock, so dropped before it: the deadline stops, then the lock goes.
-    let _deadline = crate::watchdog::arm(cfg);
-    let (mut state, note) = State::load(&cfg.state_dir, &cfg.env_id)?;
+    let _deadline = crate::watchdog::arm(cfg, &layout);
+    let (mut state, note) = State::load(&layout)?;
     if let Some(note) = note {
         warn!("{note}");
     }
     // This tick's action, once tenancy answers; none if it never does.
     state.begin_tick();
-    let mut agent = Agent::new(cfg, state, opts)?;
+    let mut agent = Agent::new(cfg, layout, state, opts)?;
     let result = agent.converge();
     // Clamped again: a state.json written before the bounds existed may hold any number.
     *interval = agent
@@ -221,24 +218,11 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> any
     }
 }
 
-/// Checks the state dir (owner and mode, as sshd's StrictModes) and takes its lock; `None`
-/// when another tick holds it.
-fn lock(state_dir: &Path) -> anyhow::Result<Option<File>> {
-    let root = fsx::Dir::state_root(state_dir)?;
-    let p = root.join("lock");
-    let f = root.open_plain("lock", 0o600)?;
-    match f.try_lock() {
-        Ok(()) => Ok(Some(f)),
-        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-        Err(std::fs::TryLockError::Error(e)) => {
-            Err(e).with_context(|| format!("cannot lock {}", p.display()))
-        }
-    }
-}
-
 /// The agent during one tick.
 pub(crate) struct Agent<'a> {
     pub(crate) cfg: &'a Config,
+    /// The state dir, opened once for the tick.
+    pub(crate) layout: Layout,
     pub(crate) state: State,
     opts: TickOptions,
     tenancy: proto::Client,
@@ -257,28 +241,34 @@ pub(crate) struct Agent<'a> {
     /// was recovered or given up): `finish` removes it once the state is saved.
     marker_settled: bool,
     /// The last tick's code and error, to count a failure that repeats.
-    previous: (Option<Code>, Option<String>),
+    previous: (Option<Code>, Option<crate::redact::Redacted>),
     /// The tick's outcome went out (`conclude`): it goes out once.
     concluded: bool,
 }
 
 impl<'a> Agent<'a> {
-    pub(crate) fn new(cfg: &'a Config, state: State, opts: TickOptions) -> anyhow::Result<Self> {
+    pub(crate) fn new(
+        cfg: &'a Config,
+        layout: Layout,
+        state: State,
+        opts: TickOptions,
+    ) -> anyhow::Result<Self> {
         let mut builder =
             compose::Docker::builder(cfg.docker_bin.clone()).docker_config(cfg.docker_config_dir());
         if let Some(hint) = state.compose().cloned() {
             builder = builder.compose_hint(hint);
         }
         let docker = builder.build().context("docker")?;
-        let hold = crate::hold::load(&cfg.state_dir)?;
+        let hold = crate::hold::load(&layout)?;
         let mut state = state;
         state.found_hold(hold.clone());
         Ok(Self {
-            previous: (state.last_code(), state.last_error().map(str::to_owned)),
+            previous: (state.last_code(), state.last_error().cloned()),
             tenancy: peers::tenancy(cfg)?,
             bao: std::cell::OnceCell::new(),
             docker,
             cfg,
+            layout,
             state,
             opts,
             token: None,
@@ -497,19 +487,18 @@ impl<'a> Agent<'a> {
         if let Some((_, note)) = note {
             detail = format!("{detail}; {note}");
         }
-        warn!("heartbeat: {}", redact::redact(&detail));
+        warn!("heartbeat: {detail}");
         self.conclude(Outcome::failed(sha.as_deref(), code, detail))
     }
 
     fn retire(&mut self, purge_requested: bool) -> anyhow::Result<Exit> {
-        let current = release::current_dir(self.cfg);
-        if let Some(sha) = release::current_sha(self.cfg)?
-            && current.exists()
+        if let Some(sha) = release::current_sha(&self.layout)?
+            && release::on_disk(&self.layout, &sha)
         {
             // A release changed on disk could steer `down -v` at volumes it never owned.
-            release::verify(self.cfg, &sha)?;
+            release::verify(&self.layout, &sha)?;
         }
-        let rel = release::Release::open(&current);
+        let rel = release::Release::current(&self.layout)?;
         // The release `current` names is judged by its own (verified) tier too: a failed prod
         // release left in place (on_failure: leave) is no applied release, and still prod.
         let prod = self.cfg.is_prod(
@@ -532,7 +521,7 @@ impl<'a> Agent<'a> {
             info!("nothing deployed; reporting down");
         }
         let sha = self.state.forget_applied();
-        release::clear_current(self.cfg)?;
+        release::clear_current(&self.layout)?;
         self.refresh_containers();
         self.conclude(Outcome::down(sha.as_ref().map(proto::Sha::as_str)))
     }

@@ -9,7 +9,6 @@
 //! every write of the agent is a temp file renamed into place, and the record in state.json is
 //! taken under the lock that the tick's own save takes too.
 
-use std::path::Path;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -18,6 +17,7 @@ use tracing::{error, warn};
 
 use crate::code::Code;
 use crate::config::Config;
+use crate::layout::Layout;
 use crate::state::{self, State};
 
 /// A running deadline; dropping it (the tick ended in time) stops the watchdog.
@@ -27,16 +27,16 @@ pub struct Watchdog {
 }
 
 /// Starts the deadline of a tick that runs for `cfg`.
-pub fn arm(cfg: &Config) -> Watchdog {
+pub fn arm(cfg: &Config, layout: &Layout) -> Watchdog {
     let (disarm, disarmed) = mpsc::channel::<()>();
     let limit = cfg.tick_timeout;
-    let state_dir = cfg.state_dir.clone();
-    let env_id = cfg.env_id.clone();
+    // Its own fd on the tick's state dir: the tick's is not the thread's to borrow.
+    let layout = layout.try_clone();
     let thread = std::thread::Builder::new()
         .name("tick-deadline".into())
         .spawn(move || {
             if let Err(RecvTimeoutError::Timeout) = disarmed.recv_timeout(limit) {
-                expire(limit, &state_dir, &env_id);
+                expire(limit, layout);
             }
         });
     let thread = match thread {
@@ -63,7 +63,7 @@ impl Drop for Watchdog {
 }
 
 /// Ends the process: the tick ran past `limit`.
-fn expire(limit: Duration, state_dir: &Path, env_id: &str) -> ! {
+fn expire(limit: Duration, layout: anyhow::Result<Layout>) -> ! {
     let code = Code::TickTimeout;
     let detail = format!(
         "{code}: the tick ran past tick_timeout_s ({}s); its docker commands were killed \
@@ -73,12 +73,12 @@ fn expire(limit: Duration, state_dir: &Path, env_id: &str) -> ! {
     error!("{detail}");
     // Held until the process is gone: the tick cannot save over this record afterwards.
     let _no_more_saves = state::save_lock();
-    match State::load(state_dir, env_id) {
-        Ok((mut st, _)) => {
+    match layout.and_then(|l| State::load(&l).map(|loaded| (l, loaded))) {
+        Ok((layout, (mut st, _))) => {
             // The one outcome not recorded by `Agent::conclude`: the tick cannot conclude any
             // more, so its deadline records the timeout through the same state method.
-            st.record_timeout(detail);
-            if let Err(e) = st.save_holding_lock(state_dir) {
+            st.record_timeout(crate::redact::redact(&detail));
+            if let Err(e) = st.save_holding_lock(&layout) {
                 error!("cannot record the timeout in state.json: {e:#}");
             }
         }

@@ -15,7 +15,7 @@ use super::{Agent, not_ready, short};
 use crate::code::Code;
 use crate::exit::{Exit, Failure};
 use crate::state;
-use crate::{failpoint, fsx, peers, redact, refusals, release};
+use crate::{failpoint, peers, redact, refusals, release};
 use monky_agent_proto::Sha;
 
 impl Agent<'_> {
@@ -34,7 +34,7 @@ impl Agent<'_> {
         if Failure::code_of(e).map(Code::owner) != Some(crate::code::Owner::BundleAuthor) {
             return;
         }
-        match crate::evidence::keep_bundle(self.cfg, sha, raw) {
+        match crate::evidence::keep_bundle(&self.layout, sha, raw) {
             Ok(Some(path)) => info!(
                 "kept the bundle as {}: `monky-deployd bundle check {} --env {}`",
                 path.display(),
@@ -64,7 +64,7 @@ impl Agent<'_> {
             .map_err(|r| self.release_failed(sha, Code::of_refusal(r.code), &r.message(), None))?;
         drop(values);
         // 8. Stage the release.
-        let staged = release::stage(self.cfg, &b, &env_text)?;
+        let staged = release::stage(&self.layout, &b, &env_text)?;
         failpoint::hit("after-staging");
         // 9. Check compose's model: the authority, since a value from a secret is only visible
         // there. A refusal here waits out the backoff as a render failure does: with the same
@@ -94,7 +94,7 @@ impl Agent<'_> {
         // the saved outcome the box changes: a mark says so to a tick that finds this one cut
         // short, and this tick's `finish` removes it once the outcome is saved.
         crate::interrupted::write(
-            self.cfg,
+            &self.layout,
             &crate::interrupted::Marker {
                 sha: sha.to_string(),
                 previous: self.state.applied_sha().map(ToString::to_string),
@@ -102,9 +102,9 @@ impl Agent<'_> {
             },
         )?;
         self.marker_settled = true;
-        let rel = release::promote(self.cfg, staged, sha.as_str(), &|r| self.policy_gate(r))?;
+        let rel = release::promote(&self.layout, staged, sha.as_str(), &|r| self.policy_gate(r))?;
         failpoint::hit("after-swap");
-        release::verify(self.cfg, sha.as_str())?;
+        release::verify(&self.layout, sha.as_str())?;
         // 12-13. Up, and wait for health; a failure falls back.
         self.up_healthy(&rel, sha, self.cfg.is_prod(b.meta().is_prod()))?;
         // 14. Report.
@@ -121,7 +121,7 @@ impl Agent<'_> {
         self.conclude(Outcome::applied(Some(sha.as_str())))?;
         // After every successful apply, not only with `--prune`: a tenancy that sends a new sha
         // every tick must not fill the disk. `current` (this sha, the last good one) stays.
-        release::prune(self.cfg, self.cfg.keep_releases, &[sha.as_str()]);
+        release::prune(&self.layout, self.cfg.keep_releases, &[sha.as_str()]);
         if self.opts.prune
             && let Err(e) = self.docker.image_prune()
         {
@@ -221,18 +221,14 @@ impl Agent<'_> {
             })
             .collect();
         let (code, why) = diagnose(up.as_ref().err(), &looked);
-        warn!(
-            "apply of {} failed: {code}: {}",
-            sha.short(),
-            redact::redact(&why)
-        );
+        warn!("apply of {} failed: {code}: {why}", sha.short());
         // Kept before the fallback: `compose up` of the previous release replaces these
         // containers, and their logs with them.
         let kept = format!(
             "{code}: {why}\n{}--- compose logs ---\n{logs}",
             looked.iter().map(Looked::evidence).collect::<String>()
         );
-        match crate::evidence::keep_logs(self.cfg, sha.as_str(), &kept) {
+        match crate::evidence::keep_logs(&self.layout, sha.as_str(), &kept) {
             Ok(path) => info!(
                 "kept the failed release's logs in {}: `monky-deployd logs {}`",
                 path.display(),
@@ -244,7 +240,7 @@ impl Agent<'_> {
         if !last.is_empty() {
             warn!(
                 "last compose log lines: {}",
-                redact::redact(&last.into_iter().rev().collect::<Vec<_>>().join(" | "))
+                last.into_iter().rev().collect::<Vec<_>>().join(" | ")
             );
         }
         let started = Started {
@@ -293,7 +289,7 @@ impl Agent<'_> {
         let failed = self.state.failed();
         let code = failed.and_then(|f| f.code).unwrap_or(Code::Failed);
         let base = failed
-            .and_then(|f| f.detail.clone())
+            .and_then(|f| f.detail.as_ref().map(ToString::to_string))
             .unwrap_or_else(|| format!("{code}: an earlier attempt failed"));
         let running = self.state.applied_sha();
         let detail = format!(
@@ -364,18 +360,14 @@ impl Agent<'_> {
 
     /// Points `current` back at `prev` and brings it up again; volumes are not touched.
     pub(super) fn revert_to(&mut self, prev: &Sha) -> String {
-        if let Err(e) = release::verify(self.cfg, prev.as_str()) {
+        if let Err(e) = release::verify(&self.layout, prev.as_str()) {
             // Nothing is started from a release that changed on disk; what runs stays.
             self.state.forget_applied();
-            warn!(
-                "fallback to {} refused: {}",
-                prev.short(),
-                redact::redact(&format!("{e:#}"))
-            );
+            warn!("fallback to {} refused: {e:#}", prev.short());
             let code = Failure::code_of(&e).unwrap_or(Code::Failed);
             return format!("fallback to {} refused ({code})", prev.short());
         }
-        let result = release::point_current(self.cfg, prev.as_str(), &|r| self.policy_gate(r))
+        let result = release::point_current(&self.layout, prev.as_str(), &|r| self.policy_gate(r))
             .and_then(|rel| {
                 info!("falling back to {}", prev.short());
                 rel.compose(&self.docker, self.cfg)
@@ -467,7 +459,7 @@ impl Agent<'_> {
         .flatten()
         .map(Sha::as_str)
         .collect();
-        release::make_room(self.cfg, need, &protect)?;
+        release::make_room(&self.layout, self.cfg, need, &protect)?;
         match self.docker.free_bytes() {
             Ok(free) => bundle::check_disk(
                 free,
@@ -490,9 +482,8 @@ impl Agent<'_> {
                 redact::register_basic_auth(auth.username(), auth.password().expose_secret());
                 let json = auth.docker_config_json();
                 redact::register(json.expose_secret());
-                fsx::Dir::state_root(&self.cfg.state_dir)?
-                    .ensure_sub("docker", 0o700)?
-                    .write_atomic("config.json", json.expose_secret().as_bytes(), 0o600)?;
+                self.layout
+                    .write_docker_config(json.expose_secret().as_bytes())?;
                 Ok(auth.registry().to_string())
             });
         match result {

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::clock::{BootDeadline, BootInstant};
 use crate::code::Code;
+use crate::redact::Redacted;
 use crate::state::{FailedRelease, State};
 use monky_agent_proto::Sha;
 
@@ -49,7 +50,7 @@ impl Backoff {
 
     /// Writes the backoff for `sha` into the state, with the failure's code and `CODE: names`
     /// that the reports repeat while it waits.
-    pub fn record(self, state: &mut State, sha: &Sha, code: Code, detail: String) {
+    pub fn record(self, state: &mut State, sha: &Sha, code: Code, detail: Redacted) {
         state.mark_failed(FailedRelease {
             sha: sha.clone(),
             attempts: self.attempts,
@@ -162,12 +163,20 @@ mod tests {
         let mut st = State::default();
         let first = Backoff::after_failure(&st, &a(), 1000, None, 0.5);
         assert_eq!((first.attempts, first.next_attempt_at), (1, 1060));
-        first.record(&mut st, &a(), Code::Unhealthy, "UNHEALTHY: web".into());
+        first.record(
+            &mut st,
+            &a(),
+            Code::Unhealthy,
+            crate::redact::redact("UNHEALTHY: web"),
+        );
         let second = Backoff::after_failure(&st, &a(), 2000, None, 0.5);
         assert_eq!((second.attempts, second.next_attempt_at), (2, 2120));
-        second
-            .clone()
-            .record(&mut st, &a(), Code::Unhealthy, "UNHEALTHY: web".into());
+        second.clone().record(
+            &mut st,
+            &a(),
+            Code::Unhealthy,
+            crate::redact::redact("UNHEALTHY: web"),
+        );
         let failed = st.failed().unwrap();
         assert_eq!((failed.attempts, failed.code), (2, Some(Code::Unhealthy)));
         assert_eq!(
@@ -178,7 +187,12 @@ mod tests {
             attempts: u32::MAX,
             ..second
         }
-        .record(&mut st, &a(), Code::Unhealthy, "UNHEALTHY: web".into());
+        .record(
+            &mut st,
+            &a(),
+            Code::Unhealthy,
+            crate::redact::redact("UNHEALTHY: web"),
+        );
         let last = Backoff::after_failure(&st, &a(), u64::MAX, Some(&boot("x", u64::MAX)), 1.0);
         assert_eq!(last.attempts, u32::MAX);
         assert_eq!(last.next_attempt_at, u64::MAX);
@@ -194,7 +208,7 @@ mod tests {
             &mut st,
             &a(),
             Code::Failed,
-            "x".into(),
+            crate::redact::redact("x"),
         );
         let before = st.clone();
         assert_eq!(
@@ -224,7 +238,7 @@ mod tests {
             &mut st,
             &a(),
             Code::Failed,
-            "x".into(),
+            crate::redact::redact("x"),
         );
         let now = 100_000 - step;
         assert_eq!(

@@ -161,8 +161,11 @@ impl Agent<'_> {
             return self.conclude(Outcome::noted(Some(sha), Code::Healed, detail));
         };
         let logs = if logs {
-            release::Release::open(&release::current_dir(self.cfg))
+            release::Release::current(&self.layout)
+                .ok()
+                .flatten()
                 .and_then(|rel| rel.compose(&self.docker, self.cfg).logs_tail(200).ok())
+                .map(|logs| redact::redact(&logs))
         } else {
             None
         };
@@ -170,20 +173,16 @@ impl Agent<'_> {
             "{why}; drift: {what}; next heal after {}",
             crate::status::rfc3339(next)
         );
-        warn!(
-            "heal of {} failed: {}",
-            short(Some(sha)),
-            redact::redact(&detail)
-        );
+        warn!("heal of {} failed: {detail}", short(Some(sha)));
         let mut outcome = Outcome::failed(Some(sha), code, detail);
-        outcome.compose_logs = logs.as_deref();
+        outcome.compose_logs = logs.as_ref();
         self.conclude(outcome)
     }
 
     /// `current` must name `sha`, which must verify and pass the policy; then the named
     /// containers go and compose brings the release up, waiting for health.
     fn bring_up_current(&mut self, sha: &str, remove: &[String]) -> anyhow::Result<()> {
-        let current = release::current_sha(self.cfg)?;
+        let current = release::current_sha(&self.layout)?;
         if current.as_deref() != Some(sha) {
             return Err(Failure::coded(
                 Code::HealFailed,
@@ -195,8 +194,8 @@ impl Agent<'_> {
             )
             .into());
         }
-        release::verify(self.cfg, sha)?;
-        let rel = release::Release::open(&release::current_dir(self.cfg)).ok_or_else(|| {
+        release::verify(&self.layout, sha)?;
+        let rel = release::Release::current(&self.layout)?.ok_or_else(|| {
             Failure::coded(Code::HealFailed, "the current release has no compose file")
         })?;
         self.policy_gate(&rel)?;
@@ -228,7 +227,7 @@ impl Agent<'_> {
             Action::Down => note.push_str("; tenancy's retire waits"),
             Action::None => {}
         }
-        if let Some(m) = crate::interrupted::peek(&self.cfg.state_dir, &self.cfg.env_id) {
+        if let Some(m) = crate::interrupted::peek(&self.layout) {
             note.push_str(&format!(
                 "; the interrupted apply of {} waits",
                 short(Some(&m.sha))
@@ -247,7 +246,7 @@ impl Agent<'_> {
         &mut self,
         resp: &proto::CheckinResponse,
     ) -> anyhow::Result<Option<Exit>> {
-        let Some(m) = crate::interrupted::load(self.cfg)? else {
+        let Some(m) = crate::interrupted::load(&self.layout)? else {
             return Ok(None);
         };
         self.marker_settled = true;
@@ -298,19 +297,15 @@ impl Agent<'_> {
     /// release is not there whole (the crash came before it was), so the tick's apply goes on
     /// as any other.
     fn finish_interrupted(&mut self, m: &Marker, sha: &Sha) -> anyhow::Result<Option<Exit>> {
-        let on_disk = self.cfg.env_dir().join("releases").join(sha.as_str());
-        if !on_disk.is_dir() {
+        if !release::on_disk(&self.layout, sha.as_str()) {
             info!("{} never reached releases/; applying it anew", sha.short());
             return Ok(None);
         }
-        if let Err(e) = release::verify(self.cfg, sha.as_str()) {
-            warn!(
-                "the release of the interrupted apply does not verify ({}); applying it anew",
-                redact::redact(&format!("{e:#}"))
-            );
+        if let Err(e) = release::verify(&self.layout, sha.as_str()) {
+            warn!("the release of the interrupted apply does not verify ({e:#}); applying it anew");
             return Ok(None);
         }
-        let rel = release::point_current(self.cfg, sha.as_str(), &|r| self.policy_gate(r))?;
+        let rel = release::point_current(&self.layout, sha.as_str(), &|r| self.policy_gate(r))?;
         let prod = self.cfg.is_prod(rel.is_prod());
         info!("finishing the interrupted apply of {}", sha.short());
         self.up_healthy(&rel, sha, prod)?;
@@ -338,7 +333,7 @@ impl Agent<'_> {
         let Some(applied) = self.state.applied_sha().cloned() else {
             return Ok(None);
         };
-        if release::current_sha(self.cfg)?.as_deref() == Some(applied.as_str()) {
+        if release::current_sha(&self.layout)?.as_deref() == Some(applied.as_str()) {
             return Ok(None);
         }
         let note = self.revert_to(&applied);

@@ -10,6 +10,7 @@ use tracing::warn;
 use super::Agent;
 use crate::code::Code;
 use crate::exit::{Exit, Failure};
+use crate::redact::Redacted;
 use crate::state;
 use crate::{failpoint, logging, peers, redact, release};
 
@@ -36,7 +37,7 @@ pub(super) struct Outcome<'a> {
     /// Beside an `applied` result: what the agent did on its own or why it did not act
     /// (`HEALED: ...`, `APPLY_INTERRUPTED: ...`, `HELD: ...`).
     note: Option<String>,
-    pub(super) compose_logs: Option<&'a str>,
+    pub(super) compose_logs: Option<&'a Redacted>,
 }
 
 impl<'a> Outcome<'a> {
@@ -133,10 +134,10 @@ impl Agent<'_> {
         // `None`: not sent, there being no token to send it with.
         let sent = match send {
             Send::Always => {
-                Some(self.report(result, sha, failure.as_ref(), note.as_deref(), compose_logs))
+                Some(self.report(result, sha, failure.as_ref(), note.as_ref(), compose_logs))
             }
             Send::IfToken if self.token.is_some() => {
-                Some(self.report(result, sha, failure.as_ref(), note.as_deref(), compose_logs))
+                Some(self.report(result, sha, failure.as_ref(), note.as_ref(), compose_logs))
             }
             Send::IfToken | Send::Never => None,
         };
@@ -161,10 +162,7 @@ impl Agent<'_> {
                 Err(e)
             }
             Some(Err(e)) => {
-                warn!(
-                    "could not report the failure: {}",
-                    redact::redact(&format!("{e:#}"))
-                );
+                warn!("could not report the failure: {e:#}");
                 self.state.record_outcome(Some(result), failure, note, None);
                 Ok(exit)
             }
@@ -177,24 +175,24 @@ impl Agent<'_> {
         &self,
         result: ReportResult,
         sha: Option<&str>,
-        failure: Option<&(Code, String)>,
-        note: Option<&str>,
-        compose_logs: Option<&str>,
+        failure: Option<&(Code, Redacted)>,
+        note: Option<&Redacted>,
+        compose_logs: Option<&Redacted>,
     ) -> anyhow::Result<()> {
-        let detail = failure.map(|(_, d)| d.as_str()).or(note);
+        let detail = failure.map(|(_, d)| d).or(note);
         let mut tail = logging::tail(logging::LOG_TAIL_MAX);
         if let Some(logs) = compose_logs {
-            tail.push_str("--- compose logs ---\n");
-            tail.push_str(&redact::redact(logs));
-            tail = logging::tail_of(&tail, logging::LOG_TAIL_MAX);
+            tail.push_lines(&redact::redact("--- compose logs ---\n"));
+            tail.push_lines(logs);
+            tail = tail.tail(logging::LOG_TAIL_MAX);
         }
         let req = proto::ReportRequest {
             env_id: self.cfg.env_id.clone(),
             sha: sha.map(str::to_string),
             result,
-            log_tail: tail,
+            log_tail: tail.into_string(),
             containers: self.wire_containers(),
-            detail: detail.map(str::to_string),
+            detail: detail.map(|d| d.as_str().to_string()),
             hold: self.hold.as_ref().map(crate::hold::Hold::wire),
         };
         self.tenancy
@@ -226,20 +224,20 @@ impl Agent<'_> {
         );
         let reached_tenancy = error.is_none_or(|e| Exit::of(e) != Exit::Temporary);
         if reached_tenancy && let Err(e) = self.upkeep() {
-            warn!("token upkeep: {}", redact::redact(&format!("{e:#}")));
+            warn!("token upkeep: {e:#}");
         }
-        release::clean_staging(self.cfg);
+        release::clean_staging(&self.layout);
         failpoint::hit("before-save");
-        self.state.save(&self.cfg.state_dir).with_context(|| {
+        self.state.save(&self.layout).with_context(|| {
             format!(
                 "cannot save {}: free space in {} or the next tick repeats this one",
-                state::path(&self.cfg.state_dir).display(),
-                self.cfg.state_dir.display()
+                self.layout.state_path().display(),
+                self.layout.path().display()
             )
         })?;
         // Only once the outcome is saved: a crash before this leaves the mark for the next tick.
         if self.marker_settled {
-            crate::interrupted::clear(self.cfg)?;
+            crate::interrupted::clear(&self.layout)?;
         }
         Ok(())
     }

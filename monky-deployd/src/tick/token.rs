@@ -11,33 +11,31 @@ use monky_bao_client as bao;
 use secrecy::{ExposeSecret, SecretString};
 use tracing::{info, warn};
 
-use super::{Agent, TickOptions, lock};
+use super::{Agent, TickOptions};
 use crate::clock::{self, BootDeadline};
 use crate::code::Code;
 use crate::config::Config;
 use crate::exit::{Exit, Failure};
+use crate::layout::Layout;
 use crate::state::{self, State, TokenSource, TokenState};
 use crate::{fsx, peers, redact};
 
 /// Lease again when the token is older than its max TTL (30 d) less two days.
 const LEASE_AGAIN_AFTER: Duration = Duration::from_secs(28 * 24 * 3600);
 
-const TOKEN_FILE: &str = "bao.token";
-const MAX_TOKEN_BYTES: u64 = 64 * 1024;
-
 /// The largest bootstrap grant read (a deploy grant JWT is well under 4 KiB).
 pub const MAX_GRANT_BYTES: u64 = 16 * 1024;
 
 impl Agent<'_> {
     pub(super) fn token_path(&self) -> PathBuf {
-        self.cfg.state_dir.join(TOKEN_FILE)
+        self.layout.token_path()
     }
 
     /// The stored token's text, read without following a link and bounded.
     pub(super) fn read_token(&self) -> anyhow::Result<Option<zeroize::Zeroizing<String>>> {
-        let root = fsx::Dir::state_root(&self.cfg.state_dir)?;
-        Ok(root
-            .read_file(TOKEN_FILE, MAX_TOKEN_BYTES)?
+        Ok(self
+            .layout
+            .read_token()?
             .map(|b| zeroize::Zeroizing::new(String::from_utf8_lossy(&b).into_owned())))
     }
 
@@ -126,11 +124,7 @@ impl Agent<'_> {
         ttl: Duration,
     ) -> anyhow::Result<()> {
         redact::register(token.expose_secret());
-        fsx::Dir::state_root(&self.cfg.state_dir)?.write_atomic(
-            TOKEN_FILE,
-            token.expose_secret().as_bytes(),
-            0o600,
-        )?;
+        self.layout.write_token(token.expose_secret().as_bytes())?;
         let now = state::now();
         let boot = clock::boot();
         self.state.set_token_facts(Some(TokenState {
@@ -164,9 +158,7 @@ impl Agent<'_> {
     pub(super) fn forget_token(&mut self) {
         self.token = None;
         self.state.set_token_facts(None);
-        if let Ok(root) = fsx::Dir::state_root(&self.cfg.state_dir) {
-            let _ = root.remove_file(TOKEN_FILE);
-        }
+        let _ = self.layout.remove_token();
     }
 
     /// Tenancy answered 401 and no fresh grant is staged: the token is deleted only when
@@ -383,11 +375,12 @@ impl Agent<'_> {
 
 /// `monky-deployd bootstrap [--force]`: log in with the kit's grant and store the token.
 pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
-    let Some(_lock) = lock(&cfg.state_dir)? else {
+    let layout = Layout::open(cfg)?;
+    let Some(_lock) = layout.lock()? else {
         anyhow::bail!("a tick is running; try again in a minute");
     };
-    let (state, _) = State::load(&cfg.state_dir, &cfg.env_id)?;
-    let mut agent = Agent::new(cfg, state, TickOptions::default())?;
+    let (state, _) = State::load(&layout)?;
+    let mut agent = Agent::new(cfg, layout, state, TickOptions::default())?;
     if agent.token_path().exists() && !force {
         outln!("a token is already stored; use --force to replace it");
         return Ok(Exit::Ok);
@@ -400,7 +393,7 @@ pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
         }
     }
     let result = agent.bootstrap();
-    if let Err(e) = agent.state.save(&cfg.state_dir) {
+    if let Err(e) = agent.state.save(&agent.layout) {
         warn!("cannot save state: {e:#}");
     }
     result?;
