@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use monky_agent_proto::testkit::{Endpoint, FakeTenancy, Fault, checkin_request};
+use monky_testkit::tenancy::{Endpoint, FakeTenancy, Fault, checkin_request};
 use monky_agent_proto::{
     Action, CheckinInterval, CheckinResponse, Client, ErrorEnvelope, ErrorKind, LeaseResponse, Sha,
     VaultInfo, is_retired_lease_shape,

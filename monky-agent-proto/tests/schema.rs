@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use monky_agent_proto::testkit::{
+use monky_testkit::tenancy::{
     Desired, FakeTenancy, checkin_request, lease_request, report_request,
 };
 use monky_agent_proto::{Client, ReportRequest, ReportResult, schemas};

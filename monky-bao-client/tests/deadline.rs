@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use monky_bao_client::testkit::RawPeer;
+use monky_testkit::raw::RawPeer;
 use monky_bao_client::{BaoClient, MAX_TTL, Token};
 use secrecy::SecretString;
 use url::Url;

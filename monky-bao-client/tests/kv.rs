@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Setup, assert_hidden, reveal};
-use monky_bao_client::testkit::Fault;
+use monky_testkit::bao::Fault;
 use monky_bao_client::{Absence, Error, ErrorKind, KvPath, PathRefusal};
 use serde_json::json;
 

@@ -2,7 +2,8 @@
 //! OpenBao, and tenancy verifies the resulting bearer with the root token.
 
 use monky_agent_proto::Client;
-use monky_agent_proto::testkit::{Peers, checkin_request};
+use monky_testkit::peers::Peers;
+use monky_testkit::tenancy::checkin_request;
 use monky_bao_client::BaoClient;
 use secrecy::SecretString;
 

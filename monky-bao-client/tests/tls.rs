@@ -4,7 +4,8 @@
 mod common;
 
 use common::Issuer;
-use monky_bao_client::testkit::{FakeBao, Pki};
+use monky_testkit::bao::FakeBao;
+use monky_testkit::pki::Pki;
 use monky_bao_client::{BaoClient, CertificateTime, Error, ErrorKind};
 use url::Url;
 

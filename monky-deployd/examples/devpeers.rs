@@ -32,8 +32,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use monky_agent_proto::testkit::{Desired, FakeTenancy, Peers as TestPeers};
-use monky_bao_client::testkit::BaoPeer;
+use monky_testkit::peers::Peers as TestPeers;
+use monky_testkit::tenancy::{Desired, FakeTenancy};
+use monky_testkit::bao::BaoPeer;
 use monky_bundle::MemberName;
 use secrecy::ExposeSecret;
 

@@ -1,7 +1,7 @@
 //! The token flows: bootstrap, reuse, rate-limited lease, superseded grants, env pinning,
 //! renewal and re-lease.
 
-use monky_agent_proto::testkit::{Endpoint, Fault, Rate, RateLimits};
+use monky_testkit::tenancy::{Endpoint, Fault, Rate, RateLimits};
 use monky_agent_proto::{ReportResult, testkit::Desired};
 use serde_json::json;
 
