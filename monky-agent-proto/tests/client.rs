@@ -3,13 +3,11 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use monky_testkit::tenancy::{
-    self, Desired, Endpoint, FakeTenancy, Fault, call, lease_request,
-};
 use monky_agent_proto::{
     Action, CheckinRequest, Client, Error, ErrorCode, ErrorKind, ReportRequest, ReportResult,
 };
 use monky_testkit::raw::{RawBody, RawPeer};
+use monky_testkit::tenancy::{self, Desired, Endpoint, FakeTenancy, Fault, call, lease_request};
 use secrecy::{ExposeSecret, SecretString};
 
 const ENV: &str = "env-qa-02";

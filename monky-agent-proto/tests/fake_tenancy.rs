@@ -5,15 +5,15 @@ use std::time::Duration;
 
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use monky_testkit::tenancy::{
-    self, Desired, Endpoint, FakeTenancy, Fault, GRANT_AUDIENCE, Rate, RateLimits,
-    checkin_request, lease_request,
-};
 use monky_agent_proto::{Client, ErrorKind};
 use monky_bao_client::BaoClient;
 use monky_testkit::bao::FakeBao;
 use monky_testkit::peers::Peers;
 use monky_testkit::pki::Pki;
+use monky_testkit::tenancy::{
+    self, Desired, Endpoint, FakeTenancy, Fault, GRANT_AUDIENCE, Rate, RateLimits, checkin_request,
+    lease_request,
+};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 

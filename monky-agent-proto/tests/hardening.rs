@@ -6,11 +6,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use monky_testkit::tenancy::{checkin_request, report_request};
 use monky_agent_proto::{Client, ClientBuilder, ConnectionCheck, Error, ErrorKind, ReportResult};
 use monky_testkit::bao::FakeBao;
 use monky_testkit::pki::Pki;
 use monky_testkit::raw::{RawBody, RawPeer, with_proxy_env};
+use monky_testkit::tenancy::{checkin_request, report_request};
 use secrecy::SecretString;
 
 monky_testkit::hardening_table![

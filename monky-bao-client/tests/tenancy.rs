@@ -2,9 +2,9 @@
 //! OpenBao, and tenancy verifies the resulting bearer with the root token.
 
 use monky_agent_proto::Client;
+use monky_bao_client::BaoClient;
 use monky_testkit::peers::Peers;
 use monky_testkit::tenancy::checkin_request;
-use monky_bao_client::BaoClient;
 use secrecy::SecretString;
 
 #[test]

