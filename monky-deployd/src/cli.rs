@@ -88,7 +88,7 @@ pub enum Command {
     /// Print the version.
     Version,
     /// Write the man pages and shell completions into DIR, a new directory (what
-    /// `cargo xtask dist` packages; see [`docs`]).
+    /// `cargo xtask dist` packages).
     #[command(hide = true)]
     GenerateDocs {
         /// The directory to create.

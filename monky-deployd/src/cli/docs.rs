@@ -157,8 +157,18 @@ fn man_pages() -> anyhow::Result<Vec<ManPage>> {
 
 fn completion(shell: Shell) -> Vec<u8> {
     let mut out = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "monky-deployd", &mut out);
+    clap_complete::generate(shell, &mut completed(), "monky-deployd", &mut out);
     out
+}
+
+/// The command line a completion offers: the arguments and visible subcommands (clap's
+/// completions would offer hidden ones too, and clap cannot remove a subcommand).
+fn completed() -> clap::Command {
+    let full = Cli::command();
+    clap::Command::new("monky-deployd")
+        .version(crate::VERSION)
+        .args(full.get_arguments().cloned())
+        .subcommands(visible(&full).cloned())
 }
 
 /// A man page section of tagged paragraphs: each term in bold, its meaning below it.
