@@ -72,7 +72,7 @@ pub const RULES: &[CodeRule] = &[
 /// Every violation of `rules` in the workspace at `root`, by rule.
 pub fn check_tree(root: &Path, rules: &[&CodeRule]) -> Result<Vec<(&'static str, Violation)>> {
     let mut files = Vec::new();
-    rust_files(root, root, &mut files)?;
+    rust_files(root, &mut files)?;
     files.sort();
     let mut found = Vec::new();
     for path in files {
@@ -100,7 +100,7 @@ pub fn check_tree(root: &Path, rules: &[&CodeRule]) -> Result<Vec<(&'static str,
 }
 
 /// The `.rs` files below `dir`, without build output, hidden folders and test data.
-fn rust_files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     for entry in fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
         let entry = entry?;
         let path = entry.path();
@@ -111,7 +111,7 @@ fn rust_files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
             if name.starts_with('.') || name == "target" || name == "data" {
                 continue;
             }
-            rust_files(root, &path, out)?;
+            rust_files(&path, out)?;
         } else if kind.is_file() && name.ends_with(".rs") {
             out.push(path);
         }
@@ -325,7 +325,7 @@ fn words<'a>(code: &'a str, word: &'a str) -> impl Iterator<Item = usize> + 'a {
         .map(|(at, _)| at)
         .filter(move |&at| {
             let end = at + word.len();
-            !ident_before(bytes, at) && !(end < bytes.len() && ident_char(bytes[end]))
+            !ident_before(bytes, at) && (end >= bytes.len() || !ident_char(bytes[end]))
         })
 }
 
