@@ -1,13 +1,11 @@
-//! Tenancy's agent protocol: wire types, a blocking client and a loopback fake of tenancy.
+//! Tenancy's agent protocol: wire types and a blocking client.
 //!
 //! - [`wire`] (always on, re-exported here): the serde shapes of the four calls
 //!   (checkin, bundle, lease, report), the `{code, detail}` envelope and [`ErrorCode`].
 //! - `client` (feature `client`): `Client`, a blocking reqwest client with bearer auth,
 //!   per-call deadlines, an address mapping for mesh transports and a classified `Error`.
-//! - `testkit` (feature `testkit`): `FakeTenancy`, a loopback tenancy that signs ES256 deploy
-//!   grants, serves their JWKS, checks bearers against an OpenBao and enforces the rate buckets;
-//!   with feature `testkit-bao`, `Peers`: that tenancy and `monky-bao-client`'s fake or real
-//!   OpenBao, started and wired to each other.
+//!
+//! A loopback fake of tenancy for tests lives in the workspace's `monky-testkit` crate.
 //!
 //! No agent policy lives here: no configuration, no retries, no exit codes.
 //!
@@ -62,6 +60,3 @@ pub use client::{Client, ClientBuilder};
 pub use connect::{CheckError, ConnectionCheck};
 #[cfg(feature = "client")]
 pub use error::{Call, CertificateTime, Error, ErrorKind, Result};
-
-#[cfg(feature = "testkit")]
-pub mod testkit;

@@ -3,13 +3,11 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use monky_agent_proto::testkit::{
-    self, Desired, Endpoint, FakeTenancy, Fault, call, lease_request,
-};
 use monky_agent_proto::{
     Action, CheckinRequest, Client, Error, ErrorCode, ErrorKind, ReportRequest, ReportResult,
 };
-use monky_bao_client::testkit::{RawBody, RawPeer};
+use monky_testkit::raw::{RawBody, RawPeer};
+use monky_testkit::tenancy::{self, Desired, Endpoint, FakeTenancy, Fault, call, lease_request};
 use secrecy::{ExposeSecret, SecretString};
 
 const ENV: &str = "env-qa-02";
@@ -25,7 +23,7 @@ fn report_request(env_id: &str, detail: Option<&str>) -> ReportRequest {
         sha: Some("7a10".into()),
         log_tail: "INFO applied".into(),
         detail: detail.map(Into::into),
-        ..testkit::report_request(env_id, result)
+        ..tenancy::report_request(env_id, result)
     }
 }
 
@@ -33,7 +31,7 @@ fn report_request(env_id: &str, detail: Option<&str>) -> ReportRequest {
 fn checkin_request(env_id: &str, applied_sha: Option<&str>) -> CheckinRequest {
     CheckinRequest {
         applied_sha: applied_sha.map(Into::into),
-        ..testkit::checkin_request(env_id)
+        ..tenancy::checkin_request(env_id)
     }
 }
 
@@ -582,7 +580,8 @@ fn bundle_urls_off_tenancy_are_refused_before_any_request() {
 #[test]
 fn a_certificate_outside_its_dates_is_named() {
     use monky_agent_proto::CertificateTime;
-    use monky_bao_client::testkit::{FakeBao, Pki};
+    use monky_testkit::bao::FakeBao;
+    use monky_testkit::pki::Pki;
     for (from, until, problem) in [
         (2090, 2099, Some(CertificateTime::NotYetValid)),
         (2001, 2002, Some(CertificateTime::Expired)),

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use monky_agent_proto::testkit::{Endpoint, FakeTenancy, Fault, checkin_request};
 use monky_agent_proto::{
     Action, CheckinInterval, CheckinResponse, Client, ErrorEnvelope, ErrorKind, LeaseResponse, Sha,
     VaultInfo, is_retired_lease_shape,
 };
+use monky_testkit::tenancy::{Endpoint, FakeTenancy, Fault, checkin_request};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use secrecy::{ExposeSecret, SecretString};

@@ -5,13 +5,15 @@ use std::time::Duration;
 
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use monky_agent_proto::testkit::{
-    self, Desired, Endpoint, FakeTenancy, Fault, GRANT_AUDIENCE, Peers, Rate, RateLimits,
-    checkin_request, lease_request,
-};
 use monky_agent_proto::{Client, ErrorKind};
 use monky_bao_client::BaoClient;
-use monky_bao_client::testkit::{FakeBao, Pki};
+use monky_testkit::bao::FakeBao;
+use monky_testkit::peers::Peers;
+use monky_testkit::pki::Pki;
+use monky_testkit::tenancy::{
+    self, Desired, Endpoint, FakeTenancy, Fault, GRANT_AUDIENCE, Rate, RateLimits, checkin_request,
+    lease_request,
+};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
@@ -37,7 +39,7 @@ fn call(
     endpoint: Endpoint,
     env_id: &str,
 ) -> Result<(), (ErrorKind, Option<u16>, Option<String>)> {
-    testkit::call(client, bearer, endpoint, env_id)
+    tenancy::call(client, bearer, endpoint, env_id)
         .map_err(|e| (e.kind(), e.status(), e.code().map(ToString::to_string)))
 }
 

@@ -6,12 +6,14 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use monky_agent_proto::testkit::{checkin_request, report_request};
 use monky_agent_proto::{Client, ClientBuilder, ConnectionCheck, Error, ErrorKind, ReportResult};
-use monky_bao_client::testkit::{FakeBao, Pki, RawBody, RawPeer, with_proxy_env};
+use monky_testkit::bao::FakeBao;
+use monky_testkit::pki::Pki;
+use monky_testkit::raw::{RawBody, RawPeer, with_proxy_env};
+use monky_testkit::tenancy::{checkin_request, report_request};
 use secrecy::SecretString;
 
-monky_bao_client::hardening_table![
+monky_testkit::hardening_table![
     http_or_https,
     no_credentials_in_url,
     credentials_never_shown,

@@ -4,10 +4,10 @@
 
 use std::path::PathBuf;
 
-use monky_agent_proto::testkit::{
+use monky_agent_proto::{Client, ReportRequest, ReportResult, schemas};
+use monky_testkit::tenancy::{
     Desired, FakeTenancy, checkin_request, lease_request, report_request,
 };
-use monky_agent_proto::{Client, ReportRequest, ReportResult, schemas};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 

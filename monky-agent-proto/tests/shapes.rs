@@ -4,9 +4,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use monky_agent_proto::testkit::{Endpoint, FakeTenancy, Fault, checkin_request, lease_request};
 use monky_agent_proto::{Client, Error, ErrorKind, MAX_TTL};
-use monky_bao_client::testkit::{RawBody, RawPeer};
+use monky_testkit::raw::{RawBody, RawPeer};
+use monky_testkit::tenancy::{Endpoint, FakeTenancy, Fault, checkin_request, lease_request};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 

@@ -8,10 +8,9 @@
 //!   anything else is refused before a request is sent.
 //! - [`Error`] keeps OpenBao's `errors[]` and status and sorts every failure into an
 //!   [`ErrorKind`].
-//! - With the `testkit` feature, `testkit::FakeBao` is a loopback OpenBao that verifies real
-//!   ES256 deploy grants against a JWKS, and `testkit::RealBao` runs the official `bao` binary
-//!   as an in-memory server on 127.0.0.1 set up as production; both implement
-//!   `testkit::BaoPeer`, so tests and the demo run unchanged against either.
+//!
+//! Loopback OpenBao peers for tests (a fake, and the real binary set up as production) live in
+//! the workspace's `monky-testkit` crate.
 //!
 //! ```
 //! use monky_bao_client::{BaoClient, KvPath, PathRefusal};
@@ -37,9 +36,6 @@ pub mod connect;
 mod error;
 mod path;
 mod token;
-
-#[cfg(feature = "testkit")]
-pub mod testkit;
 
 pub use client::{
     BaoClient, BaoClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Login, MAX_BODY_BYTES,

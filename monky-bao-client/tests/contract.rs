@@ -11,8 +11,8 @@ mod common;
 use std::time::Duration;
 
 use common::{Issuer, assert_hidden, unix_now};
-use monky_bao_client::testkit::{BaoPeer, FakeBao, RealBao};
 use monky_bao_client::{Absence, BaoClient, Error, ErrorKind, KvPath, Token};
+use monky_testkit::bao::{BaoPeer, FakeBao, RealBao};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::json;
 

@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use monky_bao_client::testkit::RawPeer;
 use monky_bao_client::{BaoClient, MAX_TTL, Token};
+use monky_testkit::raw::RawPeer;
 use secrecy::SecretString;
 use url::Url;
 

@@ -6,13 +6,15 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use monky_bao_client::testkit::{FakeBao, Pki, RawBody, RawPeer, with_proxy_env};
 use monky_bao_client::{
     BaoClient, BaoClientBuilder, ConnectionCheck, Error, ErrorKind, MAX_BODY_BYTES, Token,
 };
+use monky_testkit::bao::FakeBao;
+use monky_testkit::pki::Pki;
+use monky_testkit::raw::{RawBody, RawPeer, with_proxy_env};
 use url::Url;
 
-monky_bao_client::hardening_table![
+monky_testkit::hardening_table![
     http_or_https,
     no_credentials_in_url,
     credentials_never_shown,

@@ -4,8 +4,8 @@
 mod common;
 
 use common::{Setup, assert_hidden, reveal};
-use monky_bao_client::testkit::Fault;
 use monky_bao_client::{Absence, Error, ErrorKind, KvPath, PathRefusal};
+use monky_testkit::bao::Fault;
 use serde_json::json;
 
 fn path(env: &str, name: &str) -> KvPath {

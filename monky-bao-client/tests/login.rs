@@ -6,8 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::{Setup, assert_hidden, unix_now};
-use monky_bao_client::testkit::{FakeBao, Fault};
 use monky_bao_client::{BaoClient, Error, ErrorKind, Token, TokenShape};
+use monky_testkit::bao::{FakeBao, Fault};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 

@@ -2,8 +2,9 @@
 //! OpenBao, and tenancy verifies the resulting bearer with the root token.
 
 use monky_agent_proto::Client;
-use monky_agent_proto::testkit::{Peers, checkin_request};
 use monky_bao_client::BaoClient;
+use monky_testkit::peers::Peers;
+use monky_testkit::tenancy::checkin_request;
 use secrecy::SecretString;
 
 #[test]

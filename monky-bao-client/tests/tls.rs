@@ -4,8 +4,9 @@
 mod common;
 
 use common::Issuer;
-use monky_bao_client::testkit::{FakeBao, Pki};
 use monky_bao_client::{BaoClient, CertificateTime, Error, ErrorKind};
+use monky_testkit::bao::FakeBao;
+use monky_testkit::pki::Pki;
 use url::Url;
 
 const HOST_URL: &str = "https://bao.example.test:8200";

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use monky_agent_proto::testkit::{Rate, RateLimits};
+use monky_testkit::tenancy::{Rate, RateLimits};
 use serde_json::json;
 
 use util::{RealDocker, TestBundle, World, WorldOptions};

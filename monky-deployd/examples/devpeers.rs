@@ -32,9 +32,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use monky_agent_proto::testkit::{Desired, FakeTenancy, Peers as TestPeers};
-use monky_bao_client::testkit::BaoPeer;
 use monky_bundle::MemberName;
+use monky_testkit::bao::BaoPeer;
+use monky_testkit::peers::Peers as TestPeers;
+use monky_testkit::tenancy::{Desired, FakeTenancy};
 use secrecy::ExposeSecret;
 
 fn main() -> anyhow::Result<()> {

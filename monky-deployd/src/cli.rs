@@ -6,6 +6,8 @@ use clap::{Parser, Subcommand};
 
 use crate::config::DEFAULT_CONFIG_PATH;
 
+pub mod docs;
+
 /// The on-box pull agent for Monky backends.
 #[derive(Debug, Parser)]
 #[command(name = "monky-deployd", version = crate::VERSION, about, long_about = None)]
@@ -85,6 +87,13 @@ pub enum Command {
     },
     /// Print the version.
     Version,
+    /// Write the man pages and shell completions into DIR, a new directory (what
+    /// `cargo xtask dist` packages).
+    #[command(hide = true)]
+    GenerateDocs {
+        /// The directory to create.
+        dir: PathBuf,
+    },
 }
 
 /// `bundle` subcommands.

@@ -142,6 +142,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             outln!("monky-deployd {VERSION}");
             Ok(Exit::Ok)
         }
+        Command::GenerateDocs { dir } => cli::docs::write(&dir).map(|()| Exit::Ok),
         Command::Run { once, prune, force } => {
             let opts = tick::TickOptions { prune, force };
             if once {

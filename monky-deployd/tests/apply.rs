@@ -360,7 +360,7 @@ fn a_sha_mismatch_is_refused() {
     let claimed = TestBundle::tagged("claimed").sha();
     w.tenancy.publish_bundle(ENV, &claimed, b.tar());
     w.tenancy
-        .set_desired(ENV, monky_agent_proto::testkit::Desired::sha(claimed));
+        .set_desired(ENV, monky_testkit::tenancy::Desired::sha(claimed));
     w.tick().expect(1);
     assert_report(
         &w.last_report(),
@@ -378,7 +378,7 @@ fn a_rollback_is_refused_unless_allowed() {
     w.publish(&TestBundle::tagged("2"));
     w.tick().ok();
     w.tenancy
-        .set_desired(ENV, monky_agent_proto::testkit::Desired::sha(first.clone()));
+        .set_desired(ENV, monky_testkit::tenancy::Desired::sha(first.clone()));
     w.tick().expect(1);
     assert_report(
         &w.last_report(),

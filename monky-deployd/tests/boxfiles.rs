@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use monky_agent_proto::testkit::Desired;
+use monky_testkit::tenancy::Desired;
 
 use crate::apply::compose_sub;
 use crate::util::*;

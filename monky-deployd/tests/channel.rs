@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::{Endpoint, Fault};
+use monky_testkit::tenancy::{Endpoint, Fault};
 use serde_json::json;
 
 use crate::util::*;
@@ -287,7 +287,7 @@ fn a_squatter_while_the_proxy_restarts_is_refused_and_the_proxy_back_serves_agai
     let port = free_port();
     dial_at(&w, w.tenancy.addr(), port);
     w.tenancy
-        .set_desired(ENV, monky_agent_proto::testkit::Desired::sha(sha.clone()));
+        .set_desired(ENV, monky_testkit::tenancy::Desired::sha(sha.clone()));
 
     // The proxy serves: a heartbeat through it.
     let relay = Relay::start(port, w.tenancy.addr());

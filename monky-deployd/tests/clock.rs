@@ -6,7 +6,7 @@
 #![cfg(feature = "failpoints")]
 
 use monky_agent_proto::ReportResult;
-use monky_bao_client::testkit::BaoPeer;
+use monky_testkit::bao::BaoPeer;
 
 use crate::util::*;
 

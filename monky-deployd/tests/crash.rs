@@ -151,7 +151,7 @@ fn an_interrupted_apply_tenancy_no_longer_wants_is_rolled_back() {
     assert_eq!(run.0.status.code(), None, "killed");
     w.assert_current(&second);
     w.tenancy
-        .set_desired(ENV, monky_agent_proto::testkit::Desired::sha(first.clone()));
+        .set_desired(ENV, monky_testkit::tenancy::Desired::sha(first.clone()));
     w.tick().ok();
     w.assert_current(&first);
     let r = w.last_report();

@@ -18,8 +18,8 @@ use std::sync::{OnceLock, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::{Desired, Endpoint, Rate, RateLimits};
-use monky_bao_client::testkit::{BaoPeer, RealBao};
+use monky_testkit::bao::{BaoPeer, RealBao};
+use monky_testkit::tenancy::{Desired, Endpoint, Rate, RateLimits};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 

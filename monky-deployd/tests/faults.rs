@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::{Desired, Endpoint, Fault};
-use monky_bao_client::testkit::Fault as BaoFault;
+use monky_testkit::bao::Fault as BaoFault;
+use monky_testkit::tenancy::{Desired, Endpoint, Fault};
 use serde_json::json;
 
 use crate::util::*;

@@ -3,7 +3,7 @@
 //! `self_heal: false`; an operator's hold.
 
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::{Desired, Endpoint};
+use monky_testkit::tenancy::{Desired, Endpoint};
 use serde_json::{Value, json};
 
 use crate::apply::compose_sub;

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::{Desired, Endpoint, Fault};
 use monky_bundle::testkit::{pax_record, prefixed_entry, raw_entry as entry};
 use monky_bundle::{Bundle, Limits, bundle_sha};
+use monky_testkit::tenancy::{Desired, Endpoint, Fault};
 use serde_json::json;
 
 use crate::util::*;

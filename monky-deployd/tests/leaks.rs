@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::{Endpoint, Fault};
+use monky_testkit::tenancy::{Endpoint, Fault};
 use serde_json::json;
 
 use crate::apply::compose_sub;

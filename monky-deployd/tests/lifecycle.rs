@@ -1,7 +1,7 @@
 //! Retire, laptop mode, temporary failures, the lock, corrupt state and the loop.
 
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::{Desired, Endpoint, Fault};
+use monky_testkit::tenancy::{Desired, Endpoint, Fault};
 use serde_json::json;
 
 use crate::apply::compose_sub;
@@ -147,10 +147,8 @@ fn openbao_down_during_apply_is_temporary_and_changes_nothing() {
     let w = World::new();
     let first = w.applied();
     // Sealed for the agent's logins; tenancy's own token lookups still pass.
-    w.bao.set_fault(
-        "/v1/auth/jwt-tenancy",
-        monky_bao_client::testkit::Fault::Sealed,
-    );
+    w.bao
+        .set_fault("/v1/auth/jwt-tenancy", monky_testkit::bao::Fault::Sealed);
     // A bootstrap token is swapped for a lease at apply time, so the apply needs a login.
     w.publish(&TestBundle::tagged("2"));
     let mut st = w.state();

@@ -2,7 +2,7 @@
 //! textfile.
 
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::Desired;
+use monky_testkit::tenancy::Desired;
 use serde_json::json;
 
 use crate::apply::compose_sub;

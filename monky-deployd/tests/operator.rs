@@ -2,8 +2,8 @@
 //! line with whose move it is), `status --json`, `explain` and `doctor --json` say the cause,
 //! and nothing says "converged" or all-ok while it is broken. No output carries a secret.
 
-use monky_agent_proto::testkit::{Endpoint, Fault};
-use monky_bao_client::testkit::Fault as BaoFault;
+use monky_testkit::bao::Fault as BaoFault;
+use monky_testkit::tenancy::{Endpoint, Fault};
 use serde_json::Value;
 
 use crate::util::*;

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::Peers;
 use monky_deployd::config::{Config, TransportKind};
+use monky_testkit::peers::Peers;
 use secrecy::ExposeSecret;
 use serde_json::json;
 
@@ -1573,7 +1573,7 @@ fn the_deb_installs_and_ticks_under_systemd() {
     };
     let sha = bundle.sha();
     tenancy.publish_bundle(ENV, &sha, bundle.tar());
-    tenancy.set_desired(ENV, monky_agent_proto::testkit::Desired::sha(sha.clone()));
+    tenancy.set_desired(ENV, monky_testkit::tenancy::Desired::sha(sha.clone()));
 
     // The timer fires a minute after the last tick (plus its random delay); that tick bootstraps
     // with the staged grant and applies the bundle.

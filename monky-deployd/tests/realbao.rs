@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::{Endpoint, Fault};
-use monky_bao_client::testkit::{BaoPeer, RealBao};
+use monky_testkit::bao::{BaoPeer, RealBao};
+use monky_testkit::tenancy::{Endpoint, Fault};
 use serde_json::json;
 
 use crate::util::*;

@@ -4,7 +4,7 @@
 //! run (apt, scp, docker, systemctl) are listed by name, so a new line is never skipped unseen.
 
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::Desired;
+use monky_testkit::tenancy::Desired;
 use serde_json::json;
 
 use crate::util::*;

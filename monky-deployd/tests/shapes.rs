@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use monky_agent_proto::testkit::{Desired, Endpoint, Fault};
+use monky_testkit::tenancy::{Desired, Endpoint, Fault};
 use serde_json::json;
 
 use crate::util::*;

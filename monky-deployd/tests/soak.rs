@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use monky_agent_proto::testkit::{Endpoint, Rate, RateLimits};
+use monky_testkit::tenancy::{Endpoint, Rate, RateLimits};
 
 use crate::util::*;
 

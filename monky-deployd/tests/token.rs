@@ -1,8 +1,9 @@
 //! The token flows: bootstrap, reuse, rate-limited lease, superseded grants, env pinning,
 //! renewal and re-lease.
 
-use monky_agent_proto::testkit::{Endpoint, Fault, Rate, RateLimits};
-use monky_agent_proto::{ReportResult, testkit::Desired};
+use monky_agent_proto::ReportResult;
+use monky_testkit::tenancy::Desired;
+use monky_testkit::tenancy::{Endpoint, Fault, Rate, RateLimits};
 use serde_json::json;
 
 use crate::util::*;

@@ -3,7 +3,7 @@
 
 use monky_agent_proto::ReportResult;
 
-use monky_bao_client::testkit::TEST_HOSTS;
+use monky_testkit::pki::TEST_HOSTS;
 
 use crate::util::*;
 

@@ -98,7 +98,7 @@ fn a_prod_release_taken_over_is_never_purged() {
     w.tick().ok();
     as_original(&w, &sha);
     w.tenancy
-        .set_desired(ENV, monky_agent_proto::testkit::Desired::down(true));
+        .set_desired(ENV, monky_testkit::tenancy::Desired::down(true));
     let run = w.tick();
     run.ok();
     let downs: Vec<String> = w

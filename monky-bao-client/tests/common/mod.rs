@@ -12,8 +12,8 @@ use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
 use jsonwebtoken::jwk::{Jwk, JwkSet, PublicKeyUse};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use monky_bao_client::testkit::FakeBao;
 use monky_bao_client::{BaoClient, Token};
+use monky_testkit::bao::FakeBao;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use url::Url;
@@ -165,9 +165,7 @@ impl Setup {
 
     /// A setup whose fake is configured further by `configure`.
     pub fn with(
-        configure: impl FnOnce(
-            monky_bao_client::testkit::FakeBaoBuilder,
-        ) -> monky_bao_client::testkit::FakeBaoBuilder,
+        configure: impl FnOnce(monky_testkit::bao::FakeBaoBuilder) -> monky_testkit::bao::FakeBaoBuilder,
     ) -> Setup {
         let issuer = Issuer::start();
         let bao = configure(FakeBao::builder().jwks_url(issuer.jwks_url())).start();

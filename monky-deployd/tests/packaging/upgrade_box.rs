@@ -7,8 +7,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use monky_agent_proto::ReportResult;
-use monky_agent_proto::testkit::{Desired, FakeTenancy, Peers};
-use monky_bao_client::testkit::FakeBao;
+use monky_testkit::bao::FakeBao;
+use monky_testkit::peers::Peers;
+use monky_testkit::tenancy::{Desired, FakeTenancy};
 use serde_json::json;
 
 use super::{BoxTest, ENV, Machine, SEE_VALUE, run_ok, text, wait_for};

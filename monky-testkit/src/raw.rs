@@ -220,7 +220,7 @@ pub fn with_proxy_env(test: &str, check: impl FnOnce()) {
 /// When the section is missing.
 #[must_use]
 pub fn hardening_checklist() -> Vec<&'static str> {
-    const DOC: &str = include_str!("../../../docs/architecture.md");
+    const DOC: &str = include_str!("../../docs/architecture.md");
     const HEADING: &str = "\n## HTTP clients: the hardening checklist\n";
     let (_, section) = DOC
         .split_once(HEADING)
@@ -242,7 +242,7 @@ macro_rules! hardening_table {
         #[test]
         fn the_table_is_the_checklist() {
             let _cases: &[fn()] = &[$($case),*];
-            $crate::testkit::assert_table_is_the_checklist(&[$(stringify!($case)),*]);
+            $crate::raw::assert_table_is_the_checklist(&[$(stringify!($case)),*]);
         }
     };
 }

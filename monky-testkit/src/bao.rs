@@ -31,19 +31,9 @@ use tls_front::TlsFront;
 /// The leeway on `exp` and `nbf`, as configured on the deployment's role.
 const CLOCK_LEEWAY_SECS: i64 = 60;
 
-mod pki;
-mod raw;
 mod real;
 
-pub use pki::{Pki, TEST_HOSTS};
-pub use raw::{
-    RawBody, RawPeer, assert_table_is_the_checklist, hardening_checklist, with_proxy_env,
-};
-
-pub use real::{
-    BAO_BIN_ENV, CallError, PINNED_VERSION, RealBao, RealBaoBuilder, binary as bao_binary,
-    cache_dir as bao_cache_dir, default_binary as default_bao_binary, see_env_policy, see_env_role,
-};
+pub use real::{CallError, RealBao, RealBaoBuilder, see_env_policy, see_env_role};
 
 /// What a test or the demo needs from an OpenBao peer, real ([`RealBao`]) or fake
 /// ([`FakeBao`]): its address and root token, KV writes, seal, and an operator's revocation.

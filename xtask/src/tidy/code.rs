@@ -1,0 +1,678 @@
+//! The code-level rules of docs/architecture.md, as plain text scans of the sources: who spawns
+//! processes, who spells the names below the state root, who writes state's outcome fields.
+//!
+//! Each file is first masked: comments, string literals and `#[cfg(test)]` items become
+//! spaces (newlines kept, so lines stay where they were), and the string literals outside
+//! tests are kept aside. The rules then look at the masked code or at those literals; a
+//! mention in a comment, a message or a test is never a violation.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// One broken rule at one place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The file, relative to the workspace root, with `/` separators.
+    pub file: String,
+    /// 1-based.
+    pub line: usize,
+    /// What is wrong and why, naming the rule.
+    pub what: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}: {}", self.file, self.line, self.what)
+    }
+}
+
+/// A code rule: which files it reads and what it finds in one of them.
+pub struct CodeRule {
+    /// The rule's name, as docs/architecture.md states it.
+    pub name: &'static str,
+    /// Whether `cargo xtask tidy` fails on it. A rule whose refactoring is still under way is
+    /// reported but does not fail yet; see the `pending` test below.
+    pub enforced: bool,
+    applies: fn(&str) -> bool,
+    check: fn(&str, &Masked) -> Vec<Violation>,
+}
+
+/// The code rules, in docs/architecture.md's order.
+pub const RULES: &[CodeRule] = &[
+    CodeRule {
+        name: "who spawns processes",
+        enforced: true,
+        applies: |_| true,
+        check: spawns,
+    },
+    CodeRule {
+        name: "who opens paths below the state root",
+        // On until `monky-deployd/src/layout.rs` has merged (task "disk").
+        enforced: false,
+        applies: |file| {
+            file.starts_with("monky-deployd/src/") && file != "monky-deployd/src/layout.rs"
+        },
+        check: state_root,
+    },
+    CodeRule {
+        name: "who writes state's outcome fields",
+        // On until State's fields are private to its module (task "tick").
+        enforced: false,
+        applies: |file| {
+            file.starts_with("monky-deployd/src/")
+                && file != "monky-deployd/src/state.rs"
+                && !file.starts_with("monky-deployd/src/state/")
+        },
+        check: outcome_fields,
+    },
+];
+
+/// Every violation of `rules` in the workspace at `root`, by rule.
+pub fn check_tree(root: &Path, rules: &[&CodeRule]) -> Result<Vec<(&'static str, Violation)>> {
+    let mut files = Vec::new();
+    rust_files(root, &mut files)?;
+    files.sort();
+    let mut found = Vec::new();
+    for path in files {
+        let rel = path
+            .strip_prefix(root)
+            .unwrap_or(&path)
+            .to_string_lossy()
+            .replace('\\', "/");
+        let rules: Vec<&&CodeRule> = rules.iter().filter(|r| (r.applies)(&rel)).collect();
+        if rules.is_empty() {
+            continue;
+        }
+        let text =
+            fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let masked = Masked::new(&text);
+        for rule in rules {
+            let mut found_here = (rule.check)(&rel, &masked);
+            found_here.sort_by_key(|v| v.line);
+            for v in found_here {
+                found.push((rule.name, v));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The `.rs` files below `dir`, without build output, hidden folders and test data.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    for entry in fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
+        let entry = entry?;
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            if name.starts_with('.') || name == "target" || name == "data" {
+                continue;
+            }
+            rust_files(&path, out)?;
+        } else if kind.is_file() && name.ends_with(".rs") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// A source file with comments, string literals and `#[cfg(test)]` items blanked out.
+pub struct Masked {
+    /// The code: same length and lines as the file.
+    code: String,
+    /// The string literals outside tests: where each starts, and its contents as written.
+    strings: Vec<(usize, String)>,
+}
+
+impl Masked {
+    /// Masks `text`.
+    pub fn new(text: &str) -> Self {
+        let (mut code, mut strings) = blank_comments_and_strings(text);
+        for (start, end) in test_items(&code) {
+            blank(&mut code, start, end);
+            strings.retain(|(at, _)| *at < start || *at >= end);
+        }
+        let code = String::from_utf8(code).expect("only ASCII bytes were replaced");
+        Self { code, strings }
+    }
+
+    /// The 1-based line of byte `at`.
+    fn line(&self, at: usize) -> usize {
+        self.code.as_bytes()[..at]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count()
+            + 1
+    }
+
+    fn at(&self, file: &str, at: usize, what: String) -> Violation {
+        Violation {
+            file: file.to_owned(),
+            line: self.line(at),
+            what,
+        }
+    }
+}
+
+/// Replaces `code[start..end]` with spaces, newlines kept.
+fn blank(code: &mut [u8], start: usize, end: usize) {
+    for b in &mut code[start..end] {
+        if *b != b'\n' {
+            *b = b' ';
+        }
+    }
+}
+
+/// The file's bytes with comments and string/char literal contents blanked, and each string
+/// literal's start and contents.
+fn blank_comments_and_strings(text: &str) -> (Vec<u8>, Vec<(usize, String)>) {
+    let src = text.as_bytes();
+    let mut code = src.to_vec();
+    let mut strings = Vec::new();
+    let mut i = 0;
+    while i < src.len() {
+        let rest = &src[i..];
+        if rest.starts_with(b"//") {
+            let end = src[i..]
+                .iter()
+                .position(|b| *b == b'\n')
+                .map_or(src.len(), |n| i + n);
+            blank(&mut code, i, end);
+            i = end;
+        } else if rest.starts_with(b"/*") {
+            let mut depth = 0;
+            let mut j = i;
+            while j < src.len() {
+                if src[j..].starts_with(b"/*") {
+                    depth += 1;
+                    j += 2;
+                } else if src[j..].starts_with(b"*/") {
+                    depth -= 1;
+                    j += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    j += 1;
+                }
+            }
+            blank(&mut code, i, j);
+            i = j;
+        } else if let Some((open, hashes)) = raw_string_start(src, i) {
+            let body = i + open;
+            let close: Vec<u8> = std::iter::once(b'"')
+                .chain(std::iter::repeat_n(b'#', hashes))
+                .collect();
+            let end = src[body..]
+                .windows(close.len())
+                .position(|w| w == close.as_slice())
+                .map_or(src.len(), |n| body + n);
+            strings.push((i, text[body..end].to_owned()));
+            blank(&mut code, body, end);
+            i = (end + close.len()).min(src.len());
+        } else if src[i] == b'"' || (rest.starts_with(b"b\"") && !ident_before(src, i)) {
+            let body = if src[i] == b'"' { i + 1 } else { i + 2 };
+            let mut j = body;
+            while j < src.len() && src[j] != b'"' {
+                j += if src[j] == b'\\' { 2 } else { 1 };
+            }
+            let end = j.min(src.len());
+            strings.push((i, text[body..end].to_owned()));
+            blank(&mut code, body, end);
+            i = end + 1;
+        } else if src[i] == b'\'' {
+            // A char literal ('x', '\n', '\u{..}', 'é') or a lifetime ('a).
+            let end = if src.get(i + 1) == Some(&b'\\') {
+                src[i + 2..]
+                    .iter()
+                    .position(|b| *b == b'\'')
+                    .map(|n| i + 2 + n)
+            } else {
+                let width = text[i + 1..].chars().next().map_or(1, char::len_utf8);
+                (src.get(i + 1 + width) == Some(&b'\'')).then_some(i + 1 + width)
+            };
+            match end {
+                Some(end) => {
+                    blank(&mut code, i + 1, end);
+                    i = end + 1;
+                }
+                None => i += 1,
+            }
+        } else if ident_start(src[i]) {
+            // A whole identifier, so an `r` or a `b` inside one never starts a literal.
+            while i < src.len() && ident_char(src[i]) {
+                i += 1;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    (code, strings)
+}
+
+/// At `i`, `r"`, `r#"`, `br"`, ...: the length of the opening and the number of `#`.
+fn raw_string_start(src: &[u8], i: usize) -> Option<(usize, usize)> {
+    if ident_before(src, i) {
+        return None;
+    }
+    let mut j = i;
+    if src.get(j) == Some(&b'b') {
+        j += 1;
+    }
+    if src.get(j) != Some(&b'r') {
+        return None;
+    }
+    j += 1;
+    let hashes = src[j..].iter().take_while(|b| **b == b'#').count();
+    j += hashes;
+    (src.get(j) == Some(&b'"')).then_some((j + 1 - i, hashes))
+}
+
+fn ident_start(b: u8) -> bool {
+    b.is_ascii_alphabetic() || b == b'_'
+}
+
+fn ident_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+fn ident_before(src: &[u8], i: usize) -> bool {
+    i > 0 && ident_char(src[i - 1])
+}
+
+/// The byte ranges of `#[cfg(test)]` items in masked code: the attribute through the item's
+/// closing brace (or semicolon).
+fn test_items(code: &[u8]) -> Vec<(usize, usize)> {
+    const ATTR: &[u8] = b"#[cfg(test)]";
+    let mut ranges = Vec::new();
+    let mut from = 0;
+    while let Some(n) = code[from..].windows(ATTR.len()).position(|w| w == ATTR) {
+        let start = from + n;
+        let mut j = start + ATTR.len();
+        let mut depth = 0usize;
+        let mut end = code.len();
+        while j < code.len() {
+            match code[j] {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        end = j + 1;
+                        break;
+                    }
+                }
+                b';' if depth == 0 => {
+                    end = j + 1;
+                    break;
+                }
+                _ => {}
+            }
+            j += 1;
+        }
+        ranges.push((start, end));
+        from = end;
+    }
+    ranges
+}
+
+/// Every start of `word` in `code` as a whole word (no identifier character on either side).
+fn words<'a>(code: &'a str, word: &'a str) -> impl Iterator<Item = usize> + 'a {
+    let bytes = code.as_bytes();
+    code.match_indices(word)
+        .map(|(at, _)| at)
+        .filter(move |&at| {
+            let end = at + word.len();
+            !ident_before(bytes, at) && (end >= bytes.len() || !ident_char(bytes[end]))
+        })
+}
+
+/// Rule: processes are spawned by `monky-compose`'s wrapper; test support, xtask and tests may
+/// spawn their own.
+fn spawns(file: &str, src: &Masked) -> Vec<Violation> {
+    let allowed = file.starts_with("monky-compose/src/")
+        || file.starts_with("monky-testkit/")
+        || file.starts_with("xtask/")
+        || file
+            .split('/')
+            .any(|part| matches!(part, "tests" | "benches" | "examples"));
+    if allowed {
+        return Vec::new();
+    }
+    let code = src.code.as_str();
+    let mut found = Vec::new();
+    for at in words(code, "Command") {
+        let before = code[..at].trim_end();
+        let after = &code[at + "Command".len()..];
+        let std_path = before.ends_with("process::");
+        let constructed = after.trim_start().starts_with("::new") && !before.ends_with("clap::");
+        // `use std::process::{Child, Command}`: the name inside a `process::{...}` group.
+        let grouped = before
+            .rfind("process::{")
+            .is_some_and(|open| !code[open..at].contains('}'));
+        if std_path || constructed || grouped {
+            found.push(
+                src.at(
+                    file,
+                    at,
+                    "spawns a process (std::process::Command): only monky-compose's wrapper does; \
+                 run it through monky_compose::process"
+                        .into(),
+                ),
+            );
+        }
+    }
+    found
+}
+
+/// Names below the state root that `monky-deployd/src/layout.rs` alone spells. Each is a
+/// string literal exactly this, anywhere outside tests.
+const STATE_NAMES: &[&str] = &[
+    "state.json",
+    "bao.token",
+    "release.key",
+    "env-digests",
+    "releases",
+    "staging",
+    "applying",
+    "lock",
+];
+
+/// Names below the state root that are also ordinary words elsewhere (a result, a JSON key):
+/// a violation only where a path is built or opened with them, or a constant holds them.
+const STATE_NAMES_IN_PATHS: &[&str] = &["current", "failed", "hold", "config.json"];
+
+/// The calls that build or open a path, whose string arguments are path names.
+const PATH_CALLS: &[&str] = &[
+    ".join",
+    ".ensure_sub",
+    ".sub",
+    ".open_plain",
+    ".read_link",
+    ".remove_file",
+    ".remove_tree",
+    ".swap_symlink",
+    ".write_atomic",
+    "Path::new",
+    "PathBuf::from",
+];
+
+/// Rule: the state root and the names below it are `layout.rs`'s.
+fn state_root(file: &str, src: &Masked) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for (at, text) in &src.strings {
+        let ambiguous = STATE_NAMES_IN_PATHS.contains(&text.as_str());
+        if !STATE_NAMES.contains(&text.as_str()) && !ambiguous {
+            continue;
+        }
+        if ambiguous && !in_path_position(&src.code, *at) {
+            continue;
+        }
+        found.push(src.at(
+            file,
+            *at,
+            format!(
+                "spells {text:?}, a name below the state root: only monky-deployd/src/layout.rs \
+                 does; ask the Layout for it"
+            ),
+        ));
+    }
+    let code = src.code.as_str();
+    for at in words(code, "state_root") {
+        let before = code[..at].trim_end();
+        if code[at + "state_root".len()..]
+            .trim_start()
+            .starts_with('(')
+            && !before.ends_with("fn")
+        {
+            found.push(src.at(
+                file,
+                at,
+                "opens the state root: only monky-deployd/src/layout.rs does".into(),
+            ));
+        }
+    }
+    for at in words(code, "state_dir") {
+        if code[at + "state_dir".len()..].starts_with(".join(") {
+            found.push(
+                src.at(
+                    file,
+                    at,
+                    "builds a path below the state root from state_dir: only \
+                 monky-deployd/src/layout.rs does"
+                        .into(),
+                ),
+            );
+        }
+    }
+    found
+}
+
+/// Whether the string literal at `at` is an argument of a path call, or a constant's value.
+fn in_path_position(code: &str, at: usize) -> bool {
+    let bytes = code.as_bytes();
+    // The innermost call still open at `at`, within its statement.
+    let mut depth = 0usize;
+    let mut j = at;
+    while j > 0 {
+        j -= 1;
+        match bytes[j] {
+            b')' | b']' => depth += 1,
+            b'(' | b'[' if depth > 0 => depth -= 1,
+            b'(' => {
+                let callee = code[..j].trim_end();
+                return PATH_CALLS.iter().any(|call| callee.ends_with(call));
+            }
+            b'[' | b';' | b'{' | b'}' => break,
+            _ => {}
+        }
+    }
+    // `const NAME: &str = "..."` / `static`.
+    let before = code[..at].trim_end();
+    let line_start = before.rfind('\n').map_or(0, |n| n + 1);
+    let line = before[line_start..].trim_start();
+    let line = line.strip_prefix("pub ").unwrap_or(line);
+    let line = line.strip_prefix("pub(crate) ").unwrap_or(line);
+    (line.starts_with("const ") || line.starts_with("static ")) && line.ends_with('=')
+}
+
+/// Rule: the outcome fields and the failed release change inside `state.rs` only.
+fn outcome_fields(file: &str, src: &Masked) -> Vec<Violation> {
+    const FIELDS: &[&str] = &["last_result", "last_error", "last_code", "failed"];
+    let code = src.code.as_str();
+    let bytes = code.as_bytes();
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices('.') {
+        let name_end = bytes[at + 1..]
+            .iter()
+            .position(|b| !ident_char(*b))
+            .map_or(bytes.len(), |n| at + 1 + n);
+        let name = &code[at + 1..name_end];
+        let outcome = FIELDS.contains(&name) || name.starts_with("failed_");
+        if !outcome {
+            continue;
+        }
+        let after = code[name_end..].trim_start();
+        let assigned = (after.starts_with('=') && !after.starts_with("=="))
+            || [
+                "+=",
+                "-=",
+                ".take()",
+                ".replace(",
+                ".insert(",
+                ".get_or_insert",
+            ]
+            .iter()
+            .any(|op| after.starts_with(op));
+        if assigned {
+            found.push(src.at(
+                file,
+                at + 1,
+                format!(
+                    "writes State's `{name}` outside monky-deployd/src/state.rs: the outcome \
+                     changes through State's methods"
+                ),
+            ));
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(name: &str) -> &'static CodeRule {
+        RULES.iter().find(|r| r.name == name).unwrap()
+    }
+
+    /// The violations of `rule` in `text` as `file:line`, if the rule applies to `file`.
+    fn check(rule_name: &str, file: &str, text: &str) -> Vec<String> {
+        let rule = rule(rule_name);
+        if !(rule.applies)(file) {
+            return Vec::new();
+        }
+        let mut found = (rule.check)(file, &Masked::new(text));
+        found.sort_by_key(|v| v.line);
+        found
+            .into_iter()
+            .map(|v| format!("{}:{}", v.file, v.line))
+            .collect()
+    }
+
+    #[test]
+    fn masking_keeps_lines_and_hides_comments_strings_and_tests() {
+        let text = "let a = \"x // y\"; // Command::new\n\
+                    /* outer /* nested \"q\" */ still */ let b = r#\"a \"quoted\" b\"#;\n\
+                    let c = '\"'; let l: &'static str = b\"z\";\n\
+                    #[cfg(test)]\nmod tests {\n    fn f() { \"in test\"; }\n}\nlet d = \"after\";\n";
+        let m = Masked::new(text);
+        assert_eq!(m.code.len(), text.len());
+        assert_eq!(m.code.lines().count(), text.lines().count());
+        assert!(!m.code.contains("Command"), "{}", m.code);
+        assert!(!m.code.contains("nested") && !m.code.contains("in test"));
+        let strings: Vec<(usize, &str)> = m
+            .strings
+            .iter()
+            .map(|(at, s)| (m.line(*at), s.as_str()))
+            .collect();
+        assert_eq!(
+            strings,
+            [(1, "x // y"), (2, "a \"quoted\" b"), (3, "z"), (8, "after"),]
+        );
+    }
+
+    #[test]
+    fn a_planted_spawn_is_named_with_its_line() {
+        const RULE: &str = "who spawns processes";
+        let planted = "//! The agent.\n\
+                       use std::process::{Child, Command};\n\
+                       fn f() {\n    let _ = std::process::Command::new(\"sh\");\n}\n";
+        assert_eq!(
+            check(RULE, "monky-deployd/src/doctor.rs", planted),
+            [
+                "monky-deployd/src/doctor.rs:2",
+                "monky-deployd/src/doctor.rs:4"
+            ]
+        );
+        assert_eq!(
+            check(
+                RULE,
+                "monky-bundle/src/lib.rs",
+                "fn f() { Command::new(x); }"
+            ),
+            ["monky-bundle/src/lib.rs:1"]
+        );
+        // The wrapper, test support, xtask and tests may spawn; unit tests anywhere too.
+        for file in [
+            "monky-compose/src/process.rs",
+            "monky-testkit/src/bao/real.rs",
+            "xtask/src/cmd.rs",
+            "monky-deployd/tests/util.rs",
+            "monky-deployd/benches/perf.rs",
+            "monky-deployd/examples/devpeers.rs",
+        ] {
+            assert_eq!(check(RULE, file, planted), Vec::<String>::new(), "{file}");
+        }
+        let quiet = "/// Runs `Command::new`.\nfn f() { clap::Command::new(\"m\"); g(\"Command::new\"); }\n\
+                     #[cfg(test)]\nmod tests {\n  fn t() { std::process::Command::new(\"sh\"); }\n}\n";
+        assert_eq!(
+            check(RULE, "monky-deployd/src/lib.rs", quiet),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_planted_state_root_name_is_named_with_its_line() {
+        const RULE: &str = "who opens paths below the state root";
+        let planted = "fn f(cfg: &Config) {\n\
+                       let t = cfg.state_dir.join(\"bao.token\");\n\
+                       let r = Dir::state_root(&cfg.state_dir)?;\n\
+                       r.swap_symlink(&Path::new(\"releases\").join(sha), \"current\")?;\n\
+                       let res = Some(\"failed\"); let k = doc[\"hold\"];\n\
+                       }\n\
+                       const DIR: &str = \"failed\";\n\
+                       pub fn state_root(p: &Path) {}\n\
+                       #[cfg(test)]\nmod tests { const F: &str = \"state.json\"; }\n";
+        assert_eq!(
+            check(RULE, "monky-deployd/src/status.rs", planted),
+            [
+                // "bao.token" and `state_dir.join`.
+                "monky-deployd/src/status.rs:2",
+                "monky-deployd/src/status.rs:2",
+                "monky-deployd/src/status.rs:3",
+                // "releases", and "current" as a path call's second argument.
+                "monky-deployd/src/status.rs:4",
+                "monky-deployd/src/status.rs:4",
+                "monky-deployd/src/status.rs:7",
+            ]
+        );
+        assert_eq!(
+            check(RULE, "monky-deployd/src/layout.rs", planted),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            check(RULE, "monky-compose/src/lib.rs", planted),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_planted_outcome_write_is_named_with_its_line() {
+        const RULE: &str = "who writes state's outcome fields";
+        let planted = "fn f(st: &mut State) {\n\
+                       st.last_result = Some(r);\n\
+                       if st.last_error == None { st.failed_sha.take(); }\n\
+                       self.state.failed = None; st.last_code += 1;\n\
+                       let e = st.last_error.clone();\n\
+                       }\n\
+                       #[cfg(test)]\nmod tests { fn t(st: &mut State) { st.last_result = None; } }\n";
+        assert_eq!(
+            check(RULE, "monky-deployd/src/watchdog.rs", planted),
+            [
+                "monky-deployd/src/watchdog.rs:2",
+                "monky-deployd/src/watchdog.rs:3",
+                "monky-deployd/src/watchdog.rs:4",
+                "monky-deployd/src/watchdog.rs:4",
+            ]
+        );
+        for file in [
+            "monky-deployd/src/state.rs",
+            "monky-deployd/src/state/failed.rs",
+        ] {
+            assert_eq!(check(RULE, file, planted), Vec::<String>::new(), "{file}");
+        }
+    }
+
+    #[test]
+    fn a_violation_prints_as_file_line_and_rule() {
+        let v = Violation {
+            file: "monky-deployd/src/a.rs".into(),
+            line: 7,
+            what: "spawns".into(),
+        };
+        assert_eq!(v.to_string(), "monky-deployd/src/a.rs:7: spawns");
+    }
+}
