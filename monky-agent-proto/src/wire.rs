@@ -62,6 +62,18 @@ impl Sha {
         // Every byte is ASCII, so any index is a character boundary.
         &self.0[..12]
     }
+
+    /// The 32 bytes the digits spell, as a bundle's own digest is compared with them.
+    #[must_use]
+    pub fn digest(&self) -> [u8; 32] {
+        // Every digit is `0-9a-f`, checked when the sha was made.
+        let nibble = |b: u8| if b.is_ascii_digit() { b - b'0' } else { b - b'a' + 10 };
+        let mut out = [0u8; 32];
+        for (byte, pair) in out.iter_mut().zip(self.0.as_bytes().chunks_exact(2)) {
+            *byte = (nibble(pair[0]) << 4) | nibble(pair[1]);
+        }
+        out
+    }
 }
 
 impl fmt::Display for Sha {
@@ -767,6 +779,14 @@ mod tests {
             expected("/elsewhere/b.tar".into())
         );
         assert_eq!(bundle_path("e", "ab"), "/v1/agent/bundle/e/ab");
+    }
+
+    #[test]
+    fn a_sha_spells_its_digest() {
+        let sha = Sha::parse(&format!("00ff7a{}", "10".repeat(29))).unwrap();
+        let mut want = [0x10u8; 32];
+        want[..3].copy_from_slice(&[0x00, 0xff, 0x7a]);
+        assert_eq!(sha.digest(), want);
     }
 
     #[test]
