@@ -1,11 +1,12 @@
 //! `monky-deployd explain`: what the box runs, what tenancy wants, and why they differ, from local
 //! state and the docker socket only (no tenancy or OpenBao request).
 
+use monky_agent_proto::Sha;
+
 use crate::config::Config;
 use crate::exit::Exit;
 use crate::redact::redact;
 use crate::state::{self, State};
-use crate::tick::short;
 
 fn ago(now: u64, t: Option<u64>) -> String {
     match t {
@@ -26,6 +27,11 @@ fn human(secs: u64) -> String {
 
 /// Prints the explanation.
 pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
+    // A sha read from disk, as `Sha::short` shows it: `-` for none, or for text that is no sha.
+    let shown = |text: Option<&str>| {
+        text.and_then(|t| Sha::parse(t).ok())
+            .map_or_else(|| "-".to_owned(), |s| s.short().to_owned())
+    };
     let st = State::peek_env(&cfg.state_dir, &cfg.env_id);
     let now = state::now();
     let listed = monky_compose::Engine::from_env()
@@ -51,9 +57,9 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
     };
     lines.push((
         "running",
-        format!("{} ({health})", short(st.applied_sha.as_deref())),
+        format!("{} ({health})", shown(st.applied_sha.as_deref())),
     ));
-    lines.push(("desired", short(st.desired_sha.as_deref()).to_string()));
+    lines.push(("desired", shown(st.desired_sha.as_deref())));
     let hold = crate::hold::peek(&cfg.state_dir);
     let interrupted = crate::interrupted::peek(&cfg.state_dir, &cfg.env_id);
     let converged = why_not.is_empty()
@@ -66,16 +72,16 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         format!(
             "the apply of {} started {} was cut short (kill, reboot, OOM): the next tick \
              clears compose's leftovers and finishes it, or rolls back to {}",
-            short(Some(&m.sha)),
+            shown(Some(&m.sha)),
             ago(now, Some(m.started_at)),
-            short(m.previous.as_deref())
+            shown(m.previous.as_deref())
         )
     } else if let Some(code @ (crate::code::Code::Drift | crate::code::Code::HealFailed)) =
         st.last_code.filter(|_| st.last_error.is_some())
     {
         format!(
             "the containers drifted from {} ({code}); {}",
-            short(st.applied_sha.as_deref()),
+            shown(st.applied_sha.as_deref()),
             st.next_heal_at.filter(|t| *t > now).map_or(
                 "the next tick heals it".to_string(),
                 |t| format!("the next heal may run {}", ago(now, Some(t)))
@@ -91,7 +97,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
     {
         format!(
             "{} failed and waits: next attempt {} ({})",
-            short(st.failed_sha.as_deref()),
+            shown(st.failed_sha.as_deref()),
             crate::status::rfc3339(deadline),
             ago(now, Some(deadline))
         )
@@ -130,7 +136,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
             "logs",
             format!(
                 "`monky-deployd logs {}` ({})",
-                crate::tick::short(Some(&sha)),
+                shown(Some(&sha)),
                 crate::evidence::log_path(cfg, &sha).display()
             ),
         ));

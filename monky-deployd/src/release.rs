@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use hmac::{Hmac, Mac};
+use monky_agent_proto::Sha;
 use monky_bundle as bundle;
 use monky_compose as compose;
 use secrecy::{ExposeSecret, SecretString};
@@ -212,11 +213,17 @@ fn env_digest(key: &[u8], env: &[u8]) -> String {
     hex::encode(mac.finalize().into_bytes())
 }
 
-/// Writes the bundle's files and the rendered `.env` (0600) into a fresh staging directory.
-pub fn stage(cfg: &Config, b: &bundle::Bundle, env: &SecretString) -> anyhow::Result<Release> {
+/// Writes the bundle's files and the rendered `.env` (0600) into a fresh staging directory
+/// named for `sha`, the sha the bundle was checked against.
+pub fn stage(
+    cfg: &Config,
+    sha: &Sha,
+    b: &bundle::Bundle,
+    env: &SecretString,
+) -> anyhow::Result<Release> {
     let (root, envd) = env_dir(cfg)?;
     let staging = envd.ensure_sub("staging", 0o700)?;
-    let name = format!("{}.{}", b.sha(), std::process::id());
+    let name = format!("{sha}.{}", std::process::id());
     staging.remove_tree(&name)?;
     let dir = staging.ensure_sub(&name, 0o700)?;
     for (member, bytes) in b.files() {
@@ -247,9 +254,10 @@ pub type Gate<'a> = &'a dyn Fn(&Release) -> anyhow::Result<()>;
 pub fn promote(
     cfg: &Config,
     staged: Release,
-    sha: &str,
+    sha: &Sha,
     gate: Gate<'_>,
 ) -> anyhow::Result<Release> {
+    let sha = sha.as_str();
     let (_root, envd) = env_dir(cfg)?;
     let releases = envd.ensure_sub("releases", 0o700)?;
     let staging = envd.ensure_sub("staging", 0o700)?;
@@ -293,7 +301,8 @@ pub fn promote(
 }
 
 /// Points `current` at an existing `releases/<sha>` (a fallback), once `gate` passed on it.
-pub fn point_current(cfg: &Config, sha: &str, gate: Gate<'_>) -> anyhow::Result<Release> {
+pub fn point_current(cfg: &Config, sha: &Sha, gate: Gate<'_>) -> anyhow::Result<Release> {
+    let sha = sha.as_str();
     let (_root, envd) = env_dir(cfg)?;
     let releases = envd.ensure_sub("releases", 0o700)?;
     let rel = releases
@@ -311,7 +320,7 @@ pub fn point_current(cfg: &Config, sha: &str, gate: Gate<'_>) -> anyhow::Result<
 }
 
 /// The sha `current` names, when it is the agent's own link into `releases/`.
-pub fn current_sha(cfg: &Config) -> anyhow::Result<Option<String>> {
+pub fn current_sha(cfg: &Config) -> anyhow::Result<Option<Sha>> {
     let (_root, envd) = env_dir(cfg)?;
     let Some(target) = envd.read_link("current") else {
         return Ok(None);
@@ -320,9 +329,9 @@ pub fn current_sha(cfg: &Config) -> anyhow::Result<Option<String>> {
         .strip_prefix("releases")
         .ok()
         .and_then(|s| s.to_str())
-        .filter(|s| s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')));
+        .and_then(|s| Sha::parse(s).ok());
     match sha {
-        Some(s) => Ok(Some(s.to_string())),
+        Some(sha) => Ok(Some(sha)),
         None => Err(fsx::unsafe_path(
             &envd.join("current"),
             &format!(
@@ -352,7 +361,8 @@ fn modified(dir: &Path, why: &str) -> anyhow::Error {
 ///
 /// A release written by a version that kept no digest has its `.env` digest recorded now,
 /// once, after its members verified.
-pub fn verify(cfg: &Config, sha: &str) -> anyhow::Result<()> {
+pub fn verify(cfg: &Config, sha: &Sha) -> anyhow::Result<()> {
+    let sha = sha.as_str();
     let (root, envd) = env_dir(cfg)?;
     let releases = envd
         .sub("releases")?

@@ -2,6 +2,8 @@
 //! none of them says "converged" while the last tick failed, the token is gone or expired, or
 //! docker does not answer: equal shas alone are not convergence.
 
+use monky_agent_proto::Sha;
+
 use crate::code::Code;
 use crate::state::State;
 
@@ -35,11 +37,15 @@ pub fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
         }
         (Some(a), Some(d)) if a == d => {}
         (None, None) => {}
-        (a, d) => why.push(format!(
-            "running {}, tenancy wants {}",
-            crate::tick::short(a.as_deref()),
-            crate::tick::short(d.as_deref())
-        )),
+        (a, d) => {
+            // Shas read from disk: `-` for none, or for text that is no sha.
+            let [a, d] = [a, d].map(|s| s.as_deref().and_then(|t| Sha::parse(t).ok()));
+            why.push(format!(
+                "running {}, tenancy wants {}",
+                a.as_ref().map_or("-", Sha::short),
+                d.as_ref().map_or("-", Sha::short)
+            ));
+        }
     }
     if !seen.token_present {
         why.push("no OpenBao token on the box".into());

@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use monky_agent_proto::Sha;
+
 use crate::clock::{BootDeadline, BootInstant};
 use crate::code::Code;
 use crate::state::State;
@@ -29,12 +31,12 @@ impl Backoff {
     /// the sha that failed before, else the first. `jitter` is in 0..1.
     pub fn after_failure(
         state: &State,
-        sha: &str,
+        sha: &Sha,
         now: u64,
         boot: Option<&BootInstant>,
         jitter: f64,
     ) -> Self {
-        let attempts = if state.failed_sha.as_deref() == Some(sha) {
+        let attempts = if state.failed_sha.as_deref() == Some(sha.as_str()) {
             state.failed_attempts.saturating_add(1)
         } else {
             1
@@ -49,7 +51,8 @@ impl Backoff {
 
     /// Writes the backoff for `sha` into the state, with the failure's code and `CODE: names`
     /// that the reports repeat while it waits.
-    pub fn record(self, state: &mut State, sha: &str, code: Code, detail: String) {
+    pub fn record(self, state: &mut State, sha: &Sha, code: Code, detail: String) {
+        // State keeps the sha's text until it holds the type.
         state.failed_sha = Some(sha.to_string());
         state.failed_attempts = self.attempts;
         state.next_attempt_at = Some(self.next_attempt_at);
@@ -79,8 +82,8 @@ impl Backoff {
 
     /// When `sha` may be tried again (wall clock, for the reports), if it is the failed sha and
     /// its wait has not run out at `now` (wall) and `boot`. A query only: it changes nothing.
-    pub fn deadline(state: &State, sha: &str, now: u64, boot: Option<&BootInstant>) -> Option<u64> {
-        if state.failed_sha.as_deref() != Some(sha) {
+    pub fn deadline(state: &State, sha: &Sha, now: u64, boot: Option<&BootInstant>) -> Option<u64> {
+        if state.failed_sha.as_deref() != Some(sha.as_str()) {
             return None;
         }
         wait_until(
@@ -123,10 +126,12 @@ pub fn failure_backoff(attempts: u32, jitter: f64) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::LazyLock;
+
     use super::*;
 
-    const A: &str = "a";
-    const B: &str = "b";
+    static A: LazyLock<Sha> = LazyLock::new(|| Sha::parse(&"a".repeat(64)).unwrap());
+    static B: LazyLock<Sha> = LazyLock::new(|| Sha::parse(&"b".repeat(64)).unwrap());
 
     #[test]
     fn failure_backoff_doubles_from_a_minute_to_an_hour_with_jitter() {
@@ -150,17 +155,17 @@ mod tests {
     #[test]
     fn the_same_sha_counts_up_and_another_starts_over() {
         let mut st = State::default();
-        let first = Backoff::after_failure(&st, A, 1000, None, 0.5);
+        let first = Backoff::after_failure(&st, &A, 1000, None, 0.5);
         assert_eq!((first.attempts, first.next_attempt_at), (1, 1060));
-        first.record(&mut st, A, Code::Unhealthy, "UNHEALTHY: web".into());
-        let second = Backoff::after_failure(&st, A, 2000, None, 0.5);
+        first.record(&mut st, &A, Code::Unhealthy, "UNHEALTHY: web".into());
+        let second = Backoff::after_failure(&st, &A, 2000, None, 0.5);
         assert_eq!((second.attempts, second.next_attempt_at), (2, 2120));
-        second.record(&mut st, A, Code::Unhealthy, "UNHEALTHY: web".into());
+        second.record(&mut st, &A, Code::Unhealthy, "UNHEALTHY: web".into());
         assert_eq!(st.failed_attempts, 2);
         assert_eq!(st.failed_code, Some(Code::Unhealthy));
-        assert_eq!(Backoff::after_failure(&st, B, 3000, None, 0.5).attempts, 1);
+        assert_eq!(Backoff::after_failure(&st, &B, 3000, None, 0.5).attempts, 1);
         st.failed_attempts = u32::MAX;
-        let last = Backoff::after_failure(&st, A, u64::MAX, Some(&boot("x", u64::MAX)), 1.0);
+        let last = Backoff::after_failure(&st, &A, u64::MAX, Some(&boot("x", u64::MAX)), 1.0);
         assert_eq!(last.attempts, u32::MAX);
         assert_eq!(last.next_attempt_at, u64::MAX);
         assert_eq!(last.next_attempt_boot.unwrap().at_s, u64::MAX);
@@ -170,25 +175,25 @@ mod tests {
     fn the_deadline_holds_only_for_the_failed_sha_and_changes_nothing() {
         let mut st = State::default();
         let b = boot("x", 500);
-        assert_eq!(Backoff::deadline(&st, A, 0, Some(&b)), None);
-        Backoff::after_failure(&st, A, 1000, Some(&b), 0.5).record(
+        assert_eq!(Backoff::deadline(&st, &A, 0, Some(&b)), None);
+        Backoff::after_failure(&st, &A, 1000, Some(&b), 0.5).record(
             &mut st,
-            A,
+            &A,
             Code::Failed,
             "x".into(),
         );
         let before = st.clone();
         assert_eq!(
-            Backoff::deadline(&st, A, 1059, Some(&boot("x", 559))),
+            Backoff::deadline(&st, &A, 1059, Some(&boot("x", 559))),
             Some(1060)
         );
         assert_eq!(
-            Backoff::deadline(&st, A, 1060, Some(&boot("x", 560))),
+            Backoff::deadline(&st, &A, 1060, Some(&boot("x", 560))),
             None,
             "run out"
         );
         assert_eq!(
-            Backoff::deadline(&st, B, 1000, Some(&b)),
+            Backoff::deadline(&st, &B, 1000, Some(&b)),
             None,
             "another sha"
         );
@@ -201,33 +206,33 @@ mod tests {
     fn a_wall_clock_step_neither_stretches_nor_ends_the_wait() {
         let step = 20 * 3600;
         let mut st = State::default();
-        Backoff::after_failure(&st, A, 100_000, Some(&boot("x", 500)), 0.5).record(
+        Backoff::after_failure(&st, &A, 100_000, Some(&boot("x", 500)), 0.5).record(
             &mut st,
-            A,
+            &A,
             Code::Failed,
             "x".into(),
         );
         let now = 100_000 - step;
         assert_eq!(
-            Backoff::deadline(&st, A, now, Some(&boot("x", 510))),
+            Backoff::deadline(&st, &A, now, Some(&boot("x", 510))),
             Some(now + 50),
             "clock 20 h behind: still 50 s, not 20 h"
         );
         let now = 100_000 + step;
         assert_eq!(
-            Backoff::deadline(&st, A, now, Some(&boot("x", 510))),
+            Backoff::deadline(&st, &A, now, Some(&boot("x", 510))),
             Some(now + 50),
             "clock 20 h ahead: the wait is not over"
         );
-        assert_eq!(Backoff::deadline(&st, A, now, Some(&boot("x", 561))), None);
+        assert_eq!(Backoff::deadline(&st, &A, now, Some(&boot("x", 561))), None);
         let now = 100_000 - step;
         assert_eq!(
-            Backoff::deadline(&st, A, now, Some(&boot("y", 3))),
+            Backoff::deadline(&st, &A, now, Some(&boot("y", 3))),
             Some(now + 66),
             "another boot, clock behind: clamped"
         );
         assert_eq!(
-            Backoff::deadline(&st, A, 100_000 + step, None),
+            Backoff::deadline(&st, &A, 100_000 + step, None),
             None,
             "no boot clock, clock ahead: run out"
         );
@@ -241,7 +246,7 @@ mod tests {
         Backoff::rebase(&mut later, now + 30, Some(&boot("y", 33)));
         assert_eq!(later, still, "once per boot");
         assert_eq!(
-            Backoff::deadline(&later, A, now, Some(&boot("y", 69))),
+            Backoff::deadline(&later, &A, now, Some(&boot("y", 69))),
             None
         );
         // No boot clock: the wall deadline itself is clamped, once.

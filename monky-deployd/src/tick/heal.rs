@@ -2,13 +2,12 @@
 //! (no tenancy apply, no lease, no OpenBao read), an apply cut short finished or rolled back,
 //! and an operator's hold respected.
 
-use monky_agent_proto as proto;
-use proto::Action;
+use monky_agent_proto::{Action, Sha};
 use tracing::{info, warn};
 
 use super::backoff::failure_backoff;
 use super::outcome::Outcome;
-use super::{Agent, not_ready, short};
+use super::{Agent, not_ready};
 use crate::code::Code;
 use crate::drift::{self, Converged, Drift};
 use crate::exit::{Exit, Failure};
@@ -23,34 +22,38 @@ const HEAL_MEMORY_SECS: u64 = 3600;
 
 impl Agent<'_> {
     /// Records what the last healthy `up` of `sha` left (from the listing just taken).
-    pub(super) fn record_converged(&mut self, sha: &str) {
-        self.state.converged = Some(Converged::record(sha, &self.facts));
+    pub(super) fn record_converged(&mut self, sha: &Sha) {
+        self.state.converged = Some(Converged::record(sha.as_str(), &self.facts));
     }
 
     /// A heartbeat found no drift: a box without a record of the applied release (one applied
     /// before this agent version, or brought back by a fallback whose listing was partial)
     /// takes what runs now as the record, once all of it is ready.
-    pub(super) fn adopt_converged(&mut self, sha: &str) {
-        let recorded = self.state.converged.as_ref().is_some_and(|c| c.sha == sha);
+    pub(super) fn adopt_converged(&mut self, sha: &Sha) {
+        let recorded = self
+            .state
+            .converged
+            .as_ref()
+            .is_some_and(|c| c.sha == sha.as_str());
         if !recorded && !self.facts.is_empty() && not_ready(&self.state.containers).is_empty() {
             info!(
                 "recording the running containers of {} for drift detection",
-                short(Some(sha))
+                sha.short()
             );
             self.record_converged(sha);
         }
     }
 
     /// Drift found by a heartbeat: healed, unless healing is off or waits out its backoff.
-    pub(super) fn on_drift(&mut self, sha: &str, drift: &[Drift]) -> anyhow::Result<Exit> {
+    pub(super) fn on_drift(&mut self, sha: &Sha, drift: &[Drift]) -> anyhow::Result<Exit> {
         let what = drift::describe(drift);
-        warn!("drift from {}: {what}", short(Some(sha)));
+        warn!("drift from {}: {what}", sha.short());
         if !self.cfg.self_heal {
             let detail = format!(
                 "{}: {what}; self_heal is off, nothing was changed",
                 Code::Drift
             );
-            return self.conclude(Outcome::failed(Some(sha), Code::Drift, detail));
+            return self.conclude(Outcome::failed(Some(sha.as_str()), Code::Drift, detail));
         }
         let now = state::now();
         let waits = super::backoff::wait_until(
@@ -75,10 +78,10 @@ impl Agent<'_> {
                 );
                 info!(
                     "the heal of {} waits until {}",
-                    short(Some(sha)),
+                    sha.short(),
                     crate::status::rfc3339(at)
                 );
-                return self.conclude(Outcome::failed(Some(sha), Code::Drift, detail));
+                return self.conclude(Outcome::failed(Some(sha.as_str()), Code::Drift, detail));
             }
         }
         self.heal(sha, drift, &what)
@@ -88,7 +91,7 @@ impl Agent<'_> {
     /// digest) and judged by the compose policy as before any `up`, compose's leftovers and
     /// containers made by another hand removed first. Every heal, healthy or not, takes a step
     /// of the heal backoff.
-    fn heal(&mut self, sha: &str, drift: &[Drift], what: &str) -> anyhow::Result<Exit> {
+    fn heal(&mut self, sha: &Sha, drift: &[Drift], what: &str) -> anyhow::Result<Exit> {
         let now = state::now();
         let recent = self
             .state
@@ -106,7 +109,7 @@ impl Agent<'_> {
         self.state.next_heal_at = Some(next);
         self.state.next_heal_boot =
             crate::clock::boot().map(|b| crate::clock::BootDeadline::after(&b, wait));
-        info!("healing {} (heal {attempts}): {what}", short(Some(sha)));
+        info!("healing {} (heal {attempts}): {what}", sha.short());
         let remove: Vec<String> = drift
             .iter()
             .filter(|d| d.must_be_removed())
@@ -114,7 +117,7 @@ impl Agent<'_> {
             .collect();
         let up = self.bring_up_current(sha, &remove);
         self.refresh_containers();
-        let still = drift::detect(sha, self.state.converged.as_ref(), &self.facts)
+        let still = drift::detect(sha.as_str(), self.state.converged.as_ref(), &self.facts)
             .into_iter()
             // What compose made now is the release's, even where it hashes a service
             // differently from the record (a compose upgraded since the last up).
@@ -154,8 +157,8 @@ impl Agent<'_> {
         let Some((code, why, logs)) = failed else {
             self.record_converged(sha);
             let detail = format!("{}: {what}", Code::Healed);
-            info!("healed {}: {what}", short(Some(sha)));
-            return self.conclude(Outcome::noted(Some(sha), Code::Healed, detail));
+            info!("healed {}: {what}", sha.short());
+            return self.conclude(Outcome::noted(Some(sha.as_str()), Code::Healed, detail));
         };
         let logs = if logs {
             release::Release::open(&release::current_dir(self.cfg))
@@ -169,25 +172,25 @@ impl Agent<'_> {
         );
         warn!(
             "heal of {} failed: {}",
-            short(Some(sha)),
+            sha.short(),
             redact::redact(&detail)
         );
-        let mut outcome = Outcome::failed(Some(sha), code, detail);
+        let mut outcome = Outcome::failed(Some(sha.as_str()), code, detail);
         outcome.compose_logs = logs.as_deref();
         self.conclude(outcome)
     }
 
     /// `current` must name `sha`, which must verify and pass the policy; then the named
     /// containers go and compose brings the release up, waiting for health.
-    fn bring_up_current(&mut self, sha: &str, remove: &[String]) -> anyhow::Result<()> {
+    fn bring_up_current(&mut self, sha: &Sha, remove: &[String]) -> anyhow::Result<()> {
         let current = release::current_sha(self.cfg)?;
-        if current.as_deref() != Some(sha) {
+        if current.as_ref() != Some(sha) {
             return Err(Failure::coded(
                 Code::HealFailed,
                 format!(
                     "current names {}, not the applied {}: nothing is started from it",
-                    short(current.as_deref()),
-                    short(Some(sha))
+                    current.as_ref().map_or("-", Sha::short),
+                    sha.short()
                 ),
             )
             .into());
@@ -211,24 +214,19 @@ impl Agent<'_> {
 
     /// A held box: the heartbeat's health report with the hold beside it, whatever tenancy
     /// asked; nothing is applied, healed or retired.
-    pub(super) fn held(
-        &mut self,
-        hold: &Hold,
-        resp: &proto::CheckinResponse,
-    ) -> anyhow::Result<Exit> {
+    pub(super) fn held(&mut self, hold: &Hold, action: &Action) -> anyhow::Result<Exit> {
         let mut note = hold.describe();
-        match resp.action {
-            Action::Apply => note.push_str(&format!(
-                "; tenancy's apply of {} waits",
-                resp.desired_sha.as_ref().map_or("-", |s| s.short())
-            )),
-            Action::Down => note.push_str("; tenancy's retire waits"),
-            Action::None => {}
+        match action {
+            Action::Apply { sha, .. } => {
+                note.push_str(&format!("; tenancy's apply of {} waits", sha.short()));
+            }
+            Action::Down { .. } => note.push_str("; tenancy's retire waits"),
+            Action::None { .. } => {}
         }
         if let Some(m) = crate::interrupted::peek(&self.cfg.state_dir, &self.cfg.env_id) {
             note.push_str(&format!(
                 "; the interrupted apply of {} waits",
-                short(Some(&m.sha))
+                Sha::parse(&m.sha).as_ref().map_or("-", Sha::short)
             ));
         }
         info!("{note}");
@@ -240,27 +238,25 @@ impl Agent<'_> {
     /// OpenBao read: its `.env` is there), or `current` is rolled back to the applied release
     /// when tenancy wants that one; for any other action the mark is dropped and the action
     /// goes on. `Some` when this concluded the tick.
-    pub(super) fn recover_interrupted(
-        &mut self,
-        resp: &proto::CheckinResponse,
-    ) -> anyhow::Result<Option<Exit>> {
+    pub(super) fn recover_interrupted(&mut self, action: &Action) -> anyhow::Result<Option<Exit>> {
         let Some(m) = crate::interrupted::load(self.cfg)? else {
             return Ok(None);
         };
         self.marker_settled = true;
+        // A mark that does not parse names no release, yet still says an apply was cut short.
+        let marked = Sha::parse(&m.sha).ok();
         warn!(
             "{}: the apply of {} started {} did not finish",
             Code::ApplyInterrupted,
-            short(Some(&m.sha)),
+            marked.as_ref().map_or("-", Sha::short),
             crate::status::rfc3339(m.started_at)
         );
         self.clear_leftovers()?;
-        let desired = resp.desired_sha.as_ref().map(|s| s.as_str());
-        let exit = match resp.action {
-            Action::Apply if desired == Some(m.sha.as_str()) => self
-                .finish_interrupted(&m)
-                .inspect_err(|e| self.conclude_error(Some(&m.sha), e))?,
-            Action::None => self.roll_back_interrupted(&m)?,
+        let exit = match action {
+            Action::Apply { sha, .. } if marked.as_ref() == Some(sha) => self
+                .finish_interrupted(sha, &m)
+                .inspect_err(|e| self.conclude_error(Some(sha.as_str()), e))?,
+            Action::None { .. } => self.roll_back_interrupted(marked.as_ref(), &m)?,
             _ => {
                 info!("tenancy now asks for something else; the interrupted apply is dropped");
                 None
@@ -289,16 +285,15 @@ impl Agent<'_> {
         Ok(())
     }
 
-    /// Finishes the interrupted apply of `m.sha` from its release on disk; `None` when that
-    /// release is not there whole (the crash came before it was), so the tick's apply goes on
-    /// as any other.
-    fn finish_interrupted(&mut self, m: &Marker) -> anyhow::Result<Option<Exit>> {
-        let sha = m.sha.as_str();
-        let on_disk = self.cfg.env_dir().join("releases").join(sha);
+    /// Finishes the interrupted apply of `sha` (the one `m` names) from its release on disk;
+    /// `None` when that release is not there whole (the crash came before it was), so the
+    /// tick's apply goes on as any other.
+    fn finish_interrupted(&mut self, sha: &Sha, m: &Marker) -> anyhow::Result<Option<Exit>> {
+        let on_disk = self.cfg.env_dir().join("releases").join(sha.as_str());
         if !on_disk.is_dir() {
             info!(
                 "{} never reached releases/; applying it anew",
-                short(Some(sha))
+                sha.short()
             );
             return Ok(None);
         }
@@ -311,43 +306,47 @@ impl Agent<'_> {
         }
         let rel = release::point_current(self.cfg, sha, &|r| self.policy_gate(r))?;
         let prod = self.cfg.is_prod(rel.is_prod());
-        info!("finishing the interrupted apply of {}", short(Some(sha)));
+        info!("finishing the interrupted apply of {}", sha.short());
         self.up_healthy(&rel, sha, prod)?;
-        self.state.mark_applied(sha, rel.is_prod());
+        self.state.mark_applied(sha.as_str(), rel.is_prod());
         self.record_converged(sha);
         self.state.clear_failed();
         let detail = format!(
             "{}: finished the apply of {} cut short at {}",
             Code::ApplyInterrupted,
-            short(Some(sha)),
+            sha.short(),
             crate::status::rfc3339(m.started_at)
         );
-        self.conclude(Outcome::noted(Some(sha), Code::ApplyInterrupted, detail))
+        self.conclude(Outcome::noted(Some(sha.as_str()), Code::ApplyInterrupted, detail))
             .map(Some)
     }
 
     /// Tenancy wants the applied release, not the interrupted one: `current` goes back to it
     /// and it is brought up again. `None` when `current` still names it (the crash came before
     /// the swap): the heartbeat goes on, and heals what the crash left.
-    fn roll_back_interrupted(&mut self, m: &Marker) -> anyhow::Result<Option<Exit>> {
-        let Some(applied) = self.state.applied_sha.clone() else {
+    fn roll_back_interrupted(
+        &mut self,
+        marked: Option<&Sha>,
+        m: &Marker,
+    ) -> anyhow::Result<Option<Exit>> {
+        let Some(applied) = self.applied_sha() else {
             return Ok(None);
         };
-        if release::current_sha(self.cfg)?.as_deref() == Some(applied.as_str()) {
+        if release::current_sha(self.cfg)?.as_ref() == Some(&applied) {
             return Ok(None);
         }
         let note = self.revert_to(&applied);
         let detail = format!(
             "{}: rolled back the apply of {} cut short at {}: {note}",
             Code::ApplyInterrupted,
-            short(Some(&m.sha)),
+            marked.map_or("-", Sha::short),
             crate::status::rfc3339(m.started_at)
         );
         let sha = self.state.applied_sha.clone();
         let outcome = if sha.is_some() {
             Outcome::noted(sha.as_deref(), Code::ApplyInterrupted, detail)
         } else {
-            Outcome::failed(Some(&applied), Code::Unhealthy, detail)
+            Outcome::failed(Some(applied.as_str()), Code::Unhealthy, detail)
         };
         self.conclude(outcome).map(Some)
     }

@@ -1,0 +1,100 @@
+//! Actions none and down: the heartbeat (drift, or the containers' health) and the retire.
+
+use tracing::{info, warn};
+
+use super::outcome::Outcome;
+use super::{Agent, not_ready};
+use crate::code::Code;
+use crate::config::VolumesOnAbsent;
+use crate::exit::{Exit, Failure};
+use crate::{redact, release};
+
+impl Agent<'_> {
+    /// Action none: drift of the applied release healed, or the containers' health reported.
+    pub(super) fn heartbeat(&mut self) -> anyhow::Result<Exit> {
+        if let (None, Some(sha)) = (&self.docker_error, self.applied_sha()) {
+            let drift = crate::drift::detect(sha.as_str(), self.state.converged.as_ref(), &self.facts);
+            if !drift.is_empty() {
+                return self.on_drift(&sha, &drift);
+            }
+            self.adopt_converged(&sha);
+        }
+        self.health_report(None)
+    }
+
+    /// The heartbeat's report of the containers' health; `note` (a hold) goes beside an
+    /// `applied` result and after a failure's detail.
+    pub(super) fn health_report(&mut self, note: Option<(Code, String)>) -> anyhow::Result<Exit> {
+        let bad = not_ready(&self.state.containers);
+        let missing = self.state.containers.is_empty() && self.state.applied_sha.is_some();
+        let sha = self.state.applied_sha.clone();
+        let unknown = self.docker_error.clone();
+        if unknown.is_none() && bad.is_empty() && !missing {
+            info!(
+                "heartbeat: {} container(s) healthy",
+                self.state.containers.len()
+            );
+            return self.conclude(match note {
+                Some((code, detail)) => Outcome::noted(sha.as_deref(), code, detail),
+                None => Outcome::applied(sha.as_deref()),
+            });
+        }
+        let (code, why) = if let Some(e) = unknown {
+            (
+                Code::DockerUnavailable,
+                format!("cannot list the containers: {e}"),
+            )
+        } else if missing {
+            (
+                Code::NotRunning,
+                "no container of the project is running".to_string(),
+            )
+        } else {
+            (Code::Unhealthy, bad.join(", "))
+        };
+        let mut detail = format!("{code}: {why}");
+        if let Some((_, note)) = note {
+            detail = format!("{detail}; {note}");
+        }
+        warn!("heartbeat: {}", redact::redact(&detail));
+        self.conclude(Outcome::failed(sha.as_deref(), code, detail))
+    }
+
+    /// Action down: the project taken down (volumes too when asked and not prod), `current`
+    /// removed, reported as down.
+    pub(super) fn retire(&mut self, purge_requested: bool) -> anyhow::Result<Exit> {
+        let current = release::current_dir(self.cfg);
+        if let Some(sha) = release::current_sha(self.cfg)?
+            && current.exists()
+        {
+            // A release changed on disk could steer `down -v` at volumes it never owned.
+            release::verify(self.cfg, &sha)?;
+        }
+        let rel = release::Release::open(&current);
+        // The release `current` names is judged by its own (verified) tier too: a failed prod
+        // release left in place (on_failure: leave) is no applied release, and still prod.
+        let prod = self.cfg.is_prod(
+            self.state.applied_prod.unwrap_or(false) || rel.as_ref().is_some_and(|r| r.is_prod()),
+        );
+        let wanted = purge_requested || self.cfg.volumes_on_absent == VolumesOnAbsent::Purge;
+        let volumes = wanted && !prod;
+        if wanted && prod {
+            warn!("volume purge requested on a prod env: refused, volumes kept");
+        }
+        if let Some(rel) = rel {
+            info!(
+                "compose down --remove-orphans{}",
+                if volumes { " -v" } else { "" }
+            );
+            rel.compose(&self.docker, self.cfg)
+                .down(volumes)
+                .map_err(|e| Failure::coded(Code::ComposeDownFailed, e.to_string()))?;
+        } else {
+            info!("nothing deployed; reporting down");
+        }
+        let sha = self.state.forget_applied();
+        release::clear_current(self.cfg)?;
+        self.refresh_containers();
+        self.conclude(Outcome::down(sha.as_deref()))
+    }
+}
