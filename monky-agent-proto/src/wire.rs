@@ -67,7 +67,13 @@ impl Sha {
     #[must_use]
     pub fn digest(&self) -> [u8; 32] {
         // Every digit is `0-9a-f`, checked when the sha was made.
-        let nibble = |b: u8| if b.is_ascii_digit() { b - b'0' } else { b - b'a' + 10 };
+        let nibble = |b: u8| {
+            if b.is_ascii_digit() {
+                b - b'0'
+            } else {
+                b - b'a' + 10
+            }
+        };
         let mut out = [0u8; 32];
         for (byte, pair) in out.iter_mut().zip(self.0.as_bytes().chunks_exact(2)) {
             *byte = (nibble(pair[0]) << 4) | nibble(pair[1]);

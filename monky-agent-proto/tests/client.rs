@@ -7,7 +7,8 @@ use monky_agent_proto::testkit::{
     self, Desired, Endpoint, FakeTenancy, Fault, call, lease_request,
 };
 use monky_agent_proto::{
-    Action, ActionKind, CheckinRequest, Client, Error, ErrorCode, ErrorKind, ReportRequest, ReportResult,
+    Action, ActionKind, CheckinRequest, Client, Error, ErrorCode, ErrorKind, ReportRequest,
+    ReportResult,
 };
 use monky_bao_client::testkit::{RawBody, RawPeer};
 use secrecy::{ExposeSecret, SecretString};

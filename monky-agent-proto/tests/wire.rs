@@ -72,10 +72,7 @@ fn checkin_response_example_round_trips() {
     );
     // The protocol's example abbreviates the sha; the fixture spells it out, since a sha that
     // is not 64 lowercase hex digits does not decode.
-    assert_eq!(
-        resp.desired_sha().map(|s| s.short()),
-        Some("7a10e5c2d9b8")
-    );
+    assert_eq!(resp.desired_sha().map(|s| s.short()), Some("7a10e5c2d9b8"));
     let vault = resp.vault.unwrap();
     assert_eq!(vault.mount.as_deref(), Some("monky"));
     assert_eq!(vault.auth_role.as_deref(), Some("see-env"));

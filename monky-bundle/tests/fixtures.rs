@@ -39,7 +39,8 @@ fn assert_is_fixture(b: &Bundle) {
     hex::decode_to_slice(FIXTURE_SHA, &mut desired).unwrap();
     b.check_sha(&desired).expect("sha matches");
     desired[31] ^= 1;
-    b.check_sha(&desired).expect_err("one bit off is another sha");
+    b.check_sha(&desired)
+        .expect_err("one bit off is another sha");
 }
 
 #[test]

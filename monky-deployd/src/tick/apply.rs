@@ -46,7 +46,8 @@ impl Agent<'_> {
     /// go.
     fn applied(&mut self, promoted: &Promoted) -> anyhow::Result<Exit> {
         let sha = promoted.sha();
-        self.state.mark_applied(sha.as_str(), promoted.bundle_prod());
+        self.state
+            .mark_applied(sha.as_str(), promoted.bundle_prod());
         self.record_converged(sha);
         // From now on the release is this agent's own.
         self.state.original_release = None;

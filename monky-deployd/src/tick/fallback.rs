@@ -161,10 +161,7 @@ impl Agent<'_> {
             }
             Ok(()) => {
                 self.state.forget_applied();
-                format!(
-                    "reverted to {}, which is not healthy either",
-                    prev.short()
-                )
+                format!("reverted to {}, which is not healthy either", prev.short())
             }
             Err(e) => {
                 self.state.forget_applied();

@@ -291,10 +291,7 @@ impl Agent<'_> {
     fn finish_interrupted(&mut self, sha: &Sha, m: &Marker) -> anyhow::Result<Option<Exit>> {
         let on_disk = self.cfg.env_dir().join("releases").join(sha.as_str());
         if !on_disk.is_dir() {
-            info!(
-                "{} never reached releases/; applying it anew",
-                sha.short()
-            );
+            info!("{} never reached releases/; applying it anew", sha.short());
             return Ok(None);
         }
         if let Err(e) = release::verify(self.cfg, sha) {
@@ -317,8 +314,12 @@ impl Agent<'_> {
             sha.short(),
             crate::status::rfc3339(m.started_at)
         );
-        self.conclude(Outcome::noted(Some(sha.as_str()), Code::ApplyInterrupted, detail))
-            .map(Some)
+        self.conclude(Outcome::noted(
+            Some(sha.as_str()),
+            Code::ApplyInterrupted,
+            detail,
+        ))
+        .map(Some)
     }
 
     /// Tenancy wants the applied release, not the interrupted one: `current` goes back to it

@@ -13,7 +13,8 @@ impl Agent<'_> {
     /// Action none: drift of the applied release healed, or the containers' health reported.
     pub(super) fn heartbeat(&mut self) -> anyhow::Result<Exit> {
         if let (None, Some(sha)) = (&self.docker_error, self.applied_sha()) {
-            let drift = crate::drift::detect(sha.as_str(), self.state.converged.as_ref(), &self.facts);
+            let drift =
+                crate::drift::detect(sha.as_str(), self.state.converged.as_ref(), &self.facts);
             if !drift.is_empty() {
                 return self.on_drift(&sha, &drift);
             }
