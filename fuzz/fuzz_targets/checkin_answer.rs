@@ -11,7 +11,7 @@ use monky_agent_proto::{CheckinInterval, CheckinResponse, Sha};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(r) = serde_json::from_slice::<CheckinResponse>(data) {
-        if let Some(sha) = &r.desired_sha {
+        if let Some(sha) = r.desired_sha() {
             assert_eq!(sha.as_str().len(), Sha::LEN);
             assert!(
                 sha.as_str()

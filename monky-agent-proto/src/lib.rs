@@ -17,11 +17,16 @@
 //!     r#"{{"env_id": "env-qa-02", "desired_sha": "{sha}", "action": "apply",
 //!         "checkin_interval_s": 1e12, "new_field": 1}}"#
 //! ))?;
-//! assert_eq!(resp.action, Action::Apply);
-//! assert_eq!(resp.desired_sha.as_ref().map(|s| s.short()), Some("7a107a107a10"));
+//! let Action::Apply { sha, bundle_url } = &resp.action else { panic!("an apply") };
+//! assert_eq!(sha.short(), "7a107a107a10");
+//! // Without `bundle_url`, the protocol's default path of the sha.
+//! assert_eq!(bundle_url, &format!("/v1/agent/bundle/env-qa-02/{sha}"));
 //! // A peer's interval is clamped as it is decoded: an hour at most.
 //! assert_eq!(resp.checkin_interval_s.map(|i| i.as_secs()), Some(3600));
-//! assert!(!resp.purge_volumes);
+//!
+//! // An apply without a sha is no action.
+//! let bare = r#"{"env_id": "e", "action": "apply"}"#;
+//! assert!(serde_json::from_str::<CheckinResponse>(bare).is_err());
 //!
 //! // A padded sha is not a sha.
 //! let padded = format!(r#"{{"env_id": "e", "desired_sha": " {sha}", "action": "apply"}}"#);
@@ -38,9 +43,10 @@
 pub mod wire;
 
 pub use wire::{
-    Action, BundleDownload, CheckinInterval, CheckinRequest, CheckinResponse, ContainerStatus,
-    ErrorCode, ErrorEnvelope, Hold, HostFacts, LeaseRequest, LeaseResponse, MAX_TTL, ReportRequest,
-    ReportResult, Sha, ShaError, VaultInfo, bundle_path, is_retired_lease_shape,
+    Action, ActionKind, ApplyWithoutSha, BundleDownload, CheckinAnswer, CheckinInterval,
+    CheckinRequest, CheckinResponse, ContainerStatus, ErrorCode, ErrorEnvelope, Hold, HostFacts,
+    LeaseRequest, LeaseResponse, MAX_TTL, ReportRequest, ReportResult, Sha, ShaError, VaultInfo,
+    bundle_path, is_retired_lease_shape,
 };
 
 #[cfg(feature = "schema")]

@@ -62,6 +62,24 @@ impl Sha {
         // Every byte is ASCII, so any index is a character boundary.
         &self.0[..12]
     }
+
+    /// The 32 bytes the digits spell, as a bundle's own digest is compared with them.
+    #[must_use]
+    pub fn digest(&self) -> [u8; 32] {
+        // Every digit is `0-9a-f`, checked when the sha was made.
+        let nibble = |b: u8| {
+            if b.is_ascii_digit() {
+                b - b'0'
+            } else {
+                b - b'a' + 10
+            }
+        };
+        let mut out = [0u8; 32];
+        for (byte, pair) in out.iter_mut().zip(self.0.as_bytes().chunks_exact(2)) {
+            *byte = (nibble(pair[0]) << 4) | nibble(pair[1]);
+        }
+        out
+    }
 }
 
 impl fmt::Display for Sha {
@@ -241,11 +259,21 @@ pub struct ContainerStatus {
     pub health: Option<String>,
 }
 
-/// What tenancy wants the agent to do after a checkin.
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+/// What tenancy wants the agent to do after a checkin, as the wire spells it (`action`).
+///
+/// [`Action`] is the same choice with the data each needs; this is the bare word, for a peer
+/// (or a test's fake tenancy) that picks an action before it has that data.
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(
+        rename = "Action",
+        description = "What tenancy wants the agent to do after a checkin."
+    )
+)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Action {
+pub enum ActionKind {
     /// Fetch and apply the desired bundle (desired differs from applied).
     Apply,
     /// Converged: nothing to do but report a heartbeat.
@@ -254,14 +282,77 @@ pub enum Action {
     Down,
 }
 
-impl Action {
+impl ActionKind {
     /// The wire spelling.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
-            Action::Apply => "apply",
-            Action::None => "none",
-            Action::Down => "down",
+            ActionKind::Apply => "apply",
+            ActionKind::None => "none",
+            ActionKind::Down => "down",
+        }
+    }
+}
+
+impl fmt::Display for ActionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What tenancy wants the agent to do after a checkin, with what it needs to do it.
+///
+/// Decoded from the answer's `action`, `desired_sha`, `bundle_url` and `purge_volumes`: an
+/// `apply` without a `desired_sha` does not decode, so an apply always has its sha, and its
+/// bundle URL is tenancy's `bundle_url` or, without one, the protocol's default path of that
+/// sha ([`bundle_path`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Fetch the bundle at `bundle_url` and apply it as `sha`.
+    Apply {
+        /// The bundle sha tenancy wants running.
+        sha: Sha,
+        /// Path of the bundle download, relative to tenancy's base URL.
+        bundle_url: String,
+    },
+    /// Converged: nothing to do but report a heartbeat.
+    None {
+        /// The sha tenancy names as desired, when it names one.
+        desired: Option<Sha>,
+    },
+    /// Retire: take the project down.
+    Down {
+        /// Whether `down` also removes volumes.
+        purge_volumes: bool,
+        /// The sha tenancy still names as desired, when it names one (informational).
+        desired: Option<Sha>,
+    },
+}
+
+impl Action {
+    /// The bare choice, as the wire spells it.
+    #[must_use]
+    pub fn kind(&self) -> ActionKind {
+        match self {
+            Action::Apply { .. } => ActionKind::Apply,
+            Action::None { .. } => ActionKind::None,
+            Action::Down { .. } => ActionKind::Down,
+        }
+    }
+
+    /// The wire spelling.
+    #[must_use]
+    pub fn as_str(&self) -> &'static str {
+        self.kind().as_str()
+    }
+
+    /// The sha tenancy names as desired: an apply's sha, or what a heartbeat or a retire
+    /// answer carried.
+    #[must_use]
+    pub fn desired_sha(&self) -> Option<&Sha> {
+        match self {
+            Action::Apply { sha, .. } => Some(sha),
+            Action::None { desired } | Action::Down { desired, .. } => desired.as_ref(),
         }
     }
 }
@@ -273,16 +364,59 @@ impl fmt::Display for Action {
 }
 
 /// Answer to a checkin.
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+///
+/// On the wire its action is spread over flat fields (`action`, `desired_sha`, `bundle_url`,
+/// `purge_volumes`); it decodes from and encodes to exactly those ([`CheckinAnswer`] is the
+/// flat shape and its schema), and refuses an answer no [`Action`] can be made of.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "CheckinAnswer", into = "CheckinAnswer")]
 pub struct CheckinResponse {
+    /// The environment the answer is for.
+    pub env_id: String,
+    /// What to do now, with its data.
+    pub action: Action,
+    /// How long to wait before the next checkin, clamped into the documented bounds as it is
+    /// decoded.
+    pub checkin_interval_s: Option<CheckinInterval>,
+    /// Where the environment's secrets live.
+    pub vault: Option<VaultInfo>,
+}
+
+impl CheckinResponse {
+    /// The sha tenancy names as desired, if any (see [`Action::desired_sha`]).
+    #[must_use]
+    pub fn desired_sha(&self) -> Option<&Sha> {
+        self.action.desired_sha()
+    }
+}
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for CheckinResponse {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        CheckinAnswer::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        CheckinAnswer::json_schema(generator)
+    }
+}
+
+/// A checkin answer as the wire spells it: the flat fields [`CheckinResponse`] is decoded
+/// from. Its JSON Schema is the committed `checkin-response.json`.
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(rename = "CheckinResponse", description = "Answer to a checkin.")
+)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckinAnswer {
     /// The environment the answer is for.
     pub env_id: String,
     /// The bundle sha tenancy wants running, if any; anything but 64 lowercase hex digits does
     /// not decode.
     pub desired_sha: Option<Sha>,
     /// What to do now.
-    pub action: Action,
+    pub action: ActionKind,
     /// Whether `down` also removes volumes (only meaningful with [`Action::Down`]).
     #[serde(default)]
     pub purge_volumes: bool,
@@ -296,16 +430,60 @@ pub struct CheckinResponse {
     pub vault: Option<VaultInfo>,
 }
 
-impl CheckinResponse {
-    /// Where to fetch the desired bundle: `bundle_url` as tenancy sent it, else the default
-    /// path of `desired_sha` for `env_id` ([`bundle_path`]); `None` without either.
-    #[must_use]
-    pub fn bundle_url_or_default(&self, env_id: &str) -> Option<String> {
-        self.bundle_url.clone().or_else(|| {
-            self.desired_sha
-                .as_ref()
-                .map(|sha| bundle_path(env_id, sha.as_str()))
+/// Why a [`CheckinAnswer`] is no [`CheckinResponse`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("action apply without desired_sha")]
+pub struct ApplyWithoutSha;
+
+impl TryFrom<CheckinAnswer> for CheckinResponse {
+    type Error = ApplyWithoutSha;
+
+    fn try_from(a: CheckinAnswer) -> Result<Self, Self::Error> {
+        let action = match a.action {
+            ActionKind::Apply => {
+                let sha = a.desired_sha.ok_or(ApplyWithoutSha)?;
+                let bundle_url = a
+                    .bundle_url
+                    .unwrap_or_else(|| bundle_path(&a.env_id, sha.as_str()));
+                Action::Apply { sha, bundle_url }
+            }
+            ActionKind::None => Action::None {
+                desired: a.desired_sha,
+            },
+            ActionKind::Down => Action::Down {
+                purge_volumes: a.purge_volumes,
+                desired: a.desired_sha,
+            },
+        };
+        Ok(CheckinResponse {
+            env_id: a.env_id,
+            action,
+            checkin_interval_s: a.checkin_interval_s,
+            vault: a.vault,
         })
+    }
+}
+
+impl From<CheckinResponse> for CheckinAnswer {
+    fn from(r: CheckinResponse) -> Self {
+        let kind = r.action.kind();
+        let (desired_sha, bundle_url, purge_volumes) = match r.action {
+            Action::Apply { sha, bundle_url } => (Some(sha), Some(bundle_url), false),
+            Action::None { desired } => (desired, None, false),
+            Action::Down {
+                purge_volumes,
+                desired,
+            } => (desired, None, purge_volumes),
+        };
+        CheckinAnswer {
+            env_id: r.env_id,
+            desired_sha,
+            action: kind,
+            purge_volumes,
+            bundle_url,
+            checkin_interval_s: r.checkin_interval_s,
+            vault: r.vault,
+        }
     }
 }
 
@@ -579,28 +757,100 @@ pub fn schemas() -> Vec<(&'static str, serde_json::Value)> {
 mod tests {
     use super::*;
 
+    fn decode(body: serde_json::Value) -> Result<CheckinResponse, serde_json::Error> {
+        serde_json::from_value(body)
+    }
+
     #[test]
     fn a_missing_bundle_url_is_the_default_path_of_the_desired_sha() {
         let sha = "7a10".repeat(16);
-        let answer = |bundle_url: Option<&str>, desired: bool| CheckinResponse {
-            env_id: "env-qa-02".into(),
-            desired_sha: desired.then(|| Sha::parse(&sha).unwrap()),
-            action: Action::Apply,
-            purge_volumes: false,
-            bundle_url: bundle_url.map(Into::into),
-            checkin_interval_s: None,
-            vault: None,
+        let apply = |bundle_url: Option<&str>| {
+            decode(serde_json::json!({
+                "env_id": "env-qa-02", "desired_sha": sha, "action": "apply",
+                "bundle_url": bundle_url,
+            }))
+            .unwrap()
+            .action
+        };
+        let expected = |bundle_url: String| Action::Apply {
+            sha: Sha::parse(&sha).unwrap(),
+            bundle_url,
         };
         assert_eq!(
-            answer(None, true).bundle_url_or_default("env-qa-02"),
-            Some(format!("/v1/agent/bundle/env-qa-02/{sha}"))
+            apply(None),
+            expected(format!("/v1/agent/bundle/env-qa-02/{sha}"))
         );
         assert_eq!(
-            answer(Some("/elsewhere/b.tar"), true).bundle_url_or_default("env-qa-02"),
-            Some("/elsewhere/b.tar".into())
+            apply(Some("/elsewhere/b.tar")),
+            expected("/elsewhere/b.tar".into())
         );
-        assert_eq!(answer(None, false).bundle_url_or_default("env-qa-02"), None);
         assert_eq!(bundle_path("e", "ab"), "/v1/agent/bundle/e/ab");
+    }
+
+    #[test]
+    fn a_sha_spells_its_digest() {
+        let sha = Sha::parse(&format!("00ff7a{}", "10".repeat(29))).unwrap();
+        let mut want = [0x10u8; 32];
+        want[..3].copy_from_slice(&[0x00, 0xff, 0x7a]);
+        assert_eq!(sha.digest(), want);
+    }
+
+    #[test]
+    fn apply_without_a_sha_does_not_decode() {
+        for body in [
+            serde_json::json!({"env_id": "e", "action": "apply", "bundle_url": "/b.tar"}),
+            serde_json::json!({"env_id": "e", "desired_sha": null, "action": "apply"}),
+        ] {
+            let err = decode(body.clone()).unwrap_err();
+            assert!(
+                err.to_string().contains("action apply without desired_sha"),
+                "{body}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_action_carries_its_data_and_encodes_to_the_same_flat_fields() {
+        let sha = Sha::parse(&"ab".repeat(32)).unwrap();
+        let check = |body: serde_json::Value, action: Action| {
+            let resp = decode(body.clone()).unwrap();
+            assert_eq!(resp.action, action, "{body}");
+            assert_eq!(resp.desired_sha(), action.desired_sha());
+            let again = serde_json::to_value(&resp).unwrap();
+            assert_eq!(again["action"], body["action"]);
+            assert_eq!(again["desired_sha"], body["desired_sha"]);
+            assert_eq!(decode(again).unwrap(), resp);
+        };
+        check(
+            serde_json::json!({"env_id": "e", "desired_sha": sha, "action": "apply",
+                "bundle_url": "/b"}),
+            Action::Apply {
+                sha: sha.clone(),
+                bundle_url: "/b".into(),
+            },
+        );
+        check(
+            serde_json::json!({"env_id": "e", "desired_sha": sha, "action": "none",
+                "purge_volumes": true}),
+            Action::None {
+                desired: Some(sha.clone()),
+            },
+        );
+        check(
+            serde_json::json!({"env_id": "e", "desired_sha": null, "action": "down",
+                "purge_volumes": true}),
+            Action::Down {
+                purge_volumes: true,
+                desired: None,
+            },
+        );
+        assert_eq!(
+            (
+                Action::None { desired: None }.to_string(),
+                ActionKind::Down.as_str()
+            ),
+            ("none".to_string(), "down")
+        );
     }
 
     #[test]
@@ -642,9 +892,8 @@ mod tests {
     fn missing_optional_response_fields_default() {
         let body = r#"{"env_id":"e","action":"none","extra":{"x":1}}"#;
         let resp: CheckinResponse = serde_json::from_str(body).unwrap();
-        assert_eq!(resp.action, Action::None);
-        assert!(!resp.purge_volumes);
-        assert_eq!(resp.desired_sha, None);
+        assert_eq!(resp.action, Action::None { desired: None });
+        assert_eq!(resp.desired_sha(), None);
         assert_eq!(resp.vault, None);
     }
 

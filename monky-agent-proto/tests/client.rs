@@ -4,7 +4,8 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use monky_agent_proto::{
-    Action, CheckinRequest, Client, Error, ErrorCode, ErrorKind, ReportRequest, ReportResult,
+    Action, ActionKind, CheckinRequest, Client, Error, ErrorCode, ErrorKind, ReportRequest,
+    ReportResult,
 };
 use monky_testkit::raw::{RawBody, RawPeer};
 use monky_testkit::tenancy::{self, Desired, Endpoint, FakeTenancy, Fault, call, lease_request};
@@ -69,23 +70,23 @@ fn happy_path_through_all_four_calls() {
     let resp = client
         .checkin(&bearer, &checkin_request(ENV, Some("3f9c")))
         .unwrap();
-    assert_eq!(resp.action, Action::Apply);
-    assert_eq!(resp.desired_sha.as_ref().map(|s| s.as_str()), Some(SHA));
+    let Action::Apply { sha, bundle_url } = resp.action.clone() else {
+        panic!("{resp:?} is no apply");
+    };
+    assert_eq!(sha.as_str(), SHA);
     assert_eq!(resp.checkin_interval_s.map(|i| i.as_secs()), Some(60));
     let vault = resp.vault.clone().unwrap();
     assert_eq!(vault.prefix.as_deref(), Some("env-qa-02/see"));
     assert_eq!(vault.auth_mount.as_deref(), Some("jwt-tenancy"));
 
-    let bundle = client
-        .bundle(&bearer, resp.bundle_url.as_deref().unwrap())
-        .unwrap();
+    let bundle = client.bundle(&bearer, &bundle_url).unwrap();
     assert_eq!(bundle.bytes, b"tar bytes");
     assert_eq!(bundle.header_sha.as_deref(), Some(SHA));
 
     let converged = client
         .checkin(&bearer, &checkin_request(ENV, Some(SHA)))
         .unwrap();
-    assert_eq!(converged.action, Action::None);
+    assert_eq!(converged.action.kind(), ActionKind::None);
 
     let lease = client.lease(&bearer, &lease_request(ENV)).unwrap();
     assert_eq!(
@@ -123,8 +124,11 @@ fn retire_answers_down_with_purge() {
         .checkin(&bearer, &checkin_request(ENV, Some("7a10")))
         .unwrap();
     assert_eq!(
-        (resp.action, resp.purge_volumes, resp.bundle_url),
-        (Action::Down, true, None)
+        resp.action,
+        Action::Down {
+            purge_volumes: true,
+            desired: None
+        }
     );
 }
 
@@ -142,9 +146,10 @@ fn connect_to_keeps_the_tenancy_name_and_port_in_host() {
     let resp = client
         .checkin(&bearer, &checkin_request(ENV, None))
         .unwrap();
-    let bundle = client
-        .bundle(&bearer, resp.bundle_url.as_deref().unwrap())
-        .unwrap();
+    let Action::Apply { bundle_url, .. } = &resp.action else {
+        panic!("{resp:?} is no apply");
+    };
+    let bundle = client.bundle(&bearer, bundle_url).unwrap();
     assert_eq!(bundle.bytes, vec![1, 2, 3]);
     // An absolute bundle URL on the configured origin is followed through the mapping too.
     client

@@ -35,28 +35,29 @@ fn checkin_response() -> impl Strategy<Value = CheckinResponse> {
             auth_mount,
             auth_role,
         });
+    let sha = || "[0-9a-f]{64}".prop_map(|s| Sha::parse(&s).unwrap());
+    let action = prop_oneof![
+        (sha(), text()).prop_map(|(sha, bundle_url)| Action::Apply { sha, bundle_url }),
+        prop::option::of(sha()).prop_map(|desired| Action::None { desired }),
+        (any::<bool>(), prop::option::of(sha())).prop_map(|(purge_volumes, desired)| {
+            Action::Down {
+                purge_volumes,
+                desired,
+            }
+        }),
+    ];
     (
         prop_oneof![3 => Just("env-a".to_string()), 1 => text()],
-        prop::option::of("[0-9a-f]{64}".prop_map(|s| Sha::parse(&s).unwrap())),
-        prop_oneof![Just(Action::Apply), Just(Action::None), Just(Action::Down)],
-        any::<bool>(),
-        prop::option::of(text()),
+        action,
         prop::option::of(any::<u64>().prop_map(CheckinInterval::from_secs)),
         prop::option::of(vault),
     )
-        .prop_map(
-            |(env_id, desired_sha, action, purge_volumes, bundle_url, interval, vault)| {
-                CheckinResponse {
-                    env_id,
-                    desired_sha,
-                    action,
-                    purge_volumes,
-                    bundle_url,
-                    checkin_interval_s: interval,
-                    vault,
-                }
-            },
-        )
+        .prop_map(|(env_id, action, interval, vault)| CheckinResponse {
+            env_id,
+            action,
+            checkin_interval_s: interval,
+            vault,
+        })
 }
 
 /// Any JSON value, nested a few levels.
@@ -222,10 +223,7 @@ proptest! {
     fn an_unknown_action_is_an_error_not_a_default(action in "[a-zA-Z]{0,8}") {
         let mut v = serde_json::to_value(CheckinResponse {
             env_id: "e".into(),
-            desired_sha: None,
-            action: Action::None,
-            purge_volumes: false,
-            bundle_url: None,
+            action: Action::None { desired: Some(Sha::parse(&"ab".repeat(32)).unwrap()) },
             checkin_interval_s: None,
             vault: None,
         })

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use monky_agent_proto::{Client, ErrorKind};
+use monky_agent_proto::{Action, Client, ErrorKind};
 use monky_bao_client::BaoClient;
 use monky_testkit::bao::FakeBao;
 use monky_testkit::peers::Peers;
@@ -278,7 +278,7 @@ fn checkin_follows_desired_state() {
     };
     let nothing = checkin(None);
     assert_eq!(
-        (nothing.action.as_str(), nothing.desired_sha),
+        (nothing.action.as_str(), nothing.desired_sha()),
         ("none", None)
     );
     fake.set_desired(
@@ -289,17 +289,28 @@ fn checkin_follows_desired_state() {
         },
     );
     let apply = checkin(Some("3f9c"));
-    assert_eq!(apply.action.as_str(), "apply");
+    let Action::Apply { bundle_url, .. } = &apply.action else {
+        panic!("{apply:?} is no apply");
+    };
     assert_eq!(
-        apply.bundle_url.as_deref(),
-        Some(format!("/v1/agent/bundle/env-qa-02/{SHA_7A10}").as_str())
+        bundle_url,
+        &format!("/v1/agent/bundle/env-qa-02/{SHA_7A10}")
     );
     assert_eq!(apply.checkin_interval_s.map(|i| i.as_secs()), Some(15));
     assert_eq!(checkin(None).action.as_str(), "apply");
     assert_eq!(checkin(Some(SHA_7A10)).action.as_str(), "none");
     fake.set_desired(ENV, Desired::down(false));
     let down = checkin(Some(SHA_7A10));
-    assert_eq!((down.action.as_str(), down.purge_volumes), ("down", false));
+    assert!(
+        matches!(
+            down.action,
+            Action::Down {
+                purge_volumes: false,
+                ..
+            }
+        ),
+        "{down:?}"
+    );
 }
 
 /// Tenancy and OpenBao wired to each other the way they are in the mesh.

@@ -90,10 +90,30 @@ fn a_desired_sha_that_is_not_64_lowercase_hex_is_checkin_invalid() {
 
     let good = json!({"env_id": ENV, "desired_sha": SHA, "action": "apply"});
     let resp = p.checkin(&good).unwrap();
-    let sha = resp.desired_sha.unwrap();
+    let sha = resp.desired_sha().cloned().unwrap();
     assert_eq!((sha.as_str(), sha.short()), (SHA, &SHA[..12]));
     let none = json!({"env_id": ENV, "desired_sha": null, "action": "none"});
-    assert_eq!(p.checkin(&none).unwrap().desired_sha, None);
+    assert_eq!(p.checkin(&none).unwrap().desired_sha(), None);
+}
+
+#[test]
+fn an_apply_without_a_sha_is_checkin_invalid() {
+    let p = peer();
+    for body in [
+        json!({"env_id": ENV, "action": "apply", "bundle_url": "/v1/agent/bundle/x"}),
+        json!({"env_id": ENV, "desired_sha": null, "action": "apply"}),
+    ] {
+        let err = assert_invalid(p.checkin(&body), "CHECKIN_INVALID", &body.to_string());
+        assert!(
+            err.to_string().contains("action apply without desired_sha"),
+            "{err}"
+        );
+    }
+    // Without a sha, `none` and `down` are still answers.
+    for action in ["none", "down"] {
+        let body = json!({"env_id": ENV, "action": action});
+        assert_eq!(p.checkin(&body).unwrap().action.as_str(), action);
+    }
 }
 
 #[test]

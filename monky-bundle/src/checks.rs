@@ -9,7 +9,6 @@ use serde_json::Value;
 
 use crate::env::unresolved_vars;
 use crate::interp::{self, Mode};
-use crate::parse::short;
 use crate::refusal::{Refusal, RefusalCode};
 
 /// The default free-space factor applied to a bundle's `disk_need_bytes`.
@@ -53,10 +52,12 @@ pub fn check_rollback(sha: &str, applied_history: &[String], allow: bool) -> Res
     if !applied_history.iter().any(|h| h.eq_ignore_ascii_case(sha)) {
         return Ok(());
     }
-    let current = current.map_or_else(String::new, |c| short(c));
+    // The history comes from the agent's state file: counted in characters, not bytes.
+    let first_12 = |s: &str| s.chars().take(12).collect::<String>();
+    let current = current.map_or_else(String::new, |c| first_12(c));
     Err(Refusal::new(
         RefusalCode::RollbackRefused,
-        [short(sha), format!("current {current}")],
+        [first_12(sha), format!("current {current}")],
     ))
 }
 

@@ -32,7 +32,9 @@
 //! let bundle = Bundle::parse(&tar, &Limits::default())?;
 //! let expected = bundle_sha(files.iter().map(|(n, c)| (n.as_str(), c.as_slice())));
 //! assert_eq!(bundle.sha(), expected);
-//! bundle.check_sha(&expected)?;
+//! let mut desired = [0u8; 32];
+//! hex::decode_to_slice(&expected, &mut desired).unwrap();
+//! bundle.check_sha(&desired)?;
 //! assert_eq!(bundle.compose_file_name(), "docker-compose.yml");
 //! assert_eq!(bundle.manifest().env_entries().count(), 1);
 //! assert!(!bundle.meta().is_prod());

@@ -28,6 +28,11 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 /// assert_eq!(sha.len(), 64);
 /// ```
 pub fn bundle_sha<'a>(files: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> String {
+    hex::encode(bundle_digest(files))
+}
+
+/// [`bundle_sha`] as the digest's 32 bytes.
+fn bundle_digest<'a>(files: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> [u8; 32] {
     let mut files: Vec<(&str, &[u8])> = files.into_iter().collect();
     files.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     let mut h = Sha256::new();
@@ -37,7 +42,7 @@ pub fn bundle_sha<'a>(files: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> S
         h.update(content);
         h.update([0u8]);
     }
-    hex::encode(h.finalize())
+    h.finalize().into()
 }
 
 /// A parsed, structurally valid bundle.
@@ -51,6 +56,8 @@ pub fn bundle_sha<'a>(files: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> S
 pub struct Bundle {
     files: BTreeMap<MemberName, Vec<u8>>,
     sha: String,
+    /// `sha`'s 32 bytes, what [`Bundle::check_sha`] compares.
+    digest: [u8; 32],
     compose_name: MemberName,
     compose: String,
     env_template: String,
@@ -145,10 +152,11 @@ impl Bundle {
         let manifest =
             Manifest::parse(files.get(&MemberName::SECRETS_MANIFEST).map_or(&[], |v| v))?;
         let meta = BundleMeta::parse(files.get(&MemberName::BUNDLE_JSON).map_or(&[], |v| v))?;
-        let sha = bundle_sha(files.iter().map(|(n, c)| (n.as_str(), c.as_slice())));
+        let digest = bundle_digest(files.iter().map(|(n, c)| (n.as_str(), c.as_slice())));
         Ok(Bundle {
             files,
-            sha,
+            sha: hex::encode(digest),
+            digest,
             compose_name,
             compose,
             env_template,
@@ -199,25 +207,31 @@ impl Bundle {
         &self.meta
     }
 
-    /// Refuses with `BUNDLE_SHA_MISMATCH` unless the content hashes to `desired` (compared
-    /// case-insensitively). The names give both shas' first 12 characters.
-    pub fn check_sha(&self, desired: &str) -> Result<(), Refusal> {
-        if self.sha.eq_ignore_ascii_case(desired.trim()) {
+    /// Refuses with `BUNDLE_SHA_MISMATCH` unless the content hashes to `desired`, the 32
+    /// bytes of the sha the bundle was asked for (a checked sha's digest: there is no spelling
+    /// of it to trim or fold). The names give both shas' first 12 hex digits.
+    pub fn check_sha(&self, desired: &[u8; 32]) -> Result<(), Refusal> {
+        if self.digest == *desired {
             return Ok(());
         }
-        Err(Refusal::new(
+        Err(self.sha_mismatch(&hex::encode(desired)))
+    }
+
+    /// The `BUNDLE_SHA_MISMATCH` refusal of this bundle against `desired`, named by its first
+    /// 12 characters: what [`Bundle::check_sha`] refuses with, for a caller whose desired text
+    /// is not even a sha (an operator's typo).
+    #[must_use]
+    pub fn sha_mismatch(&self, desired: &str) -> Refusal {
+        let desired: String = desired.chars().take(12).collect();
+        Refusal::new(
             RefusalCode::BundleShaMismatch,
             [
-                format!("desired {}", printable(&short(desired.trim()), 12)),
-                format!("content {}", short(&self.sha)),
+                format!("desired {}", printable(&desired, 12)),
+                // Lower-case hex: any 12 bytes are 12 characters.
+                format!("content {}", &self.sha[..12]),
             ],
-        ))
+        )
     }
-}
-
-/// The first 12 characters of a sha, as the journal shows them.
-pub(crate) fn short(sha: &str) -> String {
-    sha.chars().take(12).collect()
 }
 
 fn too_large(what: String) -> Refusal {

@@ -35,9 +35,12 @@ fn assert_is_fixture(b: &Bundle) {
     );
     assert!(!meta.is_prod() && !meta.allow_privileged && !meta.allow_rollback);
     assert_eq!(meta.disk_need_bytes, Some(1_073_741_824));
-    b.check_sha(FIXTURE_SHA).expect("sha matches");
-    b.check_sha(&FIXTURE_SHA.to_uppercase())
-        .expect("hex case does not matter");
+    let mut desired = [0u8; 32];
+    hex::decode_to_slice(FIXTURE_SHA, &mut desired).unwrap();
+    b.check_sha(&desired).expect("sha matches");
+    desired[31] ^= 1;
+    b.check_sha(&desired)
+        .expect_err("one bit off is another sha");
 }
 
 #[test]

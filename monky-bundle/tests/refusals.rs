@@ -147,14 +147,22 @@ fn manifest_value_refused() {
 #[test]
 fn bundle_sha_mismatch() {
     let b = Bundle::parse(&pack_tar(&minimal_files()), &Limits::default()).expect("valid");
-    let refusal = b
-        .check_sha("7a10c0ffee11deadbeef")
-        .expect_err("different sha");
+    let mut desired = [0u8; 32];
+    desired[..6].copy_from_slice(&[0x7a, 0x10, 0xc0, 0xff, 0xee, 0x11]);
+    let refusal = b.check_sha(&desired).expect_err("different sha");
     assert_eq!(refusal.code, RefusalCode::BundleShaMismatch);
     assert_eq!(
         refusal.to_string(),
         format!(
             "BUNDLE_SHA_MISMATCH: desired 7a10c0ffee11, content {}",
+            &b.sha()[..12]
+        )
+    );
+    // The same refusal for a desired text that is no sha at all, named as printable.
+    assert_eq!(
+        b.sha_mismatch("7a10\u{1b}[31mc0ffee11deadbeef").to_string(),
+        format!(
+            "BUNDLE_SHA_MISMATCH: desired 7a10\\u{{1b}}[31mc0f, content {}",
             &b.sha()[..12]
         )
     );

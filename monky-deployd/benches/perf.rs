@@ -525,7 +525,7 @@ fn handshake(args: &[OsString]) -> ! {
 fn verify_throughput(rows: &mut Rows, runs: usize) {
     let b = sized_bundle(4 * 1024 * 1024 - 24 * 1024, 0);
     let tar = b.tar();
-    let sha = b.sha();
+    let sha = monky_agent_proto::Sha::parse(&b.sha()).unwrap().digest();
     let limits = monky_bundle::Limits::default();
     let ours: Vec<f64> = (0..runs.max(10))
         .map(|_| {

@@ -1,13 +1,19 @@
 //! `monky-deployd explain`: what the box runs, what tenancy wants, and why they differ, from local
 //! state and the docker socket only (no tenancy or OpenBao request).
 
+use monky_agent_proto::Sha;
+
 use crate::config::Config;
 use crate::exit::Exit;
 use crate::layout::Layout;
 use crate::redact::redact;
 use crate::state::{self, State};
-use crate::tick::short;
-use monky_agent_proto::Sha;
+
+/// A sha read from disk as `Sha::short` shows it: `-` for none, or for text that is no sha.
+fn shown(text: Option<&str>) -> String {
+    text.and_then(|t| Sha::parse(t).ok())
+        .map_or_else(|| "-".to_owned(), |s| s.short().to_owned())
+}
 
 fn ago(now: u64, t: Option<u64>) -> String {
     match t {
@@ -54,11 +60,11 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
     };
     lines.push((
         "running",
-        format!("{} ({health})", short(st.applied_sha().map(Sha::as_str))),
+        format!("{} ({health})", st.applied_sha().map_or("-", Sha::short)),
     ));
     lines.push((
         "desired",
-        short(st.desired_sha().map(Sha::as_str)).to_string(),
+        st.desired_sha().map_or("-", Sha::short).to_string(),
     ));
     let hold = crate::hold::peek(&layout);
     let interrupted = crate::interrupted::peek(&layout);
@@ -72,16 +78,16 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         format!(
             "the apply of {} started {} was cut short (kill, reboot, OOM): the next tick \
              clears compose's leftovers and finishes it, or rolls back to {}",
-            short(Some(&m.sha)),
+            shown(Some(&m.sha)),
             ago(now, Some(m.started_at)),
-            short(m.previous.as_deref())
+            shown(m.previous.as_deref())
         )
     } else if let Some(code @ (crate::code::Code::Drift | crate::code::Code::HealFailed)) =
         st.last_code().filter(|_| st.last_error().is_some())
     {
         format!(
             "the containers drifted from {} ({code}); {}",
-            short(st.applied_sha().map(Sha::as_str)),
+            st.applied_sha().map_or("-", Sha::short),
             st.next_heal_at().filter(|t| *t > now).map_or(
                 "the next tick heals it".to_string(),
                 |t| format!("the next heal may run {}", ago(now, Some(t)))
@@ -141,7 +147,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
             "logs",
             format!(
                 "`monky-deployd logs {}` ({})",
-                crate::tick::short(Some(&sha)),
+                shown(Some(&sha)),
                 crate::evidence::log_path(&layout, &sha).display()
             ),
         ));

@@ -14,23 +14,36 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::code::Code;
 use crate::exit::{Exit, Failure};
 
+/// A manifest entry with the KV path it reads: the manifest as an apply reads it, each entry
+/// resolved once where its path is checked, so entries and paths never travel as two lists.
+#[derive(Debug, Clone)]
+pub struct ResolvedEntry {
+    /// The entry as the manifest gives it.
+    pub entry: bundle::ManifestEntry,
+    /// Its path, proven to be under the env's own prefix.
+    pub path: KvPath,
+}
+
 /// Manifest paths, unresolved variables, the compose policy on the file as the bundle
 /// carries it and a secret on a command line: the checks that need only the bundle, the env id, the KV mount and the box's
-/// policy (`base`, whose `allow_privileged` is replaced by the bundle's). Returns the KV paths
-/// to read and every refusal.
+/// policy (`base`, whose `allow_privileged` is replaced by the bundle's). Returns every
+/// manifest entry whose path resolved, with that path, and every refusal.
 pub fn offline(
     b: &bundle::Bundle,
     env_id: &str,
     kv_mount: &str,
     base: &bundle::ComposePolicy,
-) -> (Vec<KvPath>, Vec<Failure>) {
+) -> (Vec<ResolvedEntry>, Vec<Failure>) {
     let manifest = b.manifest();
     let mut refused = Vec::new();
     let mut paths = Vec::new();
     let mut outside = Vec::new();
     for e in &manifest.entries {
         match KvPath::parse(&e.path, kv_mount, env_id) {
-            Ok(p) => paths.push(p),
+            Ok(path) => paths.push(ResolvedEntry {
+                entry: e.clone(),
+                path,
+            }),
             Err(_) => outside.push(if e.var.is_empty() {
                 e.path.clone()
             } else {
@@ -183,10 +196,16 @@ pub fn bundle_check(
     };
     outln!("sha256 {}", b.sha());
     let mut refusals = Vec::new();
-    if let Some(want) = expected_sha
-        && let Err(r) = b.check_sha(want)
-    {
-        refusals.push(Failure::from(&r));
+    if let Some(want) = expected_sha {
+        // A person's argument: read leniently (blanks around it, upper-case hex) into a sha;
+        // text that is still no sha is a mismatch naming what was typed.
+        let checked = match monky_agent_proto::Sha::parse(&want.trim().to_ascii_lowercase()) {
+            Ok(sha) => b.check_sha(&sha.digest()),
+            Err(_) => Err(b.sha_mismatch(want.trim())),
+        };
+        if let Err(r) = checked {
+            refusals.push(Failure::from(&r));
+        }
     }
     let base = match cfg {
         Some(c) => c.compose_policy(false),

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use hmac::{Hmac, Mac};
+use monky_agent_proto::Sha;
 use monky_bundle as bundle;
 use monky_compose as compose;
 use secrecy::{ExposeSecret, SecretString};
@@ -95,7 +96,7 @@ impl Release {
     /// through the link); `None` when there is none or it holds no compose file.
     pub fn current(layout: &Layout) -> anyhow::Result<Option<Self>> {
         match current_sha(layout)? {
-            Some(sha) => Self::promoted(layout, &sha, layout.current_path()),
+            Some(sha) => Self::promoted(layout, sha.as_str(), layout.current_path()),
             None => Ok(None),
         }
     }
@@ -227,10 +228,16 @@ fn env_digest(key: &[u8], env: &[u8]) -> String {
     hex::encode(mac.finalize().into_bytes())
 }
 
-/// Writes the bundle's files and the rendered `.env` (0600) into a fresh staging directory.
-pub fn stage(layout: &Layout, b: &bundle::Bundle, env: &SecretString) -> anyhow::Result<Release> {
+/// Writes the bundle's files and the rendered `.env` (0600) into a fresh staging directory
+/// named for `sha`, the sha the bundle was checked against.
+pub fn stage(
+    layout: &Layout,
+    sha: &Sha,
+    b: &bundle::Bundle,
+    env: &SecretString,
+) -> anyhow::Result<Release> {
     let staging = layout.staging()?;
-    let name = format!("{}.{}", b.sha(), std::process::id());
+    let name = format!("{sha}.{}", std::process::id());
     staging.remove_tree(&name)?;
     let dir = staging.ensure_sub(&name, 0o700)?;
     for (member, bytes) in b.files() {
@@ -260,9 +267,10 @@ pub type Gate<'a> = &'a dyn Fn(&Release) -> anyhow::Result<()>;
 pub fn promote(
     layout: &Layout,
     staged: Release,
-    sha: &str,
+    sha: &Sha,
     gate: Gate<'_>,
 ) -> anyhow::Result<Release> {
+    let sha = sha.as_str();
     let releases = layout.releases()?;
     let staging = layout.staging()?;
     let name = staged
@@ -311,7 +319,8 @@ pub fn promote(
 }
 
 /// Points `current` at an existing `releases/<sha>` (a fallback), once `gate` passed on it.
-pub fn point_current(layout: &Layout, sha: &str, gate: Gate<'_>) -> anyhow::Result<Release> {
+pub fn point_current(layout: &Layout, sha: &Sha, gate: Gate<'_>) -> anyhow::Result<Release> {
+    let sha = sha.as_str();
     let rel =
         Release::promoted(layout, sha, layout.releases_path().join(sha))?.with_context(|| {
             format!(
@@ -334,14 +343,13 @@ pub fn on_disk(layout: &Layout, sha: &str) -> bool {
 }
 
 /// The sha `current` names, when it is the agent's own link into `releases/`.
-pub fn current_sha(layout: &Layout) -> anyhow::Result<Option<String>> {
+pub fn current_sha(layout: &Layout) -> anyhow::Result<Option<Sha>> {
     let Some(target) = layout.current_target()? else {
         return Ok(None);
     };
-    let sha = Layout::release_of_target(&target)
-        .filter(|s| s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')));
+    let sha = Layout::release_of_target(&target).and_then(|s| Sha::parse(s).ok());
     match sha {
-        Some(s) => Ok(Some(s.to_string())),
+        Some(sha) => Ok(Some(sha)),
         None => Err(fsx::unsafe_path(
             &layout.current_path(),
             &format!(
@@ -371,7 +379,8 @@ fn modified(dir: &Path, why: &str) -> anyhow::Error {
 ///
 /// A release written by a version that kept no digest has its `.env` digest recorded now,
 /// once, after its members verified.
-pub fn verify(layout: &Layout, sha: &str) -> anyhow::Result<()> {
+pub fn verify(layout: &Layout, sha: &Sha) -> anyhow::Result<()> {
+    let sha = sha.as_str();
     let releases = layout
         .releases_if_any()?
         .with_context(|| format!("{} does not exist", layout.releases_path().display()))?;
@@ -626,7 +635,7 @@ pub(crate) mod tests {
         );
         // A release this process did not render (a fallback, a retire) is read the first
         // time compose is called on it, so its values are masked too.
-        let _ = point_current(&layout, &b, &|_| Ok(()))
+        let _ = point_current(&layout, &Sha::parse(&b).unwrap(), &|_| Ok(()))
             .unwrap()
             .compose(&docker, &cfg);
         assert_eq!(reads() - before, 2);

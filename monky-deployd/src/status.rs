@@ -1,6 +1,7 @@
 //! `monky-deployd status [--json]`: what the box holds, from local state and the docker socket.
 //! No tenancy or OpenBao request is made.
 
+use monky_agent_proto::Sha;
 use serde_json::json;
 
 use crate::config::Config;
@@ -29,7 +30,7 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
     if let Some(m) = &marker {
         why_not.push(format!(
             "the apply of {} did not finish",
-            crate::tick::short(Some(&m.sha))
+            Sha::parse(&m.sha).as_ref().map_or("-", Sha::short)
         ));
     }
     let code = st.last_code().filter(|_| st.last_error().is_some());
@@ -122,7 +123,11 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         outln!(
             "{:<14} {} started {} did not finish; the next tick finishes or rolls it back",
             "interrupted",
-            crate::tick::short(m["sha"].as_str()),
+            m["sha"]
+                .as_str()
+                .and_then(|t| Sha::parse(t).ok())
+                .as_ref()
+                .map_or("-", Sha::short),
             m["started_at"].as_str().unwrap_or("?")
         );
     }

@@ -6,26 +6,34 @@ use anyhow::Context;
 use monky_agent_proto as proto;
 use monky_bao_client as bao;
 use monky_compose as compose;
-use proto::Action;
+use proto::{Action, Sha};
 use tracing::{info, warn};
 
 use crate::code::Code;
-use crate::config::{Config, VolumesOnAbsent};
+use crate::config::Config;
 use crate::exit::{Exit, Failure};
 use crate::layout::Layout;
 use crate::state::{self, SeenContainer, State};
-use crate::{host, logging, metrics, peers, release};
+use crate::{logging, metrics, peers, redact};
 
 mod apply;
 mod backoff;
+mod bootstrap;
+mod checkin;
+mod fallback;
 mod heal;
+mod heartbeat;
+mod journal;
 mod outcome;
+mod stages;
 mod token;
 
+use journal::{log_error, summary};
 use outcome::Outcome;
 
 pub use backoff::failure_backoff;
-pub use token::{MAX_GRANT_BYTES, bootstrap_command};
+pub use bootstrap::bootstrap_command;
+pub use token::MAX_GRANT_BYTES;
 
 /// How a tick was asked to run.
 #[derive(Debug, Clone, Copy, Default)]
@@ -73,87 +81,6 @@ pub fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
     outcome
 }
 
-/// The tick's one summary line, what `journalctl -u monky-deployd` shows for each run as
-/// systemd shows one line per unit start: action, sha, outcome, code, duration, exit.
-fn summary(st: &State, exit: Exit, took: Duration) {
-    let line = summary_line(st, exit, took);
-    match exit {
-        Exit::Ok => info!("{line}"),
-        Exit::Temporary => warn!("{line}"),
-        Exit::Fail | Exit::Config => tracing::error!("{line}"),
-    }
-}
-
-/// See [`summary`].
-pub(crate) fn summary_line(st: &State, exit: Exit, took: Duration) -> String {
-    let code = st.last_code().filter(|_| st.last_error().is_some());
-    let outcome = match (exit, st.last_result()) {
-        (Exit::Temporary, _) => "temporary",
-        (Exit::Config, _) => "config",
-        (_, Some(r)) if code.is_none() || r == "failed" => r,
-        (Exit::Ok, _) => "ok",
-        _ => "failed",
-    };
-    let sha = match st.last_action() {
-        Some("apply") => st.desired_sha().or(st.applied_sha()),
-        _ => st.applied_sha(),
-    };
-    let mut line = format!(
-        "tick: action={} sha={} outcome={outcome} code={} duration={:.1}s exit={}",
-        st.last_action().unwrap_or("-"),
-        short(sha.map(proto::Sha::as_str)),
-        code.map_or("-", Code::as_str),
-        took.as_secs_f64(),
-        exit.code()
-    );
-    if let Some(code) = code {
-        line.push_str(&format!(" owner=\"{}\"", code.owner()));
-        if st.repeats() > 0 {
-            line.push_str(&format!(
-                " (same {code} as the last {} tick{})",
-                st.repeats(),
-                if st.repeats() == 1 { "" } else { "s" }
-            ));
-        }
-    }
-    line
-}
-
-/// An error for the journal: `CODE: message` on one line of at most [`ERROR_LINE_MAX`]
-/// characters; the whole chain follows on a second, info line when it says more.
-fn log_error(e: &anyhow::Error, repeated: bool) {
-    // Raw here: the log sink redacts every line once.
-    let full = format!("{e:#}");
-    let (code, detail) = Failure::detail_of(e);
-    if repeated {
-        // The summary line counts the repeats; the chain was logged in full the first time.
-        tracing::error!("{}", one_line(&detail, ERROR_LINE_MAX));
-        return;
-    }
-    let head = one_line(&detail, ERROR_LINE_MAX);
-    tracing::error!("{head}");
-    if full != detail || head.len() < detail.len() {
-        info!("  detail of {code}: {full}");
-    }
-}
-
-/// The most characters of an error's first line in the journal.
-const ERROR_LINE_MAX: usize = 240;
-
-/// `text` on one line, cut to `max` characters with an ellipsis.
-pub(crate) fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text
-        .split('\n')
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" | ");
-    match flat.char_indices().nth(max) {
-        Some((at, _)) => format!("{}...", &flat[..at]),
-        None => flat,
-    }
-}
-
 fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
     logging::start_capture();
     let mut retry_after = None;
@@ -170,7 +97,10 @@ fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
             });
             let exit = Exit::of(&e);
             if exit == Exit::Temporary && cfg.laptop_mode {
-                info!("offline (laptop mode): {}", e.root_cause());
+                info!(
+                    "offline (laptop mode): {}",
+                    redact::redact(&e.root_cause().to_string())
+                );
                 Exit::Ok
             } else {
                 log_error(&e, State::peek(&Layout::peek(cfg)).repeats() > 0);
@@ -288,88 +218,6 @@ impl<'a> Agent<'a> {
         let client = peers::openbao(self.cfg)?;
         Ok(self.bao.get_or_init(|| client))
     }
-    // ---- checkin ----------------------------------------------------------------------------
-
-    /// Looks at the project's containers again: state keeps what was seen, and why the look
-    /// failed is kept for the heartbeat (a failed look is no "nothing running").
-    fn refresh_containers(&mut self) {
-        let listed = self.docker.container_facts(&self.cfg.compose_project);
-        self.docker_error = listed.as_ref().err().map(ToString::to_string);
-        self.facts = listed.unwrap_or_else(|e| {
-            warn!("cannot list containers: {e}");
-            Vec::new()
-        });
-        self.state.saw_containers(
-            self.facts
-                .iter()
-                .map(|f| SeenContainer {
-                    name: f.container.name.clone(),
-                    state: f.container.state.clone(),
-                    health: f.container.health.clone(),
-                })
-                .collect(),
-        );
-    }
-
-    fn wire_containers(&self) -> Vec<proto::ContainerStatus> {
-        self.state
-            .containers()
-            .iter()
-            .map(|c| proto::ContainerStatus {
-                name: c.name.clone(),
-                state: c.state.clone(),
-                health: c.health.clone(),
-            })
-            .collect()
-    }
-
-    /// Looks at the box (the containers, the docker facts, the compose found) and says it to
-    /// tenancy as a checkin.
-    fn checkin_request(&mut self) -> proto::CheckinRequest {
-        self.refresh_containers();
-        let facts = self.docker.facts();
-        self.state.found_compose(self.docker.known_compose());
-        proto::CheckinRequest {
-            env_id: self.cfg.env_id.clone(),
-            agent_version: crate::VERSION.to_string(),
-            applied_sha: self.state.applied_sha().map(|s| s.as_str().to_owned()),
-            host: proto::HostFacts {
-                hostname: host::hostname(),
-                os: host::os(),
-                kernel: host::kernel(),
-                docker: facts.docker_version,
-                compose: facts.compose_version,
-                free_bytes: facts.free_bytes,
-                agent_version: crate::VERSION.to_string(),
-                transport: self.cfg.transport.as_str().to_string(),
-                site: self.cfg.site.clone(),
-                laptop_mode: self.cfg.laptop_mode,
-            },
-            containers: self.wire_containers(),
-            hold: self.hold.as_ref().map(crate::hold::Hold::wire),
-        }
-    }
-
-    /// Checks in. Tenancy's 401 alone destroys nothing: a fresh grant on disk (staged by the
-    /// box's admin) replaces the token, and otherwise OpenBao says whether the token is dead.
-    fn checkin(&mut self) -> anyhow::Result<proto::CheckinResponse> {
-        let req = self.checkin_request();
-        let refused = match self.tenancy.checkin(&self.bearer()?, &req) {
-            Ok(r) => return Ok(r),
-            Err(e) if e.kind() == proto::ErrorKind::Unauthenticated => e,
-            Err(e) => return Err(peers::tenancy_failure("checkin", e)),
-        };
-        warn!("tenancy refused the token ({refused})");
-        if !self.cfg.bootstrap_file.exists() {
-            return Err(self.token_refused_by_tenancy(&refused));
-        }
-        // The new login's token replaces (and revokes) the old one only once it exists.
-        self.bootstrap()?;
-        self.tenancy
-            .checkin(&self.bearer()?, &req)
-            .map_err(|e| peers::tenancy_failure("checkin after re-bootstrap", e))
-    }
-
     /// The whole tick after the lock: token, checkin, action.
     fn converge(&mut self) -> anyhow::Result<Exit> {
         self.ensure_token()?;
@@ -378,8 +226,8 @@ impl<'a> Agent<'a> {
             .inspect_err(|e| self.conclude_checkin_error(e))?;
         self.learn_token_facts();
         self.state.checked_in(
-            &resp.action.to_string(),
-            resp.desired_sha.clone(),
+            resp.action.as_str(),
+            resp.desired_sha().cloned(),
             resp.checkin_interval_s.map(|i| i.as_secs()),
             state::now(),
         );
@@ -396,137 +244,37 @@ impl<'a> Agent<'a> {
         info!(
             "checkin: action={} desired={} applied={}",
             resp.action,
-            resp.desired_sha.as_ref().map_or("-", |s| s.short()),
-            short(self.state.applied_sha().map(proto::Sha::as_str))
+            resp.desired_sha().map_or("-", Sha::short),
+            self.state.applied_sha().map_or("-", Sha::short)
         );
         if let Some(hold) = self.hold.clone() {
-            return self.held(&hold, &resp);
+            return self.held(&hold, &resp.action);
         }
-        if let Some(exit) = self.recover_interrupted(&resp)? {
+        if let Some(exit) = self.recover_interrupted(&resp.action)? {
             return Ok(exit);
         }
-        match resp.action {
-            Action::None => self.heartbeat(),
-            Action::Down => {
+        match &resp.action {
+            Action::None { .. } => self.heartbeat(),
+            Action::Down { purge_volumes, .. } => {
                 let sha = self.state.applied_sha().cloned();
-                self.retire(resp.purge_volumes)
-                    .inspect_err(|e| self.conclude_error(sha.as_ref().map(proto::Sha::as_str), e))
+                self.retire(*purge_volumes)
+                    .inspect_err(|e| self.conclude_error(sha.as_ref().map(Sha::as_str), e))
             }
-            Action::Apply => {
-                // A sha that is not 64 lowercase hex digits never decoded: this one is safe in a
-                // path, a URL and a comparison with the release's own.
-                let sha = resp
-                    .desired_sha
-                    .clone()
-                    .ok_or_else(|| {
-                        Failure::coded(Code::CheckinInvalid, "action apply without desired_sha")
-                            .into()
-                    })
-                    .inspect_err(|e| self.conclude_error(None, e))?;
-                // With a desired sha there is always a URL: tenancy's, or the protocol's default.
-                let url = resp
-                    .bundle_url_or_default(&self.cfg.env_id)
-                    .unwrap_or_default();
-                if self.state.failed().is_some_and(|f| f.sha != sha) {
+            // The sha is 64 lowercase hex digits, or the answer never decoded: safe in a path,
+            // a URL and a comparison with the release's own.
+            Action::Apply { sha, bundle_url } => {
+                if self.state.failed().is_some_and(|f| f.sha != *sha) {
                     // Tenancy wants something else now: the old failure no longer counts.
                     self.state.clear_failed();
                 }
-                if let Some(deadline) = self.backoff_deadline(&sha) {
-                    return self.report_waiting(&sha, deadline);
+                if let Some(deadline) = self.backoff_deadline(sha) {
+                    return self.report_waiting(sha, deadline);
                 }
-                self.apply(&sha, &url)
+                self.apply(sha, bundle_url)
                     .inspect_err(|e| self.conclude_error(Some(sha.as_str()), e))
             }
         }
     }
-
-    // ---- none / down ------------------------------------------------------------------------
-
-    fn heartbeat(&mut self) -> anyhow::Result<Exit> {
-        if let (None, Some(sha)) = (&self.docker_error, self.state.applied_sha().cloned()) {
-            let drift = crate::drift::detect(sha.as_str(), self.state.converged(), &self.facts);
-            if !drift.is_empty() {
-                return self.on_drift(sha.as_str(), &drift);
-            }
-            self.adopt_converged(sha.as_str());
-        }
-        self.health_report(None)
-    }
-
-    /// The heartbeat's report of the containers' health; `note` (a hold) goes beside an
-    /// `applied` result and after a failure's detail.
-    fn health_report(&mut self, note: Option<(Code, String)>) -> anyhow::Result<Exit> {
-        let bad = not_ready(self.state.containers());
-        let missing = self.state.containers().is_empty() && self.state.applied_sha().is_some();
-        let sha = self.state.applied_sha().map(|s| s.as_str().to_owned());
-        let unknown = self.docker_error.clone();
-        if unknown.is_none() && bad.is_empty() && !missing {
-            info!(
-                "heartbeat: {} container(s) healthy",
-                self.state.containers().len()
-            );
-            return self.conclude(match note {
-                Some((code, detail)) => Outcome::noted(sha.as_deref(), code, detail),
-                None => Outcome::applied(sha.as_deref()),
-            });
-        }
-        let (code, why) = if let Some(e) = unknown {
-            (
-                Code::DockerUnavailable,
-                format!("cannot list the containers: {e}"),
-            )
-        } else if missing {
-            (
-                Code::NotRunning,
-                "no container of the project is running".to_string(),
-            )
-        } else {
-            (Code::Unhealthy, bad.join(", "))
-        };
-        let mut detail = format!("{code}: {why}");
-        if let Some((_, note)) = note {
-            detail = format!("{detail}; {note}");
-        }
-        warn!("heartbeat: {detail}");
-        self.conclude(Outcome::failed(sha.as_deref(), code, detail))
-    }
-
-    fn retire(&mut self, purge_requested: bool) -> anyhow::Result<Exit> {
-        if let Some(sha) = release::current_sha(&self.layout)?
-            && release::on_disk(&self.layout, &sha)
-        {
-            // A release changed on disk could steer `down -v` at volumes it never owned.
-            release::verify(&self.layout, &sha)?;
-        }
-        let rel = release::Release::current(&self.layout)?;
-        // The release `current` names is judged by its own (verified) tier too: a failed prod
-        // release left in place (on_failure: leave) is no applied release, and still prod.
-        let prod = self.cfg.is_prod(
-            self.state.applied_prod().unwrap_or(false) || rel.as_ref().is_some_and(|r| r.is_prod()),
-        );
-        let wanted = purge_requested || self.cfg.volumes_on_absent == VolumesOnAbsent::Purge;
-        let volumes = wanted && !prod;
-        if wanted && prod {
-            warn!("volume purge requested on a prod env: refused, volumes kept");
-        }
-        if let Some(rel) = rel {
-            info!(
-                "compose down --remove-orphans{}",
-                if volumes { " -v" } else { "" }
-            );
-            rel.compose(&self.docker, self.cfg)
-                .down(volumes)
-                .map_err(|e| Failure::coded(Code::ComposeDownFailed, e.to_string()))?;
-        } else {
-            info!("nothing deployed; reporting down");
-        }
-        let sha = self.state.forget_applied();
-        release::clear_current(&self.layout)?;
-        self.refresh_containers();
-        self.conclude(Outcome::down(sha.as_ref().map(proto::Sha::as_str)))
-    }
-
-    // ---- apply ------------------------------------------------------------------------------
 
     fn kv_mount(&self) -> String {
         self.state
@@ -542,72 +290,4 @@ fn not_ready(containers: &[SeenContainer]) -> Vec<String> {
         .filter(|c| !monky_compose::Container::ready(&c.state, c.health.as_deref()))
         .map(|c| format!("{} ({})", c.name, c.health.as_deref().unwrap_or(&c.state)))
         .collect()
-}
-
-/// The first 12 characters of a sha, for logs. Counted in characters, not bytes: a sha read
-/// from state.json or a header is not proven to be hex.
-pub fn short(sha: Option<&str>) -> &str {
-    sha.map_or("-", |s| {
-        s.char_indices().nth(12).map_or(s, |(at, _)| &s[..at])
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_summary_line_per_tick_says_action_sha_outcome_code_duration_exit() {
-        let sha = "ab".repeat(32);
-        let st = State::default().patched(serde_json::json!({
-            "last_action": "apply",
-            "desired_sha": sha,
-            "last_result": "failed",
-            "last_error": "UNHEALTHY: web-1 (unhealthy)",
-            "last_code": "UNHEALTHY",
-            "repeats": 14,
-        }));
-        assert_eq!(
-            summary_line(&st, Exit::Fail, Duration::from_millis(14_200)),
-            "tick: action=apply sha=abababababab outcome=failed code=UNHEALTHY duration=14.2s \
-             exit=1 owner=\"bundle author\" (same UNHEALTHY as the last 14 ticks)"
-        );
-        let fine = State::default().patched(serde_json::json!({
-            "last_action": "none",
-            "applied_sha": sha,
-            "last_result": "applied",
-        }));
-        assert_eq!(
-            summary_line(&fine, Exit::Ok, Duration::from_millis(80)),
-            "tick: action=none sha=abababababab outcome=applied code=- duration=0.1s exit=0"
-        );
-        let down = State::default().patched(serde_json::json!({
-            "last_error": "TENANCY_UNAVAILABLE: refused",
-            "last_code": "TENANCY_UNAVAILABLE",
-        }));
-        assert_eq!(
-            summary_line(&down, Exit::Temporary, Duration::from_secs(2)),
-            "tick: action=- sha=- outcome=temporary code=TENANCY_UNAVAILABLE duration=2.0s \
-             exit=75 owner=\"no one (retries on its own)\""
-        );
-    }
-
-    #[test]
-    fn an_error_line_is_one_short_line() {
-        assert_eq!(one_line("a\n\n b \n", 100), "a | b");
-        let long = "x".repeat(500);
-        assert_eq!(one_line(&long, 240).chars().count(), 243);
-        assert_eq!(one_line("é".repeat(3).as_str(), 2), "éé...");
-    }
-
-    #[test]
-    fn short_never_cuts_inside_a_character() {
-        let sha = "7a10".repeat(16);
-        assert_eq!(short(Some(&sha)), "7a107a107a10");
-        assert_eq!(short(Some("abc")), "abc");
-        assert_eq!(short(None), "-");
-        let multibyte = format!("{}é{}", &sha[..11], &sha[13..]);
-        assert_eq!(short(Some(&multibyte)), format!("{}é", &sha[..11]));
-        assert_eq!(short(Some("\u{3000}\u{3000}")), "\u{3000}\u{3000}");
-    }
 }

@@ -37,8 +37,8 @@ pub fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
         (None, None) => {}
         (a, d) => why.push(format!(
             "running {}, tenancy wants {}",
-            crate::tick::short(a.map(monky_agent_proto::Sha::as_str)),
-            crate::tick::short(d.map(monky_agent_proto::Sha::as_str))
+            a.map_or("-", monky_agent_proto::Sha::short),
+            d.map_or("-", monky_agent_proto::Sha::short)
         )),
     }
     if !seen.token_present {

@@ -33,7 +33,8 @@ use serde_json::{Value, json};
 use url::Url;
 
 use monky_agent_proto::wire::{
-    Action, CheckinRequest, CheckinResponse, LeaseRequest, LeaseResponse, ReportRequest, VaultInfo,
+    ActionKind, CheckinAnswer, CheckinRequest, LeaseRequest, LeaseResponse, ReportRequest,
+    VaultInfo,
 };
 
 mod fixtures;
@@ -189,7 +190,7 @@ pub struct Desired {
     /// The desired bundle sha, sent as it is (a test may play a tenancy that sends a bad one).
     pub sha: Option<String>,
     /// A forced action, or `None` to let the fake decide.
-    pub action: Option<Action>,
+    pub action: Option<ActionKind>,
     /// Sent as `purge_volumes`.
     pub purge_volumes: bool,
     /// Sent as `checkin_interval_s` (default 60), unclamped.
@@ -212,7 +213,7 @@ impl Desired {
     #[must_use]
     pub fn down(purge_volumes: bool) -> Self {
         Desired {
-            action: Some(Action::Down),
+            action: Some(ActionKind::Down),
             purge_volumes,
             ..Desired::default()
         }
@@ -1233,8 +1234,8 @@ fn checkin(shared: &Shared, incoming: &Incoming, env_id: &str) -> Reply {
     let state = lock(shared);
     let desired = state.desired.get(env_id).cloned().unwrap_or_default();
     let action = desired.action.unwrap_or(match &desired.sha {
-        Some(sha) if req.applied_sha.as_deref() != Some(sha.as_str()) => Action::Apply,
-        _ => Action::None,
+        Some(sha) if req.applied_sha.as_deref() != Some(sha.as_str()) => ActionKind::Apply,
+        _ => ActionKind::None,
     });
     let addr = state.bao.as_ref().map_or(DEFAULT_BAO_ADDR.to_owned(), |b| {
         b.url.as_str().trim_end_matches('/').to_owned()
@@ -1246,7 +1247,7 @@ fn checkin(shared: &Shared, incoming: &Incoming, env_id: &str) -> Reply {
         auth_mount: Some(AUTH_MOUNT.into()),
         auth_role: Some(AUTH_ROLE.into()),
     });
-    let resp = CheckinResponse {
+    let resp = CheckinAnswer {
         env_id: env_id.to_owned(),
         bundle_url: desired
             .sha

@@ -2,20 +2,18 @@
 //! (no tenancy apply, no lease, no OpenBao read), an apply cut short finished or rolled back,
 //! and an operator's hold respected.
 
-use monky_agent_proto as proto;
-use proto::Action;
+use monky_agent_proto::{Action, Sha};
 use tracing::{info, warn};
 
 use super::backoff::failure_backoff;
 use super::outcome::Outcome;
-use super::{Agent, not_ready, short};
+use super::{Agent, not_ready};
 use crate::code::Code;
 use crate::drift::{self, Converged, Drift};
 use crate::exit::{Exit, Failure};
 use crate::hold::Hold;
 use crate::interrupted::Marker;
 use crate::{redact, release, state};
-use monky_agent_proto::Sha;
 
 /// Heals within this long of the last one count as one more attempt; past it drift starts
 /// over at the first step. The backoff's longest step, so a service that crash-loops slowly
@@ -24,35 +22,38 @@ const HEAL_MEMORY_SECS: u64 = 3600;
 
 impl Agent<'_> {
     /// Records what the last healthy `up` of `sha` left (from the listing just taken).
-    pub(super) fn record_converged(&mut self, sha: &str) {
+    pub(super) fn record_converged(&mut self, sha: &Sha) {
         self.state
-            .record_converged(Converged::record(sha, &self.facts));
+            .record_converged(Converged::record(sha.as_str(), &self.facts));
     }
 
     /// A heartbeat found no drift: a box without a record of the applied release (one applied
     /// before this agent version, or brought back by a fallback whose listing was partial)
     /// takes what runs now as the record, once all of it is ready.
-    pub(super) fn adopt_converged(&mut self, sha: &str) {
-        let recorded = self.state.converged().is_some_and(|c| c.sha == sha);
+    pub(super) fn adopt_converged(&mut self, sha: &Sha) {
+        let recorded = self
+            .state
+            .converged()
+            .is_some_and(|c| c.sha == sha.as_str());
         if !recorded && !self.facts.is_empty() && not_ready(self.state.containers()).is_empty() {
             info!(
                 "recording the running containers of {} for drift detection",
-                short(Some(sha))
+                sha.short()
             );
             self.record_converged(sha);
         }
     }
 
     /// Drift found by a heartbeat: healed, unless healing is off or waits out its backoff.
-    pub(super) fn on_drift(&mut self, sha: &str, drift: &[Drift]) -> anyhow::Result<Exit> {
+    pub(super) fn on_drift(&mut self, sha: &Sha, drift: &[Drift]) -> anyhow::Result<Exit> {
         let what = drift::describe(drift);
-        warn!("drift from {}: {what}", short(Some(sha)));
+        warn!("drift from {}: {what}", sha.short());
         if !self.cfg.self_heal {
             let detail = format!(
                 "{}: {what}; self_heal is off, nothing was changed",
                 Code::Drift
             );
-            return self.conclude(Outcome::failed(Some(sha), Code::Drift, detail));
+            return self.conclude(Outcome::failed(Some(sha.as_str()), Code::Drift, detail));
         }
         let now = state::now();
         let waits = super::backoff::wait_until(
@@ -77,10 +78,10 @@ impl Agent<'_> {
                 );
                 info!(
                     "the heal of {} waits until {}",
-                    short(Some(sha)),
+                    sha.short(),
                     crate::status::rfc3339(at)
                 );
-                return self.conclude(Outcome::failed(Some(sha), Code::Drift, detail));
+                return self.conclude(Outcome::failed(Some(sha.as_str()), Code::Drift, detail));
             }
         }
         self.heal(sha, drift, &what)
@@ -90,7 +91,7 @@ impl Agent<'_> {
     /// digest) and judged by the compose policy as before any `up`, compose's leftovers and
     /// containers made by another hand removed first. Every heal, healthy or not, takes a step
     /// of the heal backoff.
-    fn heal(&mut self, sha: &str, drift: &[Drift], what: &str) -> anyhow::Result<Exit> {
+    fn heal(&mut self, sha: &Sha, drift: &[Drift], what: &str) -> anyhow::Result<Exit> {
         let now = state::now();
         let recent = self
             .state
@@ -109,7 +110,7 @@ impl Agent<'_> {
             next,
             crate::clock::boot().map(|b| crate::clock::BootDeadline::after(&b, wait)),
         );
-        info!("healing {} (heal {attempts}): {what}", short(Some(sha)));
+        info!("healing {} (heal {attempts}): {what}", sha.short());
         let remove: Vec<String> = drift
             .iter()
             .filter(|d| d.must_be_removed())
@@ -117,7 +118,7 @@ impl Agent<'_> {
             .collect();
         let up = self.bring_up_current(sha, &remove);
         self.refresh_containers();
-        let still = drift::detect(sha, self.state.converged(), &self.facts)
+        let still = drift::detect(sha.as_str(), self.state.converged(), &self.facts)
             .into_iter()
             // What compose made now is the release's, even where it hashes a service
             // differently from the record (a compose upgraded since the last up).
@@ -157,8 +158,8 @@ impl Agent<'_> {
         let Some((code, why, logs)) = failed else {
             self.record_converged(sha);
             let detail = format!("{}: {what}", Code::Healed);
-            info!("healed {}: {what}", short(Some(sha)));
-            return self.conclude(Outcome::noted(Some(sha), Code::Healed, detail));
+            info!("healed {}: {what}", sha.short());
+            return self.conclude(Outcome::noted(Some(sha.as_str()), Code::Healed, detail));
         };
         let logs = if logs {
             release::Release::current(&self.layout)
@@ -173,23 +174,23 @@ impl Agent<'_> {
             "{why}; drift: {what}; next heal after {}",
             crate::status::rfc3339(next)
         );
-        warn!("heal of {} failed: {detail}", short(Some(sha)));
-        let mut outcome = Outcome::failed(Some(sha), code, detail);
+        warn!("heal of {} failed: {detail}", sha.short());
+        let mut outcome = Outcome::failed(Some(sha.as_str()), code, detail);
         outcome.compose_logs = logs.as_ref();
         self.conclude(outcome)
     }
 
     /// `current` must name `sha`, which must verify and pass the policy; then the named
     /// containers go and compose brings the release up, waiting for health.
-    fn bring_up_current(&mut self, sha: &str, remove: &[String]) -> anyhow::Result<()> {
+    fn bring_up_current(&mut self, sha: &Sha, remove: &[String]) -> anyhow::Result<()> {
         let current = release::current_sha(&self.layout)?;
-        if current.as_deref() != Some(sha) {
+        if current.as_ref() != Some(sha) {
             return Err(Failure::coded(
                 Code::HealFailed,
                 format!(
                     "current names {}, not the applied {}: nothing is started from it",
-                    short(current.as_deref()),
-                    short(Some(sha))
+                    current.as_ref().map_or("-", Sha::short),
+                    sha.short()
                 ),
             )
             .into());
@@ -213,24 +214,19 @@ impl Agent<'_> {
 
     /// A held box: the heartbeat's health report with the hold beside it, whatever tenancy
     /// asked; nothing is applied, healed or retired.
-    pub(super) fn held(
-        &mut self,
-        hold: &Hold,
-        resp: &proto::CheckinResponse,
-    ) -> anyhow::Result<Exit> {
+    pub(super) fn held(&mut self, hold: &Hold, action: &Action) -> anyhow::Result<Exit> {
         let mut note = hold.describe();
-        match resp.action {
-            Action::Apply => note.push_str(&format!(
-                "; tenancy's apply of {} waits",
-                resp.desired_sha.as_ref().map_or("-", |s| s.short())
-            )),
-            Action::Down => note.push_str("; tenancy's retire waits"),
-            Action::None => {}
+        match action {
+            Action::Apply { sha, .. } => {
+                note.push_str(&format!("; tenancy's apply of {} waits", sha.short()));
+            }
+            Action::Down { .. } => note.push_str("; tenancy's retire waits"),
+            Action::None { .. } => {}
         }
         if let Some(m) = crate::interrupted::peek(&self.layout) {
             note.push_str(&format!(
                 "; the interrupted apply of {} waits",
-                short(Some(&m.sha))
+                Sha::parse(&m.sha).as_ref().map_or("-", Sha::short)
             ));
         }
         info!("{note}");
@@ -242,29 +238,25 @@ impl Agent<'_> {
     /// OpenBao read: its `.env` is there), or `current` is rolled back to the applied release
     /// when tenancy wants that one; for any other action the mark is dropped and the action
     /// goes on. `Some` when this concluded the tick.
-    pub(super) fn recover_interrupted(
-        &mut self,
-        resp: &proto::CheckinResponse,
-    ) -> anyhow::Result<Option<Exit>> {
+    pub(super) fn recover_interrupted(&mut self, action: &Action) -> anyhow::Result<Option<Exit>> {
         let Some(m) = crate::interrupted::load(&self.layout)? else {
             return Ok(None);
         };
         self.marker_settled = true;
+        // A mark that does not parse names no release, yet still says an apply was cut short.
+        let marked = Sha::parse(&m.sha).ok();
         warn!(
             "{}: the apply of {} started {} did not finish",
             Code::ApplyInterrupted,
-            short(Some(&m.sha)),
+            marked.as_ref().map_or("-", Sha::short),
             crate::status::rfc3339(m.started_at)
         );
         self.clear_leftovers()?;
-        // The marker names the sha as text; tenancy's desired sha, when it is that one, is the
-        // checked value to go on with.
-        let desired = resp.desired_sha.as_ref().filter(|s| s.as_str() == m.sha);
-        let exit = match (resp.action, desired) {
-            (Action::Apply, Some(sha)) => self
+        let exit = match action {
+            Action::Apply { sha, .. } if marked.as_ref() == Some(sha) => self
                 .finish_interrupted(&m, sha)
                 .inspect_err(|e| self.conclude_error(Some(sha.as_str()), e))?,
-            (Action::None, _) => self.roll_back_interrupted(&m)?,
+            Action::None { .. } => self.roll_back_interrupted(marked.as_ref(), &m)?,
             _ => {
                 info!("tenancy now asks for something else; the interrupted apply is dropped");
                 None
@@ -301,16 +293,16 @@ impl Agent<'_> {
             info!("{} never reached releases/; applying it anew", sha.short());
             return Ok(None);
         }
-        if let Err(e) = release::verify(&self.layout, sha.as_str()) {
+        if let Err(e) = release::verify(&self.layout, sha) {
             warn!("the release of the interrupted apply does not verify ({e:#}); applying it anew");
             return Ok(None);
         }
-        let rel = release::point_current(&self.layout, sha.as_str(), &|r| self.policy_gate(r))?;
+        let rel = release::point_current(&self.layout, sha, &|r| self.policy_gate(r))?;
         let prod = self.cfg.is_prod(rel.is_prod());
         info!("finishing the interrupted apply of {}", sha.short());
         self.up_healthy(&rel, sha, prod)?;
         self.state.mark_applied(sha, rel.is_prod());
-        self.record_converged(sha.as_str());
+        self.record_converged(sha);
         self.state.clear_failed();
         let detail = format!(
             "{}: finished the apply of {} cut short at {}",
@@ -329,18 +321,22 @@ impl Agent<'_> {
     /// Tenancy wants the applied release, not the interrupted one: `current` goes back to it
     /// and it is brought up again. `None` when `current` still names it (the crash came before
     /// the swap): the heartbeat goes on, and heals what the crash left.
-    fn roll_back_interrupted(&mut self, m: &Marker) -> anyhow::Result<Option<Exit>> {
+    fn roll_back_interrupted(
+        &mut self,
+        marked: Option<&Sha>,
+        m: &Marker,
+    ) -> anyhow::Result<Option<Exit>> {
         let Some(applied) = self.state.applied_sha().cloned() else {
             return Ok(None);
         };
-        if release::current_sha(&self.layout)?.as_deref() == Some(applied.as_str()) {
+        if release::current_sha(&self.layout)?.as_ref() == Some(&applied) {
             return Ok(None);
         }
         let note = self.revert_to(&applied);
         let detail = format!(
             "{}: rolled back the apply of {} cut short at {}: {note}",
             Code::ApplyInterrupted,
-            short(Some(&m.sha)),
+            marked.map_or("-", Sha::short),
             crate::status::rfc3339(m.started_at)
         );
         let sha = self.state.applied_sha().cloned();

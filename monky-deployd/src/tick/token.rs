@@ -11,13 +11,11 @@ use monky_bao_client as bao;
 use secrecy::{ExposeSecret, SecretString};
 use tracing::{info, warn};
 
-use super::{Agent, TickOptions};
+use super::Agent;
 use crate::clock::{self, BootDeadline};
 use crate::code::Code;
-use crate::config::Config;
-use crate::exit::{Exit, Failure};
-use crate::layout::Layout;
-use crate::state::{self, State, TokenSource, TokenState};
+use crate::exit::Failure;
+use crate::state::{self, TokenSource, TokenState};
 use crate::{fsx, peers, redact};
 
 /// Lease again when the token is older than its max TTL (30 d) less two days.
@@ -371,32 +369,4 @@ impl Agent<'_> {
         }
         Ok(())
     }
-}
-
-/// `monky-deployd bootstrap [--force]`: log in with the kit's grant and store the token.
-pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
-    let layout = Layout::open(cfg)?;
-    let Some(_lock) = layout.lock()? else {
-        anyhow::bail!("a tick is running; try again in a minute");
-    };
-    let (state, _) = State::load(&layout)?;
-    let mut agent = Agent::new(cfg, layout, state, TickOptions::default())?;
-    if agent.token_path().exists() && !force {
-        outln!("a token is already stored; use --force to replace it");
-        return Ok(Exit::Ok);
-    }
-    if force {
-        // The old token stays valid until revoked by the new login's install_token.
-        if let Ok(Some(text)) = agent.read_token() {
-            redact::register(text.trim());
-            agent.token = Some(bao::Token::new(text.trim().to_string()));
-        }
-    }
-    let result = agent.bootstrap();
-    if let Err(e) = agent.state.save(&agent.layout) {
-        warn!("cannot save state: {e:#}");
-    }
-    result?;
-    outln!("token stored in {}", agent.token_path().display());
-    Ok(Exit::Ok)
 }

@@ -1,0 +1,39 @@
+//! `monky-deployd bootstrap`: the token from the kit's grant, outside a tick.
+
+use monky_bao_client as bao;
+use tracing::warn;
+
+use super::{Agent, TickOptions};
+use crate::config::Config;
+use crate::exit::Exit;
+use crate::layout::Layout;
+use crate::redact;
+use crate::state::State;
+
+/// `monky-deployd bootstrap [--force]`: log in with the kit's grant and store the token.
+pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
+    let layout = Layout::open(cfg)?;
+    let Some(_lock) = layout.lock()? else {
+        anyhow::bail!("a tick is running; try again in a minute");
+    };
+    let (state, _) = State::load(&layout)?;
+    let mut agent = Agent::new(cfg, layout, state, TickOptions::default())?;
+    if agent.token_path().exists() && !force {
+        outln!("a token is already stored; use --force to replace it");
+        return Ok(Exit::Ok);
+    }
+    if force {
+        // The old token stays valid until revoked by the new login's install_token.
+        if let Ok(Some(text)) = agent.read_token() {
+            redact::register(text.trim());
+            agent.token = Some(bao::Token::new(text.trim().to_string()));
+        }
+    }
+    let result = agent.bootstrap();
+    if let Err(e) = agent.state.save(&agent.layout) {
+        warn!("cannot save state: {e:#}");
+    }
+    result?;
+    outln!("token stored in {}", agent.token_path().display());
+    Ok(Exit::Ok)
+}

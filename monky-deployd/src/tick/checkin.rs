@@ -1,0 +1,90 @@
+//! The checkin: what the box looks like, said to tenancy, and tenancy's answer.
+
+use monky_agent_proto as proto;
+use tracing::warn;
+
+use super::Agent;
+use crate::state::SeenContainer;
+use crate::{host, peers};
+
+impl Agent<'_> {
+    /// Looks at the project's containers again: state keeps what was seen, and why the look
+    /// failed is kept for the heartbeat (a failed look is no "nothing running").
+    pub(super) fn refresh_containers(&mut self) {
+        let listed = self.docker.container_facts(&self.cfg.compose_project);
+        self.docker_error = listed.as_ref().err().map(ToString::to_string);
+        self.facts = listed.unwrap_or_else(|e| {
+            warn!("cannot list containers: {e}");
+            Vec::new()
+        });
+        self.state.saw_containers(
+            self.facts
+                .iter()
+                .map(|f| SeenContainer {
+                    name: f.container.name.clone(),
+                    state: f.container.state.clone(),
+                    health: f.container.health.clone(),
+                })
+                .collect(),
+        );
+    }
+
+    pub(super) fn wire_containers(&self) -> Vec<proto::ContainerStatus> {
+        self.state
+            .containers()
+            .iter()
+            .map(|c| proto::ContainerStatus {
+                name: c.name.clone(),
+                state: c.state.clone(),
+                health: c.health.clone(),
+            })
+            .collect()
+    }
+
+    /// Looks at the box (the containers, the docker facts, the compose found) and says it to
+    /// tenancy as a checkin.
+    fn checkin_request(&mut self) -> proto::CheckinRequest {
+        self.refresh_containers();
+        let facts = self.docker.facts();
+        self.state.found_compose(self.docker.known_compose());
+        proto::CheckinRequest {
+            env_id: self.cfg.env_id.clone(),
+            agent_version: crate::VERSION.to_string(),
+            applied_sha: self.state.applied_sha().map(|s| s.as_str().to_owned()),
+            host: proto::HostFacts {
+                hostname: host::hostname(),
+                os: host::os(),
+                kernel: host::kernel(),
+                docker: facts.docker_version,
+                compose: facts.compose_version,
+                free_bytes: facts.free_bytes,
+                agent_version: crate::VERSION.to_string(),
+                transport: self.cfg.transport.as_str().to_string(),
+                site: self.cfg.site.clone(),
+                laptop_mode: self.cfg.laptop_mode,
+            },
+            containers: self.wire_containers(),
+            hold: self.hold.as_ref().map(crate::hold::Hold::wire),
+        }
+    }
+
+    /// Checks in. Tenancy's 401 alone destroys nothing: a fresh grant on disk (staged by the
+    /// box's admin) replaces the token, and otherwise OpenBao says whether the token is dead.
+    pub(super) fn checkin(&mut self) -> anyhow::Result<proto::CheckinResponse> {
+        let req = self.checkin_request();
+        let refused = match self.tenancy.checkin(&self.bearer()?, &req) {
+            Ok(r) => return Ok(r),
+            Err(e) if e.kind() == proto::ErrorKind::Unauthenticated => e,
+            Err(e) => return Err(peers::tenancy_failure("checkin", e)),
+        };
+        warn!("tenancy refused the token ({refused})");
+        if !self.cfg.bootstrap_file.exists() {
+            return Err(self.token_refused_by_tenancy(&refused));
+        }
+        // The new login's token replaces (and revokes) the old one only once it exists.
+        self.bootstrap()?;
+        self.tenancy
+            .checkin(&self.bearer()?, &req)
+            .map_err(|e| peers::tenancy_failure("checkin after re-bootstrap", e))
+    }
+}

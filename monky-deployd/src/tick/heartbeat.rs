@@ -1,0 +1,101 @@
+//! Actions none and down: the heartbeat (drift, or the containers' health) and the retire.
+
+use tracing::{info, warn};
+
+use super::outcome::Outcome;
+use super::{Agent, not_ready};
+use crate::code::Code;
+use crate::config::VolumesOnAbsent;
+use crate::exit::{Exit, Failure};
+use crate::release;
+
+impl Agent<'_> {
+    /// Action none: drift of the applied release healed, or the containers' health reported.
+    pub(super) fn heartbeat(&mut self) -> anyhow::Result<Exit> {
+        if let (None, Some(sha)) = (&self.docker_error, self.state.applied_sha().cloned()) {
+            let drift = crate::drift::detect(sha.as_str(), self.state.converged(), &self.facts);
+            if !drift.is_empty() {
+                return self.on_drift(&sha, &drift);
+            }
+            self.adopt_converged(&sha);
+        }
+        self.health_report(None)
+    }
+
+    /// The heartbeat's report of the containers' health; `note` (a hold) goes beside an
+    /// `applied` result and after a failure's detail.
+    pub(super) fn health_report(&mut self, note: Option<(Code, String)>) -> anyhow::Result<Exit> {
+        let bad = not_ready(self.state.containers());
+        let missing = self.state.containers().is_empty() && self.state.applied_sha().is_some();
+        let sha = self.state.applied_sha().map(|s| s.as_str().to_owned());
+        let unknown = self.docker_error.clone();
+        if unknown.is_none() && bad.is_empty() && !missing {
+            info!(
+                "heartbeat: {} container(s) healthy",
+                self.state.containers().len()
+            );
+            return self.conclude(match note {
+                Some((code, detail)) => Outcome::noted(sha.as_deref(), code, detail),
+                None => Outcome::applied(sha.as_deref()),
+            });
+        }
+        let (code, why) = if let Some(e) = unknown {
+            (
+                Code::DockerUnavailable,
+                format!("cannot list the containers: {e}"),
+            )
+        } else if missing {
+            (
+                Code::NotRunning,
+                "no container of the project is running".to_string(),
+            )
+        } else {
+            (Code::Unhealthy, bad.join(", "))
+        };
+        let mut detail = format!("{code}: {why}");
+        if let Some((_, note)) = note {
+            detail = format!("{detail}; {note}");
+        }
+        warn!("heartbeat: {detail}");
+        self.conclude(Outcome::failed(sha.as_deref(), code, detail))
+    }
+
+    /// Action down: the project taken down (volumes too when asked and not prod), `current`
+    /// removed, reported as down.
+    pub(super) fn retire(&mut self, purge_requested: bool) -> anyhow::Result<Exit> {
+        if let Some(sha) = release::current_sha(&self.layout)?
+            && release::on_disk(&self.layout, sha.as_str())
+        {
+            // A release changed on disk could steer `down -v` at volumes it never owned.
+            release::verify(&self.layout, &sha)?;
+        }
+        let rel = release::Release::current(&self.layout)?;
+        // The release `current` names is judged by its own (verified) tier too: a failed prod
+        // release left in place (on_failure: leave) is no applied release, and still prod.
+        let prod = self.cfg.is_prod(
+            self.state.applied_prod().unwrap_or(false) || rel.as_ref().is_some_and(|r| r.is_prod()),
+        );
+        let wanted = purge_requested || self.cfg.volumes_on_absent == VolumesOnAbsent::Purge;
+        let volumes = wanted && !prod;
+        if wanted && prod {
+            warn!("volume purge requested on a prod env: refused, volumes kept");
+        }
+        if let Some(rel) = rel {
+            info!(
+                "compose down --remove-orphans{}",
+                if volumes { " -v" } else { "" }
+            );
+            rel.compose(&self.docker, self.cfg)
+                .down(volumes)
+                .map_err(|e| Failure::coded(Code::ComposeDownFailed, e.to_string()))?;
+        } else {
+            info!("nothing deployed; reporting down");
+        }
+        let sha = self.state.forget_applied();
+        release::clear_current(&self.layout)?;
+        self.refresh_containers();
+        self.conclude(Outcome::down(
+            sha.as_ref().map(monky_agent_proto::Sha::as_str),
+        ))
+    }
+}

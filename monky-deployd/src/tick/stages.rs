@@ -1,0 +1,315 @@
+//! The apply's stages as types: fetched, checked, staged, pulled, promoted. Each step takes the
+//! stage before it and returns the next or a failure, and only its step makes a stage, so a
+//! release cannot be promoted that was not staged, pulled and judged, nor staged from a bundle
+//! that was not fetched as the desired sha and checked.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use monky_agent_proto::Sha;
+use monky_bundle as bundle;
+use secrecy::{ExposeSecret, SecretString};
+use tracing::{info, warn};
+
+use super::Agent;
+use crate::code::Code;
+use crate::exit::{Exit, Failure};
+use crate::refusals::{self, ResolvedEntry};
+use crate::{failpoint, fsx, peers, redact, release};
+
+/// Steps 1-2 passed: the bundle tenancy served, parsed within the limits, hashing to `sha`.
+pub(super) struct Fetched {
+    sha: Sha,
+    bundle: bundle::Bundle,
+}
+
+/// Step 3 passed: nothing the bundle alone shows is wrong, and each manifest entry has its KV
+/// path.
+pub(super) struct Checked {
+    sha: Sha,
+    bundle: bundle::Bundle,
+    manifest: Vec<ResolvedEntry>,
+}
+
+/// Steps 4-9 passed: the secrets read, `.env` rendered, the release written to `staging/` and
+/// compose's model of it judged by the policy.
+pub(super) struct Staged {
+    sha: Sha,
+    prod: bool,
+    release: release::Release,
+}
+
+/// Step 10 passed: the staged release's images are on the box.
+pub(super) struct Pulled(Staged);
+
+/// Step 11 passed: `releases/<sha>`, named by `current`, verified on disk.
+pub(super) struct Promoted {
+    sha: Sha,
+    prod: bool,
+    release: release::Release,
+}
+
+impl Promoted {
+    /// The sha the release is.
+    pub(super) fn sha(&self) -> &Sha {
+        &self.sha
+    }
+
+    /// Whether the bundle says prod (its own `bundle.json`, before the config's override).
+    pub(super) fn bundle_prod(&self) -> bool {
+        self.prod
+    }
+
+    /// The release `current` names.
+    pub(super) fn release(&self) -> &release::Release {
+        &self.release
+    }
+}
+
+impl Agent<'_> {
+    /// Steps 1-2: the bundle from tenancy, parsed within the limits and proven to be `sha`;
+    /// also its raw bytes, kept on the box when the bundle author must fix it.
+    pub(super) fn fetch(&self, sha: &Sha, url: &str) -> anyhow::Result<(Fetched, Vec<u8>)> {
+        let dl = self
+            .tenancy
+            .bundle(&self.bearer()?, url)
+            .map_err(|e| peers::tenancy_failure("bundle", e))?;
+        let b = bundle::Bundle::parse(&dl.bytes, &bundle::Limits::default())
+            .map_err(|e| anyhow::Error::from(Failure::from(&e)))
+            .inspect_err(|e| self.keep_bad_bundle(sha, &dl.bytes, e))?;
+        b.check_sha(&sha.digest()).map_err(refusal)?;
+        if let Some(h) = dl.header_sha.as_deref().filter(|h| *h != b.sha()) {
+            // The header is tenancy's claim, not a checked sha: its first 12 characters.
+            warn!(
+                "bundle header sha {} disagrees with its content {}",
+                h.chars().take(12).collect::<String>(),
+                sha.short()
+            );
+        }
+        failpoint::hit("after-fetch");
+        let fetched = Fetched {
+            sha: sha.clone(),
+            bundle: b,
+        };
+        Ok((fetched, dl.bytes))
+    }
+
+    /// Step 3: every refusal an apply can meet before any lease or secret read.
+    pub(super) fn check(&mut self, fetched: Fetched) -> anyhow::Result<Checked> {
+        let Fetched { sha, bundle: b } = fetched;
+        // Recorded before the disk check, so `doctor` measures the desired bundle's need even
+        // when the check refuses it.
+        self.state.needs_disk(b.meta().disk_need_bytes);
+        let (manifest, refused) = refusals::offline(
+            &b,
+            &self.cfg.env_id,
+            &self.kv_mount(),
+            &self.cfg.compose_policy(false),
+        );
+        if let Some(f) = refusals::all(refused) {
+            return Err(f.into());
+        }
+        let history: Vec<String> = self
+            .state
+            .applied_history()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        bundle::check_rollback(sha.as_str(), &history, b.meta().allow_rollback).map_err(refusal)?;
+        // The byte cap of releases/ and staging/, before anything is leased or staged; the
+        // running release, the last good one and a sha waiting out its backoff are never pruned
+        // for room.
+        let need = b
+            .files()
+            .values()
+            .map(|bytes| bytes.len() as u64)
+            .sum::<u64>()
+            .saturating_add(ENV_ALLOWANCE);
+        let protect: Vec<&str> = [
+            Some(&sha),
+            self.state.applied_sha(),
+            self.state.failed().map(|f| &f.sha),
+        ]
+        .into_iter()
+        .flatten()
+        .map(Sha::as_str)
+        .collect();
+        release::make_room(&self.layout, self.cfg, need, &protect)?;
+        match self.docker.free_bytes() {
+            Ok(free) => bundle::check_disk(
+                free,
+                b.meta().disk_need_bytes.unwrap_or(0),
+                self.cfg.disk_factor,
+                self.cfg.disk_headroom_bytes,
+            )
+            .map_err(refusal)?,
+            Err(e) => {
+                warn!("cannot read the docker data root's free space ({e}); disk check skipped")
+            }
+        }
+        Ok(Checked {
+            sha,
+            bundle: b,
+            manifest,
+        })
+    }
+
+    /// Steps 4-9: lease a grant, log in with it and read the secrets; render `.env`; write the
+    /// release to `staging/`; judge compose's model of it.
+    pub(super) fn stage(&mut self, checked: Checked) -> anyhow::Result<Staged> {
+        let Checked {
+            sha,
+            bundle: b,
+            manifest,
+        } = checked;
+        let values = self.read_secrets(&manifest)?;
+        if self.state.original_release().is_some() {
+            self.note_quoting_changes(&values);
+        }
+        // 7. A value that cannot be written where the template puts it fails here, before
+        // staging, and waits out the backoff: the pinned versions make it fail the same way
+        // next time.
+        let env_text = bundle::render_env(b.env_template(), &values)
+            .map_err(|r| self.release_failed(&sha, Code::of_refusal(r.code), &r, None))?;
+        drop(values);
+        // 8. Stage the release.
+        let staged = release::stage(&self.layout, &sha, &b, &env_text)?;
+        failpoint::hit("after-staging");
+        // 9. Compose's model is the authority, since a value from a secret is only visible
+        // there. A refusal here waits out the backoff as a render failure does: with the same
+        // pinned versions the next tick would read the secrets only to be refused again.
+        if let Err(e) = self.policy_gate(&staged) {
+            return Err(match Failure::code_of(&e) {
+                Some(code) if Exit::of(&e) == Exit::Fail => {
+                    self.release_failed(&sha, code, &Failure::detail_of(&e).1, None)
+                }
+                _ => e,
+            });
+        }
+        Ok(Staged {
+            sha,
+            prod: b.meta().is_prod(),
+            release: staged,
+        })
+    }
+
+    /// Step 10: pull from the staging dir; a registry refusal leaves `current` naming the
+    /// release that is still running.
+    pub(super) fn pull(&mut self, staged: Staged) -> anyhow::Result<Pulled> {
+        info!("compose pull");
+        if let Err(e) = staged.release.compose(&self.docker, self.cfg).pull() {
+            // A tag never pushed is the bundle's, not the registry's: no credential fixes it.
+            let code = if e.is_missing_image() {
+                Code::ImageNotFound
+            } else {
+                Code::ComposePullFailed
+            };
+            return Err(self.release_failed(&staged.sha, code, &e, None));
+        }
+        Ok(Pulled(staged))
+    }
+
+    /// Step 11: mark the apply under way, make the release `releases/<sha>` named by `current`
+    /// (a retry's release judged again), and verify it on disk. From here to the saved outcome
+    /// the box changes: the mark says so to a tick that finds this one cut short, and this
+    /// tick's `finish` removes it once the outcome is saved.
+    pub(super) fn promote(&mut self, pulled: Pulled) -> anyhow::Result<Promoted> {
+        let Pulled(Staged { sha, prod, release }) = pulled;
+        crate::interrupted::write(
+            &self.layout,
+            &crate::interrupted::Marker {
+                sha: sha.to_string(),
+                previous: self.state.applied_sha().map(ToString::to_string),
+                started_at: crate::state::now(),
+            },
+        )?;
+        self.marker_settled = true;
+        let release = release::promote(&self.layout, release, &sha, &|r| self.policy_gate(r))?;
+        failpoint::hit("after-swap");
+        release::verify(&self.layout, &sha)?;
+        Ok(Promoted { sha, prod, release })
+    }
+
+    /// Steps 4-6: the token for reading (a lease, unless a valid one is held), then every
+    /// manifest entry's value; the registry credential goes to the agent's docker config.
+    /// Names are logged, values never.
+    fn read_secrets(
+        &mut self,
+        manifest: &[ResolvedEntry],
+    ) -> anyhow::Result<BTreeMap<String, SecretString>> {
+        let mut values: BTreeMap<String, SecretString> = BTreeMap::new();
+        if manifest.is_empty() {
+            return Ok(values);
+        }
+        self.token_for_apply()?;
+        let token = self.token.as_ref().context("no token")?;
+        for ResolvedEntry { entry, path } in manifest {
+            let v = self
+                .bao()?
+                .read_kv(token, path, entry.version)
+                .map_err(|e| peers::bao_failure(&format!("read {}", entry.var), e))?;
+            redact::register(v.expose_secret());
+            if entry.is_registry_auth() {
+                self.write_registry_auth(&v);
+            } else {
+                values.insert(entry.var.clone(), v);
+            }
+        }
+        info!(
+            "read {} secret(s): {}",
+            values.len(),
+            values.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+        Ok(values)
+    }
+
+    /// The compose policy on compose's model of `rel`, before compose pulls or starts it: the
+    /// staged release, a retried one updated in place before `current` names it, and a release
+    /// fallen back to, whose files may have changed on disk since it was checked.
+    pub(super) fn policy_gate(&self, rel: &release::Release) -> anyhow::Result<()> {
+        // The override is written before the model is built, so the model carries the pids
+        // limit the agent supplies, and compose's model must show one for every service.
+        rel.write_budget_override(self.cfg)?;
+        let policy = self
+            .cfg
+            .compose_policy(rel.allow_privileged())
+            .pids_supplied(true);
+        let raw = rel.compose_yaml()?;
+        let refused = refusals::model(
+            &policy,
+            &rel.compose(&self.docker, self.cfg),
+            &raw,
+            rel.dir(),
+        )?;
+        match refusals::all(refused) {
+            Some(f) => Err(f.into()),
+            None => Ok(()),
+        }
+    }
+
+    fn write_registry_auth(&self, value: &SecretString) {
+        let result = bundle::RegistryAuth::parse(value, Some(&self.cfg.registry_host))
+            .map_err(anyhow::Error::new)
+            .and_then(|auth| {
+                redact::register_basic_auth(auth.username(), auth.password().expose_secret());
+                let json = auth.docker_config_json();
+                redact::register(json.expose_secret());
+                fsx::Dir::state_root(&self.cfg.state_dir)?
+                    .ensure_sub("docker", 0o700)?
+                    .write_atomic("config.json", json.expose_secret().as_bytes(), 0o600)?;
+                Ok(auth.registry().to_string())
+            });
+        match result {
+            Ok(registry) => info!("registry credential in place for {registry}"),
+            Err(e) => warn!("registry credential unusable ({e:#}); private images will not pull"),
+        }
+    }
+}
+
+/// What a release's `.env` is counted as before its values are read: a few hundred secrets of
+/// a few hundred bytes.
+const ENV_ALLOWANCE: u64 = 256 * 1024;
+
+fn refusal(r: bundle::Refusal) -> anyhow::Error {
+    Failure::from(&r).into()
+}
