@@ -170,7 +170,7 @@ impl Agent<'_> {
         // staging, and waits out the backoff: the pinned versions make it fail the same way
         // next time.
         let env_text = bundle::render_env(b.env_template(), &values)
-            .map_err(|r| self.release_failed(&sha, Code::of_refusal(r.code), &r, None))?;
+            .map_err(|r| self.release_failed(&sha, Code::of_refusal(r.code), &r.message(), None))?;
         drop(values);
         // 8. Stage the release.
         let staged = release::stage(&self.layout, &sha, &b, &env_text)?;
@@ -179,11 +179,12 @@ impl Agent<'_> {
         // there. A refusal here waits out the backoff as a render failure does: with the same
         // pinned versions the next tick would read the secrets only to be refused again.
         if let Err(e) = self.policy_gate(&staged) {
-            return Err(match Failure::code_of(&e) {
-                Some(code) if Exit::of(&e) == Exit::Fail => {
-                    self.release_failed(&sha, code, &Failure::detail_of(&e).1, None)
+            return Err(match Failure::of(&e).filter(|f| f.exit() == Exit::Fail) {
+                Some(f) => {
+                    let (code, why) = (f.code, f.message.clone());
+                    self.release_failed(&sha, code, &why, None)
                 }
-                _ => e,
+                None => e,
             });
         }
         Ok(Staged {
