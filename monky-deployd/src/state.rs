@@ -172,6 +172,10 @@ pub struct State {
     pub last_note: Option<String>,
     /// The operator's hold as the last tick found it (for the metrics file).
     pub hold: Option<crate::hold::Hold>,
+    /// How far the box's wall clock was from OpenBao's at the last OpenBao answer a tick read
+    /// (its `Date`); the tick, `status` and `explain` judge the clock by it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock: Option<crate::clock::ClockReading>,
 }
 
 /// Seconds since the epoch by the wall clock (see [`crate::clock`]).
