@@ -117,18 +117,24 @@ impl ClockReading {
         received: std::time::SystemTime,
         boot: Option<&BootInstant>,
     ) -> Self {
-        let secs = |t: std::time::SystemTime, up: bool| {
+        // Whole seconds, rounded up or down; the box's own moments by its (test) wall clock.
+        let secs = |t: std::time::SystemTime, up: bool, by: i64| {
             let d = t
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default();
             let whole = d.as_secs() + u64::from(up && d.subsec_nanos() > 0);
-            i64::try_from(shift(whole, test_offsets().0)).unwrap_or(i64::MAX)
+            i64::try_from(shift(whole, by)).unwrap_or(i64::MAX)
         };
-        let date = secs(date, false);
+        let wall = test_offsets().0;
+        let (date, sent, received) = (
+            secs(date, false, 0),
+            secs(sent, false, wall),
+            secs(received, true, wall),
+        );
         // OpenBao stamped its answer between the send and the receipt, at `date` plus less
         // than a second.
-        let low = secs(sent, false).saturating_sub(date).saturating_sub(1);
-        let high = secs(received, true).saturating_sub(date);
+        let low = sent.saturating_sub(date).saturating_sub(1);
+        let high = received.saturating_sub(date);
         Self {
             box_ahead_s: if low > 0 {
                 low
@@ -137,7 +143,7 @@ impl ClockReading {
             } else {
                 0
             },
-            at: secs(received, true).unsigned_abs(),
+            at: received.unsigned_abs(),
             at_boot: boot.map(|b| BootDeadline::after(b, 0)),
         }
     }
@@ -187,14 +193,16 @@ pub fn skew_problem(ahead: i64) -> Option<String> {
     })
 }
 
-/// A span in its largest whole unit (`45s`, `12m`, `5h`, `3d`): stable from tick to tick, so a
-/// skew that stays is counted as a repeat, not logged again.
+/// A span in its largest unit, rounded (`45s`, `12m`, `5h`, `3d`): stable from tick to tick, so
+/// a skew that stays is counted as a repeat, not logged again.
 fn human(secs: u64) -> String {
+    let round = |unit: u64| secs.saturating_add(unit / 2) / unit;
+    // Each unit from one and a half of it: a second short of 2 days reads "2d", not "48h".
     match secs {
-        s if s < 120 => format!("{s}s"),
-        s if s < 7200 => format!("{}m", s / 60),
-        s if s < 172_800 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86400),
+        s if s < 90 => format!("{s}s"),
+        s if s < 5400 => format!("{}m", round(60)),
+        s if s < 129_600 => format!("{}h", round(3600)),
+        _ => format!("{}d", round(86400)),
     }
 }
 
@@ -286,6 +294,10 @@ mod tests {
         // The code's next step names the same tolerance.
         let step = crate::code::Code::TlsClock.next_step();
         assert!(step.contains(&format!("{SKEW_TOLERANCE_S} s off")), "{step}");
+        assert_eq!(
+            [31, 119, 7199, 172_799, 259_199, 129_599].map(human),
+            ["31s", "2m", "2h", "2d", "3d", "36h"]
+        );
         // Another boot, or no boot clock: the reading says nothing now.
         assert_eq!(fine.ahead_at(1060, Some(&at("b", 60))), None);
         assert_eq!(fine.ahead_at(1060, None), None);

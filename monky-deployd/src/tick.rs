@@ -208,6 +208,7 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> any
     state.last_action = None;
     let mut agent = Agent::new(cfg, state, opts)?;
     let result = agent.converge();
+    agent.token_upkeep(&result);
     let result = agent.judge_clock(result);
     // Clamped again: a state.json written before the bounds existed may hold any number.
     *interval = agent

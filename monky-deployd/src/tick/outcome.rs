@@ -127,8 +127,20 @@ impl Agent<'_> {
         }
     }
 
-    /// The tick's `finally`: an error's code and detail recorded, token upkeep, staging
-    /// cleanup, state saved. Returns the state save's error.
+    /// Token upkeep after the action, unless tenancy could not be reached; before the clock is
+    /// judged, so a renewal's or `lookup-self`'s `Date` counts in this very tick.
+    pub(super) fn token_upkeep(&mut self, result: &anyhow::Result<Exit>) {
+        let reached_tenancy = result
+            .as_ref()
+            .err()
+            .is_none_or(|e| Exit::of(e) != Exit::Temporary);
+        if reached_tenancy && let Err(e) = self.upkeep() {
+            warn!("token upkeep: {}", redact::redact(&format!("{e:#}")));
+        }
+    }
+
+    /// The tick's `finally`: an error's code and detail recorded, staging cleanup, state
+    /// saved. Returns the state save's error.
     pub(super) fn finish(&mut self, result: &anyhow::Result<Exit>) -> anyhow::Result<()> {
         let error = result.as_ref().err();
         if let Some(e) = error {
@@ -156,10 +168,6 @@ impl Agent<'_> {
         } else {
             0
         };
-        let reached_tenancy = error.is_none_or(|e| Exit::of(e) != Exit::Temporary);
-        if reached_tenancy && let Err(e) = self.upkeep() {
-            warn!("token upkeep: {}", redact::redact(&format!("{e:#}")));
-        }
         release::clean_staging(self.cfg);
         failpoint::hit("before-save");
         self.state.save(&self.cfg.state_dir).with_context(|| {
