@@ -320,7 +320,10 @@ impl BaoClient {
     /// OpenBao's `Date` from the last answer this client (or a clone) received, whatever its
     /// status; `None` before any answer, or when it carried no readable `Date`.
     pub fn server_date(&self) -> Option<ServerDate> {
-        *self.last_date.lock().unwrap_or_else(PoisonError::into_inner)
+        *self
+            .last_date
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// `POST /v1/auth/<mount>/login {"role", "jwt"}`: exchanges a JWT for a token.
@@ -497,7 +500,10 @@ impl BaoClient {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| httpdate::parse_http_date(v).ok());
         if let Some(date) = date {
-            *self.last_date.lock().unwrap_or_else(PoisonError::into_inner) = Some(ServerDate {
+            *self
+                .last_date
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(ServerDate {
                 date,
                 sent,
                 received,

@@ -151,7 +151,10 @@ fn every_answer_carries_openbaos_date(p: &Peer) {
     let fresh = BaoClient::builder(p.bao.url()).build().unwrap();
     assert_eq!(fresh.server_date(), None, "no answer yet");
     let token = p.login("env-a");
-    let first = p.client.server_date().expect("the login's answer has a Date");
+    let first = p
+        .client
+        .server_date()
+        .expect("the login's answer has a Date");
     assert_eq!(outside_the_call(&first), Duration::ZERO, "{first:?}");
     // A refusal is dated too (doctor's lookup without a token).
     let refused = fresh.lookup_self(&Token::new(String::new())).unwrap_err();

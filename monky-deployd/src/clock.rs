@@ -119,9 +119,7 @@ impl ClockReading {
     ) -> Self {
         // Whole seconds, rounded up or down; the box's own moments by its (test) wall clock.
         let secs = |t: std::time::SystemTime, up: bool, by: i64| {
-            let d = t
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
+            let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
             let whole = d.as_secs() + u64::from(up && d.subsec_nanos() > 0);
             i64::try_from(shift(whole, by)).unwrap_or(i64::MAX)
         };
@@ -178,7 +176,10 @@ impl ClockReading {
 pub fn skew_problem(ahead: i64) -> Option<String> {
     (ahead.unsigned_abs() > SKEW_TOLERANCE_S).then(|| {
         let (way, effect) = if ahead > 0 {
-            ("ahead of", "a certificate looks expired here that much early")
+            (
+                "ahead of",
+                "a certificate looks expired here that much early",
+            )
         } else {
             (
                 "behind",
@@ -293,7 +294,10 @@ mod tests {
         assert_eq!(fine.problem(1060 - 30, Some(&at("a", 560))), None);
         // The code's next step names the same tolerance.
         let step = crate::code::Code::TlsClock.next_step();
-        assert!(step.contains(&format!("{SKEW_TOLERANCE_S} s off")), "{step}");
+        assert!(
+            step.contains(&format!("{SKEW_TOLERANCE_S} s off")),
+            "{step}"
+        );
         assert_eq!(
             [31, 119, 7199, 172_799, 259_199, 129_599].map(human),
             ["31s", "2m", "2h", "2d", "3d", "36h"]
@@ -301,7 +305,10 @@ mod tests {
         // Another boot, or no boot clock: the reading says nothing now.
         assert_eq!(fine.ahead_at(1060, Some(&at("b", 60))), None);
         assert_eq!(fine.ahead_at(1060, None), None);
-        assert_eq!(ahead.ahead_at(0, Some(&at("a", u64::MAX))).map(i64::signum), Some(-1));
+        assert_eq!(
+            ahead.ahead_at(0, Some(&at("a", u64::MAX))).map(i64::signum),
+            Some(-1)
+        );
     }
 
     #[test]

@@ -32,9 +32,10 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         ));
     }
     // A clock gone wrong since the last tick is the box admin's move too.
-    let code = st.last_code.filter(|_| st.last_error.is_some()).or_else(|| {
-        crate::verdict::clock_problem(&st, seen).map(|_| crate::code::Code::TlsClock)
-    });
+    let code = st
+        .last_code
+        .filter(|_| st.last_error.is_some())
+        .or_else(|| crate::verdict::clock_problem(&st, seen).map(|_| crate::code::Code::TlsClock));
     let failed_logs = crate::evidence::latest(cfg)
         .filter(|_| code.is_some() || st.failed_sha.is_some())
         .map(|sha| crate::evidence::log_path(cfg, &sha).display().to_string());

@@ -315,8 +315,8 @@ impl<'a> Agent<'a> {
                 boot.as_ref(),
             ));
         }
-        let Some(problem) = (self.state.clock.as_ref())
-            .and_then(|r| r.problem(state::now(), boot.as_ref()))
+        let Some(problem) =
+            (self.state.clock.as_ref()).and_then(|r| r.problem(state::now(), boot.as_ref()))
         else {
             return result;
         };

@@ -584,7 +584,9 @@ fn a_clock_2_days_behind_openbaos_after_a_reboot_is_tls_clock_everywhere() {
     let again = run_with(&w, &["run", "--once"], &clock);
     again.expect(1);
     assert!(
-        again.stderr().contains("(same TLS_CLOCK as the last 1 tick)"),
+        again
+            .stderr()
+            .contains("(same TLS_CLOCK as the last 1 tick)"),
         "{}",
         again.stderr()
     );
