@@ -1653,6 +1653,20 @@ fn the_deb_installs_and_ticks_under_systemd() {
     let warnings = b.ok("journalctl -u monky-deployd.service -p warning --no-pager -o cat");
     assert!(warnings.contains("tick: action=- "), "{warnings}");
     assert!(!warnings.contains("outcome=applied"), "{warnings}");
+    // Every tick of the unit, once the last one has ended: one summary line each, with its
+    // fields in order and the priority its exit deserves; a failed tick's error line is an
+    // error (3) that `journalctl -p warning` finds; the info lines are info (6).
+    b.ok("systemctl stop monky-deployd.timer");
+    wait_for("the last tick to end", Duration::from_secs(300), || {
+        let state = b.sh("systemctl is-active monky-deployd.service").stdout;
+        (state != b"activating\n" && state != b"active\n").then_some(())
+    });
+    let warnings = b.ok("journalctl -u monky-deployd.service -p warning --no-pager -o cat");
+    let ticks = journal_by_tick(
+        &b.ok("journalctl -u monky-deployd.service -o json --all --no-pager"),
+        &uid,
+    );
+    check_tick_journal(&ticks, &warnings);
     assert_eq!(
         b.ok("stat -c '%a %U' /var/lib/monky-deployd/bao.token /var/lib/monky-deployd/state.json"),
         "600 monky-deployd\n600 monky-deployd\n"
@@ -1706,6 +1720,168 @@ fn the_deb_installs_and_ticks_under_systemd() {
         "install test: {:.1}s in the box",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// One journal line of the agent: its priority and message.
+type JournalLine = (u8, String);
+
+/// The agent's own lines (those of `uid`) in `journalctl -o json` output, by the unit's
+/// invocation (one per tick).
+fn journal_by_tick(json: &str, uid: &str) -> BTreeMap<String, Vec<JournalLine>> {
+    let mut ticks: BTreeMap<String, Vec<JournalLine>> = BTreeMap::new();
+    for entry in json
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["_UID"] == uid)
+    {
+        let (Some(id), Some(priority), Some(message)) = (
+            entry["_SYSTEMD_INVOCATION_ID"].as_str(),
+            entry["PRIORITY"].as_str().and_then(|p| p.parse().ok()),
+            entry["MESSAGE"].as_str(),
+        ) else {
+            panic!("a journal line of the agent without invocation, priority or text: {entry}");
+        };
+        ticks
+            .entry(id.to_string())
+            .or_default()
+            .push((priority, message.to_string()));
+    }
+    ticks
+}
+
+/// The journal of each finished tick reads as an operator needs it (issue 22): exactly one
+/// summary line, `tick: action= sha= outcome= code= duration=<n>s exit=`, at info for exit 0, at
+/// warning for 75 and at error otherwise; a tick that did not end 0 has an error line (3) naming
+/// the summary's code, which `journalctl -p warning` (`warnings`) shows; `checkin:` lines are
+/// info (6) and never reach `-p warning`. Both a 75 tick and a 0 tick must be among them.
+fn check_tick_journal(ticks: &BTreeMap<String, Vec<JournalLine>>, warnings: &str) {
+    let mut exits = Vec::new();
+    for (id, lines) in ticks {
+        let all = format!("tick {id}:\n{lines:#?}");
+        let summaries: Vec<&JournalLine> = lines
+            .iter()
+            .filter(|(_, m)| m.contains("tick: action="))
+            .collect();
+        assert_eq!(summaries.len(), 1, "one summary line per tick: {all}");
+        let (priority, summary) = summaries[0];
+        let at = |field: &str| {
+            summary
+                .find(field)
+                .unwrap_or_else(|| panic!("{field:?} not in {summary:?}"))
+        };
+        let order = [
+            "tick: action=",
+            " sha=",
+            " outcome=",
+            " code=",
+            " duration=",
+            " exit=",
+        ];
+        let places: Vec<usize> = order.iter().map(|f| at(f)).collect();
+        assert!(places.windows(2).all(|w| w[0] < w[1]), "{summary:?}");
+        let value = |field: &str| {
+            summary[at(field) + field.len()..]
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        };
+        let duration = value(" duration=");
+        assert!(
+            duration
+                .strip_suffix('s')
+                .is_some_and(|d| d.parse::<f64>().is_ok()),
+            "{summary:?}"
+        );
+        let exit: u8 = value(" exit=").parse().expect("a numeric exit");
+        let want = match exit {
+            0 => 6,
+            75 => 4,
+            _ => 3,
+        };
+        assert_eq!(
+            *priority, want,
+            "the summary's priority for exit {exit}: {all}"
+        );
+        if exit != 0 {
+            let code = value(" code=");
+            let error = lines
+                .iter()
+                .find(|(p, m)| *p == 3 && !m.contains("tick: action=") && m.contains(&code))
+                .unwrap_or_else(|| panic!("no error line naming {code}: {all}"));
+            assert!(
+                warnings.contains(error.1.trim()),
+                "journalctl -p warning misses {:?}:\n{warnings}",
+                error.1
+            );
+        }
+        for (p, m) in lines.iter().filter(|(_, m)| m.contains("checkin: action=")) {
+            assert_eq!(*p, 6, "{m:?} is info: {all}");
+            assert!(!warnings.contains(m.trim()), "{m:?} in -p warning");
+        }
+        exits.push(exit);
+    }
+    assert!(exits.contains(&75) && exits.contains(&0), "{exits:?}");
+}
+
+#[test]
+fn the_journal_check_catches_what_it_must() {
+    let tick = |lines: &[(u8, &str)]| -> Vec<JournalLine> {
+        lines.iter().map(|(p, m)| (*p, (*m).to_string())).collect()
+    };
+    let temporary = tick(&[
+        (3, "ERROR TENANCY_UNAVAILABLE: checkin: connection refused"),
+        (
+            4,
+            " WARN tick: action=- sha=- outcome=temporary code=TENANCY_UNAVAILABLE duration=0.1s exit=75 owner=\"no one\"",
+        ),
+    ]);
+    let applied = tick(&[
+        (6, " INFO checkin: action=apply desired=ab applied=-"),
+        (
+            6,
+            " INFO tick: action=apply sha=ab outcome=applied code=- duration=9.5s exit=0",
+        ),
+    ]);
+    let warnings = "ERROR TENANCY_UNAVAILABLE: checkin: connection refused\n WARN tick: action=- sha=- outcome=temporary code=TENANCY_UNAVAILABLE duration=0.1s exit=75 owner=\"no one\"\n";
+    let ticks = |a: &[JournalLine], b: &[JournalLine]| {
+        BTreeMap::from([("a".to_string(), a.to_vec()), ("b".to_string(), b.to_vec())])
+    };
+    check_tick_journal(&ticks(&temporary, &applied), warnings);
+    let fails = |t: BTreeMap<String, Vec<JournalLine>>, w: &str| {
+        std::panic::catch_unwind(|| check_tick_journal(&t, w)).is_err()
+    };
+    // The error line at info, or missing from -p warning.
+    let mut quiet = temporary.clone();
+    quiet[0].0 = 6;
+    assert!(fails(ticks(&quiet, &applied), warnings));
+    assert!(fails(ticks(&temporary, &applied), ""));
+    // Two summaries in one tick, or none.
+    let mut twice = applied.clone();
+    twice.push(applied[1].clone());
+    assert!(fails(ticks(&temporary, &twice), warnings));
+    assert!(fails(ticks(&temporary, &applied[..1]), warnings));
+    // A summary without its duration, or at the wrong priority.
+    let mut no_duration = applied.clone();
+    no_duration[1].1 = " INFO tick: action=apply sha=ab outcome=applied code=- exit=0".into();
+    assert!(fails(ticks(&temporary, &no_duration), warnings));
+    let mut loud = applied.clone();
+    loud[1].0 = 4;
+    assert!(fails(ticks(&temporary, &loud), warnings));
+    // The info line at warning.
+    let mut checkin = applied.clone();
+    checkin[0].0 = 4;
+    assert!(fails(ticks(&temporary, &checkin), warnings));
+    // The agent's lines are read by uid, under their invocation.
+    let json = format!(
+        "{}\n{}\n{}\n",
+        json!({"_UID": "998", "_SYSTEMD_INVOCATION_ID": "i1", "PRIORITY": "6", "MESSAGE": "x"}),
+        json!({"_UID": "0", "INVOCATION_ID": "i1", "PRIORITY": "6", "MESSAGE": "Starting"}),
+        json!({"_UID": "998", "_SYSTEMD_INVOCATION_ID": "i2", "PRIORITY": "3", "MESSAGE": "y"}),
+    );
+    let by = journal_by_tick(&json, "998");
+    assert_eq!(by["i1"], [(6, "x".to_string())]);
+    assert_eq!(by["i2"], [(3, "y".to_string())]);
 }
 
 // ---- the docs' commands ------------------------------------------------------------------------
