@@ -1482,12 +1482,18 @@ fn the_deb_installs_and_ticks_under_systemd() {
     // enrolment, the config, the grant, the proxy, the timer and a first tick. Nothing answers
     // behind the proxy, so that tick ends 75 (temporary; the unit counts it as a success) and
     // install.sh says the box cannot reach the mesh instead of "done".
+    //
+    // It runs as OPERATIONS.md's runbook "Install from a build" spells it, so a doc edit that
+    // breaks the runbook fails here: the folder `cargo xtask dist` filled (mounted at /pkg) is
+    // copied where the `scp` line puts it, and the install.sh line runs as written in the
+    // folder that holds it, with the grant under the name it gives; only the stand-ins for the
+    // mesh (an enrolment JWT, the local apt suite) are appended.
     let grant = tenancy.mint_grant(ENV);
-    b.put("/tmp/grant.jwt", grant.expose_secret());
     b.put("/tmp/enrol.jwt", "enrol-jwt-stand-in");
+    let install_line = install_runbook(&b, deb_name, grant.expose_secret());
     let install = b.sh(&format!(
-        "bash /pkg/install.sh --source /pkg --env {ENV} --bootstrap-file /tmp/grant.jwt \
-         --enrol-jwt /tmp/enrol.jwt --ziti-apt-source 'deb [trusted=yes] file:/repo ./'"
+        "cd /root/box && {install_line} --enrol-jwt /tmp/enrol.jwt \
+         --ziti-apt-source 'deb [trusted=yes] file:/repo ./'"
     ));
     let said = text(&install);
     assert!(!install.status.success(), "{said}");
@@ -1720,6 +1726,63 @@ fn the_deb_installs_and_ticks_under_systemd() {
         "install test: {:.1}s in the box",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// Plays OPERATIONS.md's "Install from a build" on `b` up to its install.sh line, which it
+/// returns for the caller to run in `/root/box` (as root, so without `sudo`): the `scp` line's
+/// copy of dist's folder (mounted at /pkg: the package, its .sha256 and install.sh, nothing
+/// else), and the grant staged under the line's `--bootstrap-file` name.
+fn install_runbook(b: &Machine, deb_name: &str, grant: &str) -> String {
+    let lines = crate::runbooks::commands("Install from a build");
+    let [scp, install] = lines.as_slice() else {
+        panic!("the install runbook is one scp line and one install.sh line: {lines:?}")
+    };
+    let scp = words(scp);
+    let [cmd, flag, from, to] = scp.as_slice() else {
+        panic!("{scp:?}")
+    };
+    assert_eq!(
+        (cmd.as_str(), flag.as_str(), from.as_str()),
+        ("scp", "-r", "target/dist-pkg"),
+        "the runbook copies dist's folder"
+    );
+    let folder = to.strip_prefix("box:").expect("scp to the box");
+    let mut held: Vec<String> = b
+        .ok("ls /pkg")
+        .lines()
+        .map(str::to_string)
+        .collect();
+    held.sort();
+    assert_eq!(
+        held,
+        [
+            deb_name.to_string(),
+            format!("{deb_name}.sha256"),
+            "install.sh".to_string()
+        ],
+        "dist's folder holds what the runbook says"
+    );
+    b.ok(&format!("mkdir -p /root/box && cp -r /pkg /root/box/{folder}"));
+    let line = install
+        .strip_prefix("sudo ")
+        .expect("the runbook runs install.sh with sudo");
+    let args = words(line);
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .unwrap_or_else(|| panic!("{flag} not in {line:?}"))
+            .clone()
+    };
+    assert_eq!(value("--env"), ENV, "{line}");
+    assert_eq!(
+        args.get(1).map(String::as_str),
+        Some(format!("{folder}/install.sh").as_str()),
+        "{line}"
+    );
+    assert_eq!(value("--source"), format!("./{folder}"), "{line}");
+    b.put(&format!("/root/box/{}", value("--bootstrap-file")), grant);
+    line.to_string()
 }
 
 /// One journal line of the agent: its priority and message.

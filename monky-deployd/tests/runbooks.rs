@@ -11,8 +11,9 @@ use crate::util::*;
 
 const DOC: &str = include_str!("../../docs/OPERATIONS.md");
 
-/// The lines of the `sh` blocks under the runbook titled `title`.
-fn commands(title: &str) -> Vec<String> {
+/// The lines of the `sh` blocks under the runbook titled `title` (the packaging test runs
+/// the install runbook's under systemd).
+pub(crate) fn commands(title: &str) -> Vec<String> {
     let runbooks = DOC
         .split("\n## Runbooks\n")
         .nth(1)
