@@ -125,7 +125,7 @@ fn written(out: &str, path: &str) -> Option<String> {
 }
 
 /// The config a dry run writes, parsed by the agent.
-fn written_config(out: &str) -> Config {
+pub(crate) fn written_config(out: &str) -> Config {
     let yaml = written(out, "/etc/monky-deployd/config.yaml")
         .unwrap_or_else(|| panic!("no config.yaml in the dry run:\n{out}"));
     Config::parse(&yaml, Path::new("/etc/monky-deployd/config.yaml"))
@@ -1747,11 +1747,7 @@ fn install_runbook(b: &Machine, deb_name: &str, grant: &str) -> String {
         "the runbook copies dist's folder"
     );
     let folder = to.strip_prefix("box:").expect("scp to the box");
-    let mut held: Vec<String> = b
-        .ok("ls /pkg")
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let mut held: Vec<String> = b.ok("ls /pkg").lines().map(str::to_string).collect();
     held.sort();
     assert_eq!(
         held,
@@ -1762,7 +1758,9 @@ fn install_runbook(b: &Machine, deb_name: &str, grant: &str) -> String {
         ],
         "dist's folder holds what the runbook says"
     );
-    b.ok(&format!("mkdir -p /root/box && cp -r /pkg /root/box/{folder}"));
+    b.ok(&format!(
+        "mkdir -p /root/box && cp -r /pkg /root/box/{folder}"
+    ));
     let line = install
         .strip_prefix("sudo ")
         .expect("the runbook runs install.sh with sudo");

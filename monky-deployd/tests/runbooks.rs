@@ -175,6 +175,150 @@ fn read_a_failed_releases_logs() {
     assert!(saw_logs && saw_check);
 }
 
+/// Moving a box: the old env retired in tenancy, then the runbook's lines as written: the
+/// timer is the box's, the token's removal runs on the test box, and the new env's install.sh
+/// line runs as a dry run in a folder laid out as the runbook's (`release/`, the grant), whose
+/// effects (the config it writes, the grant it stages, the one tick it runs) are then played on
+/// the test box. The first tick logs in with the new env's grant and applies its release.
+#[test]
+fn move_a_box_to_another_env() {
+    const NEW: &str = "env-qa-03";
+    let w = World::new();
+    w.applied();
+    w.tenancy.set_desired(ENV, Desired::down(false));
+    w.tick().ok();
+    assert_eq!(w.last_report().result, ReportResult::Down);
+    // The new env: its secrets, its release.
+    w.bao.put_secret(NEW, "gemini_api_key", GEMINI);
+    w.bao.put_secret(NEW, "pg_password", PGPASS);
+    let mut bundle = TestBundle::default();
+    for v in [&mut bundle.manifest, &mut bundle.meta] {
+        *v = serde_json::from_str(&v.to_string().replace(ENV, NEW)).unwrap();
+    }
+    let sha = bundle.sha();
+    w.tenancy.publish_bundle(NEW, &sha, bundle.tar());
+    w.tenancy.set_desired(NEW, Desired::sha(sha.clone()));
+
+    let mut installed = false;
+    for line in commands("Move a box to another env") {
+        if line.starts_with("sudo rm ") {
+            let rm = line.strip_prefix("sudo ").unwrap().replace(
+                "/var/lib/monky-deployd",
+                &w.state_dir().display().to_string(),
+            );
+            let out = std::process::Command::new("sh")
+                .args(["-c", &rm])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{rm}: {out:?}");
+        } else if line.starts_with("sudo bash install.sh ") {
+            install_as_dry_run(&w, &line, NEW);
+            installed = true;
+        } else {
+            assert!(run_line(&w, &line, &[]).is_none(), "{line}");
+        }
+    }
+    assert!(installed, "the runbook runs install.sh");
+    let report = w.tenancy.reports(NEW).pop().expect("the new env's report");
+    assert_eq!(report.result, ReportResult::Applied, "{report:?}");
+    assert_eq!(report.sha.as_deref(), Some(sha.as_str()));
+    assert!(
+        w.bao.live_tokens_for_env(NEW) > 0,
+        "logged in with the new env's grant"
+    );
+    // The stored token is the new env's: doctor's lookup-self finds no other env in it.
+    let doctor: serde_json::Value =
+        serde_json::from_str(&w.run(&["doctor", "--json"]).stdout()).unwrap();
+    let token = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "token")
+        .unwrap();
+    assert_eq!(token["verdict"], "ok", "{token:#}");
+    assert_eq!(w.state()["env_id"], NEW);
+    assert!(!w.bootstrap_path().exists(), "the grant was used");
+}
+
+/// Runs the runbook's install.sh `line` with `--dry-run` in a folder holding `release/` (a
+/// package and its .sha256) and the grant under the line's name, then plays what it printed on
+/// `w`: the config's `env_id` (which must be `env`), the staged grant, the one tick.
+fn install_as_dry_run(w: &World, line: &str, env: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let args: Vec<&str> = line
+        .strip_prefix("sudo bash install.sh ")
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| *a == flag)
+            .and_then(|i| args.get(i + 1))
+            .unwrap_or_else(|| panic!("{flag} not in {line:?}"))
+            .to_string()
+    };
+    let release = dir.path().join(value("--source"));
+    std::fs::create_dir_all(&release).unwrap();
+    let deb = "monky-deployd_0.2.0_amd64.deb";
+    std::fs::write(release.join(deb), b"a package").unwrap();
+    let sum = sha256_hex(b"a package");
+    std::fs::write(
+        release.join(format!("{deb}.sha256")),
+        format!("{sum}  {deb}\n"),
+    )
+    .unwrap();
+    let grant = w.tenancy.mint_grant(env);
+    let grant = secrecy::ExposeSecret::expose_secret(&grant).to_string();
+    std::fs::write(dir.path().join(value("--bootstrap-file")), &grant).unwrap();
+    let out = std::process::Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../packaging/install.sh"
+        ))
+        .arg("--dry-run")
+        .args(&args)
+        .current_dir(dir.path())
+        .env(
+            "MONKY_DEPLOYD_DOCKER_DAEMON_JSON",
+            dir.path().join("absent"),
+        )
+        .env_remove("MONKY_DEPLOYD_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{line}:\n{said}");
+    assert!(!said.contains(&grant), "the grant printed:\n{said}");
+    let config = crate::packaging::written_config(&said);
+    assert_eq!(config.env_id, env, "{said}");
+    assert!(
+        said.contains("==> staging the bootstrap grant at /etc/monky-deployd/bootstrap.jwt"),
+        "{said}"
+    );
+    assert!(said.contains("==> running one tick"), "{said}");
+    // What it would do, on the test box.
+    let text = std::fs::read_to_string(w.config_path())
+        .unwrap()
+        .replace(&format!("env_id: {ENV}"), &format!("env_id: {env}"));
+    std::fs::write(w.config_path(), text).unwrap();
+    std::fs::write(w.bootstrap_path(), &grant).unwrap();
+    std::fs::set_permissions(
+        w.bootstrap_path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    w.tick().ok();
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
 #[test]
 fn every_doctor_check_has_a_row_in_the_fail_table() {
     let w = World::new();
