@@ -14,7 +14,7 @@ const HOUR: i64 = 3600;
 
 /// A tick with the wall clock `wall` seconds off and `boot` seconds of boot clock passed
 /// (both relative to the real clocks), in the boot `boot_id` when given.
-fn clocked<B: BaoPeer>(w: &World<B>, wall: i64, boot: i64, boot_id: Option<&str>) -> Run {
+fn clocked<B: BaoPeer + 'static>(w: &World<B>, wall: i64, boot: i64, boot_id: Option<&str>) -> Run {
     let spec = format!("{wall} {boot} {}", boot_id.unwrap_or(""));
     Run(w
         .command(&["run", "--once"])
@@ -93,7 +93,7 @@ fn after_a_reboot_with_the_clock_behind_openbao_is_asked_and_renewal_stays_on_ti
     run.says(&["token renewed (ttl 86400s)"]);
 }
 
-fn bundle_requests<B: BaoPeer>(w: &World<B>) -> usize {
+fn bundle_requests<B: BaoPeer + 'static>(w: &World<B>) -> usize {
     w.requests()
         .iter()
         .filter(|r| r.path.starts_with("/v1/agent/bundle/"))
