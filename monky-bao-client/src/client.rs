@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
 
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use secrecy::{ExposeSecret, SecretString};
@@ -186,6 +187,7 @@ impl BaoClientBuilder {
             addr,
             request_base,
             host_header,
+            last_date: Arc::default(),
         })
     }
 }
@@ -202,6 +204,22 @@ pub struct BaoClient {
     request_base: Url,
     /// `Host` with `connect_to`: the configured host name and port.
     host_header: Option<String>,
+    /// The `Date` of the last answer (any status), shared by clones.
+    last_date: Arc<Mutex<Option<ServerDate>>>,
+}
+
+/// OpenBao's clock as one answer showed it: its `Date` header (whole seconds, as HTTP sends
+/// it; Go's net/http, which OpenBao serves with, sets it on every answer) and this machine's
+/// clock around the call, so the caller can tell how far the two clocks are apart and how
+/// exactly it knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerDate {
+    /// The answer's `Date`.
+    pub date: SystemTime,
+    /// This machine's clock when the request was sent.
+    pub sent: SystemTime,
+    /// This machine's clock when the answer's head arrived.
+    pub received: SystemTime,
 }
 
 /// The result of a JWT login.
@@ -297,6 +315,15 @@ impl BaoClient {
     /// The address as configured.
     pub fn addr(&self) -> &Url {
         &self.addr
+    }
+
+    /// OpenBao's `Date` from the last answer this client (or a clone) received, whatever its
+    /// status; `None` before any answer, or when it carried no readable `Date`.
+    pub fn server_date(&self) -> Option<ServerDate> {
+        *self
+            .last_date
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// `POST /v1/auth/<mount>/login {"role", "jwt"}`: exchanges a JWT for a token.
@@ -450,14 +477,38 @@ impl BaoClient {
         // and secret names, never a value; tokens travel in headers and bodies only.
         let (method, path) = (built.method().clone(), built.url().path().to_owned());
         let started = Instant::now();
+        let sent = SystemTime::now();
         let response = client.execute(built);
         let ms = started.elapsed().as_millis();
+        if let Ok(r) = &response {
+            self.note_date(r, sent);
+        }
         match &response {
             Ok(r) => tracing::debug!("openbao {method} {path} {} {ms}ms", r.status().as_u16()),
             Err(_) => tracing::debug!("openbao {method} {path} failed {ms}ms"),
         }
         let response = response.map_err(|source| network_error(shown, source))?;
         Ok((response, deadline))
+    }
+
+    /// Keeps the answer's `Date` with this machine's clock around the call.
+    fn note_date(&self, response: &Response, sent: SystemTime) {
+        let received = SystemTime::now();
+        let date = response
+            .headers()
+            .get(reqwest::header::DATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| httpdate::parse_http_date(v).ok());
+        if let Some(date) = date {
+            *self
+                .last_date
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(ServerDate {
+                date,
+                sent,
+                received,
+            });
+        }
     }
 
     fn send<T: DeserializeOwned>(

@@ -39,7 +39,7 @@ mod token;
 
 pub use client::{
     BaoClient, BaoClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Login, MAX_BODY_BYTES,
-    MAX_TTL, Renewal, TokenInfo,
+    MAX_TTL, Renewal, ServerDate, TokenInfo,
 };
 pub use connect::{CheckError, ConnectionCheck};
 pub use error::{Absence, CertificateTime, Error, ErrorKind, PathRefusal, Result};

@@ -134,7 +134,57 @@ contract!(
     an_unknown_role_is_rejected,
     one_entity_per_env_and_no_replay_state,
     a_short_role_ttl_applies_to_new_logins,
+    every_answer_carries_openbaos_date,
 );
+
+/// How far `date` is outside the moments `sent` and `received` (0 inside), whole seconds
+/// allowed for `Date`'s resolution.
+fn outside_the_call(d: &monky_bao_client::ServerDate) -> Duration {
+    let early = d.sent.duration_since(d.date).unwrap_or_default();
+    let late = d.date.duration_since(d.received).unwrap_or_default();
+    early.saturating_sub(Duration::from_secs(1)).max(late)
+}
+
+/// OpenBao (Go's net/http) dates every answer, refusals included, by its clock: the agent reads
+/// the box's clock against it without a request of its own.
+fn every_answer_carries_openbaos_date(p: &Peer) {
+    let fresh = BaoClient::builder(p.bao.url()).build().unwrap();
+    assert_eq!(fresh.server_date(), None, "no answer yet");
+    let token = p.login("env-a");
+    let first = p
+        .client
+        .server_date()
+        .expect("the login's answer has a Date");
+    assert_eq!(outside_the_call(&first), Duration::ZERO, "{first:?}");
+    // A refusal is dated too (doctor's lookup without a token).
+    let refused = fresh.lookup_self(&Token::new(String::new())).unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::PermissionDenied, "{refused}");
+    let d = fresh.server_date().expect("a 403 has a Date");
+    assert_eq!(outside_the_call(&d), Duration::ZERO, "{d:?}");
+    p.client.lookup_self(&token).unwrap();
+    let later = p.client.server_date().unwrap();
+    assert!(later.received >= first.received, "{later:?} {first:?}");
+}
+
+/// The fake's `Date` follows its settable clock, as its tokens' expiry does, so a test can set
+/// OpenBao's clock apart from the box's.
+#[test]
+fn the_fakes_date_follows_its_clock() {
+    let peer = Peer::fake().unwrap();
+    peer.login("env-a");
+    let before = peer.client.server_date().unwrap();
+    let fake = FakeBao::builder().jwks_url(peer.issuer.jwks_url()).start();
+    fake.advance_clock(Duration::from_secs(3 * DAY));
+    let client = BaoClient::builder(fake.url()).build().unwrap();
+    client.lookup_self(&Token::new(String::new())).unwrap_err();
+    let d = client.server_date().unwrap();
+    let ahead = d.date.duration_since(d.received).unwrap();
+    assert!(
+        ahead >= Duration::from_secs(3 * DAY - 5) && ahead <= Duration::from_secs(3 * DAY + 1),
+        "{ahead:?}"
+    );
+    assert_eq!(outside_the_call(&before), Duration::ZERO, "{before:?}");
+}
 
 fn login_maps_the_grant_into_the_token(p: &Peer) {
     let claims = p.issuer.claims("env-qa-02");

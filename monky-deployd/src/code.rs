@@ -112,9 +112,10 @@ codes! {
     BaoUnavailable = "BAO_UNAVAILABLE", Temporary,
         "OpenBao is unreachable or sealed: check the proxy transport and the mesh; the next tick retries";
     /// A peer's certificate (OpenBao's, or tenancy's over https) is expired or not yet valid
-    /// by the box's clock.
+    /// by the box's clock, or the box's clock is off OpenBao's by more than a certificate
+    /// check tolerates.
     TlsClock = "TLS_CLOCK", Fail,
-        "a peer's certificate is expired or not yet valid by this box's clock: check the clock (`timedatectl`, NTP sync); if the clock is right, the peer's operator renews the certificate";
+        "a peer's certificate is expired or not yet valid by this box's clock, or the clock is more than 30 s off OpenBao's: check the clock (`timedatectl`, NTP sync); if the clock is right, the peer's operator renews the certificate";
     /// OpenBao refused a read.
     BaoPermissionDenied = "BAO_PERMISSION_DENIED", Fail,
         "OpenBao refused a read: check the manifest paths and the token's policy";

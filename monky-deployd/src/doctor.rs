@@ -353,11 +353,47 @@ fn tenancy_reachable(cfg: &Config) -> Result<String, String> {
 
 fn openbao(cfg: &Config, layout: &Layout) -> Vec<Check> {
     const FIX_REACH: &str = "check bao.addr, bao.ca_bundle and the proxy service; the certificate must be for bao.addr's host name";
-    const FIX_TOKEN: &str = "re-run the install kit (a fresh bootstrap grant), or wait for the next apply to lease a new token";
     let client = match peers::openbao(cfg) {
         Ok(c) => c,
         Err(e) => return vec![check("openbao", FIX_REACH, Err(format!("{e:#}")))],
     };
+    let mut checks = openbao_token(cfg, layout, &client);
+    checks.push(clock(&client));
+    checks
+}
+
+/// The box's clock against OpenBao's, from the `Date` of the answer the token check just got
+/// (no request of its own): off by more than a certificate check tolerates is `TLS_CLOCK`.
+fn clock(client: &bao::BaoClient) -> Check {
+    const NAME: &str = "clock";
+    let Some(d) = client.server_date() else {
+        return skip(NAME, "no dated answer from OpenBao");
+    };
+    let ahead = crate::clock::ClockReading::of(d.date, d.sent, d.received, None).box_ahead_s;
+    let code = crate::code::Code::TlsClock;
+    match crate::clock::skew_problem(ahead) {
+        Some(problem) => Check {
+            name: NAME,
+            verdict: Verdict::Fail,
+            detail: format!("{code}: {problem} ({}'s move)", code.owner()),
+            fix: code.next_step(),
+        },
+        None => check(
+            NAME,
+            "",
+            Ok(format!(
+                "within {}s of OpenBao's (its Date header; {} s tolerated)",
+                ahead.unsigned_abs(),
+                crate::clock::SKEW_TOLERANCE_S
+            )),
+        ),
+    }
+}
+
+/// OpenBao's reachability and the stored token's verdict, by one `lookup-self`.
+fn openbao_token(cfg: &Config, layout: &Layout, client: &bao::BaoClient) -> Vec<Check> {
+    const FIX_REACH: &str = "check bao.addr, bao.ca_bundle and the proxy service; the certificate must be for bao.addr's host name";
+    const FIX_TOKEN: &str = "re-run the install kit (a fresh bootstrap grant), or wait for the next apply to lease a new token";
     // Bounded and regular-only, as the tick reads it: a FIFO planted here cannot hang doctor.
     let token = layout.peek_token();
     let Some(token) =

@@ -1,5 +1,6 @@
 //! `monky-deployd explain`: what the box runs, what tenancy wants, and why they differ, from local
-//! state and the docker socket only (no tenancy or OpenBao request).
+//! state and the docker socket only (no tenancy or OpenBao request; the clock is judged by the
+//! last tick's reading of OpenBao's).
 
 use monky_agent_proto::Sha;
 
@@ -41,14 +42,16 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         .containers(&cfg.compose_project)
         .map_err(|e| e.to_string());
     let token_present = layout.has_token();
-    let why_not = crate::verdict::not_converged(
-        &st,
-        crate::verdict::Seen {
-            now,
-            token_present,
-            containers: Some(&listed),
-        },
-    );
+    let boot = crate::clock::boot();
+    let seen = crate::verdict::Seen {
+        now,
+        token_present,
+        containers: Some(&listed),
+        boot: boot.as_ref(),
+    };
+    let why_not = crate::verdict::not_converged(&st, seen);
+    // A clock gone wrong since the last tick is the box admin's move too.
+    let clock = crate::verdict::clock_problem(&st, seen).map(|_| crate::code::Code::TlsClock);
     let containers = listed.as_ref().ok();
     let mut lines: Vec<(&str, String)> = vec![("env", cfg.env_id.clone())];
     let health = match &containers {
@@ -139,7 +142,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         ));
     }
     let code = st.last_code().filter(|_| st.last_error().is_some());
-    if let Some(code) = code {
+    if let Some(code) = code.or(clock) {
         lines.push(("whose move", code.owner().to_string()));
     }
     if let Some(sha) = crate::evidence::latest(&layout).filter(|_| code.is_some()) {
@@ -180,6 +183,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         // The code as stored, never read back out of the error's text.
         st.last_code()
             .filter(|_| st.last_error().is_some())
+            .or(clock)
             .map_or(
                 "wait for the next tick, or run `monky-deployd run --once`",
                 |c| c.next_step(),

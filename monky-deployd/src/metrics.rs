@@ -64,6 +64,7 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
                 now: tick.ended_at,
                 token_present: state.token().is_some(),
                 containers: None,
+                boot: None,
             },
         )
         .is_empty();

@@ -237,6 +237,10 @@ pub struct State {
     last_note: Option<Redacted>,
     /// The operator's hold as the last tick found it (for the metrics file).
     hold: Option<crate::hold::Hold>,
+    /// How far the box's wall clock was from OpenBao's at the last OpenBao answer a tick read
+    /// (its `Date`); the tick, `status` and `explain` judge the clock by it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    clock: Option<crate::clock::ClockReading>,
 }
 
 /// Read access, one accessor per field, named as the field.
@@ -396,6 +400,11 @@ impl State {
     pub fn hold(&self) -> Option<&crate::hold::Hold> {
         self.hold.as_ref()
     }
+    /// How far the box's clock was from OpenBao's at the last reading.
+    #[must_use]
+    pub fn clock(&self) -> Option<&crate::clock::ClockReading> {
+        self.clock.as_ref()
+    }
 }
 
 /// Seconds since the epoch by the wall clock (see [`crate::clock`]).
@@ -450,6 +459,11 @@ impl State {
             token: o.token,
             ..Self::new(env_id)
         }
+    }
+
+    /// OpenBao's clock was read from one of its answers: how far the box's clock was off.
+    pub fn read_clock(&mut self, reading: crate::clock::ClockReading) {
+        self.clock = Some(reading);
     }
 
     /// A tick starts: its action is none until tenancy answers.

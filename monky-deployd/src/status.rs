@@ -1,5 +1,6 @@
 //! `monky-deployd status [--json]`: what the box holds, from local state and the docker socket.
-//! No tenancy or OpenBao request is made.
+//! No tenancy or OpenBao request is made: the clock is judged by the last tick's reading of
+//! OpenBao's, carried to now on the boot clock.
 
 use monky_agent_proto::Sha;
 use serde_json::json;
@@ -19,21 +20,25 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         .containers(&cfg.compose_project)
         .map_err(|e| e.to_string());
     let marker = crate::interrupted::peek(&layout);
-    let mut why_not = crate::verdict::not_converged(
-        &st,
-        crate::verdict::Seen {
-            now: crate::state::now(),
-            token_present,
-            containers: Some(&listed),
-        },
-    );
+    let boot = crate::clock::boot();
+    let seen = crate::verdict::Seen {
+        now: crate::state::now(),
+        token_present,
+        containers: Some(&listed),
+        boot: boot.as_ref(),
+    };
+    let mut why_not = crate::verdict::not_converged(&st, seen);
     if let Some(m) = &marker {
         why_not.push(format!(
             "the apply of {} did not finish",
             Sha::parse(&m.sha).as_ref().map_or("-", Sha::short)
         ));
     }
-    let code = st.last_code().filter(|_| st.last_error().is_some());
+    // A clock gone wrong since the last tick is the box admin's move too.
+    let code = st
+        .last_code()
+        .filter(|_| st.last_error().is_some())
+        .or_else(|| crate::verdict::clock_problem(&st, seen).map(|_| crate::code::Code::TlsClock));
     let failed_logs = crate::evidence::latest(&layout)
         .filter(|_| code.is_some() || st.failed().is_some())
         .map(|sha| {

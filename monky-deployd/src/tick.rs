@@ -131,6 +131,8 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> any
     state.begin_tick();
     let mut agent = Agent::new(cfg, layout, state, opts)?;
     let result = agent.converge();
+    agent.token_upkeep(&result);
+    let result = agent.judge_clock(result);
     // Clamped again: a state.json written before the bounds existed may hold any number.
     *interval = agent
         .state
@@ -218,6 +220,34 @@ impl<'a> Agent<'a> {
         let client = peers::openbao(self.cfg)?;
         Ok(self.bao.get_or_init(|| client))
     }
+    /// Reads OpenBao's clock from its last answer of this tick, if any, and judges the box's
+    /// clock by the latest reading: off by more than a certificate check tolerates, a tick that
+    /// did its action ends `TLS_CLOCK` (the report already went: the release is fine, the box
+    /// is not), and a tick that failed otherwise keeps its own code and warns.
+    fn judge_clock(&mut self, result: anyhow::Result<Exit>) -> anyhow::Result<Exit> {
+        let boot = crate::clock::boot();
+        if let Some(d) = self.bao.get().and_then(bao::BaoClient::server_date) {
+            self.state.read_clock(crate::clock::ClockReading::of(
+                d.date,
+                d.sent,
+                d.received,
+                boot.as_ref(),
+            ));
+        }
+        let Some(problem) =
+            (self.state.clock()).and_then(|r| r.problem(state::now(), boot.as_ref()))
+        else {
+            return result;
+        };
+        match result {
+            Ok(Exit::Ok) => Err(Failure::coded(Code::TlsClock, problem).into()),
+            other => {
+                warn!("{}: {problem}", Code::TlsClock);
+                other
+            }
+        }
+    }
+
     /// The whole tick after the lock: token, checkin, action.
     fn converge(&mut self) -> anyhow::Result<Exit> {
         self.ensure_token()?;

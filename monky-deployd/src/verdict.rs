@@ -1,6 +1,7 @@
 //! One answer to "is this box fine?", shared by `status`, `explain` and the metrics file, so
-//! none of them says "converged" while the last tick failed, the token is gone or expired, or
-//! docker does not answer: equal shas alone are not convergence.
+//! none of them says "converged" while the last tick failed, the token is gone or expired,
+//! docker does not answer, or the box's clock is off OpenBao's: equal shas alone are not
+//! convergence.
 
 use crate::code::Code;
 use crate::state::State;
@@ -15,6 +16,15 @@ pub struct Seen<'a> {
     /// The project's containers as the engine lists them now, or why it could not; `None`
     /// when not looked at (the metrics file, written from the tick's own record).
     pub containers: Option<&'a Result<Vec<monky_compose::Container>, String>>,
+    /// Now on the boot clock, to carry the last reading of OpenBao's clock to this moment;
+    /// `None` leaves the clock unjudged (the metrics file, from the tick's own record).
+    pub boot: Option<&'a crate::clock::BootInstant>,
+}
+
+/// What is wrong with the box's clock now, by the last reading of OpenBao's (`TLS_CLOCK`).
+#[must_use]
+pub fn clock_problem(st: &State, seen: Seen<'_>) -> Option<String> {
+    st.clock().and_then(|r| r.problem(seen.now, seen.boot))
 }
 
 /// Why the box is not converged, most important first; empty when it is.
@@ -48,6 +58,10 @@ pub fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
             "the token expired at {} by the agent's record",
             crate::status::rfc3339(t.expires_at)
         ));
+    }
+    if let Some(problem) = clock_problem(st, seen) {
+        let code = Code::TlsClock;
+        why.push(format!("{code}: {problem} ({} moves next)", code.owner()));
     }
     match seen.containers {
         Some(Err(e)) => why.push(format!("docker does not answer: {e}")),
@@ -87,6 +101,7 @@ mod tests {
             now: 1000,
             token_present: true,
             containers,
+            boot: None,
         }
     }
 
@@ -137,5 +152,33 @@ mod tests {
             "tenancy wants bbbbbbbbbbbb",
         );
         check(State::default(), seen(None), "no checkin");
+        // The clock, read 3 days ahead of OpenBao's at second 900 of boot "b", now at 1000.
+        let boot = crate::clock::BootInstant {
+            boot_id: "b".into(),
+            secs: 1000,
+        };
+        let reading = |box_ahead_s: i64| {
+            fine().patched(serde_json::json!({"clock": crate::clock::ClockReading {
+                box_ahead_s,
+                at: 900,
+                at_boot: Some(crate::clock::BootDeadline {
+                    boot_id: "b".into(),
+                    at_s: 900,
+                }),
+            }}))
+        };
+        let skewed = reading(259_200);
+        let at_boot = Seen {
+            boot: Some(&boot),
+            ..seen(None)
+        };
+        check(
+            skewed.clone(),
+            at_boot,
+            "TLS_CLOCK: this box's clock is 3d ahead of OpenBao's",
+        );
+        assert!(clock_problem(&skewed, seen(None)).is_none(), "unjudged");
+        let right = reading(-30);
+        assert!(not_converged(&right, at_boot).is_empty());
     }
 }

@@ -1,5 +1,5 @@
 //! Wall-clock steps of 20 h either way, around real renewals on the real OpenBao and around a
-//! failed release's backoff: nothing that lasts changes. The agent's clocks are shifted through
+//! failed release's backoff: nothing that lasts changes (and each such tick ends `TLS_CLOCK`). The agent's clocks are shifted through
 //! `MONKY_DEPLOYD_TEST_CLOCK` (wall offset, boot offset, boot id), which only a build with the
 //! test-only feature `failpoints` honours (the CI suite runs with --all-features).
 
@@ -14,13 +14,28 @@ const HOUR: i64 = 3600;
 
 /// A tick with the wall clock `wall` seconds off and `boot` seconds of boot clock passed
 /// (both relative to the real clocks), in the boot `boot_id` when given.
-fn clocked<B: BaoPeer>(w: &World<B>, wall: i64, boot: i64, boot_id: Option<&str>) -> Run {
+fn clocked<B: BaoPeer + 'static>(w: &World<B>, wall: i64, boot: i64, boot_id: Option<&str>) -> Run {
     let spec = format!("{wall} {boot} {}", boot_id.unwrap_or(""));
     Run(w
         .command(&["run", "--once"])
         .env("MONKY_DEPLOYD_TEST_CLOCK", spec.trim())
         .output()
         .unwrap())
+}
+
+/// A tick with the wall clock hours off OpenBao's did its work and ends `TLS_CLOCK`, exit 1:
+/// scheduling holds whatever the clock does, but nothing says "ok" with it off. (A tick that
+/// plays hours passing on the box's clocks alone, after OpenBao answered, is off by as much:
+/// OpenBao's `Date` did not move.)
+#[track_caller]
+fn clock_off(run: &Run, by: &str) {
+    run.expect(1);
+    assert!(
+        run.stderr()
+            .contains(&format!("TLS_CLOCK: this box's clock is {by} ")),
+        "{}",
+        run.stderr()
+    );
 }
 
 fn renewed(run: &Run) -> bool {
@@ -33,11 +48,12 @@ fn one_tick_20h_ahead_does_not_stop_the_later_renewal_on_the_real_openbao() {
     w.applied();
     // One tick with the wall clock 20 h ahead: the 24 h token is fresh by OpenBao's TTL.
     let run = clocked(&w, 20 * HOUR, 0, None);
-    run.ok();
+    clock_off(&run, "20h");
     assert!(!renewed(&run), "{}", run.stderr());
     // The clock is right again and 13 h have passed: 11 h left, below renew_below_s (12 h).
+    // (13 h passed on the box alone: the renewal's Date says it is 13 h ahead.)
     let run = clocked(&w, 13 * HOUR, 13 * HOUR, None);
-    run.ok();
+    clock_off(&run, "13h ahead");
     run.says(&["token renewed (ttl 86400s)"]);
     assert_report(&w.last_report(), ReportResult::Applied, None);
 }
@@ -49,13 +65,16 @@ fn a_clock_20h_behind_does_not_postpone_the_renewal_on_the_real_openbao() {
     // The wall clock steps 20 h back, then 13 h pass: by the wall clock the token would have
     // 31 h left; OpenBao's TTL counted on the boot clock has 11 h.
     let run = clocked(&w, -20 * HOUR, 0, None);
-    run.ok();
+    clock_off(&run, "20h");
     assert!(!renewed(&run), "{}", run.stderr());
     let run = clocked(&w, 13 * HOUR - 20 * HOUR, 13 * HOUR, None);
-    run.ok();
+    clock_off(&run, "7h behind");
     run.says(&["token renewed (ttl 86400s)"]);
     // The renewed token is still the bearer OpenBao vouches for at the next checkin.
-    clocked(&w, 13 * HOUR - 20 * HOUR, 13 * HOUR + 60, None).ok();
+    clock_off(
+        &clocked(&w, 13 * HOUR - 20 * HOUR, 13 * HOUR + 60, None),
+        "7h behind",
+    );
     assert_report(&w.last_report(), ReportResult::Applied, None);
 }
 
@@ -66,15 +85,15 @@ fn after_a_reboot_with_the_clock_behind_openbao_is_asked_and_renewal_stays_on_ti
     // Another boot, the wall clock 20 h behind: the stored expiry says 44 h, which nothing on
     // the box can check, so OpenBao's TTL is asked for.
     let run = clocked(&w, -20 * HOUR, 0, Some("a-later-boot"));
-    run.ok();
+    clock_off(&run, "20h");
     run.says(&["token facts for this boot learnt from OpenBao (ttl"]);
     assert!(!renewed(&run), "{}", run.stderr());
     let run = clocked(&w, 13 * HOUR - 20 * HOUR, 13 * HOUR, Some("a-later-boot"));
-    run.ok();
+    clock_off(&run, "7h behind");
     run.says(&["token renewed (ttl 86400s)"]);
 }
 
-fn bundle_requests<B: BaoPeer>(w: &World<B>) -> usize {
+fn bundle_requests<B: BaoPeer + 'static>(w: &World<B>) -> usize {
     w.requests()
         .iter()
         .filter(|r| r.path.starts_with("/v1/agent/bundle/"))

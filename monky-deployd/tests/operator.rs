@@ -8,6 +8,10 @@ use serde_json::Value;
 
 use crate::util::*;
 
+/// `TLS_CLOCK`'s next step as `explain` and `status` give it.
+#[cfg(feature = "failpoints")]
+const TLS_CLOCK_STEP: &str = "a peer's certificate is expired or not yet valid by this box's clock, or the clock is more than 30 s off OpenBao's: check the clock (`timedatectl`, NTP sync); if the clock is right, the peer's operator renews the certificate";
+
 /// Everything an operator can read after a tick.
 struct Views {
     tick: Run,
@@ -17,13 +21,25 @@ struct Views {
     doctor: Value,
 }
 
+/// The agent run with `args` and the environment `env` on top of the world's.
+fn run_with(w: &World, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut c = w.command(args);
+    c.envs(env.iter().copied());
+    Run(c.output().unwrap())
+}
+
 impl Views {
     fn of(w: &World, tick: Run) -> Views {
-        let status = w.run(&["status", "--json"]);
+        Self::with(w, tick, &[])
+    }
+
+    /// The views read with `env` set, as the tick was (a test clock).
+    fn with(w: &World, tick: Run, env: &[(&str, &str)]) -> Views {
+        let status = run_with(w, &["status", "--json"], env);
         status.ok();
-        let explain = w.run(&["explain"]);
+        let explain = run_with(w, &["explain"], env);
         explain.ok();
-        let doctor = w.run(&["doctor", "--json"]);
+        let doctor = run_with(w, &["doctor", "--json"], env);
         let views = Views {
             status: serde_json::from_str(&status.stdout())
                 .unwrap_or_else(|e| panic!("{e}: {}", status.stdout())),
@@ -491,4 +507,87 @@ fn a_token_of_another_env_is_named_by_the_tick_status_explain_and_doctor() {
     v.tick_says(78, "AGENT_ENV_MISMATCH", "box admin")
         .not_converged("AGENT_ENV_MISMATCH", Some("box admin"))
         .doctor_says("token", "fail", "minted for env \"env-qa-02\"");
+}
+
+/// The box's clock 3 days ahead of OpenBao's: stepped within the boot after the last tick read
+/// OpenBao's `Date`, so no new OpenBao call sees it; the reading carried on the boot clock does.
+/// The release is fine and reported so; the tick, `status`, `explain` and `doctor` name the
+/// clock, `TLS_CLOCK`, exit 1, the box admin's move. The clock set right again clears it.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_clock_3_days_ahead_of_openbaos_is_tls_clock_everywhere() {
+    use monky_agent_proto::ReportResult;
+    let w = World::new();
+    w.applied();
+    let clock = [("MONKY_DEPLOYD_TEST_CLOCK", "259200 0")];
+    let n = w.bao.agent_requests().len();
+    let v = Views::with(&w, run_with(&w, &["run", "--once"], &clock), &clock);
+    let ahead = "this box's clock is 3d ahead of OpenBao's";
+    v.tick_says(1, "TLS_CLOCK", "box admin")
+        .not_converged(ahead, Some("box admin"))
+        .doctor_says("clock", "fail", &format!("TLS_CLOCK: {ahead}"))
+        .doctor_says("last tick", "fail", ahead);
+    assert!(
+        v.tick.stderr().contains(&format!("TLS_CLOCK: {ahead}")),
+        "{}",
+        v.tick.stderr()
+    );
+    assert!(v.explain.contains("timedatectl"), "{}", v.explain);
+    assert_eq!(v.status["next_step"], TLS_CLOCK_STEP, "{:#}", v.status);
+    // The tick asked OpenBao nothing (same boot); doctor's one lookup-self is all.
+    let asked: Vec<String> = w.bao.agent_requests()[n..]
+        .iter()
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(asked, ["/v1/auth/token/lookup-self"], "{asked:?}");
+    assert_report(&w.last_report(), ReportResult::Applied, None);
+    // The clock right again: converged, doctor's clock ok, without a word from OpenBao.
+    let v = Views::of(&w, w.tick());
+    v.tick.ok();
+    assert_eq!(v.status["converged"], true, "{:#}", v.status);
+    v.doctor_says("clock", "ok", "of OpenBao's");
+}
+
+/// The box's clock 2 days behind OpenBao's after a reboot: the new boot's first tick asks
+/// OpenBao's `lookup-self` (as every new boot does) and reads the skew off its `Date`.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_clock_2_days_behind_openbaos_after_a_reboot_is_tls_clock_everywhere() {
+    let w = World::new();
+    w.applied();
+    let clock = [("MONKY_DEPLOYD_TEST_CLOCK", "-172800 0 a-later-boot")];
+    let n = w.bao.agent_requests().len();
+    let v = Views::with(&w, run_with(&w, &["run", "--once"], &clock), &clock);
+    let behind = "this box's clock is 2d behind OpenBao's";
+    v.tick_says(1, "TLS_CLOCK", "box admin")
+        .not_converged(behind, Some("box admin"))
+        .doctor_says("clock", "fail", &format!("TLS_CLOCK: {behind}"));
+    assert!(
+        v.tick.stderr().contains("not yet valid here"),
+        "{}",
+        v.tick.stderr()
+    );
+    assert!(
+        w.bao.agent_requests()[n..]
+            .iter()
+            .any(|r| r.path.ends_with("/lookup-self")),
+        "the tick read OpenBao's clock off its own call"
+    );
+    let reading = &w.state()["clock"];
+    assert!(
+        reading["box_ahead_s"]
+            .as_i64()
+            .is_some_and(|s| (-172_801..=-172_799).contains(&s)),
+        "{reading}"
+    );
+    // A later tick of that boot, no new OpenBao call: still the clock, counted as a repeat.
+    let again = run_with(&w, &["run", "--once"], &clock);
+    again.expect(1);
+    assert!(
+        again
+            .stderr()
+            .contains("(same TLS_CLOCK as the last 1 tick)"),
+        "{}",
+        again.stderr()
+    );
 }

@@ -125,7 +125,7 @@ fn written(out: &str, path: &str) -> Option<String> {
 }
 
 /// The config a dry run writes, parsed by the agent.
-fn written_config(out: &str) -> Config {
+pub(crate) fn written_config(out: &str) -> Config {
     let yaml = written(out, "/etc/monky-deployd/config.yaml")
         .unwrap_or_else(|| panic!("no config.yaml in the dry run:\n{out}"));
     Config::parse(&yaml, Path::new("/etc/monky-deployd/config.yaml"))
@@ -1482,12 +1482,18 @@ fn the_deb_installs_and_ticks_under_systemd() {
     // enrolment, the config, the grant, the proxy, the timer and a first tick. Nothing answers
     // behind the proxy, so that tick ends 75 (temporary; the unit counts it as a success) and
     // install.sh says the box cannot reach the mesh instead of "done".
+    //
+    // It runs as OPERATIONS.md's runbook "Install from a build" spells it, so a doc edit that
+    // breaks the runbook fails here: the folder `cargo xtask dist` filled (mounted at /pkg) is
+    // copied where the `scp` line puts it, and the install.sh line runs as written in the
+    // folder that holds it, with the grant under the name it gives; only the stand-ins for the
+    // mesh (an enrolment JWT, the local apt suite) are appended.
     let grant = tenancy.mint_grant(ENV);
-    b.put("/tmp/grant.jwt", grant.expose_secret());
     b.put("/tmp/enrol.jwt", "enrol-jwt-stand-in");
+    let install_line = install_runbook(&b, deb_name, grant.expose_secret());
     let install = b.sh(&format!(
-        "bash /pkg/install.sh --source /pkg --env {ENV} --bootstrap-file /tmp/grant.jwt \
-         --enrol-jwt /tmp/enrol.jwt --ziti-apt-source 'deb [trusted=yes] file:/repo ./'"
+        "cd /root/box && {install_line} --enrol-jwt /tmp/enrol.jwt \
+         --ziti-apt-source 'deb [trusted=yes] file:/repo ./'"
     ));
     let said = text(&install);
     assert!(!install.status.success(), "{said}");
@@ -1653,6 +1659,20 @@ fn the_deb_installs_and_ticks_under_systemd() {
     let warnings = b.ok("journalctl -u monky-deployd.service -p warning --no-pager -o cat");
     assert!(warnings.contains("tick: action=- "), "{warnings}");
     assert!(!warnings.contains("outcome=applied"), "{warnings}");
+    // Every tick of the unit, once the last one has ended: one summary line each, with its
+    // fields in order and the priority its exit deserves; a failed tick's error line is an
+    // error (3) that `journalctl -p warning` finds; the info lines are info (6).
+    b.ok("systemctl stop monky-deployd.timer");
+    wait_for("the last tick to end", Duration::from_secs(300), || {
+        let state = b.sh("systemctl is-active monky-deployd.service").stdout;
+        (state != b"activating\n" && state != b"active\n").then_some(())
+    });
+    let warnings = b.ok("journalctl -u monky-deployd.service -p warning --no-pager -o cat");
+    let ticks = journal_by_tick(
+        &b.ok("journalctl -u monky-deployd.service -o json --all --no-pager"),
+        &uid,
+    );
+    check_tick_journal(&ticks, &warnings);
     assert_eq!(
         b.ok("stat -c '%a %U' /var/lib/monky-deployd/bao.token /var/lib/monky-deployd/state.json"),
         "600 monky-deployd\n600 monky-deployd\n"
@@ -1706,6 +1726,223 @@ fn the_deb_installs_and_ticks_under_systemd() {
         "install test: {:.1}s in the box",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// Plays OPERATIONS.md's "Install from a build" on `b` up to its install.sh line, which it
+/// returns for the caller to run in `/root/box` (as root, so without `sudo`): the `scp` line's
+/// copy of dist's folder (mounted at /pkg: the package, its .sha256 and install.sh, nothing
+/// else), and the grant staged under the line's `--bootstrap-file` name.
+fn install_runbook(b: &Machine, deb_name: &str, grant: &str) -> String {
+    let lines = crate::runbooks::commands("Install from a build");
+    let [scp, install] = lines.as_slice() else {
+        panic!("the install runbook is one scp line and one install.sh line: {lines:?}")
+    };
+    let scp = words(scp);
+    let [cmd, flag, from, to] = scp.as_slice() else {
+        panic!("{scp:?}")
+    };
+    assert_eq!(
+        (cmd.as_str(), flag.as_str(), from.as_str()),
+        ("scp", "-r", "target/dist-pkg"),
+        "the runbook copies dist's folder"
+    );
+    let folder = to.strip_prefix("box:").expect("scp to the box");
+    let mut held: Vec<String> = b.ok("ls /pkg").lines().map(str::to_string).collect();
+    held.sort();
+    assert_eq!(
+        held,
+        [
+            deb_name.to_string(),
+            format!("{deb_name}.sha256"),
+            "install.sh".to_string()
+        ],
+        "dist's folder holds what the runbook says"
+    );
+    b.ok(&format!(
+        "mkdir -p /root/box && cp -r /pkg /root/box/{folder}"
+    ));
+    let line = install
+        .strip_prefix("sudo ")
+        .expect("the runbook runs install.sh with sudo");
+    let args = words(line);
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .unwrap_or_else(|| panic!("{flag} not in {line:?}"))
+            .clone()
+    };
+    assert_eq!(value("--env"), ENV, "{line}");
+    assert_eq!(
+        args.get(1).map(String::as_str),
+        Some(format!("{folder}/install.sh").as_str()),
+        "{line}"
+    );
+    assert_eq!(value("--source"), format!("./{folder}"), "{line}");
+    b.put(&format!("/root/box/{}", value("--bootstrap-file")), grant);
+    line.to_string()
+}
+
+/// One journal line of the agent: its priority and message.
+type JournalLine = (u8, String);
+
+/// The agent's own lines (those of `uid`) in `journalctl -o json` output, by the unit's
+/// invocation (one per tick).
+fn journal_by_tick(json: &str, uid: &str) -> BTreeMap<String, Vec<JournalLine>> {
+    let mut ticks: BTreeMap<String, Vec<JournalLine>> = BTreeMap::new();
+    for entry in json
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["_UID"] == uid)
+    {
+        let (Some(id), Some(priority), Some(message)) = (
+            entry["_SYSTEMD_INVOCATION_ID"].as_str(),
+            entry["PRIORITY"].as_str().and_then(|p| p.parse().ok()),
+            entry["MESSAGE"].as_str(),
+        ) else {
+            panic!("a journal line of the agent without invocation, priority or text: {entry}");
+        };
+        ticks
+            .entry(id.to_string())
+            .or_default()
+            .push((priority, message.to_string()));
+    }
+    ticks
+}
+
+/// The journal of each finished tick reads as an operator needs it (issue 22): exactly one
+/// summary line, `tick: action= sha= outcome= code= duration=<n>s exit=`, at info for exit 0, at
+/// warning for 75 and at error otherwise; a tick that did not end 0 has an error line (3) naming
+/// the summary's code, which `journalctl -p warning` (`warnings`) shows; `checkin:` lines are
+/// info (6) and never reach `-p warning`. Both a 75 tick and a 0 tick must be among them.
+fn check_tick_journal(ticks: &BTreeMap<String, Vec<JournalLine>>, warnings: &str) {
+    let mut exits = Vec::new();
+    for (id, lines) in ticks {
+        let all = format!("tick {id}:\n{lines:#?}");
+        let summaries: Vec<&JournalLine> = lines
+            .iter()
+            .filter(|(_, m)| m.contains("tick: action="))
+            .collect();
+        assert_eq!(summaries.len(), 1, "one summary line per tick: {all}");
+        let (priority, summary) = summaries[0];
+        let at = |field: &str| {
+            summary
+                .find(field)
+                .unwrap_or_else(|| panic!("{field:?} not in {summary:?}"))
+        };
+        let order = [
+            "tick: action=",
+            " sha=",
+            " outcome=",
+            " code=",
+            " duration=",
+            " exit=",
+        ];
+        let places: Vec<usize> = order.iter().map(|f| at(f)).collect();
+        assert!(places.windows(2).all(|w| w[0] < w[1]), "{summary:?}");
+        let value = |field: &str| {
+            summary[at(field) + field.len()..]
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        };
+        let duration = value(" duration=");
+        assert!(
+            duration
+                .strip_suffix('s')
+                .is_some_and(|d| d.parse::<f64>().is_ok()),
+            "{summary:?}"
+        );
+        let exit: u8 = value(" exit=").parse().expect("a numeric exit");
+        let want = match exit {
+            0 => 6,
+            75 => 4,
+            _ => 3,
+        };
+        assert_eq!(
+            *priority, want,
+            "the summary's priority for exit {exit}: {all}"
+        );
+        if exit != 0 {
+            let code = value(" code=");
+            let error = lines
+                .iter()
+                .find(|(p, m)| *p == 3 && !m.contains("tick: action=") && m.contains(&code))
+                .unwrap_or_else(|| panic!("no error line naming {code}: {all}"));
+            assert!(
+                warnings.contains(error.1.trim()),
+                "journalctl -p warning misses {:?}:\n{warnings}",
+                error.1
+            );
+        }
+        for (p, m) in lines.iter().filter(|(_, m)| m.contains("checkin: action=")) {
+            assert_eq!(*p, 6, "{m:?} is info: {all}");
+            assert!(!warnings.contains(m.trim()), "{m:?} in -p warning");
+        }
+        exits.push(exit);
+    }
+    assert!(exits.contains(&75) && exits.contains(&0), "{exits:?}");
+}
+
+#[test]
+fn the_journal_check_catches_what_it_must() {
+    let tick = |lines: &[(u8, &str)]| -> Vec<JournalLine> {
+        lines.iter().map(|(p, m)| (*p, (*m).to_string())).collect()
+    };
+    let temporary = tick(&[
+        (3, "ERROR TENANCY_UNAVAILABLE: checkin: connection refused"),
+        (
+            4,
+            " WARN tick: action=- sha=- outcome=temporary code=TENANCY_UNAVAILABLE duration=0.1s exit=75 owner=\"no one\"",
+        ),
+    ]);
+    let applied = tick(&[
+        (6, " INFO checkin: action=apply desired=ab applied=-"),
+        (
+            6,
+            " INFO tick: action=apply sha=ab outcome=applied code=- duration=9.5s exit=0",
+        ),
+    ]);
+    let warnings = "ERROR TENANCY_UNAVAILABLE: checkin: connection refused\n WARN tick: action=- sha=- outcome=temporary code=TENANCY_UNAVAILABLE duration=0.1s exit=75 owner=\"no one\"\n";
+    let ticks = |a: &[JournalLine], b: &[JournalLine]| {
+        BTreeMap::from([("a".to_string(), a.to_vec()), ("b".to_string(), b.to_vec())])
+    };
+    check_tick_journal(&ticks(&temporary, &applied), warnings);
+    let fails = |t: BTreeMap<String, Vec<JournalLine>>, w: &str| {
+        std::panic::catch_unwind(|| check_tick_journal(&t, w)).is_err()
+    };
+    // The error line at info, or missing from -p warning.
+    let mut quiet = temporary.clone();
+    quiet[0].0 = 6;
+    assert!(fails(ticks(&quiet, &applied), warnings));
+    assert!(fails(ticks(&temporary, &applied), ""));
+    // Two summaries in one tick, or none.
+    let mut twice = applied.clone();
+    twice.push(applied[1].clone());
+    assert!(fails(ticks(&temporary, &twice), warnings));
+    assert!(fails(ticks(&temporary, &applied[..1]), warnings));
+    // A summary without its duration, or at the wrong priority.
+    let mut no_duration = applied.clone();
+    no_duration[1].1 = " INFO tick: action=apply sha=ab outcome=applied code=- exit=0".into();
+    assert!(fails(ticks(&temporary, &no_duration), warnings));
+    let mut loud = applied.clone();
+    loud[1].0 = 4;
+    assert!(fails(ticks(&temporary, &loud), warnings));
+    // The info line at warning.
+    let mut checkin = applied.clone();
+    checkin[0].0 = 4;
+    assert!(fails(ticks(&temporary, &checkin), warnings));
+    // The agent's lines are read by uid, under their invocation.
+    let json = format!(
+        "{}\n{}\n{}\n",
+        json!({"_UID": "998", "_SYSTEMD_INVOCATION_ID": "i1", "PRIORITY": "6", "MESSAGE": "x"}),
+        json!({"_UID": "0", "INVOCATION_ID": "i1", "PRIORITY": "6", "MESSAGE": "Starting"}),
+        json!({"_UID": "998", "_SYSTEMD_INVOCATION_ID": "i2", "PRIORITY": "3", "MESSAGE": "y"}),
+    );
+    let by = journal_by_tick(&json, "998");
+    assert_eq!(by["i1"], [(6, "x".to_string())]);
+    assert_eq!(by["i2"], [(3, "y".to_string())]);
 }
 
 // ---- the docs' commands ------------------------------------------------------------------------

@@ -207,3 +207,51 @@ fn status_into_a_closed_pipe_ends_quietly() {
         assert!(!err.contains("panic"), "{args:?}: {err}");
     }
 }
+
+/// A release of the original's that publishes host port 80, applied after the upgrade: refused
+/// with `BUDGET_EXCEEDED` naming `budget.min_published_port`, the running release kept; the key
+/// set as docs/OPERATIONS.md's upgrade section shows it lets the next tick apply.
+#[test]
+fn a_release_publishing_port_80_is_refused_by_the_key_until_the_box_admin_sets_it() {
+    let w = World::new();
+    let sha = w.applied();
+    as_original(&w, &sha);
+    w.tick().ok();
+    let port_80 = TestBundle {
+        compose: "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:2\n    env_file: .env\n    ports: [\"80:8080\"]\n"
+            .into(),
+        ..TestBundle::default()
+    };
+    let new = w.publish(&port_80);
+    w.tick().expect(1);
+    let detail = w.last_report().detail.unwrap();
+    assert!(
+        detail.starts_with("BUDGET_EXCEEDED: ")
+            && detail.contains("web: ports 80 below budget.min_published_port 1024"),
+        "{detail}"
+    );
+    w.assert_current(&sha);
+    let explain = w.run(&["explain"]);
+    assert!(
+        explain.stdout().contains("budget.min_published_port"),
+        "{}",
+        explain.stdout()
+    );
+    // The box admin's setting, as the docs spell it.
+    let doc = include_str!("../../docs/OPERATIONS.md");
+    let upgrading = doc
+        .split("\n## Upgrading from the original agent\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("the upgrade section");
+    let yaml = upgrading
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("the upgrade section shows the budget key");
+    assert!(yaml.contains("min_published_port: 80"), "{yaml}");
+    w.config_extra(yaml);
+    w.tick().ok();
+    w.assert_current(&new);
+    assert_eq!(w.last_report().result, ReportResult::Applied);
+}

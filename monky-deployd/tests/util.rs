@@ -232,7 +232,7 @@ impl World<RealBao> {
     }
 }
 
-impl<B: BaoPeer> World<B> {
+impl<B: BaoPeer + 'static> World<B> {
     fn assemble(peers: Peers<B>, pki: Option<Pki>, real: Option<RealDocker>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let Peers { tenancy, bao } = peers;
@@ -415,6 +415,19 @@ impl<B: BaoPeer> World<B> {
             .args(args)
             .env_remove("RUST_LOG")
             .env_remove("MONKY_DEPLOYD_CONFIG");
+        // Time a test lets pass on the fake OpenBao (a token's age) passes on the box's clocks
+        // too, as it would: else OpenBao's `Date` says the box is behind (TLS_CLOCK). A test
+        // that sets the test clock itself overrides this.
+        if let Some(fake) = (&self.bao as &dyn std::any::Any).downcast_ref::<FakeBao>() {
+            let ahead = fake
+                .now()
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default()
+                .as_secs();
+            if ahead > 0 {
+                c.env("MONKY_DEPLOYD_TEST_CLOCK", format!("{ahead} {ahead}"));
+            }
+        }
         if self.real.is_some() {
             // The real engine: the agent finds it as it would on a box (DOCKER_HOST as
             // inherited, else the default socket), with a HOME of its own.

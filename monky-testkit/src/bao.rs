@@ -796,8 +796,15 @@ fn handle(shared: &Shared, mut request: tiny_http::Request) {
             .boxed(),
         None => tiny_http::Response::empty(answer.status).boxed(),
     };
+    let response = response.with_header(date_header(shared.lock().now()));
     // The client may have gone (a timeout test); nothing to do about it.
     let _ = request.respond(response);
+}
+
+/// The `Date` header every answer carries, as OpenBao's (Go's net/http) does, by the fake's
+/// settable clock: tiny_http would otherwise stamp the machine's own.
+fn date_header(now: SystemTime) -> tiny_http::Header {
+    tiny_http::Header::from_bytes("Date", httpdate::fmt_http_date(now)).expect("an http date")
 }
 
 fn route(shared: &Shared, incoming: &Incoming) -> Answer {

@@ -209,23 +209,37 @@ impl Agent<'_> {
         }
     }
 
+    /// Token upkeep after the action, unless tenancy could not be reached; before the clock is
+    /// judged, so a renewal's or `lookup-self`'s `Date` counts in this very tick.
+    pub(super) fn token_upkeep(&mut self, result: &anyhow::Result<Exit>) {
+        let reached_tenancy = result
+            .as_ref()
+            .err()
+            .is_none_or(|e| Exit::of(e) != Exit::Temporary);
+        if reached_tenancy && let Err(e) = self.upkeep() {
+            warn!("token upkeep: {e:#}");
+        }
+    }
+
     /// The tick's `finally`: an error no step concluded is concluded here, unreported (it
-    /// reached no action), then token upkeep, staging cleanup, state saved. Returns the state
-    /// save's error.
+    /// reached no action), and a failure found after the outcome went out (the clock, judged
+    /// on OpenBao's last answer) is added to the recorded outcome, the report standing; then
+    /// staging cleanup, state saved. Returns the state save's error.
     pub(super) fn finish(&mut self, result: &anyhow::Result<Exit>) -> anyhow::Result<()> {
         let error = result.as_ref().err();
-        if let Some(e) = error.filter(|_| !self.concluded) {
+        if let Some(e) = error {
             let (code, detail) = Failure::detail_of(e);
-            let _ = self.conclude_with(Outcome::unreported(code, detail), Send::Never);
+            if !self.concluded {
+                let _ = self.conclude_with(Outcome::unreported(code, detail), Send::Never);
+            } else if self.state.last_code() != Some(code) {
+                self.state
+                    .record_outcome(None, Some((code, redact::redact(&detail))), None, None);
+            }
         }
         self.state.count_tick(
             matches!(result, Ok(Exit::Ok)).then(state::now),
             &self.previous,
         );
-        let reached_tenancy = error.is_none_or(|e| Exit::of(e) != Exit::Temporary);
-        if reached_tenancy && let Err(e) = self.upkeep() {
-            warn!("token upkeep: {e:#}");
-        }
         release::clean_staging(&self.layout);
         failpoint::hit("before-save");
         self.state.save(&self.layout).with_context(|| {

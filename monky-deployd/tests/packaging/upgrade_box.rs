@@ -427,6 +427,44 @@ fn a_box_of_the_original_agent_upgrades_under_systemd() {
             upgraded.elapsed().as_secs_f64()
         );
     }
+
+    // 3. A release of the original's that publishes host port 80, after the upgrade: refused
+    // by the budget with the key that would allow it named (OPERATIONS.md, "Host ports below
+    // 1024"), before any lease or pull, and the running release left alone. (Setting the key
+    // and applying is tests/upgrade.rs's: here it would bind the shared engine's port 80.)
+    let running = running_id(&b).expect("the release runs");
+    let port_80 = TestBundle {
+        compose: format!(
+            "services:\n  web:\n    image: {}\n    env_file: .env\n    ports: [\"80:{}\"]\n",
+            e2e.get("MONKY_E2E_IMAGE_WEB_2"),
+            e2e.get("MONKY_E2E_WEB_PORT")
+        ),
+        ..bundle.clone()
+    };
+    let refused_sha = port_80.sha();
+    tenancy.publish_bundle(ENV, &refused_sha, port_80.tar());
+    tenancy.set_desired(ENV, Desired::sha(refused_sha.clone()));
+    let (leases, reports) = (tenancy.lease_count(ENV), tenancy.reports(ENV).len());
+    b.sh("systemctl start monky-deployd.service");
+    let report = wait_for("the refusal's report", Duration::from_secs(60), || {
+        tenancy
+            .reports(ENV)
+            .into_iter()
+            .skip(reports)
+            .find(|r| r.sha.as_deref() == Some(refused_sha.as_str()))
+    });
+    let detail = report.detail.clone().unwrap_or_default();
+    assert_eq!(report.result, ReportResult::Failed, "{report:?}");
+    assert!(
+        detail.starts_with("BUDGET_EXCEEDED: ")
+            && detail.contains("web: ports 80 below budget.min_published_port 1024"),
+        "{detail}"
+    );
+    assert_eq!(tenancy.lease_count(ENV), leases, "a refusal leases nothing");
+    assert_eq!(running_id(&b).as_deref(), Some(running.as_str()));
+    let explain = b.ok("monky-deployd explain");
+    assert!(explain.contains("budget.min_published_port"), "{explain}");
+    println!("a release publishing port 80: refused naming budget.min_published_port");
     println!("upgrade test: {:.1}s", started.elapsed().as_secs_f64());
 }
 
