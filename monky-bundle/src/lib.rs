@@ -11,6 +11,9 @@
 //!   [`RefusalCode`] and names, never values.
 //! - [`render_env`] turns `.env.template` and the secrets read into the `.env` text, as a
 //!   [`SecretString`](secrecy::SecretString).
+//! - [`KvPath`] is a manifest path proven to name one of the env's own `see/` secrets, the only
+//!   mapping from a manifest path to a KV API path; another env's path is refused
+//!   ([`KvPathRefused`]) without any IO.
 //! - [`RegistryAuth`] parses the `use: registry-auth` credential and renders the agent's own
 //!   Docker `config.json`.
 //!
@@ -50,6 +53,7 @@ mod cmdline;
 mod env;
 mod error;
 mod interp;
+pub mod kvpath;
 mod limits;
 mod manifest;
 mod member;
@@ -72,6 +76,7 @@ pub use env::{
     secret_keys, secret_values, unresolved_vars,
 };
 pub use error::{Error, ErrorKind, Result};
+pub use kvpath::{KvPath, KvPathRefused, PathRefusal};
 pub use limits::Limits;
 pub use manifest::{Manifest, ManifestEntry, REGISTRY_AUTH_USE};
 pub use member::MemberName;
