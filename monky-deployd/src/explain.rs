@@ -1,6 +1,7 @@
 //! `monky-deployd explain`: what the box runs, what tenancy wants, and why they differ, from local
 //! state and the docker socket only (no tenancy or OpenBao request).
 
+use crate::code::CodePolicy as _;
 use crate::config::Config;
 use crate::exit::Exit;
 use crate::redact::redact;

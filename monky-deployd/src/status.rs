@@ -3,6 +3,7 @@
 
 use serde_json::json;
 
+use crate::code::CodePolicy as _;
 use crate::config::Config;
 use crate::exit::Exit;
 use crate::redact::redact;

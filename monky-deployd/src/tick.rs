@@ -11,7 +11,7 @@ use monky_compose as compose;
 use proto::Action;
 use tracing::{info, warn};
 
-use crate::code::Code;
+use crate::code::{Code, CodePolicy as _};
 use crate::config::{Config, VolumesOnAbsent};
 use crate::exit::{Exit, Failure};
 use crate::state::{self, SeenContainer, State};

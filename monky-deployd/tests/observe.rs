@@ -3,6 +3,7 @@
 
 use monky_agent_proto::ReportResult;
 use monky_agent_proto::testkit::Desired;
+use monky_deployd::code::CodePolicy as _;
 use serde_json::json;
 
 use crate::apply::compose_sub;

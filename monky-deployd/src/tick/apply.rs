@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use super::Outcome;
 use super::backoff::Backoff;
 use super::{Agent, not_ready, short};
-use crate::code::Code;
+use crate::code::{Code, CodePolicy as _};
 use crate::exit::{Exit, Failure};
 use crate::state;
 use crate::{failpoint, fsx, peers, redact, refusals, release};
