@@ -9,6 +9,9 @@
 //! - The checks ([`check_env_complete`], [`check_rollback`], [`check_disk`]) and the compose
 //!   policy ([`ComposePolicy`], one default-deny table in [`policy`]) return a [`Refusal`]: a
 //!   [`RefusalCode`] and names, never values.
+//! - [`Verdict::offline`] is every one of those checks a bundle meets before any secret is read
+//!   (manifest paths, variables, the compose policy on the file, a secret on a command line),
+//!   as the agent runs them at apply time and tenancy's renderer can at render time.
 //! - [`render_env`] turns `.env.template` and the secrets read into the `.env` text, as a
 //!   [`SecretString`](secrecy::SecretString).
 //! - [`KvPath`] is a manifest path proven to name one of the env's own `see/` secrets, the only
@@ -65,6 +68,7 @@ mod refusal;
 mod registry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod verdict;
 
 pub use budget::Budget;
 pub use checks::{
@@ -86,3 +90,4 @@ pub use parse::{Bundle, bundle_sha};
 pub use policy::{AllowedBind, ComposePolicy};
 pub use refusal::{Refusal, RefusalCode};
 pub use registry::RegistryAuth;
+pub use verdict::Verdict;
