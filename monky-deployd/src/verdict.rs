@@ -2,7 +2,7 @@
 //! none of them says "converged" while the last tick failed, the token is gone or expired, or
 //! docker does not answer: equal shas alone are not convergence.
 
-use crate::code::Code;
+use crate::code::{Code, CodePolicy as _};
 use crate::state::State;
 
 /// What the read-only commands know beyond state.json.

@@ -14,7 +14,8 @@ use tracing::{info, warn};
 use super::Agent;
 use crate::code::Code;
 use crate::exit::{Exit, Failure};
-use crate::refusals::{self, ResolvedEntry};
+use crate::refusals;
+use monky_bundle::ResolvedEntry;
 use crate::{failpoint, fsx, peers, redact, release};
 
 /// Steps 1-2 passed: the bundle tenancy served, parsed within the limits, hashing to `sha`.
