@@ -2,6 +2,8 @@
 //!
 //! - [`wire`] (always on, re-exported here): the serde shapes of the four calls
 //!   (checkin, bundle, lease, report), the `{code, detail}` envelope and [`ErrorCode`].
+//! - [`report`] (always on): [`ReportCode`], the codes an agent reports (a report's `detail`
+//!   starts with one), and [`AnyReportCode`], a received code that keeps unknown ones.
 //! - `client` (feature `client`): `Client`, a blocking reqwest client with bearer auth,
 //!   per-call deadlines, an address mapping for mesh transports and a classified `Error`.
 //!
@@ -40,7 +42,10 @@
 
 #![deny(missing_docs)]
 
+pub mod report;
 pub mod wire;
+
+pub use report::{AnyReportCode, ReportCode};
 
 pub use wire::{
     Action, ActionKind, ApplyWithoutSha, BundleDownload, CheckinAnswer, CheckinInterval,

@@ -8,6 +8,8 @@
 
 use std::fmt;
 
+use monky_bundle::{KvPathRefused, PathRefusal};
+
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -77,52 +79,6 @@ pub enum Absence {
     },
     /// The version was destroyed (`404` with `metadata.destroyed = true`); it is gone for good.
     Destroyed,
-}
-
-/// Why a KV path from a manifest was refused before any request was sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum PathRefusal {
-    /// The path starts with `/`.
-    Absolute,
-    /// A segment is empty (`a//b`, a trailing `/`, or an empty path).
-    EmptySegment,
-    /// A segment is `.` or `..`.
-    DotSegment,
-    /// A segment holds a character outside `A-Z a-z 0-9 - _ . @ + = , ~`.
-    BadCharacter,
-    /// The first segment is not the configured KV mount.
-    WrongMount,
-    /// The `<env>` segment is not the caller's own env_id.
-    OtherEnv,
-    /// The segment after `<env>` is not `see`.
-    NotSee,
-    /// Fewer segments than `<mount>/<env>/see/<name>`.
-    TooShort,
-    /// More segments than `<mount>/data/<env>/see/<name>`.
-    ExtraSegments,
-    /// The configured KV mount itself is not a single plain segment.
-    BadMount,
-    /// The caller's env_id itself is not a single plain segment.
-    BadEnvId,
-}
-
-impl fmt::Display for PathRefusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            PathRefusal::Absolute => "absolute path",
-            PathRefusal::EmptySegment => "empty path segment",
-            PathRefusal::DotSegment => "`.` or `..` segment",
-            PathRefusal::BadCharacter => "character not allowed in a path segment",
-            PathRefusal::WrongMount => "not under the configured kv mount",
-            PathRefusal::OtherEnv => "path of another env",
-            PathRefusal::NotSee => "not under `see/`",
-            PathRefusal::TooShort => "expected <mount>/<env>/see/<name>",
-            PathRefusal::ExtraSegments => "extra path segments",
-            PathRefusal::BadMount => "kv mount must be one plain path segment",
-            PathRefusal::BadEnvId => "env_id must be one plain path segment",
-        })
-    }
 }
 
 /// An error talking to OpenBao, or a request refused locally.
@@ -333,6 +289,17 @@ pub enum Error {
         /// The version asked for.
         version: Option<u64>,
     },
+}
+
+impl From<KvPathRefused> for Error {
+    /// A manifest path [`KvPath::parse`](monky_bundle::KvPath::parse) refused, as this client's
+    /// refusal, so a parse and a read chain with `?`.
+    fn from(e: KvPathRefused) -> Self {
+        Error::PathRefused {
+            path: e.path,
+            reason: e.reason,
+        }
+    }
 }
 
 impl Error {

@@ -4,8 +4,8 @@
 //!   root, can send its connections to a mapped address while TLS keeps the configured host
 //!   name ([`BaoClientBuilder::connect_to`]), never follows redirects and ignores proxies.
 //! - [`Token`] holds a client token and never prints it.
-//! - [`KvPath`] is a manifest path proven to name one of the caller's own `see/` secrets;
-//!   anything else is refused before a request is sent.
+//! - [`KvPath`] (monky-bundle's, re-exported) is a manifest path proven to name one of the
+//!   caller's own `see/` secrets; anything else is refused before a request is sent.
 //! - [`Error`] keeps OpenBao's `errors[]` and status and sorts every failure into an
 //!   [`ErrorKind`].
 //!
@@ -20,7 +20,7 @@
 //!
 //! // Another env's secret is refused locally, before any request.
 //! let err = KvPath::parse("monky/env-qa-03/see/pg_password", "monky", "env-qa-02").unwrap_err();
-//! assert_eq!(err.path_refusal(), Some(PathRefusal::OtherEnv));
+//! assert_eq!(err.path_refusal(), PathRefusal::OtherEnv);
 //!
 //! let client = BaoClient::builder("https://bao.example.test:8200".parse()?)
 //!     .connect_to("127.0.0.1:18200".parse()?)
@@ -34,7 +34,6 @@
 mod client;
 pub mod connect;
 mod error;
-mod path;
 mod token;
 
 pub use client::{
@@ -42,6 +41,8 @@ pub use client::{
     MAX_TTL, Renewal, ServerDate, TokenInfo,
 };
 pub use connect::{CheckError, ConnectionCheck};
-pub use error::{Absence, CertificateTime, Error, ErrorKind, PathRefusal, Result};
-pub use path::KvPath;
+pub use error::{Absence, CertificateTime, Error, ErrorKind, Result};
+// The KV path is the bundle crate's (its manifest's only mapping to an API path); re-exported
+// so a caller of `read_kv` needs no second import.
+pub use monky_bundle::{KvPath, KvPathRefused, PathRefusal};
 pub use token::{Token, TokenShape};

@@ -195,6 +195,7 @@ fn another_envs_manifest_path_is_refused_before_any_request() {
     let sent_before = s.bao.requests().len();
     let check = |manifest_path: &str, reason: PathRefusal| {
         let err = KvPath::parse(manifest_path, "monky", "env-a")
+            .map_err(Error::from)
             .and_then(|p| s.client.read_kv(&token, &p, None))
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Refused, "{manifest_path}");

@@ -9,8 +9,14 @@
 //! - The checks ([`check_env_complete`], [`check_rollback`], [`check_disk`]) and the compose
 //!   policy ([`ComposePolicy`], one default-deny table in [`policy`]) return a [`Refusal`]: a
 //!   [`RefusalCode`] and names, never values.
+//! - [`Verdict::offline`] is every one of those checks a bundle meets before any secret is read
+//!   (manifest paths, variables, the compose policy on the file, a secret on a command line),
+//!   as the agent runs them at apply time and tenancy's renderer can at render time.
 //! - [`render_env`] turns `.env.template` and the secrets read into the `.env` text, as a
 //!   [`SecretString`](secrecy::SecretString).
+//! - [`KvPath`] is a manifest path proven to name one of the env's own `see/` secrets, the only
+//!   mapping from a manifest path to a KV API path; another env's path is refused
+//!   ([`KvPathRefused`]) without any IO.
 //! - [`RegistryAuth`] parses the `use: registry-auth` credential and renders the agent's own
 //!   Docker `config.json`.
 //!
@@ -52,6 +58,7 @@ mod cmdline;
 mod env;
 mod error;
 mod interp;
+pub mod kvpath;
 mod limits;
 mod manifest;
 mod member;
@@ -63,6 +70,7 @@ mod refusal;
 mod registry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod verdict;
 
 pub use budget::Budget;
 pub use checks::{
@@ -74,6 +82,7 @@ pub use env::{
     secret_keys, secret_values, unresolved_vars,
 };
 pub use error::{Error, ErrorKind, Result};
+pub use kvpath::{KvPath, KvPathRefused, PathRefusal};
 pub use limits::Limits;
 pub use manifest::{Manifest, ManifestEntry, REGISTRY_AUTH_USE};
 pub use member::MemberName;
@@ -83,3 +92,4 @@ pub use parse::{Bundle, bundle_sha};
 pub use policy::{AllowedBind, ComposePolicy};
 pub use refusal::{Refusal, RefusalCode};
 pub use registry::RegistryAuth;
+pub use verdict::{ResolvedEntry, Verdict};

@@ -630,10 +630,20 @@ impl ComposePolicy {
         env: &dyn Fn(&str) -> Option<String>,
         secrets: &BTreeSet<String>,
     ) -> Vec<Refusal> {
-        let mut doc = match parse_compose(compose_yaml) {
-            Ok(d) => d,
-            Err(r) => return vec![r],
-        };
+        self.judge_file(compose_yaml, env, secrets)
+            .unwrap_or_else(|unreadable| vec![unreadable])
+    }
+
+    /// [`findings_file`](Self::findings_file), with the refusal that the file cannot be read
+    /// as a compose document at all (its YAML, its interpolation, or a top level that is not
+    /// a mapping) as `Err`, so a caller knows compose's own model of it is not worth building.
+    pub(crate) fn judge_file(
+        &self,
+        compose_yaml: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+        secrets: &BTreeSet<String>,
+    ) -> Result<Vec<Refusal>, Refusal> {
+        let mut doc = parse_compose(compose_yaml)?;
         // The file as written holds no secret value: it may be kept to name variables.
         let raw = doc.clone();
         // compose sets COMPOSE_PROJECT_NAME to the `-p` project for interpolation, whatever
@@ -646,6 +656,7 @@ impl ComposePolicy {
             }
         };
         let verdict = match interpolate_compose(&mut doc, &env) {
+            Ok(()) if !doc.is_object() => Err(not_a_mapping()),
             Ok(()) => {
                 let ctx = Ctx {
                     policy: self,
@@ -654,9 +665,11 @@ impl ComposePolicy {
                     read_link: &|_| None,
                     secrets: Some(secrets),
                 };
-                ctx.judge(&doc, &raw, false)
+                Ok(ctx.judge(&doc, &raw, false))
             }
-            Err(r) => vec![r],
+            // Too many bytes of values interpolated: the document reads, it is only too large.
+            Err(r) if r.code == RefusalCode::BundleTooLarge => Ok(vec![r]),
+            Err(r) => Err(r),
         };
         // Interpolated strings may hold values: zero them before the tree is freed.
         scrub(&mut doc);
@@ -702,6 +715,10 @@ impl ComposePolicy {
         scrub(&mut model);
         verdict
     }
+}
+
+fn not_a_mapping() -> Refusal {
+    Refusal::invalid("compose file: not a mapping")
 }
 
 fn first(mut refusals: Vec<Refusal>) -> Result<(), Refusal> {
@@ -833,7 +850,7 @@ fn join(base: &str, key: &str) -> String {
 impl Ctx<'_> {
     fn judge(&self, doc: &Value, raw: &Value, model: bool) -> Vec<Refusal> {
         let Value::Object(top) = doc else {
-            return vec![Refusal::invalid("compose file: not a mapping")];
+            return vec![not_a_mapping()];
         };
         let mut walk = Walk {
             findings: Vec::new(),

@@ -18,6 +18,9 @@ pub enum RefusalCode {
     RendererRefused,
     /// A manifest entry carries secret material instead of a path.
     ManifestValueRefused,
+    /// A manifest path is not one of the env's own `see/` secrets (see
+    /// [`KvPath`](crate::KvPath)).
+    ManifestPathRefused,
     /// The bundle's content does not hash to the desired sha.
     BundleShaMismatch,
     /// The bundle is malformed (tar structure, member names, required members, JSON, YAML).
@@ -50,6 +53,7 @@ impl RefusalCode {
             RefusalCode::DiskInsufficient => "DISK_INSUFFICIENT",
             RefusalCode::RendererRefused => "RENDERER_REFUSED",
             RefusalCode::ManifestValueRefused => "MANIFEST_VALUE_REFUSED",
+            RefusalCode::ManifestPathRefused => "MANIFEST_PATH_REFUSED",
             RefusalCode::BundleShaMismatch => "BUNDLE_SHA_MISMATCH",
             RefusalCode::BundleInvalid => "BUNDLE_INVALID",
             RefusalCode::BundleTooLarge => "BUNDLE_TOO_LARGE",

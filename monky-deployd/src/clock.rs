@@ -242,6 +242,7 @@ fn test_offsets() -> (i64, i64, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::code::CodePolicy as _;
 
     fn at(id: &str, secs: u64) -> BootInstant {
         BootInstant {

@@ -1,240 +1,168 @@
-//! The codes the agent prints, reports and explains: one enum, so a code, its exit class and its
-//! next step are written once and a code is never read back out of a message.
+//! The codes the agent prints, reports and explains: the proto crate's report vocabulary, with
+//! the agent's policy about each (exit class, next step, whose move) written once here, so a
+//! code is never read back out of a message.
 
 use std::fmt;
 
 use monky_agent_proto as proto;
 use monky_bundle as bundle;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer};
+
+/// A failure, refusal or warning code; its text is what tenancy, the journal and state.json see.
+/// The vocabulary is tenancy's too, so it lives in the proto crate; the policy is [`CodePolicy`].
+pub use proto::ReportCode as Code;
 
 use crate::exit::Exit;
 
-macro_rules! codes {
-    ($( $(#[$doc:meta])* $variant:ident = $text:literal, $exit:ident, $step:literal; )+) => {
-        /// A failure, refusal or warning code; its text is what tenancy, the journal and
-        /// state.json see.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum Code {
-            $( $(#[$doc])* $variant, )+
-        }
+/// The agent's policy about each code of the report vocabulary ([`Code`], the proto crate's
+/// `ReportCode`): how a tick that ends with it exits, what an operator does next, whose move it
+/// is, and which code the agent gives a bundle refusal or one of tenancy's codes.
+pub trait CodePolicy: Sized {
+    /// How a tick that ends with this code exits.
+    fn exit(self) -> Exit;
+    /// What an operator does next (`explain`; docs/OPERATIONS.md says the same).
+    fn next_step(self) -> &'static str;
+    /// Whose move it is. docs/OPERATIONS.md's "Whose move" list says the same (a unit test
+    /// checks they agree).
+    fn owner(self) -> Owner;
+    /// The code whose text is `text`; used only for a code stored as a code (state.json's
+    /// `last_code`), never on a message.
+    fn from_text(text: &str) -> Option<Self>;
+    /// The agent's code for a bundle refusal.
+    fn of_refusal(code: bundle::RefusalCode) -> Self;
+    /// The agent's code for one of tenancy's (or the tenancy client's) codes; `None` for a
+    /// code the agent does not know, which the caller names in the message.
+    fn of_tenancy(code: &proto::ErrorCode) -> Option<Self>;
+}
 
-        impl Code {
-            /// Every code, in declaration order.
-            pub const ALL: &'static [Code] = &[$(Code::$variant),+];
-
-            /// The SCREAMING_CASE text.
-            #[must_use]
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $( Code::$variant => $text, )+
-                }
-            }
-
-            /// How a tick that ends with this code exits.
-            #[must_use]
-            pub fn exit(self) -> Exit {
-                match self {
-                    $( Code::$variant => Exit::$exit, )+
-                }
-            }
-
-            /// What an operator does next (`explain`; docs/OPERATIONS.md says the same).
-            #[must_use]
-            pub fn next_step(self) -> &'static str {
-                match self {
-                    $( Code::$variant => $step, )+
-                }
-            }
-
-            /// The code whose text is `text`; used only for a code stored as a code
-            /// (state.json's `last_code`), never on a message.
-            #[must_use]
-            pub fn from_text(text: &str) -> Option<Code> {
-                match text {
-                    $( $text => Some(Code::$variant), )+
-                    _ => None,
-                }
+macro_rules! policy {
+    ($( $variant:ident, $exit:ident, $step:literal; )+) => {
+        /// Exhaustive: a code the proto crate adds fails to compile here until it has an exit
+        /// class and a next step.
+        fn exit_and_step(code: Code) -> (Exit, &'static str) {
+            match code {
+                $( Code::$variant => (Exit::$exit, $step), )+
             }
         }
     };
 }
 
-codes! {
-    /// No stored token and no bootstrap grant.
-    NoCredentials = "NO_CREDENTIALS", Fail,
+policy! {
+    NoCredentials, Fail,
         "no OpenBao token and no bootstrap grant: re-run the install kit";
-    /// The bootstrap grant is a link, FIFO, device, readable by others or too large.
-    GrantUnsafe = "GRANT_UNSAFE", Fail,
+    GrantUnsafe, Fail,
         "the bootstrap grant is a link, FIFO or device, readable by others, owned by another user, or too large: stage it again as a regular 0600 file owned by the agent's user (re-run the install kit)";
-    /// Tenancy refused the token.
-    AgentUnauthenticated = "AGENT_UNAUTHENTICATED", Fail,
+    AgentUnauthenticated, Fail,
         "the token was superseded or revoked: re-run the install kit for a fresh bootstrap grant";
-    /// The token belongs to another env.
-    AgentEnvMismatch = "AGENT_ENV_MISMATCH", Config,
+    AgentEnvMismatch, Config,
         "the token belongs to another env: fix env_id in config.yaml or re-run the install kit for this env";
-    /// The configuration (config.yaml, or a file or user it names) cannot be used.
-    ConfigInvalid = "CONFIG_INVALID", Config,
+    ConfigInvalid, Config,
         "the configuration cannot be used (the message names the key and line, or the file): fix it in /etc/monky-deployd/config.yaml (`monky-deployd doctor` checks it); no tick retries until it changes";
-    /// Tenancy's lease budget is spent.
-    LeaseRateLimited = "LEASE_RATE_LIMITED", Temporary,
+    LeaseRateLimited, Temporary,
         "tenancy's lease budget (5 per hour) is spent: the next ticks retry on their own";
-    /// Another of tenancy's per-env budgets is spent.
-    RateLimited = "RATE_LIMITED", Temporary,
+    RateLimited, Temporary,
         "tenancy asked the agent to slow down: the next ticks retry on their own, after the wait tenancy named";
-    /// A lease answer in the retired AppRole shape.
-    LeaseShape = "LEASE_SHAPE", Fail,
+    LeaseShape, Fail,
         "tenancy answered a lease in the retired AppRole shape: upgrade tenancy";
-    /// A lease answer of the wrong shape or for another env.
-    LeaseInvalid = "LEASE_INVALID", Fail,
+    LeaseInvalid, Fail,
         "tenancy's lease answer was of the wrong shape or for another env: a tenancy bug, look at tenancy's logs";
-    /// A checkin answer that cannot be acted on.
-    CheckinInvalid = "CHECKIN_INVALID", Fail,
+    CheckinInvalid, Fail,
         "tenancy's checkin answer cannot be acted on (the message names the field): a tenancy bug, the running release stays";
-    /// Tenancy does not publish the desired sha.
-    BundleNotFound = "BUNDLE_NOT_FOUND", Fail,
+    BundleNotFound, Fail,
         "tenancy does not publish the desired sha: publish the bundle, or correct the desired sha";
-    /// Tenancy unreachable, or a 429 or 5xx without a code.
-    TenancyUnavailable = "TENANCY_UNAVAILABLE", Temporary,
+    TenancyUnavailable, Temporary,
         "tenancy is unreachable: check the mesh (`systemctl status monky-deployd-proxy`, the tunneler); the next tick retries";
-    /// Tenancy refused a call without a code of its own, or with one the agent does not know.
-    TenancyRefused = "TENANCY_REFUSED", Fail,
+    TenancyRefused, Fail,
         "tenancy refused a call (the message carries its status or code): look at tenancy's logs";
-    /// Another user's process answered on tenancy's loopback address.
-    TenancyListenerUntrusted = "TENANCY_LISTENER_UNTRUSTED", Fail,
+    TenancyListenerUntrusted, Fail,
         "a process of another user (the message names its uid and user) listens where the agent dials tenancy, and was sent nothing: find it with `ss -ltnpe`, stop it, then `systemctl restart monky-deployd-proxy`; if the proxy really runs as that user, name it in tenancy.listener_user";
-    /// Another user's process answered on OpenBao's loopback address.
-    BaoListenerUntrusted = "BAO_LISTENER_UNTRUSTED", Fail,
+    BaoListenerUntrusted, Fail,
         "a process of another user (the message names its uid and user) listens where the agent dials OpenBao, and was sent nothing: find it with `ss -ltnpe`, stop it, then `systemctl restart monky-deployd-proxy`; if the proxy really runs as that user, name it in bao.listener_user";
-    /// Tenancy answered 401 to a token OpenBao still accepts.
-    TenancyRefusedToken = "TENANCY_REFUSED_TOKEN", Fail,
+    TenancyRefusedToken, Fail,
         "tenancy refuses a token OpenBao still accepts, so the token is kept: after a kit re-reveal or a retire, re-run the install kit (the agent bootstraps with the new grant); otherwise tenancy cannot check tokens, look at tenancy's logs";
-    /// OpenBao unreachable or sealed.
-    BaoUnavailable = "BAO_UNAVAILABLE", Temporary,
+    BaoUnavailable, Temporary,
         "OpenBao is unreachable or sealed: check the proxy transport and the mesh; the next tick retries";
-    /// A peer's certificate (OpenBao's, or tenancy's over https) is expired or not yet valid
-    /// by the box's clock, or the box's clock is off OpenBao's by more than a certificate
-    /// check tolerates.
-    TlsClock = "TLS_CLOCK", Fail,
+    TlsClock, Fail,
         "a peer's certificate is expired or not yet valid by this box's clock, or the clock is more than 30 s off OpenBao's: check the clock (`timedatectl`, NTP sync); if the clock is right, the peer's operator renews the certificate";
-    /// OpenBao refused a read.
-    BaoPermissionDenied = "BAO_PERMISSION_DENIED", Fail,
+    BaoPermissionDenied, Fail,
         "OpenBao refused a read: check the manifest paths and the token's policy";
-    /// A pinned secret version does not exist.
-    SecretNotFound = "SECRET_NOT_FOUND", Fail,
+    SecretNotFound, Fail,
         "a pinned secret version does not exist: seed it in OpenBao or fix the manifest's version";
-    /// OpenBao refused a grant.
-    BaoLoginRejected = "BAO_LOGIN_REJECTED", Fail,
+    BaoLoginRejected, Fail,
         "OpenBao refused the grant: re-run the install kit; check the jwt-tenancy mount and role";
-    /// Any other OpenBao refusal.
-    BaoRefused = "BAO_REFUSED", Fail,
+    BaoRefused, Fail,
         "OpenBao refused a call: check bao.addr and bao.ca_bundle in config.yaml";
-    /// OpenBao answers, sealed.
-    BaoSealed = "BAO_SEALED", Temporary,
+    BaoSealed, Temporary,
         "OpenBao is sealed: its operators must unseal it (nothing to change on this box); the next tick retries";
-    /// OpenBao's certificate is not signed by the configured CA.
-    BaoTlsUnknownCa = "BAO_TLS_UNKNOWN_CA", Fail,
+    BaoTlsUnknownCa, Fail,
         "OpenBao's certificate is not signed by the CA this box trusts: the box admin points bao.ca_bundle in config.yaml at OpenBao's CA (or OpenBao's operators serve a certificate from it)";
-    /// OpenBao's certificate is for another host name.
-    BaoTlsWrongName = "BAO_TLS_WRONG_NAME", Fail,
+    BaoTlsWrongName, Fail,
         "OpenBao's certificate is for another host name than bao.addr's: the box admin fixes bao.addr in config.yaml (the name, not an IP), or OpenBao's operators add the name to the certificate";
-    /// `.env.template` uses variables no manifest entry provides.
-    EnvIncomplete = "ENV_INCOMPLETE", Fail,
+    EnvIncomplete, Fail,
         "the bundle uses variables its manifest does not provide: fix the manifest or .env.template in the renderer";
-    /// A secret's value cannot be written where the template puts it unquoted.
-    EnvValueUnsafe = "ENV_VALUE_UNSAFE", Fail,
+    EnvValueUnsafe, Fail,
         "a secret's value cannot be written where .env.template puts it unquoted: quote that line in the template (KEY=\"...${VAR}...\")";
-    /// The compose file asks for host privileges.
-    PrivilegedRefused = "PRIVILEGED_REFUSED", Fail,
+    PrivilegedRefused, Fail,
         "the compose file asks for host privileges: remove them, or set allow_privileged in bundle.json if this env really needs them";
-    /// The compose file names a container, volume or network outside the project's names.
-    BundleNonconforming = "BUNDLE_NONCONFORMING", Fail,
+    BundleNonconforming, Fail,
         "the compose file names a container, volume or network outside the project's own names: use the accepted name the message gives, or set allow_unprefixed_names in config.yaml if this box really wants it";
-    /// The compose file asks for more of the box than its budget gives one project.
-    BudgetExceeded = "BUDGET_EXCEEDED", Fail,
+    BudgetExceeded, Fail,
         "the compose file asks for more of the box than its budget: lower the named value in the bundle, or raise the named budget key in config.yaml";
-    /// Compose would interpolate a secret into a process's arguments.
-    SecretOnCommandLine = "SECRET_ON_COMMAND_LINE", Fail,
+    SecretOnCommandLine, Fail,
         "compose would put a secret into a process's arguments, readable by every local user in /proc/<pid>/cmdline: give it to the service in its environment and let the program read it there or from a file (a _FILE variable, REDISCLI_AUTH for redis-cli); `$${NAME}` in a shell command is left to the container's shell";
-    /// Tenancy asks for an older release.
-    RollbackRefused = "ROLLBACK_REFUSED", Fail,
+    RollbackRefused, Fail,
         "tenancy asks for an older release: set allow_rollback in bundle.json to roll back on purpose";
-    /// Too little free space on the docker data root.
-    DiskInsufficient = "DISK_INSUFFICIENT", Fail,
+    DiskInsufficient, Fail,
         "too little free space on the docker data root: the box admin frees it (`docker image prune -a`, OPERATIONS.md \"Free disk\") or grows the disk; the next tick retries";
-    /// The env's releases and staging would be over `releases_max_bytes` even after pruning.
-    ReleasesOverCap = "RELEASES_OVER_CAP", Fail,
+    ReleasesOverCap, Fail,
         "the env's releases/ and staging/ would be over releases_max_bytes even after pruning the older releases: find what a container wrote into its release dir (`du -sh /var/lib/monky-deployd/<env_id>/releases/*`) and move it to a named volume, or raise releases_max_bytes";
-    /// The bundle names another renderer.
-    RendererRefused = "RENDERER_REFUSED", Fail,
+    RendererRefused, Fail,
         "bundle.json names a renderer other than compose: re-render the bundle with the compose renderer";
-    /// The manifest carries a secret value.
-    ManifestValueRefused = "MANIFEST_VALUE_REFUSED", Fail,
+    ManifestValueRefused, Fail,
         "the manifest carries a secret value: the renderer must ship paths only; rotate the exposed value";
-    /// A manifest path outside this env's prefix.
-    ManifestPathRefused = "MANIFEST_PATH_REFUSED", Fail,
+    ManifestPathRefused, Fail,
         "a manifest path is outside this env's prefix: fix it to <kv_mount>/<env_id>/see/<name>";
-    /// The bundle does not hash to the desired sha.
-    BundleShaMismatch = "BUNDLE_SHA_MISMATCH", Fail,
+    BundleShaMismatch, Fail,
         "the bundle does not hash to the desired sha: publish the bundle again from tenancy";
-    /// The bundle is malformed.
-    BundleInvalid = "BUNDLE_INVALID", Fail,
+    BundleInvalid, Fail,
         "the bundle tar is malformed: re-render it and check it with `monky-deployd bundle check`";
-    /// The bundle is over a size limit.
-    BundleTooLarge = "BUNDLE_TOO_LARGE", Fail,
+    BundleTooLarge, Fail,
         "the bundle is over the size limit: keep large files out of the bundle";
-    /// `docker compose config` rejected the project.
-    ComposeConfigFailed = "COMPOSE_CONFIG_FAILED", Fail,
+    ComposeConfigFailed, Fail,
         "compose could not read the bundle: run `monky-deployd bundle check` on it";
-    /// The pull failed.
-    ComposePullFailed = "COMPOSE_PULL_FAILED", Fail,
+    ComposePullFailed, Fail,
         "the registry refused the pull (its message is in the detail): check the registry-auth secret and the image tag";
-    /// The registry has no such image or tag (`manifest unknown`).
-    ImageNotFound = "IMAGE_NOT_FOUND", Fail,
+    ImageNotFound, Fail,
         "the registry has no image with the tag the bundle names: the bundle author pushes the image or fixes the tag in the compose file, then tenancy publishes a new bundle";
-    /// `docker compose up` failed.
-    ComposeUpFailed = "COMPOSE_UP_FAILED", Fail,
+    ComposeUpFailed, Fail,
         "compose could not start the release (docker's reason is in the message): a port or name taken on the box is the box admin's to free, a wrong option in the compose file the bundle author's; `monky-deployd logs` shows the kept compose logs";
-    /// Containers did not become healthy, or stopped being healthy.
-    Unhealthy = "UNHEALTHY", Fail,
+    Unhealthy, Fail,
         "containers did not become healthy: the message carries the last probe output; `monky-deployd logs` shows the failed release's kept compose logs (the bundle author's to fix)";
-    /// Nothing of the project runs although a release was applied.
-    NotRunning = "NOT_RUNNING", Fail,
+    NotRunning, Fail,
         "no container of the project runs: run `monky-deployd run --once --force` to apply again";
-    /// A retire's `compose down` failed.
-    ComposeDownFailed = "COMPOSE_DOWN_FAILED", Fail,
+    ComposeDownFailed, Fail,
         "compose down failed: check that the docker daemon answers";
-    /// The containers could not be listed.
-    DockerUnavailable = "DOCKER_UNAVAILABLE", Fail,
+    DockerUnavailable, Fail,
         "the docker daemon did not answer a container listing: check `systemctl status docker` and the agent's access to its socket";
-    /// The state dir, or something below it, is not the agent's alone.
-    StateDirUnsafe = "STATE_DIR_UNSAFE", Fail,
+    StateDirUnsafe, Fail,
         "the state dir, or something below it, is owned or writable by another user or is a link the agent did not make: remove what was planted, `chown -R` the state dir to the agent's user and `chmod 0700` it";
-    /// A release's files or `.env` changed on disk since the agent wrote them.
-    ReleaseModified = "RELEASE_MODIFIED", Fail,
+    ReleaseModified, Fail,
         "a release's files or its .env changed on disk since the agent wrote it, so it was not started: find what wrote it (a container binding its own release dir?), then apply a release again from tenancy";
-    /// The tick ran past `tick_timeout_s`.
-    TickTimeout = "TICK_TIMEOUT", Temporary,
+    TickTimeout, Temporary,
         "the tick ran past tick_timeout_s: the journal shows the step it was in; raise tick_timeout_s only if pulls are legitimately that slow";
-    /// A warning: the original agent's `.env` handed some values to the app differently.
-    EnvQuotingChanged = "ENV_QUOTING_CHANGED", Ok,
+    EnvQuotingChanged, Ok,
         "the named variables now reach the app exactly as stored: update an app value initialised with the original agent's form";
-    /// The project's containers drifted from the current release and were not healed.
-    Drift = "DRIFT", Fail,
+    Drift, Fail,
         "the containers differ from the current release (the detail names each) and were not healed: self_heal is off, or a heal waits out its backoff; `monky-deployd run --once --force` heals now";
-    /// A heal of drift did not bring the current release back.
-    HealFailed = "HEAL_FAILED", Fail,
+    HealFailed, Fail,
         "the current release could not be brought back up after drift: read the compose log tail in the report; the next heal waits out a backoff, `run --once --force` tries now";
-    /// A note on an applied report: the agent healed drift.
-    Healed = "HEALED", Ok,
+    Healed, Ok,
         "the agent brought the current release back up after the drift the detail names: find out who or what stopped or changed the containers";
-    /// A note on an applied report: an apply that was interrupted was finished or rolled back.
-    ApplyInterrupted = "APPLY_INTERRUPTED", Ok,
+    ApplyInterrupted, Ok,
         "an apply was cut short (kill, reboot, OOM) and the next tick finished or rolled it back: nothing to do unless it repeats";
-    /// The box is held by an operator.
-    Held = "HELD", Ok,
+    Held, Ok,
         "an operator held the box (`monky-deployd hold`): nothing is applied, healed or retired until `monky-deployd unhold` or the hold's end";
-    /// A failure without a code of its own.
-    Failed = "FAILED", Fail,
+    Failed, Fail,
         "read `journalctl -u monky-deployd` for the whole error chain; the next tick tries again";
 }
 
@@ -276,11 +204,17 @@ impl fmt::Display for Owner {
     }
 }
 
-impl Code {
-    /// Whose move it is. Deliberately without a catch-all arm: a new code must say who acts.
-    /// docs/OPERATIONS.md's "Whose move" list says the same (a unit test checks they agree).
-    #[must_use]
-    pub fn owner(self) -> Owner {
+impl CodePolicy for Code {
+    fn exit(self) -> Exit {
+        exit_and_step(self).0
+    }
+
+    fn next_step(self) -> &'static str {
+        exit_and_step(self).1
+    }
+
+    /// Deliberately without a catch-all arm: a new code must say who acts.
+    fn owner(self) -> Owner {
         use Code as C;
         match self {
             // The kit's grant and token live on the box; re-running the kit is the admin's.
@@ -318,9 +252,11 @@ impl Code {
         }
     }
 
-    /// The agent's code for a bundle refusal.
-    #[must_use]
-    pub fn of_refusal(code: bundle::RefusalCode) -> Code {
+    fn from_text(text: &str) -> Option<Code> {
+        Code::parse(text)
+    }
+
+    fn of_refusal(code: bundle::RefusalCode) -> Code {
         use bundle::RefusalCode as R;
         match code {
             R::EnvIncomplete => Code::EnvIncomplete,
@@ -329,6 +265,7 @@ impl Code {
             R::DiskInsufficient => Code::DiskInsufficient,
             R::RendererRefused => Code::RendererRefused,
             R::ManifestValueRefused => Code::ManifestValueRefused,
+            R::ManifestPathRefused => Code::ManifestPathRefused,
             R::BundleShaMismatch => Code::BundleShaMismatch,
             R::BundleInvalid => Code::BundleInvalid,
             R::BundleTooLarge => Code::BundleTooLarge,
@@ -341,10 +278,7 @@ impl Code {
         }
     }
 
-    /// The agent's code for one of tenancy's (or the tenancy client's) codes; `None` for a
-    /// code the agent does not know, which the caller names in the message.
-    #[must_use]
-    pub fn of_tenancy(code: &proto::ErrorCode) -> Option<Code> {
+    fn of_tenancy(code: &proto::ErrorCode) -> Option<Code> {
         use proto::ErrorCode as E;
         Some(match code {
             E::AgentEnvMismatch => Code::AgentEnvMismatch,
@@ -358,26 +292,6 @@ impl Code {
             E::LeaseInvalid => Code::LeaseInvalid,
             _ => return None,
         })
-    }
-}
-
-impl fmt::Display for Code {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Serialize for Code {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for Code {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        Code::from_text(&text)
-            .ok_or_else(|| serde::de::Error::custom(format!("unknown code {text:?}")))
     }
 }
 
@@ -445,6 +359,7 @@ mod tests {
             R::DiskInsufficient,
             R::RendererRefused,
             R::ManifestValueRefused,
+            R::ManifestPathRefused,
             R::BundleShaMismatch,
             R::BundleInvalid,
             R::BundleTooLarge,

@@ -10,6 +10,7 @@ use monky_compose as compose;
 use serde::Serialize;
 use serde_json::json;
 
+use crate::code::CodePolicy as _;
 use crate::config::{Config, TransportKind};
 use crate::exit::Exit;
 use crate::layout::Layout;

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::code::Code;
+use crate::code::{Code, CodePolicy as _};
 use crate::redact::Redacted;
 
 /// The process exit statuses the systemd unit and operators rely on.

@@ -4,6 +4,7 @@
 
 use monky_agent_proto::Sha;
 
+use crate::code::CodePolicy as _;
 use crate::config::Config;
 use crate::exit::Exit;
 use crate::layout::Layout;

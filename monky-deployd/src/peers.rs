@@ -21,7 +21,7 @@ use anyhow::Context;
 use monky_agent_proto as proto;
 use monky_bao_client as bao;
 
-use crate::code::Code;
+use crate::code::{Code, CodePolicy as _};
 use crate::config::Config;
 use crate::exit::{Exit, Failure};
 

@@ -3,77 +3,29 @@
 //! compose's own model. The tick refuses on the first; `monky-deployd bundle check` prints them
 //! all.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context;
-use monky_bao_client::KvPath;
 use monky_bundle as bundle;
+use monky_bundle::ResolvedEntry;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::code::Code;
 use crate::exit::{Exit, Failure};
 
-/// A manifest entry with the KV path it reads: the manifest as an apply reads it, each entry
-/// resolved once where its path is checked, so entries and paths never travel as two lists.
-#[derive(Debug, Clone)]
-pub struct ResolvedEntry {
-    /// The entry as the manifest gives it.
-    pub entry: bundle::ManifestEntry,
-    /// Its path, proven to be under the env's own prefix.
-    pub path: KvPath,
-}
-
-/// Manifest paths, unresolved variables, the compose policy on the file as the bundle
-/// carries it and a secret on a command line: the checks that need only the bundle, the env id, the KV mount and the box's
-/// policy (`base`, whose `allow_privileged` is replaced by the bundle's). Returns every
-/// manifest entry whose path resolved, with that path, and every refusal.
+/// Manifest paths, unresolved variables, the compose policy on the file as the bundle carries
+/// it and a secret on a command line: the bundle crate's offline verdict
+/// ([`bundle::Verdict::offline`]), its refusals as the agent's failures. Returns every manifest
+/// entry whose path resolved, with that path, and every refusal.
 pub fn offline(
     b: &bundle::Bundle,
     env_id: &str,
     kv_mount: &str,
     base: &bundle::ComposePolicy,
 ) -> (Vec<ResolvedEntry>, Vec<Failure>) {
-    let manifest = b.manifest();
-    let mut refused = Vec::new();
-    let mut paths = Vec::new();
-    let mut outside = Vec::new();
-    for e in &manifest.entries {
-        match KvPath::parse(&e.path, kv_mount, env_id) {
-            Ok(path) => paths.push(ResolvedEntry {
-                entry: e.clone(),
-                path,
-            }),
-            Err(_) => outside.push(if e.var.is_empty() {
-                e.path.clone()
-            } else {
-                e.var.clone()
-            }),
-        }
-    }
-    if !outside.is_empty() {
-        refused.push(Failure::coded(
-            Code::ManifestPathRefused,
-            format!(
-                "outside {kv_mount}/data/{env_id}/see/: {}",
-                outside.join(", ")
-            ),
-        ));
-    }
-    let provided: BTreeSet<String> = manifest.env_entries().map(|e| e.var.clone()).collect();
-    if let Err(r) = bundle::check_env_complete(b.env_template(), &provided) {
-        refused.push(Failure::from(&r));
-    }
-    let known = known_env_values(b.env_template(), &provided);
-    let policy = base.clone().allow_privileged(b.meta().allow_privileged);
-    for r in policy.findings_file(b.compose(), &|n| known.get(n).cloned(), &provided) {
-        refused.push(Failure::from(&r));
-    }
-    let secret_keys = bundle::secret_keys(b.env_template(), &provided);
-    for r in bundle::secrets_on_command_lines(b.compose(), &secret_keys) {
-        refused.push(Failure::from(&r));
-    }
-    (paths, refused)
+    let (entries, refused) = bundle::Verdict::offline(b, env_id, kv_mount, base).into_parts();
+    (entries, refused.iter().map(Failure::from).collect())
 }
 
 /// Every refusal as one failure, for the tick's error and the report's detail: the first
@@ -120,28 +72,6 @@ pub fn model(
 fn config_cause(e: &monky_compose::Error, dir: &Path) -> String {
     let dir = format!("{}/", dir.display());
     format!("compose config: {}", e.cause().replace(&dir, ""))
-}
-
-/// The values compose will interpolate from `.env` that are known before any secret is read:
-/// the template's literal assignments and the defaults of variables no manifest entry provides.
-/// A line that still holds a reference depends on a secret and is left out, so a compose file
-/// made privileged by `NET=host` in the template is refused here, before the lease; one made
-/// privileged by a secret's value is refused after staging, on compose's own interpolation.
-fn known_env_values(template: &str, provided: &BTreeSet<String>) -> BTreeMap<String, String> {
-    // Every provided variable renders as a bare `$`, which marks its line as unknown.
-    let unknown: BTreeMap<String, SecretString> = provided
-        .iter()
-        .map(|n| (n.clone(), SecretString::from("$")))
-        .collect();
-    // `$` can be written in every place a template puts a value, so rendering cannot refuse.
-    let Ok(rendered) = bundle::render_env(template, &unknown) else {
-        return BTreeMap::new();
-    };
-    // Read as compose reads it; a value still holding a `$` depends on a secret.
-    bundle::read_env(rendered.expose_secret())
-        .filter(|(_, value)| !value.contains('$'))
-        .map(|(name, value)| (name.to_string(), value))
-        .collect()
 }
 
 /// A bundle from disk: a tar (optionally gzipped) or a directory of its members.
@@ -216,12 +146,9 @@ pub fn bundle_check(
             ..bundle::Budget::default()
         }),
     };
-    let offline = offline(&b, env_id, kv_mount, &base).1;
-    let compose_clean = !offline
-        .iter()
-        .any(|f| f.code == Code::BundleInvalid && f.message.contains("compose file:"));
-    refusals.extend(offline);
-    if compose_clean {
+    let verdict = bundle::Verdict::offline(&b, env_id, kv_mount, &base);
+    refusals.extend(verdict.refusals().iter().map(Failure::from));
+    if verdict.compose_unreadable().is_none() {
         for f in model_of_bundle(&b, &base, cfg)? {
             if !refusals.contains(&f) {
                 refusals.push(f);
@@ -352,44 +279,6 @@ mod tests {
         assert_eq!(
             config_cause(&e, dir),
             "compose config: validating compose.yaml: services.web.ports must be a array"
-        );
-    }
-
-    fn check(template: &str, provided: &[&str], expected: &[(&str, &str)]) {
-        let provided = provided.iter().map(|s| s.to_string()).collect();
-        let got = known_env_values(template, &provided);
-        let expected: BTreeMap<String, String> = expected
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        assert_eq!(got, expected, "{template}");
-    }
-
-    #[test]
-    fn known_values_are_literals_and_unprovided_defaults() {
-        check("NET=host\n# X=y\n\nnoise\n", &[], &[("NET", "host")]);
-        check(
-            "A=\"quoted # kept\"\nB='single'\nexport C=plain # comment\n",
-            &[],
-            &[("A", "quoted # kept"), ("B", "single"), ("C", "plain")],
-        );
-        // A provided variable is a secret: unknown, default or not.
-        check(
-            "S=${SOCK:-/var/run/docker.sock}\nT=${SECRET}\nU=x${SECRET}y\n",
-            &["SOCK", "SECRET"],
-            &[],
-        );
-        check(
-            "S=${SOCK:-/var/run/docker.sock}\nD=$$literal\n",
-            &[],
-            &[("S", "/var/run/docker.sock")],
-        );
-        // Quoting as compose reads it (the agent's own reader once kept escapes and the quotes
-        // of a quoted value followed by a comment).
-        check(
-            "A=\"q\\\"d\" # note\nB='s\\'x'\nC=\"x\"y\nD=x\t#y\n",
-            &[],
-            &[("A", "q\"d"), ("B", "s'x"), ("C", "x"), ("D", "x\t#y")],
         );
     }
 }

@@ -5,6 +5,7 @@
 use monky_agent_proto::Sha;
 use serde_json::json;
 
+use crate::code::CodePolicy as _;
 use crate::config::Config;
 use crate::exit::Exit;
 use crate::layout::Layout;

@@ -9,7 +9,7 @@ use monky_compose as compose;
 use proto::{Action, Sha};
 use tracing::{info, warn};
 
-use crate::code::Code;
+use crate::code::{Code, CodePolicy as _};
 use crate::config::Config;
 use crate::exit::{Exit, Failure};
 use crate::layout::Layout;

@@ -3,7 +3,7 @@
 //! docker does not answer, or the box's clock is off OpenBao's: equal shas alone are not
 //! convergence.
 
-use crate::code::Code;
+use crate::code::{Code, CodePolicy as _};
 use crate::state::State;
 
 /// What the read-only commands know beyond state.json.

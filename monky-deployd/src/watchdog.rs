@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tracing::{error, warn};
 
-use crate::code::Code;
+use crate::code::{Code, CodePolicy as _};
 use crate::config::Config;
 use crate::layout::Layout;
 use crate::state::{self, State};

@@ -2,6 +2,7 @@
 //! textfile.
 
 use monky_agent_proto::ReportResult;
+use monky_deployd::code::CodePolicy as _;
 use monky_testkit::tenancy::Desired;
 use serde_json::json;
 

@@ -1,5 +1,6 @@
 //! `cargo xtask ci`: what `.ci/run` runs. setup, tidy (the crate rules), fmt (the workspace and
-//! fuzz/), clippy, test (with the setup env file exported), demo (`cargo xtask demo --ci`: the
+//! fuzz/), clippy, test (with the setup env file exported), examples (the libraries' examples
+//! run, `cargo xtask ci examples` alone), demo (`cargo xtask demo --ci`: the
 //! README's first command, asserted end to end), packaging (`cargo xtask dist --test`: the .deb
 //! built, linted and installed under systemd), doc, then teardown whatever happened. One line per
 //! step, a verdict at the end.
@@ -19,9 +20,10 @@ pub fn main(args: &[String]) -> Result<()> {
     for arg in args {
         match arg.as_str() {
             "--fail-fast" => fail_fast = true,
+            "examples" if args.len() == 1 => return examples(),
             "-h" | "--help" => {
                 println!(
-                    "cargo xtask ci [--fail-fast]\n  setup, tidy, fmt, fmt fuzz, clippy, test, demo, packaging, doc, teardown (always)\n  --fail-fast  skip the remaining checks after the first failure"
+                    "cargo xtask ci [--fail-fast]\n  setup, tidy, fmt, fmt fuzz, clippy, test, examples, demo, packaging, doc, teardown (always)\n  --fail-fast  skip the remaining checks after the first failure\ncargo xtask ci examples\n  builds and runs every library crate's examples"
                 );
                 return Ok(());
             }
@@ -35,7 +37,7 @@ pub fn main(args: &[String]) -> Result<()> {
         c.args(args).current_dir(state::workspace_root());
         c
     };
-    let total = 10;
+    let total = 11;
     let mut failed: Vec<&str> = Vec::new();
 
     // Setup runs as a child process so that the services it starts are not our children.
@@ -82,6 +84,13 @@ pub fn main(args: &[String]) -> Result<()> {
             "test",
             cargo_cmd(&["test", "--workspace", "--all-features", "--locked"]),
         ),
+        // Each library's examples, as tenancy would use the crate; each exits non-zero when
+        // what it shows does not hold. Built with the test step's features, so nothing rebuilds.
+        ("examples", {
+            let mut examples = Command::new(&exe);
+            examples.args(["ci", "examples"]);
+            examples
+        }),
         ("demo", {
             let mut demo = Command::new(&exe);
             demo.args(["demo", "--ci"]);
@@ -136,6 +145,65 @@ pub fn main(args: &[String]) -> Result<()> {
             failed.join(", ")
         )
     }
+}
+
+/// Builds the workspace's examples as the test step does and runs each library crate's (the
+/// agent's `devpeers` serves until killed: the demo step runs it).
+fn examples() -> Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let root = state::workspace_root();
+    let mut build = cmd::new(
+        &cargo,
+        [
+            "build",
+            "--workspace",
+            "--all-features",
+            "--examples",
+            "--locked",
+        ],
+    );
+    cmd::run(build.current_dir(&root))?;
+    let mut metadata = cmd::new(
+        &cargo,
+        ["metadata", "--no-deps", "--format-version", "1", "--locked"],
+    );
+    let metadata: serde_json::Value =
+        serde_json::from_str(&cmd::capture(metadata.current_dir(&root))?)
+            .context("cargo metadata printed no JSON")?;
+    let dir = std::path::Path::new(
+        metadata["target_directory"]
+            .as_str()
+            .context("cargo metadata: no target_directory")?,
+    )
+    .join("debug/examples");
+    let mut ran = 0;
+    for package in metadata["packages"].as_array().into_iter().flatten() {
+        if package["name"] == "monky-deployd" {
+            continue;
+        }
+        for target in package["targets"].as_array().into_iter().flatten() {
+            if !target["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "example"))
+            {
+                continue;
+            }
+            let name = target["name"]
+                .as_str()
+                .context("an example without a name")?;
+            println!(
+                "    example {} {name}",
+                package["name"].as_str().unwrap_or("?")
+            );
+            cmd::run(Command::new(dir.join(name)).current_dir(&root))?;
+            ran += 1;
+        }
+    }
+    if ran == 0 {
+        bail!("no library example found");
+    }
+    println!("examples: {ran} ran, each as it asserts");
+    Ok(())
 }
 
 /// Exports what the end-to-end suite needs: `MONKY_E2E_ENV`, every key of the env file, and

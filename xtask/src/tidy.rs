@@ -2,7 +2,9 @@
 //! and its code rules, checked over the sources (`code`).
 //!
 //! The crate rules are about what ships: each library's normal and build dependencies, followed
-//! transitively, with every feature on (a feature that pulls a forbidden crate is caught too).
+//! transitively, with every feature on (a feature that pulls a forbidden crate is caught too),
+//! or, for a rule about a feature set (proto's wire types alone, its client), those features of
+//! the root only.
 //! Dev-dependencies are exempt, because the tests of one peer's fake may wire in the other's.
 
 use std::collections::{BTreeSet, HashMap};
@@ -15,76 +17,123 @@ use crate::state;
 
 mod code;
 
-/// Crates that speak to the network, which `monky-bundle` must never reach.
+/// Crates that speak to the network or do TLS; a name ending in `*` is a prefix.
 const NETWORK: &[&str] = &[
-    "reqwest",
-    "hyper",
-    "hyper-util",
+    "reqwest*",
+    "hyper*",
     "h2",
-    "tokio",
+    "h3*",
+    "http",
+    "url",
+    "tokio*",
     "mio",
     "socket2",
     "tiny_http",
-    "rustls",
     "ureq",
+    "rustls*",
+    "webpki*",
+    "ring",
+    "aws-lc-*",
+    "native-tls",
+    "openssl*",
 ];
 
 /// The TLS stacks and crypto backends: xtask builds and runs `tidy` without any of them.
 const TLS: &[&str] = &[
-    "rustls",
-    "rustls-webpki",
-    "aws-lc-rs",
-    "aws-lc-sys",
+    "rustls*",
+    "webpki*",
+    "aws-lc-*",
     "ring",
-    "openssl",
-    "openssl-sys",
+    "openssl*",
     "native-tls",
-    "reqwest",
+    "reqwest*",
     "hyper-rustls",
     "tokio-rustls",
 ];
 
-/// One rule: `krate` must not depend, directly or through others, on any of `forbidden`.
+/// One rule: `krate` must not depend, directly or through others, on any of `forbidden`, and
+/// its graph holds at most `max_crates` crates (itself included), if given.
 struct Rule {
     krate: &'static str,
+    /// `None`: every feature of `krate` on. `Some(list)`: exactly these features (no default),
+    /// followed through the workspace's resolve with every feature on, so the graph checked is
+    /// an upper bound of `cargo tree -p <krate> --no-default-features -F <list> -e normal`.
+    features: Option<&'static [&'static str]>,
     forbidden: &'static [&'static str],
+    max_crates: Option<usize>,
     why: &'static str,
 }
 
 const RULES: &[Rule] = &[
     Rule {
         krate: "monky-agent-proto",
-        forbidden: &["monky-bundle", "monky-compose", "monky-deployd"],
-        why: "tenancy's own tooling imports the wire crate; it carries no agent policy",
+        features: Some(&[]),
+        forbidden: NETWORK,
+        max_crates: Some(25),
+        why: "tenancy's tooling imports the wire types alone: they stay a small, offline graph",
+    },
+    Rule {
+        krate: "monky-agent-proto",
+        features: Some(&["client", "schema"]),
+        forbidden: &[
+            "monky-bao-client",
+            "monky-bundle",
+            "monky-compose",
+            "monky-deployd",
+        ],
+        max_crates: None,
+        why: "tenancy's own tooling imports the wire crate and its client; they carry no agent policy",
+    },
+    Rule {
+        krate: "monky-agent-proto",
+        features: None,
+        forbidden: &[
+            "monky-bao-client",
+            "monky-bundle",
+            "monky-compose",
+            "monky-deployd",
+        ],
+        max_crates: None,
+        why: "tenancy's own tooling imports the wire crate with any of its features; it carries no agent policy",
     },
     Rule {
         krate: "monky-bundle",
+        features: None,
         forbidden: &[
             "monky-agent-proto",
             "monky-bao-client",
             "monky-compose",
             "monky-deployd",
         ],
+        max_crates: None,
         why: "the bundle is parsed and judged offline, knowing no peer",
     },
     Rule {
         krate: "monky-bundle",
+        features: None,
         forbidden: NETWORK,
+        max_crates: None,
         why: "monky-bundle does no network IO",
     },
     Rule {
         krate: "monky-compose",
+        features: None,
         forbidden: &["monky-agent-proto", "monky-bao-client", "monky-deployd"],
+        max_crates: None,
         why: "the docker driver knows neither tenancy nor OpenBao",
     },
     Rule {
         krate: "monky-bao-client",
+        features: None,
         forbidden: &["monky-agent-proto", "monky-deployd"],
+        max_crates: None,
         why: "the OpenBao client knows nothing of tenancy's wire format",
     },
     Rule {
         krate: "xtask",
+        features: None,
         forbidden: TLS,
+        max_crates: None,
         why: "xtask runs tidy without the agent's TLS stack (the agent writes its own man pages)",
     },
 ];
@@ -153,25 +202,39 @@ fn violations(metadata: &Value) -> Result<Vec<String>> {
     let graph = Graph::from_metadata(metadata)?;
     let mut broken = Vec::new();
     for rule in RULES {
-        let reach = graph.reachable(rule.krate)?;
-        for bad in rule.forbidden.iter().filter(|name| reach.contains(**name)) {
+        let reach = graph.reachable(rule.krate, rule.features)?;
+        let names: BTreeSet<&str> = reach.iter().map(|id| graph.names[id].as_str()).collect();
+        for bad in names
+            .iter()
+            .filter(|name| matches_any(name, rule.forbidden))
+        {
             broken.push(format!(
                 "{} depends on {bad}, which it must not: {}",
                 rule.krate, rule.why
             ));
         }
+        // `cargo tree` counts a crate's versions apart, and the root too.
+        if let Some(max) = rule.max_crates.filter(|max| reach.len() + 1 > *max) {
+            broken.push(format!(
+                "{} reaches {} crates, over its {max}: {}",
+                rule.krate,
+                reach.len() + 1,
+                rule.why
+            ));
+        }
     }
     for member in &graph.members {
-        let reach = graph.reachable(member)?;
+        let reach = graph.reachable(member, None)?;
+        let reaches = |name: &str| reach.iter().any(|id| graph.names[id] == name);
         if member != "monky-deployd"
             && !AGENT_USERS.contains(&member.as_str())
-            && reach.contains("monky-deployd")
+            && reaches("monky-deployd")
         {
             broken.push(format!(
                 "{member} depends on monky-deployd: only fuzz may depend on the agent"
             ));
         }
-        if reach.contains(TESTKIT) {
+        if reaches(TESTKIT) {
             broken.push(format!(
                 "{member} depends on {TESTKIT}: test support is a dev-dependency only"
             ));
@@ -180,38 +243,54 @@ fn violations(metadata: &Value) -> Result<Vec<String>> {
     Ok(broken)
 }
 
-/// The shipped dependency graph by package name: normal and build edges only.
-struct Graph {
-    members: Vec<String>,
-    edges: HashMap<String, Vec<String>>,
+/// Whether crate `name` is one of `patterns` (a pattern ending in `*` is a prefix).
+fn matches_any(name: &str, patterns: &[&str]) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == *p,
+    })
 }
 
-impl Graph {
-    fn from_metadata(metadata: &Value) -> Result<Self> {
-        let names: HashMap<&str, &str> = metadata["packages"]
+/// The shipped dependency graph by package id: normal and build edges only.
+struct Graph<'m> {
+    members: Vec<String>,
+    names: HashMap<String, String>,
+    packages: HashMap<String, &'m Value>,
+    /// Each package's shipped dependencies: (the name it uses for it, its id).
+    edges: HashMap<String, Vec<(String, String)>>,
+}
+
+impl<'m> Graph<'m> {
+    fn from_metadata(metadata: &'m Value) -> Result<Self> {
+        let packages: HashMap<String, &Value> = metadata["packages"]
             .as_array()
             .context("cargo metadata: no packages")?
             .iter()
-            .filter_map(|p| Some((p["id"].as_str()?, p["name"].as_str()?)))
+            .filter_map(|p| Some((p["id"].as_str()?.to_string(), p)))
             .collect();
-        let name_of = |id: &str| -> Result<String> {
-            names
-                .get(id)
-                .map(|n| n.to_string())
-                .with_context(|| format!("cargo metadata: unknown package id {id}"))
+        let names: HashMap<String, String> = packages
+            .iter()
+            .filter_map(|(id, p)| Some((id.clone(), p["name"].as_str()?.to_string())))
+            .collect();
+        let known = |id: &str| -> Result<String> {
+            if names.contains_key(id) {
+                Ok(id.to_string())
+            } else {
+                bail!("cargo metadata: unknown package id {id}")
+            }
         };
         let members = metadata["workspace_members"]
             .as_array()
             .context("cargo metadata: no workspace_members")?
             .iter()
-            .map(|id| name_of(id.as_str().unwrap_or_default()))
+            .map(|id| known(id.as_str().unwrap_or_default()).map(|id| names[&id].clone()))
             .collect::<Result<_>>()?;
-        let mut edges: HashMap<String, Vec<String>> = HashMap::new();
+        let mut edges: HashMap<String, Vec<(String, String)>> = HashMap::new();
         let nodes = metadata["resolve"]["nodes"]
             .as_array()
             .context("cargo metadata: no resolve graph")?;
         for node in nodes {
-            let from = name_of(node["id"].as_str().unwrap_or_default())?;
+            let from = known(node["id"].as_str().unwrap_or_default())?;
             let deps = edges.entry(from).or_default();
             for dep in node["deps"].as_array().into_iter().flatten() {
                 let shipped = dep["dep_kinds"]
@@ -220,30 +299,80 @@ impl Graph {
                     .flatten()
                     .any(|k| k["kind"].is_null() || k["kind"] == "build");
                 if shipped {
-                    deps.push(name_of(dep["pkg"].as_str().unwrap_or_default())?);
+                    let name = dep["name"].as_str().unwrap_or_default().to_string();
+                    deps.push((name, known(dep["pkg"].as_str().unwrap_or_default())?));
                 }
             }
         }
-        Ok(Self { members, edges })
+        Ok(Self {
+            members,
+            names,
+            packages,
+            edges,
+        })
     }
 
-    /// Every package `root` reaches through shipped edges (not `root` itself).
-    fn reachable(&self, root: &str) -> Result<BTreeSet<String>> {
-        if !self.edges.contains_key(root) {
+    /// Every package id the member `root` reaches through shipped edges (not `root` itself),
+    /// with `features` of `root` on (`None`: all of them).
+    fn reachable(&self, root: &str, features: Option<&[&str]>) -> Result<BTreeSet<String>> {
+        let Some(id) = self
+            .names
+            .iter()
+            .find(|(id, name)| *name == root && self.edges.contains_key(*id))
+            .map(|(id, _)| id)
+        else {
             bail!(
                 "tidy: {root} is not in the dependency graph (renamed? update xtask/src/tidy.rs)"
             );
-        }
+        };
+        let wanted = features.map(|f| self.root_deps(id, f));
         let mut seen = BTreeSet::new();
-        let mut todo = vec![root.to_string()];
-        while let Some(name) = todo.pop() {
-            for dep in self.edges.get(&name).into_iter().flatten() {
-                if seen.insert(dep.clone()) {
-                    todo.push(dep.clone());
-                }
+        let mut todo: Vec<&String> = self.edges[id]
+            .iter()
+            .filter(|(name, _)| wanted.as_ref().is_none_or(|w| w.contains(name)))
+            .map(|(_, dep)| dep)
+            .collect();
+        while let Some(dep) = todo.pop() {
+            if seen.insert(dep.clone()) {
+                todo.extend(self.edges.get(dep).into_iter().flatten().map(|(_, d)| d));
             }
         }
         Ok(seen)
+    }
+
+    /// The names (as the resolve graph spells them) of `id`'s shipped dependencies with exactly
+    /// `features` on: the non-optional ones and the optional ones those features enable.
+    fn root_deps(&self, id: &str, features: &[&str]) -> BTreeSet<String> {
+        let package = self.packages[id];
+        let table = &package["features"];
+        let mut enabled = BTreeSet::new();
+        let mut todo: Vec<String> = features.iter().map(|f| f.to_string()).collect();
+        while let Some(f) = todo.pop() {
+            if !enabled.insert(f.clone()) {
+                continue;
+            }
+            for item in table[&f].as_array().into_iter().flatten() {
+                let item = item.as_str().unwrap_or_default();
+                // `dep:x` and `x/feature` enable the dependency x; `x?/feature` does not.
+                let dep = item.strip_prefix("dep:").unwrap_or(item);
+                match dep.split_once('/') {
+                    Some((d, _)) if !d.ends_with('?') => todo.push(d.to_string()),
+                    Some(_) => {}
+                    None => todo.push(dep.to_string()),
+                }
+            }
+        }
+        package["dependencies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["kind"].is_null() || d["kind"] == "build")
+            .filter_map(|d| {
+                let name = d["rename"].as_str().or(d["name"].as_str())?;
+                let on = d["optional"] != true || enabled.contains(name);
+                on.then(|| name.replace('-', "_"))
+            })
+            .collect()
     }
 }
 
@@ -252,10 +381,35 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// A metadata document with the workspace's five crates and `extra` shipped edges on top
-    /// of the allowed ones.
-    fn metadata(extra: &[(&str, &str, Option<&str>)]) -> Value {
-        let crates = [
+    /// An edge of the fixture: from, to, dependency kind, and the feature of `from` that
+    /// enables it (`None`: not optional).
+    type Edge<'a> = (&'a str, &'a str, Option<&'a str>, Option<&'a str>);
+
+    /// A metadata document with the workspace's crates and `extra` shipped edges on top of the
+    /// allowed ones; a crate an edge names is added to the packages.
+    fn metadata(extra: &[Edge<'_>]) -> Value {
+        let mut edges: Vec<Edge<'_>> = vec![
+            ("monky-deployd", "monky-agent-proto", None, None),
+            ("monky-deployd", "monky-bundle", None, None),
+            ("monky-deployd", "monky-compose", None, None),
+            ("monky-deployd", "monky-bao-client", None, None),
+            ("monky-bao-client", "reqwest", None, None),
+            ("monky-bao-client", "monky-bundle", None, None),
+            ("reqwest", "hyper", None, None),
+            ("monky-bundle", "serde", None, None),
+            ("monky-agent-proto", "serde", None, None),
+            ("monky-agent-proto", "reqwest", None, Some("client")),
+            ("reqwest", "rustls", None, None),
+            ("xtask", "anyhow", None, None),
+            ("monky-testkit", "monky-agent-proto", None, None),
+            ("monky-testkit", "reqwest", None, None),
+            // Tests may wire the two fakes together, through the testkit.
+            ("monky-bao-client", "monky-agent-proto", Some("dev"), None),
+            ("monky-bao-client", "monky-testkit", Some("dev"), None),
+            ("monky-deployd", "monky-testkit", Some("dev"), None),
+        ];
+        edges.extend_from_slice(extra);
+        let members = [
             "monky-agent-proto",
             "monky-bao-client",
             "monky-bundle",
@@ -263,43 +417,41 @@ mod tests {
             "monky-deployd",
             "monky-testkit",
             "xtask",
-            "reqwest",
-            "hyper",
-            "serde",
-            "rustls",
-            "anyhow",
         ];
-        let mut edges: Vec<(&str, &str, Option<&str>)> = vec![
-            ("monky-deployd", "monky-agent-proto", None),
-            ("monky-deployd", "monky-bundle", None),
-            ("monky-deployd", "monky-compose", None),
-            ("monky-deployd", "monky-bao-client", None),
-            ("monky-bao-client", "reqwest", None),
-            ("reqwest", "hyper", None),
-            ("reqwest", "rustls", None),
-            ("monky-bundle", "serde", None),
-            ("xtask", "anyhow", None),
-            ("monky-testkit", "monky-agent-proto", None),
-            ("monky-testkit", "reqwest", None),
-            // Tests may wire the two fakes together, through the testkit.
-            ("monky-bao-client", "monky-agent-proto", Some("dev")),
-            ("monky-bao-client", "monky-testkit", Some("dev")),
-            ("monky-deployd", "monky-testkit", Some("dev")),
-        ];
-        edges.extend_from_slice(extra);
+        let mut crates: Vec<&str> = members.to_vec();
+        for (from, to, _, _) in &edges {
+            for n in [from, to] {
+                if !crates.contains(n) {
+                    crates.push(n);
+                }
+            }
+        }
         let id = |n: &str| format!("id-{n}");
+        fn from<'e, 'a>(edges: &'e [Edge<'a>], n: &'e str) -> impl Iterator<Item = &'e Edge<'a>> {
+            edges.iter().filter(move |e| e.0 == n)
+        }
         let packages: Vec<Value> = crates
             .iter()
-            .map(|n| json!({"id": id(n), "name": n}))
+            .map(|n| {
+                let mut features = serde_json::Map::new();
+                let deps: Vec<Value> = from(&edges, n)
+                    .map(|(_, to, kind, feature)| {
+                        if let Some(f) = feature {
+                            features.insert(f.to_string(), json!([format!("dep:{to}")]));
+                        }
+                        json!({"name": to, "rename": null, "kind": kind, "optional": feature.is_some()})
+                    })
+                    .collect();
+                json!({"id": id(n), "name": n, "dependencies": deps, "features": features})
+            })
             .collect();
         let nodes: Vec<Value> = crates
             .iter()
             .map(|n| {
-                let deps: Vec<Value> = edges
-                    .iter()
-                    .filter(|(from, _, _)| from == n)
-                    .map(|(_, to, kind)| {
-                        json!({"pkg": id(to), "dep_kinds": [{"kind": kind, "target": null}]})
+                let deps: Vec<Value> = from(&edges, n)
+                    .map(|(_, to, kind, _)| {
+                        json!({"name": to.replace('-', "_"), "pkg": id(to),
+                               "dep_kinds": [{"kind": kind, "target": null}]})
                     })
                     .collect();
                 json!({"id": id(n), "deps": deps})
@@ -307,7 +459,7 @@ mod tests {
             .collect();
         json!({
             "packages": packages,
-            "workspace_members": crates[..7].iter().map(|n| id(n)).collect::<Vec<_>>(),
+            "workspace_members": members.iter().map(|n| id(n)).collect::<Vec<_>>(),
             "resolve": {"nodes": nodes},
         })
     }
@@ -319,73 +471,119 @@ mod tests {
 
     #[test]
     fn a_planted_forbidden_dependency_fails_naming_it() {
-        let cases: &[(&str, &str, Option<&str>, &str)] = &[
+        let cases: &[(Edge<'_>, &str)] = &[
             // Transitive: bundle reaches hyper through reqwest.
             (
-                "monky-bundle",
-                "reqwest",
-                None,
+                ("monky-bundle", "reqwest", None, None),
                 "monky-bundle depends on hyper",
             ),
             (
-                "monky-bundle",
-                "monky-compose",
-                Some("build"),
+                ("monky-bundle", "url", None, None),
+                "monky-bundle depends on url",
+            ),
+            // A prefix: any of AWS-LC's crates.
+            (
+                ("monky-bundle", "aws-lc-sys", Some("build"), None),
+                "monky-bundle depends on aws-lc-sys",
+            ),
+            (
+                ("monky-bundle", "monky-compose", Some("build"), None),
                 "monky-bundle depends on monky-compose",
             ),
             (
-                "monky-agent-proto",
-                "monky-bundle",
-                None,
+                ("monky-agent-proto", "monky-bundle", None, None),
                 "monky-agent-proto depends on monky-bundle",
             ),
+            // Proto's wire types alone: no network crate, even one the client feature has.
             (
-                "monky-compose",
-                "monky-bao-client",
-                None,
-                "monky-compose depends on monky-bao-client",
+                ("monky-agent-proto", "url", None, None),
+                "monky-agent-proto depends on url",
+            ),
+            // The client feature must not reach the OpenBao crate.
+            (
+                (
+                    "monky-agent-proto",
+                    "monky-bao-client",
+                    None,
+                    Some("client"),
+                ),
+                "monky-agent-proto depends on monky-bao-client",
+            ),
+            // Every feature on: never the docker side.
+            (
+                ("monky-agent-proto", "monky-compose", None, Some("testkit")),
+                "monky-agent-proto depends on monky-compose",
             ),
             (
-                "monky-bao-client",
-                "monky-agent-proto",
-                None,
-                "monky-bao-client depends on monky-agent-proto",
-            ),
-            (
-                "monky-compose",
-                "monky-deployd",
-                None,
-                "monky-compose depends on monky-deployd",
-            ),
-            (
-                "xtask",
-                "monky-deployd",
-                None,
+                ("xtask", "monky-deployd", None, None),
                 "xtask depends on monky-deployd",
             ),
             // Transitive: the agent brings reqwest and rustls with it.
-            ("xtask", "monky-deployd", None, "xtask depends on rustls"),
-            ("xtask", "reqwest", None, "xtask depends on reqwest"),
             (
-                "monky-deployd",
-                "monky-testkit",
-                None,
+                ("xtask", "monky-deployd", None, None),
+                "xtask depends on rustls",
+            ),
+            (("xtask", "reqwest", None, None), "xtask depends on reqwest"),
+            (
+                ("monky-deployd", "monky-testkit", None, None),
                 "monky-deployd depends on monky-testkit",
             ),
             (
-                "xtask",
-                "monky-testkit",
-                Some("build"),
+                ("xtask", "monky-testkit", Some("build"), None),
                 "xtask depends on monky-testkit",
             ),
+            (
+                ("monky-compose", "monky-bao-client", None, None),
+                "monky-compose depends on monky-bao-client",
+            ),
+            (
+                ("monky-bao-client", "monky-agent-proto", None, None),
+                "monky-bao-client depends on monky-agent-proto",
+            ),
+            (
+                ("monky-compose", "monky-deployd", None, None),
+                "monky-compose depends on monky-deployd",
+            ),
         ];
-        for (from, to, kind, expected) in cases {
-            let broken = violations(&metadata(&[(from, to, *kind)])).unwrap();
+        for (edge, expected) in cases {
+            let broken = violations(&metadata(&[*edge])).unwrap();
             assert!(
                 broken.iter().any(|line| line.starts_with(expected)),
-                "{from} -> {to}: {broken:?}"
+                "{edge:?}: {broken:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_wire_types_alone_stay_under_their_crate_count() {
+        let names: Vec<String> = (0..30).map(|n| format!("dep{n}")).collect();
+        // serde, and 23 more: 25 with proto itself, the limit.
+        let edges = |count: usize| -> Vec<Edge<'_>> {
+            names[..count]
+                .iter()
+                .map(|n| ("monky-agent-proto", n.as_str(), None, None))
+                .collect()
+        };
+        assert_eq!(
+            violations(&metadata(&edges(23))).unwrap(),
+            Vec::<String>::new()
+        );
+        let broken = violations(&metadata(&edges(24))).unwrap();
+        assert!(
+            broken
+                .iter()
+                .any(|l| l.starts_with("monky-agent-proto reaches 26 crates, over its 25")),
+            "{broken:?}"
+        );
+        // Crates behind a feature do not count for the wire types alone.
+        let behind: Vec<Edge<'_>> = names
+            .iter()
+            .map(|n| ("monky-agent-proto", n.as_str(), None, Some("client")))
+            .collect();
+        assert_eq!(
+            violations(&metadata(&behind)).unwrap(),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::Agent;
 use super::Outcome;
 use super::backoff::Backoff;
 use super::stages::{Fetched, Promoted};
-use crate::code::Code;
+use crate::code::{Code, CodePolicy as _};
 use crate::exit::{Exit, Failure};
 use crate::{release, state};
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use monky_agent_proto::Sha;
 use tracing::{info, warn};
 
-use crate::code::Code;
+use crate::code::{Code, CodePolicy as _};
 use crate::exit::{Exit, Failure};
 use crate::state::State;
 

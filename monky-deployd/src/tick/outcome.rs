@@ -8,7 +8,7 @@ use proto::ReportResult;
 use tracing::warn;
 
 use super::Agent;
-use crate::code::Code;
+use crate::code::{Code, CodePolicy as _};
 use crate::exit::{Exit, Failure};
 use crate::redact::Redacted;
 use crate::state;

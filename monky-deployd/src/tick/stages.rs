@@ -12,10 +12,11 @@ use secrecy::{ExposeSecret, SecretString};
 use tracing::{info, warn};
 
 use super::Agent;
-use crate::code::Code;
+use crate::code::{Code, CodePolicy as _};
 use crate::exit::{Exit, Failure};
-use crate::refusals::{self, ResolvedEntry};
+use crate::refusals;
 use crate::{failpoint, fsx, peers, redact, release};
+use monky_bundle::ResolvedEntry;
 
 /// Steps 1-2 passed: the bundle tenancy served, parsed within the limits, hashing to `sha`.
 pub(super) struct Fetched {

@@ -1,8 +1,8 @@
-//! Manifest KV paths, proven to name one of the caller's own `see/` secrets before any request.
+//! Manifest KV paths, proven to name one of the caller's own `see/` secrets: the only mapping
+//! from a manifest path to a KV v2 API path, so tenancy's renderer refuses at render time the
+//! path a box refuses before any request to OpenBao.
 
 use std::fmt;
-
-use crate::error::{Error, PathRefusal, Result};
 
 /// A KV v2 secret path that names `<mount>/data/<env>/see/<name>` for the caller's own env.
 ///
@@ -23,8 +23,22 @@ impl KvPath {
     /// Pure: refuses, without any IO, an absolute path, empty, `.` and `..` segments, characters
     /// outside `A-Z a-z 0-9 - _ . @ + = , ~`, another mount, another env, anything but `see/`,
     /// and missing or extra segments.
-    pub fn parse(manifest_path: &str, kv_mount: &str, env_id: &str) -> Result<KvPath> {
-        let refuse = |reason| Error::PathRefused {
+    ///
+    /// ```
+    /// use monky_bundle::{KvPath, PathRefusal};
+    ///
+    /// let path = KvPath::parse("monky/env-qa-02/see/pg_password", "monky", "env-qa-02")?;
+    /// assert_eq!(path.api_path(), "monky/data/env-qa-02/see/pg_password");
+    /// let err = KvPath::parse("monky/env-qa-03/see/pg", "monky", "env-qa-02").unwrap_err();
+    /// assert_eq!(err.path_refusal(), PathRefusal::OtherEnv);
+    /// # Ok::<(), monky_bundle::KvPathRefused>(())
+    /// ```
+    pub fn parse(
+        manifest_path: &str,
+        kv_mount: &str,
+        env_id: &str,
+    ) -> Result<KvPath, KvPathRefused> {
+        let refuse = |reason| KvPathRefused {
             path: manifest_path.to_owned(),
             reason,
         };
@@ -90,7 +104,8 @@ impl KvPath {
     }
 
     /// The path segments below `/v1/`, for building a URL without re-parsing.
-    pub(crate) fn api_segments(&self) -> [&str; 5] {
+    #[must_use]
+    pub fn api_segments(&self) -> [&str; 5] {
         [&self.mount, "data", &self.env_id, "see", &self.name]
     }
 }
@@ -101,8 +116,12 @@ impl fmt::Display for KvPath {
     }
 }
 
-/// One plain path segment: non-empty, not `.`/`..`, and only characters that need no escaping.
-pub(crate) fn check_segment(segment: &str) -> std::result::Result<(), PathRefusal> {
+/// One plain path segment: non-empty, not `.`/`..`, and only characters that need no escaping
+/// (what a mount, an env id or a secret's name must be).
+///
+/// # Errors
+/// Why `segment` is not one.
+pub fn check_segment(segment: &str) -> Result<(), PathRefusal> {
     if segment.is_empty() {
         return Err(PathRefusal::EmptySegment);
     }
@@ -116,22 +135,81 @@ pub(crate) fn check_segment(segment: &str) -> std::result::Result<(), PathRefusa
     Ok(())
 }
 
+/// Why a KV path from a manifest was refused before any request was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PathRefusal {
+    /// The path starts with `/`.
+    Absolute,
+    /// A segment is empty (`a//b`, a trailing `/`, or an empty path).
+    EmptySegment,
+    /// A segment is `.` or `..`.
+    DotSegment,
+    /// A segment holds a character outside `A-Z a-z 0-9 - _ . @ + = , ~`.
+    BadCharacter,
+    /// The first segment is not the configured KV mount.
+    WrongMount,
+    /// The `<env>` segment is not the caller's own env_id.
+    OtherEnv,
+    /// The segment after `<env>` is not `see`.
+    NotSee,
+    /// Fewer segments than `<mount>/<env>/see/<name>`.
+    TooShort,
+    /// More segments than `<mount>/data/<env>/see/<name>`.
+    ExtraSegments,
+    /// The configured KV mount itself is not a single plain segment.
+    BadMount,
+    /// The caller's env_id itself is not a single plain segment.
+    BadEnvId,
+}
+
+impl fmt::Display for PathRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PathRefusal::Absolute => "absolute path",
+            PathRefusal::EmptySegment => "empty path segment",
+            PathRefusal::DotSegment => "`.` or `..` segment",
+            PathRefusal::BadCharacter => "character not allowed in a path segment",
+            PathRefusal::WrongMount => "not under the configured kv mount",
+            PathRefusal::OtherEnv => "path of another env",
+            PathRefusal::NotSee => "not under `see/`",
+            PathRefusal::TooShort => "expected <mount>/<env>/see/<name>",
+            PathRefusal::ExtraSegments => "extra path segments",
+            PathRefusal::BadMount => "kv mount must be one plain path segment",
+            PathRefusal::BadEnvId => "env_id must be one plain path segment",
+        })
+    }
+}
+
+/// A manifest path that is not one of the caller's own `see/` secrets; refused without any IO.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("kv path {path:?} refused: {reason}")]
+pub struct KvPathRefused {
+    /// The path as given.
+    pub path: String,
+    /// Why it was refused.
+    pub reason: PathRefusal,
+}
+
+impl KvPathRefused {
+    /// Why the path was refused.
+    #[must_use]
+    pub fn path_refusal(&self) -> PathRefusal {
+        self.reason
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// Parses `input` for mount `monky` and env `env-qa-02`; `expected` is the API path or the
     /// refusal.
-    fn check(input: &str, expected: std::result::Result<&str, PathRefusal>) {
+    fn check(input: &str, expected: Result<&str, PathRefusal>) {
         check_for(input, "monky", "env-qa-02", expected);
     }
 
-    fn check_for(
-        input: &str,
-        mount: &str,
-        env: &str,
-        expected: std::result::Result<&str, PathRefusal>,
-    ) {
+    fn check_for(input: &str, mount: &str, env: &str, expected: Result<&str, PathRefusal>) {
         let got = KvPath::parse(input, mount, env);
         match (got, expected) {
             (Ok(path), Ok(api)) => {
@@ -139,8 +217,7 @@ mod tests {
                 assert_eq!(path.to_string(), api, "{input}");
             }
             (Err(err), Err(reason)) => {
-                assert_eq!(err.path_refusal(), Some(reason), "{input}: {err}");
-                assert_eq!(err.kind(), crate::ErrorKind::Refused);
+                assert_eq!(err.path_refusal(), reason, "{input}: {err}");
             }
             (got, expected) => panic!("{input}: got {got:?}, expected {expected:?}"),
         }
