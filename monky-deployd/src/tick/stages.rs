@@ -15,7 +15,7 @@ use super::Agent;
 use crate::code::{Code, CodePolicy as _};
 use crate::exit::{Exit, Failure};
 use crate::refusals;
-use crate::{failpoint, fsx, peers, redact, release};
+use crate::{failpoint, peers, redact, release};
 use monky_bundle::ResolvedEntry;
 
 /// Steps 1-2 passed: the bundle tenancy served, parsed within the limits, hashing to `sha`.
@@ -296,9 +296,8 @@ impl Agent<'_> {
                 redact::register_basic_auth(auth.username(), auth.password().expose_secret());
                 let json = auth.docker_config_json();
                 redact::register(json.expose_secret());
-                fsx::Dir::state_root(&self.cfg.state_dir)?
-                    .ensure_sub("docker", 0o700)?
-                    .write_atomic("config.json", json.expose_secret().as_bytes(), 0o600)?;
+                self.layout
+                    .write_docker_config(json.expose_secret().as_bytes())?;
                 Ok(auth.registry().to_string())
             });
         match result {
