@@ -12,8 +12,8 @@
 //! by itself. Faults can be injected per endpoint; every request is recorded.
 //!
 //! The fake and an OpenBao each need the other's address; start the tenancy first, then the
-//! OpenBao with [`FakeTenancy::jwks_url`], then call [`FakeTenancy::set_bao`]. With the feature
-//! `testkit-bao`, `Peers` does exactly that with `monky-bao-client`'s fake or real OpenBao.
+//! OpenBao with [`FakeTenancy::jwks_url`], then call [`FakeTenancy::set_bao`].
+//! [`crate::peers::Peers`] does exactly that with the fake or the real OpenBao.
 //!
 //! [`checkin_request`] and its siblings build sample wire requests for tests.
 
