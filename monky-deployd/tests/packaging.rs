@@ -1749,15 +1749,13 @@ fn install_runbook(b: &Machine, deb_name: &str, grant: &str) -> String {
     let folder = to.strip_prefix("box:").expect("scp to the box");
     let mut held: Vec<String> = b.ok("ls /pkg").lines().map(str::to_string).collect();
     held.sort();
-    assert_eq!(
-        held,
-        [
-            deb_name.to_string(),
-            format!("{deb_name}.sha256"),
-            "install.sh".to_string()
-        ],
-        "dist's folder holds what the runbook says"
-    );
+    let mut wanted = [
+        deb_name.to_string(),
+        format!("{deb_name}.sha256"),
+        "install.sh".to_string(),
+    ];
+    wanted.sort();
+    assert_eq!(held, wanted, "dist's folder holds what the runbook says");
     b.ok(&format!(
         "mkdir -p /root/box && cp -r /pkg /root/box/{folder}"
     ));
