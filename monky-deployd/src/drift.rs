@@ -24,6 +24,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use monky_agent_proto::Sha;
 use monky_compose::ContainerFacts;
 use serde::{Deserialize, Serialize};
 
@@ -32,7 +33,7 @@ use serde::{Deserialize, Serialize};
 #[serde(default)]
 pub struct Converged {
     /// The release these containers are of.
-    pub sha: String,
+    pub sha: Sha,
     /// Each container's record, by name.
     pub containers: BTreeMap<String, Expected>,
 }
@@ -53,7 +54,7 @@ pub struct Expected {
 
 impl Converged {
     /// The record of `sha` from a listing taken after its healthy `up`.
-    pub fn record(sha: &str, facts: &[ContainerFacts]) -> Self {
+    pub fn record(sha: &Sha, facts: &[ContainerFacts]) -> Self {
         let containers = facts
             .iter()
             .filter(|f| f.container.state != "created")
@@ -68,7 +69,7 @@ impl Converged {
             })
             .collect();
         Self {
-            sha: sha.to_string(),
+            sha: sha.clone(),
             containers,
         }
     }
@@ -140,8 +141,8 @@ impl fmt::Display for Drift {
 /// The drift of `seen` (the project's containers now) from `converged`, the record of the
 /// release `applied` names; without a record of that release, only what needs none (a
 /// stopped or leftover container, or nothing of the project left) is found.
-pub fn detect(applied: &str, converged: Option<&Converged>, seen: &[ContainerFacts]) -> Vec<Drift> {
-    let record = converged.filter(|c| c.sha == applied);
+pub fn detect(applied: &Sha, converged: Option<&Converged>, seen: &[ContainerFacts]) -> Vec<Drift> {
+    let record = converged.filter(|c| c.sha == *applied);
     let mut out = Vec::new();
     for f in seen {
         let c = &f.container;
@@ -219,6 +220,12 @@ mod tests {
     use super::*;
     use monky_compose::Container;
 
+    /// The shas of the tests: `S` the applied release, `T` another.
+    fn sha(name: &str) -> Sha {
+        let digit = if name == "S" { "5" } else { "7" };
+        Sha::parse(&digit.repeat(64)).unwrap()
+    }
+
     fn facts(
         name: &str,
         service: &str,
@@ -242,7 +249,7 @@ mod tests {
 
     fn converged() -> Converged {
         Converged::record(
-            "S",
+            &sha("S"),
             &[
                 facts("p-web-1", "web", "running", "h-web", None),
                 facts("p-migrate-1", "migrate", "exited", "h-migrate", Some(0)),
@@ -252,7 +259,7 @@ mod tests {
 
     /// `check(seen, expected drift lines)` against the record above.
     fn check(seen: &[ContainerFacts], expected: &[&str]) {
-        let got = detect("S", Some(&converged()), seen);
+        let got = detect(&sha("S"), Some(&converged()), seen);
         let lines: Vec<String> = got.iter().map(ToString::to_string).collect();
         assert_eq!(lines, expected, "{seen:?}");
     }
@@ -262,7 +269,7 @@ mod tests {
         let c = converged();
         assert!(c.containers["p-migrate-1"].completed);
         assert!(!c.containers["p-web-1"].completed);
-        let with_leftover = Converged::record("S", &[facts("p-x-1", "x", "created", "h", None)]);
+        let with_leftover = Converged::record(&sha("S"), &[facts("p-x-1", "x", "created", "h", None)]);
         assert!(with_leftover.containers.is_empty());
     }
 
@@ -335,15 +342,15 @@ mod tests {
     fn without_a_record_of_the_applied_release_only_what_needs_none_is_found() {
         let stale = converged();
         let seen = [facts("p-web-1", "web", "running", "h-other", None)];
-        assert_eq!(detect("T", Some(&stale), &seen), vec![]);
-        assert_eq!(detect("T", None, &seen), vec![]);
+        assert_eq!(detect(&sha("T"), Some(&stale), &seen), vec![]);
+        assert_eq!(detect(&sha("T"), None, &seen), vec![]);
         let stopped = [facts("p-web-1", "web", "exited", "h", Some(0))];
         assert_eq!(
-            describe(&detect("T", None, &stopped)),
+            describe(&detect(&sha("T"), None, &stopped)),
             "web exited (0) (p-web-1)"
         );
         assert_eq!(
-            describe(&detect("T", None, &[])),
+            describe(&detect(&sha("T"), None, &[])),
             "every container of the project is missing"
         );
     }

@@ -82,9 +82,9 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         format!(
             "the apply of {} started {} was cut short (kill, reboot, OOM): the next tick \
              clears compose's leftovers and finishes it, or rolls back to {}",
-            shown(Some(&m.sha)),
+            m.sha.as_ref().map_or("-", Sha::short),
             ago(now, Some(m.started_at)),
-            shown(m.previous.as_deref())
+            m.previous.as_ref().map_or("-", Sha::short)
         )
     } else if let Some(code @ (crate::code::Code::Drift | crate::code::Code::HealFailed)) =
         st.last_code().filter(|_| st.last_error().is_some())

@@ -6,6 +6,8 @@
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+use monky_agent_proto::Sha;
+
 use crate::layout::Layout;
 
 const MAX_FILE_BYTES: u64 = 4096;
@@ -13,10 +15,11 @@ const MAX_FILE_BYTES: u64 = 4096;
 /// An apply that started and has not been concluded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Marker {
-    /// The release being applied.
-    pub sha: String,
+    /// The release being applied; none in a mark that does not parse (it still says an apply
+    /// was cut short, of a release it cannot name).
+    pub sha: Option<Sha>,
     /// The release that was applied before it, if any.
-    pub previous: Option<String>,
+    pub previous: Option<Sha>,
     /// When the apply reached the swap (unix seconds).
     pub started_at: u64,
 }
@@ -34,7 +37,7 @@ pub fn load(layout: &Layout) -> anyhow::Result<Option<Marker>> {
         return Ok(None);
     };
     Ok(Some(serde_json::from_slice(&bytes).unwrap_or(Marker {
-        sha: String::new(),
+        sha: None,
         previous: None,
         started_at: 0,
     })))

@@ -32,7 +32,7 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
     if let Some(m) = &marker {
         why_not.push(format!(
             "the apply of {} did not finish",
-            Sha::parse(&m.sha).as_ref().map_or("-", Sha::short)
+            m.sha.as_ref().map_or("-", Sha::short)
         ));
     }
     // A clock gone wrong since the last tick is the box admin's move too.

@@ -24,7 +24,7 @@ impl Agent<'_> {
     /// Records what the last healthy `up` of `sha` left (from the listing just taken).
     pub(super) fn record_converged(&mut self, sha: &Sha) {
         self.state
-            .record_converged(Converged::record(sha.as_str(), &self.facts));
+            .record_converged(Converged::record(sha, &self.facts));
     }
 
     /// A heartbeat found no drift: a box without a record of the applied release (one applied
@@ -34,7 +34,7 @@ impl Agent<'_> {
         let recorded = self
             .state
             .converged()
-            .is_some_and(|c| c.sha == sha.as_str());
+            .is_some_and(|c| c.sha == *sha);
         if !recorded && !self.facts.is_empty() && not_ready(self.state.containers()).is_empty() {
             info!(
                 "recording the running containers of {} for drift detection",
@@ -118,7 +118,7 @@ impl Agent<'_> {
             .collect();
         let up = self.bring_up_current(sha, &remove);
         self.refresh_containers();
-        let still = drift::detect(sha.as_str(), self.state.converged(), &self.facts)
+        let still = drift::detect(sha, self.state.converged(), &self.facts)
             .into_iter()
             // What compose made now is the release's, even where it hashes a service
             // differently from the record (a compose upgraded since the last up).
@@ -226,7 +226,7 @@ impl Agent<'_> {
         if let Some(m) = crate::interrupted::peek(&self.layout) {
             note.push_str(&format!(
                 "; the interrupted apply of {} waits",
-                Sha::parse(&m.sha).as_ref().map_or("-", Sha::short)
+                m.sha.as_ref().map_or("-", Sha::short)
             ));
         }
         info!("{note}");
@@ -244,19 +244,19 @@ impl Agent<'_> {
         };
         self.marker_settled = true;
         // A mark that does not parse names no release, yet still says an apply was cut short.
-        let marked = Sha::parse(&m.sha).ok();
+        let marked = m.sha.as_ref();
         warn!(
             "{}: the apply of {} started {} did not finish",
             Code::ApplyInterrupted,
-            marked.as_ref().map_or("-", Sha::short),
+            marked.map_or("-", Sha::short),
             crate::status::rfc3339(m.started_at)
         );
         self.clear_leftovers()?;
         let exit = match action {
-            Action::Apply { sha, .. } if marked.as_ref() == Some(sha) => self
+            Action::Apply { sha, .. } if marked == Some(sha) => self
                 .finish_interrupted(&m, sha)
                 .inspect_err(|e| self.conclude_error(Some(sha.as_str()), e))?,
-            Action::None { .. } => self.roll_back_interrupted(marked.as_ref(), &m)?,
+            Action::None { .. } => self.roll_back_interrupted(marked, &m)?,
             _ => {
                 info!("tenancy now asks for something else; the interrupted apply is dropped");
                 None
@@ -285,7 +285,7 @@ impl Agent<'_> {
         Ok(())
     }
 
-    /// Finishes the interrupted apply of `m.sha` from its release on disk; `None` when that
+    /// Finishes the interrupted apply of the sha `m` names from its release on disk; `None` when that
     /// release is not there whole (the crash came before it was), so the tick's apply goes on
     /// as any other.
     fn finish_interrupted(&mut self, m: &Marker, sha: &Sha) -> anyhow::Result<Option<Exit>> {

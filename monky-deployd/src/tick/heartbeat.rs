@@ -13,7 +13,7 @@ impl Agent<'_> {
     /// Action none: drift of the applied release healed, or the containers' health reported.
     pub(super) fn heartbeat(&mut self) -> anyhow::Result<Exit> {
         if let (None, Some(sha)) = (&self.docker_error, self.state.applied_sha().cloned()) {
-            let drift = crate::drift::detect(sha.as_str(), self.state.converged(), &self.facts);
+            let drift = crate::drift::detect(&sha, self.state.converged(), &self.facts);
             if !drift.is_empty() {
                 return self.on_drift(&sha, &drift);
             }

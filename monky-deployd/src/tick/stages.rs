@@ -220,8 +220,8 @@ impl Agent<'_> {
         crate::interrupted::write(
             &self.layout,
             &crate::interrupted::Marker {
-                sha: sha.to_string(),
-                previous: self.state.applied_sha().map(ToString::to_string),
+                sha: Some(sha.clone()),
+                previous: self.state.applied_sha().cloned(),
                 started_at: crate::state::now(),
             },
         )?;
