@@ -563,14 +563,7 @@ fn an_apply_without_a_sha_is_reported_failed_once_with_its_code() {
     let sha = w.applied();
     let reports = w.reports().len();
     let fetches = bundle_fetches(&w);
-    let body = json!({"env_id": ENV, "desired_sha": null, "action": "apply"});
-    w.tenancy.set_fault(
-        Endpoint::Checkin,
-        Fault::Status {
-            status: 200,
-            body: body.to_string(),
-        },
-    );
+    w.checkin_answers(&json!({"env_id": ENV, "desired_sha": null, "action": "apply"}));
     let run = w.tick();
     run.expect(1).says(&["CHECKIN_INVALID"]);
     // Said to tenancy once, as failed with the code, and nothing acted on.

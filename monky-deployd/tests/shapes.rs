@@ -87,13 +87,8 @@ fn a_desired_sha_of_the_wrong_shape_is_checkin_invalid_and_changes_nothing() {
 fn another_envs_checkin_answer_is_refused() {
     let w = World::new();
     let (_, second) = two_releases(&w);
-    let body = json!({"env_id": "env-other", "desired_sha": "ab".repeat(32), "action": "apply"});
-    w.tenancy.set_fault(
-        Endpoint::Checkin,
-        Fault::Status {
-            status: 200,
-            body: body.to_string(),
-        },
+    w.checkin_answers(
+        &json!({"env_id": "env-other", "desired_sha": "ab".repeat(32), "action": "apply"}),
     );
     let run = w.tick();
     run.expect(1);

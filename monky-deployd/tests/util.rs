@@ -444,6 +444,17 @@ impl<B: BaoPeer + 'static> World<B> {
         Run(self.command(args).output().unwrap())
     }
 
+    /// Tenancy answers every checkin with `body` (200), however malformed.
+    pub fn checkin_answers(&self, body: &Value) {
+        self.tenancy.set_fault(
+            monky_testkit::tenancy::Endpoint::Checkin,
+            monky_testkit::tenancy::Fault::Status {
+                status: 200,
+                body: body.to_string(),
+            },
+        );
+    }
+
     pub fn tick(&self) -> Run {
         self.run(&["run", "--once"])
     }
