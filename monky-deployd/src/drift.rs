@@ -29,12 +29,12 @@ use monky_compose::ContainerFacts;
 use serde::{Deserialize, Serialize};
 
 /// What the last healthy `up` of a release left running, by container name.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Converged {
     /// The release these containers are of.
     pub sha: Sha,
     /// Each container's record, by name.
+    #[serde(default)]
     pub containers: BTreeMap<String, Expected>,
 }
 
@@ -50,6 +50,16 @@ pub struct Expected {
     pub image_id: Option<String>,
     /// It had exited 0 already: a one-shot whose exit is its success.
     pub completed: bool,
+}
+
+/// state.json's record, read leniently: a record that does not parse (a hand edit, a sha that
+/// is no sha) is dropped, as a missing one is, and the next healthy `up` writes it again; the
+/// rest of the state stands.
+pub(crate) fn lenient<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Converged>, D::Error> {
+    let value = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(value.and_then(|v| serde_json::from_value(v).ok()))
 }
 
 impl Converged {
@@ -269,7 +279,8 @@ mod tests {
         let c = converged();
         assert!(c.containers["p-migrate-1"].completed);
         assert!(!c.containers["p-web-1"].completed);
-        let with_leftover = Converged::record(&sha("S"), &[facts("p-x-1", "x", "created", "h", None)]);
+        let with_leftover =
+            Converged::record(&sha("S"), &[facts("p-x-1", "x", "created", "h", None)]);
         assert!(with_leftover.containers.is_empty());
     }
 

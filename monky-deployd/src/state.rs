@@ -222,6 +222,7 @@ pub struct State {
     quoting_changed: Vec<String>,
     /// What the last healthy `up` of the applied release left, by container; drift is measured
     /// against it.
+    #[serde(deserialize_with = "crate::drift::lenient")]
     converged: Option<crate::drift::Converged>,
     /// Heals within an hour of each other, the last included (the heal backoff's step).
     heal_attempts: u32,
@@ -797,6 +798,23 @@ mod tests {
             assert!(note.unwrap().contains("set aside"));
             assert!(!layout.state_path().exists());
         }
+    }
+
+    #[test]
+    fn a_drift_record_that_does_not_parse_is_dropped_and_the_rest_stands() {
+        let doc = serde_json::json!({
+            "version": STATE_VERSION, "env_id": "e1", "applied_sha": "a".repeat(64),
+            "converged": {"sha": "not-a-sha", "containers": {}},
+        });
+        let s: State = serde_json::from_value(doc).unwrap();
+        assert_eq!(s.converged(), None);
+        assert_eq!(s.applied_sha(), Some(&sha('a')));
+        let good = serde_json::json!({
+            "version": STATE_VERSION, "env_id": "e1",
+            "converged": {"sha": "b".repeat(64), "containers": {}},
+        });
+        let s: State = serde_json::from_value(good).unwrap();
+        assert_eq!(s.converged().map(|c| &c.sha), Some(&sha('b')));
     }
 
     #[test]

@@ -31,10 +31,7 @@ impl Agent<'_> {
     /// before this agent version, or brought back by a fallback whose listing was partial)
     /// takes what runs now as the record, once all of it is ready.
     pub(super) fn adopt_converged(&mut self, sha: &Sha) {
-        let recorded = self
-            .state
-            .converged()
-            .is_some_and(|c| c.sha == *sha);
+        let recorded = self.state.converged().is_some_and(|c| c.sha == *sha);
         if !recorded && !self.facts.is_empty() && not_ready(self.state.containers()).is_empty() {
             info!(
                 "recording the running containers of {} for drift detection",
