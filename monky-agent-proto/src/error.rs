@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use url::Url;
 
+use crate::certificate::CertificateTime;
 use crate::wire::ErrorCode;
 
 /// Result of client calls.
@@ -244,32 +245,13 @@ impl Error {
     /// kind stays [`ErrorKind::Temporary`].
     #[must_use]
     pub fn certificate_time(&self) -> Option<CertificateTime> {
-        use rustls::CertificateError as C;
         let Error::Transport { source, .. } = self else {
             return None;
         };
-        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source);
-        while let Some(err) = cause {
-            // rustls's error sits inside hyper's `io::Error`s, whose `source()` skips it.
-            let mut inner = err;
-            while let Some(wrapped) = inner
-                .downcast_ref::<std::io::Error>()
-                .and_then(std::io::Error::get_ref)
-            {
-                inner = wrapped;
-            }
-            match inner.downcast_ref::<rustls::Error>() {
-                Some(rustls::Error::InvalidCertificate(C::Expired | C::ExpiredContext { .. })) => {
-                    return Some(CertificateTime::Expired);
-                }
-                Some(rustls::Error::InvalidCertificate(
-                    C::NotValidYet | C::NotValidYetContext { .. },
-                )) => return Some(CertificateTime::NotYetValid),
-                _ => {}
-            }
-            cause = err.source();
+        match crate::certificate::refused_in(source)? {
+            crate::certificate::Refused::Time(t) => Some(t),
+            crate::certificate::Refused::Refusal(_) => None,
         }
-        None
     }
 
     /// True when the request timed out.
@@ -280,25 +262,6 @@ impl Error {
             Error::Read { source, .. } => source.kind() == std::io::ErrorKind::TimedOut,
             _ => false,
         }
-    }
-}
-
-/// Which way a certificate's validity period missed this machine's clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum CertificateTime {
-    /// The clock is past the certificate's `notAfter`.
-    Expired,
-    /// The clock is before the certificate's `notBefore`.
-    NotYetValid,
-}
-
-impl std::fmt::Display for CertificateTime {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            CertificateTime::Expired => "expired",
-            CertificateTime::NotYetValid => "not yet valid",
-        })
     }
 }
 

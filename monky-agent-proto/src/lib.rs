@@ -58,6 +58,9 @@ pub use wire::{
 pub use wire::schemas;
 
 #[cfg(feature = "client")]
+#[path = "../../monky-bao-client/src/certificate.rs"]
+pub mod certificate;
+#[cfg(feature = "client")]
 pub mod client;
 #[cfg(feature = "client")]
 #[path = "../../monky-bao-client/src/connect.rs"]
@@ -66,8 +69,10 @@ pub mod connect;
 pub mod error;
 
 #[cfg(feature = "client")]
+pub use certificate::{CertificateRefusal, CertificateTime};
+#[cfg(feature = "client")]
 pub use client::{Client, ClientBuilder};
 #[cfg(feature = "client")]
 pub use connect::{CheckError, ConnectionCheck};
 #[cfg(feature = "client")]
-pub use error::{Call, CertificateTime, Error, ErrorKind, Result};
+pub use error::{Call, Error, ErrorKind, Result};

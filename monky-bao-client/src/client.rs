@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use url::Url;
 
+use crate::certificate::Refused;
 use crate::connect::{CheckLayer, ConnectionCheck, refusal_in};
 use crate::error::{Absence, Error, Result, describe_json_error};
 use crate::token::Token;
@@ -620,54 +621,30 @@ fn network_error(shown: &str, source: reqwest::Error) -> Error {
     }
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&source);
     while let Some(err) = cause {
-        if let Some(problem) = certificate_time(err) {
-            return Error::CertificateTime {
-                url: shown.to_owned(),
-                problem,
-                reason: err.to_string(),
-                source,
-            };
-        }
-        let text = err.to_string();
-        if text.contains("invalid peer certificate") {
-            return Error::Tls {
-                url: shown.to_owned(),
-                reason: text,
-                source,
-            };
+        match crate::certificate::refused(err) {
+            Some(Refused::Time(problem)) => {
+                return Error::CertificateTime {
+                    url: shown.to_owned(),
+                    problem,
+                    reason: err.to_string(),
+                    source,
+                };
+            }
+            Some(Refused::Refusal(refusal)) => {
+                return Error::Tls {
+                    url: shown.to_owned(),
+                    refusal,
+                    reason: err.to_string(),
+                    source,
+                };
+            }
+            None => {}
         }
         cause = err.source();
     }
     Error::Network {
         url: shown.to_owned(),
         source,
-    }
-}
-
-/// Whether `err` is rustls refusing a certificate for its validity period. rustls's error
-/// reaches the chain wrapped in `io::Error`s (two, from hyper), whose `source()` skips the
-/// wrapped error, so each wrapper is opened.
-fn certificate_time(err: &(dyn std::error::Error + 'static)) -> Option<crate::CertificateTime> {
-    use rustls::CertificateError as C;
-    let mut inner = err;
-    for _ in 0..4 {
-        match inner
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-        {
-            Some(wrapped) => inner = wrapped,
-            None => break,
-        }
-    }
-    let tls = inner.downcast_ref::<rustls::Error>()?;
-    match tls {
-        rustls::Error::InvalidCertificate(C::Expired | C::ExpiredContext { .. }) => {
-            Some(crate::CertificateTime::Expired)
-        }
-        rustls::Error::InvalidCertificate(C::NotValidYet | C::NotValidYetContext { .. }) => {
-            Some(crate::CertificateTime::NotYetValid)
-        }
-        _ => None,
     }
 }
 

@@ -8,6 +8,8 @@
 
 use std::fmt;
 
+use crate::certificate::{CertificateRefusal, CertificateTime};
+
 use monky_bundle::{KvPathRefused, PathRefusal};
 
 /// The result type of this crate.
@@ -42,25 +44,6 @@ impl fmt::Display for ErrorKind {
             ErrorKind::LoginRejected => "login rejected",
             ErrorKind::Refused => "refused",
             ErrorKind::CertificateTime => "certificate time",
-        })
-    }
-}
-
-/// Which way a certificate's validity period missed this machine's clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum CertificateTime {
-    /// The clock is past the certificate's `notAfter`.
-    Expired,
-    /// The clock is before the certificate's `notBefore`.
-    NotYetValid,
-}
-
-impl fmt::Display for CertificateTime {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            CertificateTime::Expired => "expired",
-            CertificateTime::NotYetValid => "not yet valid",
         })
     }
 }
@@ -167,7 +150,9 @@ pub enum Error {
     Tls {
         /// The URL.
         url: String,
-        /// The verifier's reason.
+        /// Why, typed.
+        refusal: CertificateRefusal,
+        /// The verifier's reason, for a person.
         reason: String,
         /// The underlying error.
         #[source]

@@ -31,17 +31,19 @@
 
 #![deny(missing_docs)]
 
+pub mod certificate;
 mod client;
 pub mod connect;
 mod error;
 mod token;
 
+pub use certificate::{CertificateRefusal, CertificateTime};
 pub use client::{
     BaoClient, BaoClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Login, MAX_BODY_BYTES,
     MAX_TTL, Renewal, ServerDate, TokenInfo,
 };
 pub use connect::{CheckError, ConnectionCheck};
-pub use error::{Absence, CertificateTime, Error, ErrorKind, Result};
+pub use error::{Absence, Error, ErrorKind, Result};
 // The KV path is the bundle crate's (its manifest's only mapping to an API path); re-exported
 // so a caller of `read_kv` needs no second import.
 pub use monky_bundle::{KvPath, KvPathRefused, PathRefusal};

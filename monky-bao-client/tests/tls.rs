@@ -4,7 +4,7 @@
 mod common;
 
 use common::Issuer;
-use monky_bao_client::{BaoClient, CertificateTime, Error, ErrorKind};
+use monky_bao_client::{BaoClient, CertificateRefusal, CertificateTime, Error, ErrorKind};
 use monky_testkit::bao::FakeBao;
 use monky_testkit::pki::Pki;
 use url::Url;
@@ -61,14 +61,18 @@ fn a_bundle_of_several_cas_is_accepted() {
         .unwrap();
 }
 
-/// Connects with `client` and expects the certificate to be rejected before any HTTP request.
-fn check_rejected(bao: &FakeBao, client: &BaoClient) {
+/// Connects with `client` and expects the certificate to be rejected, for `why`, before any
+/// HTTP request.
+fn check_rejected(bao: &FakeBao, client: &BaoClient, why: CertificateRefusal) {
     let issuer_less_grant = secrecy::SecretString::from("x.y.z".to_owned());
     let err = client
         .login_jwt("jwt-tenancy", "see-env", &issuer_less_grant)
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Temporary, "{err}");
-    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::Tls { refusal, .. } if refusal == why),
+        "{why:?}: {err:?}"
+    );
     assert!(err.to_string().contains("certificate"), "{err}");
     assert!(err.to_string().contains(HOST_URL), "{err}");
     assert!(bao.requests().is_empty(), "no request got through");
@@ -80,7 +84,11 @@ fn the_wrong_ca_fails() {
     let pki = Pki::for_host("bao.example.test");
     let other = Pki::for_host("bao.example.test");
     let bao = tls_fake(&issuer, &pki);
-    check_rejected(&bao, &client_for(&bao, &other.ca_pem));
+    check_rejected(
+        &bao,
+        &client_for(&bao, &other.ca_pem),
+        CertificateRefusal::UnknownIssuer,
+    );
 }
 
 #[test]
@@ -88,7 +96,11 @@ fn a_certificate_for_another_host_fails() {
     let issuer = Issuer::start();
     let pki = Pki::for_host("other.example.test");
     let bao = tls_fake(&issuer, &pki);
-    check_rejected(&bao, &client_for(&bao, &pki.ca_pem));
+    check_rejected(
+        &bao,
+        &client_for(&bao, &pki.ca_pem),
+        CertificateRefusal::WrongName,
+    );
 }
 
 #[test]
@@ -100,7 +112,7 @@ fn without_the_bundle_the_private_ca_is_not_trusted() {
         .connect_to(bao.addr())
         .build()
         .unwrap();
-    check_rejected(&bao, &client);
+    check_rejected(&bao, &client, CertificateRefusal::UnknownIssuer);
 }
 
 /// A certificate outside its validity period by this machine's clock is its own kind, which

@@ -498,20 +498,18 @@ pub fn bao_failure(what: &str, e: bao::Error) -> anyhow::Error {
 fn bao_specific(e: &bao::Error) -> Option<Code> {
     match e {
         bao::Error::Sealed { .. } => Some(Code::BaoSealed),
-        bao::Error::Tls { reason, .. } => tls_code(reason),
+        bao::Error::Tls { refusal, .. } => tls_code(*refusal),
         _ => None,
     }
 }
 
-/// A rustls verifier's reason (`invalid peer certificate: UnknownIssuer`,
-/// `... NotValidForNameContext { .. }`) as a code.
-fn tls_code(reason: &str) -> Option<Code> {
-    if reason.contains("UnknownIssuer") || reason.contains("BadSignature") {
-        Some(Code::BaoTlsUnknownCa)
-    } else if reason.contains("NotValidForName") {
-        Some(Code::BaoTlsWrongName)
-    } else {
-        None
+/// The verifier's refusal of OpenBao's certificate as a code: a wrong trust root or a wrong
+/// name is no transport failure a retry fixes.
+fn tls_code(refusal: bao::CertificateRefusal) -> Option<Code> {
+    match refusal {
+        bao::CertificateRefusal::UnknownIssuer => Some(Code::BaoTlsUnknownCa),
+        bao::CertificateRefusal::WrongName => Some(Code::BaoTlsWrongName),
+        _ => None,
     }
 }
 
@@ -640,24 +638,12 @@ mod tests {
     }
 
     #[test]
-    fn certificate_reasons_get_their_own_codes() {
-        let check =
-            |reason: &str, code: Option<Code>| assert_eq!(tls_code(reason), code, "{reason}");
-        check(
-            "invalid peer certificate: UnknownIssuer",
-            Some(Code::BaoTlsUnknownCa),
-        );
-        check(
-            "invalid peer certificate: NotValidForNameContext { expected: DnsName(\"bao\"), presented: [] }",
-            Some(Code::BaoTlsWrongName),
-        );
-        check(
-            "invalid peer certificate: NotValidForName",
-            Some(Code::BaoTlsWrongName),
-        );
-        // validity dates are the clock's question, not the trust root's
-        check("invalid peer certificate: ExpiredContext { .. }", None);
-        check("invalid peer certificate: NotValidYet", None);
+    fn certificate_refusals_get_their_own_codes() {
+        use bao::CertificateRefusal as R;
+        assert_eq!(tls_code(R::UnknownIssuer), Some(Code::BaoTlsUnknownCa));
+        assert_eq!(tls_code(R::WrongName), Some(Code::BaoTlsWrongName));
+        // Anything else stays a transport failure the operator reads in the reason.
+        assert_eq!(tls_code(R::Other), None);
     }
 
     #[test]
