@@ -251,8 +251,9 @@ const CELLS: &[Cell] = &[
         tls: true,
         apply: true,
         fault: |w| edit_config(w, "bao.example.test", "other.example.test"),
-        exit: 75,
-        report: Some("BAO_UNAVAILABLE"),
+        // A certificate for another name is no outage a retry ends: the box admin's move.
+        exit: 1,
+        report: Some("BAO_TLS_WRONG_NAME"),
         says: "certificate",
     },
     // ---- docker -----------------------------------------------------------------------------
