@@ -4,18 +4,14 @@
 //! and by compose's own model; every finding of a bundle at once, host access first; the
 //! box-local waivers; and `bundle check` failing where the tick fails.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use monky_agent_proto::ReportResult;
 
+use crate::policy::{bundle_check, docker, write_dir};
 use crate::util::*;
 
 const PROJECT: &str = "monky-env-qa-02";
-
-/// The real docker CLI; the corpus needs real compose (not the engine).
-fn docker() -> Option<PathBuf> {
-    crate::e2e::real_docker_cli()
-}
 
 fn benign() -> Vec<(String, String)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/benign");
@@ -32,35 +28,6 @@ fn benign() -> Vec<(String, String)> {
         .collect();
     files.sort();
     files
-}
-
-fn write_dir(dir: &Path, b: &TestBundle) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("docker-compose.yml"), &b.compose).unwrap();
-    std::fs::write(dir.join(".env.template"), &b.env_template).unwrap();
-    std::fs::write(dir.join("secrets.manifest.json"), b.manifest.to_string()).unwrap();
-    std::fs::write(dir.join("bundle.json"), b.meta.to_string()).unwrap();
-}
-
-/// `bundle check` of `b`, written out to `<world>/<rel>`, with the real docker on PATH and
-/// the box's config when `config` is set.
-fn bundle_check(w: &World, docker: &Path, rel: &str, b: &TestBundle, config: bool) -> Run {
-    let dir = w.path(rel);
-    write_dir(&dir, b);
-    let path = format!("{}:/usr/bin:/bin", docker.parent().unwrap().display());
-    let cfg = if config {
-        w.path("config.yaml")
-    } else {
-        PathBuf::from("/nonexistent/config.yaml")
-    };
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_monky-deployd"));
-    cmd.arg("--config")
-        .arg(&cfg)
-        .args(["bundle", "check"])
-        .arg(&dir)
-        .args(["--env", ENV])
-        .env("PATH", path);
-    Run(cmd.output().unwrap())
 }
 
 /// A tick of `b` with compose's real `config` behind the stub.
@@ -100,7 +67,7 @@ fn the_benign_corpus_passes_every_check_and_applies() {
         );
         assert!(verdict.is_empty(), "{name}: {verdict:?}");
         // bundle check: the file and compose's real model, with placeholder secrets.
-        let run = bundle_check(&w, &docker, &format!("benign/{name}"), &b, false);
+        let run = bundle_check(&w, &docker, &format!("benign/{name}"), &b);
         assert_eq!(run.code(), 0, "{name}:\n{}{}", run.stdout(), run.stderr());
         assert!(
             !run.stderr().contains("not checked"),
@@ -243,7 +210,7 @@ fn budget_and_name_cases_are_refused_by_check_tick_and_model() {
             compose: compose_of(c),
             ..TestBundle::default()
         };
-        let run = bundle_check(&w, &docker, &format!("hostile/{}", c.name), &b, false);
+        let run = bundle_check(&w, &docker, &format!("hostile/{}", c.name), &b);
         assert_eq!(
             run.code(),
             1,
@@ -392,7 +359,7 @@ fn bundle_check_fails_where_the_tick_fails_and_notes_what_a_secret_could_change(
                 .into(),
         ..TestBundle::default()
     };
-    let run = bundle_check(&w, &docker, "broken", &broken, false);
+    let run = bundle_check(&w, &docker, "broken", &broken);
     assert_eq!(run.code(), 1, "{}{}", run.stdout(), run.stderr());
     assert!(
         run.stdout().contains("FAIL COMPOSE_CONFIG_FAILED: "),
@@ -404,7 +371,7 @@ fn bundle_check_fails_where_the_tick_fails_and_notes_what_a_secret_could_change(
         compose: "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    environment:\n      PW: ${POSTGRES_PASSWORD:?required}\n".into(),
         ..TestBundle::default()
     };
-    let run = bundle_check(&w, &docker, "required", &required, false);
+    let run = bundle_check(&w, &docker, "required", &required);
     assert_eq!(run.code(), 0, "{}{}", run.stdout(), run.stderr());
     // A finding whose value comes from a secret is named by it, and noted as one a real secret
     // could change; the placeholder's value is never printed.
@@ -412,7 +379,7 @@ fn bundle_check_fails_where_the_tick_fails_and_notes_what_a_secret_could_change(
         compose: "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    container_name: ${POSTGRES_PASSWORD}\n".into(),
         ..TestBundle::default()
     };
-    let run = bundle_check(&w, &docker, "from-secret", &from_secret, false);
+    let run = bundle_check(&w, &docker, "from-secret", &from_secret);
     assert_eq!(run.code(), 1, "{}{}", run.stdout(), run.stderr());
     assert!(
         run.stdout()
