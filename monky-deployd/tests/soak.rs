@@ -47,12 +47,13 @@ fn sample(pid: u32, ticks: usize) -> Sample {
     }
 }
 
-/// The settled picture: the least of five looks 20 ms apart, so that a connection or a thread
-/// that only lives during a tick does not count as held.
+/// The settled picture: the least of 25 looks 10 ms apart, so that a connection or a thread
+/// that only lives during a tick does not count as held. With ticks 5 ms apart most looks land
+/// inside one; a quarter of a second of looks finds a gap between two on a loaded machine too.
 fn settled(pid: u32, ticks: usize) -> Sample {
-    let looks: Vec<Sample> = (0..5)
+    let looks: Vec<Sample> = (0..25)
         .map(|_| {
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(10));
             sample(pid, ticks)
         })
         .collect();
@@ -148,8 +149,9 @@ fn two_thousand_heartbeats_hold_files_memory_and_processes_flat() {
     // Flat: no descriptor, thread or child leaks per tick (a leak of one per tick would show as
     // 1,800 here); memory within allocator noise of the warm sample. On a loaded machine every
     // look can land inside a tick, which holds a few connections, a resolver thread and maybe a
-    // child for its duration: the margins allow one tick in flight, far below any per-tick leak.
-    assert!(end.fds <= warm.fds + 8, "{warm:?} -> {end:?}");
+    // child for its duration (and the state dir's fd, with the deadline's duplicate of it): the
+    // margins allow one tick in flight, far below any per-tick leak.
+    assert!(end.fds <= warm.fds + 12, "{warm:?} -> {end:?}");
     assert!(end.threads <= warm.threads + 4, "{warm:?} -> {end:?}");
     assert!(end.children <= warm.children + 2, "{warm:?} -> {end:?}");
     assert!(
