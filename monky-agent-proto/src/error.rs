@@ -248,7 +248,7 @@ impl Error {
         let Error::Transport { source, .. } = self else {
             return None;
         };
-        match crate::certificate::refused_in(source)? {
+        match crate::certificate::refused_in(source)?.0 {
             crate::certificate::Refused::Time(t) => Some(t),
             crate::certificate::Refused::Refusal(_) => None,
         }

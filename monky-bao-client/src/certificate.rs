@@ -79,13 +79,16 @@ pub fn refused(err: &(dyn std::error::Error + 'static)) -> Option<Refused> {
     })
 }
 
-/// The first certificate refusal in `err`'s chain of causes.
+/// The first certificate refusal in `err`'s chain of causes, with the cause that says it (its
+/// text is the reason a person reads).
 #[must_use]
-pub fn refused_in(err: &(dyn std::error::Error + 'static)) -> Option<Refused> {
+pub fn refused_in<'e>(
+    err: &'e (dyn std::error::Error + 'static),
+) -> Option<(Refused, &'e (dyn std::error::Error + 'static))> {
     let mut cause = Some(err);
     while let Some(e) = cause {
         if let Some(r) = refused(e) {
-            return Some(r);
+            return Some((r, e));
         }
         cause = e.source();
     }

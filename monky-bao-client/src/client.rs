@@ -619,32 +619,21 @@ fn network_error(shown: &str, source: reqwest::Error) -> Error {
             source,
         };
     }
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&source);
-    while let Some(err) = cause {
-        match crate::certificate::refused(err) {
-            Some(Refused::Time(problem)) => {
-                return Error::CertificateTime {
-                    url: shown.to_owned(),
-                    problem,
-                    reason: err.to_string(),
-                    source,
-                };
-            }
-            Some(Refused::Refusal(refusal)) => {
-                return Error::Tls {
-                    url: shown.to_owned(),
-                    refusal,
-                    reason: err.to_string(),
-                    source,
-                };
-            }
-            None => {}
-        }
-        cause = err.source();
-    }
-    Error::Network {
-        url: shown.to_owned(),
-        source,
+    let url = shown.to_owned();
+    match crate::certificate::refused_in(&source).map(|(r, cause)| (r, cause.to_string())) {
+        Some((Refused::Time(problem), reason)) => Error::CertificateTime {
+            url,
+            problem,
+            reason,
+            source,
+        },
+        Some((Refused::Refusal(refusal), reason)) => Error::Tls {
+            url,
+            refusal,
+            reason,
+            source,
+        },
+        None => Error::Network { url, source },
     }
 }
 
