@@ -41,6 +41,14 @@ const GIB: u64 = 1024 * MIB;
 /// | `min_healthcheck_interval` | 1 s | each check is a process the daemon starts, whatever the restart policy |
 /// | `max_log_size` | 100 MiB per file (`json-file` must set `max-size`) | |
 /// | `max_log_files` | 10 | |
+/// | `default_memory` | 2 GiB per container | what the agent supplies to a service that sets no memory limit (less when the project's share is smaller) |
+/// | `default_log_size`, `default_log_files` | 10 MiB x 3 | the `json-file` bounds the agent supplies to a service that names no logging driver |
+/// | `allow_journald` | false | the host's journal is shared with the host and every env, and no budget bounds it |
+/// | `max_project_pids` | 16384 per project | half the kernel's classic `pid_max` (32768): one project's processes leave the rest to the host and other envs |
+/// | `max_project_memory` | none (`max_memory`, the host's) | the memory limits of every container of the project together |
+/// | `max_project_tmpfs` | none (half of `max_memory`) | tmpfs and shm sizes together, memory the kernel cannot reclaim; half is the kernel's own default for one tmpfs |
+/// | `max_project_ports` | 200 host ports per project | each published port is a port no other env can take (and a proxy process) |
+/// | `max_project_containers` | 60 per project (`scale` and replicas counted) | each container is a shim process, a network endpoint and daemon state |
 #[derive(Debug, Clone, PartialEq)]
 pub struct Budget {
     /// Most processes per container (`pids_limit`, `deploy.resources.limits.pids`); `-1` and
@@ -78,6 +86,29 @@ pub struct Budget {
     pub max_log_size: u64,
     /// Most log files kept (`max-file`).
     pub max_log_files: u64,
+    /// The memory limit the agent supplies to a container that sets none, in bytes; less
+    /// when the project's share ([`max_project_memory`](Self::max_project_memory)) is smaller.
+    pub default_memory: u64,
+    /// The `max-size` the agent supplies, with the `json-file` driver, to a service that names
+    /// no logging driver (no `logging`, `driver: ""`, or `options` alone).
+    pub default_log_size: u64,
+    /// The `max-file` supplied with [`default_log_size`](Self::default_log_size).
+    pub default_log_files: u64,
+    /// Whether a service may log to the host's journal (`driver: journald`).
+    pub allow_journald: bool,
+    /// Most processes of every container of the project together (pids limits, supplied
+    /// ones included, times each service's containers).
+    pub max_project_pids: u64,
+    /// Most memory of every container of the project together, in bytes; `None` is
+    /// [`max_memory`](Self::max_memory) (unchecked when that is `None` too).
+    pub max_project_memory: Option<u64>,
+    /// Most tmpfs and shm of the project together, in bytes; `None` is half of
+    /// [`max_memory`](Self::max_memory) (unchecked when that is `None` too).
+    pub max_project_tmpfs: Option<u64>,
+    /// Most host ports the project publishes, ranges and ephemeral ports counted.
+    pub max_project_ports: u64,
+    /// Most containers of the project (`scale` and `deploy.replicas` counted).
+    pub max_project_containers: u64,
 }
 
 impl Default for Budget {
@@ -100,6 +131,15 @@ impl Default for Budget {
             min_healthcheck_interval: Duration::from_secs(1),
             max_log_size: 100 * MIB,
             max_log_files: 10,
+            default_memory: 2 * GIB,
+            default_log_size: 10 * MIB,
+            default_log_files: 3,
+            allow_journald: false,
+            max_project_pids: 16384,
+            max_project_memory: None,
+            max_project_tmpfs: None,
+            max_project_ports: 200,
+            max_project_containers: 60,
         }
     }
 }
@@ -258,7 +298,14 @@ fn as_duration(v: &Value) -> Option<Duration> {
 
 /// Bytes as a finding shows them: `1 GiB`, `64 MiB`, `1.5 GiB`, plain bytes below a KiB.
 fn human(bytes: u64) -> String {
-    for (unit, size) in [("TiB", GIB * KIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)] {
+    for (unit, size) in [
+        ("EiB", GIB * GIB),
+        ("PiB", GIB * MIB),
+        ("TiB", GIB * KIB),
+        ("GiB", GIB),
+        ("MiB", MIB),
+        ("KiB", KIB),
+    ] {
         if bytes >= size {
             let n = bytes as f64 / size as f64;
             return if n.fract() == 0.0 {
@@ -289,6 +336,30 @@ struct Shown<'a> {
 }
 
 impl Shown<'_> {
+    /// Before the lease, whether the key's value takes anything from a variable: one it cannot
+    /// read then is judged on compose's model, where the value is known.
+    fn takes_variable(&self, key: &str) -> bool {
+        let first = key.split(['.', ' ']).next().unwrap_or(key);
+        let mut vars = std::collections::BTreeSet::new();
+        if let Some(v) = self.raw.and_then(|r| r.get(first)) {
+            crate::policy::raw_vars(v, &mut vars);
+        }
+        !self.model && !vars.is_empty()
+    }
+
+    /// `key value is not <what> the budget reads (<hint>)`, unless the value is a variable's
+    /// that only compose's model knows.
+    fn unread(&self, out: &mut Vec<String>, key: &str, v: &Value, what: &str, hint: &str) {
+        if self.takes_variable(key) {
+            return;
+        }
+        let text = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+        out.push(format!(
+            "{} is not {what} the budget reads ({hint})",
+            self.show(key, &text)
+        ));
+    }
+
     fn show(&self, key: &str, value: &str) -> String {
         let first = key.split(['.', ' ']).next().unwrap_or(key);
         crate::policy::key_value(
@@ -354,6 +425,9 @@ impl Budget {
             };
             let mut found = Vec::new();
             self.service(svc, &shown, model && pids_supplied, &mut found);
+            self.supplied_limits(svc, model && pids_supplied, &mut found);
+            self.logging_bounds(svc, &shown, model && pids_supplied, &mut found);
+            self.per_uid_ulimits(svc, &shown, &mut found);
             out.extend(found.into_iter().map(|f| format!("{name}: {f}")));
         }
         if let Some(vols) = top.get("volumes").and_then(Value::as_object) {
@@ -362,17 +436,20 @@ impl Budget {
                     model,
                     raw: raw.get("volumes").and_then(|s| s.get(name)),
                 };
-                if let Some(size) = tmpfs_driver_size(vol)
-                    && size > self.max_tmpfs_size
-                {
-                    out.push(format!(
+                match self.tmpfs_volume(vol) {
+                    Ok(Some(size)) if size > self.max_tmpfs_size => out.push(format!(
                         "volumes.{name}: {} over budget.max_tmpfs_size {}",
                         shown.show("driver_opts size", &human(size)),
                         human(self.max_tmpfs_size)
-                    ));
+                    )),
+                    Err(why) if !shown.takes_variable("driver_opts") => {
+                        out.push(format!("volumes.{name}: driver_opts o {why}"));
+                    }
+                    _ => {}
                 }
             }
         }
+        self.totals(top, &mut out);
         out
     }
 
@@ -401,7 +478,11 @@ impl Budget {
         let mut has_pids = false;
         for key in ["pids_limit", "deploy.resources.limits.pids"] {
             let Some(v) = get(key) else { continue };
-            let Some(n) = as_i64(v) else { continue };
+            let Some(n) = as_i64(v) else {
+                let hint = format!("write it as 512, up to budget.max_pids {}", self.max_pids);
+                shown.unread(out, key, v, "a count", &hint);
+                continue;
+            };
             has_pids = true;
             if n <= 0 {
                 over(
@@ -430,6 +511,12 @@ impl Budget {
 
         // Containers.
         for key in ["scale", "deploy.replicas"] {
+            if let Some(v) = get(key)
+                && as_i64(v).is_none()
+            {
+                let hint = format!("up to budget.max_replicas {}", self.max_replicas);
+                shown.unread(out, key, v, "a count", &hint);
+            }
             if let Some(n) = get(key).and_then(as_i64)
                 && n > 0
                 && n as u64 > self.max_replicas
@@ -491,6 +578,15 @@ impl Budget {
         }
 
         // Memory-backed scratch space.
+        if let Some(v) = get("shm_size")
+            && as_u64(v).is_none()
+        {
+            let hint = format!(
+                "write it as 64m, up to budget.max_shm_size {}",
+                human(self.max_shm_size)
+            );
+            shown.unread(out, "shm_size", v, "a size", &hint);
+        }
         if let Some(size) = get("shm_size").and_then(as_u64)
             && size > self.max_shm_size
         {
@@ -502,32 +598,40 @@ impl Budget {
                 &human(self.max_shm_size),
             );
         }
-        let tmpfs_mounts: Vec<String> = match get("tmpfs") {
-            Some(Value::String(s)) => vec![s.clone()],
-            Some(Value::Array(a)) => a
-                .iter()
-                .filter_map(|x| x.as_str().map(str::to_string))
-                .collect(),
-            _ => Vec::new(),
-        };
-        for t in tmpfs_mounts {
+        for t in tmpfs_entries(get("tmpfs")) {
             let opts = t.split_once(':').map_or("", |(_, o)| o);
-            if let Some(size) = self.tmpfs_option_size(opts)
-                && size > self.max_tmpfs_size
-            {
-                over(
+            match self.tmpfs_bytes(opts) {
+                Ok(Some(size)) if size > self.max_tmpfs_size => over(
                     out,
                     "tmpfs",
                     &human(size),
                     "max_tmpfs_size",
                     &human(self.max_tmpfs_size),
-                );
+                ),
+                Err(why) if !shown.takes_variable("tmpfs") => {
+                    out.push(format!("tmpfs {why}"));
+                }
+                _ => {}
             }
         }
         if let Some(Value::Array(vols)) = get("volumes") {
             for v in vols {
+                let size = v
+                    .get("tmpfs")
+                    .and_then(|t| t.get("size"))
+                    .filter(|s| !s.is_null());
                 if v.get("type").and_then(Value::as_str) == Some("tmpfs")
-                    && let Some(size) = v.get("tmpfs").and_then(|t| t.get("size")).and_then(as_u64)
+                    && let Some(s) = size
+                    && as_u64(s).is_none()
+                {
+                    let hint = format!(
+                        "write it as 64m, up to budget.max_tmpfs_size {}",
+                        human(self.max_tmpfs_size)
+                    );
+                    shown.unread(out, "volumes tmpfs.size", s, "a size", &hint);
+                }
+                if v.get("type").and_then(Value::as_str) == Some("tmpfs")
+                    && let Some(size) = size.and_then(as_u64)
                     && size > self.max_tmpfs_size
                 {
                     over(
@@ -542,6 +646,18 @@ impl Budget {
         }
 
         // Memory and CPUs above the host's.
+        for key in [
+            "mem_limit",
+            "mem_reservation",
+            "deploy.resources.limits.memory",
+            "deploy.resources.reservations.memory",
+        ] {
+            if let Some(v) = get(key)
+                && as_u64(v).is_none()
+            {
+                shown.unread(out, key, v, "a size", "write it as 512m");
+            }
+        }
         if let Some(max) = self.max_memory {
             for key in [
                 "mem_limit",
@@ -586,6 +702,17 @@ impl Budget {
         }
 
         // Time the daemon spends on the project.
+        for key in [
+            "stop_grace_period",
+            "healthcheck.interval",
+            "healthcheck.start_interval",
+        ] {
+            if let Some(v) = get(key)
+                && as_duration(v).is_none()
+            {
+                shown.unread(out, key, v, "a duration", "write it as 30s or 1m30s");
+            }
+        }
         if let Some(d) = get("stop_grace_period").and_then(as_duration)
             && d > self.max_stop_grace_period
         {
@@ -665,87 +792,37 @@ impl Budget {
         }
     }
 
-    /// The `size=` of tmpfs mount options (`size=64m,mode=1777`); `size=50%` is a share of the
-    /// host's memory, known only when `max_memory` is.
-    fn tmpfs_option_size(&self, opts: &str) -> Option<u64> {
-        // The kernel takes the last `size=` of a mount's options.
-        let size = opts
-            .split(',')
-            .rev()
-            .find_map(|o| o.trim().strip_prefix("size="))?;
-        match size.strip_suffix('%') {
-            Some(pct) => {
-                let pct: f64 = pct.trim().parse().ok()?;
-                self.max_memory.map(|m| (m as f64 * pct / 100.0) as u64)
-            }
-            None => parse_size(size),
-        }
-    }
-
-    /// [`pids_override`](Self::pids_override) of a compose file as the bundle carries it
+    /// [`budget_override`](Self::budget_override) of a compose file as the bundle carries it
     /// (anchors and merge keys expanded); `None` when it cannot be parsed (the policy refuses
-    /// it) or every service sets a limit.
+    /// it) or nothing needs supplying.
     #[must_use]
-    pub fn pids_override_for(&self, compose_yaml: &str) -> Option<String> {
+    pub fn budget_override_for(&self, compose_yaml: &str) -> Option<String> {
         let doc = crate::checks::parse_compose(compose_yaml).ok()?;
-        self.pids_override(doc.get("services")?.as_object()?)
+        self.budget_override(doc.get("services")?.as_object()?)
     }
 
-    /// The compose override that supplies [`default_pids`](Self::default_pids) to every
-    /// service of `compose_yaml` that sets no pids limit of its own (directly or through the
-    /// service it `extends`), or `None` when every service sets one. JSON, which compose reads
-    /// as YAML; service names are the file's own keys.
+    /// The compose override that supplies what a service leaves to the box: a pids limit
+    /// ([`default_pids`](Self::default_pids)) and a memory limit
+    /// ([`default_memory`](Self::default_memory)), each no more than the project's share, to a
+    /// service without one of its own (directly or through the service it `extends`), and the
+    /// `json-file` driver with [`default_log_size`](Self::default_log_size) and
+    /// [`default_log_files`](Self::default_log_files) to one that names no logging driver.
+    /// `None` when nothing needs supplying. JSON, which compose reads as YAML; service names
+    /// are the file's own keys.
     #[must_use]
-    pub fn pids_override(&self, services: &Map<String, Value>) -> Option<String> {
-        fn has_pids<'a>(services: &'a Map<String, Value>, mut name: &'a str) -> bool {
-            // Follow `extends.service` within the file, a bounded number of hops.
-            for _ in 0..16 {
-                let Some(s) = services.get(name) else {
-                    return false;
-                };
-                let limits = s
-                    .get("deploy")
-                    .and_then(|d| d.get("resources"))
-                    .and_then(|r| r.get("limits"));
-                if s.get("pids_limit").is_some_and(|v| !v.is_null())
-                    || limits
-                        .and_then(|l| l.get("pids"))
-                        .is_some_and(|v| !v.is_null())
-                {
-                    return true;
-                }
-                match s
-                    .get("extends")
-                    .and_then(|e| e.get("service"))
-                    .and_then(Value::as_str)
-                {
-                    Some(next) if s.get("extends").and_then(|e| e.get("file")).is_none() => {
-                        name = next
-                    }
-                    _ => return false,
-                }
-            }
-            false
-        }
+    pub fn budget_override(&self, services: &Map<String, Value>) -> Option<String> {
         let mut out = Map::new();
-        for (name, service) in services {
-            if has_pids(services, name) {
-                continue;
+        for part in [
+            self.supplied_pids(services),
+            self.supplied_memory(services),
+            self.supplied_logging(services),
+        ] {
+            for (name, fragment) in part {
+                merge_into(
+                    out.entry(name).or_insert_with(|| Value::Object(Map::new())),
+                    fragment,
+                );
             }
-            // compose refuses a `pids_limit` that differs from `deploy.resources.limits.pids`,
-            // which it reads as 0 when a service has other deploy limits: the limit goes where
-            // the service keeps its limits.
-            let deploy_limits = service
-                .get("deploy")
-                .and_then(|d| d.get("resources"))
-                .and_then(|r| r.get("limits"))
-                .is_some_and(Value::is_object);
-            let supplied = if deploy_limits {
-                serde_json::json!({ "deploy": { "resources": { "limits": { "pids": self.default_pids } } } })
-            } else {
-                serde_json::json!({ "pids_limit": self.default_pids })
-            };
-            out.insert(name.clone(), supplied);
         }
         if out.is_empty() {
             return None;
@@ -754,21 +831,716 @@ impl Budget {
         let _ = write!(text, "{}", serde_json::json!({ "services": out }));
         Some(text)
     }
+
+    /// The pids limit of each service that sets none: `default_pids`, or the project's share
+    /// of `max_project_pids` left by the services that set one, when that is smaller.
+    fn supplied_pids(&self, services: &Map<String, Value>) -> Map<String, Value> {
+        let own = |name: &str| {
+            inherited(services, name, &["pids_limit"])
+                .or_else(|| inherited(services, name, &["deploy", "resources", "limits", "pids"]))
+        };
+        let each = self.supplied_share(
+            services,
+            &own,
+            &|v| as_i64(v).map(|n| n.max(0) as u64),
+            Some(self.max_project_pids),
+            self.default_pids,
+        );
+        self.supply(services, &own, "pids_limit", "pids", each)
+    }
+
+    /// The memory limit of each service that sets none (or sets 0, no limit): `default_memory`,
+    /// or the project's share of `max_project_memory`, when that is smaller.
+    fn supplied_memory(&self, services: &Map<String, Value>) -> Map<String, Value> {
+        let own = |name: &str| {
+            inherited(services, name, &["deploy", "resources", "limits", "memory"])
+                .or_else(|| inherited(services, name, &["mem_limit"]))
+                .filter(|v| as_u64(v) != Some(0))
+        };
+        let each = self.supplied_share(
+            services,
+            &own,
+            &as_u64,
+            self.project_memory(),
+            self.memory_default(),
+        );
+        self.supply(services, &own, "mem_limit", "memory", each)
+    }
+
+    /// What each container without its own limit gets: the default, or the share of `max`
+    /// left by the containers with a readable one. A limit the budget cannot read counts
+    /// nothing here; compose's model, where it is known, is judged against the total.
+    fn supplied_share<'a>(
+        &self,
+        services: &'a Map<String, Value>,
+        own: &dyn Fn(&str) -> Option<&'a Value>,
+        read: &dyn Fn(&Value) -> Option<u64>,
+        max: Option<u64>,
+        default: u64,
+    ) -> u64 {
+        let (mut explicit, mut unlimited) = (0u64, 0u64);
+        for (name, svc) in services {
+            let n = svc.as_object().map_or(1, containers_of);
+            match own(name) {
+                Some(v) => {
+                    explicit = explicit.saturating_add(read(v).unwrap_or(0).saturating_mul(n))
+                }
+                None => unlimited = unlimited.saturating_add(n),
+            }
+        }
+        Self::share(max, explicit, unlimited, default).unwrap_or(default)
+    }
+
+    /// `{name: {top_key: each}}` for each service without `own` limit. compose refuses a
+    /// top-level limit that differs from `deploy.resources.limits`, which it reads as 0 when a
+    /// service has other deploy limits: the limit goes where the service keeps its limits.
+    fn supply<'a>(
+        &self,
+        services: &'a Map<String, Value>,
+        own: &dyn Fn(&str) -> Option<&'a Value>,
+        top_key: &str,
+        deploy_key: &str,
+        each: u64,
+    ) -> Map<String, Value> {
+        let mut out = Map::new();
+        for name in services.keys() {
+            if own(name).is_some() {
+                continue;
+            }
+            let deploy_limits = inherited(services, name, &["deploy", "resources", "limits"])
+                .is_some_and(Value::is_object);
+            let supplied = if deploy_limits {
+                serde_json::json!({ "deploy": { "resources": { "limits": { deploy_key: each } } } })
+            } else {
+                serde_json::json!({ top_key: each })
+            };
+            out.insert(name.clone(), supplied);
+        }
+        out
+    }
+
+    /// `json-file` with the box's `max-size` and `max-file` for each service that names no
+    /// logging driver, its own options kept (compose replaces a `logging` whose driver differs
+    /// from the override's, so they are carried over) and judged as `json-file` reads them.
+    fn supplied_logging(&self, services: &Map<String, Value>) -> Map<String, Value> {
+        let mut out = Map::new();
+        for name in services.keys() {
+            let logging = inherited(services, name, &["logging"]);
+            let driver = logging
+                .and_then(|l| l.get("driver"))
+                .filter(|d| !d.is_null());
+            if driver.is_some_and(|d| d.as_str() != Some("")) {
+                continue;
+            }
+            let mut options = logging
+                .and_then(|l| l.get("options"))
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            options
+                .entry("max-size")
+                .or_insert_with(|| Value::String(self.default_log_size.to_string()));
+            options
+                .entry("max-file")
+                .or_insert_with(|| Value::String(self.default_log_files.to_string()));
+            out.insert(
+                name.clone(),
+                serde_json::json!({ "logging": { "driver": "json-file", "options": options } }),
+            );
+        }
+        out
+    }
 }
 
-/// The size of a top-level volume of the local driver's tmpfs shape
-/// (`driver_opts: {type: tmpfs, o: size=...}`).
-fn tmpfs_driver_size(vol: &Value) -> Option<u64> {
-    let opts = vol.get("driver_opts")?;
-    if opts.get("type").and_then(Value::as_str) != Some("tmpfs") {
-        return None;
+/// A size as the kernel's tmpfs reads one (`memparse`): an integer in C's notation (`0x` hex,
+/// a leading `0` octal, else decimal; no digits at all is 0), then at most one of the suffixes
+/// `k`, `m`, `g`, `t`, `p`, `e` (either case, binary), then, for `size=` alone, an optional
+/// `%` of the host's memory. `1e` is an exbibyte, `0x40000000` a gibibyte, `010m` 8 MiB, and
+/// `1.5g` fails the mount. `None` for anything else, and for a number past 64 bits (the kernel
+/// wraps it silently).
+///
+/// ```
+/// use monky_bundle::budget::{parse_kernel_size, KernelSize};
+/// assert_eq!(parse_kernel_size("1e"), Some(KernelSize::Bytes(1 << 60)));
+/// assert_eq!(parse_kernel_size("0x400k"), Some(KernelSize::Bytes(1 << 20)));
+/// assert_eq!(parse_kernel_size("50%"), Some(KernelSize::Percent(50)));
+/// assert_eq!(parse_kernel_size("1.5g"), None);
+/// ```
+#[must_use]
+pub fn parse_kernel_size(text: &str) -> Option<KernelSize> {
+    let (n, rest) = memparse(text)?;
+    match rest {
+        "" => Some(KernelSize::Bytes(n)),
+        "%" => Some(KernelSize::Percent(n)),
+        _ => None,
     }
-    opts.get("o")
-        .and_then(Value::as_str)?
-        .split(',')
-        .rev()
-        .find_map(|o| o.trim().strip_prefix("size="))
-        .and_then(parse_size)
+}
+
+/// A tmpfs size as [`parse_kernel_size`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelSize {
+    /// Bytes; 0 is no limit at all.
+    Bytes(u64),
+    /// A share of the host's memory, in percent (it may be over 100).
+    Percent(u64),
+}
+
+/// `memparse`'s number and suffix, and the text after them; `None` past 64 bits.
+fn memparse(text: &str) -> Option<(u64, &str)> {
+    let b = text.as_bytes();
+    let (radix, start) =
+        if b.len() > 2 && b[0] == b'0' && (b[1] | 0x20) == b'x' && b[2].is_ascii_hexdigit() {
+            (16, 2)
+        } else if b.first() == Some(&b'0') {
+            (8, 0)
+        } else {
+            (10, 0)
+        };
+    let end = text[start..]
+        .find(|c: char| !c.is_digit(radix))
+        .map_or(text.len(), |i| start + i);
+    let n = if end == start {
+        0
+    } else {
+        u64::from_str_radix(&text[start..end], radix).ok()?
+    };
+    let mut rest = &text[end..];
+    let shift = match rest.bytes().next().map(|c| c | 0x20) {
+        Some(b'e') => 60,
+        Some(b'p') => 50,
+        Some(b't') => 40,
+        Some(b'g') => 30,
+        Some(b'm') => 20,
+        Some(b'k') => 10,
+        _ => 0,
+    };
+    if shift > 0 {
+        rest = &rest[1..];
+    }
+    let n = n.checked_mul(1u64 << shift)?;
+    Some((n, rest))
+}
+
+/// A page as tmpfs counts `nr_inodes` against its size: the budget allows one inode per page
+/// of [`Budget::max_tmpfs_size`], the kernel's own default ratio.
+const PAGE: u64 = 4096;
+
+/// What one service takes of the project's totals, per container where it says so.
+#[derive(Debug, Default, Clone, Copy)]
+struct Claim {
+    containers: u64,
+    /// Its own pids limit (positive), per container.
+    pids: Option<u64>,
+    /// Its own memory limit (non-zero), per container.
+    memory: Option<u64>,
+    /// tmpfs and shm bytes, per container.
+    scratch: u64,
+    /// Host ports it publishes, all containers together.
+    ports: u64,
+}
+
+/// The containers of a service: `deploy.replicas`, else `scale`, else one (compose refuses the
+/// two when they differ). A count the budget cannot read counts one; the service's own check
+/// refuses it.
+fn containers_of(svc: &Map<String, Value>) -> u64 {
+    let n = svc
+        .get("deploy")
+        .and_then(|d| d.get("replicas"))
+        .filter(|v| !v.is_null())
+        .or_else(|| svc.get("scale").filter(|v| !v.is_null()));
+    match n {
+        None => 1,
+        Some(v) => as_i64(v).map_or(1, |n| n.max(0) as u64),
+    }
+}
+
+/// The value at `path` in `services[name]`, or in the service it `extends` within the file
+/// (a bounded number of hops), as compose inherits it.
+fn inherited<'a>(services: &'a Map<String, Value>, name: &str, path: &[&str]) -> Option<&'a Value> {
+    let mut name = name;
+    for _ in 0..16 {
+        let s = services.get(name)?;
+        let mut v = Some(s);
+        for k in path {
+            v = v.and_then(|x| x.get(*k));
+        }
+        if let Some(v) = v.filter(|v| !v.is_null()) {
+            return Some(v);
+        }
+        let ext = s.get("extends")?;
+        if ext.get("file").is_some() {
+            return None;
+        }
+        name = ext.get("service").and_then(Value::as_str)?;
+    }
+    None
+}
+
+/// The host ports one `ports` entry takes, for `containers` containers: a fixed port or range
+/// its size, an ephemeral one (no host port) one per container and container port.
+fn ports_taken(p: &Value, containers: u64) -> u64 {
+    let (published, target) = match p {
+        Value::String(s) => {
+            let spec = s.split('/').next().unwrap_or(s);
+            (
+                short_published(s),
+                spec.rsplit(':').next().map(str::to_string),
+            )
+        }
+        Value::Object(m) => (
+            m.get("published").and_then(|v| match v {
+                Value::String(s) => Some(s.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            }),
+            m.get("target")
+                .map(|t| t.as_str().map_or_else(|| t.to_string(), str::to_string)),
+        ),
+        _ => (None, None),
+    };
+    let size = |t: &str| port_range(t).map_or(1, |(a, b)| u64::from(b - a + 1));
+    match published.filter(|p| !p.trim().is_empty()) {
+        Some(p) => size(&p),
+        None => target.as_deref().map_or(1, size).saturating_mul(containers),
+    }
+}
+
+impl Budget {
+    /// The project's memory total, when one is known.
+    fn project_memory(&self) -> Option<u64> {
+        self.max_project_memory.or(self.max_memory)
+    }
+
+    /// The project's tmpfs and shm total, when one is known.
+    fn project_tmpfs(&self) -> Option<u64> {
+        self.max_project_tmpfs.or(self.max_memory.map(|m| m / 2))
+    }
+
+    /// The memory limit supplied to one container: the default, never above `max_memory`.
+    fn memory_default(&self) -> u64 {
+        self.max_memory
+            .map_or(self.default_memory, |m| self.default_memory.min(m))
+    }
+
+    /// What the agent supplies to each of `unlimited` containers when the others take
+    /// `explicit` of a total `max`: the default, or the share left when it is smaller. `None`
+    /// when the share falls under an eighth of the default (a limit so small would starve an
+    /// ordinary service: the bundle must set its own) or `explicit` alone is over.
+    fn share(max: Option<u64>, explicit: u64, unlimited: u64, default: u64) -> Option<u64> {
+        let Some(max) = max else {
+            return Some(default);
+        };
+        let left = max.checked_sub(explicit)?;
+        if unlimited == 0 {
+            return Some(default);
+        }
+        let each = (left / unlimited).min(default);
+        (each >= default / 8).then_some(each)
+    }
+
+    /// Bytes of one tmpfs mount's options (`size=64m,mode=1777`) as the kernel reads them:
+    /// `Ok(None)` without a size, `Err` a finding's text for what the budget cannot allow.
+    fn tmpfs_bytes(&self, opts: &str) -> Result<Option<u64>, String> {
+        let limit = human(self.max_tmpfs_size);
+        let mut bytes = None;
+        for o in opts.split(',') {
+            let (name, value) = o.split_once('=').unwrap_or((o, ""));
+            match name.trim() {
+                "size" => match parse_kernel_size(value) {
+                    Some(KernelSize::Bytes(0)) => {
+                        return Err(format!(
+                            "{o} (unlimited) over budget.max_tmpfs_size {limit}"
+                        ));
+                    }
+                    Some(KernelSize::Bytes(n)) => bytes = Some(n),
+                    Some(KernelSize::Percent(pct)) => match self.max_memory {
+                        Some(m) => {
+                            bytes = Some(
+                                ((u128::from(m) * u128::from(pct)) / 100).min(u128::from(u64::MAX))
+                                    as u64,
+                            )
+                        }
+                        None => {
+                            return Err(format!(
+                                "{o} is a share of the host's memory, which the budget does not know (write it as size=64m, up to budget.max_tmpfs_size {limit})"
+                            ));
+                        }
+                    },
+                    None => {
+                        return Err(format!(
+                            "{o} is not a size the kernel reads as the budget does (write it as size=64m, up to budget.max_tmpfs_size {limit})"
+                        ));
+                    }
+                },
+                // The kernel takes the last of `size=` and `nr_blocks=`; a size in pages is
+                // refused rather than read against a page size the budget cannot see.
+                "nr_blocks" => {
+                    return Err(format!(
+                        "{o} is a size in pages the budget does not read (write it as size=64m, up to budget.max_tmpfs_size {limit})"
+                    ));
+                }
+                // Inodes cost kernel memory outside the size: 0 is no limit.
+                "nr_inodes" => {
+                    let most = self.max_tmpfs_size / PAGE;
+                    match memparse(value) {
+                        Some((0, "")) => {
+                            return Err(format!(
+                                "{o} (unlimited) over budget.max_tmpfs_size {limit} (one inode per 4 KiB: {most})"
+                            ));
+                        }
+                        Some((n, "")) if n <= most => {}
+                        Some((_, "")) => {
+                            return Err(format!(
+                                "{o} over budget.max_tmpfs_size {limit} (one inode per 4 KiB: {most})"
+                            ));
+                        }
+                        _ => {
+                            return Err(format!(
+                                "{o} is not a count the kernel reads as the budget does (up to {most}, one inode per 4 KiB of budget.max_tmpfs_size {limit})"
+                            ));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// What one service takes of the project's totals.
+    fn claim(&self, svc: &Map<String, Value>) -> Claim {
+        let containers = containers_of(svc);
+        let get = |path: &[&str]| -> Option<&Value> {
+            let mut v = svc.get(path[0]);
+            for k in &path[1..] {
+                v = v?.get(*k);
+            }
+            v.filter(|v| !v.is_null())
+        };
+        let pids = [
+            &["pids_limit"][..],
+            &["deploy", "resources", "limits", "pids"],
+        ]
+        .iter()
+        .filter_map(|p| get(p).and_then(as_i64))
+        .find(|n| *n > 0)
+        .map(|n| n as u64);
+        let memory = [
+            &["deploy", "resources", "limits", "memory"][..],
+            &["mem_limit"],
+        ]
+        .iter()
+        .filter_map(|p| get(p).and_then(as_u64))
+        .find(|n| *n > 0);
+        let mut scratch = get(&["shm_size"]).and_then(as_u64).unwrap_or(0);
+        for t in tmpfs_entries(get(&["tmpfs"])) {
+            let opts = t.split_once(':').map_or("", |(_, o)| o);
+            if let Ok(Some(n)) = self.tmpfs_bytes(opts) {
+                scratch = scratch.saturating_add(n);
+            }
+        }
+        if let Some(Value::Array(vols)) = get(&["volumes"]) {
+            for v in vols {
+                if v.get("type").and_then(Value::as_str) == Some("tmpfs")
+                    && let Some(n) = v.get("tmpfs").and_then(|t| t.get("size")).and_then(as_u64)
+                {
+                    scratch = scratch.saturating_add(n);
+                }
+            }
+        }
+        let ports = match get(&["ports"]) {
+            Some(Value::Array(ps)) => ps
+                .iter()
+                .map(|p| ports_taken(p, containers))
+                .fold(0u64, u64::saturating_add),
+            _ => 0,
+        };
+        Claim {
+            containers,
+            pids,
+            memory,
+            scratch,
+            ports,
+        }
+    }
+
+    /// The project's totals: containers, published ports, tmpfs and shm, and the pids and
+    /// memory limits (a container without a limit of its own counts what the agent supplies).
+    fn totals(&self, top: &Map<String, Value>, out: &mut Vec<String>) {
+        let Some(services) = top.get("services").and_then(Value::as_object) else {
+            return;
+        };
+        let claims: Vec<Claim> = services
+            .values()
+            .filter_map(Value::as_object)
+            .map(|s| self.claim(s))
+            .collect();
+        let sum = |f: &dyn Fn(&Claim) -> u64| claims.iter().map(f).fold(0u64, u64::saturating_add);
+        let containers = sum(&|c| c.containers);
+        if containers > self.max_project_containers {
+            out.push(format!(
+                "project: containers {containers} over budget.max_project_containers {}",
+                self.max_project_containers
+            ));
+        }
+        let ports = sum(&|c| c.ports);
+        if ports > self.max_project_ports {
+            out.push(format!(
+                "project: published ports {ports} over budget.max_project_ports {}",
+                self.max_project_ports
+            ));
+        }
+        let volumes = top
+            .get("volumes")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flat_map(|v| v.values())
+            .filter_map(|v| self.tmpfs_volume(v).ok().flatten())
+            .fold(0u64, u64::saturating_add);
+        let scratch = sum(&|c| c.scratch.saturating_mul(c.containers)).saturating_add(volumes);
+        if let Some(max) = self.project_tmpfs()
+            && scratch > max
+        {
+            out.push(format!(
+                "project: tmpfs and shm {} over budget.max_project_tmpfs {}",
+                human(scratch),
+                human(max)
+            ));
+        }
+        let limited = |f: &dyn Fn(&Claim) -> Option<u64>| {
+            let explicit = sum(&|c| f(c).unwrap_or(0).saturating_mul(c.containers));
+            let unlimited = sum(&|c| if f(c).is_none() { c.containers } else { 0 });
+            (explicit, unlimited)
+        };
+        let (explicit, unlimited) = limited(&|c| c.pids);
+        if Self::share(
+            Some(self.max_project_pids),
+            explicit,
+            unlimited,
+            self.default_pids,
+        )
+        .is_none()
+        {
+            out.push(total_finding(
+                "pids limits",
+                &explicit.to_string(),
+                unlimited,
+                "max_project_pids",
+                &self.max_project_pids.to_string(),
+                &(self.default_pids / 8).to_string(),
+            ));
+        }
+        let (explicit, unlimited) = limited(&|c| c.memory);
+        if let Some(max) = self.project_memory()
+            && Self::share(Some(max), explicit, unlimited, self.memory_default()).is_none()
+        {
+            out.push(total_finding(
+                "memory limits",
+                &human(explicit),
+                unlimited,
+                "max_project_memory",
+                &human(max),
+                &human(self.memory_default() / 8),
+            ));
+        }
+    }
+
+    /// The size of a top-level volume of the local driver's tmpfs shape
+    /// (`driver_opts: {type: tmpfs, o: size=...}`), as the kernel reads its `o`.
+    fn tmpfs_volume(&self, vol: &Value) -> Result<Option<u64>, String> {
+        let Some(opts) = vol.get("driver_opts") else {
+            return Ok(None);
+        };
+        if opts.get("type").and_then(Value::as_str) != Some("tmpfs") {
+            return Ok(None);
+        }
+        match opts.get("o").and_then(Value::as_str) {
+            Some(o) => self.tmpfs_bytes(o),
+            None => Ok(None),
+        }
+    }
+}
+
+impl Budget {
+    /// On compose's model with the agent's override in force: a service without a memory
+    /// limit of its own shows that the supplied one did not land, so it is refused.
+    fn supplied_limits(&self, svc: &Map<String, Value>, supplied: bool, out: &mut Vec<String>) {
+        if supplied && self.claim(svc).memory.is_none() {
+            let most = self.max_memory.map_or_else(String::new, |m| {
+                format!(" up to budget.max_memory {}", human(m))
+            });
+            out.push(format!("no memory limit (set mem_limit{most})"));
+        }
+    }
+
+    /// Logging that the box's disk or journal pays for, whatever shape it takes. A service that
+    /// names no driver (no `logging`, `driver: ""`, `options` alone) would get the daemon's
+    /// default driver with the bundle's options over `daemon.json`'s, so the agent supplies
+    /// `json-file` with the box's defaults and the bundle's options are judged as `json-file`
+    /// reads them; on compose's model (`supplied`) every service must then show a driver.
+    fn logging_bounds(
+        &self,
+        svc: &Map<String, Value>,
+        shown: &Shown<'_>,
+        supplied: bool,
+        out: &mut Vec<String>,
+    ) {
+        let logging = svc.get("logging").filter(|v| !v.is_null());
+        let opts = logging
+            .and_then(|l| l.get("options"))
+            .and_then(Value::as_object);
+        match logging
+            .and_then(|l| l.get("driver"))
+            .filter(|d| !d.is_null())
+        {
+            None => {}
+            Some(Value::String(d)) if d.is_empty() => {}
+            Some(Value::String(d)) if d == "journald" => {
+                if !self.allow_journald {
+                    out.push(format!(
+                        "{} writes to the host's journal, shared with the host and every env, which no budget bounds (allowed by budget.allow_journald)",
+                        shown.show("logging driver", d)
+                    ));
+                }
+                return;
+            }
+            Some(Value::String(d)) if d == "json-file" || d == "local" => {
+                self.log_files(opts, shown, out);
+                return;
+            }
+            Some(_) => return,
+        }
+        if supplied {
+            out.push(format!(
+                "logging names no driver (the box's json-file with max-size {} was not supplied)",
+                human(self.default_log_size)
+            ));
+            return;
+        }
+        if let Some(size) = opts
+            .and_then(|o| o.get("max-size"))
+            .filter(|v| !v.is_null())
+        {
+            let hint = format!(
+                "write it as 10m, up to budget.max_log_size {}",
+                human(self.max_log_size)
+            );
+            match as_u64(size) {
+                None => shown.unread(out, "logging max-size", size, "a size", &hint),
+                Some(n) if n > self.max_log_size => out.push(format!(
+                    "{} over budget.max_log_size {}",
+                    shown.show("logging max-size", &human(n)),
+                    human(self.max_log_size)
+                )),
+                Some(_) => {}
+            }
+        }
+        self.log_files(opts, shown, out);
+        if let Some(n) = opts
+            .and_then(|o| o.get("max-file"))
+            .and_then(as_i64)
+            .filter(|n| *n > 0 && *n as u64 > self.max_log_files)
+        {
+            out.push(format!(
+                "{} over budget.max_log_files {}",
+                shown.show("logging max-file", &n.to_string()),
+                self.max_log_files
+            ));
+        }
+    }
+
+    /// A `max-file` the daemon reads as a whole number (`strconv.Atoi`); anything else is
+    /// refused rather than skipped.
+    fn log_files(
+        &self,
+        opts: Option<&Map<String, Value>>,
+        shown: &Shown<'_>,
+        out: &mut Vec<String>,
+    ) {
+        if let Some(v) = opts
+            .and_then(|o| o.get("max-file"))
+            .filter(|v| !v.is_null())
+            && as_i64(v).is_none()
+        {
+            let hint = format!(
+                "write it as \"3\", up to budget.max_log_files {}",
+                self.max_log_files
+            );
+            shown.unread(out, "logging max-file", v, "a count", &hint);
+        }
+    }
+
+    /// `ulimits` the kernel counts per user id across the whole host (`nproc`, `sigpending`,
+    /// `msgqueue`): another env's containers running as the same uid use up the count, so the
+    /// limit keeps this env's container from starting or forking, and no budget can share it.
+    fn per_uid_ulimits(&self, svc: &Map<String, Value>, shown: &Shown<'_>, out: &mut Vec<String>) {
+        let Some(ulimits) = svc.get("ulimits").and_then(Value::as_object) else {
+            return;
+        };
+        for (name, v) in ulimits {
+            let n = name.trim().to_ascii_lowercase();
+            if !matches!(n.as_str(), "nproc" | "sigpending" | "msgqueue") {
+                continue;
+            }
+            let value = match v {
+                Value::Object(m) => {
+                    let part = |k: &str| m.get(k).map_or_else(|| "-".into(), |x| x.to_string());
+                    format!("{}/{}", part("soft"), part("hard"))
+                }
+                other => other
+                    .as_str()
+                    .map_or_else(|| other.to_string(), str::to_string),
+            };
+            out.push(format!(
+                "{} counts per host uid, across every env on the box, so no budget key allows it (bound processes with pids_limit, up to budget.max_pids {})",
+                shown.show(&format!("ulimits {}", name.trim()), &value),
+                self.max_pids
+            ));
+        }
+    }
+}
+
+/// Merges `src` into `dst`, objects key by key (the override's fragments of one service).
+fn merge_into(dst: &mut Value, src: Value) {
+    match (dst, src) {
+        (Value::Object(d), Value::Object(s)) => {
+            for (k, v) in s {
+                merge_into(d.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (d, s) => *d = s,
+    }
+}
+
+/// `project: pids limits 20000 over budget.max_project_pids 16384`, or, when containers without
+/// a limit of their own are left too little: `... and 8 containers without one, each under 128`.
+fn total_finding(
+    what: &str,
+    value: &str,
+    unlimited: u64,
+    key: &str,
+    limit: &str,
+    floor: &str,
+) -> String {
+    if unlimited == 0 {
+        format!("project: {what} {value} over budget.{key} {limit}")
+    } else {
+        format!(
+            "project: {what} {value} and {unlimited} container(s) without one, each at least {floor}, over budget.{key} {limit}"
+        )
+    }
+}
+
+/// The entries of a service's `tmpfs` (one string or a list).
+fn tmpfs_entries(v: Option<&Value>) -> Vec<String> {
+    match v {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|x| x.as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 #[cfg(test)]
@@ -934,8 +1706,335 @@ mod tests {
             ),
         ] {
             let yaml = format!("services:\n  web:\n    image: x\n    {body}\n");
-            assert_eq!(judge(&yaml, &b), [want], "{body}");
+            let own: Vec<String> = judge(&yaml, &b)
+                .into_iter()
+                .filter(|f| !f.starts_with("project: "))
+                .collect();
+            assert_eq!(own, [want], "{body}");
         }
+    }
+
+    #[test]
+    fn sizes_read_as_the_kernel_reads_tmpfs_options() {
+        use KernelSize::{Bytes, Percent};
+        for (text, want) in [
+            ("64m", Some(Bytes(64 * MIB))),
+            ("64M", Some(Bytes(64 * MIB))),
+            ("1e", Some(Bytes(1 << 60))),
+            ("1E", Some(Bytes(1 << 60))),
+            ("1p", Some(Bytes(1 << 50))),
+            ("1t", Some(Bytes(1 << 40))),
+            ("0x40000000", Some(Bytes(GIB))),
+            ("0X1e", Some(Bytes(30))),
+            ("0x1g", Some(Bytes(GIB))),
+            ("010m", Some(Bytes(8 * MIB))),
+            ("0", Some(Bytes(0))),
+            ("", Some(Bytes(0))),
+            ("k", Some(Bytes(0))),
+            ("50%", Some(Percent(50))),
+            ("1k%", Some(Percent(1024))),
+            ("1.5g", None),
+            ("08", None),
+            ("0x", None),
+            ("1gb", None),
+            ("1g ", None),
+            ("-1", None),
+            ("20000000000000000000", None),
+            ("16e", None),
+            ("50%%", None),
+        ] {
+            assert_eq!(parse_kernel_size(text), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_value_the_budget_cannot_read_is_refused_never_skipped() {
+        let b = Budget {
+            max_memory: Some(16 * GIB),
+            ..Budget::default()
+        };
+        for (body, want) in [
+            (
+                "tmpfs: [\"/run:size=1e\"]",
+                "web: tmpfs 1 EiB over budget.max_tmpfs_size 1 GiB",
+            ),
+            (
+                "tmpfs: [\"/run:size=0x40000001\"]",
+                "web: tmpfs 1.0 GiB over budget.max_tmpfs_size 1 GiB",
+            ),
+            (
+                "tmpfs: [\"/run:size=010g\"]",
+                "web: tmpfs 8 GiB over budget.max_tmpfs_size 1 GiB",
+            ),
+            (
+                "tmpfs: [\"/run:size=0\"]",
+                "web: tmpfs size=0 (unlimited) over budget.max_tmpfs_size 1 GiB",
+            ),
+            (
+                "tmpfs: [\"/run:size=1.5g\"]",
+                "web: tmpfs size=1.5g is not a size the kernel reads as the budget does (write it as size=64m, up to budget.max_tmpfs_size 1 GiB)",
+            ),
+            (
+                "tmpfs: [\"/run:size=64m,nr_blocks=268435456\"]",
+                "web: tmpfs nr_blocks=268435456 is a size in pages the budget does not read (write it as size=64m, up to budget.max_tmpfs_size 1 GiB)",
+            ),
+            (
+                "tmpfs: [\"/run:size=64m,nr_inodes=0\"]",
+                "web: tmpfs nr_inodes=0 (unlimited) over budget.max_tmpfs_size 1 GiB (one inode per 4 KiB: 262144)",
+            ),
+            (
+                "tmpfs: [\"/run:size=64m,nr_inodes=1e\"]",
+                "web: tmpfs nr_inodes=1e over budget.max_tmpfs_size 1 GiB (one inode per 4 KiB: 262144)",
+            ),
+            (
+                "tmpfs: [\"/run:nr_inodes=1x\"]",
+                "web: tmpfs nr_inodes=1x is not a count the kernel reads as the budget does (up to 262144, one inode per 4 KiB of budget.max_tmpfs_size 1 GiB)",
+            ),
+            (
+                "tmpfs: [\"/run:size=50%\"]",
+                "web: tmpfs 8 GiB over budget.max_tmpfs_size 1 GiB",
+            ),
+            (
+                "tmpfs: /run:size=1k%",
+                "web: tmpfs 163.8 GiB over budget.max_tmpfs_size 1 GiB",
+            ),
+            (
+                "volumes:\n  - type: tmpfs\n    target: /s\n    tmpfs: {size: 1e3g}",
+                "web: volumes tmpfs.size 1e3g is not a size the budget reads (write it as 64m, up to budget.max_tmpfs_size 1 GiB)",
+            ),
+            (
+                "shm_size: 1e3g",
+                "web: shm_size 1e3g is not a size the budget reads (write it as 64m, up to budget.max_shm_size 1 GiB)",
+            ),
+            (
+                "shm_size: 0x1p40",
+                "web: shm_size 0x1p40 is not a size the budget reads (write it as 64m, up to budget.max_shm_size 1 GiB)",
+            ),
+            (
+                "mem_limit: 1e3g",
+                "web: mem_limit 1e3g is not a size the budget reads (write it as 512m)",
+            ),
+            (
+                "deploy: {resources: {limits: {memory: Inf}}}",
+                "web: deploy.resources.limits.memory Inf is not a size the budget reads (write it as 512m)",
+            ),
+            (
+                "pids_limit: lots",
+                "web: pids_limit lots is not a count the budget reads (write it as 512, up to budget.max_pids 4096)",
+            ),
+            (
+                "scale: many",
+                "web: scale many is not a count the budget reads (up to budget.max_replicas 10)",
+            ),
+            (
+                "stop_grace_period: forever",
+                "web: stop_grace_period forever is not a duration the budget reads (write it as 30s or 1m30s)",
+            ),
+            (
+                "healthcheck: {interval: 1d}",
+                "web: healthcheck.interval 1d is not a duration the budget reads (write it as 30s or 1m30s)",
+            ),
+            (
+                "logging: {driver: local, options: {max-file: \"1e3\"}}",
+                "web: logging max-file 1e3 is not a count the budget reads (write it as \"3\", up to budget.max_log_files 10)",
+            ),
+        ] {
+            let yaml = format!(
+                "services:\n  web:\n    image: x\n    {}\n",
+                body.replace('\n', "\n    ")
+            );
+            let own: Vec<String> = judge(&yaml, &b)
+                .into_iter()
+                .filter(|f| !f.starts_with("project: "))
+                .collect();
+            assert_eq!(own, [want], "{body}");
+        }
+        // A tmpfs volume's `o` is read as the kernel reads it too.
+        let yaml = "services:\n  web: {image: x, volumes: [\"m:/m\"]}\nvolumes:\n  m: {driver_opts: {type: tmpfs, device: tmpfs, o: \"size=1e\"}}\n";
+        assert!(judge(yaml, &b).contains(
+            &"volumes.m: driver_opts size 1 EiB over budget.max_tmpfs_size 1 GiB".to_string()
+        ));
+        // A percent size without the host's memory cannot be judged: refused.
+        let yaml = "services:\n  web:\n    image: x\n    tmpfs: [\"/run:size=50%\"]\n";
+        assert_eq!(
+            judge(yaml, &Budget::default()),
+            [
+                "web: tmpfs size=50% is a share of the host's memory, which the budget does not know (write it as size=64m, up to budget.max_tmpfs_size 1 GiB)"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_logging_shape_is_bounded() {
+        let b = Budget::default();
+        for (body, want) in [
+            // Options without a driver, or with an empty one: the daemon's default driver with
+            // the bundle's options over daemon.json's. The agent supplies json-file and judges
+            // the options as json-file reads them.
+            (
+                "logging: {options: {max-size: 1t, max-file: \"1000\"}}",
+                &[
+                    "web: logging max-size 1 TiB over budget.max_log_size 100 MiB",
+                    "web: logging max-file 1000 over budget.max_log_files 10",
+                ][..],
+            ),
+            (
+                "logging: {driver: \"\", options: {max-size: 1t}}",
+                &["web: logging max-size 1 TiB over budget.max_log_size 100 MiB"],
+            ),
+            (
+                "logging: {options: {max-size: \"1e3g\"}}",
+                &[
+                    "web: logging max-size 1e3g is not a size the budget reads (write it as 10m, up to budget.max_log_size 100 MiB)",
+                ],
+            ),
+            (
+                "logging: {options: {max-file: many}}",
+                &[
+                    "web: logging max-file many is not a count the budget reads (write it as \"3\", up to budget.max_log_files 10)",
+                ],
+            ),
+            (
+                "logging: {driver: journald}",
+                &[
+                    "web: logging driver journald writes to the host's journal, shared with the host and every env, which no budget bounds (allowed by budget.allow_journald)",
+                ],
+            ),
+            (
+                "logging: {driver: json-file, options: {max-size: 10m, max-file: x}}",
+                &[
+                    "web: logging max-file x is not a count the budget reads (write it as \"3\", up to budget.max_log_files 10)",
+                ],
+            ),
+            // Nothing said: the box's defaults are supplied.
+            ("logging: {options: {max-size: 10m}}", &[]),
+            ("logging: {driver: \"\"}", &[]),
+            ("logging: {driver: none}", &[]),
+            ("restart: always", &[]),
+        ] {
+            let yaml = format!("services:\n  web:\n    image: x\n    {body}\n");
+            assert_eq!(judge(&yaml, &b), want, "{body}");
+        }
+        let journald = "services:\n  web:\n    image: x\n    logging: {driver: journald}\n";
+        let allowed = Budget {
+            allow_journald: true,
+            ..Budget::default()
+        };
+        assert_eq!(judge(journald, &allowed), Vec::<String>::new());
+    }
+
+    #[test]
+    fn on_the_model_every_service_shows_the_supplied_limits_and_driver() {
+        let doc = crate::checks::parse_compose(
+            "services:\n  bare: {image: x}\n  set: {image: x, pids_limit: 100, mem_limit: 1073741824, logging: {driver: json-file, options: {max-size: 10m}}}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            Budget::default().findings(&doc, &doc, true, true),
+            [
+                "bare: no pids limit (set pids_limit up to budget.max_pids 4096)",
+                "bare: no memory limit (set mem_limit)",
+                "bare: logging names no driver (the box's json-file with max-size 10 MiB was not supplied)",
+            ]
+        );
+    }
+
+    #[test]
+    fn ulimits_counted_per_host_uid_are_refused() {
+        for (body, want) in [
+            (
+                "ulimits: {nproc: 60}",
+                "web: ulimits nproc 60 counts per host uid, across every env on the box, so no budget key allows it (bound processes with pids_limit, up to budget.max_pids 4096)",
+            ),
+            (
+                "ulimits: {\" NPROC\": {soft: 10, hard: 20}}",
+                "web: ulimits NPROC 10/20 counts per host uid, across every env on the box, so no budget key allows it (bound processes with pids_limit, up to budget.max_pids 4096)",
+            ),
+            (
+                "ulimits: {sigpending: 100}",
+                "web: ulimits sigpending 100 counts per host uid, across every env on the box, so no budget key allows it (bound processes with pids_limit, up to budget.max_pids 4096)",
+            ),
+            (
+                "ulimits: {msgqueue: 100}",
+                "web: ulimits msgqueue 100 counts per host uid, across every env on the box, so no budget key allows it (bound processes with pids_limit, up to budget.max_pids 4096)",
+            ),
+        ] {
+            let yaml = format!("services:\n  web:\n    image: x\n    {body}\n");
+            assert_eq!(judge(&yaml, &Budget::default()), [want], "{body}");
+        }
+        let nofile =
+            "services:\n  web:\n    image: x\n    ulimits: {nofile: {soft: 4096, hard: 4096}}\n";
+        assert_eq!(judge(nofile, &Budget::default()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn each_project_total_names_its_key_value_and_limit() {
+        let b = Budget {
+            max_memory: Some(16 * GIB),
+            ..Budget::default()
+        };
+        let many = |n: usize, body: &str| {
+            let mut y = String::from("services:\n");
+            for i in 0..n {
+                y.push_str(&format!("  s{i}:\n    image: x\n    {body}\n"));
+            }
+            y
+        };
+        for (yaml, want) in [
+            (
+                many(7, "scale: 9"),
+                "project: containers 63 over budget.max_project_containers 60",
+            ),
+            (
+                many(3, "ports: [\"10000-10099:80\"]"),
+                "project: published ports 300 over budget.max_project_ports 200",
+            ),
+            (
+                many(
+                    3,
+                    "deploy: {replicas: 10}\n    ports: [\"127.0.0.1::80\", {target: 81}, \"3000-3004\"]",
+                ),
+                "project: published ports 210 over budget.max_project_ports 200",
+            ),
+            (
+                many(30, "tmpfs: [\"/t:size=1g\"]"),
+                "project: tmpfs and shm 30 GiB over budget.max_project_tmpfs 8 GiB",
+            ),
+            (
+                many(9, "shm_size: 1g"),
+                "project: tmpfs and shm 9 GiB over budget.max_project_tmpfs 8 GiB",
+            ),
+            (
+                many(8, "pids_limit: 4096"),
+                "project: pids limits 32768 over budget.max_project_pids 16384",
+            ),
+            (
+                many(4, "pids_limit: 4000\n    scale: 2"),
+                "project: pids limits 32000 over budget.max_project_pids 16384",
+            ),
+            (
+                many(30, "mem_limit: 1g"),
+                "project: memory limits 30 GiB over budget.max_project_memory 16 GiB",
+            ),
+        ] {
+            let totals: Vec<String> = judge(&yaml, &b)
+                .into_iter()
+                .filter(|f| f.starts_with("project: "))
+                .collect();
+            assert_eq!(totals, [want], "{yaml}");
+        }
+        // A top-level tmpfs volume counts once; the project's own keys widen the totals.
+        let wide = Budget {
+            max_project_containers: 100,
+            max_project_tmpfs: Some(64 * GIB),
+            max_project_pids: 40000,
+            max_project_memory: Some(64 * GIB),
+            ..b.clone()
+        };
+        assert_eq!(
+            judge(&many(8, "pids_limit: 4096\n    mem_limit: 4g"), &wide),
+            Vec::<String>::new()
+        );
     }
 
     #[test]
@@ -963,22 +2062,56 @@ mod tests {
         );
     }
 
+    fn override_of(yaml: &str, b: &Budget) -> Option<Value> {
+        b.budget_override_for(yaml)
+            .map(|t| serde_json::from_str(&t).unwrap())
+    }
+
     #[test]
-    fn the_pids_override_covers_services_without_a_limit() {
-        let doc = crate::checks::parse_compose(
-            "services:\n  a: {image: x, pids_limit: 10}\n  b: {image: x, extends: {service: a}}\n  c: {image: x, deploy: {resources: {limits: {pids: 5}}}}\n  d: {image: x}\n  e: {image: x, deploy: {resources: {limits: {memory: 1g}}}}\n",
-        )
-        .unwrap();
-        let services = doc["services"].as_object().unwrap();
+    fn the_override_supplies_pids_memory_and_logging_where_the_service_says_nothing() {
+        let yaml = "services:\n  a: {image: x, pids_limit: 10, mem_limit: 1g, logging: {driver: local}}\n  b: {image: x, extends: {service: a}}\n  c: {image: x, deploy: {resources: {limits: {pids: 5, memory: 0}}}, logging: {driver: \"\", options: {max-file: \"2\"}}}\n  d: {image: x, logging: {options: {max-size: 1m}}}\n  e: {image: x, deploy: {resources: {limits: {cpus: \"1\"}}}, logging: {driver: none}}\n";
+        let log = |opts: Value| serde_json::json!({"driver": "json-file", "options": opts});
         assert_eq!(
-            Budget::default().pids_override(services).unwrap(),
-            r#"{"services":{"d":{"pids_limit":1024},"e":{"deploy":{"resources":{"limits":{"pids":1024}}}}}}"#
+            override_of(yaml, &Budget::default()).unwrap(),
+            serde_json::json!({"services": {
+                "c": {"deploy": {"resources": {"limits": {"memory": 2u64 << 30}}},
+                      "logging": log(serde_json::json!({"max-file": "2", "max-size": "10485760"}))},
+                "d": {"pids_limit": 1024, "mem_limit": 2u64 << 30,
+                      "logging": log(serde_json::json!({"max-file": "3", "max-size": "1m"}))},
+                "e": {"deploy": {"resources": {"limits": {"pids": 1024, "memory": 2u64 << 30}}}},
+            }})
         );
         let only =
-            crate::checks::parse_compose("services:\n  a: {image: x, pids_limit: 10}\n").unwrap();
+            "services:\n  a: {image: x, pids_limit: 10, mem_limit: 1g, logging: {driver: local}}\n";
+        assert_eq!(override_of(only, &Budget::default()), None);
+    }
+
+    #[test]
+    fn the_supplied_limits_shrink_to_the_projects_share() {
+        // 19 containers without limits and 8 GiB for the project: 431 MiB and 862 pids each.
+        let mut yaml = String::from("services:\n");
+        for n in 0..19 {
+            yaml.push_str(&format!(
+                "  s{n}: {{image: x, logging: {{driver: local}}}}\n"
+            ));
+        }
+        let b = Budget {
+            max_memory: Some(8 * GIB),
+            ..Budget::default()
+        };
+        let o = override_of(&yaml, &b).unwrap();
+        assert_eq!(o["services"]["s0"]["pids_limit"], 16384 / 19);
+        assert_eq!(o["services"]["s0"]["mem_limit"], 8 * GIB / 19);
+        assert_eq!(judge(&yaml, &b), Vec::<String>::new());
+        // With one container asking for 7.5 GiB, the rest would get too little: refused.
+        yaml.push_str(
+            "  big: {image: x, mem_limit: 7680m, pids_limit: 100, logging: {driver: local}}\n",
+        );
         assert_eq!(
-            Budget::default().pids_override(only["services"].as_object().unwrap()),
-            None
+            judge(&yaml, &b),
+            [
+                "project: memory limits 7.5 GiB and 19 container(s) without one, each at least 256 MiB, over budget.max_project_memory 8 GiB"
+            ]
         );
     }
 }

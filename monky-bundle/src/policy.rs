@@ -584,9 +584,10 @@ impl ComposePolicy {
         &self.budget
     }
 
-    /// Whether the agent supplies [`Budget::default_pids`] to services without a pids limit
-    /// (through the override of [`Budget::pids_override`]): then compose's model must show a
-    /// limit for every service, and a service without one is refused.
+    /// Whether the agent supplies the budget's defaults (a pids and a memory limit, bounded
+    /// logging) to services that set none, through the override of
+    /// [`Budget::budget_override`]: then compose's model must show each for every service, and
+    /// a service without one is refused.
     #[must_use]
     pub fn pids_supplied(mut self, supplied: bool) -> Self {
         self.pids_supplied = supplied;

@@ -33,6 +33,7 @@ fn production_sized_anchors_and_merges_pass() {
     // 70 services merging two anchors each: 140 merges of one anchor pair.
     let p = ComposePolicy::new(PROJECT).budget(Budget {
         max_services: 100,
+        max_project_containers: 100,
         ..Budget::default()
     });
     assert_eq!(verdict(&p, &merged(70)), Vec::<String>::new());
@@ -75,12 +76,13 @@ fn budget_findings_follow_host_access_and_names() {
         [
             "PRIVILEGED_REFUSED: web: privileged",
             "BUNDLE_NONCONFORMING: web: container_name web (accepted: monky-env-qa-02-web)",
-            "BUDGET_EXCEEDED: web: scale 100 over budget.max_replicas 10",
+            "BUDGET_EXCEEDED: web: scale 100 over budget.max_replicas 10, project: containers 100 over budget.max_project_containers 60",
         ]
     );
-    // The box's admin raises the key: the budget finding goes, the others stay.
+    // The box's admin raises the keys: the budget findings go, the others stay.
     let wide = ComposePolicy::new(PROJECT).budget(Budget {
         max_replicas: 100,
+        max_project_containers: 100,
         ..Budget::default()
     });
     assert_eq!(verdict(&wide, yaml).len(), 2);
@@ -93,7 +95,12 @@ fn a_value_from_a_secret_is_judged_on_the_model_only() {
     let p = ComposePolicy::new(PROJECT);
     let yaml = "services:\n  web:\n    image: x\n    pids_limit: ${PIDS}\n";
     assert!(p.findings_file(yaml, &|_| None, &secrets).is_empty());
-    let model = serde_json::json!({"services": {"web": {"image": "x", "pids_limit": -1}}});
+    let model = serde_json::json!({"services": {"web": {
+        "image": "x",
+        "pids_limit": -1,
+        "mem_limit": "1073741824",
+        "logging": {"driver": "json-file", "options": {"max-size": "10485760"}},
+    }}});
     let got =
         p.pids_supplied(true)
             .findings_model(model, yaml, std::path::Path::new("/r"), &|_| None);

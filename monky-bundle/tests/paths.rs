@@ -247,7 +247,7 @@ fn ordinary_backends_still_pass() {
         "volumes: [./data:/d, \"./conf:/c:ro\", \"./conf/extra.yml:/x.yml:ro\"]",
         "configs: [c]\nconfigs:\n  c:\n    file: ./conf/c.txt\n",
         "sysctls:\n  net.core.somaxconn: 1024\n  net/ipv4/ip_unprivileged_port_start: 0\n  net.ipv4.conf.eth0/100.rp_filter: 1",
-        "ulimits:\n  NOFILE: {soft: 1024, hard: 2048}\n  nproc: 512",
+        "ulimits:\n  NOFILE: {soft: 1024, hard: 2048}\n  core: 0",
         "security_opt: [\"no-new-privileges=1\", \"no-new-privileges:true\"]",
         "volumes:\n  - type: bind\n    source: ./data\n    target: /d\n    bind: {propagation: RPRIVATE, create_host_path: true}\n  - type: tmpfs\n    target: /cache\n    tmpfs: {size: 1000000}",
         "volumes: [\"/etc/localtime:/etc/localtime:ro\", \"/etc/timezone:/etc/timezone:ro\"]",

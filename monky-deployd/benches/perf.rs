@@ -625,7 +625,7 @@ fn compose_policy(rows: &mut Rows, runs: usize) {
             let m = model.clone();
             let t = Instant::now();
             policy.check_file(yaml, &|_| None, &secrets).unwrap();
-            std::hint::black_box(policy.budget_of().pids_override_for(yaml));
+            std::hint::black_box(policy.budget_of().budget_override_for(yaml));
             policy.check_model(m, yaml, dir, &read_link).unwrap();
             t.elapsed().as_secs_f64() * 1e3
         })

@@ -232,7 +232,7 @@ fn model_of_bundle(
         &release.join(crate::release::ENV_FILE),
     );
     // The pids limit the tick supplies, as the tick supplies it.
-    if let Some(text) = base.budget_of().pids_override_for(b.compose()) {
+    if let Some(text) = base.budget_of().budget_override_for(b.compose()) {
         let over = release.join(bundle::budget::OVERRIDE_FILE);
         std::fs::write(&over, text)?;
         compose = compose.with_override(&over);

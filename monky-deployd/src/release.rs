@@ -163,7 +163,7 @@ impl Release {
     /// a missing or changed override shows in the model, which must hold a pids limit for
     /// every service.
     pub fn write_budget_override(&self, cfg: &Config) -> anyhow::Result<()> {
-        match cfg.budget.pids_override_for(&self.compose_yaml()?) {
+        match cfg.budget.budget_override_for(&self.compose_yaml()?) {
             Some(t) => self
                 .fd
                 .write_atomic(bundle::budget::OVERRIDE_FILE, t.as_bytes(), 0o600),
