@@ -250,6 +250,15 @@ struct RawBudget {
     min_healthcheck_interval: Option<String>,
     max_log_size: Option<String>,
     max_log_files: Option<u64>,
+    default_memory: Option<String>,
+    default_log_size: Option<String>,
+    default_log_files: Option<u64>,
+    allow_journald: Option<bool>,
+    max_project_pids: Option<u64>,
+    max_project_memory: Option<String>,
+    max_project_tmpfs: Option<String>,
+    max_project_ports: Option<u64>,
+    max_project_containers: Option<u64>,
 }
 
 impl RawBudget {
@@ -283,6 +292,24 @@ impl RawBudget {
         {
             bail!("budget.max_cpus: must be a number above 0");
         }
+        // What the agent supplies must be something dockerd starts: a memory limit of at least
+        // its 6 MiB minimum, a positive max-size, at least one log file.
+        let default_memory = size("default_memory", self.default_memory, d.default_memory)?;
+        if default_memory < 6 << 20 {
+            bail!("budget.default_memory: must be at least 6m (dockerd's minimum)");
+        }
+        let default_log_size = size(
+            "default_log_size",
+            self.default_log_size,
+            d.default_log_size,
+        )?;
+        if default_log_size == 0 {
+            bail!("budget.default_log_size: must be above 0");
+        }
+        let default_log_files = self.default_log_files.unwrap_or(d.default_log_files);
+        if default_log_files == 0 {
+            bail!("budget.default_log_files: must be at least 1");
+        }
         Ok(monky_bundle::Budget {
             max_pids: self.max_pids.unwrap_or(d.max_pids),
             default_pids: d.default_pids,
@@ -309,6 +336,23 @@ impl RawBudget {
             )?,
             max_log_size: size("max_log_size", self.max_log_size, d.max_log_size)?,
             max_log_files: self.max_log_files.unwrap_or(d.max_log_files),
+            default_memory,
+            default_log_size,
+            default_log_files,
+            allow_journald: self.allow_journald.unwrap_or(d.allow_journald),
+            max_project_pids: self.max_project_pids.unwrap_or(d.max_project_pids),
+            max_project_memory: self
+                .max_project_memory
+                .map(|t| size("max_project_memory", Some(t), 0))
+                .transpose()?,
+            max_project_tmpfs: self
+                .max_project_tmpfs
+                .map(|t| size("max_project_tmpfs", Some(t), 0))
+                .transpose()?,
+            max_project_ports: self.max_project_ports.unwrap_or(d.max_project_ports),
+            max_project_containers: self
+                .max_project_containers
+                .unwrap_or(d.max_project_containers),
         })
     }
 }
@@ -811,6 +855,76 @@ healthy_timeout_s: 1800
         let c = parse(text).unwrap();
         assert_eq!(c.env_id, "env-qa-02");
         assert!(c.self_heal);
+    }
+
+    #[test]
+    fn the_project_totals_and_supplied_defaults_are_read_from_budget() {
+        let d = monky_bundle::Budget::default();
+        // An old config without the keys, and the shipped example, get the documented defaults.
+        for text in [
+            "env_id: e1\n",
+            include_str!("../../packaging/config.example.yaml"),
+        ] {
+            let b = parse(text).unwrap().budget;
+            assert_eq!(
+                (b.default_memory, b.default_log_size, b.default_log_files),
+                (d.default_memory, d.default_log_size, d.default_log_files)
+            );
+            assert_eq!(
+                (
+                    b.max_project_pids,
+                    b.max_project_ports,
+                    b.max_project_containers
+                ),
+                (16384, 200, 60)
+            );
+            assert_eq!((b.max_project_memory, b.max_project_tmpfs), (None, None));
+            assert!(!b.allow_journald);
+        }
+        let b = parse("env_id: e1\nbudget:\n  default_memory: 512m\n  default_log_size: 5m\n  default_log_files: 2\n  allow_journald: true\n  max_project_pids: 8000\n  max_project_memory: 8g\n  max_project_tmpfs: 1g\n  max_project_ports: 20\n  max_project_containers: 12\n")
+            .unwrap()
+            .budget;
+        assert_eq!(
+            (b.default_memory, b.default_log_size, b.default_log_files),
+            (512 << 20, 5 << 20, 2)
+        );
+        assert!(b.allow_journald);
+        assert_eq!(
+            (
+                b.max_project_pids,
+                b.max_project_ports,
+                b.max_project_containers
+            ),
+            (8000, 20, 12)
+        );
+        assert_eq!(
+            (b.max_project_memory, b.max_project_tmpfs),
+            (Some(8 << 30), Some(1 << 30))
+        );
+        for (text, want) in [
+            (
+                "default_memory: 1m",
+                "budget.default_memory: must be at least 6m",
+            ),
+            (
+                "default_log_files: 0",
+                "budget.default_log_files: must be at least 1",
+            ),
+            (
+                "default_log_size: 0",
+                "budget.default_log_size: must be above 0",
+            ),
+            (
+                "max_project_memory: lots",
+                "budget.max_project_memory: \"lots\" is not a size",
+            ),
+        ] {
+            let err = format!(
+                "{:#}",
+                parse(&format!("env_id: e1\nbudget:\n  {text}\n")).unwrap_err()
+            );
+            assert!(err.contains(want), "{text}: {err}");
+        }
     }
 
     #[test]
