@@ -147,6 +147,43 @@ const HOSTILE: &[Case] = &[
     case("logs-unbounded", "logging: {driver: json-file}", BE, "web: logging json-file without max-size (set it up to budget.max_log_size 100 MiB)"),
     case("logs-10g", "logging: {driver: json-file, options: {max-size: 10g}}", BE, "web: logging max-size 10 GiB over budget.max_log_size 100 MiB"),
     case("logs-size-exponent", "logging: {driver: json-file, options: {max-size: \"1e3g\"}}", BE, "web: logging max-size 1e3g is not a size the budget reads (write it as 10m, up to budget.max_log_size 100 MiB)"),
+    // Totals per project (scale and replicas counted; the tick's budget is the host's memory).
+    case("project-pids-8x4096", "services:\n  a: {image: 127.0.0.1:5000/monky/web:1, pids_limit: 4096}\n  b: {image: 127.0.0.1:5000/monky/web:1, pids_limit: 4096}\n  c: {image: 127.0.0.1:5000/monky/web:1, pids_limit: 4096}\n  d: {image: 127.0.0.1:5000/monky/web:1, pids_limit: 4096}\n  e: {image: 127.0.0.1:5000/monky/web:1, pids_limit: 4096}\n  f: {image: 127.0.0.1:5000/monky/web:1, pids_limit: 4096}\n  g: {image: 127.0.0.1:5000/monky/web:1, pids_limit: 4096}\n  h: {image: 127.0.0.1:5000/monky/web:1, pids_limit: 4096}\n", BE, "project: pids limits 32768 over budget.max_project_pids 16384"),
+    case("project-pids-scaled", "pids_limit: 4000\nscale: 5", BE, "project: pids limits 20000 over budget.max_project_pids 16384"),
+    case("project-pids-replicas-leave-too-little", "services:\n  big: {image: 127.0.0.1:5000/monky/web:1, pids_limit: 4000, deploy: {replicas: 4}}\n  web: {image: 127.0.0.1:5000/monky/web:1, deploy: {replicas: 8}}\n", BE, "project: pids limits 16000 and 8 container(s) without one, each at least 128, over budget.max_project_pids 16384"),
+    case("project-containers", "services:\n  a: {image: 127.0.0.1:5000/monky/web:1, scale: 10}\n  b: {image: 127.0.0.1:5000/monky/web:1, scale: 10}\n  c: {image: 127.0.0.1:5000/monky/web:1, scale: 10}\n  d: {image: 127.0.0.1:5000/monky/web:1, scale: 10}\n  e: {image: 127.0.0.1:5000/monky/web:1, scale: 10}\n  f: {image: 127.0.0.1:5000/monky/web:1, scale: 10}\n  g: {image: 127.0.0.1:5000/monky/web:1, deploy: {replicas: 1}}\n", BE, "project: containers 61 over budget.max_project_containers 60"),
+    case("project-ports-ranges", "services:\n  a: {image: 127.0.0.1:5000/monky/web:1, ports: [\"20000-20099:80\"]}\n  b: {image: 127.0.0.1:5000/monky/web:1, ports: [\"20100-20199:80\"]}\n  c: {image: 127.0.0.1:5000/monky/web:1, ports: [\"20200-20299:80\"]}\n", BE, "project: published ports 300 over budget.max_project_ports 200"),
+    case("project-ports-ephemeral", "deploy: {replicas: 10}\nports: [\"127.0.0.1::80\", \"81\", \"3000-3018\"]", BE, "project: published ports 210 over budget.max_project_ports 200"),
+    case("project-tmpfs-40x1g-one-container", "tmpfs: [\"/t0:size=1g\", \"/t1:size=1g\", \"/t2:size=1g\", \"/t3:size=1g\", \"/t4:size=1g\", \"/t5:size=1g\", \"/t6:size=1g\", \"/t7:size=1g\", \"/t8:size=1g\", \"/t9:size=1g\", \"/t10:size=1g\", \"/t11:size=1g\", \"/t12:size=1g\", \"/t13:size=1g\", \"/t14:size=1g\", \"/t15:size=1g\", \"/t16:size=1g\", \"/t17:size=1g\", \"/t18:size=1g\", \"/t19:size=1g\", \"/t20:size=1g\", \"/t21:size=1g\", \"/t22:size=1g\", \"/t23:size=1g\", \"/t24:size=1g\", \"/t25:size=1g\", \"/t26:size=1g\", \"/t27:size=1g\", \"/t28:size=1g\", \"/t29:size=1g\", \"/t30:size=1g\", \"/t31:size=1g\", \"/t32:size=1g\", \"/t33:size=1g\", \"/t34:size=1g\", \"/t35:size=1g\", \"/t36:size=1g\", \"/t37:size=1g\", \"/t38:size=1g\", \"/t39:size=1g\"]", BE, "project: tmpfs and shm 40 GiB over budget.max_project_tmpfs"),
+    case("project-shm-scaled", "services:\n  a: {image: 127.0.0.1:5000/monky/web:1, shm_size: 1g, scale: 10}\n  b: {image: 127.0.0.1:5000/monky/web:1, shm_size: 1g, scale: 10}\n  c: {image: 127.0.0.1:5000/monky/web:1, shm_size: 1g, scale: 10}\n  d: {image: 127.0.0.1:5000/monky/web:1, shm_size: 1g, scale: 10}\n", BE, "project: tmpfs and shm 40 GiB over budget.max_project_tmpfs"),
+    case("project-memory-above-host", "services:\n  a: {image: 127.0.0.1:5000/monky/web:1, mem_limit: 20g}\n  b: {image: 127.0.0.1:5000/monky/web:1, mem_limit: 20g}\n  c: {image: 127.0.0.1:5000/monky/web:1, mem_limit: 20g}\n", BE, "project: memory limits 60 GiB over budget.max_project_memory"),
+    // Every logging shape: options without a driver or with an empty one run the daemon's
+    // default driver with the bundle's options over daemon.json's; journald has no bound.
+    case("logs-options-without-driver", "logging: {options: {max-size: 1t, max-file: \"1000\"}}", BE, "web: logging max-size 1 TiB over budget.max_log_size 100 MiB"),
+    case("logs-options-without-driver-files", "logging: {options: {max-size: 10m, max-file: \"1000\"}}", BE, "web: logging max-file 1000 over budget.max_log_files 10"),
+    case("logs-empty-driver", "logging: {driver: \"\", options: {max-size: 1t}}", BE, "web: logging max-size 1 TiB over budget.max_log_size 100 MiB"),
+    case("logs-no-driver-exponent", "logging: {options: {max-size: \"1e3g\"}}", BE, "web: logging max-size 1e3g is not a size the budget reads"),
+    case("logs-local-max-file-unreadable", "logging: {driver: local, options: {max-file: \"1e3\"}}", BE, "web: logging max-file 1e3 is not a count the budget reads"),
+    // Sizes as the kernel reads tmpfs options; what the budget cannot read is refused.
+    case("tmpfs-exbibyte", "tmpfs: [\"/run:size=1e\"]", BE, "web: tmpfs 1 EiB over budget.max_tmpfs_size 1 GiB"),
+    case("tmpfs-hex", "tmpfs: [\"/run:size=0x200000000\"]", BE, "web: tmpfs 8 GiB over budget.max_tmpfs_size 1 GiB"),
+    case("tmpfs-octal", "tmpfs: [\"/run:size=010g\"]", BE, "web: tmpfs 8 GiB over budget.max_tmpfs_size 1 GiB"),
+    case("tmpfs-size-zero-unlimited", "tmpfs: [\"/run:size=0\"]", BE, "web: tmpfs size=0 (unlimited) over budget.max_tmpfs_size 1 GiB"),
+    case("tmpfs-nr-blocks-after-size", "tmpfs: [\"/run:size=64m,nr_blocks=268435456\"]", BE, "web: tmpfs nr_blocks=268435456 is a size in pages the budget does not read"),
+    case("tmpfs-nr-inodes-unlimited", "tmpfs: [\"/run:size=64m,nr_inodes=0\"]", BE, "web: tmpfs nr_inodes=0 (unlimited) over budget.max_tmpfs_size 1 GiB"),
+    case("tmpfs-percent", "tmpfs: [\"/run:size=400%\"]", BE, "GiB over budget.max_tmpfs_size 1 GiB"),
+    case("tmpfs-fraction", "tmpfs: [\"/run:size=1.5g\"]", BE, "web: tmpfs size=1.5g is not a size the kernel reads as the budget does"),
+    case("tmpfs-volume-exbibyte", "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes: [mem:/m]\nvolumes:\n  mem:\n    driver_opts: {type: tmpfs, device: tmpfs, o: size=1e}\n", BE, "volumes.mem: driver_opts size 1 EiB over budget.max_tmpfs_size 1 GiB"),
+    case("tmpfs-volume-hex", "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes: [mem:/m]\nvolumes:\n  mem:\n    driver_opts: {type: tmpfs, device: tmpfs, o: \"size=0x200000000\"}\n", BE, "volumes.mem: driver_opts size 8 GiB over budget.max_tmpfs_size 1 GiB"),
+    case("tmpfs-exbibyte-upper-case", "tmpfs: /run:size=1E", BE, "web: tmpfs 1 EiB over budget.max_tmpfs_size 1 GiB"),
+    case("tmpfs-hex-upper-case", "tmpfs: [\"/run:size=0X40000001\"]", BE, "web: tmpfs 1.0 GiB over budget.max_tmpfs_size 1 GiB"),
+    case("tmpfs-pebibyte-last-size", "tmpfs: [\"/run:size=64m,mode=1777,size=1p\"]", BE, "web: tmpfs 1 PiB over budget.max_tmpfs_size 1 GiB"),
+    // Limits the kernel counts per host uid, across every env.
+    case("ulimit-nproc", "ulimits: {nproc: 60}", BE, "web: ulimits nproc 60 counts per host uid, across every env on the box"),
+    case("ulimit-nproc-soft-hard", "ulimits: {nproc: {soft: 60, hard: 60}}", BE, "web: ulimits nproc 60/60 counts per host uid"),
+    case("ulimit-nproc-upper-case", "ulimits: {NPROC: 60}", BE, "web: ulimits NPROC 60 counts per host uid"),
+    case("ulimit-sigpending", "ulimits: {sigpending: 10}", BE, "web: ulimits sigpending 10 counts per host uid"),
+    case("ulimit-msgqueue", "ulimits: {msgqueue: 1024}", BE, "web: ulimits msgqueue 1024 counts per host uid"),
     case("container-name-unprefixed", "container_name: postgres", NC, "web: container_name postgres (accepted: monky-env-qa-02-postgres)"),
     case("volume-name-unprefixed", "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes: [pg:/pg]\nvolumes:\n  pg:\n    name: pgdata\n", NC, "volumes.pg: name pgdata (accepted: monky-env-qa-02_pgdata)"),
     case("network-name-unprefixed", "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    networks: [edge]\nnetworks:\n  edge:\n    name: edge\n", NC, "networks.edge: name edge (accepted: monky-env-qa-02_edge)"),
@@ -202,7 +239,7 @@ fn model_verdict(w: &World, docker: &Path, c: &Case, b: &TestBundle) -> String {
 #[test]
 fn budget_and_name_cases_are_refused_by_check_tick_and_model() {
     let Some(docker) = docker() else { return };
-    assert!(HOSTILE.len() >= 20, "{} cases", HOSTILE.len());
+    assert!(HOSTILE.len() >= 50, "{} cases", HOSTILE.len());
     let w = World::new();
     w.stage_grant();
     for c in HOSTILE {
@@ -307,7 +344,7 @@ fn the_name_waiver_never_waives_host_access_and_a_budget_key_widens_the_budget()
     let w = World::new();
     w.stage_grant();
     w.config_extra(
-        "allow_unprefixed_names: true\nbudget:\n  max_pids: 100000\n  min_published_port: 80\n",
+        "allow_unprefixed_names: true\nbudget:\n  max_pids: 100000\n  max_project_pids: 100000\n  min_published_port: 80\n",
     );
     let names_only = TestBundle {
         compose: "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    container_name: web\n    pids_limit: 50000\n    ports: [\"80:80\"]\n".into(),
@@ -331,6 +368,31 @@ fn the_name_waiver_never_waives_host_access_and_a_budget_key_widens_the_budget()
         !r.detail
             .unwrap_or_default()
             .contains("BUNDLE_NONCONFORMING")
+    );
+}
+
+#[test]
+fn a_box_that_keeps_its_journal_refuses_journald_logging() {
+    let w = World::new();
+    w.stage_grant();
+    w.config_extra("budget:\n  allow_journald: false\n");
+    let b = TestBundle {
+        compose: "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    logging: {driver: journald}\n".into(),
+        ..TestBundle::default()
+    };
+    w.publish(&b);
+    w.tick().expect(1);
+    let r = w.last_report();
+    assert_report(&r, ReportResult::Failed, Some("BUDGET_EXCEEDED: "));
+    assert!(
+        r.detail.unwrap_or_default().contains(
+            "web: logging driver journald writes to the host's journal, shared with the host and every env, which no budget bounds (allowed by budget.allow_journald)"
+        )
+    );
+    assert!(
+        !w.docker_calls()
+            .iter()
+            .any(|c| c.contains(" pull") || c.contains(" up"))
     );
 }
 

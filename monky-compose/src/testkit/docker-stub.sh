@@ -226,11 +226,11 @@ case "$sub" in
     # REAL_COMPOSE: the real docker CLI builds the model (config only; nothing else is real).
     if [ -n "$REAL_COMPOSE" ]; then exec "$REAL_COMPOSE" compose "${compose_args[@]}"; fi
     # CONFIG_OUTPUT: compose's model; else a one-service model of the project, with the pids
-    # limit the agent's override supplies.
+    # and memory limits and the logging the agent's override supplies.
     if [ -n "$CONFIG_OUTPUT" ]; then
       emit "$CONFIG_OUTPUT"
     else
-      echo "{\"name\":\"$project\",\"services\":{\"web\":{\"image\":\"x\",\"pids_limit\":1024}}}"
+      echo "{\"name\":\"$project\",\"services\":{\"web\":{\"image\":\"x\",\"pids_limit\":1024,\"mem_limit\":\"2147483648\",\"logging\":{\"driver\":\"json-file\",\"options\":{\"max-size\":\"10485760\",\"max-file\":\"3\"}}}}}"
     fi
     [ -n "$CONFIG_EXIT" ] && { echo "service \"web\" refers to undefined network backend: invalid compose project" >&2; exit "$CONFIG_EXIT"; }
     ;;
