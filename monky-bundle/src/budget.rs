@@ -43,7 +43,7 @@ const GIB: u64 = 1024 * MIB;
 /// | `max_log_files` | 10 | |
 /// | `default_memory` | 2 GiB per container | what the agent supplies to a service that sets no memory limit (less when the project's share is smaller) |
 /// | `default_log_size`, `default_log_files` | 10 MiB x 3 | the `json-file` bounds the agent supplies to a service that names no logging driver |
-/// | `allow_journald` | false | the host's journal is shared with the host and every env, and no budget bounds it |
+/// | `allow_journald` | true | the host's `journald.conf` bounds the journal (`SystemMaxUse`), but it is shared with the host and every env: a box that must keep its own records turns it off |
 /// | `max_project_pids` | 16384 per project | half the kernel's classic `pid_max` (32768): one project's processes leave the rest to the host and other envs |
 /// | `max_project_memory` | none (`max_memory`, the host's) | the memory limits of every container of the project together |
 /// | `max_project_tmpfs` | none (half of `max_memory`) | tmpfs and shm sizes together, memory the kernel cannot reclaim; half is the kernel's own default for one tmpfs |
@@ -134,7 +134,7 @@ impl Default for Budget {
             default_memory: 2 * GIB,
             default_log_size: 10 * MIB,
             default_log_files: 3,
-            allow_journald: false,
+            allow_journald: true,
             max_project_pids: 16384,
             max_project_memory: None,
             max_project_tmpfs: None,
@@ -1895,12 +1895,6 @@ mod tests {
                 ],
             ),
             (
-                "logging: {driver: journald}",
-                &[
-                    "web: logging driver journald writes to the host's journal, shared with the host and every env, which no budget bounds (allowed by budget.allow_journald)",
-                ],
-            ),
-            (
                 "logging: {driver: json-file, options: {max-size: 10m, max-file: x}}",
                 &[
                     "web: logging max-file x is not a count the budget reads (write it as \"3\", up to budget.max_log_files 10)",
@@ -1916,11 +1910,17 @@ mod tests {
             assert_eq!(judge(&yaml, &b), want, "{body}");
         }
         let journald = "services:\n  web:\n    image: x\n    logging: {driver: journald}\n";
-        let allowed = Budget {
-            allow_journald: true,
+        assert_eq!(judge(journald, &b), Vec::<String>::new());
+        let closed = Budget {
+            allow_journald: false,
             ..Budget::default()
         };
-        assert_eq!(judge(journald, &allowed), Vec::<String>::new());
+        assert_eq!(
+            judge(journald, &closed),
+            [
+                "web: logging driver journald writes to the host's journal, shared with the host and every env, which no budget bounds (allowed by budget.allow_journald)"
+            ]
+        );
     }
 
     #[test]

@@ -879,16 +879,16 @@ healthy_timeout_s: 1800
                 (16384, 200, 60)
             );
             assert_eq!((b.max_project_memory, b.max_project_tmpfs), (None, None));
-            assert!(!b.allow_journald);
+            assert!(b.allow_journald);
         }
-        let b = parse("env_id: e1\nbudget:\n  default_memory: 512m\n  default_log_size: 5m\n  default_log_files: 2\n  allow_journald: true\n  max_project_pids: 8000\n  max_project_memory: 8g\n  max_project_tmpfs: 1g\n  max_project_ports: 20\n  max_project_containers: 12\n")
+        let b = parse("env_id: e1\nbudget:\n  default_memory: 512m\n  default_log_size: 5m\n  default_log_files: 2\n  allow_journald: false\n  max_project_pids: 8000\n  max_project_memory: 8g\n  max_project_tmpfs: 1g\n  max_project_ports: 20\n  max_project_containers: 12\n")
             .unwrap()
             .budget;
         assert_eq!(
             (b.default_memory, b.default_log_size, b.default_log_files),
             (512 << 20, 5 << 20, 2)
         );
-        assert!(b.allow_journald);
+        assert!(!b.allow_journald);
         assert_eq!(
             (
                 b.max_project_pids,
