@@ -2139,3 +2139,65 @@ fn a_service_without_a_restart_policy_comes_back_after_a_daemon_restart() {
     assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
     assert_no_secret(&b, &run);
 }
+
+// ---- the budget's supplied defaults ------------------------------------------------------------
+
+/// `(Memory, PidsLimit, LogConfig)` of the project's one container, as the engine holds them.
+fn limits_of(project: &Project) -> (u64, i64, Value) {
+    let ids = project.ids("container");
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let text = project.docker_ok([
+        "inspect",
+        "--format",
+        "{{json .HostConfig}}",
+        ids[0].as_str(),
+    ]);
+    let host: Value = serde_json::from_str(text.trim()).unwrap();
+    (
+        host["Memory"].as_u64().unwrap(),
+        host["PidsLimit"].as_i64().unwrap(),
+        host["LogConfig"].clone(),
+    )
+}
+
+#[test]
+fn the_supplied_memory_pids_and_logging_land_in_the_containers_host_config() {
+    let Some(b) = E2eBox::new("supplied") else {
+        return;
+    };
+    // A service that says nothing: the box's defaults, not the daemon's unbounded json-file.
+    b.first_apply(&b.bundle(&b.e2e.image_1));
+    let (memory, pids, log) = limits_of(&b.project);
+    let host = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let kb = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+            kb.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(u64::MAX, |kb| kb * 1024);
+    assert_eq!(memory, (2u64 << 30).min(host));
+    assert_eq!(pids, 1024);
+    assert_eq!(
+        log,
+        json!({"Type": "json-file", "Config": {"max-size": "10485760", "max-file": "3"}})
+    );
+
+    // Options without a driver: json-file, the bundle's max-size kept, the box's max-file
+    // added; the bundle's own memory limit kept.
+    let compose = compose_yaml(
+        b.e2e,
+        &b.e2e.image_2,
+        Some(b.port),
+        "    mem_limit: 256m\n    logging:\n      options: {max-size: 5m}\n",
+        &[],
+    );
+    b.w.publish(&web_bundle(compose));
+    b.w.tick().ok();
+    assert_report(&b.w.last_report(), ReportResult::Applied, None);
+    let (memory, pids, log) = limits_of(&b.project);
+    assert_eq!((memory, pids), (256 << 20, 1024));
+    assert_eq!(
+        log,
+        json!({"Type": "json-file", "Config": {"max-size": "5m", "max-file": "3"}})
+    );
+}
