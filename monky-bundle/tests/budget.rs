@@ -109,3 +109,71 @@ fn a_value_from_a_secret_is_judged_on_the_model_only() {
         ["BUDGET_EXCEEDED: web: pids_limit from ${PIDS} over budget.max_pids 4096"]
     );
 }
+
+/// One compose file through the public API: the file check's findings, as the tick reports them.
+fn check(yaml: &str, budget: Budget, want: &[&str]) {
+    let p = ComposePolicy::new(PROJECT).budget(budget);
+    assert_eq!(verdict(&p, yaml), want, "{yaml}");
+}
+
+#[test]
+fn project_totals_logging_shapes_and_unreadable_sizes_through_the_policy() {
+    let host = || Budget {
+        max_memory: Some(16 << 30),
+        ..Budget::default()
+    };
+    let svc = |body: &str| format!("services:\n  web:\n    image: x\n    {body}\n");
+    for (yaml, want) in [
+        (
+            "services:\n  a: {image: x, pids_limit: 4096, scale: 2}\n  b: {image: x, pids_limit: 4096, scale: 2}\n  c: {image: x, pids_limit: 4096, scale: 2}\n  d: {image: x, pids_limit: 1, scale: 1}\n".to_string(),
+            "BUDGET_EXCEEDED: project: pids limits 24577 over budget.max_project_pids 16384",
+        ),
+        (
+            svc("scale: 10\n    ports: [\"127.0.0.1::80\", \"127.0.0.1::81\", \"3000-3019\"]"),
+            "BUDGET_EXCEEDED: project: published ports 220 over budget.max_project_ports 200",
+        ),
+        (
+            svc("scale: 10\n    shm_size: 1g"),
+            "BUDGET_EXCEEDED: project: tmpfs and shm 10 GiB over budget.max_project_tmpfs 8 GiB",
+        ),
+        (
+            svc("scale: 9\n    mem_limit: 2g"),
+            "BUDGET_EXCEEDED: project: memory limits 18 GiB over budget.max_project_memory 16 GiB",
+        ),
+        (
+            svc("logging: {options: {max-size: 1t, max-file: \"1000\"}}"),
+            "BUDGET_EXCEEDED: web: logging max-size 1 TiB over budget.max_log_size 100 MiB, web: logging max-file 1000 over budget.max_log_files 10",
+        ),
+        (
+            svc("logging: {driver: \"\", options: {max-size: \"0x1p30\"}}"),
+            "BUDGET_EXCEEDED: web: logging max-size 0x1p30 is not a size the budget reads (write it as 10m, up to budget.max_log_size 100 MiB)",
+        ),
+        (
+            svc("tmpfs: [\"/run:size=1e\"]"),
+            "BUDGET_EXCEEDED: web: tmpfs 1 EiB over budget.max_tmpfs_size 1 GiB, project: tmpfs and shm 1 EiB over budget.max_project_tmpfs 8 GiB",
+        ),
+        (
+            svc("tmpfs: [\"/run:size=64m,nr_blocks=1\"]"),
+            "BUDGET_EXCEEDED: web: tmpfs nr_blocks=1 is a size in pages the budget does not read (write it as size=64m, up to budget.max_tmpfs_size 1 GiB)",
+        ),
+        (
+            svc("ulimits: {nproc: 60}"),
+            "BUDGET_EXCEEDED: web: ulimits nproc 60 counts per host uid, across every env on the box, so no budget key allows it (bound processes with pids_limit, up to budget.max_pids 4096)",
+        ),
+    ] {
+        check(&yaml, host(), &[want]);
+    }
+    // An ordinary backend that sets none of it passes: the agent supplies the rest.
+    check(
+        "services:\n  web: {image: x, tmpfs: [/tmp], logging: {options: {max-size: 10m}}}\n  db: {image: y, shm_size: 256m}\n",
+        host(),
+        &[],
+    );
+    // A value from a variable is left to compose's model before the lease.
+    let secrets = BTreeSet::from(["SIZE".to_string()]);
+    let p = ComposePolicy::new(PROJECT);
+    assert!(
+        p.findings_file(&svc("shm_size: ${SIZE}"), &|_| None, &secrets)
+            .is_empty()
+    );
+}
