@@ -1,6 +1,7 @@
 //! The fair share of a shared box: what one project may take of the host's processes, ports,
-//! memory, CPUs, disk (logs) and docker's address pools, judged on compose's model (and on the
-//! file before the lease where the values are literal). A finding gives no host access, so it
+//! memory, CPUs, disk (logs) and docker's address pools, per container and as totals for the
+//! whole project, judged on compose's model (and on the file before the lease where the values
+//! are literal). A size, count or duration the budget cannot read is refused, never skipped. A finding gives no host access, so it
 //! has its own code (`BUDGET_EXCEEDED`) and the box's admin waives it by raising the named key.
 
 use std::fmt::Write as _;
@@ -8,8 +9,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-/// The name of the override the agent writes next to a release's compose file to supply
-/// [`Budget::default_pids`]: not a bundle member, so no bundle can carry or replace it.
+/// The name of the override the agent writes next to a release's compose file to supply what a
+/// service leaves to the box ([`Budget::budget_override`]): not a bundle member, so no bundle
+/// can carry or replace it.
 pub const OVERRIDE_FILE: &str = ".monky-budget.yml";
 
 const KIB: u64 = 1024;
@@ -379,8 +381,9 @@ impl Budget {
     ///
     /// `raw` is the compose file as written: in the model (`model`), a value whose key took
     /// anything from a variable is named by the variable. `pids_supplied`: the agent supplies
-    /// `default_pids` to a service without a limit, so only the model, which carries the
-    /// supplied value, may lack none.
+    /// pids and memory limits and bounded logging to a service without them, so only the
+    /// model, which carries the supplied values, may lack none. The project's totals follow
+    /// the services' findings.
     #[must_use]
     pub(crate) fn findings(
         &self,
