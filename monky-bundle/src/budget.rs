@@ -849,7 +849,7 @@ impl Budget {
             Some(self.max_project_pids),
             self.default_pids,
         );
-        self.supply(services, &own, "pids_limit", "pids", each)
+        self.supply(services, &own, "pids_limit", "pids", &Value::from(each))
     }
 
     /// The memory limit of each service that sets none (or sets 0, no limit): `default_memory`,
@@ -867,7 +867,14 @@ impl Budget {
             self.project_memory(),
             self.memory_default(),
         );
-        self.supply(services, &own, "mem_limit", "memory", each)
+        // compose's schema takes `deploy.resources.limits.memory` only as a string.
+        self.supply(
+            services,
+            &own,
+            "mem_limit",
+            "memory",
+            &Value::String(each.to_string()),
+        )
     }
 
     /// What each container without its own limit gets: the default, or the share of `max`
@@ -903,7 +910,7 @@ impl Budget {
         own: &dyn Fn(&str) -> Option<&'a Value>,
         top_key: &str,
         deploy_key: &str,
-        each: u64,
+        each: &Value,
     ) -> Map<String, Value> {
         let mut out = Map::new();
         for name in services.keys() {
@@ -2077,11 +2084,11 @@ mod tests {
         assert_eq!(
             override_of(yaml, &Budget::default()).unwrap(),
             serde_json::json!({"services": {
-                "c": {"deploy": {"resources": {"limits": {"memory": 2u64 << 30}}},
+                "c": {"deploy": {"resources": {"limits": {"memory": "2147483648"}}},
                       "logging": log(serde_json::json!({"max-file": "2", "max-size": "10485760"}))},
-                "d": {"pids_limit": 1024, "mem_limit": 2u64 << 30,
+                "d": {"pids_limit": 1024, "mem_limit": "2147483648",
                       "logging": log(serde_json::json!({"max-file": "3", "max-size": "1m"}))},
-                "e": {"deploy": {"resources": {"limits": {"pids": 1024, "memory": 2u64 << 30}}}},
+                "e": {"deploy": {"resources": {"limits": {"pids": 1024, "memory": "2147483648"}}}},
             }})
         );
         let only =
@@ -2104,7 +2111,7 @@ mod tests {
         };
         let o = override_of(&yaml, &b).unwrap();
         assert_eq!(o["services"]["s0"]["pids_limit"], 16384 / 19);
-        assert_eq!(o["services"]["s0"]["mem_limit"], 8 * GIB / 19);
+        assert_eq!(o["services"]["s0"]["mem_limit"], (8 * GIB / 19).to_string());
         assert_eq!(judge(&yaml, &b), Vec::<String>::new());
         // With one container asking for 7.5 GiB, the rest would get too little: refused.
         yaml.push_str(

@@ -457,3 +457,72 @@ fn bundle_check_fails_where_the_tick_fails_and_notes_what_a_secret_could_change(
         run.stdout()
     );
 }
+
+/// Every shape the override supplies to, merged by compose's real `config` as the tick merges
+/// it: the model shows the supplied limits and driver, keeps the bundle's own options, and
+/// passes the budget with the override in force.
+#[test]
+fn compose_merges_the_override_into_a_model_the_budget_passes() {
+    let Some(docker) = docker() else { return };
+    let w = World::new();
+    let image = "127.0.0.1:5000/monky/web:1";
+    let compose = format!(
+        "services:\n  bare: {{image: {image}}}\n  empty-driver: {{image: {image}, logging: {{driver: \"\", options: {{max-size: 5m, tag: t}}}}}}\n  options-only: {{image: {image}, logging: {{options: {{max-file: \"2\"}}}}}}\n  deploy-limits: {{image: {image}, deploy: {{resources: {{limits: {{cpus: \"0.5\"}}}}}}}}\n  zero-memory: {{image: {image}, mem_limit: 0}}\n  child: {{image: {image}, extends: {{service: deploy-limits}}}}\n  own: {{image: {image}, pids_limit: 100, mem_limit: 64m, logging: {{driver: local}}}}\n"
+    );
+    let dir = w.path("merge");
+    write_dir(
+        &dir,
+        &TestBundle {
+            compose: compose.clone(),
+            ..TestBundle::default()
+        },
+    );
+    std::fs::write(dir.join(".env"), "").unwrap();
+    let budget = monky_bundle::Budget {
+        max_memory: Some(64 << 30),
+        ..monky_bundle::Budget::default()
+    };
+    let over = dir.join(monky_bundle::budget::OVERRIDE_FILE);
+    std::fs::write(&over, budget.budget_override_for(&compose).unwrap()).unwrap();
+    let d = monky_compose::Docker::builder(&docker)
+        .docker_config(w.path("merge-docker-config"))
+        .build()
+        .unwrap();
+    let model = d
+        .compose(
+            PROJECT,
+            &dir,
+            &dir.join("docker-compose.yml"),
+            &dir.join(".env"),
+        )
+        .with_override(&over)
+        .config_json()
+        .expect("compose reads the override");
+    let svc = |name: &str| model["services"][name].clone();
+    let gib2 = serde_json::json!("2147483648");
+    for name in ["bare", "empty-driver", "options-only", "zero-memory"] {
+        assert_eq!(svc(name)["mem_limit"], gib2, "{name}: {}", svc(name));
+        assert_eq!(svc(name)["pids_limit"], 1024, "{name}");
+        assert_eq!(svc(name)["logging"]["driver"], "json-file", "{name}");
+    }
+    for name in ["deploy-limits", "child"] {
+        let limits = &svc(name)["deploy"]["resources"]["limits"];
+        assert_eq!(limits["pids"], 1024, "{name}: {}", svc(name));
+        assert_eq!(limits["memory"], gib2, "{name}");
+    }
+    assert_eq!(
+        svc("empty-driver")["logging"]["options"],
+        serde_json::json!({"max-size": "5m", "tag": "t", "max-file": "3"})
+    );
+    assert_eq!(
+        svc("options-only")["logging"]["options"],
+        serde_json::json!({"max-size": "10485760", "max-file": "2"})
+    );
+    assert_eq!(svc("own")["logging"]["driver"], "local");
+    assert_eq!(svc("own")["pids_limit"], 100);
+    let findings = monky_bundle::ComposePolicy::new(PROJECT)
+        .budget(budget)
+        .pids_supplied(true)
+        .findings_model(model, &compose, &dir, &|p| std::fs::read_link(p).ok());
+    assert!(findings.is_empty(), "{findings:?}");
+}
