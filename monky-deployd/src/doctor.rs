@@ -159,6 +159,7 @@ pub fn run(cfg: &Config) -> Vec<Check> {
         tenancy_reachable(cfg),
     ));
     out.extend(openbao(cfg, &layout));
+    out.extend(max_ttl(&layout));
     out.push(disk(cfg, &layout, docker.as_ref().ok()));
     out.push(last_tick(&layout));
     out.push(secrets(&layout));
@@ -443,6 +444,24 @@ fn openbao_token(cfg: &Config, layout: &Layout, client: &bao::BaoClient) -> Vec<
             check("token", FIX_TOKEN, Err(format!("refused: {e}"))),
         ],
     }
+}
+
+/// The token near its max TTL with no lease to replace it (the last tick's record): a warning
+/// while there is time, a failure in its last hours or once it has passed, so a person acts
+/// before the box needs the kit.
+fn max_ttl(layout: &Layout) -> Option<Check> {
+    let end = crate::verdict::token_max_ttl(&State::peek_env(layout), crate::state::now())?;
+    Some(Check {
+        name: "token max TTL",
+        verdict: if end.urgent() {
+            Verdict::Fail
+        } else {
+            Verdict::Warn
+        },
+        detail: redact(&end.to_string()).into_string(),
+        fix: "bring tenancy back so the next tick leases a new token (`monky-deployd run --once`), \
+              or stage a fresh bootstrap grant (re-run the install kit) before the time given",
+    })
 }
 
 /// An OpenBao failure in words, with its code (sealed, wrong CA, wrong name, ...) and its owner,

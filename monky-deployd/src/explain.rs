@@ -172,10 +172,19 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
             (None, true) => "present".into(),
         },
     ));
+    let max_ttl = crate::verdict::token_max_ttl(&st, now).filter(|_| token_present);
+    if let Some(end) = &max_ttl {
+        lines.push(("max TTL", end.to_string()));
+    }
     let step = if hold.is_some() {
         crate::code::Code::Held.next_step().to_string()
     } else if interrupted.is_some() {
         crate::code::Code::ApplyInterrupted.next_step().to_string()
+    } else if let Some(end) = max_ttl.filter(|_| converged) {
+        format!(
+            "lease a new token before {}: bring tenancy back, or re-run the install kit",
+            crate::status::rfc3339(end.end)
+        )
     } else if converged {
         "nothing to do".to_string()
     } else if !token_present {
