@@ -70,7 +70,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         "desired",
         st.desired_sha().map_or("-", Sha::short).to_string(),
     ));
-    let hold = crate::hold::peek(&layout);
+    let hold = crate::hold::peek(&layout, st.clock());
     let interrupted = crate::interrupted::peek(&layout);
     let converged = why_not.is_empty()
         && interrupted.is_none()

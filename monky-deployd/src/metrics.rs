@@ -153,8 +153,8 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
             secs(state.failed().and_then(|f| f.next_attempt_at)),
         )],
     );
-    // The hold as this tick found it; one that ran out since reads as none.
-    let hold = state.hold().filter(|h| h.holds_at(tick.ended_at));
+    // The hold as this tick found it: the tick removed one whose end surely came.
+    let hold = state.hold();
     metric(
         "held",
         "gauge",
@@ -206,6 +206,7 @@ mod tests {
                 reason: Some("db work".into()),
                 since: 1_700_000_000,
                 until: Some(1_800_000_600),
+                until_boot: None,
             },
             "next_heal_at": 1_800_000_060,
         }));

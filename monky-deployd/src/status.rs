@@ -59,7 +59,7 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
             .collect::<Vec<_>>(),
     };
     let token = token_json(token_present, st.token());
-    let hold = crate::hold::peek(&layout).map(
+    let hold = crate::hold::peek(&layout, st.clock()).map(
         |h| json!({"reason": h.reason, "since": rfc3339(h.since), "until": h.until.map(rfc3339)}),
     );
     let interrupted = marker.map(
