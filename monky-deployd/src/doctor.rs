@@ -161,6 +161,7 @@ pub fn run(cfg: &Config) -> Vec<Check> {
     out.extend(openbao(cfg, &layout));
     out.extend(max_ttl(&layout));
     out.push(disk(cfg, &layout, docker.as_ref().ok()));
+    out.push(hold(&layout));
     out.push(last_tick(&layout));
     out.push(secrets(&layout));
     out.push(proc_hidepid(
@@ -496,6 +497,25 @@ fn disk(cfg: &Config, layout: &Layout, docker: Option<&compose::Docker>) -> Chec
             Err(e) => Err(e.to_string()),
         },
     )
+}
+
+/// The operator's hold: a warning while one is in force (the agent applies, heals and retires
+/// nothing meanwhile), so doctor never calls a held box simply fine.
+fn hold(layout: &Layout) -> Check {
+    let clock = State::peek_env(layout).clock().cloned();
+    match crate::hold::peek(layout, clock.as_ref()) {
+        Some(h) => Check {
+            name: "hold",
+            verdict: Verdict::Warn,
+            detail: redact(&format!(
+                "{}; nothing is applied, healed or retired meanwhile (the operator's move)",
+                h.describe()
+            ))
+            .into_string(),
+            fix: "`monky-deployd unhold` once the work on the box is done",
+        },
+        None => skip("hold", "the box is not held"),
+    }
 }
 
 /// The last tick's outcome: a failure that is the box admin's to fix fails doctor, one that

@@ -143,7 +143,10 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         ));
     }
     let code = st.last_code().filter(|_| st.last_error().is_some());
-    if let Some(code) = code.or(clock) {
+    if let Some(code) = code
+        .or(clock)
+        .or(hold.as_ref().map(|_| crate::code::Code::Held))
+    {
         lines.push(("whose move", code.owner().to_string()));
     }
     if let Some(sha) = crate::evidence::latest(&layout).filter(|_| code.is_some()) {

@@ -223,14 +223,11 @@ fn write(layout: &Layout, hold: &Hold) -> anyhow::Result<()> {
     layout.write_hold(&bytes)
 }
 
-/// Reads `--until`: an RFC 3339 time (`2026-12-01T18:00:00Z`) or a duration from now (`2h`,
-/// `30m`, `1day`).
+/// Reads `--until`: an RFC 3339 time, in UTC (`2026-12-01T18:00:00Z`) or with an offset
+/// (`2026-12-01T19:00:00+01:00`), or a duration from now (`2h`, `30m`, `1day`).
 pub fn parse_until(text: &str, now: u64) -> anyhow::Result<u64> {
-    if let Ok(t) = humantime::parse_rfc3339_weak(text) {
-        let secs = t
-            .duration_since(UNIX_EPOCH)
-            .map_err(|_| anyhow::anyhow!("--until {text:?} is before 1970"))?
-            .as_secs();
+    if let Some(secs) = rfc3339(text.trim()) {
+        let secs = secs.ok_or_else(|| anyhow::anyhow!("--until {text:?} is before 1970"))?;
         anyhow::ensure!(
             secs > now,
             "--until {text:?} is in the past: give a later time"
@@ -239,8 +236,8 @@ pub fn parse_until(text: &str, now: u64) -> anyhow::Result<u64> {
     }
     let d: Duration = humantime::parse_duration(text).map_err(|_| {
         anyhow::anyhow!(
-            "--until {text:?} is neither a time (2026-12-01T18:00:00Z) nor a duration (2h, 30m): \
-             give one of those"
+            "--until {text:?} is neither a time (2026-12-01T18:00:00Z, \
+             2026-12-01T19:00:00+01:00) nor a duration (2h, 30m): give one of those"
         )
     })?;
     anyhow::ensure!(
@@ -250,11 +247,45 @@ pub fn parse_until(text: &str, now: u64) -> anyhow::Result<u64> {
     Ok(now.saturating_add(d.as_secs()))
 }
 
-/// `monky-deployd hold [--reason TEXT] [--until TIME]`.
+/// An RFC 3339 time as unix seconds: `None` when `text` is no such time, `Some(None)` when it
+/// is one before 1970. A numeric offset (`+01:00`, `-05:30`) is taken off the local time;
+/// without one the time is UTC (`Z`, or nothing, as `humantime` reads it).
+fn rfc3339(text: &str) -> Option<Option<u64>> {
+    let (local, offset) = match text.len().checked_sub(6).map(|i| text.split_at(i)) {
+        Some((local, off)) if local.contains('T') || local.contains('t') || local.contains(' ') => {
+            match off.as_bytes() {
+                [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2]
+                    if [h1, h2, m1, m2].iter().all(|d| d.is_ascii_digit()) =>
+                {
+                    let digit = |d: &u8| i64::from(d - b'0');
+                    let hours = digit(h1) * 10 + digit(h2);
+                    let minutes = digit(m1) * 10 + digit(m2);
+                    if hours > 23 || minutes > 59 {
+                        return None;
+                    }
+                    let secs = (hours * 60 + minutes) * 60;
+                    (local, if *sign == b'+' { secs } else { -secs })
+                }
+                _ => (text, 0),
+            }
+        }
+        _ => (text, 0),
+    };
+    let t = humantime::parse_rfc3339_weak(local).ok()?;
+    let utc = match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i128::from(d.as_secs()) - i128::from(offset),
+        Err(_) => return Some(None),
+    };
+    Some(u64::try_from(utc).ok())
+}
+
+/// `monky-deployd hold [--reason TEXT] [--until TIME] [--replace]`: a hold in force is replaced
+/// only with `--replace`, and the command says which one it replaced.
 pub fn hold_command(
     cfg: &Config,
     reason: Option<String>,
     until: Option<String>,
+    replace: bool,
 ) -> anyhow::Result<Exit> {
     let now = state::now();
     let until = until.map(|u| parse_until(&u, now)).transpose()?;
@@ -278,7 +309,20 @@ pub fn hold_command(
             .map(|(u, b)| BootDeadline::after(b, u.saturating_sub(now))),
     };
     let layout = as_state_owner(cfg)?;
+    let clock = crate::state::State::peek_env(&layout).clock().cloned();
+    let in_force = peek(&layout, clock.as_ref());
+    if let Some(old) = &in_force {
+        anyhow::ensure!(
+            replace,
+            "the box is already held ({}): give --replace to replace that hold, or run \
+             `monky-deployd unhold` first",
+            crate::redact::redact(&old.describe())
+        );
+    }
     write(&layout, &hold)?;
+    if let Some(old) = &in_force {
+        outln!("replaced {}", crate::redact::redact(&old.describe()));
+    }
     outln!("{}", hold.describe());
     outln!("the agent checks in and reports, but applies, heals and retires nothing until then");
     Ok(Exit::Ok)
@@ -351,7 +395,20 @@ mod tests {
             .unwrap()
             .as_secs();
         assert_eq!(parse_until("2027-06-01T08:00:00Z", now).unwrap(), t);
-        for bad in ["", "soon", "0s", "2020-01-01T00:00:00Z"] {
+        // An offset is taken off the local time, either way.
+        assert_eq!(parse_until("2027-06-01T09:00:00+01:00", now).unwrap(), t);
+        assert_eq!(parse_until("2027-06-01T02:30:00-05:30", now).unwrap(), t);
+        assert_eq!(parse_until("2027-06-01T08:00:00+00:00", now).unwrap(), t);
+        assert_eq!(parse_until("2027-06-01 08:00:00", now).unwrap(), t);
+        for bad in [
+            "",
+            "soon",
+            "0s",
+            "2020-01-01T00:00:00Z",
+            "2020-01-01T01:00:00+01:00",
+            "2027-06-01T09:00:00+25:00",
+            "2027-06-01T09:00:00+1:00",
+        ] {
             let e = parse_until(bad, now).unwrap_err().to_string();
             assert!(e.contains("--until"), "{bad}: {e}");
         }
