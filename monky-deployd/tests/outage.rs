@@ -258,3 +258,71 @@ fn real_the_max_ttl_is_said_in_time() {
     };
     the_max_ttl_is_said_in_time(&w);
 }
+
+/// OPERATIONS.md's alert for a token near its max TTL, as written there, run by `promtool test
+/// rules` on the metrics the agent writes: it fires for a box whose token is near its end with
+/// less than a day left, not before, and not for a box whose end is further out.
+#[test]
+fn the_documented_max_ttl_alert_fires_as_promtool_evaluates_it() {
+    const DOC: &str = include_str!("../../docs/OPERATIONS.md");
+    let after = DOC
+        .split("Alert on a token near its max TTL with, for instance:\n")
+        .nth(1)
+        .expect("OPERATIONS.md gives the alert");
+    let expr = after
+        .strip_prefix("\n```\n")
+        .and_then(|b| b.split("```").next())
+        .expect("a fenced block after it")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(expr.contains("monky_deployd_token_max_ttl_near"), "{expr}");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("rules.yml"),
+        format!(
+            "groups:\n- name: monky-deployd\n  rules:\n  - alert: TokenNearMaxTtl\n    expr: '{}'\n",
+            expr.replace('\'', "''")
+        ),
+    )
+    .unwrap();
+    // time() starts at 0: an end at 50 000 s is less than a day away, one at 200 000 s is not.
+    let near = "monky_deployd_token_max_ttl_near";
+    let end = "monky_deployd_token_max_ttl_expiry_timestamp_seconds";
+    let tests = format!(
+        r#"rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+- interval: 1m
+  input_series:
+  - series: '{near}{{env_id="stranding"}}'
+    values: '0 0 1 1'
+  - series: '{end}{{env_id="stranding"}}'
+    values: '50000 50000 50000 50000'
+  - series: '{near}{{env_id="in-time"}}'
+    values: '1 1 1 1'
+  - series: '{end}{{env_id="in-time"}}'
+    values: '200000 200000 200000 200000'
+  alert_rule_test:
+  - eval_time: 1m
+    alertname: TokenNearMaxTtl
+    exp_alerts: []
+  - eval_time: 3m
+    alertname: TokenNearMaxTtl
+    exp_alerts:
+    - exp_labels: {{env_id: stranding}}
+"#
+    );
+    std::fs::write(dir.path().join("tests.yml"), tests).unwrap();
+    let out = std::process::Command::new("promtool")
+        .args(["test", "rules", "tests.yml"])
+        .current_dir(dir.path())
+        .output()
+        .expect("promtool is needed (Debian package promtool; `cargo xtask setup` installs it)");
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
