@@ -208,6 +208,9 @@ fn the_max_ttl_is_said_in_time<B: BaoPeer + 'static>(w: &World<B>) {
         "the max TTL's end {end}, minted {minted}"
     );
 
+    w.run(&["status"]).ok().prints(&["token max TTL", said]);
+    let status: Value = serde_json::from_str(&w.run(&["status", "--json"]).stdout()).unwrap();
+    assert_eq!(status["token"]["max_ttl_near"], true, "{status:#}");
     let explain = w.run(&["explain"]);
     explain.ok();
     explain.prints(&["max TTL", said, "OpenBao capped its renewal there"]);
@@ -244,6 +247,7 @@ fn the_max_ttl_is_said_in_time<B: BaoPeer + 'static>(w: &World<B>) {
     assert_eq!(sample(&prom, "token_max_ttl_near"), 0.0, "{prom}");
     assert!(sample(&prom, "token_max_ttl_expiry_timestamp_seconds") > end as f64);
     assert!(!w.run(&["explain"]).stdout().contains("max TTL"));
+    assert!(!w.run(&["status"]).stdout().contains("max TTL"));
 }
 
 #[test]
