@@ -61,9 +61,13 @@ pub enum Command {
         /// Why, for the reports, `status` and `explain` (one line).
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
-        /// When the hold ends by itself: a time (2026-12-01T18:00:00Z) or a duration (2h).
+        /// When the hold ends by itself: an RFC 3339 time (2026-12-01T18:00:00Z,
+        /// 2026-12-01T19:00:00+01:00) or a duration (2h, 30m, 1day).
         #[arg(long, value_name = "TIME")]
         until: Option<String>,
+        /// Replace the hold in force (without it, a second hold is refused, naming the first).
+        #[arg(long)]
+        replace: bool,
     },
     /// End a hold: the next tick converges the box again.
     Unhold,
@@ -143,7 +147,7 @@ mod tests {
         let c = Cli::try_parse_from(["m", "hold", "--reason", "db work", "--until", "2h"]).unwrap();
         assert!(matches!(
             c.command,
-            Command::Hold { reason: Some(ref r), until: Some(ref u) } if r == "db work" && u == "2h"
+            Command::Hold { reason: Some(ref r), until: Some(ref u), replace: false } if r == "db work" && u == "2h"
         ));
         assert!(matches!(
             Cli::try_parse_from(["m", "unhold"]).unwrap().command,

@@ -196,7 +196,7 @@ pub fn skew_problem(ahead: i64) -> Option<String> {
 
 /// A span in its largest unit, rounded (`45s`, `12m`, `5h`, `3d`): stable from tick to tick, so
 /// a skew that stays is counted as a repeat, not logged again.
-fn human(secs: u64) -> String {
+pub(crate) fn human(secs: u64) -> String {
     let round = |unit: u64| secs.saturating_add(unit / 2) / unit;
     // Each unit from one and a half of it: a second short of 2 days reads "2d", not "48h".
     match secs {

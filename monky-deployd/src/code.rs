@@ -161,7 +161,7 @@ policy! {
     ApplyInterrupted, Ok,
         "an apply was cut short (kill, reboot, OOM) and the next tick finished or rolled it back: nothing to do unless it repeats";
     Held, Ok,
-        "an operator held the box (`monky-deployd hold`): nothing is applied, healed or retired until `monky-deployd unhold` or the hold's end";
+        "an operator held the box (`monky-deployd hold`): nothing is applied, healed or retired, and a service stopped meanwhile is theirs, until `monky-deployd unhold` or the hold's end";
     Failed, Fail,
         "read `journalctl -u monky-deployd` for the whole error chain; the next tick tries again";
 }
@@ -181,6 +181,8 @@ pub enum Owner {
     Registry,
     /// Nobody: the agent retries on its own (or it is only a warning).
     NoOne,
+    /// The operator who held the box (`monky-deployd hold`): what the hold explains is theirs.
+    Operator,
 }
 
 impl Owner {
@@ -194,6 +196,7 @@ impl Owner {
             Owner::BaoOperators => "OpenBao operators",
             Owner::Registry => "registry",
             Owner::NoOne => "no one (retries on its own)",
+            Owner::Operator => "operator",
         }
     }
 }
@@ -246,7 +249,10 @@ impl CodePolicy for Code {
             C::ReleasesOverCap | C::Drift | C::HealFailed => Owner::BoxAdmin,
             // Warnings: the tick went on, and who stopped the containers or the apply is the
             // box's question.
-            C::Healed | C::ApplyInterrupted | C::Held => Owner::BoxAdmin,
+            C::Healed | C::ApplyInterrupted => Owner::BoxAdmin,
+            // The hold, and whatever it explains (a service stopped for a restore), is the
+            // operator's who put it.
+            C::Held => Owner::Operator,
             // OpenBao still accepts the token tenancy refused.
             C::TenancyRefusedToken => Owner::Tenancy,
         }

@@ -159,7 +159,9 @@ pub fn run(cfg: &Config) -> Vec<Check> {
         tenancy_reachable(cfg),
     ));
     out.extend(openbao(cfg, &layout));
+    out.extend(max_ttl(&layout));
     out.push(disk(cfg, &layout, docker.as_ref().ok()));
+    out.push(hold(&layout));
     out.push(last_tick(&layout));
     out.push(secrets(&layout));
     out.push(proc_hidepid(
@@ -445,6 +447,24 @@ fn openbao_token(cfg: &Config, layout: &Layout, client: &bao::BaoClient) -> Vec<
     }
 }
 
+/// The token near its max TTL with no lease to replace it (the last tick's record): a warning
+/// while there is time, a failure in its last hours or once it has passed, so a person acts
+/// before the box needs the kit.
+fn max_ttl(layout: &Layout) -> Option<Check> {
+    let end = crate::verdict::token_max_ttl(&State::peek_env(layout), crate::state::now())?;
+    Some(Check {
+        name: "token max TTL",
+        verdict: if end.urgent() {
+            Verdict::Fail
+        } else {
+            Verdict::Warn
+        },
+        detail: redact(&end.to_string()).into_string(),
+        fix: "bring tenancy back so the next tick leases a new token (`monky-deployd run --once`), \
+              or stage a fresh bootstrap grant (re-run the install kit) before the time given",
+    })
+}
+
 /// An OpenBao failure in words, with its code (sealed, wrong CA, wrong name, ...) and its owner,
 /// so the fix line's owner is clear.
 fn bao_problem(e: bao::Error) -> String {
@@ -477,6 +497,25 @@ fn disk(cfg: &Config, layout: &Layout, docker: Option<&compose::Docker>) -> Chec
             Err(e) => Err(e.to_string()),
         },
     )
+}
+
+/// The operator's hold: a warning while one is in force (the agent applies, heals and retires
+/// nothing meanwhile), so doctor never calls a held box simply fine.
+fn hold(layout: &Layout) -> Check {
+    let clock = State::peek_env(layout).clock().cloned();
+    match crate::hold::peek(layout, clock.as_ref()) {
+        Some(h) => Check {
+            name: "hold",
+            verdict: Verdict::Warn,
+            detail: redact(&format!(
+                "{}; nothing is applied, healed or retired meanwhile (the operator's move)",
+                h.describe()
+            ))
+            .into_string(),
+            fix: "`monky-deployd unhold` once the work on the box is done",
+        },
+        None => skip("hold", "the box is not held"),
+    }
 }
 
 /// The last tick's outcome: a failure that is the box admin's to fix fails doctor, one that

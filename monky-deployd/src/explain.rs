@@ -70,7 +70,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         "desired",
         st.desired_sha().map_or("-", Sha::short).to_string(),
     ));
-    let hold = crate::hold::peek(&layout);
+    let hold = crate::hold::peek(&layout, st.clock());
     let interrupted = crate::interrupted::peek(&layout);
     let converged = why_not.is_empty()
         && interrupted.is_none()
@@ -143,7 +143,10 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         ));
     }
     let code = st.last_code().filter(|_| st.last_error().is_some());
-    if let Some(code) = code.or(clock) {
+    if let Some(code) = code
+        .or(clock)
+        .or(hold.as_ref().map(|_| crate::code::Code::Held))
+    {
         lines.push(("whose move", code.owner().to_string()));
     }
     if let Some(sha) = crate::evidence::latest(&layout).filter(|_| code.is_some()) {
@@ -172,10 +175,19 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
             (None, true) => "present".into(),
         },
     ));
+    let max_ttl = crate::verdict::token_max_ttl(&st, now).filter(|_| token_present);
+    if let Some(end) = &max_ttl {
+        lines.push(("max TTL", end.to_string()));
+    }
     let step = if hold.is_some() {
         crate::code::Code::Held.next_step().to_string()
     } else if interrupted.is_some() {
         crate::code::Code::ApplyInterrupted.next_step().to_string()
+    } else if let Some(end) = max_ttl.filter(|_| converged) {
+        format!(
+            "lease a new token before {}: bring tenancy back, or re-run the install kit",
+            crate::status::rfc3339(end.end)
+        )
     } else if converged {
         "nothing to do".to_string()
     } else if !token_present {

@@ -155,7 +155,11 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Doctor { json } => doctor::show(&load()?, json),
         Command::Status { json } => status::show(&load()?, json),
         Command::Bootstrap { force } => tick::bootstrap_command(&load()?, force),
-        Command::Hold { reason, until } => hold::hold_command(&load()?, reason, until),
+        Command::Hold {
+            reason,
+            until,
+            replace,
+        } => hold::hold_command(&load()?, reason, until, replace),
         Command::Unhold => hold::unhold_command(&load()?),
         Command::Logs { sha } => evidence::show(&load()?, sha.as_deref()),
     }

@@ -115,6 +115,24 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
         "Seconds left on the OpenBao token by the agent's record (0: none).",
         &[(String::new(), ttl)],
     );
+    // The token's end for good: alert on this before a long tenancy outage strands the box.
+    let max_end = crate::verdict::token_max_ttl(state, tick.ended_at);
+    metric(
+        "token_max_ttl_near",
+        "gauge",
+        "1 when the OpenBao token is near its max TTL and no lease replaced it yet.",
+        &[(String::new(), f64::from(u8::from(max_end.is_some())))],
+    );
+    metric(
+        "token_max_ttl_expiry_timestamp_seconds",
+        "gauge",
+        "When the OpenBao token ends for good, whatever renews it: OpenBao's capped renewal, \
+         else its minting plus the role's 30 d (0: no token).",
+        &[(
+            String::new(),
+            secs(state.token().map(|t| t.max_ttl_end().0)),
+        )],
+    );
     let refusals: Vec<(String, f64)> = state
         .refusals()
         .iter()
@@ -135,8 +153,8 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
             secs(state.failed().and_then(|f| f.next_attempt_at)),
         )],
     );
-    // The hold as this tick found it; one that ran out since reads as none.
-    let hold = state.hold().filter(|h| h.holds_at(tick.ended_at));
+    // The hold as this tick found it: the tick removed one whose end surely came.
+    let hold = state.hold();
     metric(
         "held",
         "gauge",
@@ -188,6 +206,7 @@ mod tests {
                 reason: Some("db work".into()),
                 since: 1_700_000_000,
                 until: Some(1_800_000_600),
+                until_boot: None,
             },
             "next_heal_at": 1_800_000_060,
         }));
@@ -218,6 +237,37 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
         }
+    }
+
+    #[test]
+    fn the_tokens_end_for_good_is_a_timestamp_and_near_is_a_gauge() {
+        let mut token = crate::state::TokenState::from_wall(
+            crate::state::TokenSource::Lease,
+            1_800_000_000,
+            1_800_086_400,
+        );
+        let facts = TickFacts {
+            exit: Exit::Temporary,
+            duration: Duration::from_secs(1),
+            ended_at: 1_800_000_100,
+        };
+        let line = |st: &State, name: &str| {
+            render("e", st, facts)
+                .lines()
+                .find(|l| l.starts_with(&format!("monky_deployd_{name}{{")))
+                .unwrap()
+                .to_string()
+        };
+        let st = State::default().patched(serde_json::json!({ "token": token.clone() }));
+        // Minted, with no cap seen: the role's documented 30 d from the minting.
+        assert!(line(&st, "token_max_ttl_expiry_timestamp_seconds").ends_with(" 1802592000"));
+        assert!(line(&st, "token_max_ttl_near").ends_with(" 0"));
+        token.max_ttl_near = true;
+        token.max_expires_at = Some(1_800_003_600);
+        let st = State::default().patched(serde_json::json!({ "token": token }));
+        assert!(line(&st, "token_max_ttl_expiry_timestamp_seconds").ends_with(" 1800003600"));
+        assert!(line(&st, "token_max_ttl_near").ends_with(" 1"));
+        assert!(line(&State::default(), "token_max_ttl_expiry_timestamp_seconds").ends_with(" 0"));
     }
 
     #[test]

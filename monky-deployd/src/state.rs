@@ -55,9 +55,14 @@ pub struct TokenState {
     /// token's max TTL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub creation_ttl_s: Option<u64>,
-    /// A renewal came back short of `creation_ttl_s`: the max TTL is near, lease again.
+    /// A renewal came back short of `creation_ttl_s`, or the token is older than the agent
+    /// keeps one: the max TTL is near, lease again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub max_ttl_near: bool,
+    /// When the token ends for good (unix seconds), as OpenBao said by capping a renewal at
+    /// it; before that the end is estimated (see [`TokenState::max_ttl_end`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_expires_at: Option<u64>,
 }
 
 impl TokenState {
@@ -73,9 +78,25 @@ impl TokenState {
             expires_boot: None,
             creation_ttl_s: None,
             max_ttl_near: false,
+            max_expires_at: None,
+        }
+    }
+
+    /// When the token ends for good, whatever renews it, and whether OpenBao said so: the
+    /// end a capped renewal gave, else the minting plus the role's documented max TTL
+    /// ([`ASSUMED_MAX_TTL_S`]), which the agent's own re-lease at 28 days also counts on.
+    #[must_use]
+    pub fn max_ttl_end(&self) -> (u64, bool) {
+        match self.max_expires_at {
+            Some(end) => (end, true),
+            None => (self.obtained_at.saturating_add(ASSUMED_MAX_TTL_S), false),
         }
     }
 }
+
+/// The `see-env` role's `token_max_ttl` as docs/OPERATIONS.md gives it (30 days): the end
+/// assumed for a token until OpenBao caps a renewal at the real one.
+pub const ASSUMED_MAX_TTL_S: u64 = 30 * 24 * 3600;
 
 /// A container as last seen.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -560,10 +581,19 @@ impl State {
         }
     }
 
-    /// A renewal came back short of the token's TTL: its max TTL is near.
+    /// The token is older than the agent keeps one: its max TTL is near.
     pub fn token_max_ttl_near(&mut self) {
         if let Some(t) = self.token.as_mut() {
             t.max_ttl_near = true;
+        }
+    }
+
+    /// A renewal came back short of the token's TTL, capped by its max TTL at `end` (unix
+    /// seconds): the token ends for good then.
+    pub fn token_max_ttl_reached(&mut self, end: u64) {
+        if let Some(t) = self.token.as_mut() {
+            t.max_ttl_near = true;
+            t.max_expires_at = Some(end);
         }
     }
 

@@ -22,8 +22,9 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         .map_err(|e| e.to_string());
     let marker = crate::interrupted::peek(&layout);
     let boot = crate::clock::boot();
+    let now = crate::state::now();
     let seen = crate::verdict::Seen {
-        now: crate::state::now(),
+        now,
         token_present,
         containers: Some(&listed),
         boot: boot.as_ref(),
@@ -59,7 +60,7 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
             .collect::<Vec<_>>(),
     };
     let token = token_json(token_present, st.token());
-    let hold = crate::hold::peek(&layout).map(
+    let hold = crate::hold::peek(&layout, st.clock()).map(
         |h| json!({"reason": h.reason, "since": rfc3339(h.since), "until": h.until.map(rfc3339)}),
     );
     let interrupted = marker.map(
@@ -154,6 +155,9 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
             "absent".to_string()
         }
     );
+    if let Some(end) = crate::verdict::token_max_ttl(&st, now).filter(|_| token_present) {
+        outln!("{:<14} {}", "token max TTL", redact(&end.to_string()));
+    }
     outln!("containers:");
     for c in doc["containers"].as_array().into_iter().flatten() {
         outln!(
@@ -172,6 +176,9 @@ fn token_json(present: bool, t: Option<&TokenState>) -> serde_json::Value {
         "source": t.map(|t| t.source),
         "obtained_at": t.map(|t| rfc3339(t.obtained_at)),
         "expires_at": t.map(|t| rfc3339(t.expires_at)),
+        // When it ends for good, whatever renews it (see `verdict::token_max_ttl`).
+        "max_ttl_end": t.map(|t| rfc3339(t.max_ttl_end().0)),
+        "max_ttl_near": t.is_some_and(|t| t.max_ttl_near),
     })
 }
 

@@ -191,7 +191,7 @@ impl<'a> Agent<'a> {
             builder = builder.compose_hint(hint);
         }
         let docker = builder.build().context("docker")?;
-        let hold = crate::hold::load(&layout)?;
+        let hold = crate::hold::load(&layout, state.clock())?;
         let mut state = state;
         state.found_hold(hold.clone());
         Ok(Self {

@@ -27,6 +27,69 @@ pub fn clock_problem(st: &State, seen: Seen<'_>) -> Option<String> {
     st.clock().and_then(|r| r.problem(seen.now, seen.boot))
 }
 
+/// A token near its max TTL that no lease replaced: when it ends for good, whatever renews it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxTtlEnd {
+    /// When the token ends (unix seconds).
+    pub end: u64,
+    /// OpenBao said so by capping a renewal; else the role's documented max TTL is assumed.
+    pub exact: bool,
+    /// Now, when this was judged.
+    pub now: u64,
+}
+
+/// Less than this left before the max TTL, the tick says it at error priority.
+pub const MAX_TTL_URGENT_S: u64 = 12 * 3600;
+
+impl MaxTtlEnd {
+    /// Seconds left before the token ends (0 once it has).
+    #[must_use]
+    pub fn left(&self) -> u64 {
+        self.end.saturating_sub(self.now)
+    }
+
+    /// Within its last [`MAX_TTL_URGENT_S`]: the box needs a person today.
+    #[must_use]
+    pub fn urgent(&self) -> bool {
+        self.left() < MAX_TTL_URGENT_S
+    }
+}
+
+impl std::fmt::Display for MaxTtlEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = crate::status::rfc3339(self.end);
+        let how = if self.exact {
+            "OpenBao capped its renewal there"
+        } else {
+            "the role's documented 30 d max TTL from its minting"
+        };
+        if self.left() == 0 {
+            write!(
+                f,
+                "the OpenBao token reached its max TTL at {at} ({how}) and no new token was \
+                 leased: re-run the install kit"
+            )
+        } else {
+            write!(
+                f,
+                "the OpenBao token reaches its max TTL at {at}, in {} ({how}), and no new \
+                 token was leased: bring tenancy back (the next tick leases one) or re-run the \
+                 install kit before then, or the box needs the kit afterwards",
+                crate::clock::human(self.left())
+            )
+        }
+    }
+}
+
+/// The token's end for good when it is near and no lease replaced the token yet; the same
+/// answer for the tick's journal, `explain`, `doctor` and the metrics file.
+#[must_use]
+pub fn token_max_ttl(st: &State, now: u64) -> Option<MaxTtlEnd> {
+    let t = st.token().filter(|t| t.max_ttl_near)?;
+    let (end, exact) = t.max_ttl_end();
+    Some(MaxTtlEnd { end, exact, now })
+}
+
 /// Why the box is not converged, most important first; empty when it is.
 #[must_use]
 pub fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {

@@ -1,5 +1,5 @@
 //! Wall-clock steps of 20 h either way, around real renewals on the real OpenBao and around a
-//! failed release's backoff: nothing that lasts changes (and each such tick ends `TLS_CLOCK`). The agent's clocks are shifted through
+//! failed release's backoff, and of 3 h around an operator's hold: nothing that lasts changes (and each such tick ends `TLS_CLOCK`). The agent's clocks are shifted through
 //! `MONKY_DEPLOYD_TEST_CLOCK` (wall offset, boot offset, boot id), which only a build with the
 //! test-only feature `failpoints` honours (the CI suite runs with --all-features).
 
@@ -182,4 +182,81 @@ fn a_heartbeat_asks_openbao_once_per_boot_at_most() {
         Vec::<String>::new(),
         "the new boot's facts are kept"
     );
+}
+
+/// Whether the tick left the hold file in place, and the last report says `HELD: <reason>`.
+#[track_caller]
+fn still_held<B: BaoPeer + 'static>(w: &World<B>, reason: &str) {
+    assert!(w.state_dir().join("hold").exists(), "the hold file is gone");
+    let detail = w.last_report().detail.unwrap_or_default();
+    assert!(detail.starts_with(&format!("HELD: {reason}")), "{detail}");
+    assert!(
+        w.run(&["status"]).stdout().contains("held"),
+        "status: {}",
+        w.run(&["status"]).stdout()
+    );
+}
+
+/// `hold --until 2h`, then a tick with the wall clock 3 h ahead (a bad NTP answer, a resumed
+/// VM): the tick sees the step, keeps the hold and applies nothing; back at the real time,
+/// within the 2 h, the box is still held. The hold's end is on the boot clock.
+#[test]
+fn a_wall_clock_step_does_not_end_a_hold() {
+    let w = World::new();
+    let sha = w.applied();
+    w.run(&["hold", "--reason", "restore", "--until", "2h"])
+        .ok();
+    let bundles = bundle_requests(&w);
+    w.publish(&TestBundle::tagged("2"));
+
+    let run = clocked(&w, 3 * HOUR, 0, None);
+    clock_off(&run, "3h ahead");
+    still_held(&w, "restore");
+    assert_eq!(bundle_requests(&w), bundles, "{}", run.stderr());
+    w.assert_current(&sha);
+
+    w.tick().ok();
+    still_held(&w, "restore");
+    assert_eq!(bundle_requests(&w), bundles);
+    w.assert_current(&sha);
+    let hold: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(w.state_dir().join("hold")).unwrap()).unwrap();
+    assert!(hold["until_boot"]["at_s"].as_u64().is_some(), "{hold}");
+
+    // Two hours later on both clocks the hold ends by itself and the release applies.
+    let run = clocked(&w, 2 * HOUR + 10, 2 * HOUR + 10, None);
+    clock_off(&run, "2h ahead");
+    assert!(!w.state_dir().join("hold").exists(), "{}", run.stderr());
+    assert_eq!(bundle_requests(&w), bundles + 1);
+}
+
+/// A hold file of an older agent (no end on the boot clock) past its end only by a clock that
+/// stepped 3 h ahead is kept; at the real time, with the clock agreeing with OpenBao's, it is
+/// carried onto the boot clock.
+#[test]
+fn an_older_hold_file_is_not_ended_by_a_stepped_clock() {
+    let w = World::new();
+    let sha = w.applied();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let path = w.state_dir().join("hold");
+    let old = serde_json::json!({"reason": "old agent", "since": now, "until": now + 2 * 3600});
+    std::fs::write(&path, old.to_string()).unwrap();
+    let bundles = bundle_requests(&w);
+    w.publish(&TestBundle::tagged("2"));
+
+    let run = clocked(&w, 3 * HOUR, 0, None);
+    clock_off(&run, "3h ahead");
+    run.says(&["which the agent cannot vouch for now"]);
+    still_held(&w, "old agent");
+    assert_eq!(bundle_requests(&w), bundles);
+    w.assert_current(&sha);
+
+    w.tick().ok();
+    still_held(&w, "old agent");
+    let hold: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(hold["until"], old["until"]);
+    assert!(hold["until_boot"]["at_s"].as_u64().is_some(), "{hold}");
 }

@@ -1994,21 +1994,22 @@ fn a_held_box_is_not_changed_and_unholds_at_its_until() {
         "a retire changed a held box"
     );
 
+    // A service stopped during the hold is the operator's doing: held, exit 0, not healed.
     b.project.docker_ok(["stop", "-t", "1", &b.web()]);
     let stopped = b.project.containers();
-    b.w.tick().expect(1);
+    b.w.tick().ok();
     assert_eq!(b.project.containers(), stopped, "a heal changed a held box");
+    let detail = b.w.last_report().detail.unwrap();
     assert!(
-        b.w.last_report()
-            .detail
-            .unwrap()
-            .contains("HELD: disk swap")
+        detail.starts_with("HELD: disk swap") && detail.contains("not running and healthy: "),
+        "{detail}"
     );
 
-    // The hour passes (the hold's end moved into the past, as the clock would).
+    // The hour passes (the hold's end moved into the past on both clocks, as time would).
     let path = b.w.state_dir().join("hold");
     let mut hold: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     hold["until"] = json!(1);
+    hold["until_boot"]["at_s"] = json!(1);
     std::fs::write(&path, hold.to_string()).unwrap();
     b.w.tenancy.set_desired(ENV, Desired::sha(second.clone()));
     b.w.tick().ok();
@@ -2016,6 +2017,56 @@ fn a_held_box_is_not_changed_and_unholds_at_its_until() {
     assert_eq!(b.current(), Some(release(&second)));
     assert_healthy(&b.project.containers(), &b.project.name);
     assert!(!path.exists());
+}
+
+/// Tenancy away (503) for three of the token's TTLs on the real engine and the real OpenBao:
+/// every heartbeat renews the token at OpenBao alone, the release keeps running, and when
+/// tenancy is back the same token checks in: no lease, no kit.
+#[test]
+fn the_token_outlives_a_tenancy_outage_on_the_real_engine() {
+    let Some(b) = E2eBox::new("outage") else {
+        return;
+    };
+    let sha = b.first_apply(&b.bundle(&b.e2e.image_1));
+    // An 8 s role TTL from now on, and a token minted under it (the apply ran under the
+    // default, so its pull and health wait did not race the TTL).
+    let ttl = Duration::from_secs(8);
+    b.w.bao.set_token_ttl(ttl);
+    b.w.stage_grant();
+    b.w.run(&["bootstrap", "--force"]).ok();
+    let token = std::fs::read(b.w.state_dir().join("bao.token")).unwrap();
+    let leases = b.w.tenancy.lease_count(ENV);
+
+    b.w.tenancy.set_fault(
+        Endpoint::Checkin,
+        monky_testkit::tenancy::Fault::Status {
+            status: 503,
+            body: r#"{"code":"UNAVAILABLE","detail":"maintenance"}"#.into(),
+        },
+    );
+    let started = Instant::now();
+    let mut ticks = 0;
+    while started.elapsed() < ttl * 3 + Duration::from_secs(1) {
+        let run = b.w.tick();
+        run.expect(75);
+        run.says(&["token renewed (ttl 8s)"]);
+        ticks += 1;
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    assert!(ticks >= 4, "{ticks} ticks");
+
+    b.w.tenancy.clear_faults();
+    b.w.tick().ok();
+    let r = b.w.last_report();
+    assert_report(&r, ReportResult::Applied, None);
+    assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+    assert_eq!(
+        std::fs::read(b.w.state_dir().join("bao.token")).unwrap(),
+        token,
+        "the same token, kept alive"
+    );
+    assert_eq!(b.w.tenancy.lease_count(ENV), leases, "no lease was needed");
+    assert_healthy(&b.project.containers(), &b.project.name);
 }
 
 // ---- the docker daemon restarted -----------------------------------------------------------------

@@ -417,12 +417,12 @@ fn a_held_box_applies_retires_and_heals_nothing_and_says_so() {
     );
     a.w.assert_current(&a.sha);
 
-    // Drift waits.
+    // Drift waits: what the hold explains is the operator's, no failure.
     set_model(&a.w, &[]);
-    a.w.tick().expect(1);
+    a.w.tick().ok();
     let detail = a.w.last_report().detail.unwrap();
     assert!(
-        detail.starts_with("NOT_RUNNING") && detail.contains("HELD: "),
+        detail.starts_with("HELD: ") && detail.ends_with("no container of the project runs"),
         "{detail}"
     );
 
@@ -481,9 +481,10 @@ fn a_hold_ends_by_itself_at_its_until() {
     )));
     a.w.assert_current(&a.sha);
 
-    // The time passes (the hold's end is moved into the past, as the clock would).
+    // The time passes (the hold's end is moved into the past on both clocks, as time would).
     let mut hold = hold;
     hold["until"] = json!(1);
+    hold["until_boot"]["at_s"] = json!(1);
     std::fs::write(a.w.state_dir().join("hold"), hold.to_string()).unwrap();
     a.w.run(&["status"]).ok();
     assert!(!a.w.run(&["status"]).stdout().contains("held "));
@@ -499,6 +500,114 @@ fn a_hold_ends_by_itself_at_its_until() {
         prom.contains(&format!("monky_deployd_held{{env_id=\"{ENV}\"}} 0")),
         "{prom}"
     );
+}
+
+/// A service stopped on purpose during a hold (a restore) is the operator's doing: the tick
+/// reports it beside the hold, exits 0, and every view says the move is the operator's; the
+/// journal's summary says `held`, with the sha that runs, while tenancy's apply waits.
+#[test]
+fn a_service_stopped_during_a_hold_is_the_operators_move() {
+    let a = applied();
+    a.w.run(&["hold", "--reason", "restore"]).ok();
+    edit_web(&a.w, |c| {
+        c["State"] = json!("exited");
+        c["Status"] = json!("Exited (0) 3 seconds ago");
+    });
+    let second = a.w.publish(&TestBundle::tagged("2"));
+    let run = a.w.tick();
+    run.ok();
+    let r = a.w.last_report();
+    assert_eq!(r.result, ReportResult::Applied);
+    assert_eq!(r.sha.as_deref(), Some(a.sha.as_str()));
+    let detail = r.detail.unwrap();
+    assert!(
+        detail.starts_with("HELD: restore")
+            && detail.contains(&format!("apply of {} waits", &second[..12]))
+            && detail.contains(&format!("not running and healthy: {WEB} (exited)")),
+        "{detail}"
+    );
+    assert!(!detail.contains("UNHEALTHY"), "{detail}");
+    run.says(&[&format!(
+        "tick: action=apply sha={} outcome=held code=- ",
+        &a.sha[..12]
+    )]);
+    run.says(&["exit=0 owner=\"operator\""]);
+    a.assert_local();
+    a.w.assert_current(&a.sha);
+    a.w.run(&["explain"])
+        .ok()
+        .prints(&["held: HELD: restore", "whose move  operator"]);
+    let doctor: Value = serde_json::from_str(&a.w.run(&["doctor", "--json"]).stdout()).unwrap();
+    let hold = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "hold")
+        .unwrap_or_else(|| panic!("{doctor:#}"));
+    assert_eq!(hold["verdict"], "warn", "{hold:#}");
+    assert!(
+        hold["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("HELD: restore"),
+        "{hold:#}"
+    );
+
+    // Unheld: doctor has nothing to say of a hold.
+    a.w.run(&["unhold"]).ok();
+    let doctor: Value = serde_json::from_str(&a.w.run(&["doctor", "--json"]).stdout()).unwrap();
+    let hold = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "hold")
+        .unwrap();
+    assert_eq!(hold["verdict"], "skip", "{hold:#}");
+}
+
+/// A second `hold` does not silently replace the first: refused, naming it, unless
+/// `--replace`, which says what it replaced. `--until` takes an offset.
+#[test]
+fn a_second_hold_names_the_first_and_needs_replace() {
+    let w = World::new();
+    w.run(&["hold", "--reason", "restore", "--until", "2h"])
+        .ok();
+    let first = std::fs::read(w.state_dir().join("hold")).unwrap();
+    w.run(&["hold", "--reason", "kernel update"])
+        .expect(1)
+        .says(&["already held (HELD: restore; until ", "--replace"]);
+    assert_eq!(std::fs::read(w.state_dir().join("hold")).unwrap(), first);
+
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // One day on, given in UTC+01:00 local time.
+    let end = now + 86_400;
+    let local = humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(end + 3600),
+    )
+    .to_string()
+    .replace('Z', "+01:00");
+    w.run(&[
+        "hold",
+        "--reason",
+        "kernel update",
+        "--until",
+        &local,
+        "--replace",
+    ])
+    .ok()
+    .prints(&[
+        "replaced HELD: restore; until ",
+        "HELD: kernel update; until ",
+    ]);
+    let hold: Value =
+        serde_json::from_slice(&std::fs::read(w.state_dir().join("hold")).unwrap()).unwrap();
+    assert_eq!(hold["reason"], "kernel update");
+    assert_eq!(hold["until"], json!(end), "{local}");
+    let left = hold["until_boot"]["at_s"].as_u64().unwrap();
+    assert!(left > 86_000, "{hold}");
 }
 
 #[test]

@@ -22,6 +22,7 @@ mod leaks;
 mod lifecycle;
 mod observe;
 mod operator;
+mod outage;
 mod packaging;
 mod paths;
 mod policy;

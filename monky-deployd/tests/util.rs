@@ -164,6 +164,13 @@ impl World {
         Self::build(WorldOptions::default(), Some(real))
     }
 
+    /// As [`World::new`], with the fake OpenBao's role set up further by `role` (its TTLs).
+    pub fn fake_bao_with(
+        role: impl FnOnce(monky_testkit::bao::FakeBaoBuilder) -> monky_testkit::bao::FakeBaoBuilder,
+    ) -> Self {
+        World::assemble(peers_over(None).fake_with(role), None, None)
+    }
+
     /// As `tls_proxy`, with OpenBao serving `pki`'s certificate (one outside its dates, say).
     pub fn with_pki(pki: Pki) -> Self {
         let peers = peers_over(Some(&pki)).fake();

@@ -39,6 +39,18 @@ impl Agent<'_> {
                 None => Outcome::applied(sha.as_deref()),
             });
         }
+        // Under a hold, containers down or gone are the operator's doing (a restore, a disk
+        // swap): said beside the hold, the tick fine; docker not answering is no one's hold.
+        if let (None, Some((Code::Held, held))) = (&unknown, &note) {
+            let why = if missing {
+                "no container of the project runs".to_string()
+            } else {
+                format!("not running and healthy: {}", bad.join(", "))
+            };
+            let detail = format!("{held}; {why}");
+            info!("heartbeat: {detail}");
+            return self.conclude(Outcome::noted(sha.as_deref(), Code::Held, detail));
+        }
         let (code, why) = if let Some(e) = unknown {
             (
                 Code::DockerUnavailable,

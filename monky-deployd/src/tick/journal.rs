@@ -24,15 +24,18 @@ pub(super) fn summary(st: &State, exit: Exit, took: Duration) {
 /// See [`summary`].
 pub(super) fn summary_line(st: &State, exit: Exit, took: Duration) -> String {
     let code = st.last_code().filter(|_| st.last_error().is_some());
+    // A held tick acted on nothing: it says so, with the sha that runs.
+    let held = exit == Exit::Ok && st.hold().is_some();
     let outcome = match (exit, st.last_result()) {
         (Exit::Temporary, _) => "temporary",
         (Exit::Config, _) => "config",
+        _ if held => "held",
         (_, Some(r)) if code.is_none() || r == "failed" => r,
         (Exit::Ok, _) => "ok",
         _ => "failed",
     };
     let sha = match st.last_action() {
-        Some("apply") => st.desired_sha().or(st.applied_sha()),
+        Some("apply") if !held => st.desired_sha().or(st.applied_sha()),
         _ => st.applied_sha(),
     };
     let mut line = format!(
@@ -43,6 +46,9 @@ pub(super) fn summary_line(st: &State, exit: Exit, took: Duration) -> String {
         took.as_secs_f64(),
         exit.code()
     );
+    if held && code.is_none() {
+        line.push_str(&format!(" owner=\"{}\"", Code::Held.owner()));
+    }
     if let Some(code) = code {
         line.push_str(&format!(" owner=\"{}\"", code.owner()));
         if st.repeats() > 0 {
@@ -119,6 +125,18 @@ mod tests {
         assert_eq!(
             summary_line(&fine, Exit::Ok, Duration::from_millis(80)),
             "tick: action=none sha=abababababab outcome=applied code=- duration=0.1s exit=0"
+        );
+        // Held: tenancy asked for another sha, nothing was applied.
+        let held = fine.patched(serde_json::json!({
+            "last_action": "apply",
+            "desired_sha": "cd".repeat(32),
+            "last_note": "HELD: restore; until `monky-deployd unhold`",
+            "hold": {"reason": "restore", "since": 1, "until": null},
+        }));
+        assert_eq!(
+            summary_line(&held, Exit::Ok, Duration::from_millis(80)),
+            "tick: action=apply sha=abababababab outcome=held code=- duration=0.1s exit=0 \
+             owner=\"operator\""
         );
         let down = State::default().patched(serde_json::json!({
             "last_error": "TENANCY_UNAVAILABLE: refused",

@@ -209,15 +209,26 @@ impl Agent<'_> {
         }
     }
 
-    /// Token upkeep after the action, unless tenancy could not be reached; before the clock is
-    /// judged, so a renewal's or `lookup-self`'s `Date` counts in this very tick.
+    /// Token upkeep after the action, whatever the action or the checkin did (tenancy down,
+    /// a 5xx, a 429, a hold, a backoff): the token is the agent's own to keep, and a renewal
+    /// needs OpenBao alone. The re-lease near the max TTL is tried only when tenancy was
+    /// reached. Before the clock is judged, so a renewal's or `lookup-self`'s `Date` counts in
+    /// this very tick. A token near its max TTL that no lease replaced is said at warning
+    /// priority, at error priority in its last hours.
     pub(super) fn token_upkeep(&mut self, result: &anyhow::Result<Exit>) {
         let reached_tenancy = result
             .as_ref()
             .err()
             .is_none_or(|e| Exit::of(e) != Exit::Temporary);
-        if reached_tenancy && let Err(e) = self.upkeep() {
+        if let Err(e) = self.upkeep(reached_tenancy) {
             warn!("token upkeep: {e:#}");
+        }
+        if let Some(end) = crate::verdict::token_max_ttl(&self.state, state::now()) {
+            if end.urgent() {
+                tracing::error!("{end}");
+            } else {
+                warn!("{end}");
+            }
         }
     }
 

@@ -133,6 +133,7 @@ impl Agent<'_> {
             expires_boot: boot.as_ref().map(|b| BootDeadline::after(b, ttl.as_secs())),
             creation_ttl_s: Some(ttl.as_secs()),
             max_ttl_near: false,
+            max_expires_at: None,
         }));
         if let Some(old) = self.token.replace(token)
             && old.expose_secret() != self.token.as_ref().map_or("", |t| t.expose_secret())
@@ -296,7 +297,11 @@ impl Agent<'_> {
         );
     }
 
-    /// Renews or re-leases the token when due; runs at the end of every tick that has one.
+    /// Renews or re-leases the token when due; runs at the end of every tick that has one,
+    /// whatever tenancy answered, so the token lives as long as OpenBao lets it however long
+    /// tenancy is away. Only the re-lease near the max TTL needs tenancy
+    /// (`tenancy_reached`); without it, or when it fails, the current token is renewed as
+    /// usual meanwhile.
     ///
     /// Scheduled by OpenBao's own TTL counted on the boot clock, so a step of the wall clock by
     /// any amount, either way, neither skips a renewal nor stores an expiry that later honest
@@ -304,7 +309,7 @@ impl Agent<'_> {
     /// nothing: the stored wall-clock expiry renews at once when it says due (a renewal answers
     /// the true TTL), and otherwise `lookup-self` asks OpenBao what is left, so a backward step
     /// cannot postpone the renewal either. One OpenBao call per boot at most, beyond renewals.
-    pub(super) fn upkeep(&mut self) -> anyhow::Result<()> {
+    pub(super) fn upkeep(&mut self, tenancy_reached: bool) -> anyhow::Result<()> {
         let (Some(tok), Some(ts)) = (self.token.clone(), self.state.token().cloned()) else {
             return Ok(());
         };
@@ -315,9 +320,17 @@ impl Agent<'_> {
             .as_ref()
             .and_then(|b| ts.obtained_boot.as_ref()?.elapsed(b))
             .unwrap_or_else(|| state::now().saturating_sub(ts.obtained_at));
-        if ts.max_ttl_near || age > LEASE_AGAIN_AFTER.as_secs() {
+        if age > LEASE_AGAIN_AFTER.as_secs() {
+            self.state.token_max_ttl_near();
+        }
+        let mut leased_tried = false;
+        if self.state.token().is_some_and(|t| t.max_ttl_near) && tenancy_reached {
             info!("token is close to its max TTL; re-leasing");
-            return self.lease_login("renew");
+            leased_tried = true;
+            match self.lease_login("renew") {
+                Ok(()) => return Ok(()),
+                Err(e) => warn!("cannot lease a new token ({e:#}); renewing the current one"),
+            }
         }
         let renew_below = self.cfg.bao.renew_below_s;
         // More left than the token was ever granted is no OpenBao answer: asked again below.
@@ -358,15 +371,39 @@ impl Agent<'_> {
         info!("token renewed (ttl {}s)", renewal.ttl.as_secs());
         self.record_ttl(renewal.ttl);
         // OpenBao grants less than the token's own TTL only when its max TTL caps the renewal:
-        // lease again while there is time left (this tick, and the next ones until one works).
-        let capped = ts
-            .creation_ttl_s
-            .is_some_and(|c| renewal.ttl.as_secs().saturating_add(60) < c);
-        if capped {
-            self.state.token_max_ttl_near();
-            info!("the renewal was capped by the token's max TTL; re-leasing");
-            return self.lease_login("renew");
+        // the token then ends for good with this TTL. Lease again while there is time left
+        // (this tick, and the next ones until one works).
+        if let Some(c) = ts.creation_ttl_s
+            && is_capped(renewal.ttl.as_secs(), c)
+        {
+            self.state
+                .token_max_ttl_reached(state::now().saturating_add(renewal.ttl.as_secs()));
+            if tenancy_reached && !leased_tried {
+                info!("the renewal was capped by the token's max TTL; re-leasing");
+                return self.lease_login("renew");
+            }
         }
         Ok(())
+    }
+}
+
+/// Whether a renewal granting `ttl` seconds was capped by the max TTL, for a token minted
+/// with `creation` seconds: OpenBao grants the role's TTL again otherwise, exactly; a little
+/// slack (a twentieth, at most a minute) keeps a role's TTL trimmed by seconds from counting.
+fn is_capped(ttl: u64, creation: u64) -> bool {
+    ttl.saturating_add((creation / 20).min(60)) < creation
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_renewal_short_of_the_creation_ttl_is_capped() {
+        use super::is_capped;
+        assert!(!is_capped(86_400, 86_400));
+        assert!(!is_capped(86_350, 86_400), "within a minute");
+        assert!(is_capped(86_300, 86_400));
+        assert!(!is_capped(5, 5));
+        assert!(is_capped(4, 5), "a short role's TTL: no slack");
+        assert!(is_capped(0, 5));
     }
 }
