@@ -1553,10 +1553,12 @@ fn the_deb_installs_and_ticks_under_systemd() {
     let tick_log = b.ok("journalctl -u monky-deployd.service --no-pager -o cat");
     assert!(!tick_log.contains(grant.expose_secret()), "{tick_log}");
 
-    // Now the peers are this process's fakes, reached without a proxy.
+    // Now the peers are this process's fakes, reached without a proxy. No free-space headroom:
+    // the engine's disk is the CI machine's, not this test's subject.
     let config = format!(
         "env_id: {ENV}\nsite: cbs\ntransport: system\ncompose_project: {}\n\
          registry_host: {registry}\nhealthy_timeout_s: 120\n\
+         disk_headroom_bytes: 0\n\
          tenancy:\n  base_url: {}\nbao:\n  addr: {}\n",
         b.project,
         tenancy.url(),

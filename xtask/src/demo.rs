@@ -406,7 +406,10 @@ impl Demo {
              tenancy:\n  base_url: {tenancy}\nbao:\n  addr: {bao}\n\
              state_dir: {state}\nbootstrap_file: {grant}\n\
              compose_project: {project}\ndocker_bin: {docker}\nregistry_host: {registry}\n\
-             healthy_timeout_s: 60\n",
+             healthy_timeout_s: 60\n\
+             # The demo's images are a few MiB: a laptop or CI machine with little disk left\n\
+             # still runs it (a box keeps the 2 GiB default).\n\
+             disk_headroom_bytes: 268435456\n",
             state = self.run_dir.join("state").display(),
             grant = grant.display(),
             project = self.project,
