@@ -66,6 +66,7 @@ mod meta;
 mod pack;
 mod parse;
 pub mod policy;
+mod pull;
 mod refusal;
 mod registry;
 #[cfg(feature = "testkit")]
@@ -89,7 +90,8 @@ pub use member::MemberName;
 pub use meta::{BundleMeta, RENDERER_COMPOSE};
 pub use pack::pack_tar;
 pub use parse::{Bundle, bundle_sha};
-pub use policy::{AllowedBind, ComposePolicy};
+pub use policy::{AllowedBind, ComposePolicy, image_problem};
+pub use pull::{PULL_OVERRIDE_FILE, pull_override};
 pub use refusal::{Refusal, RefusalCode};
 pub use registry::RegistryAuth;
 pub use verdict::{ResolvedEntry, Verdict};

@@ -72,6 +72,11 @@ pub enum Constraint {
     LogDriver,
     /// Not `build`.
     PullPolicy,
+    /// A registry reference, not a local image ID, on no registry of the box's loopback but
+    /// the box's own `registry_host`.
+    Image,
+    /// No DNS server on the box's loopback.
+    Dns,
     /// `external` only for a name on the box's allowlist.
     ExternalVolume,
     /// See [`Constraint::ExternalVolume`].
@@ -114,6 +119,7 @@ const PLAIN: &str = "Shapes the service's own containers; nothing on the host.";
 const SWARM: &str = "Swarm scheduling; compose ignores it or uses it for its own containers only.";
 const HOOK: &str = "Runs inside the service's own container.";
 const DEVICE: &str = "Hands a host device to the container.";
+const BLKIO_DEVICE: &str = "dockerd stats the named host device as root, and its error tells the bundle's author which host files exist.";
 
 /// The policy table: every key of the compose specification and of compose's model.
 #[rustfmt::skip]
@@ -137,12 +143,12 @@ pub const TABLE: &[TableRow] = &[
     row("services.*.annotations", P, "OCI annotations reach the runtime, which may act on them (device injection)."),
     row("services.*.attach", A, PLAIN),
     row("services.*.blkio_config", A, LIMIT),
-    row("services.*.blkio_config.device_read_bps", A, LIMIT),
-    row("services.*.blkio_config.device_read_iops", A, LIMIT),
-    row("services.*.blkio_config.device_write_bps", A, LIMIT),
-    row("services.*.blkio_config.device_write_iops", A, LIMIT),
+    row("services.*.blkio_config.device_read_bps", P, BLKIO_DEVICE),
+    row("services.*.blkio_config.device_read_iops", P, BLKIO_DEVICE),
+    row("services.*.blkio_config.device_write_bps", P, BLKIO_DEVICE),
+    row("services.*.blkio_config.device_write_iops", P, BLKIO_DEVICE),
     row("services.*.blkio_config.weight", A, LIMIT),
-    row("services.*.blkio_config.weight_device", A, LIMIT),
+    row("services.*.blkio_config.weight_device", P, BLKIO_DEVICE),
     row("services.*.build", R, "The agent pulls images and builds nothing on a box; build contexts read host paths."),
     row("services.*.cap_add", K(C::CapAdd), "Only docker's default capabilities; every other one (SYS_MODULE, SYS_PTRACE, NET_ADMIN, BPF ...) widens what a container can do to the host kernel."),
     row("services.*.cap_drop", A, "Dropping capabilities only narrows the container."),
@@ -213,7 +219,7 @@ pub const TABLE: &[TableRow] = &[
     row("services.*.develop", R, "Only `compose watch` uses it, and it names host paths; a box never runs it."),
     row("services.*.device_cgroup_rules", P, DEVICE),
     row("services.*.devices", P, DEVICE),
-    row("services.*.dns", A, PLAIN),
+    row("services.*.dns", K(C::Dns), "A server on the box's loopback would be asked from the host's own namespace by the engine's resolver."),
     row("services.*.dns_opt", A, PLAIN),
     row("services.*.dns_search", A, PLAIN),
     row("services.*.domainname", A, PLAIN),
@@ -240,7 +246,7 @@ pub const TABLE: &[TableRow] = &[
     row("services.*.healthcheck.start_period", A, PLAIN),
     row("services.*.healthcheck.start_interval", A, PLAIN),
     row("services.*.hostname", A, PLAIN),
-    row("services.*.image", A, "Pulled with the agent's own registry credential."),
+    row("services.*.image", K(C::Image), "Pulled before every apply with this env's own credential; a local image ID proves nothing, and a registry on the box's loopback is spoken to in plain HTTP."),
     row("services.*.init", A, PLAIN),
     row("services.*.ipc", K(C::Namespace(&["private", "shareable", "none"])), "The host's or another container's IPC namespace is refused."),
     row("services.*.isolation", P, "Selects another isolation technology than the box's default."),
@@ -518,6 +524,7 @@ pub struct ComposePolicy {
     budget: Budget,
     pids_supplied: bool,
     allow_unprefixed_names: bool,
+    registry_host: Option<String>,
 }
 
 impl ComposePolicy {
@@ -533,6 +540,7 @@ impl ComposePolicy {
             budget: Budget::default(),
             pids_supplied: false,
             allow_unprefixed_names: false,
+            registry_host: None,
         }
     }
 
@@ -568,6 +576,15 @@ impl ComposePolicy {
     #[must_use]
     pub fn allow_privileged(mut self, allow: bool) -> Self {
         self.allow_privileged = allow;
+        self
+    }
+
+    /// The box's own registry (`registry_host`), the one registry on the box's loopback an
+    /// image may name. Without it (a check with no box behind it, tenancy's tooling) a
+    /// registry on loopback is not judged: which one is the box's own, only the box knows.
+    #[must_use]
+    pub fn registry_host(mut self, host: Option<&str>) -> Self {
+        self.registry_host = host.map(str::to_ascii_lowercase);
         self
     }
 
@@ -1170,6 +1187,34 @@ impl Ctx<'_> {
                     bad(walk, Severity::Invalid, "build");
                 }
             }
+            C::Image => {
+                if let Some(image) = value.as_str()
+                    && let Some(why) = image_problem(image, p.registry_host.as_deref())
+                    && (p.registry_host.is_some() || why == LOCAL_IMAGE_ID || why == ID_PREFIX)
+                {
+                    bad(
+                        walk,
+                        Severity::Privileged,
+                        &format!("{why}: {}", image.trim()),
+                    );
+                }
+            }
+            C::Dns => {
+                let servers = match value {
+                    Value::Array(items) => items.iter().filter_map(Value::as_str).collect(),
+                    Value::String(s) => vec![s.as_str()],
+                    _ => Vec::new(),
+                };
+                for server in servers {
+                    if server
+                        .trim()
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
+                    {
+                        bad(walk, Severity::Privileged, server.trim());
+                    }
+                }
+            }
             C::ExternalVolume | C::ExternalNetwork => {
                 let external = truthy(value) || value.is_object();
                 if !external {
@@ -1569,6 +1614,52 @@ fn present(v: &Value) -> bool {
     }
 }
 
+/// Why `image` cannot be proven this env's, or `None`: a local image ID (or what dockerd
+/// would take for a prefix of one), or a registry on the box's loopback other than the box's
+/// own `registry_host`. The domain is found as dockerd finds it: the first component, when it
+/// holds a `.`, a `:` or a capital letter, or is `localhost`.
+#[must_use]
+pub fn image_problem(image: &str, registry_host: Option<&str>) -> Option<&'static str> {
+    let image = image.trim();
+    let name = image.split_once('@').map_or(image, |(n, _)| n);
+    if image.to_ascii_lowercase().starts_with("sha256:") {
+        return Some(LOCAL_IMAGE_ID);
+    }
+    let (first, rest) = name.split_once('/').unwrap_or(("", name));
+    let domain = (first.contains(['.', ':'])
+        || first == "localhost"
+        || first.bytes().any(|b| b.is_ascii_uppercase()))
+    .then_some(first);
+    let Some(domain) = domain else {
+        // No domain: a bare name with no tag made only of hex digits is an image ID's prefix
+        // to dockerd once no repository of that name exists.
+        let bare = !rest.contains(['/', ':']) && !image.contains('@');
+        if bare && !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Some(ID_PREFIX);
+        }
+        return None;
+    };
+    let domain = domain.to_ascii_lowercase();
+    if registry_host.is_some_and(|own| own.eq_ignore_ascii_case(&domain)) {
+        return None;
+    }
+    let host = match domain.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or(v6, |(h, _)| h),
+        None => domain.rsplit_once(':').map_or(domain.as_str(), |(h, _)| h),
+    };
+    let on_box = host == "localhost"
+        || host.ends_with(".localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified());
+    on_box.then_some(LOOPBACK_REGISTRY)
+}
+
+/// Short, as findings are: the policy doc says why.
+const LOCAL_IMAGE_ID: &str = "local image ID";
+const ID_PREFIX: &str = "image ID prefix";
+const LOOPBACK_REGISTRY: &str = "registry on loopback";
+
 fn truthy(v: &Value) -> bool {
     match v {
         Value::Bool(b) => *b,
@@ -1632,6 +1723,37 @@ fn paths_of(v: &Value) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_image_is_proven_only_by_a_registry_off_the_box_or_the_boxs_own() {
+        let own = Some("127.0.0.1:5000");
+        for (image, refused) in [
+            ("nginx", false),
+            ("nginx:1.27", false),
+            ("library/nginx@sha256:0123", false),
+            ("ghcr.io/acme/api:2", false),
+            ("registry.example.com:5000/api", false),
+            ("127.0.0.1:5000/api:1", false),
+            ("beef1", true),
+            ("beef-1", false),
+            ("cafe:1", false),
+            ("sha256:0123abcd", true),
+            ("SHA256:0123abcd", true),
+            ("0123abcd", true),
+            ("deadbeef@sha256:00", false),
+            ("127.0.0.1:5001/api", true),
+            ("127.9.9.9/api", true),
+            ("localhost:5000/api", true),
+            ("LOCALHOST/api", true),
+            ("reg.localhost:80/api", true),
+            ("[::1]:5000/api", true),
+            ("0.0.0.0:5000/api", true),
+        ] {
+            let got = super::image_problem(image, own);
+            assert_eq!(got.is_some(), refused, "{image}: {got:?}");
+        }
+        assert!(super::image_problem("127.0.0.1:5000/api", None).is_some());
+    }
+
     use super::*;
 
     #[test]

@@ -484,6 +484,12 @@ impl Docker {
         }
     }
 
+    /// The ID of the local image `reference` names, `None` when the engine has none
+    /// ([`Engine::image_id`]).
+    pub fn image_id(&self, reference: &str) -> Result<Option<String>> {
+        self.inner.engine.image_id(reference)
+    }
+
     /// `docker rm -f <containers>`: removes containers by name or id, running or not (compose's
     /// leftovers, a container made by another hand). Nothing to remove is no call.
     pub fn remove_containers(&self, names: &[String]) -> Result<()> {

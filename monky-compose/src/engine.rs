@@ -170,6 +170,28 @@ impl Engine {
         Ok(raw.into_detail())
     }
 
+    /// The local image `reference` names, by its ID (`sha256:...`), from
+    /// `GET /images/{reference}/json`; `None` when the engine has no such image.
+    pub fn image_id(&self, reference: &str) -> Result<Option<String>> {
+        #[derive(Deserialize)]
+        struct ApiImage {
+            #[serde(rename = "Id")]
+            id: String,
+        }
+        // A reference never holds these; one that does would address another endpoint.
+        if reference.is_empty() || reference.contains(['?', '#', ' ']) || reference.contains("..") {
+            return Err(Error::Parse {
+                what: "image reference".to_owned(),
+                detail: format!("{reference:?} is not an image reference"),
+            });
+        }
+        match self.get_json::<ApiImage>(&format!("/images/{reference}/json"), &[]) {
+            Ok(image) => Ok(Some(image.id)),
+            Err(Error::EngineStatus { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     fn target_text(&self) -> String {
         match &self.target {
             Target::Unix(p) => format!("unix://{}", p.display()),

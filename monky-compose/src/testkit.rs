@@ -175,14 +175,34 @@ impl StubDocker {
         self.dir.join("containers.json")
     }
 
+    /// The local images the fake engine knows besides its default (`images.json`: reference
+    /// to ID, `null` for an image the engine does not have).
+    #[must_use]
+    pub fn images_path(&self) -> PathBuf {
+        self.dir.join("images.json")
+    }
+
+    /// Sets the ID of the local image `reference` names (`None`: the engine has none). Every
+    /// other reference has the image of [`default_image_id`].
+    pub fn set_image(&self, reference: &str, id: Option<&str>) {
+        let path = self.images_path();
+        let mut map: serde_json::Map<String, serde_json::Value> = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        map.insert(reference.to_owned(), id.into());
+        std::fs::write(path, serde_json::Value::Object(map).to_string()).expect("write images");
+    }
+
     /// A fake engine on `docker.sock` in the stub's directory serving the stub's model: its
-    /// containers (none before the first `up`), and `/info` naming the stub's directory as the
-    /// data root.
+    /// containers (none before the first `up`), its images ([`StubDocker::set_image`]), and
+    /// `/info` naming the stub's directory as the data root.
     #[must_use]
     pub fn engine(&self) -> FakeEngine {
         let info = serde_json::json!({"ServerVersion": "28.3.0", "DockerRootDir": self.dir});
         FakeEngine::builder()
             .file("/containers/json", self.model_path(), "[]")
+            .images(self.images_path())
             .route("/info", 200, info.to_string())
             .start(self.dir.join("docker.sock"))
             .expect("start the fake engine")
@@ -281,6 +301,7 @@ pub fn parse_calls(log: &str) -> Vec<Call> {
 enum Answer {
     Fixed { status: u16, body: String },
     File { path: PathBuf, missing: String },
+    Images { path: PathBuf },
 }
 
 /// Builds a [`FakeEngine`].
@@ -310,6 +331,14 @@ impl FakeEngineBuilder {
                 missing,
             },
         ));
+        self
+    }
+
+    /// Answers `GET /images/{reference}/json` from `file` (reference to ID, `null` for
+    /// none); a reference not in it has the image of [`default_image_id`].
+    pub fn images(mut self, file: PathBuf) -> Self {
+        self.routes
+            .push((IMAGES.to_owned(), Answer::Images { path: file }));
         self
     }
 
@@ -420,9 +449,26 @@ fn serve(mut stream: UnixStream, routes: &[(String, Answer)], seen: &Mutex<Vec<S
         .expect("requests lock")
         .push(format!("{method} {target}"));
     let path = target.split('?').next().unwrap_or("");
-    let (status, body) = match routes.iter().find(|(p, _)| p == path).map(|(_, a)| a) {
+    let image = path
+        .strip_prefix("/images/")
+        .and_then(|p| p.strip_suffix("/json"));
+    let route = if image.is_some() { IMAGES } else { path };
+    let (status, body) = match routes.iter().find(|(p, _)| p == route).map(|(_, a)| a) {
         Some(Answer::Fixed { status, body }) => (*status, body.clone()),
         Some(Answer::File { path, missing }) => (200, read_whole_json(path, missing)),
+        Some(Answer::Images { path }) => {
+            let reference = image.unwrap_or_default();
+            let known: serde_json::Value =
+                serde_json::from_str(&read_whole_json(path, "{}")).unwrap_or_default();
+            match known.get(reference) {
+                Some(serde_json::Value::Null) => (404, r#"{"message":"No such image"}"#.to_owned()),
+                Some(id) => (200, serde_json::json!({ "Id": id }).to_string()),
+                None => (
+                    200,
+                    serde_json::json!({ "Id": default_image_id(reference) }).to_string(),
+                ),
+            }
+        }
         None => (404, r#"{"message":"page not found"}"#.to_owned()),
     };
     let _ = write!(
@@ -431,6 +477,23 @@ fn serve(mut stream: UnixStream, routes: &[(String, Answer)], seen: &Mutex<Vec<S
         body.len()
     );
 }
+
+/// The ID of the fake engine's image for `reference` unless [`StubDocker::set_image`] says
+/// otherwise: 64 hex digits that follow from the reference alone.
+#[must_use]
+pub fn default_image_id(reference: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut id = String::from("sha256:");
+    for part in 0u8..4 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (part, reference).hash(&mut h);
+        id.push_str(&format!("{:016x}", h.finish()));
+    }
+    id
+}
+
+/// The route of every `GET /images/{reference}/json`.
+const IMAGES: &str = "/images/*/json";
 
 /// The file's JSON; the stub writes its model in place, so a file read half written is read
 /// again.

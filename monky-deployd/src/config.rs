@@ -660,6 +660,7 @@ impl Config {
             .allowed_external_volumes(self.allowed_external_volumes.iter().cloned())
             .allowed_external_networks(self.allowed_external_networks.iter().cloned())
             .allow_unprefixed_names(self.allow_unprefixed_names)
+            .registry_host(Some(&self.registry_host))
             .budget(self.budget.clone())
             .allow_privileged(allow_privileged)
     }

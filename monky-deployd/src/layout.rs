@@ -22,6 +22,12 @@ use anyhow::Context;
 use crate::config::Config;
 use crate::fsx::{self, Dir};
 
+/// The record of the images this env pulled itself, in the env's dir.
+const PULLED_IMAGES: &str = "pulled-images";
+/// The most image IDs [`Layout::record_pulled_images`] keeps: releases kept times services.
+const MAX_PULLED_IMAGES: usize = 512;
+const MAX_PULLED_IMAGES_BYTES: u64 = 64 * 1024;
+
 const LOCK: &str = "lock";
 const STATE: &str = "state.json";
 const TOKEN: &str = "bao.token";
@@ -303,6 +309,43 @@ impl Layout {
             Some(root) => root.sub(&self.env_id),
             None => Ok(None),
         }
+    }
+
+    /// The IDs of the images this env pulled itself (`<env>/pulled-images`, one ID per line),
+    /// empty when there is no record yet or it cannot be read: an image not in it is pulled
+    /// again before it runs.
+    pub fn pulled_images(&self) -> std::collections::BTreeSet<String> {
+        let Ok(Some(env)) = self.env_if_any() else {
+            return std::collections::BTreeSet::new();
+        };
+        env.read(PULLED_IMAGES, MAX_PULLED_IMAGES_BYTES)
+            .ok()
+            .map(|bytes| {
+                String::from_utf8_lossy(&bytes)
+                    .lines()
+                    .filter(|l| l.starts_with("sha256:"))
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Adds `ids` to the record of [`Layout::pulled_images`], newest last, keeping the newest
+    /// [`MAX_PULLED_IMAGES`].
+    pub fn record_pulled_images(&self, ids: &[String]) -> anyhow::Result<()> {
+        let env = self.env()?;
+        let old = env
+            .read(PULLED_IMAGES, MAX_PULLED_IMAGES_BYTES)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        let mut kept: Vec<&str> = old
+            .lines()
+            .filter(|l| l.starts_with("sha256:") && !ids.iter().any(|i| i == l))
+            .collect();
+        kept.extend(ids.iter().map(String::as_str));
+        let skip = kept.len().saturating_sub(MAX_PULLED_IMAGES);
+        let text: String = kept[skip..].iter().map(|l| format!("{l}\n")).collect();
+        env.write_atomic(PULLED_IMAGES, text.as_bytes(), 0o600)
     }
 
     fn env_sub(&self, name: &str) -> anyhow::Result<Dir> {

@@ -45,7 +45,8 @@ pub fn all(refused: Vec<Failure>) -> Option<Failure> {
 }
 
 /// The compose policy on compose's own model of a release dir (`docker compose config`):
-/// every refusal, or the failure of `compose config` itself (`COMPOSE_CONFIG_FAILED`).
+/// every refusal, or the failure of `compose config` itself (`COMPOSE_CONFIG_FAILED`); and
+/// the images the model names, each once, in order.
 ///
 /// `raw_yaml` is the release's compose file, so that a value that came from a variable is
 /// named by it; `dir` is the release dir compose resolved the model's paths against. Links on
@@ -55,16 +56,25 @@ pub fn model(
     project: &monky_compose::Compose,
     raw_yaml: &str,
     dir: &Path,
-) -> anyhow::Result<Vec<Failure>> {
+) -> anyhow::Result<(Vec<Failure>, Vec<String>)> {
     let model = project
         .config_json()
         .map_err(|e| Failure::coded(Code::ComposeConfigFailed, config_cause(&e, dir)))?;
+    let images: std::collections::BTreeSet<String> = model
+        .get("services")
+        .and_then(serde_json::Value::as_object)
+        .into_iter()
+        .flat_map(|services| services.values())
+        .filter_map(|s| s.get("image")?.as_str())
+        .map(str::to_owned)
+        .collect();
     let read_link = |p: &Path| std::fs::read_link(p).ok();
-    Ok(policy
+    let refused = policy
         .findings_model(model, raw_yaml, dir, &read_link)
         .iter()
         .map(Failure::from)
-        .collect())
+        .collect();
+    Ok((refused, images.into_iter().collect()))
 }
 
 /// Compose's own complaint first, the release dir cut out of it: the dir is a staging path
@@ -242,7 +252,7 @@ fn model_of_bundle(
         .allow_privileged(b.meta().allow_privileged)
         .pids_supplied(true);
     match model(&policy, &compose, b.compose(), &release) {
-        Ok(refused) => Ok(refused),
+        Ok((refused, _)) => Ok(refused),
         // The tick fails on the same model: so does the check.
         Err(e) => {
             let (code, why) = Failure::of(&e).map_or_else(

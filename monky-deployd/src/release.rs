@@ -157,6 +157,23 @@ impl Release {
         }
     }
 
+    /// Writes the pull override ([`bundle::PULL_OVERRIDE_FILE`]) for this release's compose
+    /// file and returns its path, for `compose pull` only; `None` (and no file) when the file
+    /// has no service.
+    pub fn write_pull_override(&self) -> anyhow::Result<Option<PathBuf>> {
+        match bundle::pull_override(&self.compose_yaml()?) {
+            Some(t) => {
+                self.fd
+                    .write_atomic(bundle::PULL_OVERRIDE_FILE, t.as_bytes(), 0o600)?;
+                Ok(Some(self.path.join(bundle::PULL_OVERRIDE_FILE)))
+            }
+            None => {
+                self.fd.remove_file(bundle::PULL_OVERRIDE_FILE)?;
+                Ok(None)
+            }
+        }
+    }
+
     /// Writes (or removes) the budget override that supplies the box's default pids limit to
     /// every service without one. Written again before every judgement of compose's model, so
     /// what was judged is what the agent wrote, whatever a container did to the file since;

@@ -2252,3 +2252,48 @@ fn the_supplied_memory_pids_and_logging_land_in_the_containers_host_config() {
         json!({"Type": "json-file", "Config": {"max-size": "5m", "max-file": "3"}})
     );
 }
+
+/// An image already on the engine proves nothing: with no registry credential for this env, a
+/// bundle whose `pull_policy` would skip the pull (the image is there, built and pushed by
+/// setup) is pulled anyway, refused by the registry, and nothing starts.
+#[test]
+fn an_image_on_the_engine_this_env_cannot_pull_never_runs() {
+    let Some(b) = E2eBox::new("image-unproven") else {
+        return;
+    };
+    let image = b.e2e.image_1.clone();
+    let on_engine = Command::new(&b.e2e.docker)
+        .args(["image", "inspect", "--format", "{{.Id}}", &image])
+        .output()
+        .unwrap();
+    assert!(
+        on_engine.status.success(),
+        "setup left {image} on the engine"
+    );
+    b.w.stage_grant();
+    for policy in ["never", "missing", "if_not_present"] {
+        let mut bundle = b.bundle(&image);
+        bundle.compose = bundle.compose.replacen(
+            "    env_file: .env\n",
+            &format!("    env_file: .env\n    pull_policy: {policy}\n"),
+            1,
+        );
+        bundle.manifest["entries"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|e| e.get("use").is_none());
+        // Past the failed sha's backoff and tenancy's checkin bucket.
+        b.w.tenancy.advance_clock(Duration::from_secs(3600 * 2));
+        check_pull_failure(
+            &b,
+            &bundle,
+            "COMPOSE_PULL_FAILED",
+            &["no basic auth credentials"],
+            None,
+        );
+        assert!(
+            b.project.containers().is_empty(),
+            "{policy}: a container started"
+        );
+    }
+}

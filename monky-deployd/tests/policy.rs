@@ -62,6 +62,16 @@ const NC: &str = "BUNDLE_NONCONFORMING";
 /// The web service every whole-file case starts from.
 const WEB: &str = "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n";
 
+/// The box's own registry in every world (`registry_host`).
+const BOX_REGISTRY: &str = "127.0.0.1:5000";
+
+/// A whole file whose web service runs `image`.
+macro_rules! image {
+    ($image:literal) => {
+        concat!("services:\n  web:\n    image: ", $image, "\n")
+    };
+}
+
 #[rustfmt::skip]
 const CASES: &[Case] = &[
     // Capabilities and confinement.
@@ -177,6 +187,29 @@ const CASES: &[Case] = &[
     case("unknown-top-level-key", "x-ok: 1\nfrobnicate: true\nservices:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n", BI, "unknown key frobnicate"),
     case("unknown-nested-key", "deploy:\n  resources:\n    limits:\n      gpus: 1", BI, "web: unknown key deploy.resources.limits.gpus"),
     case("develop-watch", "develop:\n  watch:\n    - path: /\n      action: sync\n      target: /host", BI, "web: develop"),
+    // Images this env cannot prove its own, and bundle fields that point dockerd at the box.
+    case("image-local-id", image!("\"sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\""), PR, "web: image local image ID: sha256:9f86d081884c"),
+    case("image-local-id-upper", image!("\"SHA256:9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08\""), PR, "web: image local image ID: "),
+    case("image-id-prefix", image!("\"9f86d081884c\""), PR, "web: image image ID prefix: 9f86d081884c"),
+    case("image-id-prefix-short", image!("beef"), PR, "web: image image ID prefix: beef"),
+    case("image-loopback-registry", image!("127.0.0.1:5001/monky/web:1"), PR, "web: image registry on loopback: 127.0.0.1:5001/monky/web:1"),
+    case("image-loopback-registry-no-port", image!("127.0.0.1/monky/web:1"), PR, "web: image registry on loopback: "),
+    case("image-loopback-other-address", image!("127.0.1.1:5000/monky/web:1"), PR, "web: image registry on loopback: "),
+    case("image-localhost-registry", image!("localhost:5000/monky/web:1"), PR, "web: image registry on loopback: localhost:5000/monky/web:1"),
+    case("image-localhost-capitals", image!("LocalHost:5000/monky/web:1"), PR, "web: image registry on loopback: LocalHost:5000/monky/web:1"),
+    case("image-localhost-subdomain", image!("registry.localhost:5000/monky/web:1"), PR, "web: image registry on loopback: "),
+    case("image-ipv6-loopback", image!("\"[::1]:5000/monky/web:1\""), PR, "web: image registry on loopback: "),
+    case("image-unspecified-address", image!("0.0.0.0:5000/monky/web:1"), PR, "web: image registry on loopback: "),
+    case("image-loopback-by-digest", image!("\"127.0.0.1:5001/monky/web@sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\""), PR, "web: image registry on loopback: "),
+    case("dns-loopback", "dns: 127.0.0.1", PR, "web: dns 127.0.0.1"),
+    case("dns-loopback-in-list", "dns: [192.0.2.53, 127.0.0.53]", PR, "web: dns 127.0.0.53"),
+    case("dns-ipv6-loopback", "dns: [\"::1\"]", PR, "web: dns ::1"),
+    case("dns-unspecified", "dns: [0.0.0.0]", PR, "web: dns 0.0.0.0"),
+    case("blkio-device-read-bps", "blkio_config:\n  device_read_bps:\n    - path: /dev/sda\n      rate: 1mb", PR, "web: blkio_config.device_read_bps"),
+    case("blkio-device-read-iops", "blkio_config:\n  device_read_iops:\n    - path: /etc/shadow\n      rate: 100", PR, "web: blkio_config.device_read_iops"),
+    case("blkio-device-write-bps", "blkio_config:\n  device_write_bps:\n    - path: /dev/nvme0n1\n      rate: 1mb", PR, "web: blkio_config.device_write_bps"),
+    case("blkio-device-write-iops", "blkio_config:\n  device_write_iops:\n    - path: /root/.ssh/id_rsa\n      rate: 100", PR, "web: blkio_config.device_write_iops"),
+    case("blkio-weight-device", "blkio_config:\n  weight_device:\n    - path: /dev/sda\n      weight: 400", PR, "web: blkio_config.weight_device"),
 ];
 
 /// The compose file of a case.
@@ -229,13 +262,27 @@ pub(crate) fn write_dir(dir: &Path, b: &TestBundle) {
     std::fs::write(dir.join("bundle.json"), b.meta.to_string()).unwrap();
 }
 
-/// `bundle check` of `b`, written out to `<world>/<rel>`, with the real docker on PATH.
+/// `bundle check` of `b`, written out to `<world>/<rel>`, with the real docker on PATH, as the
+/// world's box judges it (its config: the defaults, and its own registry on loopback).
 pub(crate) fn bundle_check(w: &World, docker: &Path, rel: &str, b: &TestBundle) -> Run {
     let dir = w.path(rel);
     write_dir(&dir, b);
     let path = format!("{}:/usr/bin:/bin", docker.parent().unwrap().display());
+    // The world's config with the real docker in place of the stub.
+    let config = w.path("bundle-check-config.yaml");
+    let text: String = std::fs::read_to_string(w.config_path())
+        .unwrap()
+        .lines()
+        .map(|l| match l.starts_with("docker_bin:") {
+            true => format!("docker_bin: {}\n", docker.display()),
+            false => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(&config, text).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_monky-deployd"))
-        .args(["--config", "/nonexistent/config.yaml", "bundle", "check"])
+        .arg("--config")
+        .arg(&config)
+        .args(["bundle", "check"])
         .arg(&dir)
         .args(["--env", ENV])
         .env("PATH", path)
@@ -313,12 +360,10 @@ pub(crate) fn through_the_model(w: &World, docker: &Path, c: &Case) {
     );
     let verdict = match project.config_json() {
         Err(_) => "COMPOSE_CONFIG_FAILED".to_string(),
-        Ok(model) => match monky_bundle::ComposePolicy::new(PROJECT).check_model(
-            model,
-            &b.compose,
-            &dir,
-            &|p| std::fs::read_link(p).ok(),
-        ) {
+        Ok(model) => match monky_bundle::ComposePolicy::new(PROJECT)
+            .registry_host(Some(BOX_REGISTRY))
+            .check_model(model, &b.compose, &dir, &|p| std::fs::read_link(p).ok())
+        {
             Ok(()) => "ok".to_string(),
             Err(r) => r.to_string(),
         },
@@ -418,6 +463,9 @@ const CLASSES: &[(&str, Filter)] = &[
             ],
         )
     }),
+    ("images and dockerd", |c| {
+        prefixed(c, &["image-", "dns-", "blkio-"])
+    }),
     ("files outside the bundle and unknown keys", |c| {
         prefixed(c, &["include-", "extends-", "unknown-", "develop"])
     }),
@@ -460,6 +508,11 @@ fn host_files_read_other_ways_are_refused() {
 #[test]
 fn other_envs_are_out_of_reach() {
     check_class("other envs");
+}
+
+#[test]
+fn images_this_env_cannot_prove_and_fields_that_point_dockerd_at_the_box_are_refused() {
+    check_class("images and dockerd");
 }
 
 #[test]

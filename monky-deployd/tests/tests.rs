@@ -18,6 +18,7 @@ mod e2e;
 mod faults;
 mod heal;
 mod hostile;
+mod images;
 mod leaks;
 mod lifecycle;
 mod observe;

@@ -384,6 +384,11 @@ impl<B: BaoPeer + 'static> World<B> {
         self.stub.set(key, value);
     }
 
+    /// Sets the fake engine's image for `reference` (`None`: the engine has none).
+    pub fn set_engine_image(&self, reference: &str, id: Option<&str>) {
+        self.stub.set_image(reference, id);
+    }
+
     pub fn clear_stub(&self) {
         self.stub.clear();
     }

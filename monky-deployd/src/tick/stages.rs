@@ -38,6 +38,8 @@ pub(super) struct Staged {
     sha: Sha,
     prod: bool,
     release: release::Release,
+    /// The images compose's model names.
+    images: Vec<String>,
 }
 
 /// Step 10 passed: the staged release's images are on the box.
@@ -179,36 +181,87 @@ impl Agent<'_> {
         // 9. Compose's model is the authority, since a value from a secret is only visible
         // there. A refusal here waits out the backoff as a render failure does: with the same
         // pinned versions the next tick would read the secrets only to be refused again.
-        if let Err(e) = self.policy_gate(&staged) {
-            return Err(match Failure::of(&e).filter(|f| f.exit() == Exit::Fail) {
-                Some(f) => {
-                    let (code, why) = (f.code, f.message.clone());
-                    self.release_failed(&sha, code, &why, None)
-                }
-                None => e,
-            });
-        }
+        let images = match self.judge(&staged) {
+            Ok(images) => images,
+            Err(e) => {
+                return Err(match Failure::of(&e).filter(|f| f.exit() == Exit::Fail) {
+                    Some(f) => {
+                        let (code, why) = (f.code, f.message.clone());
+                        self.release_failed(&sha, code, &why, None)
+                    }
+                    None => e,
+                });
+            }
+        };
         Ok(Staged {
             sha,
             prod: b.meta().is_prod(),
             release: staged,
+            images,
         })
     }
 
-    /// Step 10: pull from the staging dir; a registry refusal leaves `current` naming the
-    /// release that is still running.
+    /// Step 10: pull from the staging dir, every image from its registry whatever the
+    /// bundle's `pull_policy`; a registry refusal leaves `current` naming the release that is
+    /// still running.
     pub(super) fn pull(&mut self, staged: Staged) -> anyhow::Result<Pulled> {
-        info!("compose pull");
-        if let Err(e) = staged.release.compose(&self.docker, self.cfg).pull() {
-            // A tag never pushed is the bundle's, not the registry's: no credential fixes it.
-            let code = if e.is_missing_image() {
-                Code::ImageNotFound
-            } else {
-                Code::ComposePullFailed
-            };
-            return Err(self.release_failed(&staged.sha, code, &e, None));
+        if let Err(e) = self.pull_release(&staged.release, &staged.images) {
+            return Err(self.release_failed(&staged.sha, pull_code(&e), &e, None));
         }
         Ok(Pulled(staged))
+    }
+
+    /// `compose pull` of `rel` with the agent's pull override (`pull_policy: always` on every
+    /// service), so each image comes from its registry with this env's credential; then the
+    /// IDs of `images` go into the env's record of what it pulled itself.
+    fn pull_release(
+        &self,
+        rel: &release::Release,
+        images: &[String],
+    ) -> Result<(), monky_compose::Error> {
+        info!("compose pull (every image from its registry)");
+        let project = match rel.write_pull_override() {
+            Ok(Some(file)) => rel.compose(&self.docker, self.cfg).with_override(&file),
+            Ok(None) => rel.compose(&self.docker, self.cfg),
+            Err(e) => {
+                return Err(monky_compose::Error::PullFailed {
+                    message: format!("cannot write the pull override: {e:#}"),
+                });
+            }
+        };
+        project.pull()?;
+        let ids: Vec<String> = images
+            .iter()
+            .filter_map(|i| self.docker.image_id(i).ok().flatten())
+            .collect();
+        if let Err(e) = self.layout.record_pulled_images(&ids) {
+            warn!("cannot record the pulled images ({e:#}); the next up pulls them again");
+        }
+        Ok(())
+    }
+
+    /// Every image of `images` is one this env pulled itself: the engine's image for the
+    /// reference has an ID in the env's record. Else `rel` is pulled now, from each registry
+    /// with this env's credential, before anything starts: an image another env pulled, or
+    /// a tag moved on the engine since, proves nothing.
+    fn prove_images(&self, rel: &release::Release, images: &[String]) -> anyhow::Result<()> {
+        let record = self.layout.pulled_images();
+        let unproven: Vec<&str> = images
+            .iter()
+            .filter(|i| {
+                !(self.docker.image_id(i).ok().flatten()).is_some_and(|id| record.contains(&id))
+            })
+            .map(String::as_str)
+            .collect();
+        if unproven.is_empty() {
+            return Ok(());
+        }
+        info!(
+            "image(s) this env has not pulled itself: {}",
+            unproven.join(", ")
+        );
+        self.pull_release(rel, images)
+            .map_err(|e| Failure::coded(pull_code(&e), e.to_string()).into())
     }
 
     /// Step 11: mark the apply under way, make the release `releases/<sha>` named by `current`
@@ -216,7 +269,9 @@ impl Agent<'_> {
     /// the box changes: the mark says so to a tick that finds this one cut short, and this
     /// tick's `finish` removes it once the outcome is saved.
     pub(super) fn promote(&mut self, pulled: Pulled) -> anyhow::Result<Promoted> {
-        let Pulled(Staged { sha, prod, release }) = pulled;
+        let Pulled(Staged {
+            sha, prod, release, ..
+        }) = pulled;
         crate::interrupted::write(
             &self.layout,
             &crate::interrupted::Marker {
@@ -269,6 +324,13 @@ impl Agent<'_> {
     /// staged release, a retried one updated in place before `current` names it, and a release
     /// fallen back to, whose files may have changed on disk since it was checked.
     pub(super) fn policy_gate(&self, rel: &release::Release) -> anyhow::Result<()> {
+        let images = self.judge(rel)?;
+        self.prove_images(rel, &images)
+    }
+
+    /// The compose policy on compose's model of `rel` ([`Agent::policy_gate`] without the
+    /// images' proof, for a release whose pull comes next): the images the model names.
+    fn judge(&self, rel: &release::Release) -> anyhow::Result<Vec<String>> {
         // The override is written before the model is built, so the model carries the pids
         // limit the agent supplies, and compose's model must show one for every service.
         rel.write_budget_override(self.cfg)?;
@@ -277,7 +339,7 @@ impl Agent<'_> {
             .compose_policy(rel.allow_privileged())
             .pids_supplied(true);
         let raw = rel.compose_yaml()?;
-        let refused = refusals::model(
+        let (refused, images) = refusals::model(
             &policy,
             &rel.compose(&self.docker, self.cfg),
             &raw,
@@ -285,7 +347,7 @@ impl Agent<'_> {
         )?;
         match refusals::all(refused) {
             Some(f) => Err(f.into()),
-            None => Ok(()),
+            None => Ok(images),
         }
     }
 
@@ -310,6 +372,16 @@ impl Agent<'_> {
 /// What a release's `.env` is counted as before its values are read: a few hundred secrets of
 /// a few hundred bytes.
 const ENV_ALLOWANCE: u64 = 256 * 1024;
+
+/// A pull's code: a tag never pushed is the bundle's, not the registry's (no credential fixes
+/// it).
+fn pull_code(e: &monky_compose::Error) -> Code {
+    if e.is_missing_image() {
+        Code::ImageNotFound
+    } else {
+        Code::ComposePullFailed
+    }
+}
 
 fn refusal(r: bundle::Refusal) -> anyhow::Error {
     Failure::from(&r).into()
