@@ -161,6 +161,7 @@ pub fn run(cfg: &Config) -> Vec<Check> {
     out.extend(openbao(cfg, &layout));
     out.extend(max_ttl(&layout));
     out.push(disk(cfg, &layout, docker.as_ref().ok()));
+    out.push(state_disk(cfg));
     out.push(hold(&layout));
     out.push(last_tick(&layout));
     out.push(secrets(&layout));
@@ -494,6 +495,27 @@ fn disk(cfg: &Config, layout: &Layout, docker: Option<&compose::Docker>) -> Chec
         match docker.free_bytes() {
             Ok(free) if free >= want => Ok(format!("{} free, {} needed", gib(free), gib(want))),
             Ok(free) => Err(format!("{} free, {} needed", gib(free), gib(want))),
+            Err(e) => Err(e.to_string()),
+        },
+    )
+}
+
+/// The state dir's own free space: a tick that cannot save its record leaves state.json, and
+/// so `status` and `explain`, saying what an older tick found.
+fn state_disk(cfg: &Config) -> Check {
+    check(
+        "state disk",
+        "free space on the state dir's file system (old releases go with a pruning tick, \
+         `monky-deployd run --once --prune`), or grow it",
+        match compose::engine::free_bytes(&cfg.state_dir) {
+            Ok(free) => match crate::verdict::state_disk_problem(free) {
+                None => Ok(format!(
+                    "{} free on {}",
+                    crate::verdict::human_bytes(free),
+                    cfg.state_dir.display()
+                )),
+                Some(problem) => Err(format!("{problem} ({})", cfg.state_dir.display())),
+            },
             Err(e) => Err(e.to_string()),
         },
     )

@@ -49,6 +49,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         token_present,
         containers: Some(&listed),
         boot: boot.as_ref(),
+        state_free: monky_compose::engine::free_bytes(&cfg.state_dir).ok(),
     };
     let why_not = crate::verdict::not_converged(&st, seen);
     // A clock gone wrong since the last tick is the box admin's move too.

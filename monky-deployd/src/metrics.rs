@@ -65,6 +65,7 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
                 token_present: state.token().is_some(),
                 containers: None,
                 boot: None,
+                state_free: None,
             },
         )
         .is_empty();

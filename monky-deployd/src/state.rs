@@ -716,13 +716,14 @@ impl State {
     /// outcome and counted, from the deadline's thread, since the tick can no longer conclude.
     pub fn record_timeout(&mut self, detail: Redacted) {
         let code = Code::TickTimeout;
+        let previous = (self.last_code, self.last_error.clone());
         self.record_outcome(
             Some(monky_agent_proto::ReportResult::Failed),
             Some((code, detail)),
             None,
             None,
         );
-        self.count_failure(code);
+        self.count_tick(None, &previous);
     }
 
     /// The tick ended: `succeeded_at` when it ended with exit 0, else its code (recorded by

@@ -28,6 +28,7 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         token_present,
         containers: Some(&listed),
         boot: boot.as_ref(),
+        state_free: monky_compose::engine::free_bytes(&cfg.state_dir).ok(),
     };
     let mut why_not = crate::verdict::not_converged(&st, seen);
     if let Some(m) = &marker {

@@ -68,17 +68,30 @@ pub fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
     if !offline {
         summary(&st, outcome.exit, started.elapsed());
     }
+    write_metrics(cfg, &st, outcome.exit, started.elapsed());
+    outcome
+}
+
+/// The end of a tick its deadline cut short, as any tick ends: the summary line and the
+/// metrics of the state the deadline recorded (`TICK_TIMEOUT`, exit 75).
+pub(crate) fn end_timed_out(cfg: &Config, st: &State, took: Duration) {
+    summary(st, Exit::Temporary, took);
+    write_metrics(cfg, st, Exit::Temporary, took);
+}
+
+/// The metrics textfile of a tick that ended with `exit` after `took`, when the config asks
+/// for one.
+fn write_metrics(cfg: &Config, st: &State, exit: Exit, took: Duration) {
     if let Some(path) = &cfg.metrics_textfile {
         let facts = metrics::TickFacts {
-            exit: outcome.exit,
-            duration: started.elapsed(),
+            exit,
+            duration: took,
             ended_at: state::now(),
         };
-        if let Err(e) = metrics::write(path, &metrics::render(&cfg.env_id, &st, facts)) {
+        if let Err(e) = metrics::write(path, &metrics::render(&cfg.env_id, st, facts)) {
             warn!("cannot write the metrics file {}: {e:#}", path.display());
         }
     }
-    outcome
 }
 
 fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {

@@ -19,6 +19,38 @@ pub struct Seen<'a> {
     /// Now on the boot clock, to carry the last reading of OpenBao's clock to this moment;
     /// `None` leaves the clock unjudged (the metrics file, from the tick's own record).
     pub boot: Option<&'a crate::clock::BootInstant>,
+    /// The free bytes of the state dir's file system now; `None` when not looked at (the
+    /// metrics file: a tick that could not save fails on its own).
+    pub state_free: Option<u64>,
+}
+
+/// Below this much free space in the state dir's file system a tick cannot save its record
+/// (state.json, a staged release of up to the 4 MiB bundle limit), so state.json may be an
+/// older tick's.
+pub const STATE_FREE_MIN: u64 = 16 * 1024 * 1024;
+
+/// Bytes in KiB or MiB with one decimal, as a free-space line reads them.
+#[must_use]
+pub fn human_bytes(b: u64) -> String {
+    if b >= 1 << 20 {
+        format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20))
+    } else {
+        format!("{:.1} KiB", b as f64 / 1024.0)
+    }
+}
+
+/// What is wrong with the state dir's free space, in words, when it is below
+/// [`STATE_FREE_MIN`].
+#[must_use]
+pub fn state_disk_problem(free: u64) -> Option<String> {
+    (free < STATE_FREE_MIN).then(|| {
+        format!(
+            "the state dir's file system has {} free, less than the {} MiB a tick needs to save \
+             its record: what state.json says may be an older tick's",
+            human_bytes(free),
+            STATE_FREE_MIN >> 20
+        )
+    })
 }
 
 /// What is wrong with the box's clock now, by the last reading of OpenBao's (`TLS_CLOCK`).
@@ -122,6 +154,9 @@ pub fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
             crate::status::rfc3339(t.expires_at)
         ));
     }
+    if let Some(problem) = seen.state_free.and_then(state_disk_problem) {
+        why.insert(0, problem);
+    }
     if let Some(problem) = clock_problem(st, seen) {
         let code = Code::TlsClock;
         why.push(format!("{code}: {problem} ({} moves next)", code.owner()));
@@ -165,6 +200,7 @@ mod tests {
             token_present: true,
             containers,
             boot: None,
+            state_free: None,
         }
     }
 
@@ -215,6 +251,24 @@ mod tests {
             "tenancy wants bbbbbbbbbbbb",
         );
         check(State::default(), seen(None), "no checkin");
+        check(
+            fine(),
+            Seen {
+                state_free: Some(4096),
+                ..seen(None)
+            },
+            "the state dir's file system has 4.0 KiB free",
+        );
+        assert!(
+            not_converged(
+                &fine(),
+                Seen {
+                    state_free: Some(STATE_FREE_MIN),
+                    ..seen(None)
+                }
+            )
+            .is_empty()
+        );
         // The clock, read 3 days ahead of OpenBao's at second 900 of boot "b", now at 1000.
         let boot = crate::clock::BootInstant {
             boot_id: "b".into(),

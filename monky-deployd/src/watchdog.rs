@@ -4,14 +4,14 @@
 //! Every call of a tick has a deadline of its own, but a tick makes many, and nothing can
 //! interrupt a blocking call from outside. So at the tick's deadline the watchdog ends the
 //! process: it logs `TICK_TIMEOUT`, records the timeout in state.json for `status` and
-//! `explain`, kills every docker child (their process groups would otherwise outlive the agent)
-//! and exits 75, which releases the state dir's flock. Files are never left half written:
+//! `explain` (a repeat counted as any tick's), writes the tick's summary line and its metrics
+//! as every tick does, kills every docker child (their process groups would otherwise outlive
+//! the agent) and exits 75, which releases the state dir's flock. Files are never left half written:
 //! every write of the agent is a temp file renamed into place, and the record in state.json is
 //! taken under the lock that the tick's own save takes too.
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use tracing::{error, warn};
 
@@ -30,13 +30,15 @@ pub struct Watchdog {
 pub fn arm(cfg: &Config, layout: &Layout) -> Watchdog {
     let (disarm, disarmed) = mpsc::channel::<()>();
     let limit = cfg.tick_timeout;
+    let started = std::time::Instant::now();
+    let cfg = cfg.clone();
     // Its own fd on the tick's state dir: the tick's is not the thread's to borrow.
     let layout = layout.try_clone();
     let thread = std::thread::Builder::new()
         .name("tick-deadline".into())
         .spawn(move || {
             if let Err(RecvTimeoutError::Timeout) = disarmed.recv_timeout(limit) {
-                expire(limit, layout);
+                expire(&cfg, started, layout);
             }
         });
     let thread = match thread {
@@ -62,8 +64,9 @@ impl Drop for Watchdog {
     }
 }
 
-/// Ends the process: the tick ran past `limit`.
-fn expire(limit: Duration, layout: anyhow::Result<Layout>) -> ! {
+/// Ends the process: the tick ran past `cfg`'s limit.
+fn expire(cfg: &Config, started: std::time::Instant, layout: anyhow::Result<Layout>) -> ! {
+    let limit = cfg.tick_timeout;
     let code = Code::TickTimeout;
     let detail = format!(
         "{code}: the tick ran past tick_timeout_s ({}s); its docker commands were killed \
@@ -81,6 +84,7 @@ fn expire(limit: Duration, layout: anyhow::Result<Layout>) -> ! {
             if let Err(e) = st.save_holding_lock(&layout) {
                 error!("cannot record the timeout in state.json: {e:#}");
             }
+            crate::tick::end_timed_out(cfg, &st, started.elapsed());
         }
         Err(e) => error!("cannot record the timeout in state.json: {e:#}"),
     }

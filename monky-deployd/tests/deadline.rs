@@ -67,3 +67,41 @@ fn a_tick_past_its_deadline_exits_75_kills_its_children_and_frees_the_lock() {
     );
     assert_eq!(w.state()["applied_sha"], json!(second));
 }
+
+/// A tick its deadline ends leaves what every tick leaves: the journal's summary line (with the
+/// repeat count on the next timeout) and metrics that say not converged, exit 75; never the
+/// last good tick's.
+#[test]
+fn a_timed_out_tick_writes_its_summary_line_and_metrics_and_counts_repeats() {
+    let w = World::new();
+    w.applied();
+    let prom = w.path("metrics.prom");
+    w.config_extra(&format!(
+        "tick_timeout_s: 6\nmetrics_textfile: {}\n",
+        prom.display()
+    ));
+    w.tick().ok();
+    let good = std::fs::read_to_string(&prom).unwrap();
+    assert!(
+        good.contains("monky_deployd_converged{env_id=\"env-qa-02\"} 1"),
+        "{good}"
+    );
+    w.stub("PULL_HANG", "300");
+    w.publish(&TestBundle::tagged("2"));
+
+    let first = w.tick();
+    first.expect(75);
+    first.says(&["code=TICK_TIMEOUT", "exit=75"]);
+    let metrics = std::fs::read_to_string(&prom).unwrap();
+    for line in [
+        "monky_deployd_converged{env_id=\"env-qa-02\"} 0",
+        "monky_deployd_exit_code{env_id=\"env-qa-02\"} 75",
+    ] {
+        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    }
+    // Past tenancy's checkin bucket: the same hang, counted as a repeat.
+    w.tenancy.advance_clock(Duration::from_secs(60));
+    let again = w.tick();
+    again.expect(75);
+    again.says(&["(same TICK_TIMEOUT as the last 1 tick)"]);
+}

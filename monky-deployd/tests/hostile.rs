@@ -610,6 +610,28 @@ fn a_full_state_dir_on_a_heartbeat_fails_the_tick_loudly() {
         state_before
     );
     assert_eq!(w.state()["applied_sha"], json!(first));
+
+    // state.json still holds the last good tick's record; no view takes it for the truth.
+    let full = "the state dir's file system has";
+    let status: serde_json::Value =
+        serde_json::from_str(&w.run(&["status", "--json"]).stdout()).unwrap();
+    assert_eq!(status["converged"], false, "{status:#}");
+    assert!(status.to_string().contains(full), "{status:#}");
+    w.run(&["explain"]).prints(&[full]);
+    let doctor = w.run(&["doctor", "--json"]);
+    assert_eq!(doctor.code(), 1, "{}", doctor.stdout());
+    let checks: serde_json::Value = serde_json::from_str(&doctor.stdout()).unwrap();
+    let check = checks["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "state disk")
+        .unwrap_or_else(|| panic!("{checks:#}"));
+    assert_eq!(check["verdict"], "fail", "{check:#}");
+    assert!(
+        check["detail"].as_str().unwrap().contains(full),
+        "{check:#}"
+    );
 }
 
 #[test]
