@@ -107,7 +107,7 @@ policy! {
     BundleNonconforming, Fail,
         "the compose file names a container, volume or network outside the project's own names: use the accepted name the message gives, or set allow_unprefixed_names in config.yaml if this box really wants it";
     BudgetExceeded, Fail,
-        "the compose file asks for more of the box than its budget: lower the named value in the bundle, or raise the named budget key in config.yaml";
+        "the compose file asks for more of the box than its budget: bring the named value within the budget in the bundle, or widen the named budget key in config.yaml (raise a `max_*`, lower a `min_*`)";
     SecretOnCommandLine, Fail,
         "compose would put a secret into a process's arguments, readable by every local user in /proc/<pid>/cmdline: give it to the service in its environment and let the program read it there or from a file (a _FILE variable, REDISCLI_AUTH for redis-cli); `$${NAME}` in a shell command is left to the container's shell";
     RollbackRefused, Fail,

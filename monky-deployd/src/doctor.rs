@@ -406,11 +406,15 @@ fn openbao_token(cfg: &Config, layout: &Layout, client: &bao::BaoClient) -> Vec<
         // No token: a lookup with an empty one still proves reachability and TLS (403 is fine).
         let probe = client.lookup_self(&bao::Token::new(String::new()));
         let reach = match probe {
-            Err(e) if e.kind() == bao::ErrorKind::Temporary => Err(bao_problem(e)),
-            _ => Ok(format!("{} reachable, certificate valid", cfg.bao.addr)),
+            Err(e) if e.kind() == bao::ErrorKind::Temporary => bao_failed(e),
+            _ => check(
+                "openbao",
+                FIX_REACH,
+                Ok(format!("{} reachable, certificate valid", cfg.bao.addr)),
+            ),
         };
         return vec![
-            check("openbao", FIX_REACH, reach),
+            reach,
             check("token", FIX_TOKEN, Err("no token stored".into())),
         ];
     };
@@ -433,10 +437,9 @@ fn openbao_token(cfg: &Config, layout: &Layout, client: &bao::BaoClient) -> Vec<
                 },
             ),
         ],
-        Err(e) if e.kind() == bao::ErrorKind::Temporary => vec![
-            check("openbao", FIX_REACH, Err(bao_problem(e))),
-            skip("token", "OpenBao not reachable"),
-        ],
+        Err(e) if e.kind() == bao::ErrorKind::Temporary => {
+            vec![bao_failed(e), skip("token", "OpenBao not reachable")]
+        }
         Err(e) => vec![
             check(
                 "openbao",
@@ -468,10 +471,17 @@ fn max_ttl(layout: &Layout) -> Option<Check> {
 
 /// An OpenBao failure in words, with its code (sealed, wrong CA, wrong name, ...) and its owner,
 /// so the fix line's owner is clear.
-fn bao_problem(e: bao::Error) -> String {
+/// The `openbao` check failed with `e`: its fix is the one its code gives (a sealed OpenBao is
+/// its operators' to unseal, not this box's transport to check), so the check never gives two.
+fn bao_failed(e: bao::Error) -> Check {
     let failure = peers::bao_failure("lookup-self", e);
     let (code, detail) = crate::exit::Failure::detail_of(&failure);
-    format!("{detail} ({}'s move: {})", code.owner(), code.next_step())
+    Check {
+        name: "openbao",
+        verdict: Verdict::Fail,
+        detail: redact(&format!("{detail} ({}'s move)", code.owner())).into_string(),
+        fix: code.next_step(),
+    }
 }
 
 fn disk(cfg: &Config, layout: &Layout, docker: Option<&compose::Docker>) -> Check {

@@ -93,10 +93,13 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         format!(
             "the containers drifted from {} ({code}); {}",
             st.applied_sha().map_or("-", Sha::short),
-            st.next_heal_at().filter(|t| *t > now).map_or(
-                "the next tick heals it".to_string(),
-                |t| format!("the next heal may run {}", ago(now, Some(t)))
-            )
+            match st.next_heal_at().filter(|t| *t > now) {
+                _ if !cfg.self_heal => "self_heal is off, so no tick heals it: \
+                     `monky-deployd run --once --force` does"
+                    .to_string(),
+                None => "the next tick heals it".to_string(),
+                Some(t) => format!("the next heal may run {}", ago(now, Some(t))),
+            }
         )
     } else if converged {
         "converged".to_string()

@@ -279,7 +279,15 @@ fn self_heal_off_reports_the_drift_and_touches_nothing() {
         "the report says why nothing was done"
     );
     assert_eq!(a.new_calls(), Vec::<String>::new());
-    a.w.run(&["explain"]).ok().prints(&["drifted"]);
+    let explain = a.w.run(&["explain"]);
+    explain
+        .ok()
+        .prints(&["drifted", "self_heal is off, so no tick heals it"]);
+    assert!(
+        !explain.stdout().contains("the next tick heals it"),
+        "{}",
+        explain.stdout()
+    );
 }
 
 /// A service that keeps dying is healed once per backoff step, and the ticks between say they

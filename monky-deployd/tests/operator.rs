@@ -309,6 +309,16 @@ fn openbao_sealed_is_its_operators_move() {
     v.tick_says(75, "BAO_SEALED", "OpenBao operators")
         .not_converged("BAO_SEALED", Some("OpenBao operators"))
         .doctor_says("openbao", "fail", "BAO_SEALED");
+    // One fix, the code's: nothing about this box's transport.
+    let check = v.doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "openbao")
+        .unwrap();
+    let fix = check["fix"].as_str().unwrap();
+    assert!(fix.contains("must unseal it"), "{check:#}");
+    assert!(!fix.contains("bao.addr"), "{check:#}");
 }
 
 #[test]
