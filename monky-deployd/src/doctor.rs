@@ -659,7 +659,7 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
     let checks = run(cfg);
     let ok = checks.iter().all(|c| c.verdict != Verdict::Fail);
     if as_json {
-        outln!(
+        outblock!(
             "{}",
             serde_json::to_string_pretty(&json!({"ok": ok, "checks": checks}))?
         );

@@ -121,6 +121,21 @@ pub fn with_priority(text: &str, level: tracing::Level) -> String {
     out
 }
 
+/// One formatted event as the journal gets it: control characters escaped, and each line
+/// after the first marked `  | `, so it can never read as an event of its own.
+fn event_lines(event: &str) -> String {
+    let body = event.strip_suffix('\n').unwrap_or(event);
+    let mut out = String::with_capacity(event.len() + 8);
+    for (n, line) in body.split('\n').enumerate() {
+        if n > 0 {
+            out.push_str("\n  | ");
+        }
+        out.push_str(&crate::redact::escape_controls(line, false));
+    }
+    out.push('\n');
+    out
+}
+
 /// Where formatted events go: redacted to stderr, and into the tick's capture.
 #[derive(Clone, Copy)]
 struct Sink;
@@ -151,15 +166,18 @@ impl Write for LineWriter {
 
 impl Drop for LineWriter {
     fn drop(&mut self) {
-        // The one redaction of a log line: callers log raw text, error chains included.
-        let line = redact(&String::from_utf8_lossy(&self.0));
+        // The one redaction of a log line: callers log raw text, error chains included. Then
+        // every control character a peer's text may carry is escaped, and a line break inside
+        // the event starts a continuation line marked `  | `: no peer forges a line of its own.
+        let redacted = redact(&String::from_utf8_lossy(&self.0));
+        let line = event_lines(redacted.as_str());
         if stderr_is_journal() {
-            let _ = io::stderr().write_all(with_priority(line.as_str(), self.1).as_bytes());
+            let _ = io::stderr().write_all(with_priority(&line, self.1).as_bytes());
         } else {
-            let _ = io::stderr().write_all(line.as_str().as_bytes());
+            let _ = io::stderr().write_all(line.as_bytes());
         }
         let mut cap = captured().lock().unwrap_or_else(|p| p.into_inner());
-        cap.push_lines(&line);
+        cap.push_lines(&redacted);
         if cap.as_str().len() > 4 * LOG_TAIL_MAX {
             *cap = cap.tail(LOG_TAIL_MAX);
         }
@@ -169,6 +187,19 @@ impl Drop for LineWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peers_line_break_or_control_character_never_makes_a_line_of_its_own() {
+        assert_eq!(event_lines("ERROR x\n"), "ERROR x\n");
+        assert_eq!(
+            event_lines("ERROR tenancy: bad\r INFO applied abc healthy\n"),
+            "ERROR tenancy: bad\\r INFO applied abc healthy\n"
+        );
+        assert_eq!(
+            event_lines(" WARN a\n INFO forged\u{1b}[1A\n"),
+            " WARN a\n  |  INFO forged\\u{1b}[1A\n"
+        );
+    }
 
     #[test]
     fn journal_lines_carry_sd_daemon_priorities() {

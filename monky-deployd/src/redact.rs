@@ -565,6 +565,40 @@ pub fn register_release(key: Option<&str>, read: impl FnOnce() -> Vec<secrecy::S
     global().register_release(key, read);
 }
 
+/// `text` with every control character a terminal or the journal would act on escaped, as
+/// Rust writes it (`\r`, `\u{1b}`): C0 (CR included), DEL, C1 and the Unicode line and
+/// paragraph separators. A tab stays; a line break stays only with `keep_newlines`. Peers'
+/// text (tenancy's `detail`, OpenBao's and the registry's errors, compose's and the apps'
+/// output) reaches the journal and the terminal only through the printers, and each printer
+/// passes what it prints through here, so no peer can forge a line or move the cursor.
+///
+/// ```
+/// use monky_deployd::redact::escape_controls;
+/// assert_eq!(escape_controls("ok\r INFO applied", false), "ok\\r INFO applied");
+/// assert_eq!(escape_controls("a\u{1b}[2Jb\tc\n", true), "a\\u{1b}[2Jb\tc\n");
+/// assert_eq!(escape_controls("a\nb", false), "a\\nb");
+/// assert_eq!(escape_controls("\u{85}\u{2028}é", false), "\\u{85}\\u{2028}é");
+/// ```
+#[must_use]
+pub fn escape_controls(text: &str, keep_newlines: bool) -> std::borrow::Cow<'_, str> {
+    let acts = |c: char| {
+        (c.is_control() && c != '\t' && !(keep_newlines && c == '\n'))
+            || matches!(c, '\u{2028}' | '\u{2029}')
+    };
+    if !text.chars().any(acts) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if acts(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Masks everything secret in `text`: the one way to a [`Redacted`].
 pub fn redact(text: &str) -> Redacted {
     Redacted(global().redact(text))

@@ -218,7 +218,7 @@ fn model_of_bundle(
         .build()
         .context("docker")?;
     if let Err(e) = docker.compose_info() {
-        eprintln!("note: compose's model not checked: {e}");
+        errln!("note: compose's model not checked: {e}");
         return Ok(Vec::new());
     }
     let release = dir.path().join("release");

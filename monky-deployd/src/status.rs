@@ -89,7 +89,7 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         "transport": cfg.transport.as_str(),
     });
     if as_json {
-        outln!("{}", redact(&serde_json::to_string_pretty(&doc)?));
+        outblock!("{}", redact(&serde_json::to_string_pretty(&doc)?));
         return Ok(Exit::Ok);
     }
     let line = |k: &str, v: &serde_json::Value| {

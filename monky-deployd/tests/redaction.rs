@@ -231,3 +231,43 @@ fn doctor_names_a_secret_too_short_to_be_masked_everywhere() {
     let plain = w.run(&["doctor"]);
     plain.prints(&["warn secrets"]);
 }
+
+/// Tenancy's error text with a carriage return, a line break and terminal escapes cannot forge
+/// a journal line or move the operator's cursor: the journal, `status` and `explain` show it
+/// escaped, on the line of the event it belongs to.
+#[test]
+fn a_peers_control_characters_are_escaped_in_the_journal_and_every_view() {
+    use monky_testkit::tenancy::{Endpoint, Fault};
+    let w = World::new();
+    w.applied();
+    let forged = "down\r INFO tick: action=apply sha=abcdefabcdef outcome=applied code=- \
+                  duration=1.0s exit=0\n INFO applied abcdefabcdef healthy\u{1b}[2K\u{9b}1A";
+    w.tenancy.set_fault(
+        Endpoint::Checkin,
+        Fault::Status {
+            status: 503,
+            body: serde_json::json!({"code": "UNAVAILABLE", "detail": forged}).to_string(),
+        },
+    );
+    let run = w.tick();
+    run.expect(75);
+    let mut outputs = vec![("journal", run.stderr())];
+    outputs.push(("status", w.run(&["status"]).stdout()));
+    outputs.push(("explain", w.run(&["explain"]).stdout()));
+    for (what, text) in outputs {
+        for c in ['\r', '\u{1b}', '\u{9b}'] {
+            assert!(!text.contains(c), "{what} holds {c:?}: {text:?}");
+        }
+        for line in text.lines() {
+            assert!(
+                !line.starts_with(" INFO applied") && !line.starts_with(" INFO tick:"),
+                "{what} has a forged line {line:?} in {text}"
+            );
+        }
+    }
+    assert!(
+        run.stderr().contains("down\\r INFO tick:"),
+        "{}",
+        run.stderr()
+    );
+}

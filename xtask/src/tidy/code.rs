@@ -59,6 +59,19 @@ pub const RULES: &[CodeRule] = &[
         },
         check: outcome_fields,
     },
+    CodeRule {
+        name: "who prints",
+        applies: |file| {
+            file.starts_with("monky-deployd/src/")
+                && !matches!(
+                    file,
+                    "monky-deployd/src/lib.rs"
+                        | "monky-deployd/src/main.rs"
+                        | "monky-deployd/src/logging.rs"
+                )
+        },
+        check: prints,
+    },
 ];
 
 /// Every violation of `rules` in the workspace at `root`, by rule.
@@ -359,6 +372,31 @@ fn spawns(file: &str, src: &Masked) -> Vec<Violation> {
     found
 }
 
+/// Rule: the agent prints through its printers (`outln!`, `errln!`, the log sink), which
+/// escape every control character a peer's text may carry; a bare `println!` would not.
+fn prints(file: &str, src: &Masked) -> Vec<Violation> {
+    let code = src.code.as_str();
+    let mut found = Vec::new();
+    for word in ["println", "eprintln", "print", "eprint", "stdout", "stderr"] {
+        for at in words(code, word) {
+            let after = &code[at + word.len()..];
+            let macro_call = after.starts_with('!');
+            let stream = matches!(word, "stdout" | "stderr") && after.trim_start().starts_with('(');
+            if macro_call || stream {
+                found.push(src.at(
+                    file,
+                    at,
+                    format!(
+                        "prints with `{word}`: print through `outln!`, `errln!` or tracing, \
+                         which escape peers' control characters"
+                    ),
+                ));
+            }
+        }
+    }
+    found
+}
+
 /// Names below the state root that `monky-deployd/src/layout.rs` alone spells. Each is a
 /// string literal exactly this, anywhere outside tests.
 const STATE_NAMES: &[&str] = &[
@@ -554,6 +592,22 @@ mod tests {
             strings,
             [(1, "x // y"), (2, "a \"quoted\" b"), (3, "z"), (8, "after"),]
         );
+    }
+
+    #[test]
+    fn a_planted_print_is_named_with_its_line() {
+        const RULE: &str = "who prints";
+        let planted = "fn f() {\n    println!(\"{x}\");\n    outln!(\"ok\");\n\
+                       let _ = std::io::stdout().lock();\n    eprint!(\"x\");\n}\n";
+        assert_eq!(
+            check(RULE, "monky-deployd/src/status.rs", planted),
+            [
+                "monky-deployd/src/status.rs:2",
+                "monky-deployd/src/status.rs:4",
+                "monky-deployd/src/status.rs:5"
+            ]
+        );
+        assert!(check(RULE, "monky-deployd/src/lib.rs", planted).is_empty());
     }
 
     #[test]
