@@ -61,6 +61,21 @@ pub struct EngineInfo {
     /// The daemon's data root, for example `/var/lib/docker`.
     #[serde(rename = "DockerRootDir")]
     pub docker_root_dir: PathBuf,
+    /// The daemon's security options, for example `name=seccomp,profile=builtin` and, with
+    /// `userns-remap`, `name=userns`.
+    #[serde(rename = "SecurityOptions", default)]
+    pub security_options: Vec<String>,
+}
+
+impl EngineInfo {
+    /// Whether the daemon remaps user namespaces (`userns-remap`): then a container's uid is
+    /// no host account's.
+    #[must_use]
+    pub fn userns_remap(&self) -> bool {
+        self.security_options
+            .iter()
+            .any(|o| o.split(',').any(|kv| kv == "name=userns"))
+    }
 }
 
 impl Engine {

@@ -577,7 +577,7 @@ fn compose_policy(rows: &mut Rows, runs: usize) {
         json!({"image": image, "command": null, "entrypoint": null, "restart": "unless-stopped",
                "environment": {"GEMINI_API_KEY": "x", "POSTGRES_PASSWORD": "y", "LOG_LEVEL": "info"},
                "logging": {"driver": "json-file", "options": {"max-size": "10m"}},
-               "networks": {"default": null}, "pids_limit": 1024})
+               "networks": {"default": null}, "pids_limit": 1024, "mem_limit": "2147483648"})
     };
     let mut web = common("registry.example/monky/web:1");
     web.as_object_mut().unwrap().extend(json!({
@@ -606,8 +606,8 @@ fn compose_policy(rows: &mut Rows, runs: usize) {
     let model = json!({"name": project, "services": {"web": web, "db": db, "worker": worker},
         "networks": {"default": {"name": format!("{project}_default"), "ipam": {}}},
         "volumes": {"webdata": {"name": format!("{project}_webdata")}, "pgdata": {"name": format!("{project}_pgdata")}}});
-    // As the agent judges: the box's budget with the host's memory and CPUs, and the pids limit
-    // the agent supplies through its override, which the model carries.
+    // As the agent judges: the box's budget with the host's memory and CPUs, and the pids and
+    // memory limits the agent supplies through its override, which the model carries.
     let policy = monky_bundle::ComposePolicy::new(project)
         .budget(monky_bundle::Budget {
             max_memory: Some(8 << 30),

@@ -168,6 +168,10 @@ pub fn run(cfg: &Config) -> Vec<Check> {
     out.push(proc_hidepid(
         &std::fs::read_to_string("/proc/self/mounts").unwrap_or_default(),
     ));
+    out.push(userns(
+        compose::Engine::from_env().info().ok().as_ref(),
+        &std::fs::read_to_string("/etc/passwd").unwrap_or_default(),
+    ));
     out.push(timer(cfg.laptop_mode));
     out
 }
@@ -207,6 +211,52 @@ fn proc_hidepid(mounts: &str) -> Check {
                   that need to see all processes (an /etc/fstab line for proc); bundles with a \
                   secret on a command line are refused either way (SECRET_ON_COMMAND_LINE)",
         },
+    }
+}
+
+/// Whether a host account can read a container's environment, secrets included: without
+/// `userns-remap` a container's uid is the host's, and the account with that uid reads
+/// `/proc/<pid>/environ` of the container's processes. CIS Docker Benchmark 2.8's question.
+fn userns(info: Option<&compose::EngineInfo>, passwd: &str) -> Check {
+    const NAME: &str = "userns";
+    let Some(info) = info else {
+        return skip(NAME, "the docker engine does not answer");
+    };
+    if info.userns_remap() {
+        return check(
+            NAME,
+            "",
+            Ok("the engine remaps user namespaces: a container's uid is no host account's".into()),
+        );
+    }
+    // The uids images commonly run as: node's 1000, nobody's 65534, distroless' 65532, and the
+    // other login accounts a box may hold.
+    let accounts: Vec<String> = passwd
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let (name, _, uid) = (f.next()?, f.next()?, f.next()?.parse::<u32>().ok()?);
+            (uid >= 1000 || uid == 65532 || uid == 65534).then(|| format!("{name} ({uid})"))
+        })
+        .collect();
+    Check {
+        name: NAME,
+        verdict: Verdict::Warn,
+        detail: format!(
+            "the engine does not remap user namespaces: a container running as a host account's \
+             uid shares it, and that account can read the container's environment, secrets \
+             included{}",
+            if accounts.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; host accounts images often run as: {}",
+                    accounts.join(", ")
+                )
+            }
+        ),
+        fix: "enable userns-remap in /etc/docker/daemon.json, or keep the uids containers run as \
+              (the image's USER, a service's user:) free of host accounts",
     }
 }
 
@@ -682,6 +732,27 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn userns_names_the_host_accounts_a_container_could_share_a_uid_with() {
+        let info = |opts: &[&str]| monky_compose::EngineInfo {
+            server_version: "28.3.0".into(),
+            docker_root_dir: "/var/lib/docker".into(),
+            security_options: opts.iter().map(|o| (*o).to_string()).collect(),
+        };
+        let passwd = "root:x:0:0::/root:/bin/bash\nnobody:x:65534:65534::/:/usr/sbin/nologin\n\
+                      admin:x:1000:1000::/home/admin:/bin/bash\nsshd:x:105:65534::/:/bin/false\n";
+        let open = super::userns(Some(&info(&["name=seccomp,profile=builtin"])), passwd);
+        assert_eq!(open.verdict, super::Verdict::Warn);
+        assert!(
+            open.detail.ends_with("nobody (65534), admin (1000)"),
+            "{}",
+            open.detail
+        );
+        let remapped = super::userns(Some(&info(&["name=userns", "name=seccomp"])), passwd);
+        assert_eq!(remapped.verdict, super::Verdict::Ok);
+        assert_eq!(super::userns(None, passwd).verdict, super::Verdict::Skip);
+    }
+
     use super::*;
 
     #[test]
