@@ -330,3 +330,77 @@ tests:
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// OPERATIONS.md's alerting recipe, as written there, run by `promtool test rules` against
+/// series in the shape the agent writes: each alert fires for the box in its situation and for
+/// no other.
+#[test]
+fn the_documented_alerting_recipe_fires_as_promtool_evaluates_it() {
+    const DOC: &str = include_str!("../../docs/OPERATIONS.md");
+    let rules = DOC
+        .split("### Alerting recipe\n")
+        .nth(1)
+        .and_then(|after| after.split("```yaml\n").nth(1))
+        .and_then(|block| block.split("```").next())
+        .expect("OPERATIONS.md gives the recipe in a yaml block");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rules.yml"), rules).unwrap();
+    // time() starts at 0; one sample a minute.
+    let tests = r#"rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+- interval: 1m
+  input_series:
+  - series: 'monky_deployd_converged{env_id="fine"}'
+    values: '1x20'
+  - series: 'monky_deployd_converged{env_id="stuck"}'
+    values: '0x20'
+  - series: 'monky_deployd_converged{env_id="blip"}'
+    values: '0 0 0 1x17'
+  - series: 'monky_deployd_refusals_total{env_id="hang",code="TICK_TIMEOUT"}'
+    values: '0 0 1 2 3x16'
+  - series: 'monky_deployd_refusals_total{env_id="once",code="TICK_TIMEOUT"}'
+    values: '0 0 1x18'
+  - series: 'monky_deployd_last_tick_timestamp_seconds{env_id="fine"}'
+    values: '0+60x20'
+  - series: 'monky_deployd_last_tick_timestamp_seconds{env_id="stopped"}'
+    values: '0x20'
+  - series: 'monky_deployd_token_max_ttl_near{env_id="stranding"}'
+    values: '1x20'
+  - series: 'monky_deployd_token_max_ttl_expiry_timestamp_seconds{env_id="stranding"}'
+    values: '50000x20'
+  - series: 'monky_deployd_token_max_ttl_near{env_id="fine"}'
+    values: '0x20'
+  - series: 'monky_deployd_token_max_ttl_expiry_timestamp_seconds{env_id="fine"}'
+    values: '50000x20'
+  alert_rule_test:
+  - eval_time: 15m
+    alertname: MonkyNotConverged
+    exp_alerts:
+    - exp_labels: {env_id: stuck}
+  - eval_time: 15m
+    alertname: MonkyTicksTimingOut
+    exp_alerts:
+    - exp_labels: {env_id: hang, code: TICK_TIMEOUT}
+  - eval_time: 15m
+    alertname: MonkyTicksStopped
+    exp_alerts:
+    - exp_labels: {env_id: stopped}
+  - eval_time: 15m
+    alertname: MonkyTokenNearMaxTtl
+    exp_alerts:
+    - exp_labels: {env_id: stranding}
+"#;
+    std::fs::write(dir.path().join("tests.yml"), tests).unwrap();
+    let out = std::process::Command::new("promtool")
+        .args(["test", "rules", "tests.yml"])
+        .current_dir(dir.path())
+        .output()
+        .expect("promtool is needed (Debian package promtool; `cargo xtask setup` installs it)");
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
