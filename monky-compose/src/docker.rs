@@ -484,6 +484,12 @@ impl Docker {
         }
     }
 
+    /// Every container, volume and network on the engine, with the project that made it
+    /// ([`Engine::named_objects`]).
+    pub fn named_objects(&self) -> Result<Vec<crate::NamedObject>> {
+        self.inner.engine.named_objects()
+    }
+
     /// The ID of the local image `reference` names, `None` when the engine has none
     /// ([`Engine::image_id`]).
     pub fn image_id(&self, reference: &str) -> Result<Option<String>> {

@@ -67,6 +67,40 @@ pub struct EngineInfo {
     pub security_options: Vec<String>,
 }
 
+/// What an engine object is: the three kinds a compose project names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ObjectKind {
+    /// A container.
+    Container,
+    /// A volume.
+    Volume,
+    /// A network.
+    Network,
+}
+
+impl ObjectKind {
+    /// The word for it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectKind::Container => "container",
+            ObjectKind::Volume => "volume",
+            ObjectKind::Network => "network",
+        }
+    }
+}
+
+/// A container, volume or network on the engine ([`Engine::named_objects`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedObject {
+    /// Its kind.
+    pub kind: ObjectKind,
+    /// Its name, without the leading `/` the engine gives a container's.
+    pub name: String,
+    /// The compose project that made it, by its label.
+    pub project: Option<String>,
+}
+
 impl EngineInfo {
     /// Whether the daemon remaps user namespaces (`userns-remap`): then a container's uid is
     /// no host account's.
@@ -205,6 +239,54 @@ impl Engine {
             Err(Error::EngineStatus { status: 404, .. }) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// Every container (running or not), volume and network on the engine, by name, with
+    /// the compose project that made it (`None`: made by another hand): three requests.
+    pub fn named_objects(&self) -> Result<Vec<NamedObject>> {
+        #[derive(Deserialize)]
+        struct Named {
+            #[serde(rename = "Name", default)]
+            name: String,
+            #[serde(rename = "Labels", default)]
+            labels: Option<BTreeMap<String, String>>,
+        }
+        #[derive(Deserialize)]
+        struct Volumes {
+            #[serde(rename = "Volumes", default)]
+            volumes: Option<Vec<Named>>,
+        }
+        let project = |labels: Option<&BTreeMap<String, String>>| {
+            labels.and_then(|l| l.get(PROJECT_LABEL)).cloned()
+        };
+        let mut out = Vec::new();
+        let containers: Vec<ApiContainer> = self.get_json("/containers/json", &[("all", "1")])?;
+        for c in containers {
+            for name in &c.names {
+                out.push(NamedObject {
+                    kind: ObjectKind::Container,
+                    name: name.trim_start_matches('/').to_owned(),
+                    project: project(c.labels.as_ref()),
+                });
+            }
+        }
+        let volumes: Volumes = self.get_json("/volumes", &[])?;
+        for v in volumes.volumes.unwrap_or_default() {
+            out.push(NamedObject {
+                kind: ObjectKind::Volume,
+                project: project(v.labels.as_ref()),
+                name: v.name,
+            });
+        }
+        let networks: Vec<Named> = self.get_json("/networks", &[])?;
+        for n in networks {
+            out.push(NamedObject {
+                kind: ObjectKind::Network,
+                project: project(n.labels.as_ref()),
+                name: n.name,
+            });
+        }
+        Ok(out)
     }
 
     fn target_text(&self) -> String {

@@ -44,5 +44,7 @@ pub use container::Container;
 pub use docker::{
     CommandLimits, ComposeInfo, Docker, DockerBuilder, DockerFacts, FileStamp, SYSTEM_PLUGIN_DIRS,
 };
-pub use engine::{ContainerDetail, ContainerFacts, Engine, EngineInfo, Probe};
+pub use engine::{
+    ContainerDetail, ContainerFacts, Engine, EngineInfo, NamedObject, ObjectKind, Probe,
+};
 pub use error::{Error, ErrorKind, Result};

@@ -203,6 +203,12 @@ impl StubDocker {
         FakeEngine::builder()
             .file("/containers/json", self.model_path(), "[]")
             .images(self.images_path())
+            .file(
+                "/volumes",
+                self.dir.join("volumes.json"),
+                r#"{"Volumes":[]}"#,
+            )
+            .file("/networks", self.dir.join("networks.json"), "[]")
             .route("/info", 200, info.to_string())
             .start(self.dir.join("docker.sock"))
             .expect("start the fake engine")

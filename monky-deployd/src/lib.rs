@@ -52,6 +52,7 @@ pub mod interrupted;
 pub mod layout;
 pub mod logging;
 pub mod metrics;
+pub mod names;
 mod peers;
 pub mod redact;
 pub mod refusals;

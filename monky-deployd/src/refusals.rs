@@ -46,7 +46,7 @@ pub fn all(refused: Vec<Failure>) -> Option<Failure> {
 
 /// The compose policy on compose's own model of a release dir (`docker compose config`):
 /// every refusal, or the failure of `compose config` itself (`COMPOSE_CONFIG_FAILED`); and
-/// the images the model names, each once, in order.
+/// what else the model says: the images it names and the names it makes.
 ///
 /// `raw_yaml` is the release's compose file, so that a value that came from a variable is
 /// named by it; `dir` is the release dir compose resolved the model's paths against. Links on
@@ -56,7 +56,7 @@ pub fn model(
     project: &monky_compose::Compose,
     raw_yaml: &str,
     dir: &Path,
-) -> anyhow::Result<(Vec<Failure>, Vec<String>)> {
+) -> anyhow::Result<(Vec<Failure>, ModelFacts)> {
     let model = project
         .config_json()
         .map_err(|e| Failure::coded(Code::ComposeConfigFailed, config_cause(&e, dir)))?;
@@ -68,13 +68,27 @@ pub fn model(
         .filter_map(|s| s.get("image")?.as_str())
         .map(str::to_owned)
         .collect();
+    let made = crate::names::made_by(&model, project.project());
     let read_link = |p: &Path| std::fs::read_link(p).ok();
     let refused = policy
         .findings_model(model, raw_yaml, dir, &read_link)
         .iter()
         .map(Failure::from)
         .collect();
-    Ok((refused, images.into_iter().collect()))
+    let facts = ModelFacts {
+        images: images.into_iter().collect(),
+        made,
+    };
+    Ok((refused, facts))
+}
+
+/// What compose's model of a release says besides the policy's findings.
+#[derive(Debug, Default)]
+pub struct ModelFacts {
+    /// The images it names, each once, in order.
+    pub images: Vec<String>,
+    /// The containers, volumes and networks it makes.
+    pub made: Vec<crate::names::Made>,
 }
 
 /// Compose's own complaint first, the release dir cut out of it: the dir is a staging path

@@ -2297,3 +2297,55 @@ fn an_image_on_the_engine_this_env_cannot_pull_never_runs() {
         );
     }
 }
+
+/// Names no other env can own, on the real engine: env B (`<project>-b`) runs a container;
+/// this env's bundle names its own container `<project>-b-web-1` (B's default name), or
+/// declares a volume whose name a hand-made volume already has. Each is refused before
+/// anything starts, naming both projects, and B's container is untouched.
+#[test]
+fn a_name_another_env_owns_is_refused_before_anything_starts() {
+    let Some(b) = E2eBox::new("names") else {
+        return;
+    };
+    let victim = format!("{}-b", b.project.name);
+    let victims_web = format!("{victim}-web-1");
+    b.run_by_hand(
+        &victims_web,
+        &b.e2e.image_1,
+        &[("com.docker.compose.project".into(), victim.clone())],
+    );
+    let by_hand_volume = format!("{}_data", b.project.name);
+    b.project.docker_ok(["volume", "create", &by_hand_volume]);
+    b.w.stage_grant();
+
+    let mut taking = b.bundle(&b.e2e.image_1);
+    taking.compose = taking.compose.replacen(
+        "    env_file: .env\n",
+        &format!("    env_file: .env\n    container_name: {victims_web}\n"),
+        1,
+    );
+    b.w.publish(&taking);
+    b.w.tick().expect(1);
+    let r = b.w.last_report();
+    assert_report(&r, ReportResult::Failed, Some("BUNDLE_NONCONFORMING: "));
+    let detail = r.detail.unwrap_or_default();
+    assert!(
+        detail.contains(&format!(
+            "container {victims_web} is project {victim}'s name, not {}'s",
+            b.project.name
+        )),
+        "{detail}"
+    );
+    // The default bundle's volume `data` is `<project>_data`, which the hand-made one holds.
+    assert!(
+        detail.contains(&format!("volume {by_hand_volume} exists, made by hand")),
+        "{detail}"
+    );
+    assert!(b.project.containers().is_empty(), "a container started");
+    let state = b
+        .project
+        .docker_ok(["inspect", "--format", "{{.State.Status}}", &victims_web]);
+    assert_eq!(state.trim(), "running", "B's container was touched");
+    b.project.docker_ok(["rm", "-f", &victims_web]);
+    b.project.docker_ok(["volume", "rm", &by_hand_volume]);
+}

@@ -328,8 +328,9 @@ impl Agent<'_> {
         self.prove_images(rel, &images)
     }
 
-    /// The compose policy on compose's model of `rel` ([`Agent::policy_gate`] without the
-    /// images' proof, for a release whose pull comes next): the images the model names.
+    /// The compose policy on compose's model of `rel`, and the names it makes against every
+    /// project on the box ([`Agent::policy_gate`] without the images' proof, for a release
+    /// whose pull comes next): the images the model names.
     fn judge(&self, rel: &release::Release) -> anyhow::Result<Vec<String>> {
         // The override is written before the model is built, so the model carries the pids
         // limit the agent supplies, and compose's model must show one for every service.
@@ -339,16 +340,32 @@ impl Agent<'_> {
             .compose_policy(rel.allow_privileged())
             .pids_supplied(true);
         let raw = rel.compose_yaml()?;
-        let (refused, images) = refusals::model(
+        let (refused, facts) = refusals::model(
             &policy,
             &rel.compose(&self.docker, self.cfg),
             &raw,
             rel.dir(),
         )?;
-        match refusals::all(refused) {
-            Some(f) => Err(f.into()),
-            None => Ok(images),
+        if let Some(f) = refusals::all(refused) {
+            return Err(f.into());
         }
+        match self.docker.named_objects() {
+            Ok(on_engine) => {
+                let others = crate::names::configured_projects(&self.cfg.path);
+                let taken = crate::names::conflicts(
+                    &self.cfg.compose_project,
+                    &facts.made,
+                    &others,
+                    &on_engine,
+                );
+                if !taken.is_empty() {
+                    return Err(Failure::coded(Code::BundleNonconforming, taken.join("; ")).into());
+                }
+            }
+            // The engine's own failure is the up's to report, under its own code.
+            Err(e) => warn!("cannot list the engine's names ({e}); names not checked"),
+        }
+        Ok(facts.images)
     }
 
     fn write_registry_auth(&self, value: &SecretString) {
