@@ -13,6 +13,11 @@ pub struct Container {
     pub state: String,
     /// `healthy`, `unhealthy` or `starting` when the service has a healthcheck.
     pub health: Option<String>,
+    /// A one-shot that did its work: exited 0, and not to be started again (another service
+    /// waits for it with `service_completed_successfully`, or its restart policy is `no` or
+    /// `on-failure`). Done, not down.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub completed: bool,
 }
 
 impl Container {
@@ -35,13 +40,15 @@ impl Container {
             service,
             state,
             health: health.or_else(|| health_from_status(status)),
+            completed: false,
         }
     }
 
-    /// Running, and healthy if it has a healthcheck.
+    /// Up as compose means it: running, and healthy if it has a healthcheck; or a one-shot
+    /// that completed ([`Container::completed`]).
     #[must_use]
     pub fn is_ready(&self) -> bool {
-        Self::ready(&self.state, self.health.as_deref())
+        self.completed || Self::ready(&self.state, self.health.as_deref())
     }
 
     /// The readiness rule of [`is_ready`](Self::is_ready) on a state and health kept apart
@@ -60,11 +67,11 @@ impl Container {
         state == "running" && health.is_none_or(|h| h == "healthy")
     }
 
-    /// Has failed for good: exited, dead, or its healthcheck says unhealthy. Compose's own
-    /// `--wait` gives up on the same conditions, an exit with code 0 included.
+    /// Has failed for good: exited (but for a completed one-shot), dead, or its healthcheck
+    /// says unhealthy.
     #[must_use]
     pub fn has_failed(&self) -> bool {
-        matches!(self.state.as_str(), "exited" | "dead" | "removing")
+        (matches!(self.state.as_str(), "exited" | "dead" | "removing") && !self.completed)
             || self.health.as_deref() == Some("unhealthy")
     }
 }
@@ -77,6 +84,7 @@ pub(crate) fn container(name: &str, service: &str, state: &str, health: Option<&
         service: service.into(),
         state: state.into(),
         health: health.map(str::to_owned),
+        completed: false,
     }
 }
 

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::Container;
-use crate::container::{Row, project_containers};
+use crate::container::Row;
 use crate::error::{Error, Result};
 
 /// The socket the daemon listens on when `DOCKER_HOST` is not set.
@@ -20,6 +20,9 @@ pub const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
 
 /// The label compose puts on every container of a project.
 pub const PROJECT_LABEL: &str = "com.docker.compose.project";
+/// Compose's label of a container's dependencies: `<service>:<condition>:<restart>`, comma
+/// separated.
+const DEPENDS_ON_LABEL: &str = "com.docker.compose.depends_on";
 /// The label naming the compose service.
 pub const SERVICE_LABEL: &str = "com.docker.compose.service";
 /// The label marking `compose run` one-off containers (`True`), which are not the project's
@@ -179,20 +182,51 @@ impl Engine {
     /// The containers of compose project `project`, one-off containers excluded, sorted by
     /// name. `GET /containers/json?all=1&filters={"label":["com.docker.compose.project=<p>"]}`.
     pub fn containers(&self, project: &str) -> Result<Vec<Container>> {
-        Ok(project_containers(self.rows(project)?))
+        Ok(self
+            .container_facts(project)?
+            .into_iter()
+            .map(|f| f.container)
+            .collect())
     }
 
     /// As [`Engine::containers`], with what the same answer says about where each container
     /// came from ([`ContainerFacts`]): still one request, no process.
     pub fn container_facts(&self, project: &str) -> Result<Vec<ContainerFacts>> {
-        let mut facts: Vec<ContainerFacts> = self
+        let rows: Vec<ApiContainer> = self
             .rows(project)?
             .into_iter()
             .filter(|r| !r.is_oneoff())
-            .map(ApiContainer::into_facts)
             .collect();
+        let waited_on = completion_awaited(&rows);
+        let mut facts: Vec<ContainerFacts> =
+            rows.into_iter().map(ApiContainer::into_facts).collect();
+        for f in &mut facts {
+            if f.container.state != "exited" || f.exit_code != Some(0) {
+                continue;
+            }
+            // A one-shot that did its work is done, not down: compose's own rule for a service
+            // another waits for with `service_completed_successfully`, and the engine's for a
+            // container it will not restart (asked only for an exited-0 container).
+            f.container.completed = waited_on.contains(&f.container.service)
+                || self
+                    .restart_policy(&f.id)
+                    .is_ok_and(|p| matches!(p.as_str(), "" | "no" | "on-failure"));
+        }
         facts.sort_by(|a, b| a.container.name.cmp(&b.container.name));
         Ok(facts)
+    }
+
+    /// The restart policy of a container (`HostConfig.RestartPolicy.Name`: `no`, `always`,
+    /// `unless-stopped`, `on-failure`; empty for none), from `GET /containers/{id}/json`.
+    fn restart_policy(&self, id: &str) -> Result<String> {
+        if id.is_empty() || id.contains(['/', '?']) {
+            return Err(Error::Parse {
+                what: "container id".to_owned(),
+                detail: format!("{id:?} is not a container id"),
+            });
+        }
+        let raw: ApiInspect = self.get_json(&format!("/containers/{id}/json"), &[])?;
+        Ok(raw.host_config.restart_policy.name)
     }
 
     fn rows(&self, project: &str) -> Result<Vec<ApiContainer>> {
@@ -533,6 +567,35 @@ pub struct Probe {
 struct ApiInspect {
     #[serde(rename = "State", default)]
     state: ApiState,
+    #[serde(rename = "HostConfig", default)]
+    host_config: ApiHostConfig,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ApiHostConfig {
+    #[serde(rename = "RestartPolicy", default)]
+    restart_policy: ApiRestartPolicy,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ApiRestartPolicy {
+    #[serde(rename = "Name", default)]
+    name: String,
+}
+
+/// The services another container of the project waits for with
+/// `service_completed_successfully`, by compose's `com.docker.compose.depends_on` label
+/// (`migrate:service_completed_successfully:false,db:service_healthy:false`).
+fn completion_awaited(rows: &[ApiContainer]) -> std::collections::BTreeSet<String> {
+    rows.iter()
+        .filter_map(|r| r.label(DEPENDS_ON_LABEL))
+        .flat_map(|deps| deps.split(','))
+        .filter_map(|dep| {
+            let mut parts = dep.split(':');
+            let (service, condition) = (parts.next()?, parts.next()?);
+            (condition == "service_completed_successfully").then(|| service.to_owned())
+        })
+        .collect()
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -660,7 +723,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            project_containers(rows),
+            crate::container::project_containers(rows),
             vec![
                 container("p-db-1", "", "exited", None),
                 container("p-web-1", "web", "running", Some("healthy")),

@@ -75,6 +75,7 @@ fn containers_come_from_an_unversioned_filtered_list() {
         service: service.into(),
         state: state.into(),
         health: health.map(str::to_owned),
+        completed: false,
     };
     assert_eq!(
         got,
@@ -437,24 +438,28 @@ fn real_engine_reports_states_and_health_of_a_project() {
             service: "bad".into(),
             state: "running".into(),
             health: Some("unhealthy".into()),
+            completed: false,
         },
         Container {
             name: format!("{p}-db-1"),
             service: "db".into(),
             state: "running".into(),
             health: None,
+            completed: false,
         },
         Container {
             name: format!("{p}-job-1"),
             service: "job".into(),
             state: "exited".into(),
             health: None,
+            completed: false,
         },
         Container {
             name: format!("{p}-web-1"),
             service: "web".into(),
             state: "running".into(),
             health: Some("healthy".into()),
+            completed: false,
         },
     ];
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -476,4 +481,64 @@ fn real_engine_reports_states_and_health_of_a_project() {
 
     // and an unknown project is empty, not an error
     assert_eq!(engine.containers(&format!("{p}-nothing")).unwrap(), vec![]);
+}
+
+/// A one-shot that exited 0 is done, not down, when compose's rule or the engine's says it will
+/// not run again: another service waits for it with `service_completed_successfully`, or its
+/// restart policy is `no`. Under `always`, or with a non-zero exit, it is down.
+#[test]
+fn a_completed_one_shot_is_done_and_a_stopped_service_is_not() {
+    let row = |id: &str, service: &str, status: &str, depends_on: &str| {
+        format!(
+            r#"{{"Id":"{id}","Names":["/p-{service}-1"],"State":"exited","Status":"{status}",
+               "Labels":{{"com.docker.compose.project":"p","com.docker.compose.service":"{service}",
+                          "com.docker.compose.depends_on":"{depends_on}"}}}}"#
+        )
+    };
+    let web = r#"{"Id":"w","Names":["/p-web-1"],"State":"running","Status":"Up 1 minute",
+        "Labels":{"com.docker.compose.project":"p","com.docker.compose.service":"web",
+                  "com.docker.compose.depends_on":"migrate:service_completed_successfully:false,db:service_healthy:false"}}"#;
+    let list = format!(
+        "[{web},{},{},{},{}]",
+        row("m", "migrate", "Exited (0) 1 minute ago", ""),
+        row("s", "seed", "Exited (0) 1 minute ago", ""),
+        row("c", "cache", "Exited (0) 1 minute ago", ""),
+        row("f", "failed", "Exited (3) 1 minute ago", ""),
+    );
+    let policy = |name: &str| {
+        format!(r#"{{"State":{{}},"HostConfig":{{"RestartPolicy":{{"Name":"{name}"}}}}}}"#)
+    };
+    let (no, always) = (policy("no"), policy("always"));
+    let fake = fake_engine(&[
+        ("/containers/json", 200, &list),
+        ("/containers/s/json", 200, &no),
+        ("/containers/c/json", 200, &always),
+        ("/containers/f/json", 200, &no),
+    ]);
+    let got: Vec<(String, bool, bool)> = fake
+        .engine()
+        .containers("p")
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.service.clone(), c.completed, c.is_ready()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("cache".to_string(), false, false),
+            ("failed".to_string(), false, false),
+            ("migrate".to_string(), true, true),
+            ("seed".to_string(), true, true),
+            ("web".to_string(), false, true),
+        ]
+    );
+    // The migration is waited for by the label alone: no inspect of it.
+    assert!(
+        !fake
+            .requests()
+            .iter()
+            .any(|r| r.contains("/containers/m/json")),
+        "{:?}",
+        fake.requests()
+    );
 }

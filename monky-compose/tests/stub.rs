@@ -313,18 +313,21 @@ fn ps_reads_the_array_and_the_line_shapes_alike() {
             service: "db".into(),
             state: "running".into(),
             health: None,
+            completed: false,
         },
         Container {
             name: "monky-env-t-migrate-1".into(),
             service: "migrate".into(),
             state: "exited".into(),
             health: None,
+            completed: false,
         },
         Container {
             name: "monky-env-t-web-1".into(),
             service: "web".into(),
             state: "running".into(),
             health: Some("healthy".into()),
+            completed: false,
         },
     ];
     for version in ["2.20.2", "2.30.3"] {

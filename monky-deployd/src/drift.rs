@@ -249,6 +249,7 @@ mod tests {
                 service: service.into(),
                 state: state.into(),
                 health: None,
+                completed: false,
             },
             id: format!("id-{name}"),
             config_hash: Some(hash.into()),

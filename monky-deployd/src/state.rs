@@ -107,6 +107,17 @@ pub struct SeenContainer {
     pub state: String,
     /// `healthy`, `unhealthy`, `starting`, or none without a healthcheck.
     pub health: Option<String>,
+    /// A one-shot that completed ([`monky_compose::Container::completed`]): done, not down.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub completed: bool,
+}
+
+impl SeenContainer {
+    /// Up as compose means it ([`monky_compose::Container::is_ready`]).
+    #[must_use]
+    pub fn is_ready(&self) -> bool {
+        self.completed || monky_compose::Container::ready(&self.state, self.health.as_deref())
+    }
 }
 
 /// A release whose apply failed after it was staged (render, model, pull, up or health) and

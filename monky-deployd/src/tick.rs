@@ -326,11 +326,21 @@ impl<'a> Agent<'a> {
     }
 }
 
-/// The containers that are not running-and-healthy, as `name (state or health)`.
+/// Whether compose's `up --wait` failed only because it gives up on any exited container, a
+/// one-shot's that completed included (`container p-migrate-1 exited (0)`): no failure when
+/// every container is up as the agent judges it.
+fn up_gave_up_on_one_shots(error: &str, containers: &[SeenContainer]) -> bool {
+    error.contains("exited (0)")
+        && !containers.is_empty()
+        && containers.iter().all(SeenContainer::is_ready)
+}
+
+/// The containers that are not up (running and healthy, or a one-shot that completed), as
+/// `name (state or health)`.
 fn not_ready(containers: &[SeenContainer]) -> Vec<String> {
     containers
         .iter()
-        .filter(|c| !monky_compose::Container::ready(&c.state, c.health.as_deref()))
+        .filter(|c| !c.is_ready())
         .map(|c| format!("{} ({})", c.name, c.health.as_deref().unwrap_or(&c.state)))
         .collect()
 }

@@ -253,8 +253,9 @@ impl Project {
         if ids.is_empty() {
             return Vec::new();
         }
-        let format = "{{.Name}}|{{.Id}}|{{.State.StartedAt}}|{{.State.Status}}|\
-                      {{if .State.Health}}{{.State.Health.Status}}{{end}}";
+        // `.State.Health` is absent, not empty, for a container without a healthcheck, and a
+        // template that names an absent key fails: the state comes whole, as JSON.
+        let format = "{{.Name}}|{{.Id}}|{{.State.StartedAt}}|{{.State.Status}}|{{json .State}}";
         let text = self.docker_ok(
             ["inspect", "--format", format]
                 .into_iter()
@@ -263,13 +264,17 @@ impl Project {
         let mut seen: Vec<Seen> = text
             .lines()
             .filter_map(|l| {
-                let f: Vec<&str> = l.split('|').collect();
+                let f: Vec<&str> = l.splitn(5, '|').collect();
+                let state: Value = serde_json::from_str(f.get(4)?).ok()?;
                 (f.len() == 5).then(|| Seen {
                     name: f[0].trim_start_matches('/').to_string(),
                     id: f[1].to_string(),
                     started_at: f[2].to_string(),
                     state: f[3].to_string(),
-                    health: f[4].to_string(),
+                    health: state["Health"]["Status"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
                 })
             })
             .collect();
@@ -2348,4 +2353,94 @@ fn a_name_another_env_owns_is_refused_before_anything_starts() {
     assert_eq!(state.trim(), "running", "B's container was touched");
     b.project.docker_ok(["rm", "-f", &victims_web]);
     b.project.docker_ok(["volume", "rm", &by_hand_volume]);
+}
+
+/// A Django- or Rails-shaped stack on the real engine: a database stand-in, a migration that
+/// runs once after it is healthy, a web service that waits for the migration to complete, a
+/// worker, and a seed job nothing waits for (`restart: "no"`). It applies and is healthy, its
+/// heartbeats report it applied with the one-shots exited 0, a heal brings back a removed web
+/// container, and a migration that fails fails the apply with its own output, keeping the
+/// running release.
+#[test]
+fn a_stack_with_one_shot_services_applies_stays_up_and_heals() {
+    let Some(b) = E2eBox::new("oneshot") else {
+        return;
+    };
+    b.w.tenancy.set_limits(RateLimits {
+        checkin: Rate::per_minute(60),
+        ..RateLimits::default()
+    });
+    let image = &b.e2e.image_1;
+    let stack = |migrate_exit: u8| {
+        let mut y = String::from("services:\n");
+        y.push_str(&format!("  db:\n    image: {image}\n    env_file: .env\n"));
+        y.push_str(&format!(
+            "  migrate:\n    image: {image}\n    restart: \"no\"\n    healthcheck: {{disable: true}}\n\
+             \x20   entrypoint: [/bin/sh, -c, \"echo applying migration 0042; exit {migrate_exit}\"]\n\
+             \x20   depends_on: {{db: {{condition: service_healthy}}}}\n"
+        ));
+        y.push_str(&format!(
+            "  web:\n    image: {image}\n    env_file: .env\n    ports:\n      - \"127.0.0.1:{}:{}\"\n\
+             \x20   depends_on:\n      migrate: {{condition: service_completed_successfully}}\n\
+             \x20     db: {{condition: service_healthy}}\n",
+            b.port, b.e2e.web_port
+        ));
+        y.push_str(&format!(
+            "  worker:\n    image: {image}\n    env_file: .env\n    depends_on: [db]\n"
+        ));
+        y.push_str(&format!(
+            "  seed:\n    image: {image}\n    restart: \"no\"\n    healthcheck: {{disable: true}}\n\
+             \x20   entrypoint: [/bin/sh, -c, \"echo seeded\"]\n"
+        ));
+        web_bundle(y)
+    };
+    let sha = b.first_apply(&stack(0));
+    let seen = b.project.containers();
+    let state_of = |seen: &[Seen], service: &str| {
+        seen.iter()
+            .find(|c| c.name.ends_with(&format!("-{service}-1")))
+            .map(|c| c.state.clone())
+            .unwrap_or_else(|| panic!("no {service} in {seen:?}"))
+    };
+    for one_shot in ["migrate", "seed"] {
+        assert_eq!(state_of(&seen, one_shot), "exited", "{seen:?}");
+    }
+    for service in ["db", "web", "worker"] {
+        assert_eq!(state_of(&seen, service), "running", "{seen:?}");
+    }
+    assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
+
+    // Heartbeats: applied, the completed one-shots are done, not down.
+    for _ in 0..2 {
+        b.w.tick().ok();
+        assert_report(&b.w.last_report(), ReportResult::Applied, None);
+    }
+    b.w.run(&["status"]).ok().prints(&["converged      true"]);
+
+    // A heal: the web container removed by hand comes back.
+    b.project.docker_ok(["rm", "-f", &b.web()]);
+    b.w.tick().ok();
+    assert_report(
+        &b.w.last_report(),
+        ReportResult::Applied,
+        Some("HEALED: web missing"),
+    );
+    assert_eq!(state_of(&b.project.containers(), "web"), "running");
+
+    // A migration that fails: the apply fails with the migration's own words, and the
+    // running release stays.
+    b.w.publish(&stack(3));
+    b.w.tick().expect(1);
+    let r = b.w.last_report();
+    assert_eq!(r.result, ReportResult::Failed, "{r:?}");
+    let detail = r.detail.clone().unwrap_or_default();
+    assert!(detail.contains("migrate"), "{detail}");
+    let logs = b.w.run(&["logs"]);
+    assert!(
+        format!("{detail}\n{}", logs.stdout()).contains("applying migration 0042"),
+        "the migration's output: {detail}\n{}",
+        logs.stdout()
+    );
+    assert_eq!(b.w.state()["applied_sha"], json!(sha));
+    assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
 }

@@ -660,3 +660,51 @@ fn hold_writes_the_file_as_the_state_dirs_owner() {
     w.run(&["unhold"]).ok().prints(&["hold removed"]);
     assert!(!w.state_dir().join("hold").exists());
 }
+
+/// Release 2 failed and waits out its backoff; release 1 runs again. When release 1's
+/// container then goes, the tick that backs off from 2 looks at what runs and heals 1; the
+/// report never says "running" of a release whose containers are gone.
+#[test]
+fn the_running_release_is_healed_while_the_new_sha_backs_off() {
+    let a = applied();
+    a.w.stub("FAULT_IF", "web:2");
+    a.w.stub(
+        "UP_FAIL",
+        "Bind for 0.0.0.0:8080 failed: port is already allocated",
+    );
+    a.w.publish(&TestBundle::tagged("2"));
+    a.w.tick().expect(1);
+    assert!(
+        a.w.last_report()
+            .detail
+            .unwrap_or_default()
+            .contains(&format!("reverted to {}", &a.sha[..12])),
+        "{:?}",
+        a.w.last_report()
+    );
+    // Release 2 backs off; release 1's container goes.
+    set_model(&a.w, &[]);
+    let from = a.w.docker_calls().len();
+    a.w.tenancy
+        .advance_clock(std::time::Duration::from_secs(60));
+    let run = a.w.tick();
+    run.ok();
+    let r = a.w.last_report();
+    assert_report(&r, ReportResult::Applied, Some("HEALED: web missing"));
+    assert_eq!(r.sha.as_deref(), Some(a.sha.as_str()));
+    let ups = subs(&a.w.docker_calls()[from..])
+        .iter()
+        .filter(|s| *s == "up")
+        .count();
+    assert_eq!(ups, 1, "one heal of release 1");
+    // Nothing of release 1 runs and the heal waits out its own backoff: the report says so.
+    set_model(&a.w, &[]);
+    a.w.tenancy
+        .advance_clock(std::time::Duration::from_secs(60));
+    a.w.tick().expect(1);
+    let detail = a.w.last_report().detail.unwrap_or_default();
+    assert!(
+        !detail.contains(&format!("running {}", &a.sha[..12])),
+        "{detail}"
+    );
+}

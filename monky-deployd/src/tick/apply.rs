@@ -119,19 +119,41 @@ impl Agent<'_> {
         Some(deadline)
     }
 
-    /// A failed release waiting out its backoff: report, but no bundle, lease, pull or up.
+    /// A failed release waiting out its backoff: no bundle, lease, pull or up of it. The
+    /// running release is judged first, as a heartbeat judges it: its drift is healed (subject
+    /// to the heal backoff), and the report says what runs, never "running" when nothing does.
     pub(super) fn report_waiting(&mut self, sha: &Sha, deadline: u64) -> anyhow::Result<Exit> {
+        if let (None, Some(running)) = (&self.docker_error, self.state.applied_sha().cloned()) {
+            let drift = crate::drift::detect(&running, self.state.converged(), &self.facts);
+            if !drift.is_empty() {
+                info!(
+                    "{} waits out its backoff; the running {} drifted",
+                    sha.short(),
+                    running.short()
+                );
+                return self.on_drift(&running, &drift);
+            }
+        }
         // A state written before the failure's own detail was kept has only its code's name.
         let failed = self.state.failed();
         let code = failed.and_then(|f| f.code).unwrap_or(Code::Failed);
         let base = failed
             .and_then(|f| f.detail.as_ref().map(ToString::to_string))
             .unwrap_or_else(|| format!("{code}: an earlier attempt failed"));
-        let running = self.state.applied_sha().cloned();
+        let running = match self.state.applied_sha() {
+            None => "running nothing".to_string(),
+            Some(_) if self.docker_error.is_some() => "what runs is unknown (docker does not \
+                                                       answer)"
+                .to_string(),
+            Some(_) if self.state.containers().is_empty() => "nothing runs".to_string(),
+            Some(a) => match super::not_ready(self.state.containers()) {
+                bad if bad.is_empty() => format!("running {}", a.short()),
+                bad => format!("running {}, not up: {}", a.short(), bad.join(", ")),
+            },
+        };
         let detail = format!(
-            "{base}; next attempt {}; running {}",
-            crate::status::rfc3339(deadline),
-            running.as_ref().map_or("nothing", Sha::short)
+            "{base}; next attempt {}; {running}",
+            crate::status::rfc3339(deadline)
         );
         info!(
             "{} failed before; waiting until {} (`run --once --force` retries now)",

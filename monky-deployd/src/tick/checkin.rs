@@ -24,6 +24,7 @@ impl Agent<'_> {
                     name: f.container.name.clone(),
                     state: f.container.state.clone(),
                     health: f.container.health.clone(),
+                    completed: f.container.completed,
                 })
                 .collect(),
         );

@@ -26,6 +26,12 @@ impl Agent<'_> {
         let up = project.up(Some(self.cfg.healthy_timeout));
         failpoint::hit("after-up");
         self.refresh_containers();
+        let up = match up {
+            Err(e) if super::up_gave_up_on_one_shots(&e.to_string(), self.state.containers()) => {
+                Ok(())
+            }
+            other => other,
+        };
         let bad = not_ready(self.state.containers());
         if up.is_ok() && bad.is_empty() {
             return Ok(());
@@ -38,7 +44,7 @@ impl Agent<'_> {
             .state
             .containers()
             .iter()
-            .filter(|c| !monky_compose::Container::ready(&c.state, c.health.as_deref()))
+            .filter(|c| !c.is_ready())
             .map(|c| Looked {
                 name: c.name.clone(),
                 state: c.state.clone(),
@@ -146,6 +152,14 @@ impl Agent<'_> {
                     .map_err(anyhow::Error::new)
             });
         self.refresh_containers();
+        let result = match result {
+            Err(e)
+                if super::up_gave_up_on_one_shots(&format!("{e:#}"), self.state.containers()) =>
+            {
+                Ok(())
+            }
+            other => other,
+        };
         match result {
             Ok(()) if not_ready(self.state.containers()).is_empty() => {
                 self.record_converged(prev);

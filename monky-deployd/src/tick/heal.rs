@@ -115,6 +115,14 @@ impl Agent<'_> {
             .collect();
         let up = self.bring_up_current(sha, &remove);
         self.refresh_containers();
+        let up = match up {
+            Err(e)
+                if super::up_gave_up_on_one_shots(&format!("{e:#}"), self.state.containers()) =>
+            {
+                Ok(())
+            }
+            other => other,
+        };
         let still = drift::detect(sha, self.state.converged(), &self.facts)
             .into_iter()
             // What compose made now is the release's, even where it hashes a service
