@@ -216,6 +216,30 @@ pub fn detect(applied: &Sha, converged: Option<&Converged>, seen: &[ContainerFac
     out
 }
 
+/// Whether the engine's `completed` for container `name` stands: a container that exits 0 with
+/// no restart policy looks the same whether it did its work or someone stopped it, and the
+/// record of the last healthy up tells them apart (running then: stopped, not done; exited 0
+/// already, or not in the record: a one-shot).
+#[must_use]
+pub fn completed_stands(record: Option<&Converged>, name: &str) -> bool {
+    record
+        .and_then(|r| r.containers.get(name))
+        .is_none_or(|c| c.completed)
+}
+
+/// `containers` as the engine lists them, each `completed` kept only where
+/// [`completed_stands`]: what `status` and `explain` judge.
+#[must_use]
+pub fn settled(
+    mut containers: Vec<monky_compose::Container>,
+    record: Option<&Converged>,
+) -> Vec<monky_compose::Container> {
+    for c in &mut containers {
+        c.completed = c.completed && completed_stands(record, &c.name);
+    }
+    containers
+}
+
 /// The drift as one line: `web missing (p-web-1), db exited (137) (p-db-1)`.
 pub fn describe(drift: &[Drift]) -> String {
     drift

@@ -41,6 +41,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
     let now = state::now();
     let listed = monky_compose::Engine::from_env()
         .containers(&cfg.compose_project)
+        .map(|cs| crate::drift::settled(cs, st.converged()))
         .map_err(|e| e.to_string());
     let token_present = layout.has_token();
     let boot = crate::clock::boot();

@@ -249,10 +249,19 @@ fn model_of_bundle(
         .map(|e| e.expose_secret().to_string())
         .unwrap_or_default();
     std::fs::write(release.join(crate::release::ENV_FILE), env)?;
+    // compose reads the agent's plain rewrite, as in a tick; a file that does not parse was
+    // refused above already, and its own text then goes to compose for its own complaint.
+    let file = match bundle::plain_compose(b.compose()) {
+        Ok(plain) => {
+            std::fs::write(release.join(bundle::PLAIN_COMPOSE_FILE), plain)?;
+            release.join(bundle::PLAIN_COMPOSE_FILE)
+        }
+        Err(_) => release.join(b.compose_file_name()),
+    };
     let mut compose = docker.compose(
         base.project(),
         &release,
-        &release.join(b.compose_file_name()),
+        &file,
         &release.join(crate::release::ENV_FILE),
     );
     // The pids limit the tick supplies, as the tick supplies it.

@@ -142,12 +142,22 @@ impl Release {
     /// The agent's budget override ([`bundle::budget::OVERRIDE_FILE`]), when the release has
     /// one, is merged over the compose file on every call, so `up`, `ps` and `down` see the
     /// same project compose's model showed.
+    ///
+    /// compose reads the agent's plain rewrite of the compose file
+    /// ([`bundle::PLAIN_COMPOSE_FILE`], written by [`Release::write_plain_compose`] before each
+    /// judgement), never the bundle's own text; a release of an older agent without one is
+    /// judged, and so given one, before anything starts from it.
     pub fn compose(&self, docker: &compose::Docker, cfg: &Config) -> compose::Compose {
         self.register_secrets();
+        let file = if self.fd.has_file(bundle::PLAIN_COMPOSE_FILE) {
+            bundle::PLAIN_COMPOSE_FILE
+        } else {
+            self.compose_file.as_str()
+        };
         let project = docker.compose(
             &cfg.compose_project,
             &self.path,
-            &self.path.join(self.compose_file.as_str()),
+            &self.path.join(file),
             &self.path.join(ENV_FILE),
         );
         if self.fd.has_file(bundle::budget::OVERRIDE_FILE) {
@@ -155,6 +165,17 @@ impl Release {
         } else {
             project
         }
+    }
+
+    /// Writes the compose file compose runs ([`bundle::plain_compose`]): the agent's own parse
+    /// of the bundle's compose file, one plain-ASCII JSON document, so any difference between
+    /// the agent's YAML parser and compose's is harmless. Written again before every judgement,
+    /// whatever a container did to the file since.
+    pub fn write_plain_compose(&self) -> anyhow::Result<()> {
+        let plain = bundle::plain_compose(&self.compose_yaml()?)
+            .map_err(|r| crate::exit::Failure::from(&r))?;
+        self.fd
+            .write_atomic(bundle::PLAIN_COMPOSE_FILE, plain.as_bytes(), 0o600)
     }
 
     /// Writes the pull override ([`bundle::PULL_OVERRIDE_FILE`]) for this release's compose

@@ -19,6 +19,7 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
     let token_present = layout.has_token();
     let listed = monky_compose::Engine::from_env()
         .containers(&cfg.compose_project)
+        .map(|cs| crate::drift::settled(cs, st.converged()))
         .map_err(|e| e.to_string());
     let marker = crate::interrupted::peek(&layout);
     let boot = crate::clock::boot();

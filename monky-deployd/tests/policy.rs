@@ -747,3 +747,78 @@ fn bundle_check_and_the_tick_use_the_boxs_allowlists() {
     w.tick().ok();
     assert_report(&w.last_report(), ReportResult::Applied, None);
 }
+
+/// compose runs the bytes the agent judged: a line break only compose's YAML parser sees
+/// (U+2028, U+2029, U+0085 inside a comment) hides an `env_file` of a host file from the
+/// agent's parser. Read by compose from the bundle's own file, the host file's contents reach
+/// the model; the agent hands compose its own rewrite instead, where the comment and what it
+/// hid are gone, and the apply goes ahead with what was judged.
+#[test]
+fn a_key_hidden_from_the_agents_parser_never_reaches_compose() {
+    let Some(docker) = docker() else { return };
+    let w = World::new();
+    w.stage_grant();
+    for brk in ['\u{2028}', '\u{2029}', '\u{85}'] {
+        let compose = format!(
+            "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1 # note{brk}    env_file: /etc/os-release\n"
+        );
+        // The difference is real: compose reads the bundle's own file with the host file in it.
+        let dir = w.path(&format!("original-{}", u32::from(brk)));
+        write_dir(
+            &dir,
+            &TestBundle {
+                compose: compose.clone(),
+                ..TestBundle::default()
+            },
+        );
+        let original = std::process::Command::new(&docker)
+            .args(["compose", "-p", "probe", "-f"])
+            .arg(dir.join("docker-compose.yml"))
+            .args(["config", "--format", "json"])
+            .output()
+            .unwrap();
+        let model = String::from_utf8_lossy(&original.stdout);
+        assert!(
+            model.contains("PRETTY_NAME") || !original.status.success(),
+            "this compose reads U+{:04X} as a line break no longer: {model}",
+            u32::from(brk)
+        );
+        // The tick: applied, and compose's model of what it runs holds no host file.
+        w.clear_stub();
+        w.stub("REAL_COMPOSE", docker.to_str().unwrap());
+        w.publish(&TestBundle {
+            compose,
+            ..TestBundle::default()
+        });
+        w.tenancy
+            .advance_clock(std::time::Duration::from_secs(3600));
+        w.tick().ok();
+        assert_report(&w.last_report(), ReportResult::Applied, None);
+        let release = w.env_dir().join(w.current_target().unwrap());
+        let ran = std::process::Command::new(&docker)
+            .args(["compose", "-p", "probe", "-f"])
+            .arg(release.join(".monky-compose.yaml"))
+            .args(["config", "--format", "json"])
+            .output()
+            .unwrap();
+        assert!(
+            ran.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
+        let ran = String::from_utf8_lossy(&ran.stdout);
+        assert!(!ran.contains("PRETTY_NAME"), "{ran}");
+        let up = w
+            .docker_call_records()
+            .into_iter()
+            .rev()
+            .find(|c| c.args.iter().any(|a| a == "up"))
+            .unwrap();
+        assert!(
+            up.args.iter().any(|a| a.ends_with("/.monky-compose.yaml"))
+                && !up.args.iter().any(|a| a.ends_with("/docker-compose.yml")),
+            "{}",
+            up.command_line()
+        );
+    }
+}

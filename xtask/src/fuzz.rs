@@ -48,6 +48,14 @@ const TARGETS: &[Target] = &[
         max_len: 8192,
     },
     Target {
+        name: "compose_plain",
+        seeds: &[
+            ("monky-bundle/tests/data/bundle", &[".yml"]),
+            ("monky-deployd/tests/data/benign", &[".yml"]),
+        ],
+        max_len: 8192,
+    },
+    Target {
         name: "config",
         seeds: &[("packaging", &[".yaml"])],
         max_len: 8192,

@@ -17,17 +17,19 @@ impl Agent<'_> {
             warn!("cannot list containers: {e}");
             Vec::new()
         });
-        self.state.saw_containers(
-            self.facts
-                .iter()
-                .map(|f| SeenContainer {
-                    name: f.container.name.clone(),
-                    state: f.container.state.clone(),
-                    health: f.container.health.clone(),
-                    completed: f.container.completed,
-                })
-                .collect(),
-        );
+        let record = self.state.converged();
+        let seen = self
+            .facts
+            .iter()
+            .map(|f| SeenContainer {
+                name: f.container.name.clone(),
+                state: f.container.state.clone(),
+                health: f.container.health.clone(),
+                completed: f.container.completed
+                    && crate::drift::completed_stands(record, &f.container.name),
+            })
+            .collect();
+        self.state.saw_containers(seen);
     }
 
     pub(super) fn wire_containers(&self) -> Vec<proto::ContainerStatus> {

@@ -333,7 +333,9 @@ impl Agent<'_> {
     /// whose pull comes next): the images the model names.
     fn judge(&self, rel: &release::Release) -> anyhow::Result<Vec<String>> {
         // The override is written before the model is built, so the model carries the pids
-        // limit the agent supplies, and compose's model must show one for every service.
+        // limit the agent supplies, and compose's model must show one for every service. The
+        // file compose reads is the agent's own rewrite of what it judged.
+        rel.write_plain_compose()?;
         rel.write_budget_override(self.cfg)?;
         let policy = self
             .cfg
