@@ -1127,6 +1127,22 @@ impl Budget {
     }
 
     /// The memory limit supplied to one container: the default, never above `max_memory`.
+    /// The memory limit a `service` runs under: its own (`deploy.resources.limits.memory`,
+    /// else `mem_limit`), else the default the agent supplies; `None` for one the budget
+    /// cannot read.
+    #[must_use]
+    pub fn service_memory(&self, service: &Map<String, Value>) -> Option<u64> {
+        let own = service
+            .get("deploy")
+            .and_then(|d| d.pointer("/resources/limits/memory"))
+            .or_else(|| service.get("mem_limit"))
+            .filter(|v| !v.is_null());
+        match own {
+            Some(v) => as_u64(v).filter(|m| *m > 0),
+            None => Some(self.memory_default()),
+        }
+    }
+
     fn memory_default(&self) -> u64 {
         self.max_memory
             .map_or(self.default_memory, |m| self.default_memory.min(m))

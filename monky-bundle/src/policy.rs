@@ -66,7 +66,7 @@ pub enum Constraint {
     EnvFile,
     /// `oom_score_adj` of 0 or more.
     OomScoreAdj,
-    /// No `rtprio`, `rttime` or `memlock` ulimit.
+    /// No `rtprio` or `rttime` ulimit; `memlock` only under a memory limit.
     Ulimits,
     /// A logging driver that writes on the box: `json-file`, `local`, `journald`, `none`.
     LogDriver,
@@ -323,7 +323,7 @@ pub const TABLE: &[TableRow] = &[
     row("services.*.sysctls", K(C::Sysctls), "Only the sysctls docker namespaces per container: net.*, and the IPC ones (kernel.msgmax, kernel.msgmnb, kernel.msgmni, kernel.sem, kernel.shmall, kernel.shmmax, kernel.shmmni, kernel.shm_rmid_forced, fs.mqueue.*)."),
     row("services.*.tmpfs", A, "Memory-backed scratch space inside the container."),
     row("services.*.tty", A, PLAIN),
-    row("services.*.ulimits", K(C::Ulimits), "rtprio, rttime and memlock let a container starve or pin the host."),
+    row("services.*.ulimits", K(C::Ulimits), "rtprio and rttime let a container starve the host; memlock is allowed under the service's memory limit, which bounds locked pages too; nproc, sigpending and msgqueue count per host uid across every env and are refused (the budget)."),
     row("services.*.use_api_socket", K(C::False), "The docker API socket is root on the host."),
     row("services.*.user", A, PLAIN),
     row("services.*.userns_mode", P, "Leaves the box's user namespace setup."),
@@ -1167,11 +1167,18 @@ impl Ctx<'_> {
             }
             C::Ulimits => {
                 for name in keys_of(value) {
-                    if matches!(
-                        paths::ulimit_name(&name).as_str(),
-                        "rtprio" | "rttime" | "memlock"
-                    ) {
-                        bad(walk, Severity::Privileged, name.trim());
+                    match paths::ulimit_name(&name).as_str() {
+                        "rtprio" | "rttime" => bad(walk, Severity::Privileged, name.trim()),
+                        // Locked pages are charged to the container's memory cgroup: under a
+                        // memory limit (its own, judged by the budget, or the one the agent
+                        // supplies) memlock, unlimited included, takes nothing the limit does
+                        // not already bound. Without a readable limit it is refused.
+                        "memlock" => {
+                            if p.budget.service_memory(site.parent).is_none() {
+                                bad(walk, Severity::Privileged, name.trim());
+                            }
+                        }
+                        _ => {}
                     }
                 }
             }

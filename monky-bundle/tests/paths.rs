@@ -78,10 +78,10 @@ const FILE_CASES: &[(&str, &str, &str)] = &[
     ("swap-volumes-from", "services:\n  a:\n    image: busybox\n    volumes: [./data:/d]\n  b:\n    image: busybox\n    volumes_from: [a]\n    volumes: [\"./data/link:/h\"]\n", "b: volumes ./data/link lies below"),
     ("swap-restart-same-service", "restart: always\nvolumes: [\"./data:/d:rw\", \"./data/up:/up:ro\"]", "web: volumes ./data/up lies below"),
     // Names compared the way the daemon reads them.
-    ("ulimit-memlock-upper", "ulimits:\n  MEMLOCK: -1", "web: ulimits MEMLOCK"),
+    ("ulimit-rttime-upper-number", "ulimits:\n  RTTIME: -1", "web: ulimits RTTIME"),
     ("ulimit-rttime-upper", "ulimits:\n  RTTIME: {soft: -1, hard: -1}", "web: ulimits RTTIME"),
     ("ulimit-rtprio-mixed", "ulimits:\n  RtPrio: 99", "web: ulimits RtPrio"),
-    ("ulimit-padded", "ulimits:\n  \" memlock \": -1", "web: ulimits memlock"),
+    ("ulimit-padded", "ulimits:\n  \" rtprio \": -1", "web: ulimits rtprio"),
     ("propagation-upper-long", "volumes:\n  - type: bind\n    source: ./data\n    target: /d\n    bind: {propagation: RSHARED}", "web: volumes ./data propagation RSHARED"),
     ("propagation-upper-short", "volumes: [\"./data:/d:RSLAVE\"]", "web: volumes ./data propagation RSLAVE"),
     ("recursive-writable-upper", "volumes:\n  - type: bind\n    source: /etc/localtime\n    target: /t\n    read_only: true\n    bind: {recursive: WRITABLE}", "web: volumes /etc/localtime recursive writable"),

@@ -100,7 +100,7 @@ fn each_rule_refuses_what_it_names() {
         ("sysctls:\n  kernel.domainname: x", format!("{P}sysctls kernel.domainname")),
         ("oom_kill_disable: true", format!("{P}oom_kill_disable")),
         ("oom_score_adj: -1000", format!("{P}oom_score_adj -1000")),
-        ("ulimits:\n  memlock: -1", format!("{P}ulimits memlock")),
+        ("ulimits:\n  rttime: -1", format!("{P}ulimits rttime")),
         ("use_api_socket: true", format!("{P}use_api_socket")),
         ("annotations: {a: b}", format!("{P}annotations")),
         ("logging: {driver: fluentd}", format!("{P}logging.driver fluentd")),

@@ -1547,12 +1547,12 @@ const PATH_HOSTILE: [Hostile; 9] = [
         leases: Some(0),
     },
     Hostile {
-        name: "an upper-case memlock ulimit",
-        service: "    ulimits:\n      MEMLOCK: -1\n",
+        name: "an upper-case rtprio ulimit",
+        service: "    ulimits:\n      RTPRIO: 99\n",
         volumes: &[],
         env: "",
         secret: None,
-        reason: "web: ulimits MEMLOCK",
+        reason: "web: ulimits RTPRIO",
         leases: Some(0),
     },
 ];

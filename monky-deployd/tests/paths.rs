@@ -37,7 +37,7 @@ const CASES: &[Case] = &[
     case("swap-volumes-from", "services:\n  a:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes: [./data:/d]\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes_from: [a]\n    volumes: [\"./data/link:/h\"]\n", PR, "web: volumes ./data/link lies below"),
     case("swap-restart-always", "restart: always\nvolumes: [\"./data:/d:rw\", \"./data/up:/up:ro\"]", PR, "web: volumes ./data/up lies below"),
     // Names as the daemon reads them.
-    case("ulimit-memlock-upper", "ulimits:\n  MEMLOCK: -1", PR, "web: ulimits MEMLOCK"),
+    case("ulimit-rttime-upper-number", "ulimits:\n  RTTIME: -1", PR, "web: ulimits RTTIME"),
     case("ulimit-rttime-upper", "ulimits:\n  RTTIME: {soft: -1, hard: -1}", PR, "web: ulimits RTTIME"),
     case("ulimit-rtprio-mixed", "ulimits:\n  RtPrio: 99", PR, "web: ulimits RtPrio"),
     case("propagation-upper-long", "volumes:\n  - type: bind\n    source: ./data\n    target: /d\n    bind: {propagation: RSHARED}", PR, "web: volumes ./data propagation RSHARED"),
