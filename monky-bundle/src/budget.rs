@@ -749,10 +749,13 @@ impl Budget {
             let driver = logging.get("driver").and_then(Value::as_str).map(str::trim);
             let opts = logging.get("options").and_then(Value::as_object);
             let opt = |k: &str| opts.and_then(|o| o.get(k)).filter(|v| !v.is_null());
-            if driver == Some("json-file") && opt("max-size").is_none() {
+            // The agent supplies the box's max-size to json-file without one; on compose's
+            // model with the override in force, a json-file still without one means it did
+            // not land.
+            if driver == Some("json-file") && opt("max-size").is_none() && need_pids {
                 out.push(format!(
-                    "logging json-file without max-size (set it up to budget.max_log_size {})",
-                    human(self.max_log_size)
+                    "logging json-file without max-size (the box's {} was not supplied)",
+                    human(self.default_log_size)
                 ));
             }
             if matches!(driver, Some("json-file" | "local")) {
@@ -930,7 +933,8 @@ impl Budget {
     }
 
     /// `json-file` with the box's `max-size` and `max-file` for each service that names no
-    /// logging driver, its own options kept (compose replaces a `logging` whose driver differs
+    /// logging driver, and the box's `max-size` (and `max-file`, unless set) for one that names
+    /// `json-file` without a `max-size`; its own options kept (compose replaces a `logging` whose driver differs
     /// from the override's, so they are carried over) and judged as `json-file` reads them.
     fn supplied_logging(&self, services: &Map<String, Value>) -> Map<String, Value> {
         let mut out = Map::new();
@@ -939,7 +943,13 @@ impl Budget {
             let driver = logging
                 .and_then(|l| l.get("driver"))
                 .filter(|d| !d.is_null());
-            if driver.is_some_and(|d| d.as_str() != Some("")) {
+            let json_file = driver.and_then(Value::as_str).map(str::trim) == Some("json-file");
+            let unbounded_json_file = json_file
+                && logging
+                    .and_then(|l| l.get("options"))
+                    .and_then(|o| o.get("max-size"))
+                    .is_none_or(Value::is_null);
+            if driver.is_some_and(|d| d.as_str() != Some("")) && !unbounded_json_file {
                 continue;
             }
             let mut options = logging
@@ -1723,10 +1733,6 @@ mod tests {
                 "web: healthcheck.interval 1ms under budget.min_healthcheck_interval 1s",
             ),
             (
-                "logging: {driver: json-file}",
-                "web: logging json-file without max-size (set it up to budget.max_log_size 100 MiB)",
-            ),
-            (
                 "logging: {driver: local, options: {max-size: 10g}}",
                 "web: logging max-size 10 GiB over budget.max_log_size 100 MiB",
             ),
@@ -1738,6 +1744,23 @@ mod tests {
                 .collect();
             assert_eq!(own, [want], "{body}");
         }
+    }
+
+    #[test]
+    fn json_file_without_max_size_gets_the_boxs_and_keeps_its_own_options() {
+        let b = Budget::default();
+        let yaml = "services:\n  web:\n    image: x\n    logging: {driver: json-file, options: {max-file: \"2\", tag: web}}\n  api:\n    image: x\n    logging: {driver: json-file, options: {max-size: 5m}}\n";
+        assert!(
+            judge(yaml, &b).iter().all(|f| !f.contains("logging")),
+            "{:?}",
+            judge(yaml, &b)
+        );
+        let over: Value = serde_json::from_str(&b.budget_override_for(yaml).unwrap()).unwrap();
+        assert_eq!(
+            over["services"]["web"]["logging"],
+            serde_json::json!({"driver": "json-file", "options": {"max-size": "10485760", "max-file": "2", "tag": "web"}})
+        );
+        assert!(over["services"]["api"].get("logging").is_none(), "{over}");
     }
 
     #[test]

@@ -144,7 +144,7 @@ const HOSTILE: &[Case] = &[
     case("healthcheck-1ms-restart-always", "restart: always\nhealthcheck: {test: [CMD, \"true\"], interval: 1ms}", BE, "web: healthcheck.interval 1ms under budget.min_healthcheck_interval 1s"),
     case("healthcheck-1ms-no-restart", "healthcheck: {test: [CMD, \"true\"], interval: 1ms}", BE, "web: healthcheck.interval 1ms under budget.min_healthcheck_interval 1s"),
     case("healthcheck-start-interval-on-failure", "restart: on-failure\nhealthcheck: {test: [CMD, \"true\"], start_interval: 10ms}", BE, "web: healthcheck.start_interval 10ms under budget.min_healthcheck_interval 1s"),
-    case("logs-unbounded", "logging: {driver: json-file}", BE, "web: logging json-file without max-size (set it up to budget.max_log_size 100 MiB)"),
+    case("logs-json-file-files", "logging: {driver: json-file, options: {max-file: \"1000\"}}", BE, "web: logging max-file 1000 over budget.max_log_files 10"),
     case("logs-10g", "logging: {driver: json-file, options: {max-size: 10g}}", BE, "web: logging max-size 10 GiB over budget.max_log_size 100 MiB"),
     case("logs-size-exponent", "logging: {driver: json-file, options: {max-size: \"1e3g\"}}", BE, "web: logging max-size 1e3g is not a size the budget reads (write it as 10m, up to budget.max_log_size 100 MiB)"),
     // Totals per project (scale and replicas counted; the tick's budget is the host's memory).
