@@ -79,7 +79,8 @@ pub fn secrets_on_command_lines(
                     "{service}: {} uses {vars}; compose would put the secret in the process's \
                      arguments, readable by every local user: give it to the service in its \
                      environment and let the program read it from there or from a file (a \
-                     _FILE variable); $${{NAME}} leaves it to the container's shell",
+                     _FILE variable, a config file its entrypoint writes); a box whose /proc \
+                     hides other users' processes may set allow_secrets_on_command_lines",
                     key.join(".")
                 ),
             ));

@@ -525,6 +525,7 @@ pub struct ComposePolicy {
     pids_supplied: bool,
     allow_unprefixed_names: bool,
     registry_host: Option<String>,
+    allow_secrets_on_command_lines: bool,
 }
 
 impl ComposePolicy {
@@ -541,6 +542,7 @@ impl ComposePolicy {
             pids_supplied: false,
             allow_unprefixed_names: false,
             registry_host: None,
+            allow_secrets_on_command_lines: false,
         }
     }
 
@@ -577,6 +579,21 @@ impl ComposePolicy {
     pub fn allow_privileged(mut self, allow: bool) -> Self {
         self.allow_privileged = allow;
         self
+    }
+
+    /// The box's `allow_secrets_on_command_lines`: waives every `SECRET_ON_COMMAND_LINE`
+    /// finding, on a box whose admin knows that no other account reads a process's arguments
+    /// (`/proc` mounted `hidepid`, no host account sharing a container's uid).
+    #[must_use]
+    pub fn allow_secrets_on_command_lines(mut self, allow: bool) -> Self {
+        self.allow_secrets_on_command_lines = allow;
+        self
+    }
+
+    /// Whether [`ComposePolicy::allow_secrets_on_command_lines`] is set.
+    #[must_use]
+    pub fn secrets_on_command_lines_allowed(&self) -> bool {
+        self.allow_secrets_on_command_lines
     }
 
     /// The box's own registry (`registry_host`), the one registry on the box's loopback an

@@ -222,6 +222,8 @@ struct RawConfig {
     #[serde(default)]
     allow_unprefixed_names: bool,
     #[serde(default)]
+    allow_secrets_on_command_lines: bool,
+    #[serde(default)]
     budget: RawBudget,
     #[serde(default)]
     tenancy: TenancyConfig,
@@ -418,6 +420,10 @@ pub struct Config {
     pub allowed_external_networks: Vec<String>,
     /// Waives `BUNDLE_NONCONFORMING` (names outside the project's), never a host-access finding.
     pub allow_unprefixed_names: bool,
+    /// Waives `SECRET_ON_COMMAND_LINE`: the box's admin knows no other account reads a
+    /// process's arguments here (`/proc` mounted `hidepid`, no host account at a container's
+    /// uid).
+    pub allow_secrets_on_command_lines: bool,
     /// What one project may take of this box (`BUDGET_EXCEEDED`).
     pub budget: monky_bundle::Budget,
     /// The tenancy section.
@@ -544,6 +550,7 @@ impl Config {
             allowed_external_volumes: raw.allowed_external_volumes,
             allowed_external_networks: raw.allowed_external_networks,
             allow_unprefixed_names: raw.allow_unprefixed_names,
+            allow_secrets_on_command_lines: raw.allow_secrets_on_command_lines,
             budget: raw.budget.resolve()?,
             env_id,
             tenancy,
@@ -660,6 +667,7 @@ impl Config {
             .allowed_external_volumes(self.allowed_external_volumes.iter().cloned())
             .allowed_external_networks(self.allowed_external_networks.iter().cloned())
             .allow_unprefixed_names(self.allow_unprefixed_names)
+            .allow_secrets_on_command_lines(self.allow_secrets_on_command_lines)
             .registry_host(Some(&self.registry_host))
             .budget(self.budget.clone())
             .allow_privileged(allow_privileged)

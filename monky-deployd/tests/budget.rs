@@ -526,3 +526,40 @@ fn compose_merges_the_override_into_a_model_the_budget_passes() {
         .findings_model(model, &compose, &dir, &|p| std::fs::read_link(p).ok());
     assert!(findings.is_empty(), "{findings:?}");
 }
+
+/// redis with `--requirepass ${POSTGRES_PASSWORD}` (a secret) on its command line: refused on a
+/// box that did not say otherwise, with a fix that removes the exposure (never `$${NAME}`);
+/// applied on a box whose admin set `allow_secrets_on_command_lines` (its `/proc` is hidepid).
+#[test]
+fn a_secret_on_a_command_line_is_the_box_admins_to_waive() {
+    let redis = TestBundle {
+        compose: "services:\n  redis:\n    image: 127.0.0.1:5000/library/redis:7\n    env_file: .env\n    command: redis-server --requirepass ${POSTGRES_PASSWORD}\n".into(),
+        ..TestBundle::default()
+    };
+    let w = World::new();
+    w.stage_grant();
+    w.publish(&redis);
+    w.tick().expect(1);
+    let r = w.last_report();
+    assert_report(
+        &r,
+        ReportResult::Failed,
+        Some("SECRET_ON_COMMAND_LINE: redis: command uses ${POSTGRES_PASSWORD}"),
+    );
+    let detail = r.detail.unwrap_or_default();
+    assert!(
+        detail.contains("allow_secrets_on_command_lines"),
+        "{detail}"
+    );
+    assert!(
+        !detail.contains("$${"),
+        "a fix that keeps the secret in argv: {detail}"
+    );
+
+    let waived = World::new();
+    waived.stage_grant();
+    waived.config_extra("allow_secrets_on_command_lines: true\n");
+    waived.publish(&redis);
+    waived.tick().ok();
+    assert_report(&waived.last_report(), ReportResult::Applied, None);
+}
