@@ -1437,12 +1437,26 @@ impl Ctx<'_> {
                 // with the allowed_binds line that would allow it, before any relabel.
                 if !allowed {
                     let mode = if writable { "rw" } else { "ro" };
+                    // A waiver no wider than the finding: the exact path the file names, never
+                    // one this check can only guess (relative, `~`) nor `/` or a home directory.
+                    let parts: Vec<_> = path.components().skip(1).collect();
+                    let too_wide = match parts.as_slice() {
+                        [] => true,
+                        [one] => matches!(one.as_os_str().to_str(), Some("root" | "home")),
+                        [first, _] => first.as_os_str() == "home",
+                        _ => false,
+                    };
+                    let exact = source.starts_with('/') && !too_wide;
                     Some((
                         Severity::Privileged,
-                        format!(
-                            "{shown}{HINT}a host path; the box's admin may allow it with allowed_binds: [{}:{mode}]",
-                            printable(&path.to_string_lossy(), 120)
-                        ),
+                        if exact {
+                            format!(
+                                "{shown}{HINT}a host path; the box's admin may allow it with allowed_binds: [{}:{mode}]",
+                                printable(&path.to_string_lossy(), 120)
+                            )
+                        } else {
+                            format!("{shown}{HINT}a host path")
+                        },
                     ))
                 } else if relabel {
                     Some((
