@@ -52,6 +52,8 @@ const TARGETS: &[Target] = &[
         seeds: &[
             ("monky-bundle/tests/data/bundle", &[".yml"]),
             ("monky-deployd/tests/data/benign", &[".yml"]),
+            // The minimised corpus of its recorded run (docs/compose-policy.md).
+            ("fuzz/seeds/compose_plain", &[""]),
         ],
         max_len: 8192,
     },
