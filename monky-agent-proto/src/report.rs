@@ -171,6 +171,8 @@ report_codes! {
     HealFailed = "HEAL_FAILED";
     /// A note on an applied report: the agent healed drift.
     Healed = "HEALED";
+    /// A service keeps dying: healed again within the hour after an earlier heal.
+    CrashLoop = "CRASH_LOOP";
     /// A note on an applied report: an apply that was interrupted was finished or rolled back.
     ApplyInterrupted = "APPLY_INTERRUPTED";
     /// The box is held by an operator.

@@ -158,6 +158,8 @@ policy! {
         "the current release could not be brought back up after drift: read the compose log tail in the report; the next heal waits out a backoff, `run --once --force` tries now";
     Healed, Ok,
         "the agent brought the current release back up after the drift the detail names: find out who or what stopped or changed the containers";
+    CrashLoop, Fail,
+        "a service keeps dying: the agent healed it again within the hour; read its own output (`monky-deployd logs`, `docker logs <container>`) for why it exits, and fix the bundle or what it needs; the box counts as converged again once no heal is needed for an hour";
     ApplyInterrupted, Ok,
         "an apply was cut short (kill, reboot, OOM) and the next tick finished or rolled it back: nothing to do unless it repeats";
     Held, Ok,
@@ -239,6 +241,7 @@ impl CodePolicy for Code {
             }
             C::ManifestPathRefused | C::BundleInvalid | C::BundleTooLarge => Owner::BundleAuthor,
             C::ComposeConfigFailed | C::ImageNotFound | C::Unhealthy => Owner::BundleAuthor,
+            C::CrashLoop => Owner::BundleAuthor,
             C::EnvQuotingChanged => Owner::BundleAuthor,
             C::BundleNonconforming | C::BudgetExceeded | C::SecretOnCommandLine => {
                 Owner::BundleAuthor

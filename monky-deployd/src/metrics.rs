@@ -157,6 +157,15 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
     // The hold as this tick found it: the tick removed one whose end surely came.
     let hold = state.hold();
     metric(
+        "crash_loop",
+        "gauge",
+        "1 for the hour after a heal found a service dead again within the hour (CRASH_LOOP).",
+        &[(
+            String::new(),
+            f64::from(u8::from(state.crash_loop(tick.ended_at).is_some())),
+        )],
+    );
+    metric(
         "held",
         "gauge",
         "1 while an operator holds the box (`monky-deployd hold`).",

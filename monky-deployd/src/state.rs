@@ -98,6 +98,19 @@ impl TokenState {
 /// assumed for a token until OpenBao caps a renewal at the real one.
 pub const ASSUMED_MAX_TTL_S: u64 = 30 * 24 * 3600;
 
+/// How long after its last heal a crash loop keeps the box from converged: the service must
+/// stay up that long.
+pub const CRASH_LOOP_SECS: u64 = 3600;
+
+/// A crash loop: a heal that found a service dead again within the hour.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrashLoop {
+    /// When (unix seconds).
+    pub at: u64,
+    /// The heals within the hour up to it.
+    pub heals: u32,
+}
+
 /// A container as last seen.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SeenContainer {
@@ -262,6 +275,10 @@ pub struct State {
     last_heal_at: Option<u64>,
     /// When drift may be healed again (unix seconds); shown, and a fallback after another boot.
     next_heal_at: Option<u64>,
+    /// The last heal that found a service dead again within the hour (`CRASH_LOOP`): when,
+    /// and the heals within that hour. The box is not converged for an hour after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    crash_loop: Option<CrashLoop>,
     /// The same deadline on the boot clock, which no wall-clock step moves.
     #[serde(skip_serializing_if = "Option::is_none")]
     next_heal_boot: Option<BootDeadline>,
@@ -412,6 +429,13 @@ impl State {
     #[must_use]
     pub fn last_heal_at(&self) -> Option<u64> {
         self.last_heal_at
+    }
+    /// The last crash loop found, when it is within [`CRASH_LOOP_SECS`] of `now`.
+    #[must_use]
+    pub fn crash_loop(&self, now: u64) -> Option<&CrashLoop> {
+        self.crash_loop
+            .as_ref()
+            .filter(|c| now.saturating_sub(c.at) < CRASH_LOOP_SECS)
     }
     /// When drift may be healed again (unix seconds).
     #[must_use]
@@ -611,6 +635,11 @@ impl State {
     /// What a healthy `up` left, for drift detection.
     pub fn record_converged(&mut self, converged: crate::drift::Converged) {
         self.converged = Some(converged);
+    }
+
+    /// A heal found a service dead again within the hour: a crash loop, `heals` heals in.
+    pub fn crash_looped(&mut self, at: u64, heals: u32) {
+        self.crash_loop = Some(CrashLoop { at, heals });
     }
 
     /// A heal ran at `at`, the `attempts`-th within the heal memory; the next may run at

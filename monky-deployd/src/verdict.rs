@@ -154,6 +154,17 @@ pub fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
             crate::status::rfc3339(t.expires_at)
         ));
     }
+    if let Some(c) = st.crash_loop(seen.now) {
+        let code = Code::CrashLoop;
+        why.push(format!(
+            "{code}: a service died again within the hour and was healed ({} heals, the last \
+             at {}); converged once no heal is needed until {} ({} moves next)",
+            c.heals,
+            crate::status::rfc3339(c.at),
+            crate::status::rfc3339(c.at.saturating_add(crate::state::CRASH_LOOP_SECS)),
+            code.owner()
+        ));
+    }
     if let Some(problem) = seen.state_free.and_then(state_disk_problem) {
         why.insert(0, problem);
     }

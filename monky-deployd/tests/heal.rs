@@ -323,20 +323,58 @@ fn a_crash_loop_is_healed_once_per_backoff_step() {
         .ok()
         .prints(&["drifted", "the next heal may run in"]);
 
-    // The wait ran out: the second heal, and a longer wait after it.
+    // The wait ran out: the second heal within the hour, and a longer wait after it. The
+    // service came back, but it keeps dying: a crash loop, not a success.
     let mut st = a.w.state();
     st["next_heal_at"] = json!(1);
     st["next_heal_boot"] = Value::Null;
     std::fs::write(a.w.state_dir().join("state.json"), st.to_string()).unwrap();
-    a.w.tick().ok();
+    let prom = a.w.path("metrics.prom");
+    a.w.config_extra(&format!("metrics_textfile: {}\n", prom.display()));
+    a.w.tick().expect(1);
     assert_eq!(ups(&a), 2);
+    let r = a.w.last_report();
+    assert_report(&r, ReportResult::Failed, Some("CRASH_LOOP: web exited (1)"));
+    assert!(r.detail.unwrap().contains("healed 2 times within the hour"));
     let st = a.w.state();
     assert_eq!(st["heal_attempts"], json!(2));
     let second_wait = st["next_heal_at"].as_u64().unwrap() - st["last_heal_at"].as_u64().unwrap();
     assert!((108..=132).contains(&second_wait), "{second_wait}");
 
+    // Up again, the next heartbeat is healthy; the box is still not converged: the service
+    // must stay up through the hour. Every view says so.
+    a.w.tenancy
+        .advance_clock(std::time::Duration::from_secs(60));
+    a.w.tick().ok();
+    let metrics = std::fs::read_to_string(&prom).unwrap();
+    for line in [
+        "monky_deployd_converged{env_id=\"env-qa-02\"} 0",
+        "monky_deployd_crash_loop{env_id=\"env-qa-02\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} not in {metrics}");
+    }
+    let status: Value = serde_json::from_str(&a.w.run(&["status", "--json"]).stdout()).unwrap();
+    assert_eq!(status["converged"], false, "{status:#}");
+    assert!(status.to_string().contains("CRASH_LOOP"), "{status:#}");
+    a.w.run(&["explain"])
+        .ok()
+        .prints(&["CRASH_LOOP", "2 heals"]);
+    // An hour later without a heal: converged again.
+    let mut st = a.w.state();
+    st["crash_loop"]["at"] = json!(st["crash_loop"]["at"].as_u64().unwrap() - 3601);
+    std::fs::write(a.w.state_dir().join("state.json"), st.to_string()).unwrap();
+    a.w.tenancy
+        .advance_clock(std::time::Duration::from_secs(60));
+    a.w.tick().ok();
+    let metrics = std::fs::read_to_string(&prom).unwrap();
+    assert!(
+        metrics.contains("monky_deployd_crash_loop{env_id=\"env-qa-02\"} 0"),
+        "{metrics}"
+    );
+
     crash(&a.w);
-    a.w.run(&["run", "--once", "--force"]).ok();
+    // Dead again: --force heals now, and a third heal within the hour is a crash loop again.
+    a.w.run(&["run", "--once", "--force"]).expect(1);
     assert_eq!(ups(&a), 3, "--force heals now");
     a.assert_local();
 }

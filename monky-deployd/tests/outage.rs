@@ -357,6 +357,10 @@ tests:
     values: '0x20'
   - series: 'monky_deployd_converged{env_id="blip"}'
     values: '0 0 0 1x17'
+  - series: 'monky_deployd_crash_loop{env_id="looping"}'
+    values: '0 0 1x18'
+  - series: 'monky_deployd_crash_loop{env_id="fine"}'
+    values: '0x20'
   - series: 'monky_deployd_refusals_total{env_id="hang",code="TICK_TIMEOUT"}'
     values: '0 0 1 2 3x16'
   - series: 'monky_deployd_refusals_total{env_id="once",code="TICK_TIMEOUT"}'
@@ -378,6 +382,10 @@ tests:
     alertname: MonkyNotConverged
     exp_alerts:
     - exp_labels: {env_id: stuck}
+  - eval_time: 15m
+    alertname: MonkyCrashLoop
+    exp_alerts:
+    - exp_labels: {env_id: looping}
   - eval_time: 15m
     alertname: MonkyTicksTimingOut
     exp_alerts:

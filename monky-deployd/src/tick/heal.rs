@@ -162,6 +162,20 @@ impl Agent<'_> {
         };
         let Some((code, why, logs)) = failed else {
             self.record_converged(sha);
+            // A container that died again within the hour after an earlier heal: brought back,
+            // but the box is in a crash loop, not converged, until it stays up.
+            let died = drift
+                .iter()
+                .any(|d| matches!(d.kind, drift::Kind::Stopped { .. }));
+            if died && attempts >= 2 {
+                let detail = format!(
+                    "{}: {what}; healed {attempts} times within the hour",
+                    Code::CrashLoop
+                );
+                warn!("{detail}");
+                self.state.crash_looped(now, attempts);
+                return self.conclude(Outcome::failed(Some(sha.as_str()), Code::CrashLoop, detail));
+            }
             let detail = format!("{}: {what}", Code::Healed);
             info!("healed {}: {what}", sha.short());
             return self.conclude(Outcome::noted(Some(sha.as_str()), Code::Healed, detail));
