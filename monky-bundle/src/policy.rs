@@ -1190,10 +1190,8 @@ impl Ctx<'_> {
                         // memory limit (its own, judged by the budget, or the one the agent
                         // supplies) memlock, unlimited included, takes nothing the limit does
                         // not already bound. Without a readable limit it is refused.
-                        "memlock" => {
-                            if p.budget.service_memory(site.parent).is_none() {
-                                bad(walk, Severity::Privileged, name.trim());
-                            }
+                        "memlock" if p.budget.service_memory(site.parent).is_none() => {
+                            bad(walk, Severity::Privileged, name.trim());
                         }
                         _ => {}
                     }
