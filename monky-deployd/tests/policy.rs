@@ -822,3 +822,160 @@ fn a_key_hidden_from_the_agents_parser_never_reaches_compose() {
         );
     }
 }
+
+/// The differential test of the rewrite compose runs, with compose's own parser: for every file
+/// of the hostile and benign corpora and for generated YAML in the shapes where two parsers
+/// part ways (every Unicode line break and space, a BOM, tabs, duplicate keys, several
+/// documents, block scalars, tags, merge keys, anchors), compose's model of the plain-ASCII
+/// rewrite holds no key the agent's parse lacks (beyond what compose adds itself) and every
+/// string both hold at the same place is the same: what compose reads is what the agent
+/// judged. For the benign corpus compose's model of the bundle's own file equals the
+/// rewrite's: an ordinary file runs as before.
+#[test]
+fn compose_reads_the_rewrite_as_the_agent_judged_it() {
+    use serde_json::Value;
+    let Some(docker) = docker() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let model = |name: &str, text: &str| -> Option<Value> {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let out = std::process::Command::new(&docker)
+            .args(["compose", "-p", "diff", "--project-directory"])
+            .arg(dir.path())
+            .arg("-f")
+            .arg(&path)
+            .args(["config", "--no-interpolate", "--format", "json"])
+            .env("HOME", dir.path())
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| serde_json::from_slice(&out.stdout).unwrap())
+    };
+    // What compose adds to every model on its own: the project name, the default network.
+    fn agree(judged: &Value, read: &Value, at: &str) -> Result<(), String> {
+        match (judged, read) {
+            (Value::Object(j), Value::Object(r)) => {
+                for (k, v) in r {
+                    let here = format!("{at}.{k}");
+                    match j.get(k) {
+                        Some(jv) => agree(jv, v, &here)?,
+                        // compose's own defaults: the project's name, its default network,
+                        // a service's networks, a volume's or network's full name.
+                        None if matches!(here.as_str(), ".name" | ".networks")
+                            || (here.starts_with(".services.") && here.ends_with(".networks"))
+                            || matches!(
+                                k.as_str(),
+                                "name" | "required" | "count" | "dockerfile"
+                            )
+                            || v.is_null() => {}
+                        None => return Err(format!("compose reads {here}, the agent does not")),
+                    }
+                }
+                Ok(())
+            }
+            (Value::Array(j), Value::Array(r)) if j.len() == r.len() => j
+                .iter()
+                .zip(r)
+                .enumerate()
+                .try_for_each(|(n, (a, b))| agree(a, b, &format!("{at}[{n}]"))),
+            // compose names the project by `-p`, and makes relative paths absolute.
+            (Value::String(j), Value::String(r))
+                if j != r
+                    && at != ".name"
+                    && !(r.starts_with('/') && (j.starts_with('.') || j.starts_with('~'))) =>
+            {
+                Err(format!("{at}: the agent judged {j:?}, compose reads {r:?}"))
+            }
+            _ => Ok(()),
+        }
+    }
+    let mut inputs: Vec<(String, String, bool)> = Vec::new();
+    let benign = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/benign");
+    for e in std::fs::read_dir(&benign).unwrap() {
+        let p = e.unwrap().path();
+        inputs.push((
+            p.display().to_string(),
+            std::fs::read_to_string(&p).unwrap(),
+            true,
+        ));
+    }
+    for c in CASES {
+        inputs.push((c.name.to_string(), compose_of(c), false));
+    }
+    let web = "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n";
+    for ws in [
+        '\u{85}', '\u{a0}', '\u{1680}', '\u{2000}', '\u{2007}', '\u{200b}', '\u{2028}', '\u{2029}',
+        '\u{202f}', '\u{205f}', '\u{3000}', '\u{feff}', '\t', '\u{b}', '\u{c}', '\r',
+    ] {
+        let n = u32::from(ws);
+        inputs.push((
+            format!("comment-{n:04x}"),
+            format!("{web}    # c{ws}    env_file: /etc/os-release\n"),
+            false,
+        ));
+        inputs.push((
+            format!("value-{n:04x}"),
+            format!("{web}    labels: {{a: \"x{ws}y\", b: x{ws}y}}\n"),
+            false,
+        ));
+        inputs.push((
+            format!("key-{n:04x}"),
+            format!("{web}    labels:\n      \"k{ws}\": v\n"),
+            false,
+        ));
+        inputs.push((
+            format!("block-{n:04x}"),
+            format!("{web}    entrypoint: |\n      a{ws}    env_file: /etc/os-release\n"),
+            false,
+        ));
+    }
+    for (name, text) in [
+        ("bom", format!("\u{feff}{web}")),
+        ("tabs", format!("{web}    labels: {{a:\t1}}\n")),
+        ("duplicate-key", format!("{web}    image: other\n")),
+        ("two-documents", format!("{web}---\nservices:\n  db:\n    image: x\n")),
+        ("block-literal", format!("{web}    entrypoint: |\n      a\n        b\n    # not a comment?\n")),
+        ("block-folded", format!("{web}    command: >-\n      a\n      b\n")),
+        ("tags", format!("{web}    labels: !!map {{a: !!str 1, b: !!binary aGk=}}\n")),
+        ("compose-tags", format!("{web}    ports: !reset []\n")),
+        ("merge", "x-a: &a {image: nginx, labels: {a: \"1\"}}\nservices:\n  web:\n    <<: *a\n    labels: {b: \"2\"}\n".to_string()),
+        ("anchors", "services:\n  web: &w\n    image: nginx\n  api: *w\n".to_string()),
+        ("escapes", format!("{web}    labels: {{a: \"\\u2028\\x41\\U0001F600\\N\\_\\L\\P\"}}\n")),
+        ("single-quotes", format!("{web}    labels: {{a: 'it''s # not'}}\n")),
+        ("flow-comment", format!("{web}    labels: {{a: b #c\n      , d: e}}\n")),
+        ("numbers", format!("{web}    labels: {{a: 010, b: 0o10, c: 0x1F, d: 1e3, e: .inf, f: yes, g: ~}}\n")),
+    ] {
+        inputs.push((name.to_string(), text, false));
+    }
+    let (mut compared, mut refused, mut neither) = (0, 0, 0);
+    let mut failures = Vec::new();
+    for (name, text, ordinary) in &inputs {
+        let Ok(plain) = monky_bundle::plain_compose(text) else {
+            refused += 1;
+            continue;
+        };
+        // The agent's parse, read back from its rewrite (the rewrite reads back as the parse:
+        // monky-bundle's plain tests and the compose_plain fuzz target).
+        let judged: Value = serde_saphyr::from_str(&plain).unwrap();
+        match model("plain.yaml", &plain) {
+            Some(read) => {
+                compared += 1;
+                if let Err(e) = agree(&judged, &read, "") {
+                    failures.push(format!("{name}: {e}"));
+                }
+                if *ordinary {
+                    assert_eq!(model("original.yaml", text).as_ref(), Some(&read), "{name}");
+                }
+            }
+            None => neither += 1,
+        }
+    }
+    println!(
+        "{} inputs: {compared} read by compose as judged, {neither} refused by compose's own \
+         model, {refused} refused by the agent's parser",
+        inputs.len()
+    );
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert!(compared >= 100, "{compared}");
+}
