@@ -1231,7 +1231,7 @@ impl Ctx<'_> {
                     if server
                         .trim()
                         .parse::<std::net::IpAddr>()
-                        .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
+                        .is_ok_and(on_box_address)
                     {
                         bad(walk, Severity::Privileged, server.trim());
                     }
@@ -1683,12 +1683,30 @@ pub fn image_problem(image: &str, registry_host: Option<&str>) -> Option<&'stati
         Some(v6) => v6.split_once(']').map_or(v6, |(h, _)| h),
         None => domain.rsplit_once(':').map_or(domain.as_str(), |(h, _)| h),
     };
+    // A trailing dot is the same name to the resolver.
+    let host = host.strip_suffix('.').unwrap_or(host);
+    // The C resolver reads `127.1`, `2130706433`, `0x7f000001` and `0` as addresses too
+    // (inet_aton): a numeric host that is not a plain dotted quad is refused whatever it
+    // names.
+    let numeric = !host.is_empty()
+        && (host.bytes().all(|b| b.is_ascii_digit() || b == b'.') || host.starts_with("0x"));
     let on_box = host == "localhost"
         || host.ends_with(".localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified());
+        || (numeric && host.parse::<std::net::Ipv4Addr>().is_err())
+        || host.parse::<std::net::IpAddr>().is_ok_and(on_box_address);
     on_box.then_some(LOOPBACK_REGISTRY)
+}
+
+/// An address on the box itself: loopback or unspecified, an IPv4-mapped IPv6 one included
+/// (Go takes `::ffff:127.0.0.1` for 127.0.0.1).
+fn on_box_address(ip: std::net::IpAddr) -> bool {
+    let ip = match ip {
+        std::net::IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+        v4 => v4,
+    };
+    ip.is_loopback() || ip.is_unspecified()
 }
 
 /// Short, as findings are: the policy doc says why.
@@ -1783,6 +1801,14 @@ mod tests {
             ("reg.localhost:80/api", true),
             ("[::1]:5000/api", true),
             ("0.0.0.0:5000/api", true),
+            ("[::ffff:127.0.0.1]:5000/api", true),
+            ("localhost.:5000/api", true),
+            ("127.1:5000/api", true),
+            ("2130706433:5000/api", true),
+            ("0x7f000001:5000/api", true),
+            ("0:5000/api", true),
+            ("10.1.2.3:5000/api", false),
+            ("registry.example.com./api", false),
         ] {
             let got = super::image_problem(image, own);
             assert_eq!(got.is_some(), refused, "{image}: {got:?}");

@@ -2444,3 +2444,30 @@ fn a_stack_with_one_shot_services_applies_stays_up_and_heals() {
     assert_eq!(b.w.state()["applied_sha"], json!(sha));
     assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
 }
+
+/// A key only compose's YAML parser would see (an `env_file` of the box's `/etc/os-release`
+/// after a U+2028 in a comment) on the real engine: the release applies from the agent's own
+/// rewrite, and the container's environment holds nothing of the host file.
+#[test]
+fn a_key_hidden_from_the_agents_parser_never_reaches_a_container() {
+    let Some(b) = E2eBox::new("hidden-key") else {
+        return;
+    };
+    let mut bundle = b.bundle(&b.e2e.image_1);
+    // The agent's parser sees a service with no env_file; go-yaml sees this one.
+    bundle.compose = bundle.compose.replacen(
+        "    env_file: .env\n",
+        "    labels: {a: b} # note\u{2028}    env_file: [.env, /etc/os-release]\n",
+        1,
+    );
+    b.first_apply(&bundle);
+    let env = b
+        .project
+        .docker_ok(["inspect", "--format", "{{json .Config.Env}}", &b.web()]);
+    for host_key in ["PRETTY_NAME", "VERSION_CODENAME", "ID_LIKE"] {
+        assert!(
+            !env.contains(host_key),
+            "{host_key} reached the container: {env}"
+        );
+    }
+}
