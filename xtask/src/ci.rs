@@ -23,7 +23,7 @@ pub fn main(args: &[String]) -> Result<()> {
             "examples" if args.len() == 1 => return examples(),
             "-h" | "--help" => {
                 println!(
-                    "cargo xtask ci [--fail-fast]\n  setup, tidy, fmt, fmt fuzz, clippy, test, examples, demo, packaging, doc, teardown (always)\n  --fail-fast  skip the remaining checks after the first failure\ncargo xtask ci examples\n  builds and runs every library crate's examples"
+                    "cargo xtask ci [--fail-fast]\n  setup, tidy, fmt, fmt fuzz, check fuzz, clippy, test, examples, demo, packaging, doc, teardown (always)\n  --fail-fast  skip the remaining checks after the first failure\ncargo xtask ci examples\n  builds and runs every library crate's examples"
                 );
                 return Ok(());
             }
@@ -65,6 +65,18 @@ pub fn main(args: &[String]) -> Result<()> {
                 "--check",
                 "--manifest-path",
                 "fuzz/Cargo.toml",
+            ]),
+        ),
+        // The fuzz targets (parser agreement among them) compile against today's crates;
+        // running them needs cargo-fuzz and time, which `cargo xtask fuzz` has.
+        (
+            "check fuzz",
+            cargo_cmd(&[
+                "check",
+                "--manifest-path",
+                "fuzz/Cargo.toml",
+                "--locked",
+                "--bins",
             ]),
         ),
         (
