@@ -331,7 +331,7 @@ impl Layout {
     }
 
     /// Adds `ids` to the record of [`Layout::pulled_images`], newest last, keeping the newest
-    /// [`MAX_PULLED_IMAGES`].
+    /// 512.
     pub fn record_pulled_images(&self, ids: &[String]) -> anyhow::Result<()> {
         let env = self.env()?;
         let old = env
