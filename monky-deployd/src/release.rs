@@ -101,6 +101,11 @@ impl Release {
         }
     }
 
+    /// The release's sha, as its directory names it.
+    pub fn sha(&self) -> &str {
+        &self.sha
+    }
+
     /// The directory compose is given.
     pub fn dir(&self) -> &Path {
         &self.path

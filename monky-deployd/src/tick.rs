@@ -189,6 +189,17 @@ pub(crate) struct Agent<'a> {
     previous: (Option<Code>, Option<crate::redact::Redacted>),
     /// The tick's outcome went out (`conclude`): it goes out once.
     concluded: bool,
+    /// What this tick has judged already, so the gate before `up` does not ask the engine
+    /// again about the release the apply judged and pulled moments before: the shas whose
+    /// names passed, and the image references this tick pulled.
+    judged: std::cell::RefCell<Judged>,
+}
+
+/// See [`Agent::judged`].
+#[derive(Debug, Default)]
+struct Judged {
+    names: std::collections::BTreeSet<String>,
+    pulled: std::collections::BTreeSet<String>,
 }
 
 impl<'a> Agent<'a> {
@@ -209,6 +220,7 @@ impl<'a> Agent<'a> {
         state.found_hold(hold.clone());
         Ok(Self {
             previous: (state.last_code(), state.last_error().cloned()),
+            judged: std::cell::RefCell::default(),
             tenancy: peers::tenancy(cfg)?,
             bao: std::cell::OnceCell::new(),
             docker,

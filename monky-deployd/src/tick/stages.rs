@@ -237,6 +237,10 @@ impl Agent<'_> {
         if let Err(e) = self.layout.record_pulled_images(&ids) {
             warn!("cannot record the pulled images ({e:#}); the next up pulls them again");
         }
+        self.judged
+            .borrow_mut()
+            .pulled
+            .extend(images.iter().cloned());
         Ok(())
     }
 
@@ -245,6 +249,10 @@ impl Agent<'_> {
     /// with this env's credential, before anything starts: an image another env pulled, or
     /// a tag moved on the engine since, proves nothing.
     fn prove_images(&self, rel: &release::Release, images: &[String]) -> anyhow::Result<()> {
+        let pulled = self.judged.borrow().pulled.clone();
+        if images.iter().all(|i| pulled.contains(i)) {
+            return Ok(());
+        }
         let record = self.layout.pulled_images();
         let unproven: Vec<&str> = images
             .iter()
@@ -351,6 +359,9 @@ impl Agent<'_> {
         if let Some(f) = refusals::all(refused) {
             return Err(f.into());
         }
+        if self.judged.borrow().names.contains(rel.sha()) {
+            return Ok(facts.images);
+        }
         match self.docker.named_objects() {
             Ok(on_engine) => {
                 let others = crate::names::configured_projects(&self.cfg.path);
@@ -363,6 +374,7 @@ impl Agent<'_> {
                 if !taken.is_empty() {
                     return Err(Failure::coded(Code::BundleNonconforming, taken.join("; ")).into());
                 }
+                self.judged.borrow_mut().names.insert(rel.sha().to_owned());
             }
             // The engine's own failure is the up's to report, under its own code.
             Err(e) => warn!("cannot list the engine's names ({e}); names not checked"),
