@@ -2471,3 +2471,36 @@ fn a_key_hidden_from_the_agents_parser_never_reaches_a_container() {
         );
     }
 }
+
+/// Release 2 fails its healthcheck and waits out its backoff; release 1 runs again. Its web
+/// container is then removed by hand: the next tick, still backing off from 2, heals 1 on the
+/// real engine, and the report names the heal, not "running".
+#[test]
+fn the_running_release_is_healed_while_the_new_sha_backs_off() {
+    let Some(b) = E2eBox::with_timeout("heal-in-backoff", 20) else {
+        return;
+    };
+    b.w.tenancy.set_limits(RateLimits {
+        checkin: Rate::per_minute(60),
+        ..RateLimits::default()
+    });
+    let first = b.first_apply(&b.bundle(&b.e2e.image_1));
+    b.w.publish(&b.bundle(&b.e2e.image_bad));
+    b.w.tick().expect(1);
+    assert_eq!(b.w.state()["applied_sha"], json!(first));
+    assert_healthy(&b.project.containers(), &b.project.name);
+
+    b.project.docker_ok(["rm", "-f", &b.web()]);
+    let leases = b.w.tenancy.lease_count(ENV);
+    b.w.tick().ok();
+    let r = b.w.last_report();
+    assert_report(&r, ReportResult::Applied, Some("HEALED: web missing"));
+    assert_eq!(r.sha.as_deref(), Some(first.as_str()));
+    assert_eq!(
+        b.w.tenancy.lease_count(ENV),
+        leases,
+        "the backing-off sha was not tried"
+    );
+    assert_healthy(&b.project.containers(), &b.project.name);
+    assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
+}
