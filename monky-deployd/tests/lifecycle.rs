@@ -269,3 +269,33 @@ fn a_retire_masks_the_secrets_of_a_release_it_did_not_render() {
     }
     assert_eq!(kv_reads(&w), reads_before, "the retire read no secret");
 }
+
+/// After a successful `down` the box is where tenancy wants it, and every view agrees: the
+/// status and the metrics say converged, a later heartbeat too.
+#[test]
+fn after_a_retire_every_view_says_converged() {
+    let w = World::new();
+    let prom = w.path("metrics.prom");
+    w.config_extra(&format!("metrics_textfile: {}\n", prom.display()));
+    w.stage_grant();
+    w.publish(&TestBundle::default());
+    w.tick().ok();
+    w.tenancy.set_desired(ENV, Desired::down(false));
+    w.tick().ok();
+    assert_report(&w.last_report(), ReportResult::Down, None);
+    let status: serde_json::Value =
+        serde_json::from_str(&w.run(&["status", "--json"]).stdout()).unwrap();
+    assert_eq!(status["converged"], true, "{status:#}");
+    let metrics = std::fs::read_to_string(&prom).unwrap();
+    assert!(
+        metrics.contains("monky_deployd_converged{env_id=\"env-qa-02\"} 1"),
+        "{metrics}"
+    );
+    w.tenancy.advance_clock(std::time::Duration::from_secs(60));
+    w.tick().ok();
+    let metrics = std::fs::read_to_string(&prom).unwrap();
+    assert!(
+        metrics.contains("monky_deployd_converged{env_id=\"env-qa-02\"} 1"),
+        "{metrics}"
+    );
+}
