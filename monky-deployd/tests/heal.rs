@@ -746,3 +746,31 @@ fn the_running_release_is_healed_while_the_new_sha_backs_off() {
         "{detail}"
     );
 }
+
+/// A failed heal leads with its cause, in docker's own words; compose's command line is not in
+/// the report or the journal's error line.
+#[test]
+fn a_failed_heal_leads_with_its_cause() {
+    let a = applied();
+    a.w.stub(
+        "UP_FAIL",
+        "Error response from daemon: Bind for 0.0.0.0:8080 failed: port is already allocated",
+    );
+    set_model(&a.w, &[]);
+    let run = a.w.tick();
+    run.expect(1);
+    let r = a.w.last_report();
+    let detail = r.detail.clone().unwrap_or_default();
+    assert!(
+        detail.starts_with("HEAL_FAILED: Error response from daemon: Bind for 0.0.0.0:8080"),
+        "{detail}"
+    );
+    assert!(!detail.contains("--ansi"), "{detail}");
+    let error_line = run
+        .stderr()
+        .lines()
+        .find(|l| l.starts_with("ERROR HEAL_FAILED"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(!error_line.contains("--ansi"), "{}", run.stderr());
+}

@@ -223,12 +223,12 @@ impl Agent<'_> {
             info!("removing before up: {}", remove.join(", "));
             self.docker
                 .remove_containers(remove)
-                .map_err(|e| Failure::coded(Code::HealFailed, e.to_string()))?;
+                .map_err(|e| Failure::coded(Code::HealFailed, e.cause()))?;
         }
         info!("compose up -d --remove-orphans");
         rel.compose(&self.docker, self.cfg)
             .up(Some(self.cfg.healthy_timeout))
-            .map_err(|e| Failure::coded(Code::HealFailed, e.to_string()).into())
+            .map_err(|e| Failure::coded(Code::HealFailed, e.cause()).into())
     }
 
     /// A held box: the heartbeat's health report with the hold beside it, whatever tenancy
@@ -299,7 +299,7 @@ impl Agent<'_> {
         info!("removing compose's leftovers: {}", leftovers.join(", "));
         self.docker
             .remove_containers(&leftovers)
-            .map_err(|e| Failure::coded(Code::ComposeUpFailed, e.to_string()))?;
+            .map_err(|e| Failure::coded(Code::ComposeUpFailed, e.cause()))?;
         self.refresh_containers();
         Ok(())
     }

@@ -99,7 +99,7 @@ impl Agent<'_> {
             );
             rel.compose(&self.docker, self.cfg)
                 .down(volumes)
-                .map_err(|e| Failure::coded(Code::ComposeDownFailed, e.to_string()))?;
+                .map_err(|e| Failure::coded(Code::ComposeDownFailed, e.cause()))?;
         } else {
             info!("nothing deployed; reporting down");
         }
