@@ -115,7 +115,7 @@ policy! {
     DiskInsufficient, Fail,
         "too little free space on the docker data root: the box admin frees it (`docker image prune -a`, OPERATIONS.md \"Free disk\") or grows the disk; the next tick retries";
     ReleasesOverCap, Fail,
-        "the env's releases/ and staging/ would be over releases_max_bytes even after pruning the older releases: find what a container wrote into its release dir (`du -sh /var/lib/monky-deployd/<env_id>/releases/*`) and move it to a named volume, or raise releases_max_bytes";
+        "the releases the agent wrote (bundle files and .env, each inode once) would be over releases_max_bytes even after pruning the older releases; what containers write into their release dirs does not count: raise releases_max_bytes";
     RendererRefused, Fail,
         "bundle.json names a renderer other than compose: re-render the bundle with the compose renderer";
     ManifestValueRefused, Fail,

@@ -378,26 +378,32 @@ impl Dir {
         Ok(out)
     }
 
-    /// The bytes allocated on disk below this directory, the directory's own entries included:
-    /// nothing followed through a link, and a tree deeper than 64 levels or wider than a
-    /// million entries counted up to there (a release holds a few files; anything beyond is
-    /// what a container wrote through a bind, and it is over any sane cap long before that).
-    pub fn disk_usage(&self) -> u64 {
+    /// The bytes allocated on disk below this directory, the directory's own entries included,
+    /// each inode once (a file hard-linked forty times is one file, as `du` counts it): nothing
+    /// followed through a link, and a tree deeper than 64 levels or wider than a million
+    /// entries counted up to there (anything that large is what a container wrote through a
+    /// bind, and over any sane cap long before that). `seen` holds the inodes already counted,
+    /// so one set shared by several calls counts a file linked into several trees once.
+    pub fn disk_usage(&self, seen: &mut Seen) -> u64 {
         let mut budget = 1_000_000usize;
-        self.add_usage(&mut budget, 0)
+        self.add_usage(&mut budget, 0, seen)
     }
 
-    fn add_usage(&self, budget: &mut usize, depth: usize) -> u64 {
+    /// The bytes `name` (not followed through a link) holds on disk, unless its inode is in
+    /// `seen` already; 0 when it cannot be read.
+    pub fn entry_bytes(&self, name: &str, seen: &mut Seen) -> u64 {
+        rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_or(0, |st| bytes_once(&st, seen))
+    }
+
+    fn add_usage(&self, budget: &mut usize, depth: usize, seen: &mut Seen) -> u64 {
         let mut total = 0u64;
         for (name, kind) in self.entries().unwrap_or_default() {
             let Some(left) = budget.checked_sub(1) else {
                 break;
             };
             *budget = left;
-            if let Ok(st) = rustix::fs::statat(&self.fd, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
-                let bytes = u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512);
-                total = total.saturating_add(bytes);
-            }
+            total = total.saturating_add(self.entry_bytes(&name, seen));
             if kind == FileType::Directory
                 && depth < 64
                 && let Ok(fd) =
@@ -408,7 +414,7 @@ impl Dir {
                     path: self.join(&name),
                     strict: self.strict,
                 };
-                total = total.saturating_add(sub.add_usage(budget, depth + 1));
+                total = total.saturating_add(sub.add_usage(budget, depth + 1, seen));
             }
         }
         total
@@ -492,6 +498,19 @@ impl Dir {
 /// `.<name>.tmp.<16 random hex digits>`: nobody can plant it ahead of the agent.
 fn temp_name(name: &str) -> String {
     format!(".{name}.tmp.{:016x}", rand::random::<u64>())
+}
+
+/// The inodes (device, inode) a disk measure has counted already.
+pub type Seen = std::collections::HashSet<(u64, u64)>;
+
+/// The bytes a stat says are allocated, or 0 for an inode counted already.
+fn bytes_once(st: &rustix::fs::Stat, seen: &mut Seen) -> u64 {
+    #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+    let id = (st.st_dev as u64, st.st_ino as u64);
+    if !seen.insert(id) {
+        return 0;
+    }
+    u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512)
 }
 
 /// Whether `name` has the shape of the agent's temp files.

@@ -555,14 +555,62 @@ pub fn prune(layout: &Layout, keep: usize, protect: &[&str]) {
     }
 }
 
-/// The bytes `releases/` and `staging/` hold on disk now.
-pub fn usage(layout: &Layout) -> anyhow::Result<u64> {
-    let mut used = 0u64;
-    for d in [layout.releases_if_any()?, layout.staging_if_any()?]
+/// What `releases/` and `staging/` hold on disk, each inode counted once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// What the agent wrote: each release's top-level bundle members, `.env` and budget
+    /// override (and the directories themselves). This is what `releases_max_bytes` caps.
+    pub agent: u64,
+    /// Everything else below a release dir: what containers wrote through a relative bind.
+    /// Measured and reported, never capped: a container must not be able to keep the next
+    /// release (its own fix, perhaps) from being deployed.
+    pub container: u64,
+}
+
+/// Whether a top-level entry of a release dir is one the agent writes.
+fn written_by_agent(name: &str, kind: rustix::fs::FileType) -> bool {
+    kind == rustix::fs::FileType::RegularFile
+        && (name == ENV_FILE
+            || name == bundle::budget::OVERRIDE_FILE
+            || fsx::is_temp_name(name)
+            || bundle::MemberName::parse(name.as_bytes()).is_ok())
+}
+
+/// The bytes `releases/` and `staging/` hold on disk now, the agent's apart from the
+/// containers'. A file the agent wrote that a container linked elsewhere counts as the agent's.
+pub fn usage(layout: &Layout) -> anyhow::Result<Usage> {
+    let mut used = Usage::default();
+    let mut seen = fsx::Seen::new();
+    let parents: Vec<Dir> = [layout.releases_if_any()?, layout.staging_if_any()?]
         .into_iter()
         .flatten()
-    {
-        used = used.saturating_add(d.disk_usage());
+        .collect();
+    let mut trees = Vec::new();
+    for parent in &parents {
+        for (name, kind) in parent.entries().unwrap_or_default() {
+            used.agent = used
+                .agent
+                .saturating_add(parent.entry_bytes(&name, &mut seen));
+            if kind != rustix::fs::FileType::Directory {
+                continue;
+            }
+            let Ok(Some(dir)) = parent.sub(&name) else {
+                continue;
+            };
+            for (entry, kind) in dir.entries().unwrap_or_default() {
+                if written_by_agent(&entry, kind) {
+                    used.agent = used
+                        .agent
+                        .saturating_add(dir.entry_bytes(&entry, &mut seen));
+                }
+            }
+            trees.push(dir);
+        }
+    }
+    // The containers' part after every file of the agent's, whose inodes are then seen and
+    // count nothing again.
+    for dir in &trees {
+        used.container = used.container.saturating_add(dir.disk_usage(&mut seen));
     }
     Ok(used)
 }
@@ -573,14 +621,14 @@ pub fn usage(layout: &Layout) -> anyhow::Result<u64> {
 pub fn make_room(layout: &Layout, cfg: &Config, need: u64, protect: &[&str]) -> anyhow::Result<()> {
     let cap = cfg.releases_max_bytes;
     let fits = |used: u64| used.saturating_add(need) <= cap;
-    let mut used = usage(layout)?;
+    let mut used = usage(layout)?.agent;
     if fits(used) {
         return Ok(());
     }
     if let Some(releases) = layout.releases_if_any()? {
         for name in removable(layout, &releases, protect).iter().rev() {
             remove_release(layout, &releases, name);
-            used = usage(layout)?;
+            used = usage(layout)?.agent;
             if fits(used) {
                 return Ok(());
             }
@@ -589,11 +637,9 @@ pub fn make_room(layout: &Layout, cfg: &Config, need: u64, protect: &[&str]) -> 
     Err(Failure::coded(
         Code::ReleasesOverCap,
         format!(
-            "{} and staging/ hold {used} bytes; with the new release's {need} that is over \
-             releases_max_bytes ({cap}) after pruning every release but the running and last \
-             good ones; look for data a container wrote into its release dir (`du -sh {}/*`), \
-             move it to a named volume, or raise releases_max_bytes",
-            layout.releases_path().display(),
+            "the releases the agent wrote into {} and staging/ hold {used} bytes; with the new \
+             release's {need} that is over releases_max_bytes ({cap}) after pruning every release \
+             but the running, last good and backed-off ones; raise releases_max_bytes",
             layout.releases_path().display(),
         ),
     )
@@ -714,5 +760,31 @@ pub(crate) mod tests {
         assert!(rel.compose_yaml().unwrap().contains("web:1"));
         let e = Release::current(&layout).unwrap_err();
         assert!(format!("{e:#}").contains("not into releases/"), "{e:#}");
+    }
+
+    #[test]
+    fn the_cap_counts_the_agents_files_each_inode_once_and_a_containers_apart() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cfg = config(tmp.path());
+        cfg.releases_max_bytes = 16 << 20;
+        let layout = Layout::open(&cfg).unwrap();
+        let sha = "a".repeat(64);
+        release_on_disk(&layout, &sha, "s3cret");
+        let rel = layout.releases_path().join(&sha);
+        let base = usage(&layout).unwrap();
+        // A container's bind: 40 hard links of one 1 MiB file are 1 MiB, and not the agent's.
+        std::fs::create_dir(rel.join("data")).unwrap();
+        std::fs::write(rel.join("data/one"), vec![1u8; 1 << 20]).unwrap();
+        for i in 0..40 {
+            std::fs::hard_link(rel.join("data/one"), rel.join(format!("data/l{i}"))).unwrap();
+        }
+        let used = usage(&layout).unwrap();
+        assert_eq!(used.agent, base.agent);
+        assert!(((1 << 20)..(2 << 20)).contains(&used.container), "{used:?}");
+        make_room(&layout, &cfg, 1 << 20, &[&sha]).unwrap();
+        // The agent's own files over the cap are refused, naming it.
+        std::fs::write(rel.join(ENV_FILE), vec![b'x'; 20 << 20]).unwrap();
+        let e = make_room(&layout, &cfg, 1 << 20, &[&sha]).unwrap_err();
+        assert!(format!("{e:#}").contains("releases_max_bytes"), "{e:#}");
     }
 }
