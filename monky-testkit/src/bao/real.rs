@@ -120,9 +120,13 @@ impl RealBaoBuilder {
         // it; a server that fails to start is retried on another port.
         let mut last = String::new();
         for _ in 0..5 {
-            match Server::spawn(&bin, self.tls.as_ref()) {
-                Ok(server) => {
-                    let mut bao = RealBao::from_server(server, version, self.tls.as_ref())?;
+            // A server that lost its port to another one answers with the other's voice
+            // ("already initialized"): that is a failed start too, retried on a fresh port.
+            let started = Server::spawn(&bin, self.tls.as_ref()).and_then(|server| {
+                RealBao::from_server(server, version.clone(), self.tls.as_ref())
+            });
+            match started {
+                Ok(mut bao) => {
                     bao.configure(&self)?;
                     return Ok(bao);
                 }
@@ -254,12 +258,25 @@ impl Drop for Server {
     }
 }
 
+/// A free port never handed out before in this process: tests start servers in parallel, and
+/// the kernel may give a port just released by one `bind(:0)` to the next.
 fn free_port() -> Result<SocketAddr, String> {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))?;
-    listener
-        .local_addr()
-        .map_err(|e| format!("cannot read a bound address: {e}"))
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for _ in 0..64 {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| format!("cannot read a bound address: {e}"))?;
+        if !handed_out.contains(&addr.port()) {
+            handed_out.push(addr.port());
+            return Ok(addr);
+        }
+    }
+    Err("no fresh port on 127.0.0.1 after 64 tries".to_owned())
 }
 
 /// `bao version`'s number, e.g. `2.7.2`.
