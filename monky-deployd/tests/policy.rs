@@ -868,10 +868,14 @@ fn compose_reads_the_rewrite_as_the_agent_judged_it() {
                     let here = format!("{at}.{k}");
                     match j.get(k) {
                         Some(jv) => agree(jv, v, &here)?,
-                        // compose's own defaults: the project's name, its default network,
+                        // compose's own defaults: the project's name, its default network (also
+                        // next to the file's own networks),
                         // a service's networks, a volume's or network's full name.
-                        None if matches!(here.as_str(), ".name" | ".networks")
-                            || (here.starts_with(".services.") && here.ends_with(".networks"))
+                        None if matches!(
+                            here.as_str(),
+                            ".name" | ".networks" | ".networks.default"
+                        ) || (here.starts_with(".services.")
+                            && here.ends_with(".networks"))
                             || matches!(
                                 k.as_str(),
                                 "name" | "required" | "count" | "dockerfile"
