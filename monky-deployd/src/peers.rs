@@ -5,10 +5,12 @@
 //! connections to the loopback ports of `ziti tunnel proxy` while the URLs (and so the Host header,
 //! TLS SNI and certificate checks) keep the real names. Environment proxies never apply.
 //!
-//! Whatever the transport, a connection to a loopback address carries a request only when the
-//! socket that answers it belongs to root, the agent's own user or the section's
-//! `listener_user` (see [`listener_check`]): any local user can listen on a loopback port the
-//! proxy left free, and the bearer is the box's OpenBao token.
+//! Whatever the transport, a connection to an address of this box (loopback, its interfaces',
+//! docker's bridges') carries a request only when the socket that answers it belongs to root,
+//! the agent's own user or the section's `listener_user`, and, unless it is the agent's own
+//! user's, is not held by a container's process (docker's proxy for a published port runs as
+//! root): see [`listener_check`]. Any local user can listen on a port the proxy left free, and
+//! the bearer is the box's OpenBao token.
 
 mod owner;
 
@@ -139,7 +141,7 @@ pub fn loopback_target(cfg: &Config, peer: Peer) -> anyhow::Result<Option<Socket
         }
         _ => None,
     };
-    Ok(addr.filter(|a| a.ip().to_canonical().is_loopback()))
+    Ok(addr.filter(|a| owner::is_local(a.ip())))
 }
 
 /// What a failed call to a loopback peer is checked against: the peer's address and who may
@@ -235,11 +237,21 @@ impl Trusted {
     /// [`judge`](Self::judge), with the trusted owner's uid (`None` for a peer that is not on
     /// loopback), so a caller that reports it looks the socket up once.
     fn owner(&self, local: SocketAddr, peer: SocketAddr) -> Result<Option<u32>, proto::CheckError> {
-        if !peer.ip().to_canonical().is_loopback() {
+        if !owner::is_local(peer.ip()) {
             return Ok(None);
         }
+        let me = rustix::process::geteuid().as_raw();
         let owner = match owner::peer_uid(local, peer) {
-            Ok(Some(uid)) if self.uids.contains(&uid) => return Ok(Some(uid)),
+            // The agent's own user runs no container's listener; root does (docker's proxy for
+            // a published port), and so may a trusted proxy user under rootless docker.
+            Ok(Some(uid)) if self.uids.contains(&uid) && uid == me && me != 0 => {
+                return Ok(Some(uid));
+            }
+            Ok(Some(uid)) if self.uids.contains(&uid) => match owner::listener(peer) {
+                owner::Listener::Host(_) => return Ok(Some(uid)),
+                owner::Listener::Container(what) => Owner::Container(what),
+                owner::Listener::Unknown(why) => Owner::Unreadable(why),
+            },
             Ok(Some(uid)) => Owner::Uid(uid),
             Ok(None) => {
                 return Err(Box::new(Vanished {
@@ -317,6 +329,8 @@ pub fn listener_check(cfg: &Config, peer: Peer) -> anyhow::Result<proto::Connect
 #[derive(Debug)]
 enum Owner {
     Uid(u32),
+    /// A trusted uid's socket, held by a container's process.
+    Container(String),
     Unreadable(String),
 }
 
@@ -337,6 +351,10 @@ impl fmt::Display for Untrusted {
                 "{addr} is served by uid {uid} ({}), which is not root, the agent's user or \
                  {key}; no request was sent to it",
                 user_name(*uid)
+            ),
+            Owner::Container(what) => write!(
+                f,
+                "{addr} is served by {what}, never a peer; no request was sent to it"
             ),
             Owner::Unreadable(why) => write!(
                 f,
@@ -582,7 +600,7 @@ mod tests {
     }
 
     #[test]
-    fn only_loopback_peers_are_judged() {
+    fn only_this_boxs_peers_are_judged_and_all_of_them() {
         let t = Trusted {
             peer: Peer::Tenancy,
             uids: vec![],
@@ -606,6 +624,22 @@ mod tests {
             t.probe(listener.local_addr().unwrap()).unwrap_err().addr,
             listener.local_addr().unwrap()
         );
+        // The box's own routable address (the one a packet to the documentation net would
+        // leave from) is this box's socket too: a listener on 0.0.0.0 answers there.
+        let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        probe
+            .connect("198.51.100.1:9")
+            .expect("this box has a route");
+        let own = probe.local_addr().unwrap().ip();
+        assert!(!own.is_loopback(), "{own}");
+        let wide = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let addr = SocketAddr::new(own, wide.local_addr().unwrap().port());
+        let stream = std::net::TcpStream::connect(addr).unwrap();
+        let err = t
+            .judge(stream.local_addr().unwrap(), stream.peer_addr().unwrap())
+            .unwrap_err();
+        assert!(err.downcast_ref::<Untrusted>().is_some(), "{err}");
+        assert_eq!(t.probe(addr).unwrap_err().addr, addr);
         let mine = Trusted {
             peer: Peer::Tenancy,
             uids: vec![me],

@@ -31,7 +31,7 @@ s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 if sys.argv[3] == "defer":
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 30)
-s.bind(("127.0.0.1", port))
+s.bind(("0.0.0.0" if sys.argv[3] == "wide" else "127.0.0.1", port))
 s.listen(16)
 print("listening", flush=True)
 s.settimeout(60)
@@ -145,11 +145,28 @@ fn free_port() -> u16 {
 
 /// Rewrites the config so `key` (`tenancy` or `bao`) is dialled at `port`.
 fn dial_at(w: &World, section_addr: SocketAddr, port: u16) {
+    dial_at_ip(w, section_addr, "127.0.0.1".parse().unwrap(), port);
+}
+
+fn dial_at_ip(w: &World, section_addr: SocketAddr, ip: std::net::IpAddr, port: u16) {
     let text = std::fs::read_to_string(w.config_path()).unwrap();
     let from = format!("proxy_addr: {section_addr}\n");
     assert!(text.contains(&from), "{text}");
-    let text = text.replace(&from, &format!("proxy_addr: 127.0.0.1:{port}\n"));
+    let to = SocketAddr::new(ip, port);
+    let text = text.replace(&from, &format!("proxy_addr: {to}\n"));
     std::fs::write(w.config_path(), text).unwrap();
+}
+
+/// The box's own routable address: where a packet to the documentation network would leave
+/// from (nothing is sent).
+fn own_address() -> std::net::IpAddr {
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    probe
+        .connect("198.51.100.1:9")
+        .expect("this box has a route");
+    let ip = probe.local_addr().unwrap().ip();
+    assert!(!ip.is_loopback(), "{ip}");
+    ip
 }
 
 fn user_name(uid: u32) -> String {
@@ -213,6 +230,31 @@ fn a_squatter_on_tenancys_port_with_the_proxy_down_gets_no_bearer_and_moves_noth
         assert_eq!(w.requests().len(), seen_by_tenancy);
         assert_eq!(w.state()["last_code"], json!("TENANCY_LISTENER_UNTRUSTED"));
     }
+}
+
+#[test]
+fn a_squatter_on_the_boxs_own_address_gets_no_bearer_and_moves_nothing() {
+    // Not loopback, yet a socket of this box: the kernel names its owner just the same.
+    let (w, sha) = applied_box();
+    let token = token_text(&w);
+    let calls = w.docker_calls().len();
+    let seen_by_tenancy = w.requests().len();
+    let port = free_port();
+    let ip = own_address();
+    dial_at_ip(&w, w.tenancy.addr(), ip, port);
+    let squatter = Squatter::start_with(port, &down_and_purge(), "wide");
+    let run = w.tick();
+    let sent = squatter.finish();
+    assert!(!sent.is_empty(), "the agent never dialled the squatter");
+    assert!(sent.iter().all(Vec::is_empty), "{sent:?}");
+    refused_and_untouched(&w, &run, "TENANCY_LISTENER_UNTRUSTED", &token, &sha, calls);
+    assert_eq!(w.requests().len(), seen_by_tenancy);
+    assert!(
+        run.stderr()
+            .contains(&format!("{ip}:{port} is served by uid {NOBODY}")),
+        "{}",
+        run.stderr()
+    );
 }
 
 #[test]

@@ -2504,3 +2504,34 @@ fn the_running_release_is_healed_while_the_new_sha_backs_off() {
     assert_healthy(&b.project.containers(), &b.project.name);
     assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
 }
+
+/// A container's published port is never a peer: docker's proxy for it runs as root, whom the
+/// listener check trusts as the tunneler's user, yet it serves whatever the container (any
+/// env's bundle) answers. The agent sends nothing there and names docker-proxy.
+#[test]
+fn a_published_port_on_tenancys_address_is_never_a_peer() {
+    let Some(b) = E2eBox::new("published-peer") else {
+        return;
+    };
+    let first = b.first_apply(&b.bundle(&b.e2e.image_1));
+    let seen_by_tenancy = b.w.requests().len();
+    let text = std::fs::read_to_string(b.w.config_path()).unwrap();
+    let from = text
+        .lines()
+        .find(|l| l.starts_with("  base_url: "))
+        .expect("a system-transport tenancy url")
+        .to_owned();
+    let to = format!("  base_url: http://127.0.0.1:{}/", b.port);
+    std::fs::write(b.w.config_path(), text.replace(&from, &to)).unwrap();
+    let run = b.w.tick();
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(
+        run.stderr().contains("TENANCY_LISTENER_UNTRUSTED")
+            && run.stderr().contains("docker-proxy"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(b.w.requests().len(), seen_by_tenancy);
+    assert_eq!(b.current(), Some(release(&first)));
+    assert_no_secret(&b, &run);
+}

@@ -224,6 +224,123 @@ fn parse_addr(text: &str) -> Option<SocketAddr> {
     Some(canonical(SocketAddr::new(ip, port)))
 }
 
+/// Whether `ip` is an address of this box: loopback, or one the kernel lets a socket bind
+/// (its interfaces' addresses, docker's bridge gateways, the unspecified address). A
+/// connection to such an address is served by a socket on this box, whose owner the kernel
+/// knows, so it is judged like a loopback one.
+pub fn is_local(ip: IpAddr) -> bool {
+    let ip = ip.to_canonical();
+    ip.is_loopback() || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
+/// The process behind a root-owned listener, when it is a container's: docker's proxy for a
+/// published port, or a process in a container's cgroup. Root is trusted as the proxy's user,
+/// but dockerd runs a published port's proxy as root, so root alone proves nothing.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Listener {
+    /// A process of the box, not a container's (its pid).
+    Host(u32),
+    /// A container's: what it is, for the message.
+    Container(String),
+    /// No process holds the listening socket (or the tables could not be read).
+    Unknown(String),
+}
+
+/// Who listens on `peer`'s port for the address `peer` (or a wildcard): the listening sockets'
+/// inodes from the socket tables, then the process holding one of them among `/proc`'s. Costs
+/// a read of the tables and of every process's descriptors, so it runs only for a listener
+/// owned by root.
+pub fn listener(peer: SocketAddr) -> Listener {
+    let peer = canonical(peer);
+    let mut inodes = Vec::new();
+    for table in TABLES {
+        let Ok(text) = std::fs::read_to_string(Path::new(table)) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(own), Some(st), Some(inode)) = (f.get(1), f.get(3), f.get(9)) else {
+                continue;
+            };
+            if u8::from_str_radix(st, 16).ok() != Some(LISTEN) {
+                continue;
+            }
+            let Some(own) = parse_addr(own) else { continue };
+            if own.port() == peer.port() && (own.ip() == peer.ip() || own.ip().is_unspecified()) {
+                inodes.extend(inode.parse::<u64>().ok().filter(|i| *i != 0));
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return Listener::Unknown(format!("no listening socket on port {}", peer.port()));
+    }
+    let wanted: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Listener::Unknown("/proc cannot be read".to_owned());
+    };
+    // This process first: the tests' peers, and the cheapest look.
+    let pids = std::iter::once(std::process::id()).chain(
+        procs
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()),
+    );
+    for pid in pids {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|l| wanted.iter().any(|w| l.as_os_str() == w.as_str()))
+        });
+        if holds {
+            return classify(pid);
+        }
+    }
+    Listener::Unknown(format!(
+        "no process holds the listening socket on port {}",
+        peer.port()
+    ))
+}
+
+/// A container's process by its name (docker's proxy) or its cgroup (a container's, unless the
+/// agent itself runs in that same one: a box that is itself a container).
+fn classify(pid: u32) -> Listener {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let comm = comm.trim();
+    if matches!(comm, "docker-proxy" | "rootlesskit" | "slirp4netns") {
+        return Listener::Container(format!(
+            "{comm} (pid {pid}), which serves a container's published port"
+        ));
+    }
+    let theirs = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let ours = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    if theirs != ours && container_cgroup(&theirs) {
+        return Listener::Container(format!(
+            "{comm} (pid {pid}), a process in a container's cgroup"
+        ));
+    }
+    Listener::Host(pid)
+}
+
+/// A cgroup file naming a container's group: dockerd's (`/docker/<id>`, `docker-<id>.scope`),
+/// podman's, containerd's or a kubelet's.
+fn container_cgroup(text: &str) -> bool {
+    text.lines().any(|line| {
+        let path = line.splitn(3, ':').nth(2).unwrap_or_default();
+        [
+            "/docker/",
+            "/docker-",
+            "/libpod-",
+            "/kubepods",
+            "/containerd/",
+            "/lxc/",
+            "/lxc.payload",
+        ]
+        .iter()
+        .any(|m| path.contains(m))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,6 +435,50 @@ mod tests {
         // answer about a connection.
         let unused: SocketAddr = "127.0.0.1:1".parse().unwrap();
         assert_eq!(look(unused, peer).unwrap(), None);
+    }
+
+    #[test]
+    fn this_box_s_addresses_are_local_and_others_are_not() {
+        for ip in [
+            "127.0.0.1",
+            "127.5.6.7",
+            "::1",
+            "0.0.0.0",
+            "::ffff:127.0.0.1",
+        ] {
+            assert!(is_local(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["198.51.100.77", "2001:db8::1", "203.0.113.9"] {
+            assert!(!is_local(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[test]
+    fn a_listener_of_this_process_is_the_host_s() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        assert_eq!(super::listener(addr), Listener::Host(std::process::id()));
+        drop(listener);
+        assert!(matches!(super::listener(addr), Listener::Unknown(_)));
+    }
+
+    #[test]
+    fn container_cgroups_are_told_from_the_host_s() {
+        for c in [
+            "0::/system.slice/docker-0123abcd.scope\n",
+            "12:memory:/docker/0123abcd\n1:name=systemd:/docker/0123abcd\n",
+            "0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-1.scope\n",
+            "0::/machine.slice/libpod-0123.scope/container\n",
+        ] {
+            assert!(container_cgroup(c), "{c}");
+        }
+        for c in [
+            "0::/system.slice/monky-deployd-proxy.service\n",
+            "0::/system.slice/docker.service\n",
+            "4:memory:/process_api/abc\n0::/\n",
+        ] {
+            assert!(!container_cgroup(c), "{c}");
+        }
     }
 
     #[test]
