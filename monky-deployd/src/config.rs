@@ -438,12 +438,27 @@ impl Config {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read config {}", path.display()))
             .map_err(|e| Failure::wrap(Code::ConfigInvalid, e))?;
-        Self::parse(&text, path).map_err(|e| {
+        let mut cfg = Self::parse(&text, path).map_err(|e| {
             Failure::wrap(
                 Code::ConfigInvalid,
                 e.context(format!("config {} is unusable", path.display())),
             )
-        })
+        })?;
+        // Every agent on the box trusts root's listeners on its peer ports, and docker's proxy
+        // for a published port is root: another env's bundle must not publish this agent's
+        // peer ports, nor this env's bundle theirs. A sibling that does not parse is its own
+        // agent's problem, and reserves nothing here.
+        for (sibling, text) in crate::names::sibling_configs(path) {
+            let Ok(other) = Self::parse(&text, &sibling) else {
+                continue;
+            };
+            for port in other.peer_ports().unwrap_or_default() {
+                if !cfg.budget.reserved_ports.contains(&port) {
+                    cfg.budget.reserved_ports.push(port);
+                }
+            }
+        }
+        Ok(cfg)
     }
 
     /// Parses config text; `path` is only recorded.
@@ -568,7 +583,7 @@ impl Config {
         Ok(cfg)
     }
 
-    /// The host ports of the loopback peers this agent is set up to dial: both `proxy_addr`s
+    /// The host ports of the local peers this agent is set up to dial: both `proxy_addr`s
     /// (whatever the transport, as the tunneler listens there) and a loopback tenancy or
     /// OpenBao URL. They join `budget.reserved_ports` whatever the config says, because the
     /// listener check trusts root and docker's proxy for a published port runs as root: a
@@ -1181,6 +1196,44 @@ self_heal: maybe
                 }
             }
         }
+    }
+
+    #[test]
+    fn every_agent_on_the_box_reserves_every_agents_peer_ports() {
+        let dir = tempfile::tempdir().unwrap();
+        let ours = dir.path().join("config.yaml");
+        std::fs::write(
+            &ours,
+            "env_id: env-qa\nbudget:\n  reserved_ports: []\ntenancy:\n  proxy_addr: 127.0.0.1:19443\n\
+             bao:\n  proxy_addr: 127.0.0.1:19200\n",
+        )
+        .unwrap();
+        // The second env's agent, its proxy on other ports; a broken file and a non-YAML one
+        // reserve nothing.
+        std::fs::write(
+            dir.path().join("env-qa-b.yaml"),
+            "env_id: env-qa-b\nstate_dir: /var/lib/monky-deployd-b\ntenancy:\n  proxy_addr: 127.0.0.1:28443\n\
+             bao:\n  proxy_addr: 127.0.0.1:28200\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("broken.yaml"), "env_id: [").unwrap();
+        std::fs::write(
+            dir.path().join("notes.txt"),
+            "tenancy:\n  proxy_addr: 127.0.0.1:1\n",
+        )
+        .unwrap();
+        let c = Config::load(&ours).unwrap();
+        assert_eq!(c.budget.reserved_ports, [19443, 19200, 28443, 28200]);
+        let err = c
+            .compose_policy(true)
+            .check_file(
+                "services:\n  web:\n    image: x\n    ports: [\"127.0.0.1:28443:80\"]\n",
+                &|_| None,
+                &Default::default(),
+            )
+            .expect_err("another agent's peer port")
+            .to_string();
+        assert!(err.contains("reserved_ports"), "{err}");
     }
 
     #[test]

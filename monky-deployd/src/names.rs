@@ -131,31 +131,37 @@ pub fn conflicts(
     out
 }
 
-/// The compose projects of the other agents configured on this box: every `*.yaml` / `*.yml`
-/// beside `config` but itself, by its `compose_project` or `monky-<env_id>`. A file that does
-/// not read as a config names nothing.
-#[must_use]
-pub fn configured_projects(config: &Path) -> BTreeSet<String> {
+/// The other agents' configs on this box: every `*.yaml` / `*.yml` file beside `config` but
+/// itself, with its text. Bounded: a config is a few hundred bytes, and a larger file is none.
+pub fn sibling_configs(config: &Path) -> Vec<(std::path::PathBuf, String)> {
     let Some(dir) = config.parent() else {
-        return BTreeSet::new();
+        return Vec::new();
     };
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return BTreeSet::new();
+        return Vec::new();
     };
-    let mut out = BTreeSet::new();
+    let mut out = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
         let yaml = path.extension().is_some_and(|e| e == "yaml" || e == "yml");
         if !yaml || path == config || !entry.file_type().is_ok_and(|t| t.is_file()) {
             continue;
         }
-        // Bounded: a config is a few hundred bytes.
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        if text.len() > 256 * 1024 {
-            continue;
+        match std::fs::read_to_string(&path) {
+            Ok(text) if text.len() <= 256 * 1024 => out.push((path, text)),
+            _ => {}
         }
+    }
+    out.sort();
+    out
+}
+
+/// The compose projects of the other agents configured on this box, by their
+/// `compose_project` or `monky-<env_id>`. A file that does not read as a config names nothing.
+#[must_use]
+pub fn configured_projects(config: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (_, text) in sibling_configs(config) {
         let Ok(doc) = serde_saphyr::from_str::<Value>(&text) else {
             continue;
         };
