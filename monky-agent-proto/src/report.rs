@@ -90,6 +90,9 @@ report_codes! {
     TenancyListenerUntrusted = "TENANCY_LISTENER_UNTRUSTED";
     /// Another user's process answered on OpenBao's loopback address.
     BaoListenerUntrusted = "BAO_LISTENER_UNTRUSTED";
+    /// An untrusted process (another user's, a container's) answered on a registry address of
+    /// this box, and the registry credential was kept from it.
+    RegistryListenerUntrusted = "REGISTRY_LISTENER_UNTRUSTED";
     /// Tenancy answered 401 to a token OpenBao still accepts.
     TenancyRefusedToken = "TENANCY_REFUSED_TOKEN";
     /// OpenBao unreachable or sealed.

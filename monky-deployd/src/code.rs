@@ -78,6 +78,8 @@ policy! {
         "a process of another user (the message names its uid and user) listens where the agent dials tenancy, and was sent nothing: find it with `ss -ltnpe`, stop it, then `systemctl restart monky-deployd-proxy`; if the proxy really runs as that user, name it in tenancy.listener_user";
     BaoListenerUntrusted, Fail,
         "a process of another user (the message names its uid and user) listens where the agent dials OpenBao, and was sent nothing: find it with `ss -ltnpe`, stop it, then `systemctl restart monky-deployd-proxy`; if the proxy really runs as that user, name it in bao.listener_user";
+    RegistryListenerUntrusted, Fail,
+        "the registry credential names an address of this box (loopback, a bridge, its own address) where an untrusted process listens (the message names it: another user's, or a container's published port), so the credential was not written: stop that process, or, for a registry the box's admin runs in a container on purpose, name it in trusted_registries";
     TenancyRefusedToken, Fail,
         "tenancy refuses a token OpenBao still accepts, so the token is kept: after a kit re-reveal or a retire, re-run the install kit (the agent bootstraps with the new grant); otherwise tenancy cannot check tokens, look at tenancy's logs";
     BaoUnavailable, Temporary,
@@ -248,7 +250,10 @@ impl CodePolicy for Code {
             }
             C::ComposePullFailed => Owner::Registry,
             // Someone else's process on the box's loopback port, the box's clock, its disk.
-            C::TenancyListenerUntrusted | C::BaoListenerUntrusted | C::TlsClock => Owner::BoxAdmin,
+            C::TenancyListenerUntrusted
+            | C::BaoListenerUntrusted
+            | C::RegistryListenerUntrusted
+            | C::TlsClock => Owner::BoxAdmin,
             C::ReleasesOverCap | C::Drift | C::HealFailed => Owner::BoxAdmin,
             // Warnings: the tick went on, and who stopped the containers or the apply is the
             // box's question.

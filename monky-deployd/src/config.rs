@@ -224,6 +224,8 @@ struct RawConfig {
     #[serde(default)]
     allow_secrets_on_command_lines: bool,
     #[serde(default)]
+    trusted_registries: Vec<String>,
+    #[serde(default)]
     budget: RawBudget,
     #[serde(default)]
     tenancy: TenancyConfig,
@@ -420,6 +422,10 @@ pub struct Config {
     pub allowed_external_networks: Vec<String>,
     /// Waives `BUNDLE_NONCONFORMING` (names outside the project's), never a host-access finding.
     pub allow_unprefixed_names: bool,
+    /// Registries (`host:port`, as the credential names them) on an address of this box that the
+    /// box's admin vouches for, whoever listens there (a pull-through cache in a container):
+    /// the registry credential goes to them unjudged.
+    pub trusted_registries: Vec<String>,
     /// Waives `SECRET_ON_COMMAND_LINE`: the box's admin knows no other account reads a
     /// process's arguments here (`/proc` mounted `hidepid`, no host account at a container's
     /// uid).
@@ -565,6 +571,7 @@ impl Config {
             allowed_external_volumes: raw.allowed_external_volumes,
             allowed_external_networks: raw.allowed_external_networks,
             allow_unprefixed_names: raw.allow_unprefixed_names,
+            trusted_registries: raw.trusted_registries,
             allow_secrets_on_command_lines: raw.allow_secrets_on_command_lines,
             budget: raw.budget.resolve()?,
             env_id,

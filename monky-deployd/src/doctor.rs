@@ -142,7 +142,7 @@ pub fn run(cfg: &Config) -> Vec<Check> {
     for peer in [peers::Peer::Tenancy, peers::Peer::Bao] {
         let name = match peer {
             peers::Peer::Tenancy => "tenancy listener",
-            peers::Peer::Bao => "openbao listener",
+            _ => "openbao listener",
         };
         out.push(match peers::listener_report(cfg, peer) {
             Some(result) => check(
@@ -153,6 +153,7 @@ pub fn run(cfg: &Config) -> Vec<Check> {
             None => skip(name, "no loopback address is dialled for it"),
         });
     }
+    out.push(registry_listener(cfg));
     out.push(check(
         "tenancy",
         "check the mesh: the proxy service (monky-deployd-proxy) or the tunneler, and tenancy.* in config",
@@ -728,6 +729,46 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         }
     }
     Ok(if ok { Exit::Ok } else { Exit::Fail })
+}
+
+/// Who serves the registry of the stored credential, when it is on an address of this box: the
+/// check the agent makes before writing it, made again now.
+fn registry_listener(cfg: &Config) -> Check {
+    const NAME: &str = "registry listener";
+    let path = cfg.docker_config_dir().join("config.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return skip(NAME, "no registry credential stored yet");
+    };
+    let registries: Vec<String> = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| {
+            v.get("auths")?
+                .as_object()
+                .map(|m| m.keys().cloned().collect())
+        })
+        .unwrap_or_default();
+    let mut seen = Vec::new();
+    for registry in &registries {
+        match peers::registry_check(cfg, registry) {
+            Ok(Some(who)) => seen.push(who),
+            Ok(None) => {}
+            Err(e) => {
+                return check(
+                    NAME,
+                    "stop the process that holds the registry's port on this box, or name the registry in trusted_registries when the box's admin runs it there on purpose",
+                    Err(format!("{e:#}")),
+                );
+            }
+        }
+    }
+    if seen.is_empty() {
+        skip(
+            NAME,
+            "the credential's registry is not on an address of this box",
+        )
+    } else {
+        check(NAME, "", Ok(seen.join("; ")))
+    }
 }
 
 #[cfg(test)]

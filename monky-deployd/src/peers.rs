@@ -81,6 +81,9 @@ pub enum Peer {
     Tenancy,
     /// OpenBao (`bao.proxy_addr`, or `bao.addr`'s address under `system`).
     Bao,
+    /// The registry of the registry credential, when it is on an address of this box: dockerd
+    /// sends the credential there, in the clear on loopback.
+    Registry,
 }
 
 impl Peer {
@@ -90,6 +93,7 @@ impl Peer {
         match self {
             Peer::Tenancy => "tenancy.listener_user",
             Peer::Bao => "bao.listener_user",
+            Peer::Registry => "trusted_registries",
         }
     }
 
@@ -97,6 +101,7 @@ impl Peer {
         match self {
             Peer::Tenancy => "tenancy",
             Peer::Bao => "openbao",
+            Peer::Registry => "the registry",
         }
     }
 
@@ -104,6 +109,7 @@ impl Peer {
         match self {
             Peer::Tenancy => Code::TenancyListenerUntrusted,
             Peer::Bao => Code::BaoListenerUntrusted,
+            Peer::Registry => Code::RegistryListenerUntrusted,
         }
     }
 
@@ -111,6 +117,7 @@ impl Peer {
         match self {
             Peer::Tenancy => Code::TenancyUnavailable,
             Peer::Bao => Code::BaoUnavailable,
+            Peer::Registry => Code::ComposePullFailed,
         }
     }
 
@@ -118,6 +125,7 @@ impl Peer {
         match self {
             Peer::Tenancy => cfg.tenancy.listener_user.as_deref(),
             Peer::Bao => cfg.bao.listener_user.as_deref(),
+            Peer::Registry => None,
         }
     }
 }
@@ -131,6 +139,7 @@ pub fn loopback_target(cfg: &Config, peer: Peer) -> anyhow::Result<Option<Socket
     let (mapping, url) = match peer {
         Peer::Tenancy => (cfg.tenancy_mapping()?, cfg.tenancy_url()?),
         Peer::Bao => (cfg.bao_mapping()?, cfg.bao_url()?),
+        Peer::Registry => return Ok(None),
     };
     let addr = match (mapping, url.host(), url.port_or_known_default()) {
         (Some(addr), _, _) => Some(addr),
@@ -314,6 +323,65 @@ pub fn listener_report(cfg: &Config, peer: Peer) -> Option<Result<String, String
         Ok(None) => Ok(format!("nothing answers for {name} at {addr}")),
         Err(u) => Err(format!("{name}: {u}")),
     })
+}
+
+/// The address of this box that `registry` (`host[:port]`, as a credential names it) is
+/// served on, unless the box's admin trusts it by name: an IP literal or a `localhost` name
+/// (docker's default port 443 when none is given). `None` for the network's registries.
+fn local_registry(cfg: &Config, registry: &str) -> Option<SocketAddr> {
+    if cfg
+        .trusted_registries
+        .iter()
+        .any(|r| r.eq_ignore_ascii_case(registry))
+    {
+        return None;
+    }
+    let url = url::Url::parse(&format!("https://{registry}/")).ok()?;
+    let port = url.port().unwrap_or(443);
+    let ip = match url.host()? {
+        url::Host::Ipv4(ip) => std::net::IpAddr::V4(ip),
+        url::Host::Ipv6(ip) => std::net::IpAddr::V6(ip),
+        url::Host::Domain(d) => {
+            let d = d.trim_end_matches('.').to_ascii_lowercase();
+            if d == "localhost" || d.ends_with(".localhost") {
+                std::net::IpAddr::from([127, 0, 0, 1])
+            } else {
+                return None;
+            }
+        }
+    };
+    owner::is_local(ip).then_some(SocketAddr::new(ip, port))
+}
+
+/// Before the registry credential is handed to dockerd: a registry on an address of this box
+/// must be served by a trusted process (as a peer is), or be named in `trusted_registries`.
+/// `Ok(Some(..))` says who serves it, for the journal.
+///
+/// # Errors
+/// `REGISTRY_LISTENER_UNTRUSTED`, naming the listener.
+pub fn registry_check(cfg: &Config, registry: &str) -> anyhow::Result<Option<String>> {
+    let Some(addr) = local_registry(cfg, registry) else {
+        return Ok(None);
+    };
+    let trusted = Trusted::of(cfg, Peer::Registry)?;
+    match trusted.probe(addr) {
+        Ok(Some(uid)) => Ok(Some(format!(
+            "registry {registry} at {addr} is served by uid {uid} ({})",
+            user_name(uid)
+        ))),
+        Ok(None) => Ok(Some(format!(
+            "nothing answers for registry {registry} at {addr}"
+        ))),
+        Err(u) => Err(Failure::coded(
+            Code::RegistryListenerUntrusted,
+            format!(
+                "registry credential for {registry}: {u}; the credential was not written: stop \
+                 that process, or name the registry in trusted_registries if the box's admin \
+                 runs it there on purpose"
+            ),
+        )
+        .into()),
+    }
 }
 
 /// The connection check for `peer`'s client: [`Trusted::judge`] on every new connection.

@@ -452,3 +452,53 @@ fn doctor_names_who_serves_each_loopback_port() {
     );
     assert!(sent.iter().all(Vec::is_empty), "{sent:?}");
 }
+
+/// A registry credential naming a port of this box that another user holds: dockerd would send
+/// `Authorization: Basic` there in the clear, so the credential is never written, the release
+/// is not applied, and the listener is named. Trusted by name, the same registry is used.
+#[test]
+fn a_registry_credential_for_a_squatted_local_port_is_never_written() {
+    let (w, sha) = applied_box();
+    let token = token_text(&w);
+    let calls = w.docker_calls().len();
+    let port = free_port();
+    let registry = format!("127.0.0.1:{port}");
+    w.bao.put_secret(
+        ENV,
+        "registry",
+        &json!({"registry": registry, "username": "robot", "password": "registry-pw-7c1f"})
+            .to_string(),
+    );
+    let docker_config = w.state_dir().join("docker/config.json");
+    let before = std::fs::read(&docker_config).ok();
+    let next = w.publish(&TestBundle::tagged("reg").with_registry_auth());
+    assert_ne!(next, sha);
+
+    let squatter = Squatter::start(port, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    let run = w.tick();
+    let sent = squatter.finish();
+    assert!(sent.iter().all(Vec::is_empty), "{sent:?}");
+    refused_and_untouched(&w, &run, "REGISTRY_LISTENER_UNTRUSTED", &token, &sha, calls);
+    assert_eq!(
+        std::fs::read(&docker_config).ok(),
+        before,
+        "the credential was written"
+    );
+    assert!(!run.stderr().contains("registry-pw-7c1f"));
+    let doctor = w.run(&["doctor"]);
+    assert!(
+        !doctor.stdout().contains("registry-pw-7c1f"),
+        "{}",
+        doctor.stdout()
+    );
+
+    // The box's admin vouches for it: the same squatter no longer stops the apply.
+    w.config_extra(&format!("trusted_registries: [\"{registry}\"]\n"));
+    let squatter = Squatter::start(port, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    w.tick().ok();
+    drop(squatter.finish());
+    w.assert_current(&next);
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&docker_config).unwrap()).unwrap();
+    assert!(doc["auths"][&registry]["auth"].is_string(), "{doc}");
+}

@@ -315,7 +315,7 @@ impl Agent<'_> {
                 .map_err(|e| peers::bao_failure(&format!("read {}", entry.var), e))?;
             redact::register(v.expose_secret());
             if entry.is_registry_auth() {
-                self.write_registry_auth(&v);
+                self.write_registry_auth(&v)?;
             } else {
                 values.insert(entry.var.clone(), v);
             }
@@ -382,7 +382,17 @@ impl Agent<'_> {
         Ok(facts.images)
     }
 
-    fn write_registry_auth(&self, value: &SecretString) {
+    /// Writes the registry credential for dockerd, after the registry's listener is judged when
+    /// it is on an address of this box (dockerd speaks plain HTTP to loopback registries).
+    ///
+    /// # Errors
+    /// `REGISTRY_LISTENER_UNTRUSTED`; an unusable credential only warns (public images pull).
+    fn write_registry_auth(&self, value: &SecretString) -> anyhow::Result<()> {
+        if let Ok(auth) = bundle::RegistryAuth::parse(value, Some(&self.cfg.registry_host))
+            && let Some(who) = peers::registry_check(self.cfg, auth.registry())?
+        {
+            info!("{who}");
+        }
         let result = bundle::RegistryAuth::parse(value, Some(&self.cfg.registry_host))
             .map_err(anyhow::Error::new)
             .and_then(|auth| {
@@ -397,6 +407,7 @@ impl Agent<'_> {
             Ok(registry) => info!("registry credential in place for {registry}"),
             Err(e) => warn!("registry credential unusable ({e:#}); private images will not pull"),
         }
+        Ok(())
     }
 }
 
