@@ -25,14 +25,9 @@ fn ago(now: u64, t: Option<u64>) -> String {
     }
 }
 
-fn human(secs: u64) -> String {
-    match secs {
-        s if s < 120 => format!("{s}s"),
-        s if s < 7200 => format!("{}m", s / 60),
-        s if s < 172_800 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86400),
-    }
-}
+/// One rounding of a span for every view (the tick's messages, `doctor`, `explain`): the same
+/// skew or wait never reads 3m in one place and 2m in another.
+use crate::clock::human;
 
 /// Prints the explanation.
 pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
@@ -218,6 +213,20 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_span_reads_the_same_here_as_in_the_ticks_messages() {
+        // 150 s off: the tick's TLS_CLOCK message says "3m"; explain said "2m".
+        assert_eq!(ago(10_000, Some(10_000 - 150)), "3m ago");
+        assert!(
+            crate::clock::skew_problem(150)
+                .unwrap()
+                .contains("is 3m ahead")
+        );
+        assert_eq!(ago(10_000, Some(10_000 + 5399)), "in 90m");
+        assert_eq!(ago(200_000, Some(200_000 - 129_599)), "36h ago");
+        assert_eq!(ago(10, None), "never");
+    }
 
     #[test]
     fn ages_read_in_the_largest_fitting_unit() {
