@@ -5,6 +5,18 @@
 //! nothing. Without the feature, `hit` compiles to nothing. The same test-only feature gives the
 //! loop mode a millisecond interval for the soak test (see `runloop`).
 
+/// [`hit`] for a point in the work on one file: `<point>` or `<point>:<file>` kills.
+pub fn hit_at(point: &str, file: &str) {
+    #[cfg(feature = "failpoints")]
+    if std::env::var("MONKY_DEPLOYD_FAILPOINT").is_ok_and(|v| {
+        v == point || v.strip_prefix(point).and_then(|r| r.strip_prefix(':')) == Some(file)
+    }) {
+        hit(&std::env::var("MONKY_DEPLOYD_FAILPOINT").unwrap_or_default());
+    }
+    #[cfg(not(feature = "failpoints"))]
+    let _ = (point, file);
+}
+
 /// Dies here if the failpoint `name` is armed (feature `failpoints` only).
 #[inline]
 pub fn hit(name: &str) {

@@ -232,7 +232,7 @@ impl Dir {
         let result = (|| {
             // The umask may have narrowed the mode, never widened it; set it exactly.
             rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
-            crate::failpoint::hit("mid-write");
+            crate::failpoint::hit_at("mid-write", name);
             let mut f = std::fs::File::from(fd);
             f.write_all(bytes)
                 .and_then(|()| f.sync_all())

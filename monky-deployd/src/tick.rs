@@ -280,12 +280,21 @@ impl<'a> Agent<'a> {
             .checkin()
             .inspect_err(|e| self.conclude_checkin_error(e))?;
         self.learn_token_facts();
+        let wanted_before = self.state.desired_sha().cloned();
         self.state.checked_in(
             resp.action.as_str(),
             resp.desired_sha().cloned(),
             resp.checkin_interval_s.map(|i| i.as_secs()),
             state::now(),
         );
+        // A new desired sha is saved before its fetch and pull, which can take minutes and be
+        // cut short by a kill or the tick's deadline: `status` then names what tenancy wants,
+        // not the sha before it. A heartbeat writes nothing here.
+        if self.state.desired_sha() != wanted_before.as_ref()
+            && let Err(e) = self.state.save(&self.layout)
+        {
+            warn!("cannot save the desired sha before applying it ({e:#})");
+        }
         if let Some(mount) = resp.vault.as_ref().and_then(|v| v.mount.clone()) {
             if mount != self.cfg.bao.kv_mount && self.state.kv_mount() != Some(&mount) {
                 info!(
