@@ -384,7 +384,21 @@ fn a_heal_that_does_not_come_up_healthy_fails_and_waits() {
     let a = applied();
     set_model(&a.w, &[]);
     a.w.stub("HEALTH", "unhealthy");
-    a.w.tick().expect(1);
+    let logs = a.w.path("logs.txt");
+    std::fs::write(&logs, "web-1  | booting\nweb-1  | cannot reach db:5432\n").unwrap();
+    a.w.stub("LOGS_FILE", logs.to_str().unwrap());
+    let run = a.w.tick();
+    run.expect(1);
+    // The app's own words reach the journal and `logs`, not only tenancy's log view.
+    assert!(
+        run.stderr().contains("last compose log lines:")
+            && run.stderr().contains("cannot reach db:5432"),
+        "{}",
+        run.stderr()
+    );
+    a.w.run(&["logs"])
+        .ok()
+        .prints(&["HEAL_FAILED: not healthy after up", "cannot reach db:5432"]);
     let r = a.w.last_report();
     assert_report(
         &r,

@@ -60,21 +60,7 @@ impl Agent<'_> {
             "{code}: {why}\n{}--- compose logs ---\n{logs}",
             looked.iter().map(Looked::evidence).collect::<String>()
         );
-        match crate::evidence::keep_logs(&self.layout, sha.as_str(), &kept) {
-            Ok(path) => info!(
-                "kept the failed release's logs in {}: `monky-deployd logs {}`",
-                path.display(),
-                sha.short()
-            ),
-            Err(e) => warn!("cannot keep the failed release's logs: {e:#}"),
-        }
-        let last: Vec<&str> = logs.lines().rev().take(5).collect();
-        if !last.is_empty() {
-            warn!(
-                "last compose log lines: {}",
-                last.into_iter().rev().collect::<Vec<_>>().join(" | ")
-            );
-        }
+        self.keep_app_logs(sha, &kept, &logs);
         let started = Started {
             prod,
             compose_logs: &logs,
@@ -177,6 +163,27 @@ impl Agent<'_> {
                     None => format!("fallback to {} failed", prev.short()),
                 }
             }
+        }
+    }
+
+    /// What the app said when its release failed to come up or to heal: kept for
+    /// `monky-deployd logs <sha>` (redacted, bounded) and its last lines in the journal, so the
+    /// operator reads the app's own words (`cannot reach db:5432`) without tenancy's log view.
+    pub(super) fn keep_app_logs(&self, sha: &Sha, kept: &str, logs: &str) {
+        match crate::evidence::keep_logs(&self.layout, sha.as_str(), kept) {
+            Ok(path) => info!(
+                "kept the failed release's logs in {}: `monky-deployd logs {}`",
+                path.display(),
+                sha.short()
+            ),
+            Err(e) => warn!("cannot keep the failed release's logs: {e:#}"),
+        }
+        let last: Vec<&str> = logs.lines().rev().take(5).collect();
+        if !last.is_empty() {
+            warn!(
+                "last compose log lines: {}",
+                last.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            );
         }
     }
 }

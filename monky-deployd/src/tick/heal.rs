@@ -194,6 +194,10 @@ impl Agent<'_> {
             crate::status::rfc3339(next)
         );
         warn!("heal of {} failed: {detail}", sha.short());
+        if let Some(logs) = &logs {
+            let kept = format!("{detail}\n--- compose logs ---\n{}", logs.as_str());
+            self.keep_app_logs(sha, &kept, logs.as_str());
+        }
         let mut outcome = Outcome::failed(Some(sha.as_str()), code, detail);
         outcome.compose_logs = logs.as_ref();
         self.conclude(outcome)
