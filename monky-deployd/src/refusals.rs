@@ -181,6 +181,10 @@ pub fn bundle_check(
     }
     for f in &refusals {
         outln!("FAIL {f}");
+        if let Some(line) = locate(b.compose(), &f.message) {
+            outln!("     at {}:{line}", b.compose_file_name());
+        }
+        outln!("     fix: {}", crate::code::CodePolicy::next_step(f.code));
     }
     let secret_vars: Vec<String> = b
         .manifest()
@@ -203,6 +207,52 @@ pub fn bundle_check(
     } else {
         Ok(Exit::Fail)
     }
+}
+
+/// The line of the compose file a finding names, when it names a service and a key
+/// (`web: network_mode host`, `web: ports 8200 ...`, `web: cap_add SYS_ADMIN`): the service's
+/// line under `services:`, then the first line of its block that holds the key. A finding of
+/// another shape (a manifest's, a total, a top-level network's) has none.
+fn locate(compose: &str, message: &str) -> Option<usize> {
+    let (service, rest) = message.split_once(": ")?;
+    if service.is_empty() || service.contains(char::is_whitespace) {
+        return None;
+    }
+    let key: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    let lines: Vec<&str> = compose.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let named = |l: &str, name: &str| {
+        let t = l.trim_start();
+        t.strip_prefix(name)
+            .or_else(|| t.strip_prefix(&format!("\"{name}\"")))
+            .or_else(|| t.strip_prefix(&format!("'{name}'")))
+            .is_some_and(|r| r.trim_start().starts_with(':'))
+    };
+    let services = lines
+        .iter()
+        .position(|l| indent(l) == 0 && named(l, "services"))?;
+    let (at, head) = lines
+        .iter()
+        .enumerate()
+        .skip(services + 1)
+        .find(|(_, l)| indent(l) > 0 && named(l, service))?;
+    let depth = indent(head);
+    let mut found = at;
+    if !key.is_empty() {
+        for (n, l) in lines.iter().enumerate().skip(at + 1) {
+            if !l.trim().is_empty() && !l.trim_start().starts_with('#') && indent(l) <= depth {
+                break;
+            }
+            if named(l, &key) {
+                found = n;
+                break;
+            }
+        }
+    }
+    Some(found + 1)
 }
 
 /// What `bundle check` puts in `.env` for every secret: digits, which compose accepts wherever

@@ -77,6 +77,21 @@ fn every_finding_is_listed_with_its_code() {
         run.stdout()
     );
     assert!(run.stdout().contains("SEE_ADMIN_TOKEN"));
+    // Each finding says what to do, and a compose finding where it is.
+    let out = run.stdout();
+    let lines: Vec<&str> = out.lines().collect();
+    let privileged = lines
+        .iter()
+        .position(|l| l.starts_with("FAIL PRIVILEGED_REFUSED"))
+        .unwrap();
+    assert_eq!(
+        lines[privileged + 1],
+        "     at docker-compose.yml:4",
+        "{out}"
+    );
+    assert!(lines[privileged + 2].starts_with("     fix: "), "{out}");
+    let fixes = lines.iter().filter(|l| l.starts_with("     fix: ")).count();
+    assert_eq!(fixes, 4, "{out}");
 }
 
 #[test]
