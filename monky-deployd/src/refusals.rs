@@ -342,6 +342,17 @@ fn model_of_bundle(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_finding_is_located_at_its_services_key() {
+        let compose = "x-a: 1\nservices:\n  db:\n    image: pg\n    cap_add: [X]\n  \"web\":\n    image: x\n\n    # note\n    network_mode: host\nnetworks:\n  web: {}\n";
+        assert_eq!(super::locate(compose, "web: network_mode host"), Some(10));
+        assert_eq!(super::locate(compose, "db: cap_add SYS_ADMIN"), Some(5));
+        // A key the service does not spell out (a default, an extends): its own line.
+        assert_eq!(super::locate(compose, "web: pids_limit unset"), Some(6));
+        assert_eq!(super::locate(compose, "api: ports 22"), None);
+        assert_eq!(super::locate(compose, "outside monky/data/x: STOLEN"), None);
+    }
+
     use super::*;
 
     #[test]
