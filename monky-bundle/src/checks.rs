@@ -133,6 +133,9 @@ fn yaml_options() -> serde_saphyr::Options {
             max_alias_expansions_per_anchor: YAML_MAX_EXPANSIONS_PER_ANCHOR,
         },
         duplicate_keys: serde_saphyr::DuplicateKeyPolicy::Error,
+        // compose's go-yaml reads YAML 1.2 booleans only: `n`, `yes`, `off` are strings to it
+        // (a network named `n`, `DEBUG: off`), and must stay strings in the rewrite it runs.
+        strict_booleans: true,
     }
 }
 

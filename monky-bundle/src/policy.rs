@@ -803,6 +803,30 @@ struct Walk {
     model: bool,
     /// The project's own services, which namespaces and `volumes_from` may name.
     services: BTreeSet<String>,
+    /// The top-level networks some service joins (`default` for a service that names none):
+    /// compose creates no other, and drops the rest from its model, so they are not judged.
+    used_networks: BTreeSet<String>,
+}
+
+/// The networks the services of `top` join: the keys or items of each one's `networks`, and
+/// `default` for a service without `networks` and without a `network_mode`.
+fn used_networks(top: &Map<String, Value>) -> BTreeSet<String> {
+    let mut used = BTreeSet::new();
+    let services = top.get("services").and_then(Value::as_object);
+    for service in services.into_iter().flat_map(|m| m.values()) {
+        match service.get("networks") {
+            Some(Value::Object(m)) => used.extend(m.keys().cloned()),
+            Some(Value::Array(a)) => {
+                used.extend(a.iter().filter_map(Value::as_str).map(str::to_owned))
+            }
+            Some(_) => {}
+            None if service.get("network_mode").is_none() => {
+                used.insert("default".to_owned());
+            }
+            None => {}
+        }
+    }
+    used
 }
 
 impl Walk {
@@ -895,6 +919,7 @@ impl Ctx<'_> {
                 .and_then(Value::as_object)
                 .map(|m| m.keys().cloned().collect())
                 .unwrap_or_default(),
+            used_networks: used_networks(top),
         };
         self.object(&mut walk, "", "", "", top, Some(raw));
         self.paths(&mut walk, top, raw);
@@ -946,6 +971,10 @@ impl Ctx<'_> {
             // Extensions are inert: compose ignores them, and anchors that pull them into
             // real keys are expanded before anything is judged.
             if key.starts_with("x-") {
+                continue;
+            }
+            // A network no service joins is never created: nothing of it reaches the box.
+            if pat == "networks" && subject.is_empty() && !walk.used_networks.contains(key) {
                 continue;
             }
             let (child_pat, child_subject, child_rel) = match (named_map, subject.is_empty()) {
@@ -1817,6 +1846,29 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn a_network_no_service_joins_is_not_judged_and_one_joined_any_way_is() {
+        let p = ComposePolicy::new("monky-env-qa");
+        let none = |_: &str| None;
+        let secrets = BTreeSet::new();
+        let net = "networks:\n  dual:\n    ipam:\n      config: [{subnet: 10.9.0.0/16}]\n";
+        // Declared only: compose creates nothing of it (a real file's case).
+        let unused = format!("services:\n  web:\n    image: x\n{net}");
+        assert!(p.check_file(&unused, &none, &secrets).is_ok());
+        for joined in [
+            "services:\n  web:\n    image: x\n    networks: [dual]\n",
+            "services:\n  web:\n    image: x\n    networks: {dual: {aliases: [a]}}\n",
+            "services:\n  base:\n    image: x\n    networks: [dual]\n  web:\n    extends: {service: base}\n",
+        ] {
+            let text = format!("{joined}{net}");
+            let err = p.check_file(&text, &none, &secrets).expect_err(joined);
+            assert!(err.to_string().contains("networks.dual"), "{err}");
+        }
+        // `default` is joined by every service that names no network and has no network_mode.
+        let default = "services:\n  web:\n    image: x\nnetworks:\n  default:\n    ipam:\n      config: [{subnet: 10.9.0.0/16}]\n";
+        assert!(p.check_file(default, &none, &secrets).is_err());
+    }
 
     #[test]
     fn resolve_follows_links() {

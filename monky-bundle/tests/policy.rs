@@ -159,16 +159,16 @@ fn top_level_volumes_networks_configs_and_identity() {
         ("services: {}\nvolumes:\n  v:\n    external: true\n", "PRIVILEGED_REFUSED: volumes.v: external v (the box's admin may allow it with allowed_external_volumes: [v])"),
         ("services: {}\nvolumes:\n  v:\n    external: true\n    name: monky-env-other_pgdata\n", "PRIVILEGED_REFUSED: volumes.v: external monky-env-other_pgdata (the box's admin may allow it with allowed_external_volumes: [monky-env-other_pgdata])"),
         ("services: {}\nvolumes:\n  v:\n    name: monky-env-other_pgdata\n", "BUNDLE_NONCONFORMING: volumes.v: name monky-env-other_pgdata (accepted: monky-env-qa-02_monky-env-other_pgdata)"),
-        ("services: {}\nnetworks:\n  n:\n    external: true\n    name: host\n", "PRIVILEGED_REFUSED: networks.n: external host (the box's admin may allow it with allowed_external_networks: [host])"),
+        ("services:\n  s:\n    image: x\n    networks: [n]\nnetworks:\n  n:\n    external: true\n    name: host\n", "PRIVILEGED_REFUSED: networks.n: external host (the box's admin may allow it with allowed_external_networks: [host])"),
         ("services: {}\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, device: tmpfs, o: \"size=64m,uid=1000\"}\n", "ok"),
         ("services: {}\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, device: /dev/sda1, o: size=1m}\n", "PRIVILEGED_REFUSED: volumes.v: driver_opts"),
         ("services: {}\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, o: \"bind,size=1m\"}\n", "PRIVILEGED_REFUSED: volumes.v: driver_opts"),
         ("services: {}\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, o: \"size=1m,nr_blocks=16777216\"}\n", "PRIVILEGED_REFUSED: volumes.v: driver_opts"),
         ("name: monky-env-other\nservices: {}\nvolumes:\n  v:\n    name: ${COMPOSE_PROJECT_NAME}_v\nnetworks:\n  n:\n    name: \"${COMPOSE_PROJECT_NAME}_n\"\n", "ok"),
         ("services: {}\nvolumes:\n  v:\n    name: ${SECRET}\n", "ok"),
-        ("services: {}\nnetworks:\n  n:\n    driver: macvlan\n", "PRIVILEGED_REFUSED: networks.n: driver macvlan"),
-        ("services: {}\nnetworks:\n  n:\n    driver_opts: {com.docker.network.bridge.name: docker0}\n", "PRIVILEGED_REFUSED: networks.n: driver_opts"),
-        ("services: {}\nnetworks:\n  n:\n    ipam: {config: [{subnet: 10.0.0.0/8}]}\n", "PRIVILEGED_REFUSED: networks.n: ipam"),
+        ("services:\n  s:\n    image: x\n    networks: [n]\nnetworks:\n  n:\n    driver: macvlan\n", "PRIVILEGED_REFUSED: networks.n: driver macvlan"),
+        ("services:\n  s:\n    image: x\n    networks: [n]\nnetworks:\n  n:\n    driver_opts: {com.docker.network.bridge.name: docker0}\n", "PRIVILEGED_REFUSED: networks.n: driver_opts"),
+        ("services:\n  s:\n    image: x\n    networks: [n]\nnetworks:\n  n:\n    ipam: {config: [{subnet: 10.0.0.0/8}]}\n", "PRIVILEGED_REFUSED: networks.n: ipam"),
         ("services: {}\nconfigs:\n  c:\n    file: /\n", "PRIVILEGED_REFUSED: configs.c: file /: only a file inside the release dir"),
         ("services: {}\nsecrets:\n  s:\n    file: /var/lib/monky-deployd/bao.token\n", "PRIVILEGED_REFUSED: secrets.s: file /var/lib/monky-deployd/bao.token: only a file inside the release dir"),
         ("services: {}\nsecrets:\n  s:\n    external: true\n", "BUNDLE_INVALID: secrets.s: external"),
@@ -218,7 +218,7 @@ fn realistic_files_pass() {
 
 #[test]
 fn the_box_admin_widens_never_the_bundle() {
-    let yaml = svc("volumes: [\"/srv/shared:/s\", \"/srv/ro:/r:ro\"]")
+    let yaml = svc("volumes: [\"/srv/shared:/s\", \"/srv/ro:/r:ro\"]\nnetworks: [proxy]")
         + "volumes:\n  ext: {external: true}\nnetworks:\n  proxy: {external: true, name: edge}\n";
     check(
         &yaml,
