@@ -542,3 +542,38 @@ fn awkward_values_are_quoted_in_env_and_unwritable_ones_fail_before_staging() {
         "older releases untouched"
     );
 }
+
+/// What the box supplies to a service that leaves a limit open is named in the journal and so
+/// in the report's log tail; a service that sets its own gets nothing supplied for it.
+#[test]
+fn the_defaults_the_box_supplies_are_named_in_the_report() {
+    let w = World::new();
+    w.stage_grant();
+    let b = TestBundle {
+        compose: "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    env_file: .env\n  \
+                  worker:\n    image: 127.0.0.1:5000/monky/web:1\n    pids_limit: 64\n    mem_limit: 64m\n    \
+                  logging: {driver: json-file, options: {max-size: 1m, max-file: \"2\"}}\n"
+            .into(),
+        ..TestBundle::default()
+    };
+    w.publish(&b);
+    let run = w.tick();
+    run.ok();
+    let line = run
+        .stderr()
+        .lines()
+        .find(|l| l.contains("supplied the box's defaults"))
+        .unwrap_or_else(|| panic!("{}", run.stderr()))
+        .to_owned();
+    assert!(
+        line.contains("web: ") && line.contains("pids_limit 1024") && line.contains("max-size"),
+        "{line}"
+    );
+    assert!(!line.contains("worker"), "{line}");
+    let r = w.last_report();
+    assert!(
+        r.log_tail.contains("supplied the box's defaults: web:"),
+        "{}",
+        r.log_tail
+    );
+}

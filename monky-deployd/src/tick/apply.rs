@@ -56,6 +56,17 @@ impl Agent<'_> {
             sha.short(),
             self.state.containers().len()
         );
+        // What the box gave the services that left it open, in the journal and so in the
+        // report's log tail: the bundle's author sees the limits the app runs under.
+        if let Some(supplied) = promoted
+            .release()
+            .compose_yaml()
+            .ok()
+            .and_then(|yaml| self.cfg.budget.budget_override_for(&yaml))
+            .and_then(|text| supplied_defaults(&text))
+        {
+            info!("supplied the box's defaults: {supplied}");
+        }
         self.conclude(Outcome::applied(Some(sha.as_str())))?;
         // After every successful apply, not only with `--prune`: a tenancy that sends a new sha
         // every tick must not fill the disk. `current` (this sha, the last good one) stays.
@@ -162,4 +173,36 @@ impl Agent<'_> {
         );
         self.conclude(Outcome::failed(Some(sha.as_str()), code, detail))
     }
+}
+
+/// The budget override in words: `web: pids_limit 1024, mem_limit 2147483648; db: ...`.
+fn supplied_defaults(override_json: &str) -> Option<String> {
+    fn flatten(v: &serde_json::Value, at: &str, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    let here = if at.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{at}.{k}")
+                    };
+                    flatten(v, &here, out);
+                }
+            }
+            serde_json::Value::String(s) => out.push(format!("{at} {s}")),
+            other => out.push(format!("{at} {other}")),
+        }
+    }
+    let v: serde_json::Value = serde_json::from_str(override_json).ok()?;
+    let parts: Vec<String> = v
+        .get("services")?
+        .as_object()?
+        .iter()
+        .map(|(service, o)| {
+            let mut kv = Vec::new();
+            flatten(o, "", &mut kv);
+            format!("{service}: {}", kv.join(", "))
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
