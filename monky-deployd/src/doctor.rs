@@ -735,7 +735,7 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
 /// check the agent makes before writing it, made again now.
 fn registry_listener(cfg: &Config) -> Check {
     const NAME: &str = "registry listener";
-    let path = cfg.docker_config_dir().join("config.json");
+    let path = crate::layout::docker_config_json(&cfg.state_dir);
     let Ok(text) = std::fs::read_to_string(&path) else {
         return skip(NAME, "no registry credential stored yet");
     };

@@ -52,6 +52,11 @@ pub fn docker_config_dir(state_dir: &Path) -> PathBuf {
     state_dir.join(DOCKER)
 }
 
+/// The docker CLI's `config.json` (the stored registry credential), a path for `doctor`'s look.
+pub fn docker_config_json(state_dir: &Path) -> PathBuf {
+    docker_config_dir(state_dir).join(DOCKER_CONFIG_JSON)
+}
+
 /// The env's directory (`<state_dir>/<env_id>`), a path for messages and the original agent's
 /// takeover.
 pub fn env_path(state_dir: &Path, env_id: &str) -> PathBuf {
