@@ -189,6 +189,29 @@ impl Engine {
             .collect())
     }
 
+    /// Every host port a running container of any project publishes, with the host address it
+    /// is bound to (`0.0.0.0` / `::` for all): one request, `GET /containers/json`.
+    pub fn published_ports(&self) -> Result<Vec<(String, u16)>> {
+        #[derive(Deserialize)]
+        struct Port {
+            #[serde(rename = "IP", default)]
+            ip: String,
+            #[serde(rename = "PublicPort", default)]
+            public: Option<u16>,
+        }
+        #[derive(Deserialize)]
+        struct Row {
+            #[serde(rename = "Ports", default)]
+            ports: Vec<Port>,
+        }
+        let rows: Vec<Row> = self.get_json("/containers/json", &[])?;
+        Ok(rows
+            .into_iter()
+            .flat_map(|r| r.ports)
+            .filter_map(|p| Some((p.ip, p.public?)))
+            .collect())
+    }
+
     /// As [`Engine::containers`], with what the same answer says about where each container
     /// came from ([`ContainerFacts`]): still one request, no process.
     pub fn container_facts(&self, project: &str) -> Result<Vec<ContainerFacts>> {

@@ -542,3 +542,34 @@ fn a_completed_one_shot_is_done_and_a_stopped_service_is_not() {
         fake.requests()
     );
 }
+
+/// Every port a running container publishes, with its host address, as `docker port` says:
+/// what the agent asks when it cannot see the process behind a root-owned peer listener.
+#[test]
+fn published_ports_are_the_engines_own() {
+    let Some(socket) = real_engine() else { return };
+    let project = Project::new("published");
+    project.run(
+        "web-1",
+        "web",
+        false,
+        &["-p", "127.0.0.1::8080", "-p", "8081"],
+        &["/bin/sleep", "300"],
+    );
+    let name = format!("{}-web-1", project.0);
+    let engine = Engine::for_docker_host(Some(&format!("unix://{}", socket.display())));
+    let published = engine.published_ports().unwrap();
+    for (private, ip) in [("8080/tcp", "127.0.0.1"), ("8081/tcp", "0.0.0.0")] {
+        let said = docker_cli(&["port", &name, private]);
+        let port: u16 = said
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{ip}:")))
+            .unwrap_or_else(|| panic!("{said}"))
+            .parse()
+            .unwrap();
+        assert!(
+            published.contains(&(ip.to_owned(), port)),
+            "{ip}:{port} not in {published:?}"
+        );
+    }
+}

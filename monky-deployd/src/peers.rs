@@ -259,7 +259,12 @@ impl Trusted {
             Ok(Some(uid)) if self.uids.contains(&uid) => match owner::listener(peer) {
                 owner::Listener::Host(_) => return Ok(Some(uid)),
                 owner::Listener::Container(what) => Owner::Container(what),
-                owner::Listener::Unknown(why) => Owner::Unreadable(why),
+                // Not visible to this process (the unit's `ProtectProc=invisible` hides root's
+                // processes): the engine says whether a container publishes the port.
+                owner::Listener::Unknown(_) => match published_by_container(peer) {
+                    Some(what) => Owner::Container(what),
+                    None => return Ok(Some(uid)),
+                },
             },
             Ok(Some(uid)) => Owner::Uid(uid),
             Ok(None) => {
@@ -391,6 +396,31 @@ pub fn registry_check(cfg: &Config, registry: &str) -> anyhow::Result<Option<Str
 pub fn listener_check(cfg: &Config, peer: Peer) -> anyhow::Result<proto::ConnectionCheck> {
     let trusted = Trusted::of(cfg, peer)?;
     Ok(Arc::new(move |local, remote| trusted.judge(local, remote)))
+}
+
+/// Whether a running container publishes `peer`'s port on its address (or on all addresses),
+/// by the engine's own list: one Engine API request, made only for a trusted uid's listener
+/// whose process this agent cannot see. An engine that does not answer runs no
+/// `docker-proxy` to ask about, so the listener is then taken as the box's.
+///
+/// The connection check runs on the HTTP client's own event loop, where the engine's blocking
+/// client may not be made or dropped: the request runs on a thread of its own.
+fn published_by_container(peer: SocketAddr) -> Option<String> {
+    let ports = std::thread::spawn(|| monky_compose::Engine::from_env().published_ports())
+        .join()
+        .ok()?
+        .ok()?;
+    let ip = peer.ip().to_canonical();
+    ports
+        .iter()
+        .any(|(host, port)| {
+            *port == peer.port()
+                && (host.is_empty()
+                    || host
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|h| h.is_unspecified() || h.to_canonical() == ip))
+        })
+        .then(|| format!("docker's proxy for a port a container publishes ({peer})"))
 }
 
 /// Who answered on a loopback address, when it is no trusted user.

@@ -2532,6 +2532,32 @@ fn a_published_port_on_tenancys_address_is_never_a_peer() {
         run.stderr()
     );
     assert_eq!(b.w.requests().len(), seen_by_tenancy);
+    // An agent that cannot see root's processes (the unit's ProtectProc=invisible; here a
+    // pid namespace of its own) asks the engine who publishes the port, with the same verdict.
+    let agent = b.w.command(&["run", "--once"]);
+    let mut hidden = Command::new("unshare");
+    hidden
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(agent.get_program())
+        .args(agent.get_args());
+    for (k, v) in agent.get_envs() {
+        match v {
+            Some(v) => hidden.env(k, v),
+            None => hidden.env_remove(k),
+        };
+    }
+    if let Some(dir) = agent.get_current_dir() {
+        hidden.current_dir(dir);
+    }
+    let run = Run(hidden.output().unwrap());
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(
+        run.stderr().contains("TENANCY_LISTENER_UNTRUSTED")
+            && run.stderr().contains("a port a container publishes"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(b.w.requests().len(), seen_by_tenancy);
     assert_eq!(b.current(), Some(release(&first)));
     assert_no_secret(&b, &run);
 }
