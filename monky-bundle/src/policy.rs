@@ -806,6 +806,29 @@ struct Walk {
     /// The top-level networks some service joins (`default` for a service that names none):
     /// compose creates no other, and drops the rest from its model, so they are not judged.
     used_networks: BTreeSet<String>,
+    /// The top-level volumes some service mounts, for the same reason.
+    used_volumes: BTreeSet<String>,
+}
+
+/// The top-level volumes the services of `top` mount: the source of each `volumes` entry, in
+/// the short syntax (`name:/path[:mode]`) or the long one (`source:`).
+fn used_volumes(top: &Map<String, Value>) -> BTreeSet<String> {
+    let mut used = BTreeSet::new();
+    let services = top.get("services").and_then(Value::as_object);
+    for service in services.into_iter().flat_map(|m| m.values()) {
+        let Some(Value::Array(volumes)) = service.get("volumes") else {
+            continue;
+        };
+        for v in volumes {
+            let source = match v {
+                Value::String(s) => s.split(':').next(),
+                Value::Object(m) => m.get("source").and_then(Value::as_str),
+                _ => None,
+            };
+            used.extend(source.map(str::to_owned));
+        }
+    }
+    used
 }
 
 /// The networks the services of `top` join: the keys or items of each one's `networks`, and
@@ -920,6 +943,7 @@ impl Ctx<'_> {
                 .map(|m| m.keys().cloned().collect())
                 .unwrap_or_default(),
             used_networks: used_networks(top),
+            used_volumes: used_volumes(top),
         };
         self.object(&mut walk, "", "", "", top, Some(raw));
         self.paths(&mut walk, top, raw);
@@ -975,6 +999,9 @@ impl Ctx<'_> {
             }
             // A network no service joins is never created: nothing of it reaches the box.
             if pat == "networks" && subject.is_empty() && !walk.used_networks.contains(key) {
+                continue;
+            }
+            if pat == "volumes" && subject.is_empty() && !walk.used_volumes.contains(key) {
                 continue;
             }
             let (child_pat, child_subject, child_rel) = match (named_map, subject.is_empty()) {
@@ -1864,6 +1891,18 @@ mod tests {
             let text = format!("{joined}{net}");
             let err = p.check_file(&text, &none, &secrets).expect_err(joined);
             assert!(err.to_string().contains("networks.dual"), "{err}");
+        }
+        // A volume no service mounts is never created either; one mounted is judged.
+        let vol = "volumes:\n  root:\n    driver_opts: {type: none, o: bind, device: /}\n";
+        let unused = format!("services:\n  web:\n    image: x\n{vol}");
+        assert!(p.check_file(&unused, &none, &secrets).is_ok());
+        for mounted in [
+            "services:\n  web:\n    image: x\n    volumes: [\"root:/r:ro\"]\n",
+            "services:\n  web:\n    image: x\n    volumes: [{type: volume, source: root, target: /r}]\n",
+        ] {
+            let text = format!("{mounted}{vol}");
+            let err = p.check_file(&text, &none, &secrets).expect_err(mounted);
+            assert!(err.to_string().contains("volumes.root"), "{err}");
         }
         // `default` is joined by every service that names no network and has no network_mode.
         let default = "services:\n  web:\n    image: x\nnetworks:\n  default:\n    ipam:\n      config: [{subnet: 10.9.0.0/16}]\n";

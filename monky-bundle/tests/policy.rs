@@ -154,18 +154,18 @@ fn top_level_volumes_networks_configs_and_identity() {
     #[rustfmt::skip]
     let cases: &[(&str, &str)] = &[
         ("include: [../other.yml]\nservices: {}\n", "BUNDLE_INVALID: include"),
-        ("services: {}\nvolumes:\n  root:\n    driver_opts: {type: none, o: bind, device: /}\n", "PRIVILEGED_REFUSED: volumes.root: driver_opts"),
-        ("services: {}\nvolumes:\n  v:\n    driver: rclone\n", "PRIVILEGED_REFUSED: volumes.v: driver rclone"),
-        ("services: {}\nvolumes:\n  v:\n    external: true\n", "PRIVILEGED_REFUSED: volumes.v: external v (the box's admin may allow it with allowed_external_volumes: [v])"),
-        ("services: {}\nvolumes:\n  v:\n    external: true\n    name: monky-env-other_pgdata\n", "PRIVILEGED_REFUSED: volumes.v: external monky-env-other_pgdata (the box's admin may allow it with allowed_external_volumes: [monky-env-other_pgdata])"),
-        ("services: {}\nvolumes:\n  v:\n    name: monky-env-other_pgdata\n", "BUNDLE_NONCONFORMING: volumes.v: name monky-env-other_pgdata (accepted: monky-env-qa-02_monky-env-other_pgdata)"),
+        ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: root, target: /data}]\nvolumes:\n  root:\n    driver_opts: {type: none, o: bind, device: /}\n", "PRIVILEGED_REFUSED: volumes.root: driver_opts"),
+        ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    driver: rclone\n", "PRIVILEGED_REFUSED: volumes.v: driver rclone"),
+        ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    external: true\n", "PRIVILEGED_REFUSED: volumes.v: external v (the box's admin may allow it with allowed_external_volumes: [v])"),
+        ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    external: true\n    name: monky-env-other_pgdata\n", "PRIVILEGED_REFUSED: volumes.v: external monky-env-other_pgdata (the box's admin may allow it with allowed_external_volumes: [monky-env-other_pgdata])"),
+        ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    name: monky-env-other_pgdata\n", "BUNDLE_NONCONFORMING: volumes.v: name monky-env-other_pgdata (accepted: monky-env-qa-02_monky-env-other_pgdata)"),
         ("services:\n  s:\n    image: x\n    networks: [n]\nnetworks:\n  n:\n    external: true\n    name: host\n", "PRIVILEGED_REFUSED: networks.n: external host (the box's admin may allow it with allowed_external_networks: [host])"),
-        ("services: {}\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, device: tmpfs, o: \"size=64m,uid=1000\"}\n", "ok"),
-        ("services: {}\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, device: /dev/sda1, o: size=1m}\n", "PRIVILEGED_REFUSED: volumes.v: driver_opts"),
-        ("services: {}\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, o: \"bind,size=1m\"}\n", "PRIVILEGED_REFUSED: volumes.v: driver_opts"),
-        ("services: {}\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, o: \"size=1m,nr_blocks=16777216\"}\n", "PRIVILEGED_REFUSED: volumes.v: driver_opts"),
-        ("name: monky-env-other\nservices: {}\nvolumes:\n  v:\n    name: ${COMPOSE_PROJECT_NAME}_v\nnetworks:\n  n:\n    name: \"${COMPOSE_PROJECT_NAME}_n\"\n", "ok"),
-        ("services: {}\nvolumes:\n  v:\n    name: ${SECRET}\n", "ok"),
+        ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, device: tmpfs, o: \"size=64m,uid=1000\"}\n", "ok"),
+        ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, device: /dev/sda1, o: size=1m}\n", "PRIVILEGED_REFUSED: volumes.v: driver_opts"),
+        ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, o: \"bind,size=1m\"}\n", "PRIVILEGED_REFUSED: volumes.v: driver_opts"),
+        ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, o: \"size=1m,nr_blocks=16777216\"}\n", "PRIVILEGED_REFUSED: volumes.v: driver_opts"),
+        ("name: monky-env-other\nservices:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\n    networks: [n]\nvolumes:\n  v:\n    name: ${COMPOSE_PROJECT_NAME}_v\nnetworks:\n  n:\n    name: \"${COMPOSE_PROJECT_NAME}_n\"\n", "ok"),
+        ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    name: ${SECRET}\n", "ok"),
         ("services:\n  s:\n    image: x\n    networks: [n]\nnetworks:\n  n:\n    driver: macvlan\n", "PRIVILEGED_REFUSED: networks.n: driver macvlan"),
         ("services:\n  s:\n    image: x\n    networks: [n]\nnetworks:\n  n:\n    driver_opts: {com.docker.network.bridge.name: docker0}\n", "PRIVILEGED_REFUSED: networks.n: driver_opts"),
         ("services:\n  s:\n    image: x\n    networks: [n]\nnetworks:\n  n:\n    ipam: {config: [{subnet: 10.0.0.0/8}]}\n", "PRIVILEGED_REFUSED: networks.n: ipam"),
@@ -174,7 +174,7 @@ fn top_level_volumes_networks_configs_and_identity() {
         ("services: {}\nsecrets:\n  s:\n    external: true\n", "BUNDLE_INVALID: secrets.s: external"),
         ("services: {}\nmodels: {m: {model: x}}\n", "BUNDLE_INVALID: models"),
         ("services: {}\nfrob: 1\n", "BUNDLE_INVALID: unknown key frob"),
-        ("services: {}\nvolumes:\n  v:\n    labels: [com.docker.compose.volume=x]\n", "BUNDLE_INVALID: volumes.v: labels com.docker.compose.volume"),
+        ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    labels: [com.docker.compose.volume=x]\n", "BUNDLE_INVALID: volumes.v: labels com.docker.compose.volume"),
     ];
     for (yaml, expected) in cases {
         check(yaml, expected);
@@ -218,8 +218,9 @@ fn realistic_files_pass() {
 
 #[test]
 fn the_box_admin_widens_never_the_bundle() {
-    let yaml = svc("volumes: [\"/srv/shared:/s\", \"/srv/ro:/r:ro\"]\nnetworks: [proxy]")
-        + "volumes:\n  ext: {external: true}\nnetworks:\n  proxy: {external: true, name: edge}\n";
+    let yaml = svc(
+        "volumes: [\"/srv/shared:/s\", \"/srv/ro:/r:ro\", \"ext:/e\"]\nnetworks: [proxy]",
+    ) + "volumes:\n  ext: {external: true}\nnetworks:\n  proxy: {external: true, name: edge}\n";
     check(
         &yaml,
         "PRIVILEGED_REFUSED: networks.proxy: external edge (the box's admin may allow it with allowed_external_networks: [edge]), web: volumes /srv/shared (a host path; the box's admin may allow it with allowed_binds: [/srv/shared:rw]), web: volumes /srv/ro (a host path; the box's admin may allow it with allowed_binds: [/srv/ro:ro]), volumes.ext: external ext (the box's admin may allow it with allowed_external_volumes: [ext])",
@@ -435,8 +436,13 @@ fn the_model_is_judged_with_its_absolute_paths_and_links() {
     // A name from a variable is named by it, without the accepted form that would print it.
     assert_eq!(
         model_check(
-            json!({"services": {}, "volumes": {"v": {"name": "secret-value"}}}),
-            "volumes:\n  v:\n    name: ${SECRET}\n"
+            {
+                let mut m =
+                    web(json!({"volumes": [{"type": "volume", "source": "v", "target": "/v"}]}));
+                m["volumes"] = json!({"v": {"name": "secret-value"}});
+                m
+            },
+            "services:\n  web:\n    image: x\n    volumes: [{type: volume, source: v, target: /v}]\nvolumes:\n  v:\n    name: ${SECRET}\n"
         ),
         "BUNDLE_NONCONFORMING: volumes.v: name from ${SECRET}"
     );
