@@ -2561,3 +2561,52 @@ fn a_published_port_on_tenancys_address_is_never_a_peer() {
     assert_eq!(b.current(), Some(release(&first)));
     assert_no_secret(&b, &run);
 }
+
+/// A service that keeps dying on the real engine: the first death is healed, the second within
+/// the hour is a crash loop (not converged, a count, its own code), in the report, `status`
+/// and the metrics, however healthy the container looks right after each heal.
+#[test]
+fn a_service_that_keeps_dying_is_a_crash_loop_on_the_real_engine() {
+    let Some(b) = E2eBox::new("crash-loop") else {
+        return;
+    };
+    let prom = b.w.path("metrics/monky-deployd.prom");
+    std::fs::create_dir_all(prom.parent().unwrap()).unwrap();
+    b.w.config_extra(&format!("metrics_textfile: {}\n", prom.display()));
+    b.first_apply(&b.bundle(&b.e2e.image_1));
+
+    b.project.docker_ok(["kill", &b.web()]);
+    b.w.tick().ok();
+    let detail = b.w.last_report().detail.unwrap();
+    assert!(detail.starts_with("HEALED: "), "{detail}");
+    assert_healthy(&b.project.containers(), &b.project.name);
+
+    b.project.docker_ok(["kill", &b.web()]);
+    // Within the heal backoff the death is drift, waiting: not converged either.
+    b.w.tick();
+    let detail = b.w.last_report().detail.unwrap();
+    assert!(detail.starts_with("DRIFT: web exited (137)"), "{detail}");
+    // The next heal (now, as the backoff's end would) is the second within the hour.
+    let run = b.w.run(&["run", "--once", "--force"]);
+    run.expect(1);
+    let r = b.w.last_report();
+    assert_report(&r, ReportResult::Failed, Some("CRASH_LOOP: "));
+    assert!(
+        r.detail
+            .as_deref()
+            .unwrap()
+            .contains("healed 2 times within the hour"),
+        "{r:?}"
+    );
+    // Brought back, yet not converged.
+    assert_healthy(&b.project.containers(), &b.project.name);
+    let status: Value = serde_json::from_str(&b.w.run(&["status", "--json"]).stdout()).unwrap();
+    assert_eq!(status["converged"], false, "{status:#}");
+    let metrics = std::fs::read_to_string(&prom).unwrap();
+    assert!(
+        metrics.contains("monky_deployd_crash_loop{env_id=\"env-qa-02\"} 1")
+            && metrics.contains("monky_deployd_converged{env_id=\"env-qa-02\"} 0"),
+        "{metrics}"
+    );
+    assert_no_secret(&b, &run);
+}
