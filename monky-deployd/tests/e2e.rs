@@ -2610,3 +2610,53 @@ fn a_service_that_keeps_dying_is_a_crash_loop_on_the_real_engine() {
     );
     assert_no_secret(&b, &run);
 }
+
+/// An `up` that hangs on the real engine (the running container's PID 1 ignores SIGTERM and has
+/// five minutes to stop when the next release replaces it): each tick ends at its deadline with
+/// exit 75, and every channel says so: the journal's summary line with the repeat count, the
+/// metrics (not converged, exit 75), `status`.
+#[test]
+fn an_up_that_hangs_on_the_real_engine_is_named_on_every_channel() {
+    let Some(b) = E2eBox::with_timeout("hang", 10) else {
+        return;
+    };
+    let prom = b.w.path("metrics/monky-deployd.prom");
+    std::fs::create_dir_all(prom.parent().unwrap()).unwrap();
+    b.w.config_extra(&format!(
+        "metrics_textfile: {}\ntick_timeout_s: 20\n",
+        prom.display()
+    ));
+    let stubborn = "    stop_grace_period: 300s\n    \
+                    entrypoint: [\"/bin/busybox\", \"sh\", \"-c\", \"trap '' TERM; /bin/sh /app/entrypoint.sh & wait; wait\"]\n";
+    b.first_apply(&web_bundle(compose_yaml(
+        b.e2e,
+        &b.e2e.image_1,
+        Some(b.port),
+        stubborn,
+        &[],
+    )));
+    b.w.publish(&b.bundle(&b.e2e.image_2));
+    for n in 1..=2 {
+        let run = b.w.tick();
+        run.expect(75);
+        let summary = run
+            .stderr()
+            .lines()
+            .find(|l| l.contains("tick: ") && l.contains("code=TICK_TIMEOUT"))
+            .unwrap_or_else(|| panic!("tick {n}: no summary line in\n{}", run.stderr()))
+            .to_owned();
+        if n == 2 {
+            assert!(
+                summary.contains("(same TICK_TIMEOUT as the last 1 tick)"),
+                "{summary}"
+            );
+        }
+        let metrics = std::fs::read_to_string(&prom).unwrap();
+        assert!(
+            metrics.contains("monky_deployd_converged{env_id=\"env-qa-02\"} 0")
+                && metrics.contains("monky_deployd_exit_code{env_id=\"env-qa-02\"} 75"),
+            "tick {n}: {metrics}"
+        );
+    }
+    b.w.run(&["status"]).prints(&["TICK_TIMEOUT"]);
+}
