@@ -408,7 +408,7 @@ fn tenancy_reachable(cfg: &Config) -> Result<String, String> {
 
 fn openbao(cfg: &Config, layout: &Layout) -> Vec<Check> {
     const FIX_REACH: &str = "check bao.addr, bao.ca_bundle and the proxy service; the certificate must be for bao.addr's host name";
-    let client = match peers::openbao(cfg) {
+    let client = match peers::openbao(cfg, None) {
         Ok(c) => c,
         Err(e) => return vec![check("openbao", FIX_REACH, Err(format!("{e:#}")))],
     };

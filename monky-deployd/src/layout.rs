@@ -33,6 +33,7 @@ const STATE: &str = "state.json";
 const TOKEN: &str = "bao.token";
 const RELEASE_KEY: &str = "release.key";
 const HOLD: &str = "hold";
+const LISTENERS: &str = "listeners";
 const DOCKER: &str = "docker";
 const DOCKER_CONFIG_JSON: &str = "config.json";
 const RELEASES: &str = "releases";
@@ -217,6 +218,17 @@ impl Layout {
     /// Removes the stored token.
     pub fn remove_token(&self) -> anyhow::Result<()> {
         self.root()?.remove_file(TOKEN)
+    }
+
+    /// The listeners judged the box's before (`peers::Listeners`), leniently: `None` when
+    /// missing or not a small regular file.
+    pub fn peek_listeners(&self) -> Option<Vec<u8>> {
+        Self::peek_in(self.root.as_ref(), LISTENERS, 4096)
+    }
+
+    /// Writes the listeners' memory atomically, 0600.
+    pub fn write_listeners(&self, bytes: &[u8]) -> anyhow::Result<()> {
+        self.root()?.write_atomic(LISTENERS, bytes, 0o600)
     }
 
     /// The box-local key of the `.env` digests; `None` when missing.

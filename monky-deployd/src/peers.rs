@@ -12,7 +12,10 @@
 //! root): see [`listener_check`]. Any local user can listen on a port the proxy left free, and
 //! the bearer is the box's OpenBao token.
 
+mod memory;
 mod owner;
+
+pub use memory::Listeners;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -27,14 +30,15 @@ use crate::code::{Code, CodePolicy as _};
 use crate::config::Config;
 use crate::exit::{Exit, Failure};
 
-/// Builds the tenancy client for the configured transport.
-pub fn tenancy(cfg: &Config) -> anyhow::Result<proto::Client> {
+/// Builds the tenancy client for the configured transport; `memory` spares the look for a
+/// listener judged before (the tick's; `None` looks every time).
+pub fn tenancy(cfg: &Config, memory: Option<&Arc<Listeners>>) -> anyhow::Result<proto::Client> {
     let mut b = proto::Client::builder(cfg.tenancy_url()?)
         .timeout(Duration::from_secs(cfg.tenancy.timeout_s))
         // The download stops where the parser would refuse: one limit, not two that can drift.
         .max_bundle_bytes(monky_bundle::Limits::default().max_bytes)
         .user_agent(format!("monky-deployd/{}", crate::VERSION))
-        .connection_check(listener_check(cfg, Peer::Tenancy)?);
+        .connection_check(listener_check(cfg, Peer::Tenancy, memory)?);
     remember_target(cfg, Peer::Tenancy)?;
     if let Some(addr) = cfg.tenancy_mapping()? {
         b = b.connect_to(addr);
@@ -47,11 +51,12 @@ pub fn tenancy(cfg: &Config) -> anyhow::Result<proto::Client> {
     })
 }
 
-/// Builds the OpenBao client for the configured transport and CA bundle.
-pub fn openbao(cfg: &Config) -> anyhow::Result<bao::BaoClient> {
+/// Builds the OpenBao client for the configured transport and CA bundle; `memory` as for
+/// [`tenancy`].
+pub fn openbao(cfg: &Config, memory: Option<&Arc<Listeners>>) -> anyhow::Result<bao::BaoClient> {
     let mut b = bao::BaoClient::builder(cfg.bao_url()?)
         .timeout(Duration::from_secs(cfg.bao.timeout_s))
-        .connection_check(listener_check(cfg, Peer::Bao)?);
+        .connection_check(listener_check(cfg, Peer::Bao, memory)?);
     remember_target(cfg, Peer::Bao)?;
     if let Some(ca) = &cfg.bao.ca_bundle {
         let pem = std::fs::read(ca)
@@ -192,6 +197,8 @@ pub struct Trusted {
     peer: Peer,
     /// Root, the agent's own uid (and the state dir's owner), and `listener_user`'s when set.
     uids: Vec<u32>,
+    /// The listeners judged the box's before, when the caller keeps them (the tick).
+    memory: Option<Arc<Listeners>>,
 }
 
 impl Trusted {
@@ -231,7 +238,19 @@ impl Trusted {
         }
         uids.sort_unstable();
         uids.dedup();
-        Ok(Self { peer, uids })
+        Ok(Self {
+            peer,
+            uids,
+            memory: None,
+        })
+    }
+
+    /// Keeps the verdicts in `memory`, and trusts a listener found there without the look
+    /// through `/proc`.
+    #[must_use]
+    pub fn remembering(mut self, memory: Option<&Arc<Listeners>>) -> Self {
+        self.memory = memory.cloned();
+        self
     }
 
     /// Judges the connection from `local` to `peer`: a loopback peer must be served by a
@@ -250,23 +269,23 @@ impl Trusted {
             return Ok(None);
         }
         let me = rustix::process::geteuid().as_raw();
-        let owner = match owner::peer_uid(local, peer) {
+        let owner = match owner::peer_socket(local, peer) {
             // The agent's own user runs no container's listener; root does (docker's proxy for
             // a published port), and so may a trusted proxy user under rootless docker.
-            Ok(Some(uid)) if self.uids.contains(&uid) && uid == me && me != 0 => {
-                return Ok(Some(uid));
+            Ok(Some(s)) if self.uids.contains(&s.uid) && s.uid == me && me != 0 => {
+                return Ok(Some(s.uid));
             }
-            Ok(Some(uid)) if self.uids.contains(&uid) => match owner::listener(peer) {
-                owner::Listener::Host(_) => return Ok(Some(uid)),
+            Ok(Some(s)) if self.uids.contains(&s.uid) => match self.listener_of(peer, &s) {
+                owner::Listener::Host(_) => return Ok(Some(s.uid)),
                 owner::Listener::Container(what) => Owner::Container(what),
                 // Not visible to this process (the unit's `ProtectProc=invisible` hides root's
                 // processes): the engine says whether a container publishes the port.
                 owner::Listener::Unknown(_) => match published_by_container(peer) {
                     Some(what) => Owner::Container(what),
-                    None => return Ok(Some(uid)),
+                    None => return Ok(Some(s.uid)),
                 },
             },
-            Ok(Some(uid)) => Owner::Uid(uid),
+            Ok(Some(s)) => Owner::Uid(s.uid),
             Ok(None) => {
                 return Err(Box::new(Vanished {
                     peer: self.peer,
@@ -280,6 +299,29 @@ impl Trusted {
             addr: peer,
             owner,
         }))
+    }
+}
+
+impl Trusted {
+    /// Who holds the listening socket that accepted `conn` (a trusted uid's connection to
+    /// `peer`): the listener the kernel picks for `peer` now, when it has the connection's
+    /// owner and cgroup (an accepted socket inherits both from its listener). A listener
+    /// remembered as the box's is taken at its word; any other is looked up through `/proc`,
+    /// and remembered when it is the box's.
+    fn listener_of(&self, peer: SocketAddr, conn: &owner::Socket) -> owner::Listener {
+        let listening = owner::listening(peer)
+            .filter(|l| l.uid == conn.uid && l.cgroup == conn.cgroup && l.inode.is_some());
+        let Some(l) = listening else {
+            return owner::listener(peer);
+        };
+        if self.memory.as_ref().is_some_and(|m| m.knows(peer, &l)) {
+            return owner::Listener::Host(0);
+        }
+        let found = owner::holder(&l.inode.into_iter().collect::<Vec<_>>(), peer.port());
+        if let (owner::Listener::Host(_), Some(m)) = (&found, &self.memory) {
+            m.learn(peer, &l);
+        }
+        found
     }
 }
 
@@ -393,8 +435,12 @@ pub fn registry_check(cfg: &Config, registry: &str) -> anyhow::Result<Option<Str
 ///
 /// # Errors
 /// As [`Trusted::of`].
-pub fn listener_check(cfg: &Config, peer: Peer) -> anyhow::Result<proto::ConnectionCheck> {
-    let trusted = Trusted::of(cfg, peer)?;
+pub fn listener_check(
+    cfg: &Config,
+    peer: Peer,
+    memory: Option<&Arc<Listeners>>,
+) -> anyhow::Result<proto::ConnectionCheck> {
+    let trusted = Trusted::of(cfg, peer)?.remembering(memory);
     Ok(Arc::new(move |local, remote| trusted.judge(local, remote)))
 }
 
@@ -702,6 +748,7 @@ mod tests {
         let t = Trusted {
             peer: Peer::Tenancy,
             uids: vec![],
+            memory: None,
         };
         // The network's peers are not in the box's socket table; the check lets them be.
         let local: SocketAddr = "10.0.0.5:40000".parse().unwrap();
@@ -741,11 +788,51 @@ mod tests {
         let mine = Trusted {
             peer: Peer::Tenancy,
             uids: vec![me],
+            memory: None,
         };
         assert_eq!(
             mine.probe(listener.local_addr().unwrap()).unwrap(),
             Some(me)
         );
+    }
+
+    #[test]
+    fn a_listener_judged_the_box_s_is_not_looked_up_again_until_it_is_another_socket() {
+        let tmp = tempfile::tempdir().unwrap();
+        let layout = crate::layout::Layout::open_at(tmp.path(), "env-test").unwrap();
+        let me = rustix::process::geteuid().as_raw();
+        let memory = Arc::new(Listeners::load(&layout));
+        let t = Trusted {
+            peer: Peer::Tenancy,
+            uids: vec![me],
+            memory: None,
+        }
+        .remembering(Some(&memory));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let conn = |addr| {
+            let stream = std::net::TcpStream::connect(addr).unwrap();
+            let socket = owner::peer_socket(stream.local_addr().unwrap(), addr)
+                .unwrap()
+                .unwrap();
+            (stream, socket)
+        };
+        let (_s, socket) = conn(addr);
+        let pid = std::process::id();
+        // First the look through /proc, which finds this process.
+        assert_eq!(t.listener_of(addr, &socket), owner::Listener::Host(pid));
+        memory.save(&layout).unwrap();
+        // The next tick's memory knows the socket: no look (the pid is not known then).
+        let memory = Arc::new(Listeners::load(&layout));
+        let t = t.remembering(Some(&memory));
+        let (_s2, socket) = conn(addr);
+        assert_eq!(t.listener_of(addr, &socket), owner::Listener::Host(0));
+        // Another listening socket on the same port is looked up again.
+        drop((_s, _s2, listener));
+        let again = std::net::TcpListener::bind(addr).unwrap();
+        let (_s3, socket) = conn(addr);
+        assert_eq!(t.listener_of(addr, &socket), owner::Listener::Host(pid));
+        drop(again);
     }
 
     #[test]

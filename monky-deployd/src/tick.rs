@@ -171,6 +171,8 @@ pub(crate) struct Agent<'a> {
     pub(crate) state: State,
     opts: TickOptions,
     tenancy: proto::Client,
+    /// The peers' listeners judged the box's at an earlier tick (see `peers::Listeners`).
+    listeners: std::sync::Arc<peers::Listeners>,
     /// Built on first use: a heartbeat never speaks to OpenBao, and building the client costs
     /// a runtime thread and the CA bundle's parsing (or the system's roots without one).
     bao: std::cell::OnceCell<bao::BaoClient>,
@@ -216,12 +218,14 @@ impl<'a> Agent<'a> {
         }
         let docker = builder.build().context("docker")?;
         let hold = crate::hold::load(&layout, state.clock())?;
+        let listeners = std::sync::Arc::new(peers::Listeners::load(&layout));
         let mut state = state;
         state.found_hold(hold.clone());
         Ok(Self {
             previous: (state.last_code(), state.last_error().cloned()),
             judged: std::cell::RefCell::default(),
-            tenancy: peers::tenancy(cfg)?,
+            tenancy: peers::tenancy(cfg, Some(&listeners))?,
+            listeners,
             bao: std::cell::OnceCell::new(),
             docker,
             cfg,
@@ -242,7 +246,7 @@ impl<'a> Agent<'a> {
         if let Some(client) = self.bao.get() {
             return Ok(client);
         }
-        let client = peers::openbao(self.cfg)?;
+        let client = peers::openbao(self.cfg, Some(&self.listeners))?;
         Ok(self.bao.get_or_init(|| client))
     }
     /// Reads OpenBao's clock from its last answer of this tick, if any, and judges the box's

@@ -36,17 +36,33 @@ const SYN_RECV: u8 = 0x03;
 /// socket has the 4-tuple (yet), which says nothing about this connection.
 const LISTEN: u8 = 0x0A;
 
-/// The uid that owns the socket at `peer` connected to our `local`; `Ok(None)` when no such
-/// socket appeared within a second (the peer closed and is gone).
+/// What the kernel says of one socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Socket {
+    /// Its owner: for an accepted socket, the uid of the process that made its listener.
+    pub uid: u32,
+    /// sock_diag's cookie: the kernel numbers sockets from one counter per boot and never
+    /// gives a number twice, so it names this socket and no other until the next boot.
+    /// `None` where the socket table was read instead.
+    pub cookie: Option<u64>,
+    /// The id of the (v2) cgroup its maker ran in; an accepted socket has its listener's.
+    pub cgroup: Option<u64>,
+    /// Its inode, as `/proc/<pid>/fd` links name it (`socket:[inode]`); `None` where the
+    /// socket table was read instead.
+    pub inode: Option<u64>,
+}
+
+/// The socket at `peer` connected to our `local`; `Ok(None)` when no such socket appeared
+/// within a second (the peer closed and is gone).
 ///
 /// # Errors
 /// When the socket table cannot be read.
-pub fn peer_uid(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<u32>> {
+pub fn peer_socket(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<Socket>> {
     let started = Instant::now();
     let mut pause = Duration::from_millis(1);
     loop {
-        if let Some(uid) = look(local, peer)? {
-            return Ok(Some(uid));
+        if let Some(socket) = look(local, peer)? {
+            return Ok(Some(socket));
         }
         if started.elapsed() >= APPEAR_WITHIN {
             return Ok(None);
@@ -56,12 +72,37 @@ pub fn peer_uid(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<u32>> 
     }
 }
 
-fn look(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<u32>> {
+fn look(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<Socket>> {
     match diag::lookup(local, peer) {
-        Ok(Some((state, uid))) if ![SYN_RECV, TIME_WAIT, LISTEN].contains(&state) => Ok(Some(uid)),
+        Ok(Some((state, socket))) if ![SYN_RECV, TIME_WAIT, LISTEN].contains(&state) => {
+            Ok(Some(socket))
+        }
         Ok(None | Some((LISTEN, _))) => Ok(None),
         // Waiting for its handshake, or netlink refused: the table knows.
-        Ok(Some(_)) | Err(_) => look_in_proc(local, peer),
+        Ok(Some(_)) | Err(_) => Ok(look_in_proc(local, peer)?.map(|uid| Socket {
+            uid,
+            cookie: None,
+            cgroup: None,
+            inode: None,
+        })),
+    }
+}
+
+/// The socket listening for `peer` (its address and port, or a wildcard), as the kernel would
+/// pick it for a new connection now: sock_diag's exact lookup with no remote end, which finds
+/// no connected socket and falls back to the listener. `None` when nothing listens or
+/// netlink is refused.
+pub fn listening(peer: SocketAddr) -> Option<Socket> {
+    let nobody = SocketAddr::new(
+        match peer.ip() {
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        },
+        0,
+    );
+    match diag::lookup(nobody, peer) {
+        Ok(Some((LISTEN, socket))) => Some(socket),
+        _ => None,
     }
 }
 
@@ -98,14 +139,24 @@ mod diag {
     const IPPROTO_TCP: u8 = 6;
     /// nlmsghdr, then inet_diag_req_v2 (family, protocol, ext, pad, states, the 48-byte id).
     const REQUEST_LEN: usize = 16 + 8 + 48;
-    /// In an answer: the state after nlmsghdr and family; the uid after the id and three u32.
+    /// In an answer (`inet_diag_msg` after nlmsghdr): the state after the family; the cookie
+    /// at the id's end (two u32, low word first); the uid after the id and three u32; then
+    /// the inode, then the attributes.
     const STATE_AT: usize = 16 + 1;
+    const COOKIE_AT: usize = 16 + 4 + 40;
     const UID_AT: usize = 16 + 4 + 48 + 12;
+    const ATTRS_AT: usize = UID_AT + 8;
+    /// `INET_DIAG_CGROUP_ID`: the u64 id of the cgroup (v2) the socket was made in, sent with
+    /// every answer by kernels since 5.7.
+    const INET_DIAG_CGROUP_ID: u16 = 21;
 
-    /// The (state, uid) of the socket whose local address is `peer` and remote `local`;
-    /// `None` when there is none. A v4 connection is looked up as v4, then as the v4-mapped
-    /// connection a dual-stack listener accepts.
-    pub(super) fn lookup(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<(u8, u32)>> {
+    /// The state and [`Socket`] of the socket whose local address is `peer` and remote
+    /// `local`; `None` when there is none. A v4 connection is looked up as v4, then as the
+    /// v4-mapped connection a dual-stack listener accepts.
+    pub(super) fn lookup(
+        local: SocketAddr,
+        peer: SocketAddr,
+    ) -> io::Result<Option<(u8, super::Socket)>> {
         let fd = rustix::net::socket_with(
             AddressFamily::NETLINK,
             SocketType::DGRAM,
@@ -129,7 +180,7 @@ mod diag {
         fd: &rustix::fd::OwnedFd,
         src: SocketAddr,
         dst: SocketAddr,
-    ) -> io::Result<Option<(u8, u32)>> {
+    ) -> io::Result<Option<(u8, super::Socket)>> {
         let mut req = [0u8; REQUEST_LEN];
         req[0..4].copy_from_slice(&(REQUEST_LEN as u32).to_ne_bytes());
         req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
@@ -162,7 +213,19 @@ mod diag {
                 let (Some(&state), Some(uid)) = (answer.get(STATE_AT), word(UID_AT)) else {
                     return Err(io::Error::other("sock_diag: short answer"));
                 };
-                Ok(Some((state, uid)))
+                let cookie = match (word(COOKIE_AT), word(COOKIE_AT + 4)) {
+                    (Some(lo), Some(hi)) if (lo, hi) != (u32::MAX, u32::MAX) => {
+                        Some(u64::from(hi) << 32 | u64::from(lo))
+                    }
+                    _ => None,
+                };
+                let socket = super::Socket {
+                    uid,
+                    cookie,
+                    cgroup: attribute(answer, INET_DIAG_CGROUP_ID),
+                    inode: word(UID_AT + 4).map(u64::from).filter(|i| *i != 0),
+                };
+                Ok(Some((state, socket)))
             }
             Some(NLMSG_ERROR) => {
                 let errno = word(16).map_or(0, |e| e as i32);
@@ -175,6 +238,28 @@ mod diag {
             }
             _ => Err(io::Error::other("sock_diag: unexpected answer")),
         }
+    }
+
+    /// The u64 attribute `kind` of an answer (rtattr: length and type as u16, the value, each
+    /// padded to 4 bytes), within the message's own length.
+    fn attribute(answer: &[u8], kind: u16) -> Option<u64> {
+        let len = u32::from_ne_bytes(answer.get(0..4)?.try_into().ok()?) as usize;
+        let answer = answer.get(..len.min(answer.len()))?;
+        let mut at = ATTRS_AT;
+        while let Some(head) = answer.get(at..at + 4) {
+            let size = usize::from(u16::from_ne_bytes([head[0], head[1]]));
+            let ty = u16::from_ne_bytes([head[2], head[3]]);
+            if size < 4 {
+                return None;
+            }
+            if ty == kind {
+                return Some(u64::from_ne_bytes(
+                    answer.get(at + 4..at + 12)?.try_into().ok()?,
+                ));
+            }
+            at += size.div_ceil(4) * 4;
+        }
+        None
     }
 }
 
@@ -238,7 +323,8 @@ pub fn is_local(ip: IpAddr) -> bool {
 /// but dockerd runs a published port's proxy as root, so root alone proves nothing.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Listener {
-    /// A process of the box, not a container's (its pid).
+    /// A process of the box, not a container's (its pid; 0 for a listening socket that an
+    /// earlier tick found a process of the box's holding, see `peers::Listeners`).
     Host(u32),
     /// A container's: what it is, for the message.
     Container(String),
@@ -271,14 +357,20 @@ pub fn listener(peer: SocketAddr) -> Listener {
             }
         }
     }
+    holder(&inodes, peer.port())
+}
+
+/// The process holding one of the listening sockets `inodes` (on `port`, for the message):
+/// a look at every process's descriptors, this process's first (the tests' peers, and the
+/// cheapest look).
+pub fn holder(inodes: &[u64], port: u16) -> Listener {
     if inodes.is_empty() {
-        return Listener::Unknown(format!("no listening socket on port {}", peer.port()));
+        return Listener::Unknown(format!("no listening socket on port {port}"));
     }
     let wanted: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return Listener::Unknown("/proc cannot be read".to_owned());
     };
-    // This process first: the tests' peers, and the cheapest look.
     let pids = std::iter::once(std::process::id()).chain(
         procs
             .flatten()
@@ -297,8 +389,7 @@ pub fn listener(peer: SocketAddr) -> Listener {
         }
     }
     Listener::Unknown(format!(
-        "no process holds the listening socket on port {}",
-        peer.port()
+        "no process holds the listening socket on port {port}"
     ))
 }
 
@@ -429,12 +520,39 @@ mod tests {
         let (local, peer) = (stream.local_addr().unwrap(), stream.peer_addr().unwrap());
         let _accepted = listener.accept().unwrap();
         let me = rustix::process::geteuid().as_raw();
-        assert_eq!(diag::lookup(local, peer).unwrap(), Some((0x01, me)));
+        let (state, socket) = diag::lookup(local, peer).unwrap().unwrap();
+        assert_eq!((state, socket.uid), (0x01, me));
         assert_eq!(look_in_proc(local, peer).unwrap(), Some(me));
         // No connection from this address: sock_diag answers with the listener, which is no
         // answer about a connection.
         let unused: SocketAddr = "127.0.0.1:1".parse().unwrap();
         assert_eq!(look(unused, peer).unwrap(), None);
+    }
+
+    #[test]
+    fn the_listener_is_named_by_a_cookie_no_other_socket_gets_and_its_connections_share_its_cgroup()
+    {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let first = listening(addr).expect("the listener");
+        assert_eq!(first.uid, rustix::process::geteuid().as_raw());
+        assert!(first.cookie.is_some());
+        // Asked again, the same socket: the same cookie.
+        assert_eq!(listening(addr), Some(first));
+        let stream = std::net::TcpStream::connect(addr).unwrap();
+        let _accepted = listener.accept().unwrap();
+        let conn = peer_socket(stream.local_addr().unwrap(), addr)
+            .unwrap()
+            .unwrap();
+        assert_eq!(conn.cgroup, first.cgroup);
+        assert_ne!(conn.cookie, first.cookie);
+        // A new listener on the same port is another socket: another cookie.
+        drop((stream, _accepted, listener));
+        let again = std::net::TcpListener::bind(addr).unwrap();
+        let second = listening(addr).expect("the new listener");
+        assert_ne!(second.cookie, first.cookie);
+        drop(again);
+        assert_eq!(listening(addr), None);
     }
 
     #[test]
@@ -487,7 +605,9 @@ mod tests {
         let stream = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let me = rustix::process::geteuid().as_raw();
         // Not accepted yet: the socket waiting in the queue already carries the owner.
-        let uid = peer_uid(stream.local_addr().unwrap(), stream.peer_addr().unwrap()).unwrap();
+        let uid = peer_socket(stream.local_addr().unwrap(), stream.peer_addr().unwrap())
+            .unwrap()
+            .map(|s| s.uid);
         assert_eq!(uid, Some(me));
     }
 }

@@ -252,6 +252,10 @@ impl Agent<'_> {
             &self.previous,
         );
         release::clean_staging(&self.layout);
+        // A memory that cannot be written costs the next tick a look through /proc, no more.
+        if let Err(e) = self.listeners.save(&self.layout) {
+            tracing::debug!("cannot remember the peers' listeners: {e:#}");
+        }
         failpoint::hit("before-save");
         self.state.save(&self.layout).with_context(|| {
             format!(
