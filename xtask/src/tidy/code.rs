@@ -412,7 +412,7 @@ const STATE_NAMES: &[&str] = &[
 
 /// Names below the state root that are also ordinary words elsewhere (a result, a JSON key):
 /// a violation only where a path is built or opened with them, or a constant holds them.
-const STATE_NAMES_IN_PATHS: &[&str] = &["current", "failed", "hold", "config.json"];
+const STATE_NAMES_IN_PATHS: &[&str] = &["current", "failed", "hold", "config.json", "listeners"];
 
 /// The calls that build or open a path, whose string arguments are path names.
 const PATH_CALLS: &[&str] = &[
