@@ -735,39 +735,20 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
 /// check the agent makes before writing it, made again now.
 fn registry_listener(cfg: &Config) -> Check {
     const NAME: &str = "registry listener";
-    let path = crate::layout::docker_config_json(&cfg.state_dir);
-    let Ok(text) = std::fs::read_to_string(&path) else {
+    if peers::stored_registries(cfg).is_none() {
         return skip(NAME, "no registry credential stored yet");
-    };
-    let registries: Vec<String> = serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| {
-            v.get("auths")?
-                .as_object()
-                .map(|m| m.keys().cloned().collect())
-        })
-        .unwrap_or_default();
-    let mut seen = Vec::new();
-    for registry in &registries {
-        match peers::registry_check(cfg, registry) {
-            Ok(Some(who)) => seen.push(who),
-            Ok(None) => {}
-            Err(e) => {
-                return check(
-                    NAME,
-                    "stop the process that holds the registry's port on this box, or name the registry in trusted_registries when the box's admin runs it there on purpose",
-                    Err(format!("{e:#}")),
-                );
-            }
-        }
     }
-    if seen.is_empty() {
-        skip(
+    match peers::stored_registry_check(cfg) {
+        Err(e) => check(
+            NAME,
+            "stop the process that holds the registry's port on this box, or name the registry in trusted_registries when the box's admin runs it there on purpose",
+            Err(format!("{e:#}")),
+        ),
+        Ok(seen) if seen.is_empty() => skip(
             NAME,
             "the credential's registry is not on an address of this box",
-        )
-    } else {
-        check(NAME, "", Ok(seen.join("; ")))
+        ),
+        Ok(seen) => check(NAME, "", Ok(seen.join("; "))),
     }
 }
 

@@ -723,7 +723,8 @@ mod tests {
         let (t, d) = root();
         d.write_staged(".env", b"A=1\n", 0o600).unwrap();
         d.write_staged(".env", b"A=2\n", 0o600).unwrap();
-        d.write_staged("docker-compose.yml", b"services: {}\n", 0o600).unwrap();
+        d.write_staged("docker-compose.yml", b"services: {}\n", 0o600)
+            .unwrap();
         let p = d.join(".env");
         assert_eq!(std::fs::read(&p).unwrap(), b"A=2\n");
         assert_eq!(

@@ -373,8 +373,9 @@ pub fn listener_report(cfg: &Config, peer: Peer) -> Option<Result<String, String
 }
 
 /// The address of this box that `registry` (`host[:port]`, as a credential names it) is
-/// served on, unless the box's admin trusts it by name: an IP literal or a `localhost` name
-/// (docker's default port 443 when none is given). `None` for the network's registries.
+/// served on, unless the box's admin trusts it by name: an IP literal, a `localhost` name, or
+/// a name the resolver gives an address of this box (docker's default port 443 when none is
+/// given). `None` for the network's registries.
 fn local_registry(cfg: &Config, registry: &str) -> Option<SocketAddr> {
     if cfg
         .trusted_registries
@@ -393,7 +394,13 @@ fn local_registry(cfg: &Config, registry: &str) -> Option<SocketAddr> {
             if d == "localhost" || d.ends_with(".localhost") {
                 std::net::IpAddr::from([127, 0, 0, 1])
             } else {
-                return None;
+                // A name is judged by every address the resolver gives it, as dockerd asks
+                // the same resolver (`/etc/hosts` first): one on this box makes it local.
+                use std::net::ToSocketAddrs as _;
+                return (d.as_str(), port)
+                    .to_socket_addrs()
+                    .ok()?
+                    .find(|a| owner::is_local(a.ip()));
             }
         }
     };
@@ -429,6 +436,37 @@ pub fn registry_check(cfg: &Config, registry: &str) -> anyhow::Result<Option<Str
         )
         .into()),
     }
+}
+
+/// The registries the stored registry credential (`docker/config.json`'s `auths`) names.
+#[must_use]
+pub fn stored_registries(cfg: &Config) -> Option<Vec<String>> {
+    let path = crate::layout::docker_config_json(&cfg.state_dir);
+    let text = std::fs::read_to_string(&path).ok()?;
+    Some(
+        serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| {
+                v.get("auths")?
+                    .as_object()
+                    .map(|m| m.keys().cloned().collect())
+            })
+            .unwrap_or_default(),
+    )
+}
+
+/// [`registry_check`] for every registry of the stored credential: made before every pull
+/// (an apply's, a heal's, a fallback's), since dockerd sends the credential on each, and the
+/// listener may have changed since the credential was written. The lines say who serves each.
+///
+/// # Errors
+/// `REGISTRY_LISTENER_UNTRUSTED`, naming the listener.
+pub fn stored_registry_check(cfg: &Config) -> anyhow::Result<Vec<String>> {
+    let mut seen = Vec::new();
+    for registry in stored_registries(cfg).unwrap_or_default() {
+        seen.extend(registry_check(cfg, &registry)?);
+    }
+    Ok(seen)
 }
 
 /// The connection check for `peer`'s client: [`Trusted::judge`] on every new connection.
@@ -833,6 +871,35 @@ mod tests {
         let (_s3, socket) = conn(addr);
         assert_eq!(t.listener_of(addr, &socket), owner::Listener::Host(pid));
         drop(again);
+    }
+
+    #[test]
+    fn a_registry_named_by_a_name_that_resolves_to_this_box_is_judged() {
+        use std::net::ToSocketAddrs as _;
+        let cfg = config("");
+        // This box's own name, which the resolver answers from /etc/hosts with one of its
+        // addresses, as it would for dockerd.
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .unwrap()
+            .trim()
+            .to_owned();
+        let resolved: Vec<SocketAddr> = (host.as_str(), 5000).to_socket_addrs().unwrap().collect();
+        let local = resolved.iter().find(|a| owner::is_local(a.ip())).copied();
+        assert!(
+            local.is_some(),
+            "this test needs the box's own name ({host}) to resolve to an address of the box: {resolved:?}"
+        );
+        assert_eq!(local_registry(&cfg, &format!("{host}:5000")), local);
+        assert_eq!(
+            local_registry(&cfg, &format!("{}:5000", host.to_uppercase())),
+            local
+        );
+        // A name of the network's, and one that resolves to nothing, are the network's.
+        assert_eq!(local_registry(&cfg, "registry.invalid:5000"), None);
+        assert_eq!(local_registry(&cfg, "192.0.2.10:5000"), None);
+        // The admin's word by name still stands.
+        let trusted = config(&format!("trusted_registries: [\"{host}:5000\"]\n"));
+        assert_eq!(local_registry(&trusted, &format!("{host}:5000")), None);
     }
 
     #[test]

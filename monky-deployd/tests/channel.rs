@@ -501,4 +501,29 @@ fn a_registry_credential_for_a_squatted_local_port_is_never_written() {
     let doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&docker_config).unwrap()).unwrap();
     assert!(doc["auths"][&registry]["auth"].is_string(), "{doc}");
+
+    // The credential stays on disk for dockerd. Trusted no longer, the listener is judged
+    // again before the next pull, although that release writes no credential: nothing pulls.
+    w.set_config_extra("");
+    let calls = w.docker_calls().len();
+    let token = token_text(&w);
+    let third = w.publish(&TestBundle::tagged("reg-later"));
+    assert_ne!(third, next);
+    let squatter = Squatter::start(port, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    let run = w.tick();
+    let sent = squatter.finish();
+    assert!(sent.iter().all(Vec::is_empty), "{sent:?}");
+    run.expect(1);
+    run.says(&["REGISTRY_LISTENER_UNTRUSTED", "uid 65534"]);
+    assert_eq!(token_text(&w), token, "the token changed");
+    w.assert_current(&next);
+    // compose read its model of the release (judged before the pull); nothing pulled or ran.
+    let after = &w.docker_calls()[calls..];
+    assert!(
+        after
+            .iter()
+            .all(|c| !c.contains(" pull") && !c.contains(" up ")),
+        "{after:?}"
+    );
+    assert!(!run.stderr().contains("registry-pw-7c1f"));
 }

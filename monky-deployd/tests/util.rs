@@ -299,6 +299,12 @@ impl<B: BaoPeer + 'static> World<B> {
         self.write_config();
     }
 
+    /// Replaces what [`config_extra`](Self::config_extra) appended with `lines`.
+    pub fn set_config_extra(&self, lines: &str) {
+        *self.config_extra.borrow_mut() = lines.to_owned();
+        self.write_config();
+    }
+
     /// Appends lines to the `bao:` section (two-space indented YAML).
     pub fn bao_extra(&self, lines: &str) {
         self.bao_extra.borrow_mut().push_str(lines);

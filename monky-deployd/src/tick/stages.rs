@@ -205,6 +205,7 @@ impl Agent<'_> {
     /// bundle's `pull_policy`; a registry refusal leaves `current` naming the release that is
     /// still running.
     pub(super) fn pull(&mut self, staged: Staged) -> anyhow::Result<Pulled> {
+        self.registry_gate()?;
         if let Err(e) = self.pull_release(&staged.release, &staged.images) {
             return Err(self.release_failed(&staged.sha, pull_code(&e), &e, None));
         }
@@ -268,6 +269,7 @@ impl Agent<'_> {
             "image(s) this env has not pulled itself: {}",
             unproven.join(", ")
         );
+        self.registry_gate()?;
         self.pull_release(rel, images)
             .map_err(|e| Failure::coded(pull_code(&e), e.to_string()).into())
     }
@@ -380,6 +382,19 @@ impl Agent<'_> {
             Err(e) => warn!("cannot list the engine's names ({e}); names not checked"),
         }
         Ok(facts.images)
+    }
+
+    /// Before every pull: dockerd sends the stored credential to its registry, so a registry on
+    /// an address of this box must still be served by a trusted listener, whoever listened
+    /// there when the credential was written.
+    ///
+    /// # Errors
+    /// `REGISTRY_LISTENER_UNTRUSTED`: nothing is pulled.
+    fn registry_gate(&self) -> anyhow::Result<()> {
+        for who in peers::stored_registry_check(self.cfg)? {
+            info!("{who}");
+        }
+        Ok(())
     }
 
     /// Writes the registry credential for dockerd, after the registry's listener is judged when
