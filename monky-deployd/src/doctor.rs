@@ -163,6 +163,7 @@ pub fn run(cfg: &Config) -> Vec<Check> {
     out.extend(max_ttl(&layout));
     out.push(disk(cfg, &layout, docker.as_ref().ok()));
     out.push(state_disk(cfg));
+    out.push(release_dirs(cfg, &layout));
     out.push(hold(&layout));
     out.push(last_tick(&layout));
     out.push(secrets(&layout));
@@ -582,6 +583,35 @@ fn state_disk(cfg: &Config) -> Check {
     )
 }
 
+/// What the release dirs hold: the agent's own files against `releases_max_bytes`, and what
+/// containers wrote through binds below their release dirs, apart: never capped (it must not
+/// block the next release), but shown, and a warning once it is larger than the cap.
+fn release_dirs(cfg: &Config, layout: &Layout) -> Check {
+    const NAME: &str = "release dirs";
+    let Ok(u) = crate::release::usage(layout) else {
+        return skip(NAME, "no release dir can be read yet");
+    };
+    let b = crate::verdict::human_bytes;
+    let detail = format!(
+        "the agent's files {} of releases_max_bytes {}; written by containers into their \
+         release dirs {} (not capped)",
+        b(u.agent),
+        b(cfg.releases_max_bytes),
+        b(u.container)
+    );
+    Check {
+        name: NAME,
+        verdict: if u.container > cfg.releases_max_bytes {
+            Verdict::Warn
+        } else {
+            Verdict::Ok
+        },
+        detail,
+        fix: "a container writes its data through a relative bind into its release dir: find it \
+              with `du -sh <state_dir>/<env_id>/releases/*/*` and move that data to a named volume",
+    }
+}
+
 /// The operator's hold: a warning while one is in force (the agent applies, heals and retires
 /// nothing meanwhile), so doctor never calls a held box simply fine.
 fn hold(layout: &Layout) -> Check {
@@ -754,6 +784,46 @@ fn registry_listener(cfg: &Config) -> Check {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn release_dirs_show_what_containers_wrote_apart_from_the_agents_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = crate::config::Config::parse(
+            &format!(
+                "env_id: e1\nstate_dir: {}\nreleases_max_bytes: 16777216\n",
+                tmp.path().join("state").display()
+            ),
+            std::path::Path::new("test.yaml"),
+        )
+        .unwrap();
+        let layout = crate::layout::Layout::open(&cfg).unwrap();
+        let rel = layout
+            .releases()
+            .unwrap()
+            .ensure_sub(&"a".repeat(64), 0o700)
+            .unwrap();
+        rel.write_atomic("docker-compose.yml", b"services: {}\n", 0o600)
+            .unwrap();
+        let data = rel.ensure_sub("data", 0o700).unwrap();
+        data.write_atomic("db", &vec![7u8; 64 * 1024], 0o600)
+            .unwrap();
+        let small = super::release_dirs(&cfg, &layout);
+        assert_eq!(small.verdict, super::Verdict::Ok, "{}", small.detail);
+        assert!(
+            small.detail.contains("of releases_max_bytes 16.0 MiB")
+                && small
+                    .detail
+                    .contains("written by containers into their release dirs 6"),
+            "{}",
+            small.detail
+        );
+        // Grown past the cap: a warning naming what to do, never a failure.
+        data.write_atomic("big", &vec![7u8; 17 << 20], 0o600)
+            .unwrap();
+        let big = super::release_dirs(&cfg, &layout);
+        assert_eq!(big.verdict, super::Verdict::Warn, "{}", big.detail);
+        assert!(big.fix.contains("named volume"));
+    }
+
     #[test]
     fn userns_names_the_host_accounts_a_container_could_share_a_uid_with() {
         let info = |opts: &[&str]| monky_compose::EngineInfo {

@@ -582,6 +582,16 @@ fn written_by_agent(name: &str, kind: rustix::fs::FileType) -> bool {
 /// The bytes `releases/` and `staging/` hold on disk now, the agent's apart from the
 /// containers'. A file the agent wrote that a container linked elsewhere counts as the agent's.
 pub fn usage(layout: &Layout) -> anyhow::Result<Usage> {
+    measure(layout, true)
+}
+
+/// The agent's part of [`usage`] alone: what the cap judges, without a walk through what
+/// containers wrote (however large it grew).
+fn agent_usage(layout: &Layout) -> anyhow::Result<u64> {
+    Ok(measure(layout, false)?.agent)
+}
+
+fn measure(layout: &Layout, containers: bool) -> anyhow::Result<Usage> {
     let mut used = Usage::default();
     let mut seen = fsx::Seen::new();
     let parents: Vec<Dir> = [layout.releases_if_any()?, layout.staging_if_any()?]
@@ -612,7 +622,7 @@ pub fn usage(layout: &Layout) -> anyhow::Result<Usage> {
     }
     // The containers' part after every file of the agent's, whose inodes are then seen and
     // count nothing again.
-    for dir in &trees {
+    for dir in trees.iter().filter(|_| containers) {
         used.container = used.container.saturating_add(dir.disk_usage(&mut seen));
     }
     Ok(used)
@@ -624,14 +634,14 @@ pub fn usage(layout: &Layout) -> anyhow::Result<Usage> {
 pub fn make_room(layout: &Layout, cfg: &Config, need: u64, protect: &[&str]) -> anyhow::Result<()> {
     let cap = cfg.releases_max_bytes;
     let fits = |used: u64| used.saturating_add(need) <= cap;
-    let mut used = usage(layout)?.agent;
+    let mut used = agent_usage(layout)?;
     if fits(used) {
         return Ok(());
     }
     if let Some(releases) = layout.releases_if_any()? {
         for name in removable(layout, &releases, protect).iter().rev() {
             remove_release(layout, &releases, name);
-            used = usage(layout)?.agent;
+            used = agent_usage(layout)?;
             if fits(used) {
                 return Ok(());
             }
@@ -642,8 +652,13 @@ pub fn make_room(layout: &Layout, cfg: &Config, need: u64, protect: &[&str]) -> 
         format!(
             "the releases the agent wrote into {} and staging/ hold {used} bytes; with the new \
              release's {need} that is over releases_max_bytes ({cap}) after pruning every release \
-             but the running, last good and backed-off ones; raise releases_max_bytes",
+             but the running, last good and backed-off ones; raise releases_max_bytes ({} that \
+             containers wrote into their release dirs is not counted)",
             layout.releases_path().display(),
+            usage(layout).map_or_else(
+                |_| "what".to_owned(),
+                |u| crate::verdict::human_bytes(u.container)
+            ),
         ),
     )
     .into())
