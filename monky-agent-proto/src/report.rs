@@ -93,6 +93,9 @@ report_codes! {
     /// An untrusted process (another user's, a container's) answered on a registry address of
     /// this box, and the registry credential was kept from it.
     RegistryListenerUntrusted = "REGISTRY_LISTENER_UNTRUSTED";
+    /// A service that gets a secret in its environment runs as a uid a host account has too,
+    /// and the engine does not remap user namespaces: that account could read the secret.
+    SecretReadableOnHost = "SECRET_READABLE_ON_HOST";
     /// Tenancy answered 401 to a token OpenBao still accepts.
     TenancyRefusedToken = "TENANCY_REFUSED_TOKEN";
     /// OpenBao unreachable or sealed.

@@ -70,6 +70,7 @@ pub mod policy;
 mod pull;
 mod refusal;
 mod registry;
+mod runs_as;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod verdict;
@@ -96,4 +97,5 @@ pub use policy::{AllowedBind, ComposePolicy, image_problem};
 pub use pull::{PULL_OVERRIDE_FILE, pull_override};
 pub use refusal::{Refusal, RefusalCode};
 pub use registry::RegistryAuth;
+pub use runs_as::{RunsAs, numeric_uid, runs_as};
 pub use verdict::{ResolvedEntry, Verdict};

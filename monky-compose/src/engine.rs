@@ -298,6 +298,83 @@ impl Engine {
         }
     }
 
+    /// The `USER` an image's config sets (`None`: unset or empty, so root), by the image's ID
+    /// or reference as [`image_id`](Self::image_id) takes it.
+    ///
+    /// # Errors
+    /// The engine's, or an image it does not have.
+    pub fn image_user(&self, image: &str) -> Result<Option<String>> {
+        #[derive(Deserialize)]
+        struct ApiImage {
+            #[serde(rename = "Config")]
+            config: Option<ApiConfig>,
+        }
+        #[derive(Deserialize)]
+        struct ApiConfig {
+            #[serde(rename = "User")]
+            user: Option<String>,
+        }
+        check_reference(image)?;
+        let found: ApiImage = self.get_json(&format!("/images/{image}/json"), &[])?;
+        Ok(found
+            .config
+            .and_then(|c| c.user)
+            .map(|u| u.trim().to_owned())
+            .filter(|u| !u.is_empty()))
+    }
+
+    /// An image's own `/etc/passwd`, as the container's user name will be resolved against it:
+    /// read from a container created from the image and never started (no code of the image
+    /// runs), then removed. `None` when the image has no such file.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn image_passwd(&self, image: &str) -> Result<Option<String>> {
+        #[derive(Deserialize)]
+        struct Created {
+            #[serde(rename = "Id")]
+            id: String,
+        }
+        check_reference(image)?;
+        let spec = serde_json::json!({
+            "Image": image,
+            "Entrypoint": ["/nonexistent"],
+            "Cmd": [],
+            "NetworkDisabled": true,
+            "Labels": {"io.monky.deployd.probe": "passwd"},
+            "HostConfig": {"NetworkMode": "none"},
+        });
+        let body = self.call(
+            reqwest::Method::POST,
+            "/containers/create",
+            &[],
+            Some(&spec),
+        )?;
+        let created: Created = serde_json::from_slice(&body).map_err(|e| Error::Parse {
+            what: "engine /containers/create".to_owned(),
+            detail: e.to_string(),
+        })?;
+        let archive = self.call(
+            reqwest::Method::GET,
+            &format!("/containers/{}/archive", created.id),
+            &[("path", "/etc/passwd")],
+            None,
+        );
+        let removed = self.call(
+            reqwest::Method::DELETE,
+            &format!("/containers/{}", created.id),
+            &[("force", "1"), ("v", "1")],
+            None,
+        );
+        let text = match archive {
+            Ok(tar) => first_file(&tar),
+            Err(Error::EngineStatus { status: 404, .. }) => None,
+            Err(e) => return Err(e),
+        };
+        removed?;
+        Ok(text)
+    }
+
     /// Every container (running or not), volume and network on the engine, by name, with
     /// the compose project that made it (`None`: made by another hand): three requests.
     pub fn named_objects(&self) -> Result<Vec<NamedObject>> {
@@ -376,6 +453,22 @@ impl Engine {
     }
 
     fn get_json<T: DeserializeOwned>(&self, path: &str, query: &[(&str, &str)]) -> Result<T> {
+        let body = self.call(reqwest::Method::GET, path, query, None)?;
+        serde_json::from_slice(&body).map_err(|e| Error::Parse {
+            what: format!("engine {path}"),
+            detail: e.to_string(),
+        })
+    }
+
+    /// One request to the engine's socket; the answer's body (at most `MAX_BODY` bytes) when
+    /// its status is a success, else the engine's own message.
+    fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, &str)],
+        json: Option<&serde_json::Value>,
+    ) -> Result<Vec<u8>> {
         let socket = match &self.target {
             Target::Unix(p) => p.clone(),
             Target::Other(h) => {
@@ -398,10 +491,13 @@ impl Engine {
         if !query.is_empty() {
             url.query_pairs_mut().extend_pairs(query);
         }
-        let mut resp = client
-            .get(url)
-            .send()
-            .map_err(|e| self.send_error(path, e))?;
+        let mut req = client.request(method, url);
+        if let Some(json) = json {
+            req = req
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(json.to_string());
+        }
+        let mut resp = req.send().map_err(|e| self.send_error(path, e))?;
         let status = resp.status();
         let mut body = Vec::new();
         (&mut resp)
@@ -433,10 +529,7 @@ impl Engine {
                 message,
             });
         }
-        serde_json::from_slice(&body).map_err(|e| Error::Parse {
-            what: format!("engine {path}"),
-            detail: e.to_string(),
-        })
+        Ok(body)
     }
 
     fn send_error(&self, path: &str, e: reqwest::Error) -> Error {
@@ -453,6 +546,32 @@ impl Engine {
             }
         }
     }
+}
+
+/// A reference that cannot address another endpoint of the engine's API.
+fn check_reference(reference: &str) -> Result<()> {
+    if reference.is_empty() || reference.contains(['?', '#', ' ']) || reference.contains("..") {
+        return Err(Error::Parse {
+            what: "image reference".to_owned(),
+            detail: format!("{reference:?} is not an image reference"),
+        });
+    }
+    Ok(())
+}
+
+/// The first regular file of a tar archive (what the engine's archive endpoint answers for
+/// one file), as text.
+fn first_file(tar: &[u8]) -> Option<String> {
+    let mut archive = tar::Archive::new(tar);
+    for entry in archive.entries().ok()? {
+        let mut entry = entry.ok()?;
+        if entry.header().entry_type().is_file() {
+            let mut text = String::new();
+            entry.read_to_string(&mut text).ok()?;
+            return Some(text);
+        }
+    }
+    None
 }
 
 fn io_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {

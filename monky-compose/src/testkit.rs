@@ -459,7 +459,18 @@ fn serve(mut stream: UnixStream, routes: &[(String, Answer)], seen: &Mutex<Vec<S
         .strip_prefix("/images/")
         .and_then(|p| p.strip_suffix("/json"));
     let route = if image.is_some() { IMAGES } else { path };
+    let probe = path
+        .strip_prefix("/containers/")
+        .is_some_and(|rest| rest.starts_with(PROBE_ID));
     let (status, body) = match routes.iter().find(|(p, _)| p == route).map(|(_, a)| a) {
+        // The image-user probe (`Engine::image_passwd`): a container created and never
+        // started, its `/etc/passwd` read, then removed, as on an engine whose images carry a
+        // distribution's usual accounts.
+        _ if method == "POST" && path == "/containers/create" => {
+            (201, serde_json::json!({ "Id": PROBE_ID }).to_string())
+        }
+        _ if probe && method == "GET" && path.ends_with("/archive") => (200, passwd_tar()),
+        _ if probe && method == "DELETE" => (204, String::new()),
         Some(Answer::Fixed { status, body }) => (*status, body.clone()),
         Some(Answer::File { path, missing }) => (200, read_whole_json(path, missing)),
         Some(Answer::Images { path }) => {
@@ -496,6 +507,23 @@ pub fn default_image_id(reference: &str) -> String {
         id.push_str(&format!("{:016x}", h.finish()));
     }
     id
+}
+
+/// The ID of the fake engine's probe container.
+const PROBE_ID: &str = "0000000000000000000000000000000000000000000000000000000000000001";
+
+/// A tar of one `passwd` with a distribution's usual accounts, as the archive endpoint answers
+/// for `/etc/passwd`.
+fn passwd_tar() -> String {
+    let text = b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+    let mut header = tar::Header::new_ustar();
+    header.set_path("passwd").expect("a short name");
+    header.set_size(text.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    let mut b = tar::Builder::new(Vec::new());
+    b.append(&header, &text[..]).expect("in memory");
+    String::from_utf8(b.into_inner().expect("in memory")).expect("an ASCII archive")
 }
 
 /// The route of every `GET /images/{reference}/json`.

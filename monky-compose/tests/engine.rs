@@ -573,3 +573,47 @@ fn published_ports_are_the_engines_own() {
         );
     }
 }
+
+/// An image's `USER` and its own `/etc/passwd`, read as the runtime would resolve the user:
+/// the passwd comes from a container created and never started, which is gone afterwards.
+#[test]
+fn an_images_user_and_passwd_are_its_own() {
+    let Some(socket) = real_engine() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("passwd"),
+        "root:x:0:0::/:/bin/sh\napp:x:65534:65534::/:/bin/sh\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("Dockerfile"),
+        "FROM scratch\nCOPY passwd /etc/passwd\nUSER app\n",
+    )
+    .unwrap();
+    let tag = format!("monkytest{}-user:1", std::process::id());
+    docker_cli(&["build", "-q", "-t", &tag, dir.path().to_str().unwrap()]);
+    let bare = format!("monkytest{}-bare:1", std::process::id());
+    std::fs::write(
+        dir.path().join("Dockerfile"),
+        "FROM scratch\nCOPY Dockerfile /x\n",
+    )
+    .unwrap();
+    docker_cli(&["build", "-q", "-t", &bare, dir.path().to_str().unwrap()]);
+    let engine = Engine::unix(&socket);
+    let before = docker_cli(&["ps", "-aq", "--filter", "label=io.monky.deployd.probe"]);
+
+    assert_eq!(engine.image_user(&tag).unwrap().as_deref(), Some("app"));
+    let passwd = engine
+        .image_passwd(&tag)
+        .unwrap()
+        .expect("the image's passwd");
+    assert!(passwd.contains("app:x:65534:"), "{passwd}");
+    assert_eq!(engine.image_user(&bare).unwrap(), None);
+    assert_eq!(engine.image_passwd(&bare).unwrap(), None);
+    // The probe containers are gone.
+    assert_eq!(
+        docker_cli(&["ps", "-aq", "--filter", "label=io.monky.deployd.probe"]),
+        before
+    );
+    docker_cli(&["rmi", &tag, &bare]);
+}

@@ -80,6 +80,8 @@ policy! {
         "a process of another user (the message names its uid and user) listens where the agent dials OpenBao, and was sent nothing: find it with `ss -ltnpe`, stop it, then `systemctl restart monky-deployd-proxy`; if the proxy really runs as that user, name it in bao.listener_user";
     RegistryListenerUntrusted, Fail,
         "the registry credential names an address of this box (loopback, a bridge, its own address) where an untrusted process listens (the message names it: another user's, or a container's published port), so the credential was not written: stop that process, or, for a registry the box's admin runs in a container on purpose, name it in trusted_registries";
+    SecretReadableOnHost, Fail,
+        "a service that gets a secret in its environment would run as a uid that a host account also has (the message names the service, the uid and the account), and the engine does not remap user namespaces, so that account could read the secret in /proc/<pid>/environ; nothing started: enable userns-remap in /etc/docker/daemon.json, or keep that uid free of host accounts, or, if the box's admin accepts it, name the uid in allowed_shared_uids";
     TenancyRefusedToken, Fail,
         "tenancy refuses a token OpenBao still accepts, so the token is kept: after a kit re-reveal or a retire, re-run the install kit (the agent bootstraps with the new grant); otherwise tenancy cannot check tokens, look at tenancy's logs";
     BaoUnavailable, Temporary,
@@ -253,6 +255,7 @@ impl CodePolicy for Code {
             C::TenancyListenerUntrusted
             | C::BaoListenerUntrusted
             | C::RegistryListenerUntrusted
+            | C::SecretReadableOnHost
             | C::TlsClock => Owner::BoxAdmin,
             C::ReleasesOverCap | C::Drift | C::HealFailed => Owner::BoxAdmin,
             // Warnings: the tick went on, and who stopped the containers or the apply is the

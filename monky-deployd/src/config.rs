@@ -226,6 +226,8 @@ struct RawConfig {
     #[serde(default)]
     trusted_registries: Vec<String>,
     #[serde(default)]
+    allowed_shared_uids: Vec<u32>,
+    #[serde(default)]
     budget: RawBudget,
     #[serde(default)]
     tenancy: TenancyConfig,
@@ -430,6 +432,9 @@ pub struct Config {
     /// process's arguments here (`/proc` mounted `hidepid`, no host account at a container's
     /// uid).
     pub allow_secrets_on_command_lines: bool,
+    /// Waives `SECRET_READABLE_ON_HOST` for these uids: the box's admin accepts that the host
+    /// accounts at them read the environment of a container running as them.
+    pub allowed_shared_uids: Vec<u32>,
     /// What one project may take of this box (`BUDGET_EXCEEDED`).
     pub budget: monky_bundle::Budget,
     /// The tenancy section.
@@ -573,6 +578,7 @@ impl Config {
             allow_unprefixed_names: raw.allow_unprefixed_names,
             trusted_registries: raw.trusted_registries,
             allow_secrets_on_command_lines: raw.allow_secrets_on_command_lines,
+            allowed_shared_uids: raw.allowed_shared_uids,
             budget: raw.budget.resolve()?,
             env_id,
             tenancy,

@@ -58,6 +58,7 @@ pub mod redact;
 pub mod refusals;
 mod release;
 mod runloop;
+mod shared_uid;
 pub mod state;
 pub mod status;
 mod takeover;

@@ -56,6 +56,7 @@ pub fn model(
     project: &monky_compose::Compose,
     raw_yaml: &str,
     dir: &Path,
+    secret_keys: &std::collections::BTreeSet<String>,
 ) -> anyhow::Result<(Vec<Failure>, ModelFacts)> {
     let model = project
         .config_json()
@@ -69,6 +70,7 @@ pub fn model(
         .map(str::to_owned)
         .collect();
     let made = crate::names::made_by(&model, project.project());
+    let runs_as = bundle::runs_as(&model, raw_yaml, secret_keys);
     let read_link = |p: &Path| std::fs::read_link(p).ok();
     let refused = policy
         .findings_model(model, raw_yaml, dir, &read_link)
@@ -78,6 +80,7 @@ pub fn model(
     let facts = ModelFacts {
         images: images.into_iter().collect(),
         made,
+        runs_as,
     };
     Ok((refused, facts))
 }
@@ -89,6 +92,8 @@ pub struct ModelFacts {
     pub images: Vec<String>,
     /// The containers, volumes and networks it makes.
     pub made: Vec<crate::names::Made>,
+    /// Who each service runs as and which secret `.env` keys it gets.
+    pub runs_as: Vec<bundle::RunsAs>,
 }
 
 /// Compose's own complaint first, the release dir cut out of it: the dir is a staging path
@@ -324,7 +329,13 @@ fn model_of_bundle(
         .clone()
         .allow_privileged(b.meta().allow_privileged)
         .pids_supplied(true);
-    match model(&policy, &compose, b.compose(), &release) {
+    match model(
+        &policy,
+        &compose,
+        b.compose(),
+        &release,
+        &Default::default(),
+    ) {
         Ok((refused, _)) => Ok(refused),
         // The tick fails on the same model: so does the check.
         Err(e) => {

@@ -129,6 +129,22 @@ impl Release {
             .and_then(|b| bundle::BundleMeta::parse(&b).ok())
     }
 
+    /// The `.env` keys built from the manifest's secrets (names only; `.env` is not read).
+    pub fn secret_keys(&self) -> std::collections::BTreeSet<String> {
+        let read = |name: &str| self.fd.read(name, MAX_ENV_BYTES).ok();
+        let (Some(manifest), Some(template)) = (
+            read(bundle::MemberName::SECRETS_MANIFEST.as_str()),
+            read(bundle::MemberName::ENV_TEMPLATE.as_str()),
+        ) else {
+            return std::collections::BTreeSet::new();
+        };
+        let Ok(manifest) = bundle::Manifest::parse(&manifest) else {
+            return std::collections::BTreeSet::new();
+        };
+        let vars = manifest.env_entries().map(|e| e.var.clone()).collect();
+        bundle::secret_keys(&String::from_utf8_lossy(&template), &vars)
+    }
+
     /// The release's `allow_privileged` (false when its `bundle.json` cannot be read).
     pub fn allow_privileged(&self) -> bool {
         self.meta().is_some_and(|m| m.allow_privileged)

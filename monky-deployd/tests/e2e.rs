@@ -1701,6 +1701,52 @@ fn a_secret_on_a_command_line_is_refused_before_anything_starts() {
     assert_no_secret(&b, &run);
 }
 
+/// A service that gets the env's secrets (`env_file: .env`) and runs as uid 65534, which the
+/// box's `nobody` account has too, on an engine without userns-remap: refused before anything
+/// starts (nobody could read `/proc/<pid>/environ`). The box's admin may accept the uid.
+#[test]
+fn a_secret_for_a_uid_a_host_account_shares_is_refused_before_anything_starts() {
+    let Some(b) = E2eBox::new("shared-uid") else {
+        return;
+    };
+    let bad = web_bundle(compose_yaml(
+        b.e2e,
+        &b.e2e.image_1,
+        Some(b.port),
+        "    user: \"65534:65534\"\n",
+        &[],
+    ));
+    b.w.stage_grant();
+    b.w.publish(&bad);
+    let run = b.w.tick();
+    run.expect(1);
+    run.says(&[
+        "SECRET_READABLE_ON_HOST",
+        "web: runs as uid 65534",
+        "nobody",
+    ]);
+    let r = b.w.last_report();
+    assert!(
+        r.detail
+            .as_deref()
+            .is_some_and(|d| d.starts_with("SECRET_READABLE_ON_HOST: web: runs as uid 65534")),
+        "{r:?}"
+    );
+    assert_eq!(b.project.containers(), [], "a container started");
+    assert_eq!(b.w.current_target(), None);
+    assert_no_secret(&b, &run);
+
+    b.w.config_extra("allowed_shared_uids: [65534]\n");
+    let run = b.w.run(&["run", "--once", "--force"]);
+    assert!(
+        !run.stderr().contains("SECRET_READABLE_ON_HOST"),
+        "{}",
+        run.stderr()
+    );
+    assert!(!b.project.containers().is_empty(), "{}", run.stderr());
+    assert_no_secret(&b, &run);
+}
+
 // ---- the box stays converged: drift, interrupted applies, holds --------------------------------
 
 impl E2eBox {

@@ -40,6 +40,8 @@ pub(super) struct Staged {
     release: release::Release,
     /// The images compose's model names.
     images: Vec<String>,
+    /// Who each service runs as and which secrets it gets, judged once its images are here.
+    runs_as: Vec<bundle::RunsAs>,
 }
 
 /// Step 10 passed: the staged release's images are on the box.
@@ -181,8 +183,8 @@ impl Agent<'_> {
         // 9. Compose's model is the authority, since a value from a secret is only visible
         // there. A refusal here waits out the backoff as a render failure does: with the same
         // pinned versions the next tick would read the secrets only to be refused again.
-        let images = match self.judge(&staged) {
-            Ok(images) => images,
+        let (images, runs_as) = match self.judge(&staged) {
+            Ok(judged) => judged,
             Err(e) => {
                 return Err(match Failure::of(&e).filter(|f| f.exit() == Exit::Fail) {
                     Some(f) => {
@@ -198,6 +200,7 @@ impl Agent<'_> {
             prod: b.meta().is_prod(),
             release: staged,
             images,
+            runs_as,
         })
     }
 
@@ -209,7 +212,56 @@ impl Agent<'_> {
         if let Err(e) = self.pull_release(&staged.release, &staged.images) {
             return Err(self.release_failed(&staged.sha, pull_code(&e), &e, None));
         }
+        if let Err(why) = self.shared_uid_gate(&staged.runs_as) {
+            let code = Code::SecretReadableOnHost;
+            return Err(self.release_failed(&staged.sha, code, &why, None));
+        }
         Ok(Pulled(staged))
+    }
+
+    /// Once the images are here (their `USER` is known): no service that gets a secret runs
+    /// as a uid a host account shares, unless the engine remaps user namespaces or the box's
+    /// admin names the uid in `allowed_shared_uids` (see `shared_uid`). A heal, a fallback or
+    /// a finished apply starts a release judged so at its own apply, from recorded images.
+    fn shared_uid_gate(&self, runs: &[bundle::RunsAs]) -> Result<(), String> {
+        if runs.iter().all(|r| r.secrets.is_empty()) {
+            return Ok(());
+        }
+        let engine = self.docker.engine();
+        match engine.info() {
+            Ok(info) if info.userns_remap() => return Ok(()),
+            Ok(_) => {}
+            // The up that follows reports the engine's own failure under its own code.
+            Err(e) => {
+                warn!("cannot ask the engine about user namespaces ({e}); shared uids not checked");
+                return Ok(());
+            }
+        }
+        let accounts = crate::shared_uid::HostAccounts::read();
+        let user_of = |r: &bundle::RunsAs| -> Result<Option<u32>, String> {
+            let user = match &r.user {
+                Some(u) => Some(u.clone()),
+                None => engine.image_user(&r.image).map_err(|e| e.to_string())?,
+            };
+            let Some(user) = user else { return Ok(None) };
+            if let Some(uid) = bundle::numeric_uid(&user) {
+                return Ok(Some(uid));
+            }
+            let passwd = engine.image_passwd(&r.image).map_err(|e| e.to_string())?;
+            crate::shared_uid::uid_of(&user, passwd.as_deref()).map(Some)
+        };
+        let found =
+            crate::shared_uid::findings(runs, &accounts, &self.cfg.allowed_shared_uids, &user_of);
+        if found.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}; without userns-remap a container's uid is the host's, and that account \
+                 could read /proc/<pid>/environ: enable userns-remap, keep the uid free of host \
+                 accounts, or name it in allowed_shared_uids",
+                found.join("; ")
+            ))
+        }
     }
 
     /// `compose pull` of `rel` with the agent's pull override (`pull_policy: always` on every
@@ -334,14 +386,14 @@ impl Agent<'_> {
     /// staged release, a retried one updated in place before `current` names it, and a release
     /// fallen back to, whose files may have changed on disk since it was checked.
     pub(super) fn policy_gate(&self, rel: &release::Release) -> anyhow::Result<()> {
-        let images = self.judge(rel)?;
+        let (images, _) = self.judge(rel)?;
         self.prove_images(rel, &images)
     }
 
     /// The compose policy on compose's model of `rel`, and the names it makes against every
     /// project on the box ([`Agent::policy_gate`] without the images' proof, for a release
-    /// whose pull comes next): the images the model names.
-    fn judge(&self, rel: &release::Release) -> anyhow::Result<Vec<String>> {
+    /// whose pull comes next): the images the model names, and who each service runs as.
+    fn judge(&self, rel: &release::Release) -> anyhow::Result<(Vec<String>, Vec<bundle::RunsAs>)> {
         // The override is written before the model is built, so the model carries the pids
         // limit the agent supplies, and compose's model must show one for every service. The
         // file compose reads is the agent's own rewrite of what it judged.
@@ -357,12 +409,13 @@ impl Agent<'_> {
             &rel.compose(&self.docker, self.cfg),
             &raw,
             rel.dir(),
+            &rel.secret_keys(),
         )?;
         if let Some(f) = refusals::all(refused) {
             return Err(f.into());
         }
         if self.judged.borrow().names.contains(rel.sha()) {
-            return Ok(facts.images);
+            return Ok((facts.images, facts.runs_as));
         }
         match self.docker.named_objects() {
             Ok(on_engine) => {
@@ -381,7 +434,7 @@ impl Agent<'_> {
             // The engine's own failure is the up's to report, under its own code.
             Err(e) => warn!("cannot list the engine's names ({e}); names not checked"),
         }
-        Ok(facts.images)
+        Ok((facts.images, facts.runs_as))
     }
 
     /// Before every pull: dockerd sends the stored credential to its registry, so a registry on
