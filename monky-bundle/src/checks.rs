@@ -136,6 +136,7 @@ fn yaml_options() -> serde_saphyr::Options {
         // compose's go-yaml reads YAML 1.2 booleans only: `n`, `yes`, `off` are strings to it
         // (a network named `n`, `DEBUG: off`), and must stay strings in the rewrite it runs.
         strict_booleans: true,
+        legacy_octal_numbers: true,
     }
 }
 

@@ -1747,6 +1747,59 @@ fn a_secret_for_a_uid_a_host_account_shares_is_refused_before_anything_starts() 
     assert_no_secret(&b, &run);
 }
 
+/// A secret as a file instead of a variable: compose's `secrets:` from the release's `.env`
+/// (`environment:`) is copied into the container at `/run/secrets/<name>` with the mode and
+/// owner the service asks, and is in no environment: not `docker inspect`'s, not the
+/// process's. No file of it is on the host besides the release's `.env`.
+#[test]
+fn a_secret_as_a_file_reaches_the_container_and_no_environment() {
+    let Some(b) = E2eBox::new("secret-file") else {
+        return;
+    };
+    let compose = format!(
+        "services:\n  web:\n    image: {}\n    ports:\n      - \"127.0.0.1:{}:{}\"\n    \
+         secrets:\n      - source: admin_token\n        target: admin_token\n        \
+         uid: \"0\"\n        gid: \"0\"\n        mode: 0400\n\
+         secrets:\n  admin_token:\n    environment: SEE_ADMIN_TOKEN\n",
+        b.e2e.image_1, b.port, b.e2e.web_port
+    );
+    let bundle = web_bundle(compose);
+    b.w.stage_grant();
+    b.w.publish(&bundle);
+    let run = b.w.tick();
+    run.ok();
+    assert_healthy(&b.project.containers(), &b.project.name);
+    let web = b.web();
+    let file = b
+        .project
+        .docker_ok(["exec", &web, "cat", "/run/secrets/admin_token"]);
+    assert_eq!(file.trim(), ADMIN_TOKEN);
+    let mode = b.project.docker_ok([
+        "exec",
+        &web,
+        "stat",
+        "-c",
+        "%a %u %g",
+        "/run/secrets/admin_token",
+    ]);
+    assert_eq!(mode.trim(), "400 0 0");
+    let env = b
+        .project
+        .docker_ok(["inspect", "-f", "{{json .Config.Env}}", &web]);
+    assert!(
+        !env.contains(ADMIN_TOKEN),
+        "the secret is in the container's environment"
+    );
+    let environ = b
+        .project
+        .docker_ok(["exec", &web, "cat", "/proc/1/environ"]);
+    assert!(
+        !environ.contains(ADMIN_TOKEN),
+        "the secret is in the process's environment"
+    );
+    assert_no_secret(&b, &run);
+}
+
 // ---- the box stays converged: drift, interrupted applies, holds --------------------------------
 
 impl E2eBox {

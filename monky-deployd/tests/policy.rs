@@ -952,6 +952,16 @@ fn compose_reads_the_rewrite_as_the_agent_judged_it() {
         ),
         true,
     ));
+    // File modes spelled as YAML 1.1 octals, as compose files write them: go-yaml reads `0440`
+    // as octal, and so must the rewrite, or a secret's file gets mode 0670 (440 decimal).
+    inputs.push((
+        "octal-modes".to_string(),
+        format!(
+            "{web}    secrets:\n      - source: s\n        target: s\n        mode: 0440\n    configs:\n      - source: c\n        target: /c\n        mode: 0644\n    labels: {{a: 010, b: -0_7}}\n\
+             secrets:\n  s:\n    environment: S\nconfigs:\n  c:\n    content: x\n"
+        ),
+        true,
+    ));
     for (name, text) in [
         ("bom", format!("\u{feff}{web}")),
         ("tabs", format!("{web}    labels: {{a:\t1}}\n")),
