@@ -46,6 +46,8 @@ pub struct Engine {
     timeout: Duration,
     client: Mutex<Option<reqwest::blocking::Client>>,
     info: Mutex<Option<EngineInfo>>,
+    /// The `USER` of each image reference [`Engine::image_id`] looked up, from the same answer.
+    users: Mutex<std::collections::HashMap<String, Option<String>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -149,6 +151,7 @@ impl Engine {
             timeout: Duration::from_secs(10),
             client: Mutex::new(None),
             info: Mutex::new(None),
+            users: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -279,48 +282,38 @@ impl Engine {
     /// The local image `reference` names, by its ID (`sha256:...`), from
     /// `GET /images/{reference}/json`; `None` when the engine has no such image.
     pub fn image_id(&self, reference: &str) -> Result<Option<String>> {
-        #[derive(Deserialize)]
-        struct ApiImage {
-            #[serde(rename = "Id")]
-            id: String,
-        }
-        // A reference never holds these; one that does would address another endpoint.
-        if reference.is_empty() || reference.contains(['?', '#', ' ']) || reference.contains("..") {
-            return Err(Error::Parse {
-                what: "image reference".to_owned(),
-                detail: format!("{reference:?} is not an image reference"),
-            });
-        }
+        check_reference(reference)?;
         match self.get_json::<ApiImage>(&format!("/images/{reference}/json"), &[]) {
-            Ok(image) => Ok(Some(image.id)),
+            Ok(image) => {
+                self.users
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(reference.to_owned(), image.user());
+                Ok(Some(image.id))
+            }
             Err(Error::EngineStatus { status: 404, .. }) => Ok(None),
             Err(e) => Err(e),
         }
     }
 
     /// The `USER` an image's config sets (`None`: unset or empty, so root), by the image's ID
-    /// or reference as [`image_id`](Self::image_id) takes it.
+    /// or reference as [`image_id`](Self::image_id) takes it; from that call's answer when it
+    /// looked this reference up.
     ///
     /// # Errors
     /// The engine's, or an image it does not have.
     pub fn image_user(&self, image: &str) -> Result<Option<String>> {
-        #[derive(Deserialize)]
-        struct ApiImage {
-            #[serde(rename = "Config")]
-            config: Option<ApiConfig>,
-        }
-        #[derive(Deserialize)]
-        struct ApiConfig {
-            #[serde(rename = "User")]
-            user: Option<String>,
+        if let Some(user) = self
+            .users
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(image)
+        {
+            return Ok(user.clone());
         }
         check_reference(image)?;
         let found: ApiImage = self.get_json(&format!("/images/{image}/json"), &[])?;
-        Ok(found
-            .config
-            .and_then(|c| c.user)
-            .map(|u| u.trim().to_owned())
-            .filter(|u| !u.is_empty()))
+        Ok(found.user())
     }
 
     /// An image's own `/etc/passwd`, as the container's user name will be resolved against it:
@@ -545,6 +538,32 @@ impl Engine {
                 source: e,
             }
         }
+    }
+}
+
+/// What the agent reads of `GET /images/{reference}/json`.
+#[derive(Deserialize)]
+struct ApiImage {
+    #[serde(rename = "Id")]
+    id: String,
+    #[serde(rename = "Config")]
+    config: Option<ApiImageConfig>,
+}
+
+#[derive(Deserialize)]
+struct ApiImageConfig {
+    #[serde(rename = "User")]
+    user: Option<String>,
+}
+
+impl ApiImage {
+    fn user(&self) -> Option<String> {
+        self.config
+            .as_ref()
+            .and_then(|c| c.user.as_deref())
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned)
     }
 }
 
