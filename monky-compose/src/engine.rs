@@ -2,14 +2,14 @@
 //! without spawning a process (a heartbeat must not cost a `docker compose ps`).
 
 use std::collections::BTreeMap;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use reqwest::Url;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use url::Url;
 
 use crate::Container;
 use crate::container::Row;
@@ -44,7 +44,6 @@ const MAX_BODY: u64 = 16 * 1024 * 1024;
 pub struct Engine {
     target: Target,
     timeout: Duration,
-    client: Mutex<Option<reqwest::blocking::Client>>,
     info: Mutex<Option<EngineInfo>>,
     /// The `USER` of each image reference [`Engine::image_id`] looked up, from the same answer.
     users: Mutex<std::collections::HashMap<String, Option<String>>>,
@@ -149,7 +148,6 @@ impl Engine {
         Engine {
             target,
             timeout: Duration::from_secs(10),
-            client: Mutex::new(None),
             info: Mutex::new(None),
             users: Mutex::new(std::collections::HashMap::new()),
         }
@@ -337,24 +335,19 @@ impl Engine {
             "Labels": {"io.monky.deployd.probe": "passwd"},
             "HostConfig": {"NetworkMode": "none"},
         });
-        let body = self.call(
-            reqwest::Method::POST,
-            "/containers/create",
-            &[],
-            Some(&spec),
-        )?;
+        let body = self.call(Method::Post, "/containers/create", &[], Some(&spec))?;
         let created: Created = serde_json::from_slice(&body).map_err(|e| Error::Parse {
             what: "engine /containers/create".to_owned(),
             detail: e.to_string(),
         })?;
         let archive = self.call(
-            reqwest::Method::GET,
+            Method::Get,
             &format!("/containers/{}/archive", created.id),
             &[("path", "/etc/passwd")],
             None,
         );
         let removed = self.call(
-            reqwest::Method::DELETE,
+            Method::Delete,
             &format!("/containers/{}", created.id),
             &[("force", "1"), ("v", "1")],
             None,
@@ -423,41 +416,21 @@ impl Engine {
         }
     }
 
-    fn client(&self, socket: &Path) -> Result<reqwest::blocking::Client> {
-        let mut slot = self.client.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = slot.as_ref() {
-            return Ok(c.clone());
-        }
-        // Plain HTTP over a unix socket: no trust roots (loading the system's would cost every
-        // heartbeat tens of milliseconds of CPU for nothing).
-        let client = reqwest::blocking::Client::builder()
-            .unix_socket(socket)
-            .tls_certs_only(Vec::new())
-            .no_proxy()
-            .timeout(self.timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| Error::EngineUnavailable {
-                target: self.target_text(),
-                reason: format!("cannot build an http client: {e}"),
-            })?;
-        *slot = Some(client.clone());
-        Ok(client)
-    }
-
     fn get_json<T: DeserializeOwned>(&self, path: &str, query: &[(&str, &str)]) -> Result<T> {
-        let body = self.call(reqwest::Method::GET, path, query, None)?;
+        let body = self.call(Method::Get, path, query, None)?;
         serde_json::from_slice(&body).map_err(|e| Error::Parse {
             what: format!("engine {path}"),
             detail: e.to_string(),
         })
     }
 
-    /// One request to the engine's socket; the answer's body (at most `MAX_BODY` bytes) when
-    /// its status is a success, else the engine's own message.
+    /// One request to the engine's socket, HTTP/1.1 over a plain `UnixStream` (no thread, no
+    /// runtime: a heartbeat makes a few of these); the answer's body (at most `MAX_BODY`
+    /// bytes) when its status is a success, else the engine's own message. Every read and write
+    /// is bounded by what is left of the call's timeout.
     fn call(
         &self,
-        method: reqwest::Method,
+        method: Method,
         path: &str,
         query: &[(&str, &str)],
         json: Option<&serde_json::Value>,
@@ -477,36 +450,83 @@ impl Engine {
                 reason: "no such socket".to_owned(),
             });
         }
-        let client = self.client(&socket)?;
         // The host name is never resolved: every connection goes to the socket.
-        let mut url = Url::parse("http://docker.sock").expect("static url parses");
+        let mut url = Url::parse("http://docker").expect("static url parses");
         url.set_path(path);
         if !query.is_empty() {
             url.query_pairs_mut().extend_pairs(query);
         }
-        let mut req = client.request(method, url);
-        if let Some(json) = json {
-            req = req
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(json.to_string());
+        let target = match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_owned(),
+        };
+        let body = json.map(ToString::to_string).unwrap_or_default();
+        let mut request = format!(
+            "{} {target} HTTP/1.1\r\nHost: docker\r\nUser-Agent: monky-deployd\r\n\
+             Connection: close\r\n",
+            method.as_str()
+        );
+        if json.is_some() {
+            request.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                body.len()
+            ));
         }
-        let mut resp = req.send().map_err(|e| self.send_error(path, e))?;
-        let status = resp.status();
-        let mut body = Vec::new();
-        (&mut resp)
-            .take(MAX_BODY + 1)
-            .read_to_end(&mut body)
-            .map_err(|e| Error::EngineUnavailable {
+        request.push_str("\r\n");
+        request.push_str(&body);
+
+        let deadline = std::time::Instant::now() + self.timeout;
+        let mut stream = std::os::unix::net::UnixStream::connect(&socket).map_err(|e| {
+            Error::EngineUnavailable {
                 target: self.target_text(),
-                reason: format!("reading the answer to {path}: {e}"),
-            })?;
+                reason: e.to_string(),
+            }
+        })?;
+        let io = |e: std::io::Error| Error::EngineRequest {
+            path: path.to_owned(),
+            source: e,
+        };
+        let left = || {
+            deadline
+                .checked_duration_since(std::time::Instant::now())
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"))
+        };
+        stream
+            .set_write_timeout(Some(left().map_err(io)?))
+            .map_err(io)?;
+        stream.write_all(request.as_bytes()).map_err(io)?;
+        let cap = MAX_BODY + 64 * 1024;
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            stream
+                .set_read_timeout(Some(left().map_err(io)?))
+                .map_err(io)?;
+            match stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io(e)),
+            }
+            if answer.len() as u64 > cap {
+                return Err(Error::Parse {
+                    what: format!("engine {path}"),
+                    detail: format!("answer larger than {MAX_BODY} bytes"),
+                });
+            }
+        }
+        let (status, body) = parse_response(&answer).ok_or_else(|| Error::Parse {
+            what: format!("engine {path}"),
+            detail: "not an HTTP answer".to_owned(),
+        })?;
         if body.len() as u64 > MAX_BODY {
             return Err(Error::Parse {
                 what: format!("engine {path}"),
                 detail: format!("answer larger than {MAX_BODY} bytes"),
             });
         }
-        if !status.is_success() {
+        if !(200..300).contains(&status) {
             #[derive(Deserialize)]
             struct ApiError {
                 message: String,
@@ -518,27 +538,70 @@ impl Engine {
                 });
             return Err(Error::EngineStatus {
                 path: path.to_owned(),
-                status: status.as_u16(),
+                status,
                 message,
             });
         }
         Ok(body)
     }
+}
 
-    fn send_error(&self, path: &str, e: reqwest::Error) -> Error {
-        if e.is_connect() || (io_cause(&e).is_some() && !e.is_timeout()) {
-            let reason = io_cause(&e).map_or_else(|| e.to_string(), |io| io.to_string());
-            Error::EngineUnavailable {
-                target: self.target_text(),
-                reason,
-            }
-        } else {
-            Error::EngineRequest {
-                path: path.to_owned(),
-                source: e,
-            }
+/// The methods the agent uses.
+#[derive(Debug, Clone, Copy)]
+enum Method {
+    Get,
+    Post,
+    Delete,
+}
+
+impl Method {
+    fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Delete => "DELETE",
         }
     }
+}
+
+/// The status and body of a whole HTTP/1.1 answer (the connection closed after it): the body
+/// as `Content-Length` bounds it, or de-chunked, or up to the end.
+fn parse_response(answer: &[u8]) -> Option<(u16, Vec<u8>)> {
+    let head_end = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&answer[..head_end]).ok()?;
+    let rest = &answer[head_end + 4..];
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let (mut length, mut chunked) = (None, false);
+    for line in lines {
+        let (name, value) = line.split_once(':')?;
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            length = Some(value.parse::<usize>().ok()?);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = value.eq_ignore_ascii_case("chunked");
+        }
+    }
+    if chunked {
+        let mut body = Vec::new();
+        let mut at = rest;
+        loop {
+            let line_end = at.windows(2).position(|w| w == b"\r\n")?;
+            let size = std::str::from_utf8(&at[..line_end]).ok()?;
+            let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+            at = &at[line_end + 2..];
+            if size == 0 {
+                return Some((status, body));
+            }
+            body.extend_from_slice(at.get(..size)?);
+            at = at.get(size + 2..)?;
+        }
+    }
+    let body = match length {
+        Some(n) => rest.get(..n)?.to_vec(),
+        None => rest.to_vec(),
+    };
+    Some((status, body))
 }
 
 /// What the agent reads of `GET /images/{reference}/json`.
@@ -589,17 +652,6 @@ fn first_file(tar: &[u8]) -> Option<String> {
             entry.read_to_string(&mut text).ok()?;
             return Some(text);
         }
-    }
-    None
-}
-
-fn io_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
-    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            return Some(io);
-        }
-        cur = err.source();
     }
     None
 }
@@ -844,6 +896,34 @@ pub fn free_bytes(path: &Path) -> Result<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_http_answer_is_read_by_length_by_chunks_or_to_its_end() {
+        let by_length =
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nApi-Version: 1.47\r\n\r\n{}trailing";
+        assert_eq!(
+            super::parse_response(by_length),
+            Some((200, b"{}".to_vec()))
+        );
+        let chunked =
+            b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: Chunked\r\n\r\n3\r\n[1,\r\n2;x=y\r\n2]\r\n0\r\n\r\n";
+        assert_eq!(
+            super::parse_response(chunked),
+            Some((404, b"[1,2]".to_vec()))
+        );
+        let to_end = b"HTTP/1.0 204 No Content\r\n\r\n";
+        assert_eq!(super::parse_response(to_end), Some((204, Vec::new())));
+        // Cut short, or no answer at all: nothing is made up.
+        assert_eq!(
+            super::parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}"),
+            None
+        );
+        assert_eq!(
+            super::parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab"),
+            None
+        );
+        assert_eq!(super::parse_response(b"garbage"), None);
+    }
+
     use super::*;
     use crate::container::container;
 

@@ -135,7 +135,7 @@ pub enum Error {
         path: String,
         /// The transport error.
         #[source]
-        source: reqwest::Error,
+        source: std::io::Error,
     },
 
     /// The Engine API answered with an error status.
