@@ -376,66 +376,83 @@ pub fn listener_report(cfg: &Config, peer: Peer) -> Option<Result<String, String
 /// served on, unless the box's admin trusts it by name: an IP literal, a `localhost` name, or
 /// a name the resolver gives an address of this box (docker's default port 443 when none is
 /// given). `None` for the network's registries.
-fn local_registry(cfg: &Config, registry: &str) -> Option<SocketAddr> {
+fn local_registry(cfg: &Config, registry: &str) -> Vec<SocketAddr> {
     if cfg
         .trusted_registries
         .iter()
         .any(|r| r.eq_ignore_ascii_case(registry))
     {
-        return None;
+        return Vec::new();
     }
-    let url = url::Url::parse(&format!("https://{registry}/")).ok()?;
+    let Some(url) = url::Url::parse(&format!("https://{registry}/")).ok() else {
+        return Vec::new();
+    };
     let port = url.port().unwrap_or(443);
-    let ip = match url.host()? {
-        url::Host::Ipv4(ip) => std::net::IpAddr::V4(ip),
-        url::Host::Ipv6(ip) => std::net::IpAddr::V6(ip),
-        url::Host::Domain(d) => {
+    let ips: Vec<std::net::IpAddr> = match url.host() {
+        Some(url::Host::Ipv4(ip)) => vec![ip.into()],
+        Some(url::Host::Ipv6(ip)) => vec![ip.into()],
+        Some(url::Host::Domain(d)) => {
             let d = d.trim_end_matches('.').to_ascii_lowercase();
             if d == "localhost" || d.ends_with(".localhost") {
-                std::net::IpAddr::from([127, 0, 0, 1])
+                vec![std::net::IpAddr::from([127, 0, 0, 1])]
             } else {
                 // A name is judged by every address the resolver gives it, as dockerd asks
-                // the same resolver (`/etc/hosts` first): one on this box makes it local.
+                // the same resolver (`/etc/hosts` first): each one on this box is judged.
                 use std::net::ToSocketAddrs as _;
-                return (d.as_str(), port)
+                (d.as_str(), port)
                     .to_socket_addrs()
-                    .ok()?
-                    .find(|a| owner::is_local(a.ip()));
+                    .map(|a| a.map(|a| a.ip()).collect())
+                    .unwrap_or_default()
             }
         }
+        None => Vec::new(),
     };
-    owner::is_local(ip).then_some(SocketAddr::new(ip, port))
+    let mut local: Vec<SocketAddr> = ips
+        .into_iter()
+        .filter(|ip| owner::is_local(*ip))
+        .map(|ip| SocketAddr::new(ip, port))
+        .collect();
+    local.sort_unstable();
+    local.dedup();
+    local
 }
 
-/// Before the registry credential is handed to dockerd: a registry on an address of this box
-/// must be served by a trusted process (as a peer is), or be named in `trusted_registries`.
-/// `Ok(Some(..))` says who serves it, for the journal.
+/// Before the registry credential is handed to dockerd, and before every pull: a registry on
+/// an address of this box must be served by a trusted process there (as a peer is), on every
+/// such address its name resolves to, or be named in `trusted_registries`. `Ok(Some(..))` says
+/// who serves it, for the journal.
 ///
 /// # Errors
 /// `REGISTRY_LISTENER_UNTRUSTED`, naming the listener.
 pub fn registry_check(cfg: &Config, registry: &str) -> anyhow::Result<Option<String>> {
-    let Some(addr) = local_registry(cfg, registry) else {
+    let addrs = local_registry(cfg, registry);
+    if addrs.is_empty() {
         return Ok(None);
-    };
-    let trusted = Trusted::of(cfg, Peer::Registry)?;
-    match trusted.probe(addr) {
-        Ok(Some(uid)) => Ok(Some(format!(
-            "registry {registry} at {addr} is served by uid {uid} ({})",
-            user_name(uid)
-        ))),
-        Ok(None) => Ok(Some(format!(
-            "nothing answers for registry {registry} at {addr}"
-        ))),
-        Err(u) => Err(Failure::coded(
-            Code::RegistryListenerUntrusted,
-            format!(
-                "registry credential for {registry}: {u}; the credential was not written: stop \
-                 that process, or name the registry in trusted_registries if the box's admin \
-                 runs it there on purpose"
-            ),
-        )
-        .into()),
     }
+    let trusted = Trusted::of(cfg, Peer::Registry)?;
+    let mut seen = Vec::new();
+    for addr in addrs {
+        match trusted.probe(addr) {
+            Ok(Some(uid)) => seen.push(format!(
+                "registry {registry} at {addr} is served by uid {uid} ({})",
+                user_name(uid)
+            )),
+            Ok(None) => seen.push(format!("nothing answers for registry {registry} at {addr}")),
+            Err(u) => {
+                return Err(Failure::coded(
+                    Code::RegistryListenerUntrusted,
+                    format!(
+                        "registry credential for {registry}: {u}; dockerd would send it there, so \
+                         it is not (not written, nothing pulled or started): stop that process, \
+                         or name the registry in trusted_registries if the box's admin runs it \
+                         there on purpose"
+                    ),
+                )
+                .into());
+            }
+        }
+    }
+    Ok(Some(seen.join("; ")))
 }
 
 /// The registries the stored registry credential (`docker/config.json`'s `auths`) names.
@@ -884,9 +901,15 @@ mod tests {
             .trim()
             .to_owned();
         let resolved: Vec<SocketAddr> = (host.as_str(), 5000).to_socket_addrs().unwrap().collect();
-        let local = resolved.iter().find(|a| owner::is_local(a.ip())).copied();
+        let mut local: Vec<SocketAddr> = resolved
+            .iter()
+            .filter(|a| owner::is_local(a.ip()))
+            .copied()
+            .collect();
+        local.sort_unstable();
+        local.dedup();
         assert!(
-            local.is_some(),
+            !local.is_empty(),
             "this test needs the box's own name ({host}) to resolve to an address of the box: {resolved:?}"
         );
         assert_eq!(local_registry(&cfg, &format!("{host}:5000")), local);
@@ -895,11 +918,11 @@ mod tests {
             local
         );
         // A name of the network's, and one that resolves to nothing, are the network's.
-        assert_eq!(local_registry(&cfg, "registry.invalid:5000"), None);
-        assert_eq!(local_registry(&cfg, "192.0.2.10:5000"), None);
+        assert_eq!(local_registry(&cfg, "registry.invalid:5000"), []);
+        assert_eq!(local_registry(&cfg, "192.0.2.10:5000"), []);
         // The admin's word by name still stands.
         let trusted = config(&format!("trusted_registries: [\"{host}:5000\"]\n"));
-        assert_eq!(local_registry(&trusted, &format!("{host}:5000")), None);
+        assert_eq!(local_registry(&trusted, &format!("{host}:5000")), []);
     }
 
     #[test]

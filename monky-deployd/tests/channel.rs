@@ -526,4 +526,29 @@ fn a_registry_credential_for_a_squatted_local_port_is_never_written() {
         "{after:?}"
     );
     assert!(!run.stderr().contains("registry-pw-7c1f"));
+
+    // Back on the running release, its container dies: the heal's `up` may pull with the same
+    // credential (a `pull_policy: always`), so its registry is judged first, and nothing runs.
+    w.tenancy
+        .set_desired(ENV, monky_testkit::tenancy::Desired::sha(next.clone()));
+    let model = w.stub_dir().join("containers.json");
+    let mut cs: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&model).unwrap()).unwrap();
+    cs[0]["State"] = json!("exited");
+    cs[0]["Status"] = json!("Exited (1) 3 seconds ago");
+    std::fs::write(&model, serde_json::to_vec(&cs).unwrap()).unwrap();
+    let calls = w.docker_calls().len();
+    let squatter = Squatter::start(port, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    let run = w.tick();
+    let sent = squatter.finish();
+    assert!(sent.iter().all(Vec::is_empty), "{sent:?}");
+    run.expect(1);
+    run.says(&["REGISTRY_LISTENER_UNTRUSTED"]);
+    let after = &w.docker_calls()[calls..];
+    assert!(
+        after
+            .iter()
+            .all(|c| !c.contains(" up ") && !c.contains(" pull")),
+        "{after:?}"
+    );
 }

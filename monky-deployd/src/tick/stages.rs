@@ -321,7 +321,6 @@ impl Agent<'_> {
             "image(s) this env has not pulled itself: {}",
             unproven.join(", ")
         );
-        self.registry_gate()?;
         self.pull_release(rel, images)
             .map_err(|e| Failure::coded(pull_code(&e), e.to_string()).into())
     }
@@ -387,6 +386,9 @@ impl Agent<'_> {
     /// fallen back to, whose files may have changed on disk since it was checked.
     pub(super) fn policy_gate(&self, rel: &release::Release) -> anyhow::Result<()> {
         let (images, _) = self.judge(rel)?;
+        // compose's `up` pulls too (a service's `pull_policy: always`, an image gone from the
+        // engine), with the stored credential: its registry is judged before every up.
+        self.registry_gate()?;
         self.prove_images(rel, &images)
     }
 
