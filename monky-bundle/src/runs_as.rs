@@ -1,6 +1,8 @@
-//! Who each service runs as, and which secrets its environment holds: the facts from which
-//! the agent judges, on the box, whether a host account shares a container's uid (and so
-//! reads `/proc/<pid>/environ`). Pure: compose's model and the compose file in, names out.
+//! Who each service runs as, and which secrets it gets (in its environment, or as a file under
+//! `/run/secrets`): the facts from which the agent judges, on the box, whether a host account
+//! shares a container's uid (and so reads `/proc/<pid>/environ`, and through
+//! `/proc/<pid>/root` the secret's file). Pure: compose's model and the compose file in, names
+//! out.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,7 +12,7 @@ use crate::checks::parse_compose;
 use crate::interp;
 
 /// One service of compose's model: its image, the `user` it sets (none: the image's own
-/// `USER`), and the secret `.env` keys its containers' environment holds, by name.
+/// `USER`), and the secret `.env` keys its containers get, by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunsAs {
     /// The service's name.
@@ -23,6 +25,18 @@ pub struct RunsAs {
     /// The secret keys its environment holds: under their own name (an `env_file` of the
     /// release's `.env`, or `environment`), or through a reference in `environment`'s values.
     pub secrets: BTreeSet<String>,
+    /// The secret keys it gets as files: compose's `secrets:` of the service whose top-level
+    /// secret is taken from the release's `.env` (`environment: <key>`), copied into the
+    /// container under `/run/secrets`.
+    pub files: BTreeSet<String>,
+}
+
+impl RunsAs {
+    /// Whether it gets any secret, in its environment or as a file.
+    #[must_use]
+    pub fn gets_a_secret(&self) -> bool {
+        !self.secrets.is_empty() || !self.files.is_empty()
+    }
 }
 
 /// [`RunsAs`] for every service of compose's `model` that sets an image; `raw_yaml` is the
@@ -46,6 +60,7 @@ pub struct RunsAs {
 #[must_use]
 pub fn runs_as(model: &Value, raw_yaml: &str, secret_keys: &BTreeSet<String>) -> Vec<RunsAs> {
     let referenced = references(raw_yaml, secret_keys);
+    let from_env = secrets_from_env(model, secret_keys);
     let Some(services) = model.get("services").and_then(Value::as_object) else {
         return Vec::new();
     };
@@ -65,11 +80,23 @@ pub fn runs_as(model: &Value, raw_yaml: &str, secret_keys: &BTreeSet<String>) ->
             if let Some(r) = referenced.get(name) {
                 secrets.extend(r.iter().cloned());
             }
+            let files = svc
+                .get("secrets")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|s| match s {
+                    Value::String(source) => Some(source.as_str()),
+                    other => other.get("source")?.as_str(),
+                })
+                .filter_map(|source| from_env.get(source).cloned())
+                .collect();
             Some(RunsAs {
                 service: name.clone(),
                 image,
                 user,
                 secrets,
+                files,
             })
         })
         .collect()
@@ -86,6 +113,23 @@ fn env_keys(env: Option<&Value>) -> Box<dyn Iterator<Item = String> + '_> {
         })),
         _ => Box::new(std::iter::empty()),
     }
+}
+
+/// The top-level secrets of the model that compose takes from a secret `.env` key
+/// (`environment: <key>`), by the secret's name: the key.
+fn secrets_from_env(model: &Value, secret_keys: &BTreeSet<String>) -> BTreeMap<String, String> {
+    model
+        .get("secrets")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(name, s)| {
+            let key = s.get("environment")?.as_str()?;
+            secret_keys
+                .contains(key)
+                .then(|| (name.clone(), key.to_owned()))
+        })
+        .collect()
 }
 
 /// Per service of the compose file, the secret keys its `environment` values reference.
@@ -156,6 +200,36 @@ mod tests {
         assert_eq!(by["b"].secrets, ["PW".to_string()].into());
         assert_eq!(by["b"].user, None);
         assert_eq!(by["c"].secrets, ["TOKEN".to_string()].into());
+    }
+
+    #[test]
+    fn a_secret_given_as_a_file_from_the_env_is_seen_and_others_are_not() {
+        let keys: BTreeSet<String> = ["PW".to_string(), "TOKEN".to_string()].into();
+        // As compose's model gives them: long syntax with the target filled in, the
+        // top-level secret's `environment` interpolated.
+        let model = json!({
+            "services": {
+                "a": {"image": "a", "user": "65534", "secrets": [
+                    {"source": "db_pw", "target": "/run/secrets/db_pw"},
+                    {"source": "tls", "target": "/run/secrets/tls"},
+                    {"source": "mode", "target": "/run/secrets/mode"},
+                ]},
+                "b": {"image": "b", "secrets": ["token"]},
+                "c": {"image": "c"},
+            },
+            "secrets": {
+                "db_pw": {"name": "p_db_pw", "environment": "PW"},
+                "token": {"name": "p_token", "environment": "TOKEN"},
+                "tls": {"name": "p_tls", "file": "./tls.pem"},
+                "mode": {"name": "p_mode", "environment": "LOG_LEVEL"},
+            },
+        });
+        let runs = runs_as(&model, "services: {}\n", &keys);
+        let by: BTreeMap<&str, &RunsAs> = runs.iter().map(|r| (r.service.as_str(), r)).collect();
+        assert_eq!(by["a"].files, ["PW".to_string()].into());
+        assert!(by["a"].secrets.is_empty() && by["a"].gets_a_secret());
+        assert_eq!(by["b"].files, ["TOKEN".to_string()].into());
+        assert!(!by["c"].gets_a_secret());
     }
 
     #[test]

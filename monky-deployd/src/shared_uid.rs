@@ -1,8 +1,17 @@
 //! Who else on the box could read a container's secrets: without a user namespace remap, a
-//! container's uid is the host's, and a host account at that uid passes the kernel's ptrace
-//! check on the container's processes, so it reads `/proc/<pid>/environ` (and, through
-//! `/proc/<pid>/root`, the files the process can read). A service that gets a secret and runs
-//! as such a uid is refused `SECRET_READABLE_ON_HOST` before anything starts.
+//! container's uid is the host's. The kernel lets a process read another's
+//! `/proc/<pid>/environ`, and follow its `/proc/<pid>/root` to the files it sees (a secret's
+//! file under `/run/secrets` included), when `ptrace_may_access` passes: the reader's uid
+//! equals the target's real, effective and saved uid and its gid the target's three gids (or
+//! it has `CAP_SYS_PTRACE`), and the target is dumpable, as a process that was started as its
+//! uid is. So a secret given as a file is as readable as one in the environment.
+//!
+//! A service that gets a secret and runs as a uid a host account also has is refused
+//! `SECRET_READABLE_ON_HOST` before anything starts. It is judged by the uid alone, on
+//! purpose: the account picks its gid at login and with `newgrp`/`sg` (any group it is a
+//! member of), an image's entrypoint that starts as root may drop to the uid with another gid
+//! at run time, and a file the container writes is the uid's whatever its gid (in a bind the
+//! account can reach, it reads it as the owner).
 //!
 //! An account that is root's equal already (uid 0, or in the `docker`, `sudo`, `wheel`,
 //! `admin` or `root` group) does not count: it reads every secret of the box anyway.
@@ -70,10 +79,19 @@ fn entries(passwd: &str) -> impl Iterator<Item = (&str, u32, u32)> {
     })
 }
 
-/// The uid a `user` spec names in a container: a number as it is, a name by the image's own
-/// `passwd` (the file the runtime reads); `Err` says why it cannot be told.
+/// The uid a `user` spec names without the image's `passwd`: a number (which the runtime
+/// always takes as a uid, even where a name spelled so exists), or `root`, which is uid 0 in
+/// every `passwd` (and an image without one does not start as `root` by name at all).
+#[must_use]
+pub fn plain_uid(user: &str) -> Option<u32> {
+    monky_bundle::numeric_uid(user)
+        .or_else(|| (user.split(':').next().unwrap_or_default().trim() == "root").then_some(0))
+}
+
+/// The uid a `user` spec names in a container: as [`plain_uid`] tells it, else a name by the
+/// image's own `passwd` (the file the runtime reads); `Err` says why it cannot be told.
 pub fn uid_of(user: &str, image_passwd: Option<&str>) -> Result<u32, String> {
-    if let Some(uid) = monky_bundle::numeric_uid(user) {
+    if let Some(uid) = plain_uid(user) {
         return Ok(uid);
     }
     let name = user.split(':').next().unwrap_or_default().trim();
@@ -85,9 +103,10 @@ pub fn uid_of(user: &str, image_passwd: Option<&str>) -> Result<u32, String> {
         .ok_or_else(|| format!("user {name:?} is not in the image's /etc/passwd"))
 }
 
-/// One finding per service of `runs` that gets a secret and runs as a uid `accounts` has
-/// (unless `allowed` names it). `user_of` gives a service's effective `user` spec (its own,
-/// else its image's `USER`; `None`: root) and resolves names; each service's secret names only.
+/// One finding per service of `runs` that gets a secret (in its environment or as a file) and
+/// runs as a uid `accounts` has (unless `allowed` names it). `user_of` gives a service's
+/// effective uid (its own `user`, else its image's `USER`, names resolved; `None`: root);
+/// each service's secret names only.
 pub fn findings(
     runs: &[RunsAs],
     accounts: &HostAccounts,
@@ -95,8 +114,8 @@ pub fn findings(
     user_of: &dyn Fn(&RunsAs) -> Result<Option<u32>, String>,
 ) -> Vec<String> {
     let mut out = Vec::new();
-    for r in runs.iter().filter(|r| !r.secrets.is_empty()) {
-        let secrets = r.secrets.iter().cloned().collect::<Vec<_>>().join(", ");
+    for r in runs.iter().filter(|r| r.gets_a_secret()) {
+        let secrets = gets(r);
         match user_of(r) {
             Ok(None | Some(0)) => {}
             Ok(Some(uid)) if allowed.contains(&uid) => {}
@@ -104,8 +123,8 @@ pub fn findings(
                 let names = accounts.at(uid);
                 if !names.is_empty() {
                     out.push(format!(
-                        "{}: runs as uid {uid}, which the host account {} has too, and gets {secrets} \
-                         in its environment",
+                        "{}: runs as uid {uid}, which the host account {} has too, and gets \
+                         {secrets}",
                         r.service,
                         names.join(", ")
                     ));
@@ -118,6 +137,21 @@ pub fn findings(
         }
     }
     out
+}
+
+/// Which secrets a service gets, and how: `A, B in its environment`, `C as a file`.
+fn gets(r: &RunsAs) -> String {
+    let list =
+        |s: &std::collections::BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(", ");
+    match (r.secrets.is_empty(), r.files.is_empty()) {
+        (false, true) => format!("{} in its environment", list(&r.secrets)),
+        (true, false) => format!("{} as a file under /run/secrets", list(&r.files)),
+        _ => format!(
+            "{} in its environment and {} as a file under /run/secrets",
+            list(&r.secrets),
+            list(&r.files)
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -137,6 +171,7 @@ mod tests {
             image: "app:1".into(),
             user: user.map(str::to_owned),
             secrets: secrets.iter().map(|s| (*s).to_owned()).collect(),
+            files: std::collections::BTreeSet::new(),
         }
     }
 
@@ -157,6 +192,10 @@ mod tests {
         assert_eq!(uid_of("node", Some(image)), Ok(1000));
         assert_eq!(uid_of("node:node", Some(image)), Ok(1000));
         assert_eq!(uid_of("65534:65534", None), Ok(65534));
+        // root is uid 0 without a look at the image (no probe container for it).
+        assert_eq!(plain_uid("root"), Some(0));
+        assert_eq!(plain_uid("root:wheel"), Some(0));
+        assert_eq!(plain_uid("node"), None);
         assert!(uid_of("app", Some(image)).unwrap_err().contains("\"app\""));
         assert!(uid_of("app", None).unwrap_err().contains("no /etc/passwd"));
     }
@@ -179,6 +218,16 @@ mod tests {
         assert!(findings(&[runs(Some("4242"), &["DB_PW"])], &a, &[], &uid).is_empty());
         assert!(findings(&[runs(Some("1001"), &["DB_PW"])], &a, &[], &uid).is_empty());
         assert!(findings(&[runs(Some("65534"), &["DB_PW"])], &a, &[65534], &uid).is_empty());
+        // A secret as a file is read through /proc/<pid>/root as the environment is read.
+        let mut file_only = runs(Some("65534"), &[]);
+        file_only.files.insert("DB_PW".to_owned());
+        let found = findings(std::slice::from_ref(&file_only), &a, &[], &uid);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].contains("uid 65534") && found[0].contains("DB_PW as a file"),
+            "{found:?}"
+        );
+        assert!(findings(&[file_only], &a, &[65534], &uid).is_empty());
         // A uid that cannot be told is a finding too.
         let unknown = |_: &RunsAs| Err("user \"app\" is not in the image's /etc/passwd".to_owned());
         let found = findings(&[runs(Some("app"), &["DB_PW"])], &a, &[], &unknown);

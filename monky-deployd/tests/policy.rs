@@ -1012,3 +1012,134 @@ fn compose_reads_the_rewrite_as_the_agent_judged_it() {
     assert!(failures.is_empty(), "{failures:#?}");
     assert!(compared >= 100, "{compared}");
 }
+
+/// Through a tick with the real compose's model and the fake engine (no userns-remap, images
+/// without a `USER`, a `passwd` with `nobody` at 65534); the box's own `/etc/passwd` has
+/// `nobody` at 65534 too. `extra` is the service's further keys and the file's after it.
+fn shared_uid_tick(w: &World, extra: &str) -> Run {
+    let docker = docker().expect("the real docker CLI");
+    w.clear_stub();
+    std::fs::remove_file(w.stub_dir().join("calls.log")).ok();
+    w.stub("REAL_COMPOSE", docker.to_str().unwrap());
+    w.publish(&TestBundle {
+        compose: format!("{WEB}{extra}"),
+        ..TestBundle::default()
+    });
+    w.tenancy.advance_clock(std::time::Duration::from_secs(60));
+    w.tick()
+}
+
+fn ups(w: &World) -> usize {
+    w.docker_calls()
+        .iter()
+        .filter(|c| c.ends_with(" up") || c.contains(" up "))
+        .count()
+}
+
+/// A secret given only as a file (compose's `secrets:` from the release's `.env`) is read
+/// through `/proc/<pid>/root` by an account at the container's uid as its environment would
+/// be: refused at a shared uid after the pull, nothing started; the box admin's waiver lets
+/// it apply.
+#[test]
+fn a_secret_only_as_a_file_at_a_shared_uid_is_refused_through_a_tick() {
+    if docker().is_none() {
+        return;
+    }
+    let w = World::new();
+    w.stage_grant();
+    let file = "    user: \"65534\"\n    secrets:\n      - source: pg\n        uid: \"65534\"\n        \
+                mode: 0400\nsecrets:\n  pg:\n    environment: POSTGRES_PASSWORD\n";
+    let run = shared_uid_tick(&w, file);
+    run.expect(1);
+    let r = w.last_report();
+    assert_report(
+        &r,
+        ReportResult::Failed,
+        Some("SECRET_READABLE_ON_HOST: web: runs as uid 65534"),
+    );
+    let detail = r.detail.unwrap_or_default();
+    assert!(
+        detail.contains("nobody")
+            && detail.contains("POSTGRES_PASSWORD as a file under /run/secrets")
+            && !detail.contains(PGPASS),
+        "{detail}"
+    );
+    assert!(w.docker_calls().iter().any(|c| c.contains(" pull")));
+    assert_eq!(ups(&w), 0, "{:#?}", w.docker_calls());
+    assert_eq!(w.current_target(), None);
+
+    w.config_extra("allowed_shared_uids: [65534]\n");
+    let run = w.run(&["run", "--once", "--force"]);
+    run.ok();
+    assert_eq!(ups(&w), 1, "{}", run.stderr());
+}
+
+/// A `user` given by name is resolved as the runtime will, from the image's own `/etc/passwd`
+/// (a container created, never started, removed); a name the image does not have is a
+/// finding too, never passed.
+#[test]
+fn a_user_name_is_resolved_from_the_images_passwd_through_a_tick() {
+    if docker().is_none() {
+        return;
+    }
+    let w = World::new();
+    w.stage_grant();
+    let run = shared_uid_tick(&w, "    user: nobody\n    env_file: .env\n");
+    run.expect(1);
+    let detail = w.last_report().detail.unwrap_or_default();
+    assert!(
+        detail.starts_with("SECRET_READABLE_ON_HOST: web: runs as uid 65534")
+            && detail.contains("GEMINI_API_KEY, POSTGRES_PASSWORD in its environment"),
+        "{detail}"
+    );
+    let probe = w.engine_requests();
+    let created = probe.iter().position(|r| r == "POST /containers/create");
+    let read = probe.iter().position(|r| r.contains("/archive?"));
+    let removed = probe
+        .iter()
+        .position(|r| r.starts_with("DELETE /containers/"));
+    assert!(
+        created < read && read < removed && created.is_some(),
+        "{probe:#?}"
+    );
+    assert!(!probe.iter().any(|r| r.ends_with("/start")), "{probe:#?}");
+    assert_eq!(ups(&w), 0);
+
+    let run = shared_uid_tick(&w, "    user: app\n    env_file: .env\n");
+    run.expect(1);
+    let detail = w.last_report().detail.unwrap_or_default();
+    assert!(
+        detail.starts_with("SECRET_READABLE_ON_HOST: web: cannot tell which uid it runs as")
+            && detail.contains("\"app\" is not in the image's /etc/passwd"),
+        "{detail}"
+    );
+    assert_eq!(ups(&w), 0);
+}
+
+/// Root, by number or by name, and a service that gets no secret apply as before: no probe.
+#[test]
+fn root_and_services_without_secrets_are_no_finding_through_a_tick() {
+    if docker().is_none() {
+        return;
+    }
+    for (n, extra) in [
+        "    user: root\n    env_file: .env\n",
+        "    user: \"0:0\"\n    env_file: .env\n",
+        "    user: \"65534\"\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let w = World::new();
+        w.stage_grant();
+        let run = shared_uid_tick(&w, extra);
+        assert_eq!(run.code(), 0, "{n}: {}", run.stderr());
+        assert_eq!(ups(&w), 1, "{extra}");
+        assert!(
+            !w.engine_requests()
+                .iter()
+                .any(|r| r == "POST /containers/create"),
+            "{extra}"
+        );
+    }
+}

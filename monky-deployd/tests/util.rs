@@ -390,6 +390,14 @@ impl<B: BaoPeer + 'static> World<B> {
         self.stub.set(key, value);
     }
 
+    /// The requests the fake engine has answered, as `METHOD target`.
+    pub fn engine_requests(&self) -> Vec<String> {
+        self._engine
+            .as_ref()
+            .map(FakeEngine::requests)
+            .unwrap_or_default()
+    }
+
     /// Sets the fake engine's image for `reference` (`None`: the engine has none).
     pub fn set_engine_image(&self, reference: &str, id: Option<&str>) {
         self.stub.set_image(reference, id);

@@ -224,7 +224,7 @@ impl Agent<'_> {
     /// admin names the uid in `allowed_shared_uids` (see `shared_uid`). A heal, a fallback or
     /// a finished apply starts a release judged so at its own apply, from recorded images.
     fn shared_uid_gate(&self, runs: &[bundle::RunsAs]) -> Result<(), String> {
-        if runs.iter().all(|r| r.secrets.is_empty()) {
+        if !runs.iter().any(bundle::RunsAs::gets_a_secret) {
             return Ok(());
         }
         let engine = self.docker.engine();
@@ -244,7 +244,7 @@ impl Agent<'_> {
                 None => engine.image_user(&r.image).map_err(|e| e.to_string())?,
             };
             let Some(user) = user else { return Ok(None) };
-            if let Some(uid) = bundle::numeric_uid(&user) {
+            if let Some(uid) = crate::shared_uid::plain_uid(&user) {
                 return Ok(Some(uid));
             }
             let passwd = engine.image_passwd(&r.image).map_err(|e| e.to_string())?;
@@ -257,8 +257,9 @@ impl Agent<'_> {
         } else {
             Err(format!(
                 "{}; without userns-remap a container's uid is the host's, and that account \
-                 could read /proc/<pid>/environ: enable userns-remap, keep the uid free of host \
-                 accounts, or name it in allowed_shared_uids",
+                 could read /proc/<pid>/environ, and a secret's file through /proc/<pid>/root: \
+                 enable userns-remap, keep the uid free of host accounts, or name it in \
+                 allowed_shared_uids",
                 found.join("; ")
             ))
         }
