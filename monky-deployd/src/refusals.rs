@@ -177,8 +177,11 @@ pub fn bundle_check(
     };
     let verdict = bundle::Verdict::offline(&b, env_id, kv_mount, &base);
     refusals.extend(verdict.refusals().iter().map(Failure::from));
+    let mut runs = Vec::new();
     if verdict.compose_unreadable().is_none() {
-        for f in model_of_bundle(&b, &base, cfg)? {
+        let (found, facts) = model_of_bundle(&b, &base, cfg)?;
+        runs = facts;
+        for f in found {
             if !refusals.contains(&f) {
                 refusals.push(f);
             }
@@ -203,6 +206,9 @@ pub fn bundle_check(
             secret_vars.join(", ")
         );
     }
+    for line in shared_uid_notes(&runs) {
+        outln!("{line}");
+    }
     if refusals.is_empty() {
         outln!(
             "ok   {} secret(s), renderer compose, no refusal",
@@ -212,6 +218,38 @@ pub fn bundle_check(
     } else {
         Ok(Exit::Fail)
     }
+}
+
+/// What `bundle check` can say of `SECRET_READABLE_ON_HOST`, which only the box judges (its
+/// accounts, its engine's user namespaces, the image's `USER` after the pull): one note per
+/// service that gets a secret and does not run as root by its own `user:`.
+fn shared_uid_notes(runs: &[bundle::RunsAs]) -> Vec<String> {
+    runs.iter()
+        .filter(|r| r.gets_a_secret())
+        .filter_map(|r| {
+            let who = match r.user.as_deref() {
+                Some(u) => match crate::shared_uid::plain_uid(u) {
+                    Some(0) => return None,
+                    Some(uid) => format!("runs as uid {uid}"),
+                    None => format!("runs as user {u:?} (a name the image's /etc/passwd resolves)"),
+                },
+                None => "runs as its image's USER".to_owned(),
+            };
+            let secrets: Vec<&str> = r
+                .secrets
+                .iter()
+                .chain(&r.files)
+                .map(String::as_str)
+                .collect();
+            Some(format!(
+                "note: {}: {who} and gets {}; judged on the box after the pull, not here: \
+                 SECRET_READABLE_ON_HOST where a host account has that uid and the engine does \
+                 not remap user namespaces",
+                r.service,
+                secrets.join(", ")
+            ))
+        })
+        .collect()
 }
 
 /// The line of the compose file a finding names, when it names a service and a key
@@ -267,13 +305,14 @@ fn locate(compose: &str, message: &str) -> Option<usize> {
 pub const PLACEHOLDER: &str = "1024";
 
 /// [`model`] for `bundle check`: the members and a `.env` with [`PLACEHOLDER`] secrets in a
-/// private temp dir, compose run there. No refusal when `docker compose` is not there to ask;
-/// `COMPOSE_CONFIG_FAILED` when compose cannot build the model.
+/// private temp dir, compose run there, and who each service runs as. No refusal when
+/// `docker compose` is not there to ask; `COMPOSE_CONFIG_FAILED` when compose cannot build the
+/// model.
 fn model_of_bundle(
     b: &bundle::Bundle,
     base: &bundle::ComposePolicy,
     cfg: Option<&crate::config::Config>,
-) -> anyhow::Result<Vec<Failure>> {
+) -> anyhow::Result<(Vec<Failure>, Vec<bundle::RunsAs>)> {
     let docker_bin = cfg.map_or_else(
         || Path::new("docker").to_path_buf(),
         |c| c.docker_bin.clone(),
@@ -288,7 +327,7 @@ fn model_of_bundle(
         .context("docker")?;
     if let Err(e) = docker.compose_info() {
         errln!("note: compose's model not checked: {e}");
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     let release = dir.path().join("release");
     std::fs::create_dir(&release)?;
@@ -329,24 +368,23 @@ fn model_of_bundle(
         .clone()
         .allow_privileged(b.meta().allow_privileged)
         .pids_supplied(true);
-    match model(
-        &policy,
-        &compose,
-        b.compose(),
-        &release,
-        &Default::default(),
-    ) {
-        Ok((refused, _)) => Ok(refused),
+    let vars = b.manifest().env_entries().map(|e| e.var.clone()).collect();
+    let secret_keys = bundle::secret_keys(b.env_template(), &vars);
+    match model(&policy, &compose, b.compose(), &release, &secret_keys) {
+        Ok((refused, facts)) => Ok((refused, facts.runs_as)),
         // The tick fails on the same model: so does the check.
         Err(e) => {
             let (code, why) = Failure::of(&e).map_or_else(
                 || (Code::ComposeConfigFailed, format!("{e:#}")),
                 |f| (f.code, f.message.clone()),
             );
-            Ok(vec![Failure::coded(
-                code,
-                crate::redact::redact(&why).into_string(),
-            )])
+            Ok((
+                vec![Failure::coded(
+                    code,
+                    crate::redact::redact(&why).into_string(),
+                )],
+                Vec::new(),
+            ))
         }
     }
 }

@@ -112,3 +112,37 @@ fn an_unknown_file_or_a_broken_tar_is_bundle_invalid() {
     run.expect(1);
     assert!(run.stdout().starts_with("FAIL BUNDLE_"), "{}", run.stdout());
 }
+
+/// `bundle check` has no box to judge `SECRET_READABLE_ON_HOST` on (its accounts, its
+/// engine, the image's `USER`): it notes each service that gets a secret and does not run as
+/// root by its own `user:`, and passes.
+#[test]
+fn a_secret_for_a_non_root_service_is_a_note_not_a_failure() {
+    let Some(docker) = crate::policy::docker() else {
+        return;
+    };
+    let w = World::new();
+    let b = TestBundle {
+        compose: "services:\n  \
+                  web:\n    image: 127.0.0.1:5000/monky/web:1\n    user: \"65534\"\n    env_file: .env\n  \
+                  api:\n    image: 127.0.0.1:5000/monky/web:1\n    secrets: [pg]\n  \
+                  db:\n    image: 127.0.0.1:5000/monky/web:1\n    user: root\n    env_file: .env\n  \
+                  cache:\n    image: 127.0.0.1:5000/monky/web:1\n    user: \"65534\"\n\
+                  secrets:\n  pg:\n    environment: POSTGRES_PASSWORD\n"
+            .into(),
+        ..TestBundle::default()
+    };
+    let run = crate::policy::bundle_check(&w, &docker, "uid-notes", &b);
+    run.ok();
+    let out = run.stdout();
+    let notes: Vec<&str> = out.lines().filter(|l| l.starts_with("note: ")).collect();
+    assert_eq!(notes.len(), 2, "{out}");
+    assert!(
+        notes[0].starts_with("note: api: runs as its image's USER and gets POSTGRES_PASSWORD;")
+            && notes[1].starts_with(
+                "note: web: runs as uid 65534 and gets GEMINI_API_KEY, POSTGRES_PASSWORD;"
+            )
+            && notes.iter().all(|n| n.contains("SECRET_READABLE_ON_HOST")),
+        "{notes:#?}"
+    );
+}
