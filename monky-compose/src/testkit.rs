@@ -196,7 +196,8 @@ impl StubDocker {
 
     /// A fake engine on `docker.sock` in the stub's directory serving the stub's model: its
     /// containers (none before the first `up`), its images ([`StubDocker::set_image`]), and
-    /// `/info` naming the stub's directory as the data root.
+    /// `/info` naming the stub's directory as the data root (or `info.json` beside the stub,
+    /// once a test writes one).
     #[must_use]
     pub fn engine(&self) -> FakeEngine {
         let info = serde_json::json!({"ServerVersion": "28.3.0", "DockerRootDir": self.dir});
@@ -209,7 +210,7 @@ impl StubDocker {
                 r#"{"Volumes":[]}"#,
             )
             .file("/networks", self.dir.join("networks.json"), "[]")
-            .route("/info", 200, info.to_string())
+            .file("/info", self.dir.join("info.json"), &info.to_string())
             .start(self.dir.join("docker.sock"))
             .expect("start the fake engine")
     }

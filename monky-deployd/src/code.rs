@@ -147,7 +147,7 @@ policy! {
     ComposeDownFailed, Fail,
         "compose down failed: check that the docker daemon answers";
     DockerUnavailable, Fail,
-        "the docker daemon did not answer a container listing: check `systemctl status docker` and the agent's access to its socket";
+        "the docker daemon did not answer (a container listing, or whether it remaps user namespaces): check `systemctl status docker` and the agent's access to its socket";
     StateDirUnsafe, Fail,
         "the state dir, or something below it, is owned or writable by another user or is a link the agent did not make: remove what was planted, `chown -R` the state dir to the agent's user and `chmod 0700` it";
     ReleaseModified, Fail,

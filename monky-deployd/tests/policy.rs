@@ -1143,3 +1143,37 @@ fn root_and_services_without_secrets_are_no_finding_through_a_tick() {
         );
     }
 }
+
+/// The engine decides: one that remaps user namespaces has no shared uid, and one that cannot
+/// say whether it does starts nothing (`DOCKER_UNAVAILABLE`), never an unjudged secret.
+#[test]
+fn the_engines_user_namespaces_decide_and_an_unreadable_answer_starts_nothing() {
+    if docker().is_none() {
+        return;
+    }
+    let w = World::new();
+    w.stage_grant();
+    w.set_engine_info(
+        "{\"ServerVersion\":\"28.3.0\",\"SecurityOptions\":[\"name=seccomp,profile=builtin\"",
+    );
+    let run = shared_uid_tick(&w, "    user: \"65534\"\n    env_file: .env\n");
+    run.expect(1);
+    let detail = w.last_report().detail.unwrap_or_default();
+    assert!(
+        detail.starts_with("DOCKER_UNAVAILABLE: cannot ask the engine whether it remaps"),
+        "{detail}"
+    );
+    assert_eq!(ups(&w), 0);
+
+    let w = World::new();
+    w.stage_grant();
+    let info = serde_json::json!({
+        "ServerVersion": "28.3.0",
+        "DockerRootDir": w.stub_dir(),
+        "SecurityOptions": ["name=seccomp,profile=builtin", "name=userns"],
+    });
+    w.set_engine_info(&info.to_string());
+    let run = shared_uid_tick(&w, "    user: \"65534\"\n    env_file: .env\n");
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    assert_eq!(ups(&w), 1);
+}

@@ -390,6 +390,12 @@ impl<B: BaoPeer + 'static> World<B> {
         self.stub.set(key, value);
     }
 
+    /// What the fake engine answers for `/info` from now on (text that is not JSON: an answer
+    /// the agent cannot read).
+    pub fn set_engine_info(&self, body: &str) {
+        std::fs::write(self.stub_dir().join("info.json"), body).unwrap();
+    }
+
     /// The requests the fake engine has answered, as `METHOD target`.
     pub fn engine_requests(&self) -> Vec<String> {
         self._engine

@@ -212,8 +212,7 @@ impl Agent<'_> {
         if let Err(e) = self.pull_release(&staged.release, &staged.images) {
             return Err(self.release_failed(&staged.sha, pull_code(&e), &e, None));
         }
-        if let Err(why) = self.shared_uid_gate(&staged.runs_as) {
-            let code = Code::SecretReadableOnHost;
+        if let Err((code, why)) = self.shared_uid_gate(&staged.runs_as) {
             return Err(self.release_failed(&staged.sha, code, &why, None));
         }
         Ok(Pulled(staged))
@@ -223,7 +222,8 @@ impl Agent<'_> {
     /// as a uid a host account shares, unless the engine remaps user namespaces or the box's
     /// admin names the uid in `allowed_shared_uids` (see `shared_uid`). A heal, a fallback or
     /// a finished apply starts a release judged so at its own apply, from recorded images.
-    fn shared_uid_gate(&self, runs: &[bundle::RunsAs]) -> Result<(), String> {
+    /// An engine that cannot say whether it remaps starts nothing (`DOCKER_UNAVAILABLE`).
+    fn shared_uid_gate(&self, runs: &[bundle::RunsAs]) -> Result<(), (Code, String)> {
         if !runs.iter().any(bundle::RunsAs::gets_a_secret) {
             return Ok(());
         }
@@ -231,10 +231,15 @@ impl Agent<'_> {
         match engine.info() {
             Ok(info) if info.userns_remap() => return Ok(()),
             Ok(_) => {}
-            // The up that follows reports the engine's own failure under its own code.
+            // Not judged is not passed: a secret at a shared uid would start unseen.
             Err(e) => {
-                warn!("cannot ask the engine about user namespaces ({e}); shared uids not checked");
-                return Ok(());
+                return Err((
+                    Code::DockerUnavailable,
+                    format!(
+                        "cannot ask the engine whether it remaps user namespaces ({e}), so \
+                         whether a host account shares a container's uid is not judged"
+                    ),
+                ));
             }
         }
         let accounts = crate::shared_uid::HostAccounts::read();
@@ -255,12 +260,15 @@ impl Agent<'_> {
         if found.is_empty() {
             Ok(())
         } else {
-            Err(format!(
-                "{}; without userns-remap a container's uid is the host's, and that account \
+            Err((
+                Code::SecretReadableOnHost,
+                format!(
+                    "{}; without userns-remap a container's uid is the host's, and that account \
                  could read /proc/<pid>/environ, and a secret's file through /proc/<pid>/root: \
                  enable userns-remap, keep the uid free of host accounts, or name it in \
                  allowed_shared_uids",
-                found.join("; ")
+                    found.join("; ")
+                ),
             ))
         }
     }
