@@ -8,10 +8,9 @@
 //!
 //! A service that gets a secret and runs as a uid a host account also has is refused
 //! `SECRET_READABLE_ON_HOST` before anything starts. It is judged by the uid alone, on
-//! purpose: the account picks its gid at login and with `newgrp`/`sg` (any group it is a
-//! member of), an image's entrypoint that starts as root may drop to the uid with another gid
-//! at run time, and a file the container writes is the uid's whatever its gid (in a bind the
-//! account can reach, it reads it as the owner).
+//! purpose: the account takes its primary gid at login and, with `newgrp`/`sg`, any group it
+//! is a member of, and a file the container writes is the uid's whatever its gid (in a bind
+//! the account can reach, it reads it as the owner).
 //!
 //! An account that is root's equal already (uid 0, or in the `docker`, `sudo`, `wheel`,
 //! `admin` or `root` group) does not count: it reads every secret of the box anyway.
