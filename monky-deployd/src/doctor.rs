@@ -101,7 +101,7 @@ pub fn run(cfg: &Config) -> Vec<Check> {
         None => skip("metrics dir", "metrics_textfile is not set"),
     });
     let docker = compose::Docker::builder(cfg.docker_bin.clone())
-        .docker_config(cfg.docker_config_dir())
+        .docker_config(crate::layout::docker_config_dir(&cfg.state_dir))
         .build();
     out.push(check(
         "compose v2",

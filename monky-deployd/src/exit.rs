@@ -9,30 +9,9 @@ use std::time::Duration;
 use crate::code::{Code, CodePolicy as _};
 use crate::redact::Redacted;
 
-/// The process exit statuses the systemd unit and operators rely on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Exit {
-    /// Converged, heartbeat sent, offline in laptop mode, or another tick holds the lock.
-    Ok,
-    /// A refusal or a failure, reported to tenancy as `failed`.
-    Fail,
-    /// Temporary: the next tick retries (`SuccessExitStatus=75`).
-    Temporary,
-    /// The token is pinned to another env, or the configuration is unusable: never retried.
-    Config,
-}
+pub use crate::code::Exit;
 
 impl Exit {
-    /// The numeric status.
-    pub fn code(self) -> u8 {
-        match self {
-            Self::Ok => 0,
-            Self::Fail => 1,
-            Self::Temporary => 75,
-            Self::Config => 78,
-        }
-    }
-
     /// The status an error chain maps to: the class of its first failure's code.
     pub fn of(err: &anyhow::Error) -> Self {
         Failure::of(err).map_or(Self::Fail, Failure::exit)

@@ -735,7 +735,7 @@ pub(crate) mod tests {
         let cfg = config(t.path());
         let layout = Layout::open(&cfg).unwrap();
         let docker = compose::Docker::builder("/bin/true")
-            .docker_config(cfg.docker_config_dir())
+            .docker_config(crate::layout::docker_config_dir(&cfg.state_dir))
             .build()
             .unwrap();
         let (a, b) = ("a".repeat(64), "b".repeat(64));

@@ -211,8 +211,8 @@ impl<'a> Agent<'a> {
         state: State,
         opts: TickOptions,
     ) -> anyhow::Result<Self> {
-        let mut builder =
-            compose::Docker::builder(cfg.docker_bin.clone()).docker_config(cfg.docker_config_dir());
+        let mut builder = compose::Docker::builder(cfg.docker_bin.clone())
+            .docker_config(crate::layout::docker_config_dir(&cfg.state_dir));
         if let Some(hint) = state.compose().cloned() {
             builder = builder.compose_hint(hint);
         }
