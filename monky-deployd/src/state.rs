@@ -464,13 +464,8 @@ impl State {
     }
 }
 
-/// Seconds since the epoch by the wall clock (see [`crate::clock`]).
-pub fn now() -> u64 {
-    crate::clock::wall()
-}
-
 /// What the original agent's `state.json` gives the state taken over from it
-/// (`crate::takeover`), every value already of its shape.
+/// (`statefile.rs`), every value already of its shape.
 #[derive(Debug, Default)]
 pub(crate) struct Original {
     /// The running release, which becomes `original_release` too.
@@ -659,59 +654,12 @@ impl State {
 
     /// The state as the last tick saved it, for the read-only commands (status, explain,
     /// doctor, the metrics file): bounded, regular file only, and a default when it is missing
-    /// or unreadable. Only [`State::load`] (under the tick's lock) moves a bad file aside.
+    /// or unreadable. Only the tick's load (`statefile::load`, under the lock) moves a bad file aside.
     pub fn peek(layout: &Layout) -> Self {
         layout
             .peek_state()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default()
-    }
-
-    /// As [`State::peek`], for `env_id`'s box: the original agent's file is taken over as the
-    /// tick would take it over, in memory only, so an upgraded box shows what it runs before
-    /// its first tick.
-    pub fn peek_env(layout: &Layout) -> Self {
-        let Some(bytes) = layout.peek_state() else {
-            return Self::default();
-        };
-        if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes)
-            && crate::takeover::is_original(&doc)
-        {
-            return crate::takeover::from_original(&doc, layout).unwrap_or_default();
-        }
-        serde_json::from_slice(&bytes).unwrap_or_default()
-    }
-
-    /// Loads the state; a corrupt or foreign file is moved aside and a clean state returned,
-    /// with a note saying where the old file went.
-    pub fn load(layout: &Layout) -> anyhow::Result<(Self, Option<String>)> {
-        let env_id = layout.env_id();
-        let fresh = Self::new(env_id);
-        let Some(bytes) = layout.read_state()? else {
-            return Ok((fresh, None));
-        };
-        // The original agent's file has no `version`: taken over, not set aside.
-        if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes)
-            && crate::takeover::is_original(&doc)
-        {
-            match crate::takeover::from_original(&doc, layout) {
-                Ok(s) => {
-                    let note = format!(
-                        "state.json was written by the original agent; taken over (applied {})",
-                        s.applied_sha.as_ref().map_or("none", Sha::short)
-                    );
-                    return Ok((s, Some(note)));
-                }
-                Err(problem) => return set_aside(layout, fresh, &problem),
-            }
-        }
-        let problem = match serde_json::from_slice::<Self>(&bytes) {
-            Ok(s) if s.version == STATE_VERSION && s.env_id == env_id => return Ok((s, None)),
-            Ok(s) if s.version != STATE_VERSION => format!("unknown version {}", s.version),
-            Ok(s) => format!("it belongs to env {:?}", s.env_id),
-            Err(e) => format!("it does not parse ({e})"),
-        };
-        set_aside(layout, fresh, &problem)
     }
 
     /// Saves atomically (0600), one save of the process at a time: the tick deadline may record
@@ -819,21 +767,6 @@ impl State {
 }
 
 /// Moves a state file that cannot be used aside and returns the clean state with a note.
-fn set_aside(
-    layout: &Layout,
-    fresh: State,
-    problem: &str,
-) -> anyhow::Result<(State, Option<String>)> {
-    let aside = layout.set_state_aside(now())?;
-    Ok((
-        fresh,
-        Some(format!(
-            "state.json set aside as {} because {problem}; starting clean",
-            aside.display()
-        )),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -846,14 +779,14 @@ mod tests {
     fn round_trip_and_corrupt_files_are_set_aside() {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::open_at(dir.path(), "e1").unwrap();
-        let (mut s, note) = State::load(&layout).unwrap();
+        let (mut s, note) = crate::statefile::load(&layout).unwrap();
         assert!(note.is_none());
         s.mark_applied(&sha('a'), false);
         s.mark_applied(&sha('b'), false);
         s.mark_applied(&sha('a'), false);
         assert_eq!(s.applied_history(), [sha('b'), sha('a')]);
         s.save(&layout).unwrap();
-        assert_eq!(State::load(&layout).unwrap().0, s);
+        assert_eq!(crate::statefile::load(&layout).unwrap().0, s);
 
         for bad in [
             &b"{not json"[..],
@@ -864,7 +797,7 @@ mod tests {
             br#"{"version": 1, "env_id": "e1", "applied_sha": "aaa"}"#,
         ] {
             std::fs::write(layout.state_path(), bad).unwrap();
-            let (s, note) = State::load(&layout).unwrap();
+            let (s, note) = crate::statefile::load(&layout).unwrap();
             assert_eq!(s.applied_sha(), None);
             assert!(note.unwrap().contains("set aside"));
             assert!(!layout.state_path().exists());

@@ -13,7 +13,7 @@ use crate::code::{Code, CodePolicy as _};
 use crate::config::Config;
 use crate::exit::{Exit, Failure};
 use crate::layout::Layout;
-use crate::state::{self, SeenContainer, State};
+use crate::state::{SeenContainer, State};
 use crate::{logging, metrics, peers, redact};
 
 mod apply;
@@ -74,7 +74,7 @@ pub fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
 
 /// The end of a tick its deadline cut short, as any tick ends: the summary line and the
 /// metrics of the state the deadline recorded (`TICK_TIMEOUT`, exit 75).
-pub(crate) fn end_timed_out(cfg: &Config, st: &State, took: Duration) {
+fn end_timed_out(cfg: &Config, st: &State, took: Duration) {
     summary(st, Exit::Temporary, took);
     write_metrics(cfg, st, Exit::Temporary, took);
 }
@@ -86,7 +86,7 @@ fn write_metrics(cfg: &Config, st: &State, exit: Exit, took: Duration) {
         let facts = metrics::TickFacts {
             exit,
             duration: took,
-            ended_at: state::now(),
+            ended_at: crate::clock::wall(),
         };
         if let Err(e) = metrics::write(path, &metrics::render(&cfg.env_id, st, facts)) {
             warn!("cannot write the metrics file {}: {e:#}", path.display());
@@ -135,8 +135,8 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> any
         return Ok(Exit::Ok);
     };
     // Declared after the lock, so dropped before it: the deadline stops, then the lock goes.
-    let _deadline = crate::watchdog::arm(cfg, &layout);
-    let (mut state, note) = State::load(&layout)?;
+    let _deadline = crate::watchdog::arm(cfg, &layout, end_timed_out);
+    let (mut state, note) = crate::statefile::load(&layout)?;
     if let Some(note) = note {
         warn!("{note}");
     }
@@ -264,7 +264,7 @@ impl<'a> Agent<'a> {
             ));
         }
         let Some(problem) =
-            (self.state.clock()).and_then(|r| r.problem(state::now(), boot.as_ref()))
+            (self.state.clock()).and_then(|r| r.problem(crate::clock::wall(), boot.as_ref()))
         else {
             return result;
         };
@@ -289,7 +289,7 @@ impl<'a> Agent<'a> {
             resp.action.as_str(),
             resp.desired_sha().cloned(),
             resp.checkin_interval_s.map(|i| i.as_secs()),
-            state::now(),
+            crate::clock::wall(),
         );
         // A new desired sha is saved before its fetch and pull, which can take minutes and be
         // cut short by a kill or the tick's deadline: `status` then names what tenancy wants,

@@ -26,8 +26,13 @@ pub struct Watchdog {
     thread: Option<JoinHandle<()>>,
 }
 
-/// Starts the deadline of a tick that runs for `cfg`.
-pub fn arm(cfg: &Config, layout: &Layout) -> Watchdog {
+/// How a tick ends once its deadline recorded the timeout: its summary line and metrics, as
+/// any tick's end writes them (the tick's own `end_timed_out`).
+pub type End = fn(&Config, &State, std::time::Duration);
+
+/// Starts the deadline of a tick that runs for `cfg`; `end` writes what every tick's end
+/// writes.
+pub fn arm(cfg: &Config, layout: &Layout, end: End) -> Watchdog {
     let (disarm, disarmed) = mpsc::channel::<()>();
     let limit = cfg.tick_timeout;
     let started = std::time::Instant::now();
@@ -38,7 +43,7 @@ pub fn arm(cfg: &Config, layout: &Layout) -> Watchdog {
         .name("tick-deadline".into())
         .spawn(move || {
             if let Err(RecvTimeoutError::Timeout) = disarmed.recv_timeout(limit) {
-                expire(&cfg, started, layout);
+                expire(&cfg, started, layout, end);
             }
         });
     let thread = match thread {
@@ -65,7 +70,12 @@ impl Drop for Watchdog {
 }
 
 /// Ends the process: the tick ran past `cfg`'s limit.
-fn expire(cfg: &Config, started: std::time::Instant, layout: anyhow::Result<Layout>) -> ! {
+fn expire(
+    cfg: &Config,
+    started: std::time::Instant,
+    layout: anyhow::Result<Layout>,
+    end: End,
+) -> ! {
     let limit = cfg.tick_timeout;
     let code = Code::TickTimeout;
     let detail = format!(
@@ -76,7 +86,7 @@ fn expire(cfg: &Config, started: std::time::Instant, layout: anyhow::Result<Layo
     error!("{detail}");
     // Held until the process is gone: the tick cannot save over this record afterwards.
     let _no_more_saves = state::save_lock();
-    match layout.and_then(|l| State::load(&l).map(|loaded| (l, loaded))) {
+    match layout.and_then(|l| crate::statefile::load(&l).map(|loaded| (l, loaded))) {
         Ok((layout, (mut st, _))) => {
             // The one outcome not recorded by `Agent::conclude`: the tick cannot conclude any
             // more, so its deadline records the timeout through the same state method.
@@ -84,7 +94,7 @@ fn expire(cfg: &Config, started: std::time::Instant, layout: anyhow::Result<Layo
             if let Err(e) = st.save_holding_lock(&layout) {
                 error!("cannot record the timeout in state.json: {e:#}");
             }
-            crate::tick::end_timed_out(cfg, &st, started.elapsed());
+            end(cfg, &st, started.elapsed());
         }
         Err(e) => error!("cannot record the timeout in state.json: {e:#}"),
     }

@@ -13,7 +13,7 @@ use super::backoff::Backoff;
 use super::stages::{Fetched, Promoted};
 use crate::code::{Code, CodePolicy as _};
 use crate::exit::{Exit, Failure};
-use crate::{release, state};
+use crate::release;
 
 impl Agent<'_> {
     /// Applies the desired release, step by step. A refusal or failure returns early; the
@@ -102,7 +102,7 @@ impl Agent<'_> {
     /// the report's `log_tail`) and in state for `explain`. The apply goes on: the value now
     /// written is the secret itself.
     pub(super) fn note_quoting_changes(&mut self, values: &BTreeMap<String, SecretString>) {
-        let names = crate::takeover::handed_differently(values);
+        let names = crate::statefile::handed_differently(values);
         if !names.is_empty() {
             warn!(
                 "{}: {}: the original agent's .env handed these to the app \
@@ -117,7 +117,7 @@ impl Agent<'_> {
 
     /// When the desired sha failed before and its backoff has not run out, the deadline.
     pub(super) fn backoff_deadline(&mut self, sha: &Sha) -> Option<u64> {
-        let (now, boot) = (state::now(), crate::clock::boot());
+        let (now, boot) = (crate::clock::wall(), crate::clock::boot());
         Backoff::rebase(&mut self.state, now, boot.as_ref());
         let deadline = Backoff::deadline(&self.state, sha, now, boot.as_ref())?;
         if self.opts.force {
@@ -164,12 +164,12 @@ impl Agent<'_> {
         };
         let detail = format!(
             "{base}; next attempt {}; {running}",
-            crate::status::rfc3339(deadline)
+            crate::clock::rfc3339(deadline)
         );
         info!(
             "{} failed before; waiting until {} (`run --once --force` retries now)",
             sha.short(),
-            crate::status::rfc3339(deadline)
+            crate::clock::rfc3339(deadline)
         );
         self.conclude(Outcome::failed(Some(sha.as_str()), code, detail))
     }

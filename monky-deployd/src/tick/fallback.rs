@@ -9,7 +9,7 @@ use super::backoff::Backoff;
 use super::not_ready;
 use crate::code::Code;
 use crate::exit::Failure;
-use crate::{failpoint, redact, release, state};
+use crate::{failpoint, redact, release};
 
 impl Agent<'_> {
     /// Steps 12-13: `compose up` and the health wait. A release that does not come up healthy
@@ -84,7 +84,7 @@ impl Agent<'_> {
         let backoff = Backoff::after_failure(
             &self.state,
             sha,
-            state::now(),
+            crate::clock::wall(),
             crate::clock::boot().as_ref(),
             rand::random_range(0.0..1.0),
         );
@@ -112,7 +112,7 @@ impl Agent<'_> {
             code,
             format!(
                 "{why}; {note}; next attempt {}",
-                crate::status::rfc3339(next)
+                crate::clock::rfc3339(next)
             ),
         );
         match started {

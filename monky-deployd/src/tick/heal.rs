@@ -13,7 +13,7 @@ use crate::drift::{self, Converged, Drift};
 use crate::exit::{Exit, Failure};
 use crate::hold::Hold;
 use crate::interrupted::Marker;
-use crate::{redact, release, state};
+use crate::{redact, release};
 
 /// Heals within this long of the last one count as one more attempt; past it drift starts
 /// over at the first step. The backoff's longest step, so a service that crash-loops slowly
@@ -52,7 +52,7 @@ impl Agent<'_> {
             );
             return self.conclude(Outcome::failed(Some(sha.as_str()), Code::Drift, detail));
         }
-        let now = state::now();
+        let now = crate::clock::wall();
         let waits = super::backoff::wait_until(
             self.state.next_heal_at(),
             self.state.next_heal_boot(),
@@ -70,13 +70,13 @@ impl Agent<'_> {
                     self.state.heal_attempts(),
                     self.state
                         .last_heal_at()
-                        .map_or("-".into(), crate::status::rfc3339),
-                    crate::status::rfc3339(at)
+                        .map_or("-".into(), crate::clock::rfc3339),
+                    crate::clock::rfc3339(at)
                 );
                 info!(
                     "the heal of {} waits until {}",
                     sha.short(),
-                    crate::status::rfc3339(at)
+                    crate::clock::rfc3339(at)
                 );
                 return self.conclude(Outcome::failed(Some(sha.as_str()), Code::Drift, detail));
             }
@@ -89,7 +89,7 @@ impl Agent<'_> {
     /// containers made by another hand removed first. Every heal, healthy or not, takes a step
     /// of the heal backoff.
     fn heal(&mut self, sha: &Sha, drift: &[Drift], what: &str) -> anyhow::Result<Exit> {
-        let now = state::now();
+        let now = crate::clock::wall();
         let recent = self
             .state
             .last_heal_at()
@@ -191,7 +191,7 @@ impl Agent<'_> {
         };
         let detail = format!(
             "{why}; drift: {what}; next heal after {}",
-            crate::status::rfc3339(next)
+            crate::clock::rfc3339(next)
         );
         warn!("heal of {} failed: {detail}", sha.short());
         if let Some(logs) = &logs {
@@ -272,7 +272,7 @@ impl Agent<'_> {
             "{}: the apply of {} started {} did not finish",
             Code::ApplyInterrupted,
             marked.map_or("-", Sha::short),
-            crate::status::rfc3339(m.started_at)
+            crate::clock::rfc3339(m.started_at)
         );
         self.clear_leftovers()?;
         let exit = match action {
@@ -331,7 +331,7 @@ impl Agent<'_> {
             "{}: finished the apply of {} cut short at {}",
             Code::ApplyInterrupted,
             sha.short(),
-            crate::status::rfc3339(m.started_at)
+            crate::clock::rfc3339(m.started_at)
         );
         self.conclude(Outcome::noted(
             Some(sha.as_str()),
@@ -360,7 +360,7 @@ impl Agent<'_> {
             "{}: rolled back the apply of {} cut short at {}: {note}",
             Code::ApplyInterrupted,
             marked.map_or("-", Sha::short),
-            crate::status::rfc3339(m.started_at)
+            crate::clock::rfc3339(m.started_at)
         );
         let sha = self.state.applied_sha().cloned();
         let outcome = if sha.is_some() {

@@ -11,7 +11,6 @@ use super::Agent;
 use crate::code::{Code, CodePolicy as _};
 use crate::exit::{Exit, Failure};
 use crate::redact::Redacted;
-use crate::state;
 use crate::{failpoint, logging, peers, redact, release};
 
 /// Whether an outcome is reported to tenancy.
@@ -152,7 +151,7 @@ impl Agent<'_> {
             }
             Some(Ok(())) => {
                 self.state
-                    .record_outcome(Some(result), failure, note, Some(state::now()));
+                    .record_outcome(Some(result), failure, note, Some(crate::clock::wall()));
                 Ok(exit)
             }
             Some(Err(e)) if send == Send::Always => {
@@ -223,7 +222,7 @@ impl Agent<'_> {
         if let Err(e) = self.upkeep(reached_tenancy) {
             warn!("token upkeep: {e:#}");
         }
-        if let Some(end) = crate::verdict::token_max_ttl(&self.state, state::now()) {
+        if let Some(end) = crate::verdict::token_max_ttl(&self.state, crate::clock::wall()) {
             if end.urgent() {
                 tracing::error!("{end}");
             } else {
@@ -248,7 +247,7 @@ impl Agent<'_> {
             }
         }
         self.state.count_tick(
-            matches!(result, Ok(Exit::Ok)).then(state::now),
+            matches!(result, Ok(Exit::Ok)).then(crate::clock::wall),
             &self.previous,
         );
         release::clean_staging(&self.layout);

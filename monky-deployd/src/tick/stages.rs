@@ -347,7 +347,7 @@ impl Agent<'_> {
             &crate::interrupted::Marker {
                 sha: Some(sha.clone()),
                 previous: self.state.applied_sha().cloned(),
-                started_at: crate::state::now(),
+                started_at: crate::clock::wall(),
             },
         )?;
         self.marker_settled = true;
