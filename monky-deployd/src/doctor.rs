@@ -526,12 +526,12 @@ fn max_ttl(layout: &Layout) -> Option<Check> {
 /// its operators' to unseal, not this box's transport to check), so the check never gives two.
 fn bao_failed(e: bao::Error) -> Check {
     let failure = peers::bao_failure("lookup-self", e);
-    let (code, detail) = crate::exit::Failure::detail_of(&failure);
+    let failure = crate::exit::Failure::first_of(&failure);
     Check {
         name: "openbao",
         verdict: Verdict::Fail,
-        detail: redact(&format!("{detail} ({}'s move)", code.owner())).into_string(),
-        fix: code.next_step(),
+        detail: redact(&format!("{failure} ({}'s move)", failure.code.owner())).into_string(),
+        fix: failure.code.next_step(),
     }
 }
 

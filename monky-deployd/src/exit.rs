@@ -103,15 +103,12 @@ impl Failure {
             .find_map(field)
     }
 
-    /// The code and `CODE: names` of an error, for a report's detail and state's last error,
-    /// unredacted: an error that carries no failure is `FAILED` with its innermost cause.
-    pub fn detail_of(err: &anyhow::Error) -> (Code, String) {
+    /// The first failure of an error chain, for a report's detail and state's last error: an
+    /// error that carries none is `FAILED` with its innermost cause.
+    pub fn first_of(err: &anyhow::Error) -> Failure {
         match Self::of(err) {
-            Some(f) => (f.code, f.to_string()),
-            None => (
-                Code::Failed,
-                Self::coded(Code::Failed, err.root_cause().to_string()).to_string(),
-            ),
+            Some(f) => f.clone(),
+            None => Self::coded(Code::Failed, err.root_cause().to_string()),
         }
     }
 }
@@ -208,8 +205,9 @@ mod tests {
         assert_eq!(Failure::from(&bare).to_string(), "BUNDLE_INVALID");
         // An error without a failure is FAILED, with its innermost cause.
         let plain = anyhow::anyhow!("disk gone").context("save");
+        let first = Failure::first_of(&plain);
         assert_eq!(
-            Failure::detail_of(&plain),
+            (first.code, first.to_string()),
             (Code::Failed, "FAILED: disk gone".to_string())
         );
     }

@@ -111,18 +111,24 @@ impl Hold {
         h
     }
 
-    /// `HELD: <reason>; until <time>`, for reports and `explain`.
-    pub fn describe(&self) -> String {
-        let mut s = format!(
-            "{}: {}",
-            crate::code::Code::Held,
-            self.reason.as_deref().unwrap_or("no reason given")
-        );
+    /// The hold as a note of its code, `HELD: <reason>; until <time>` once shown, for reports
+    /// and `explain`.
+    pub fn note(&self) -> crate::exit::Failure {
+        let mut s = self
+            .reason
+            .as_deref()
+            .unwrap_or("no reason given")
+            .to_string();
         match self.until {
             Some(u) => s.push_str(&format!("; until {}", crate::clock::rfc3339(u))),
             None => s.push_str("; until `monky-deployd unhold`"),
         }
-        s
+        crate::exit::Failure::coded(crate::code::Code::Held, s)
+    }
+
+    /// [`Hold::note`] as it is shown.
+    pub fn describe(&self) -> String {
+        self.note().to_string()
     }
 }
 

@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 
 use tracing::{error, warn};
 
-use crate::code::{Code, CodePolicy as _};
+use crate::code::Code;
 use crate::config::Config;
 use crate::layout::Layout;
 use crate::state::{self, State};
@@ -77,20 +77,23 @@ fn expire(
     end: End,
 ) -> ! {
     let limit = cfg.tick_timeout;
-    let code = Code::TickTimeout;
-    let detail = format!(
-        "{code}: the tick ran past tick_timeout_s ({}s); its docker commands were killed \
-         and the next tick starts over",
-        limit.as_secs()
+    let failure = crate::exit::Failure::coded(
+        Code::TickTimeout,
+        format!(
+            "the tick ran past tick_timeout_s ({}s); its docker commands were killed and the \
+             next tick starts over",
+            limit.as_secs()
+        ),
     );
+    let detail = failure.to_string();
     error!("{detail}");
     // Held until the process is gone: the tick cannot save over this record afterwards.
     let _no_more_saves = state::save_lock();
     match layout.and_then(|l| crate::statefile::load(&l).map(|loaded| (l, loaded))) {
         Ok((layout, (mut st, _))) => {
             // The one outcome not recorded by `Agent::conclude`: the tick cannot conclude any
-            // more, so its deadline records the timeout through the same state method.
-            st.record_timeout(crate::redact::redact(&detail));
+            // more, so its deadline folds the timeout in as the one fact it adds.
+            st.fold(state::Fact::TimedOut(crate::redact::redact(&detail)));
             if let Err(e) = st.save_holding_lock(&layout) {
                 error!("cannot record the timeout in state.json: {e:#}");
             }
@@ -101,5 +104,5 @@ fn expire(
     // Last, right before the exit: a call whose child dies returns to the tick, and the tick
     // should get no time to act on that (a fallback `up`, a report) before the process ends.
     monky_compose::process::kill_all();
-    std::process::exit(i32::from(code.exit().code()));
+    std::process::exit(i32::from(failure.exit().code()));
 }

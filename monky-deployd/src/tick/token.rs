@@ -15,7 +15,7 @@ use super::Agent;
 use crate::clock::{self, BootDeadline};
 use crate::code::Code;
 use crate::exit::Failure;
-use crate::state::{TokenSource, TokenState};
+use crate::state::{Fact, TokenSource, TokenState};
 use crate::{fsx, peers, redact};
 
 /// Lease again when the token is older than its max TTL (30 d) less two days.
@@ -125,7 +125,7 @@ impl Agent<'_> {
         self.layout.write_token(token.expose_secret().as_bytes())?;
         let now = crate::clock::wall();
         let boot = clock::boot();
-        self.state.set_token_facts(Some(TokenState {
+        self.record(Fact::TokenFacts(Some(TokenState {
             source,
             obtained_at: now,
             expires_at: now.saturating_add(ttl.as_secs()),
@@ -134,7 +134,7 @@ impl Agent<'_> {
             creation_ttl_s: Some(ttl.as_secs()),
             max_ttl_near: false,
             max_expires_at: None,
-        }));
+        })));
         if let Some(old) = self.token.replace(token)
             && old.expose_secret() != self.token.as_ref().map_or("", |t| t.expose_secret())
             && let Err(e) = self
@@ -156,7 +156,7 @@ impl Agent<'_> {
 
     pub(super) fn forget_token(&mut self) {
         self.token = None;
-        self.state.set_token_facts(None);
+        self.record(Fact::TokenFacts(None));
         let _ = self.layout.remove_token();
     }
 
@@ -275,7 +275,7 @@ impl Agent<'_> {
                     now,
                 );
                 facts.creation_ttl_s = Some(info.creation_ttl.as_secs()).filter(|t| *t > 0);
-                self.state.set_token_facts(Some(facts));
+                self.record(Fact::TokenFacts(Some(facts)));
                 self.record_ttl(info.ttl);
                 info!(
                     "token facts learnt from OpenBao (ttl {}s)",
@@ -291,10 +291,10 @@ impl Agent<'_> {
     fn record_ttl(&mut self, ttl: Duration) {
         let now = crate::clock::wall();
         let boot = clock::boot();
-        self.state.token_ttl_learnt(
-            now.saturating_add(ttl.as_secs()),
-            boot.as_ref().map(|b| BootDeadline::after(b, ttl.as_secs())),
-        );
+        self.record(Fact::TokenTtlLearnt {
+            expires_at: now.saturating_add(ttl.as_secs()),
+            expires_boot: boot.as_ref().map(|b| BootDeadline::after(b, ttl.as_secs())),
+        });
     }
 
     /// Renews or re-leases the token when due; runs at the end of every tick that has one,
@@ -321,7 +321,7 @@ impl Agent<'_> {
             .and_then(|b| ts.obtained_boot.as_ref()?.elapsed(b))
             .unwrap_or_else(|| crate::clock::wall().saturating_sub(ts.obtained_at));
         if age > LEASE_AGAIN_AFTER.as_secs() {
-            self.state.token_max_ttl_near();
+            self.record(Fact::TokenMaxTtlNear);
         }
         let mut leased_tried = false;
         if self.state.token().is_some_and(|t| t.max_ttl_near) && tenancy_reached {
@@ -376,8 +376,9 @@ impl Agent<'_> {
         if let Some(c) = ts.creation_ttl_s
             && is_capped(renewal.ttl.as_secs(), c)
         {
-            self.state
-                .token_max_ttl_reached(crate::clock::wall().saturating_add(renewal.ttl.as_secs()));
+            self.record(Fact::TokenMaxTtlReached(
+                crate::clock::wall().saturating_add(renewal.ttl.as_secs()),
+            ));
             if tenancy_reached && !leased_tried {
                 info!("the renewal was capped by the token's max TTL; re-leasing");
                 return self.lease_login("renew");
