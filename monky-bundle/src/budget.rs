@@ -344,7 +344,7 @@ impl Shown<'_> {
         let first = key.split(['.', ' ']).next().unwrap_or(key);
         let mut vars = std::collections::BTreeSet::new();
         if let Some(v) = self.raw.and_then(|r| r.get(first)) {
-            crate::policy::raw_vars(v, &mut vars);
+            crate::interp::raw_vars(v, &mut vars);
         }
         !self.model && !vars.is_empty()
     }
@@ -364,7 +364,7 @@ impl Shown<'_> {
 
     fn show(&self, key: &str, value: &str) -> String {
         let first = key.split(['.', ' ']).next().unwrap_or(key);
-        crate::policy::key_value(
+        crate::interp::key_value(
             self.model,
             self.raw.and_then(|r| r.get(first)),
             key,

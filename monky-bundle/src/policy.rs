@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 
 use crate::budget::Budget;
 use crate::checks::{interpolate_compose, parse_compose, scrub};
+use crate::interp::{key_value, raw_vars};
 use crate::member::MemberName;
 use crate::refusal::{Refusal, RefusalCode, printable};
 
@@ -880,44 +881,6 @@ impl Walk {
     /// `key value`, where a value that may have come from a variable is named by it.
     fn key_value(&self, site: &Site<'_>, key: &str, value: &str) -> String {
         key_value(self.model, site.raw, key, value, 80)
-    }
-}
-
-/// `key value` for a finding: before the lease the value as the file holds it (cut to `width`);
-/// on compose's model, a value that came from a variable is named by the variable, never
-/// printed, and one the compose file does not hold at all is named without its value.
-pub(crate) fn key_value(
-    model: bool,
-    raw: Option<&Value>,
-    key: &str,
-    value: &str,
-    width: usize,
-) -> String {
-    if !model {
-        return format!("{key} {}", printable(value, width));
-    }
-    match raw {
-        None => format!("{key} (value not shown: not in the compose file)"),
-        Some(raw) => {
-            let mut vars = BTreeSet::new();
-            raw_vars(raw, &mut vars);
-            if vars.is_empty() {
-                format!("{key} {}", printable(value, width))
-            } else {
-                let names: Vec<String> = vars.iter().map(|v| format!("${{{v}}}")).collect();
-                format!("{key} from {}", names.join(" "))
-            }
-        }
-    }
-}
-
-/// The variable names a raw value references.
-pub(crate) fn raw_vars(v: &Value, out: &mut BTreeSet<String>) {
-    match v {
-        Value::String(s) if s.contains('$') => crate::interp::names(s, out, 0),
-        Value::Array(a) => a.iter().for_each(|x| raw_vars(x, out)),
-        Value::Object(m) => m.values().for_each(|x| raw_vars(x, out)),
-        _ => {}
     }
 }
 

@@ -9,11 +9,11 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::Container;
-use crate::compose::{Compose, ComposeVersion};
 use crate::container::{Row, project_containers};
 use crate::engine::{self, ContainerFacts, Engine, EngineInfo, PROJECT_LABEL};
 use crate::error::{Error, Result};
 use crate::process::{Invocation, Runner, is_executable};
+use crate::version::ComposeVersion;
 
 /// Where docker installs CLI plugins system-wide; the docker CLI searches these even when
 /// `DOCKER_CONFIG` is set.
@@ -188,12 +188,6 @@ impl Docker {
             plugin_dirs: None,
             hint: None,
         }
-    }
-
-    /// The compose project `project`, run in `workdir` with `file` and `env_file`.
-    #[must_use]
-    pub fn compose(&self, project: &str, workdir: &Path, file: &Path, env_file: &Path) -> Compose {
-        Compose::new(self.clone(), project, workdir, file, env_file)
     }
 
     /// The docker CLI this driver runs.

@@ -533,9 +533,7 @@ impl Engine {
             }
             let message = serde_json::from_slice::<ApiError>(&body)
                 .map(|e| e.message)
-                .unwrap_or_else(|_| {
-                    crate::process::tail_chars(&String::from_utf8_lossy(&body), 300)
-                });
+                .unwrap_or_else(|_| crate::error::tail_chars(&String::from_utf8_lossy(&body), 300));
             return Err(Error::EngineStatus {
                 path: path.to_owned(),
                 status,
@@ -839,7 +837,7 @@ struct ApiProbe {
 
 impl ApiInspect {
     fn into_detail(self) -> ContainerDetail {
-        let cut = |t: &str| crate::process::tail_chars(&one_line(t), ContainerDetail::MAX_TEXT);
+        let cut = |t: &str| crate::error::tail_chars(&one_line(t), ContainerDetail::MAX_TEXT);
         let st = self.state;
         ContainerDetail {
             error: st.error.as_deref().map(cut).filter(|e| !e.is_empty()),

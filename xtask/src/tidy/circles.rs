@@ -156,8 +156,7 @@ pub fn circles(krate: &str, files: &[(String, String)]) -> Vec<String> {
 fn file_module(rel: &str) -> ModPath {
     let rel = rel.strip_suffix(".rs").unwrap_or(rel);
     let mut path: ModPath = rel.split('/').map(str::to_owned).collect();
-    if path.len() == 1 && (path[0] == "lib" || path[0] == "main") || path.last().unwrap() == "mod"
-    {
+    if path.len() == 1 && (path[0] == "lib" || path[0] == "main") || path.last().unwrap() == "mod" {
         path.pop();
     }
     path
@@ -337,12 +336,17 @@ mod tests {
         let files = [
             ("lib.rs", "mod code;\nmod exit;\n"),
             ("code.rs", "//! Codes.\nuse crate::exit::Class;\n"),
-            ("exit.rs", "//! Exits.\n\nfn f() { super::code::Code::A; }\n"),
+            (
+                "exit.rs",
+                "//! Exits.\n\nfn f() { super::code::Code::A; }\n",
+            ),
         ];
         assert_eq!(
             check(&files),
-            ["monky-x: circle code -> exit -> code (src/code.rs:2 uses exit, \
-              src/exit.rs:3 uses code)"]
+            [
+                "monky-x: circle code -> exit -> code (src/code.rs:2 uses exit, \
+              src/exit.rs:3 uses code)"
+            ]
         );
     }
 
@@ -356,8 +360,10 @@ mod tests {
         ];
         assert_eq!(
             check(&files),
-            ["monky-x: circle tick::a -> tick::b -> tick::a (src/tick/a.rs:1 uses tick::b, \
-              src/tick/b.rs:1 uses tick::a)"]
+            [
+                "monky-x: circle tick::a -> tick::b -> tick::a (src/tick/a.rs:1 uses tick::b, \
+              src/tick/b.rs:1 uses tick::a)"
+            ]
         );
     }
 
@@ -366,10 +372,16 @@ mod tests {
         let files = [
             ("lib.rs", "mod a;\nmod b;\nmod c;\npub use a::A;\n"),
             // Items of the root, children, and the parent are no edges to a sibling.
-            ("a.rs", "use crate::{b::B, c};\nuse super::A;\nmod inner { use super::X; }\n"),
+            (
+                "a.rs",
+                "use crate::{b::B, c};\nuse super::A;\nmod inner { use super::X; }\n",
+            ),
             ("b.rs", "use crate::c::C;\nuse self::x::Y;\nmod x;\n"),
             ("b/x.rs", "use super::super::c::D;\n"),
-            ("c.rs", "pub(crate) struct C; fn f() -> Self::Out { $crate::Z }\n"),
+            (
+                "c.rs",
+                "pub(crate) struct C; fn f() -> Self::Out { $crate::Z }\n",
+            ),
         ];
         assert_eq!(check(&files), Vec::<String>::new());
     }
