@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use crate::Container;
-use crate::container::{Row, normalize_health, project_containers};
+use crate::container::{Row, project_containers};
 use crate::docker::{ComposeInfo, Docker};
 use crate::error::{Error, Result};
 use crate::process::{Invocation, Output};
@@ -356,7 +356,7 @@ impl Row for PsRow {
             self.service,
             &self.state,
             &self.status,
-            normalize_health(&self.health),
+            &self.health,
         )
     }
 }

@@ -567,7 +567,7 @@ impl Row for CliRow {
             .find(|n| !n.contains('/'))
             .unwrap_or(&self.name)
             .to_owned();
-        Container::from_row(name, self.service, &self.state, &self.status, None)
+        Container::from_row(name, self.service, &self.state, &self.status, "")
     }
 }
 

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use url::Url;
 
 use crate::Container;
-use crate::container::Row;
+use crate::container::{Row, docker_words};
 use crate::error::{Error, Result};
 
 /// The socket the daemon listens on when `DOCKER_HOST` is not set.
@@ -745,7 +745,7 @@ impl Row for ApiContainer {
             .unwrap_or_default()
             .to_owned();
         let service = self.label(SERVICE_LABEL).unwrap_or_default().to_owned();
-        Container::from_row(name, service, &self.state, &self.status, None)
+        Container::from_row(name, service, &self.state, &self.status, "")
     }
 }
 
@@ -842,9 +842,10 @@ impl ApiInspect {
         ContainerDetail {
             error: st.error.as_deref().map(cut).filter(|e| !e.is_empty()),
             // An exit code means something only once the container ran and stopped.
-            exit_code: st
-                .exit_code
-                .filter(|_| matches!(st.status.as_deref(), Some("exited" | "dead"))),
+            exit_code: st.exit_code.filter(|_| {
+                let (state, _) = docker_words(st.status.as_deref().unwrap_or(""), "", "");
+                matches!(state.as_str(), "exited" | "dead")
+            }),
             last_probe: st
                 .health
                 .and_then(|h| h.log)
