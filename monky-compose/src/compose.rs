@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use crate::Container;
-use crate::container::{Row, project_containers};
+use crate::container::{Row, oneoff_word, project_containers};
 use crate::docker::{ComposeInfo, Docker};
 use crate::error::{Error, Result};
 use crate::process::{Invocation, Output};
@@ -328,14 +328,14 @@ impl Row for PsRow {
             Some(serde_json::Value::String(text)) => {
                 return text.split(',').any(|kv| {
                     kv.split_once('=')
-                        .is_some_and(|(k, v)| k == key && v.eq_ignore_ascii_case("true"))
+                        .is_some_and(|(k, v)| k == key && oneoff_word(v))
                 });
             }
             Some(serde_json::Value::Object(map)) => {
                 return map
                     .get(key)
                     .and_then(serde_json::Value::as_str)
-                    .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+                    .is_some_and(oneoff_word);
             }
             _ => {}
         }

@@ -149,6 +149,12 @@ pub(crate) fn docker_words(state: &str, status: &str, health: &str) -> (String, 
     (state.to_owned(), health)
 }
 
+/// Docker's word in compose's `com.docker.compose.oneoff` label for a `compose run`
+/// container, as every source spells it (`True`, any case).
+pub(crate) fn oneoff_word(value: &str) -> bool {
+    value.eq_ignore_ascii_case("true")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::Container;
-use crate::container::{Row, project_containers};
+use crate::container::{Row, oneoff_word, project_containers};
 use crate::engine::{self, ContainerFacts, Engine, EngineInfo, PROJECT_LABEL};
 use crate::error::{Error, Result};
 use crate::process::{Invocation, Runner, is_executable};
@@ -557,7 +557,7 @@ struct CliRow {
 
 impl Row for CliRow {
     fn is_oneoff(&self) -> bool {
-        self.oneoff.eq_ignore_ascii_case("true")
+        oneoff_word(&self.oneoff)
     }
 
     fn into_container(self) -> Container {

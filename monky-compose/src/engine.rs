@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use url::Url;
 
 use crate::Container;
-use crate::container::{Row, docker_words};
+use crate::container::{Row, docker_words, oneoff_word};
 use crate::error::{Error, Result};
 
 /// The socket the daemon listens on when `DOCKER_HOST` is not set.
@@ -730,8 +730,7 @@ impl ApiContainer {
 
 impl Row for ApiContainer {
     fn is_oneoff(&self) -> bool {
-        self.label(ONEOFF_LABEL)
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        self.label(ONEOFF_LABEL).is_some_and(oneoff_word)
     }
 
     fn into_container(self) -> Container {
