@@ -1813,6 +1813,11 @@ mod tests {
             let err = p.check_file(&text, &none, &secrets).expect_err(mounted);
             assert!(err.to_string().contains("volumes.root"), "{err}");
         }
+        // The old readings of `- /data` disagreed (an anonymous volume, or a volume named
+        // `/data`); the stricter is kept: a top-level volume `/data` is judged.
+        let text = "services:\n  web:\n    image: x\n    volumes: [\"/data\"]\nvolumes:\n  /data:\n    driver_opts: {type: none, o: bind, device: /}\n";
+        let err = p.check_file(text, &none, &secrets).expect_err(text);
+        assert!(err.to_string().contains("volumes./data"), "{err}");
         // `default` is joined by every service that names no network and has no network_mode.
         let default = "services:\n  web:\n    image: x\nnetworks:\n  default:\n    ipam:\n      config: [{subnet: 10.9.0.0/16}]\n";
         assert!(p.check_file(default, &none, &secrets).is_err());
