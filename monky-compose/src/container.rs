@@ -44,23 +44,25 @@ impl Container {
     /// that completed ([`Container::completed`]).
     #[must_use]
     pub fn is_ready(&self) -> bool {
-        self.completed || Self::ready(&self.state, self.health.as_deref())
+        Self::ready(&self.state, self.health.as_deref(), self.completed)
     }
 
-    /// The readiness rule of [`is_ready`](Self::is_ready) on a state and health kept apart
-    /// from their container (the agent's state file keeps only these of a container):
-    /// `running`, and `healthy` unless there is no healthcheck.
+    /// The one readiness rule, [`is_ready`](Self::is_ready)'s, on a state, health and
+    /// one-shot completion kept apart from their container (the agent's state file keeps only
+    /// these of a container): a completed one-shot, or `running` and `healthy` unless there is
+    /// no healthcheck.
     ///
     /// ```
     /// use monky_compose::Container;
-    /// assert!(Container::ready("running", None));
-    /// assert!(Container::ready("running", Some("healthy")));
-    /// assert!(!Container::ready("running", Some("starting")));
-    /// assert!(!Container::ready("restarting", None));
+    /// assert!(Container::ready("running", None, false));
+    /// assert!(Container::ready("running", Some("healthy"), false));
+    /// assert!(!Container::ready("running", Some("starting"), false));
+    /// assert!(!Container::ready("restarting", None, false));
+    /// assert!(Container::ready("exited", None, true));
     /// ```
     #[must_use]
-    pub fn ready(state: &str, health: Option<&str>) -> bool {
-        state == "running" && health.is_none_or(|h| h == "healthy")
+    pub fn ready(state: &str, health: Option<&str>, completed: bool) -> bool {
+        completed || (state == "running" && health.is_none_or(|h| h == "healthy"))
     }
 
     /// Has failed for good: exited (but for a completed one-shot), dead, or its healthcheck
@@ -255,7 +257,7 @@ mod tests {
         for (state, health, ready) in table {
             let container = c(state, *health);
             assert_eq!(container.is_ready(), *ready, "{container:?}");
-            assert_eq!(Container::ready(state, *health), *ready, "{container:?}");
+            assert_eq!(Container::ready(state, *health, false), *ready, "{container:?}");
         }
         assert!(c("exited", None).has_failed());
         assert!(c("running", Some("unhealthy")).has_failed());

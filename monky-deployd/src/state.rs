@@ -129,7 +129,7 @@ impl SeenContainer {
     /// Up as compose means it ([`monky_compose::Container::is_ready`]).
     #[must_use]
     pub fn is_ready(&self) -> bool {
-        self.completed || monky_compose::Container::ready(&self.state, self.health.as_deref())
+        monky_compose::Container::ready(&self.state, self.health.as_deref(), self.completed)
     }
 }
 
