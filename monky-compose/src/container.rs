@@ -257,7 +257,11 @@ mod tests {
         for (state, health, ready) in table {
             let container = c(state, *health);
             assert_eq!(container.is_ready(), *ready, "{container:?}");
-            assert_eq!(Container::ready(state, *health, false), *ready, "{container:?}");
+            assert_eq!(
+                Container::ready(state, *health, false),
+                *ready,
+                "{container:?}"
+            );
         }
         assert!(c("exited", None).has_failed());
         assert!(c("running", Some("unhealthy")).has_failed());
