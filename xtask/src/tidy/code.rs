@@ -79,6 +79,7 @@ pub const RULES: &[CodeRule] = &[
                 && !matches!(
                     file,
                     "monky-deployd/src/lib.rs"
+                        | "monky-deployd/src/out.rs"
                         | "monky-deployd/src/main.rs"
                         | "monky-deployd/src/logging.rs"
                 )
