@@ -122,33 +122,26 @@ fn look_in_proc(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<u32>> 
 }
 
 /// sock_diag's exact lookup of one TCP socket (`SOCK_DIAG_BY_FAMILY` with an
-/// `inet_diag_req_v2`), the message bytes laid out by hand: std has no netlink, rustix opens
-/// the socket.
+/// `inet_diag_req_v2`): the messages are netlink-packet-sock-diag's, rustix opens the socket.
 mod diag {
     use std::io;
     use std::net::{IpAddr, SocketAddr};
 
+    use netlink_packet_core::{
+        NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload, Nla as _,
+    };
+    use netlink_packet_sock_diag::inet::{
+        ExtensionFlags, InetRequest, SocketId, StateFlags, nlas::Nla,
+    };
+    use netlink_packet_sock_diag::{AF_INET, AF_INET6, IPPROTO_TCP, SockDiagMessage};
     use rustix::net::netlink::{self, SocketAddrNetlink};
     use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 
-    const SOCK_DIAG_BY_FAMILY: u16 = 20;
-    const NLMSG_ERROR: u16 = 2;
-    const NLM_F_REQUEST: u16 = 1;
-    const AF_INET: u8 = 2;
-    const AF_INET6: u8 = 10;
-    const IPPROTO_TCP: u8 = 6;
-    /// nlmsghdr, then inet_diag_req_v2 (family, protocol, ext, pad, states, the 48-byte id).
-    const REQUEST_LEN: usize = 16 + 8 + 48;
-    /// In an answer (`inet_diag_msg` after nlmsghdr): the state after the family; the cookie
-    /// at the id's end (two u32, low word first); the uid after the id and three u32; then
-    /// the inode, then the attributes.
-    const STATE_AT: usize = 16 + 1;
-    const COOKIE_AT: usize = 16 + 4 + 40;
-    const UID_AT: usize = 16 + 4 + 48 + 12;
-    const ATTRS_AT: usize = UID_AT + 8;
     /// `INET_DIAG_CGROUP_ID`: the u64 id of the cgroup (v2) the socket was made in, sent with
-    /// every answer by kernels since 5.7.
+    /// every answer by kernels since 5.7; the crate leaves it an attribute without a name.
     const INET_DIAG_CGROUP_ID: u16 = 21;
+    /// The error netlink answers for a socket that is not there (yet): `-ENOENT`.
+    const NO_SUCH_SOCKET: i32 = -2;
 
     /// The state and [`Socket`] of the socket whose local address is `peer` and remote
     /// `local`; `None` when there is none. A v4 connection is looked up as v4, then as the
@@ -181,85 +174,65 @@ mod diag {
         src: SocketAddr,
         dst: SocketAddr,
     ) -> io::Result<Option<(u8, super::Socket)>> {
-        let mut req = [0u8; REQUEST_LEN];
-        req[0..4].copy_from_slice(&(REQUEST_LEN as u32).to_ne_bytes());
-        req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
-        req[6..8].copy_from_slice(&NLM_F_REQUEST.to_ne_bytes());
-        req[16] = if src.is_ipv4() { AF_INET } else { AF_INET6 };
-        req[17] = IPPROTO_TCP;
-        req[20..24].copy_from_slice(&u32::MAX.to_ne_bytes());
-        // inet_diag_sockid: sport, dport (big-endian), src, dst (16 bytes each), if, cookie.
-        let id = 24;
-        req[id..id + 2].copy_from_slice(&src.port().to_be_bytes());
-        req[id + 2..id + 4].copy_from_slice(&dst.port().to_be_bytes());
-        let put = |req: &mut [u8], at: usize, ip: IpAddr| match ip {
-            IpAddr::V4(ip) => req[at..at + 4].copy_from_slice(&ip.octets()),
-            IpAddr::V6(ip) => req[at..at + 16].copy_from_slice(&ip.octets()),
+        let request = InetRequest {
+            family: if src.is_ipv4() { AF_INET } else { AF_INET6 },
+            protocol: IPPROTO_TCP,
+            extensions: ExtensionFlags::empty(),
+            // Every state, the bits the crate names and the ones it does not (NEW_SYN_RECV).
+            states: StateFlags::from_bits_retain(u32::MAX),
+            socket_id: SocketId {
+                source_port: src.port(),
+                destination_port: dst.port(),
+                source_address: src.ip(),
+                destination_address: dst.ip(),
+                interface_id: 0,
+                // No cookie: all ones (INET_DIAG_NOCOOKIE).
+                cookie: [0xff; 8],
+            },
         };
-        put(&mut req, id + 4, src.ip());
-        put(&mut req, id + 20, dst.ip());
-        // No cookie: both words all ones (INET_DIAG_NOCOOKIE).
-        req[id + 40..id + 48].fill(0xff);
+        let mut header = NetlinkHeader::default();
+        header.flags = NLM_F_REQUEST;
+        let mut message = NetlinkMessage::new(header, SockDiagMessage::InetRequest(request).into());
+        message.finalize();
+        let mut req = vec![0u8; message.buffer_len()];
+        message.serialize(&mut req);
         rustix::net::sendto(fd, &req, SendFlags::empty(), &SocketAddrNetlink::new(0, 0))?;
         let mut answer = [0u8; 1024];
         let (_, n) = rustix::net::recv(fd, &mut answer, RecvFlags::empty())?;
         let answer = answer.get(..n).unwrap_or_default();
-        let word = |at: usize| -> Option<u32> {
-            Some(u32::from_ne_bytes(answer.get(at..at + 4)?.try_into().ok()?))
-        };
-        let kind = answer.get(4..6).map(|b| u16::from_ne_bytes([b[0], b[1]]));
-        match kind {
-            Some(SOCK_DIAG_BY_FAMILY) => {
-                let (Some(&state), Some(uid)) = (answer.get(STATE_AT), word(UID_AT)) else {
-                    return Err(io::Error::other("sock_diag: short answer"));
-                };
-                let cookie = match (word(COOKIE_AT), word(COOKIE_AT + 4)) {
-                    (Some(lo), Some(hi)) if (lo, hi) != (u32::MAX, u32::MAX) => {
-                        Some(u64::from(hi) << 32 | u64::from(lo))
+        let answer = NetlinkMessage::<SockDiagMessage>::deserialize(answer)
+            .map_err(|e| io::Error::other(format!("sock_diag: {e}")))?;
+        match answer.payload {
+            NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(answer)) => {
+                let h = &answer.header;
+                // Two u32 words, the low one first, each in the host's order.
+                let [a, b, c, d, e, f, g, i] = h.socket_id.cookie;
+                let (lo, hi) = (
+                    u32::from_ne_bytes([a, b, c, d]),
+                    u32::from_ne_bytes([e, f, g, i]),
+                );
+                let cookie =
+                    ((lo, hi) != (u32::MAX, u32::MAX)).then(|| u64::from(hi) << 32 | u64::from(lo));
+                let cgroup = answer.nlas.iter().find_map(|nla| match nla {
+                    Nla::Other(a) if a.kind() == INET_DIAG_CGROUP_ID && a.value_len() == 8 => {
+                        let mut id = [0u8; 8];
+                        a.emit_value(&mut id);
+                        Some(u64::from_ne_bytes(id))
                     }
                     _ => None,
-                };
+                });
                 let socket = super::Socket {
-                    uid,
+                    uid: h.uid,
                     cookie,
-                    cgroup: attribute(answer, INET_DIAG_CGROUP_ID),
-                    inode: word(UID_AT + 4).map(u64::from).filter(|i| *i != 0),
+                    cgroup,
+                    inode: Some(u64::from(h.inode)).filter(|i| *i != 0),
                 };
-                Ok(Some((state, socket)))
+                Ok(Some((h.state, socket)))
             }
-            Some(NLMSG_ERROR) => {
-                let errno = word(16).map_or(0, |e| e as i32);
-                // ENOENT: no such socket (yet).
-                if errno == -2 {
-                    Ok(None)
-                } else {
-                    Err(io::Error::from_raw_os_error(-errno))
-                }
-            }
+            NetlinkPayload::Error(e) if e.raw_code() == NO_SUCH_SOCKET => Ok(None),
+            NetlinkPayload::Error(e) => Err(e.to_io()),
             _ => Err(io::Error::other("sock_diag: unexpected answer")),
         }
-    }
-
-    /// The u64 attribute `kind` of an answer (rtattr: length and type as u16, the value, each
-    /// padded to 4 bytes), within the message's own length.
-    fn attribute(answer: &[u8], kind: u16) -> Option<u64> {
-        let len = u32::from_ne_bytes(answer.get(0..4)?.try_into().ok()?) as usize;
-        let answer = answer.get(..len.min(answer.len()))?;
-        let mut at = ATTRS_AT;
-        while let Some(head) = answer.get(at..at + 4) {
-            let size = usize::from(u16::from_ne_bytes([head[0], head[1]]));
-            let ty = u16::from_ne_bytes([head[2], head[3]]);
-            if size < 4 {
-                return None;
-            }
-            if ty == kind {
-                return Some(u64::from_ne_bytes(
-                    answer.get(at + 4..at + 12)?.try_into().ok()?,
-                ));
-            }
-            at += size.div_ceil(4) * 4;
-        }
-        None
     }
 }
 
