@@ -1,6 +1,6 @@
 //! The code-level rules of docs/architecture.md, as plain text scans of the sources: who spawns
 //! processes, who spells the names below the state root, who writes state's outcome fields, who
-//! ends the process, who prints.
+//! folds facts into State, who ends the process, who prints.
 //!
 //! Each file is first masked: comments, string literals and `#[cfg(test)]` items become
 //! spaces (newlines kept, so lines stay where they were), and the string literals outside
