@@ -12,8 +12,8 @@
 //! - `fuzz`: the cargo-fuzz targets in `fuzz/` (its own workspace), N seconds each.
 //! - `bench`: the agent's tick, apply, verify and start-up costs next to their floors;
 //!   writes docs/PERFORMANCE.md.
-//! - `tidy`: the crate dependency rules of docs/architecture.md, over `cargo metadata`, and its
-//!   code rules, over the sources.
+//! - `tidy`: the crate dependency rules of docs/architecture.md, over `cargo metadata`, its
+//!   code rules, over the sources, and its invariants' `Held by:` names, against both.
 
 mod apt;
 mod bench;

@@ -1,6 +1,7 @@
 //! `cargo xtask tidy`: the crate rules of docs/architecture.md, checked over `cargo metadata`,
-//! and its code rules, checked over the sources (`code`, and `circles` for each crate's module
-//! graph).
+//! its code rules, checked over the sources (`code`, and `circles` for each crate's module
+//! graph), and its invariants held to the code (`docs`: each names the tidy rules and tests that
+//! hold it, and each rule is named).
 //!
 //! The crate rules are about what ships: each library's normal and build dependencies, followed
 //! transitively, with every feature on (a feature that pulls a forbidden crate is caught too),
@@ -18,6 +19,7 @@ use crate::state;
 
 mod circles;
 mod code;
+mod docs;
 mod walks;
 
 /// Crates that speak to the network or do TLS; a name ending in `*` is a prefix.
@@ -57,6 +59,8 @@ const TLS: &[&str] = &[
 /// One rule: `krate` must not depend, directly or through others, on any of `forbidden`, and
 /// its graph holds at most `max_crates` crates (itself included), if given.
 struct Rule {
+    /// The rule's name, as docs/architecture.md's `Held by:` sentences name it.
+    name: &'static str,
     krate: &'static str,
     /// `None`: every feature of `krate` on. `Some(list)`: exactly these features (no default),
     /// followed through the workspace's resolve with every feature on, so the graph checked is
@@ -69,6 +73,7 @@ struct Rule {
 
 const RULES: &[Rule] = &[
     Rule {
+        name: "proto-wire-small-offline",
         krate: "monky-agent-proto",
         features: Some(&[]),
         forbidden: NETWORK,
@@ -76,6 +81,7 @@ const RULES: &[Rule] = &[
         why: "tenancy's tooling imports the wire types alone: they stay a small, offline graph",
     },
     Rule {
+        name: "proto-client-no-monky",
         krate: "monky-agent-proto",
         features: Some(&["client", "schema"]),
         forbidden: &[
@@ -88,6 +94,7 @@ const RULES: &[Rule] = &[
         why: "tenancy's own tooling imports the wire crate and its client; they carry no agent policy",
     },
     Rule {
+        name: "proto-any-feature-no-monky",
         krate: "monky-agent-proto",
         features: None,
         forbidden: &[
@@ -100,6 +107,7 @@ const RULES: &[Rule] = &[
         why: "tenancy's own tooling imports the wire crate with any of its features; it carries no agent policy",
     },
     Rule {
+        name: "bundle-no-monky",
         krate: "monky-bundle",
         features: None,
         forbidden: &[
@@ -112,6 +120,7 @@ const RULES: &[Rule] = &[
         why: "the bundle is parsed and judged offline, knowing no peer",
     },
     Rule {
+        name: "bundle-no-network",
         krate: "monky-bundle",
         features: None,
         forbidden: NETWORK,
@@ -119,6 +128,7 @@ const RULES: &[Rule] = &[
         why: "monky-bundle does no network IO",
     },
     Rule {
+        name: "compose-no-peers",
         krate: "monky-compose",
         features: None,
         forbidden: &["monky-agent-proto", "monky-bao-client", "monky-deployd"],
@@ -126,6 +136,7 @@ const RULES: &[Rule] = &[
         why: "the docker driver knows neither tenancy nor OpenBao",
     },
     Rule {
+        name: "bao-no-proto",
         krate: "monky-bao-client",
         features: None,
         forbidden: &["monky-agent-proto", "monky-deployd"],
@@ -133,6 +144,7 @@ const RULES: &[Rule] = &[
         why: "the OpenBao client knows nothing of tenancy's wire format",
     },
     Rule {
+        name: "xtask-no-tls",
         krate: "xtask",
         features: None,
         forbidden: TLS,
@@ -144,6 +156,22 @@ const RULES: &[Rule] = &[
 /// The test support crate: a dev-dependency only, never shipped.
 const TESTKIT: &str = "monky-testkit";
 
+/// The name of the rule that keeps [`TESTKIT`] a dev-dependency.
+const TESTKIT_RULE: &str = "testkit-dev-only";
+
+/// The name of the rule that keeps the agent's crate out of every other member's graph.
+const AGENT_RULE: &str = "only-fuzz-uses-agent";
+
+/// Every tidy rule that holds an invariant of the code, by name: the crate rules, then the code
+/// rules. The checks of docs/architecture.md itself (`walks`, `docs`) hold none and are not here.
+fn rule_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = RULES.iter().map(|r| r.name).collect();
+    names.extend([AGENT_RULE, TESTKIT_RULE]);
+    names.extend(code::RULES.iter().map(|r| r.name));
+    names.push(circles::RULE);
+    names
+}
+
 /// Only these workspace members may depend on the agent binary's crate (`fuzz/`, its own
 /// workspace, does too).
 const AGENT_USERS: &[&str] = &[];
@@ -154,7 +182,7 @@ pub fn main(args: &[String]) -> Result<()> {
         if arg == "-h" || arg == "--help" {
             println!(
                 "cargo xtask tidy\n  checks the crate dependency rules and the code rules of \
-                 docs/architecture.md"
+                 docs/architecture.md, and that its invariants name what holds them"
             );
             return Ok(());
         }
@@ -182,19 +210,25 @@ pub fn main(args: &[String]) -> Result<()> {
         serde_json::from_slice(&out.stdout).context("cargo metadata printed no JSON")?;
     let mut broken = violations(&metadata)?;
     let rules = RULES.len() + 2;
+    let root = state::workspace_root();
     let all: Vec<&code::CodeRule> = code::RULES.iter().collect();
-    for (rule, v) in code::check_tree(&state::workspace_root(), &all)? {
+    for (rule, v) in code::check_tree(&root, &all)? {
         broken.push(format!("{v} ({rule})"));
     }
-    for circle in circles::check_tree(&state::workspace_root())? {
+    for circle in circles::check_tree(&root)? {
         broken.push(format!("{circle} ({})", circles::RULE));
     }
-    for step in walks::check_tree(&state::workspace_root())? {
+    for step in walks::check_tree(&root)? {
         broken.push(format!("{step} ({})", walks::RULE));
     }
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md"))
+        .context("cannot read docs/architecture.md")?;
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).ok();
+    broken.extend(docs::check(&doc, &rule_names(), &read));
     if broken.is_empty() {
         println!(
-            "tidy: the crate rules hold ({rules} rules), and the code rules hold ({})",
+            "tidy: the crate rules hold ({rules} rules), the code rules hold ({}), and every \
+             invariant of docs/architecture.md names what holds it",
             code::RULES.len() + 2,
         );
         return Ok(());
@@ -218,17 +252,18 @@ fn violations(metadata: &Value) -> Result<Vec<String>> {
             .filter(|name| matches_any(name, rule.forbidden))
         {
             broken.push(format!(
-                "{} depends on {bad}, which it must not: {}",
-                rule.krate, rule.why
+                "{} depends on {bad}, which it must not: {} ({})",
+                rule.krate, rule.why, rule.name
             ));
         }
         // `cargo tree` counts a crate's versions apart, and the root too.
         if let Some(max) = rule.max_crates.filter(|max| reach.len() + 1 > *max) {
             broken.push(format!(
-                "{} reaches {} crates, over its {max}: {}",
+                "{} reaches {} crates, over its {max}: {} ({})",
                 rule.krate,
                 reach.len() + 1,
-                rule.why
+                rule.why,
+                rule.name
             ));
         }
     }
@@ -240,12 +275,14 @@ fn violations(metadata: &Value) -> Result<Vec<String>> {
             && reaches("monky-deployd")
         {
             broken.push(format!(
-                "{member} depends on monky-deployd: only fuzz may depend on the agent"
+                "{member} depends on monky-deployd: only fuzz may depend on the agent \
+                 ({AGENT_RULE})"
             ));
         }
         if reaches(TESTKIT) {
             broken.push(format!(
-                "{member} depends on {TESTKIT}: test support is a dev-dependency only"
+                "{member} depends on {TESTKIT}: test support is a dev-dependency only \
+                 ({TESTKIT_RULE})"
             ));
         }
     }

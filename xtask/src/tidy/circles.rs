@@ -16,8 +16,8 @@ use anyhow::{Context, Result};
 
 use super::code::{Masked, ident_char, ident_start, rust_files, words};
 
-/// The rule's name, as docs/architecture.md states it.
-pub const RULE: &str = "no crate's module graph has a circle";
+/// The rule's name, as docs/architecture.md's `Held by:` sentences name it.
+pub const RULE: &str = "circles";
 
 /// A module path from the crate root (`[]` is the root).
 type ModPath = Vec<String>;

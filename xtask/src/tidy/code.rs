@@ -1,5 +1,6 @@
 //! The code-level rules of docs/architecture.md, as plain text scans of the sources: who spawns
-//! processes, who spells the names below the state root, who writes state's outcome fields.
+//! processes, who spells the names below the state root, who writes state's outcome fields, who
+//! folds facts into State, who ends the process, who prints.
 //!
 //! Each file is first masked: comments, string literals and `#[cfg(test)]` items become
 //! spaces (newlines kept, so lines stay where they were), and the string literals outside
@@ -39,19 +40,19 @@ pub struct CodeRule {
 /// The code rules, in docs/architecture.md's order.
 pub const RULES: &[CodeRule] = &[
     CodeRule {
-        name: "who spawns processes",
+        name: "spawns",
         applies: |_| true,
         check: spawns,
     },
     CodeRule {
-        name: "who opens paths below the state root",
+        name: "state-root",
         applies: |file| {
             file.starts_with("monky-deployd/src/") && file != "monky-deployd/src/layout.rs"
         },
         check: state_root,
     },
     CodeRule {
-        name: "who writes state's outcome fields",
+        name: "outcome-fields",
         applies: |file| {
             file.starts_with("monky-deployd/src/")
                 && file != "monky-deployd/src/state.rs"
@@ -60,7 +61,7 @@ pub const RULES: &[CodeRule] = &[
         check: outcome_fields,
     },
     CodeRule {
-        name: "who folds facts into State",
+        name: "folds",
         applies: |file| {
             file.starts_with("monky-deployd/src/")
                 && !matches!(
@@ -73,7 +74,12 @@ pub const RULES: &[CodeRule] = &[
         check: folds,
     },
     CodeRule {
-        name: "who prints",
+        name: "exits",
+        applies: |file| !file.starts_with("monky-deployd/src/"),
+        check: exits,
+    },
+    CodeRule {
+        name: "prints",
         applies: |file| {
             file.starts_with("monky-deployd/src/")
                 && !matches!(
@@ -391,6 +397,35 @@ fn spawns(file: &str, src: &Masked) -> Vec<Violation> {
     found
 }
 
+/// Rule: the agent's binary decides the process's exit status; a library returns its error
+/// instead of ending the process, and test support, xtask and tests may end their own.
+fn exits(file: &str, src: &Masked) -> Vec<Violation> {
+    let allowed = file.starts_with("monky-testkit/")
+        || file.starts_with("xtask/")
+        || file
+            .split('/')
+            .any(|part| matches!(part, "tests" | "benches" | "examples"));
+    if allowed {
+        return Vec::new();
+    }
+    let code = src.code.as_str();
+    words(code, "exit")
+        .filter(|&at| {
+            code[..at].trim_end().ends_with("process::")
+                && code[at + "exit".len()..].trim_start().starts_with('(')
+        })
+        .map(|at| {
+            src.at(
+                file,
+                at,
+                "ends the process (std::process::exit): only monky-deployd decides the exit \
+                 status; return the error instead"
+                    .into(),
+            )
+        })
+        .collect()
+}
+
 /// Rule: the agent prints through its printers (`outln!`, `errln!`, the log sink), which
 /// escape every control character a peer's text may carry; a bare `println!` would not.
 fn prints(file: &str, src: &Masked) -> Vec<Violation> {
@@ -638,7 +673,7 @@ mod tests {
 
     #[test]
     fn a_planted_print_is_named_with_its_line() {
-        const RULE: &str = "who prints";
+        const RULE: &str = "prints";
         let planted = "fn f() {\n    println!(\"{x}\");\n    outln!(\"ok\");\n\
                        let _ = std::io::stdout().lock();\n    eprint!(\"x\");\n}\n";
         assert_eq!(
@@ -654,7 +689,7 @@ mod tests {
 
     #[test]
     fn a_planted_spawn_is_named_with_its_line() {
-        const RULE: &str = "who spawns processes";
+        const RULE: &str = "spawns";
         let planted = "//! The agent.\n\
                        use std::process::{Child, Command};\n\
                        fn f() {\n    let _ = std::process::Command::new(\"sh\");\n}\n";
@@ -694,7 +729,7 @@ mod tests {
 
     #[test]
     fn a_planted_state_root_name_is_named_with_its_line() {
-        const RULE: &str = "who opens paths below the state root";
+        const RULE: &str = "state-root";
         let planted = "fn f(cfg: &Config) {\n\
                        let t = cfg.state_dir.join(\"bao.token\");\n\
                        let r = Dir::state_root(&cfg.state_dir)?;\n\
@@ -729,7 +764,7 @@ mod tests {
 
     #[test]
     fn a_planted_outcome_write_is_named_with_its_line() {
-        const RULE: &str = "who writes state's outcome fields";
+        const RULE: &str = "outcome-fields";
         let planted = "fn f(st: &mut State) {\n\
                        st.last_result = Some(r);\n\
                        if st.last_error == None { st.failed_sha.take(); }\n\
@@ -756,7 +791,7 @@ mod tests {
 
     #[test]
     fn a_planted_fold_is_named_with_its_line() {
-        const RULE: &str = "who folds facts into State";
+        const RULE: &str = "folds";
         let planted = "fn f(st: &mut State) {\n\
                        st.fold(Fact::TickBegan);\n\
                        let n = xs.iter().fold(0, |a, b| a + b);\n\
@@ -774,6 +809,29 @@ mod tests {
             "monky-deployd/src/state.rs",
             "monky-deployd/src/tick.rs",
             "monky-deployd/src/watchdog.rs",
+        ] {
+            assert_eq!(check(RULE, file, planted), Vec::<String>::new(), "{file}");
+        }
+    }
+
+    #[test]
+    fn a_planted_exit_is_named_with_its_line() {
+        const RULE: &str = "exits";
+        let planted = "fn f() {\n    std::process::exit(1);\n    let e = exit(2);\n\
+                       process::exit (3)\n}\n";
+        assert_eq!(
+            check(RULE, "monky-compose/src/process.rs", planted),
+            [
+                "monky-compose/src/process.rs:2",
+                "monky-compose/src/process.rs:4"
+            ]
+        );
+        for file in [
+            "monky-deployd/src/lib.rs",
+            "monky-deployd/src/watchdog.rs",
+            "monky-deployd/benches/perf.rs",
+            "monky-testkit/src/bao/real.rs",
+            "xtask/src/main.rs",
         ] {
             assert_eq!(check(RULE, file, planted), Vec::<String>::new(), "{file}");
         }
