@@ -3,7 +3,9 @@
 //! - [`wire`] (always on, re-exported here): the serde shapes of the four calls
 //!   (checkin, bundle, lease, report), the `{code, detail}` envelope and [`ErrorCode`].
 //! - [`report`] (always on): [`ReportCode`], the codes an agent reports (a report's `detail`
-//!   starts with one), and [`AnyReportCode`], a received code that keeps unknown ones.
+//!   starts with one), and [`AnyReportCode`], a received code that keeps unknown ones. They,
+//!   [`Sha`] and [`ReportResult`] are the shared vocabulary crate's (`monky-vocab`), re-exported
+//!   here at their old paths.
 //! - `client` (feature `client`): `Client`, a blocking reqwest client with bearer auth,
 //!   per-call deadlines, an address mapping for mesh transports and a classified `Error`.
 //!
@@ -42,7 +44,10 @@
 
 #![deny(missing_docs)]
 
-pub mod report;
+/// The report-code vocabulary (monky-vocab's, re-exported at its old path).
+pub mod report {
+    pub use monky_vocab::report::{AnyReportCode, ReportCode};
+}
 pub mod wire;
 
 pub use report::{AnyReportCode, ReportCode};

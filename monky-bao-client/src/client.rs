@@ -15,8 +15,8 @@ use crate::certificate::Refused;
 use crate::connect::{CheckLayer, ConnectionCheck, refusal_in};
 use crate::error::{Absence, Error, Result, describe_json_error};
 use crate::token::Token;
-use monky_bundle::KvPath;
-use monky_bundle::kvpath::check_segment;
+use monky_vocab::KvPath;
+use monky_vocab::kvpath::check_segment;
 
 /// Default total timeout of one request.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);

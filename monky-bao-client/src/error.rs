@@ -10,7 +10,7 @@ use std::fmt;
 
 use crate::certificate::{CertificateRefusal, CertificateTime};
 
-use monky_bundle::{KvPathRefused, PathRefusal};
+use monky_vocab::{KvPathRefused, PathRefusal};
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -277,7 +277,7 @@ pub enum Error {
 }
 
 impl From<KvPathRefused> for Error {
-    /// A manifest path [`KvPath::parse`](monky_bundle::KvPath::parse) refused, as this client's
+    /// A manifest path [`KvPath::parse`](monky_vocab::KvPath::parse) refused, as this client's
     /// refusal, so a parse and a read chain with `?`.
     fn from(e: KvPathRefused) -> Self {
         Error::PathRefused {

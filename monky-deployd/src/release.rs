@@ -307,7 +307,8 @@ pub fn stage(
     dir.write_staged(ENV_FILE, env, 0o600)?;
     let digest = env_digest(&digest_key(layout)?, env);
     let path = dir.path().to_path_buf();
-    Release::of(dir, path, b.sha(), Some(digest)).context("staged release has no compose file")
+    Release::of(dir, path, b.sha().as_str(), Some(digest))
+        .context("staged release has no compose file")
 }
 
 /// A check a release must pass before `current` names it.
@@ -471,7 +472,7 @@ pub fn verify(layout: &Layout, sha: &Sha) -> anyhow::Result<()> {
         files.push((name, bytes));
     }
     let actual = bundle::bundle_sha(files.iter().map(|(n, b)| (n.as_str(), b.as_slice())));
-    if actual != sha {
+    if actual.as_str() != sha {
         return Err(modified(
             dir.path(),
             &format!(
