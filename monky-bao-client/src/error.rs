@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use crate::certificate::{CertificateRefusal, CertificateTime};
+use monky_http::{CertificateRefusal, CertificateTime};
 
 use monky_vocab::{KvPathRefused, PathRefusal};
 
@@ -323,7 +323,7 @@ impl Error {
     /// caller downcasts it to its own type.
     pub fn check_refusal(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
         match self {
-            Error::ConnectionCheck { source, .. } => crate::connect::refusal_in(source),
+            Error::ConnectionCheck { source, .. } => monky_http::connect::refusal_in(source),
             _ => None,
         }
     }

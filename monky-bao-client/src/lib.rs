@@ -2,7 +2,8 @@
 //!
 //! - [`BaoClient`] talks to OpenBao over HTTPS with an optional private CA as the only trust
 //!   root, can send its connections to a mapped address while TLS keeps the configured host
-//!   name ([`BaoClientBuilder::connect_to`]), never follows redirects and ignores proxies.
+//!   name ([`BaoClientBuilder::connect_to`]), never follows redirects and ignores proxies: the
+//!   hardened client of the workspace's `monky-http` crate, which tenancy's client shares.
 //! - [`Token`] holds a client token and never prints it.
 //! - [`KvPath`] (monky-vocab's, re-exported) is a manifest path proven to name one of the
 //!   caller's own `see/` secrets; anything else is refused before a request is sent.
@@ -31,11 +32,13 @@
 
 #![deny(missing_docs)]
 
-pub mod certificate;
 mod client;
-pub mod connect;
 mod error;
 mod token;
+
+// The certificate reading and the connection check are the shared hardened-HTTP crate's,
+// re-exported at their old paths (tenancy's client has the same ones).
+pub use monky_http::{certificate, connect};
 
 pub use certificate::{CertificateRefusal, CertificateTime};
 pub use client::{

@@ -151,6 +151,19 @@ const RULES: &[Rule] = &[
         why: "the OpenBao client needs the KV path alone, which the vocabulary crate holds",
     },
     Rule {
+        krate: "monky-http",
+        features: None,
+        forbidden: &[
+            "monky-agent-proto",
+            "monky-bao-client",
+            "monky-bundle",
+            "monky-compose",
+            "monky-deployd",
+        ],
+        max_crates: None,
+        why: "the hardened HTTP client knows neither peer: each client keeps its own errors and calls",
+    },
+    Rule {
         krate: "monky-vocab",
         features: Some(&[]),
         forbidden: NETWORK,
@@ -430,6 +443,9 @@ mod tests {
             ("monky-deployd", "monky-bao-client", None, None),
             ("monky-bao-client", "reqwest", None, None),
             ("monky-bao-client", "monky-vocab", None, None),
+            ("monky-bao-client", "monky-http", None, None),
+            ("monky-agent-proto", "monky-http", None, Some("client")),
+            ("monky-http", "reqwest", None, None),
             ("monky-bundle", "monky-vocab", None, None),
             ("monky-agent-proto", "monky-vocab", None, None),
             ("monky-vocab", "serde", None, None),
@@ -455,6 +471,7 @@ mod tests {
             "monky-bundle",
             "monky-compose",
             "monky-deployd",
+            "monky-http",
             "monky-testkit",
             "monky-vocab",
             "xtask",
@@ -597,6 +614,10 @@ mod tests {
             (
                 ("monky-bao-client", "monky-bundle", None, None),
                 "monky-bao-client depends on serde-saphyr",
+            ),
+            (
+                ("monky-http", "monky-bao-client", None, None),
+                "monky-http depends on monky-bao-client",
             ),
             (
                 ("monky-vocab", "tar", None, None),
