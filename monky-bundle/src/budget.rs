@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use crate::mount::{Mount, MountKind};
+
 /// The name of the override the agent writes next to a release's compose file to supply what a
 /// service leaves to the box ([`Budget::budget_override`]): not a bundle member, so no bundle
 /// can carry or replace it.
@@ -344,7 +346,7 @@ impl Shown<'_> {
         let first = key.split(['.', ' ']).next().unwrap_or(key);
         let mut vars = std::collections::BTreeSet::new();
         if let Some(v) = self.raw.and_then(|r| r.get(first)) {
-            crate::policy::raw_vars(v, &mut vars);
+            crate::interp::raw_vars(v, &mut vars);
         }
         !self.model && !vars.is_empty()
     }
@@ -364,7 +366,7 @@ impl Shown<'_> {
 
     fn show(&self, key: &str, value: &str) -> String {
         let first = key.split(['.', ' ']).next().unwrap_or(key);
-        crate::policy::key_value(
+        crate::interp::key_value(
             self.model,
             self.raw.and_then(|r| r.get(first)),
             key,
@@ -618,12 +620,9 @@ impl Budget {
             }
         }
         if let Some(Value::Array(vols)) = get("volumes") {
-            for v in vols {
-                let size = v
-                    .get("tmpfs")
-                    .and_then(|t| t.get("size"))
-                    .filter(|s| !s.is_null());
-                if v.get("type").and_then(Value::as_str) == Some("tmpfs")
+            for m in vols.iter().filter_map(Mount::parse) {
+                let size = m.tmpfs_size;
+                if m.kind == MountKind::Tmpfs
                     && let Some(s) = size
                     && as_u64(s).is_none()
                 {
@@ -633,7 +632,7 @@ impl Budget {
                     );
                     shown.unread(out, "volumes tmpfs.size", s, "a size", &hint);
                 }
-                if v.get("type").and_then(Value::as_str) == Some("tmpfs")
+                if m.kind == MountKind::Tmpfs
                     && let Some(size) = size.and_then(as_u64)
                     && size > self.max_tmpfs_size
                 {
@@ -1276,9 +1275,9 @@ impl Budget {
             }
         }
         if let Some(Value::Array(vols)) = get(&["volumes"]) {
-            for v in vols {
-                if v.get("type").and_then(Value::as_str) == Some("tmpfs")
-                    && let Some(n) = v.get("tmpfs").and_then(|t| t.get("size")).and_then(as_u64)
+            for m in vols.iter().filter_map(Mount::parse) {
+                if m.kind == MountKind::Tmpfs
+                    && let Some(n) = m.tmpfs_size.and_then(as_u64)
                 {
                     scratch = scratch.saturating_add(n);
                 }

@@ -3,8 +3,15 @@
 //! Recognised: `$$` (a literal dollar), `$NAME`, `${NAME}`, and the modifiers `:-` / `-`
 //! (default), `:?` / `?` (required with a message), `:+` / `+` (alternative). A modifier's word
 //! may itself contain references (`${A:-${B}}`). Anything else beginning with `$` is text.
+//! A finding names a value that came from a variable by the variable (`key_value`): the policy
+//! and the budget both show values so.
 
 use std::borrow::Cow;
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::refusal::printable;
 
 /// Nested words deeper than this are not followed; callers decide what that means.
 pub(crate) const MAX_DEPTH: usize = 16;
@@ -289,6 +296,44 @@ pub(crate) fn unresolved(
         }
     }
     Ok(())
+}
+
+/// `key value` for a finding: before the lease the value as the file holds it (cut to `width`);
+/// on compose's model, a value that came from a variable is named by the variable, never
+/// printed, and one the compose file does not hold at all is named without its value.
+pub(crate) fn key_value(
+    model: bool,
+    raw: Option<&Value>,
+    key: &str,
+    value: &str,
+    width: usize,
+) -> String {
+    if !model {
+        return format!("{key} {}", printable(value, width));
+    }
+    match raw {
+        None => format!("{key} (value not shown: not in the compose file)"),
+        Some(raw) => {
+            let mut vars = BTreeSet::new();
+            raw_vars(raw, &mut vars);
+            if vars.is_empty() {
+                format!("{key} {}", printable(value, width))
+            } else {
+                let names: Vec<String> = vars.iter().map(|v| format!("${{{v}}}")).collect();
+                format!("{key} from {}", names.join(" "))
+            }
+        }
+    }
+}
+
+/// The variable names a raw value references.
+pub(crate) fn raw_vars(v: &Value, out: &mut BTreeSet<String>) {
+    match v {
+        Value::String(s) if s.contains('$') => names(s, out, 0),
+        Value::Array(a) => a.iter().for_each(|x| raw_vars(x, out)),
+        Value::Object(m) => m.values().for_each(|x| raw_vars(x, out)),
+        _ => {}
+    }
 }
 
 #[cfg(test)]

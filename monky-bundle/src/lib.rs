@@ -60,6 +60,7 @@ mod limits;
 mod manifest;
 mod member;
 mod meta;
+mod mount;
 mod pack;
 mod parse;
 mod plain;

@@ -17,7 +17,9 @@ use serde_json::{Map, Value};
 
 use crate::budget::Budget;
 use crate::checks::{interpolate_compose, parse_compose, scrub};
+use crate::interp::{key_value, raw_vars};
 use crate::member::MemberName;
+use crate::mount::{Mount, MountKind, truthy};
 use crate::refusal::{Refusal, RefusalCode, printable};
 
 mod paths;
@@ -810,8 +812,8 @@ struct Walk {
     used_volumes: BTreeSet<String>,
 }
 
-/// The top-level volumes the services of `top` mount: the source of each `volumes` entry, in
-/// the short syntax (`name:/path[:mode]`) or the long one (`source:`).
+/// The top-level volumes the services of `top` mount: the name each `volumes` entry may give
+/// one ([`Mount::volume_name`]).
 fn used_volumes(top: &Map<String, Value>) -> BTreeSet<String> {
     let mut used = BTreeSet::new();
     let services = top.get("services").and_then(Value::as_object);
@@ -819,13 +821,8 @@ fn used_volumes(top: &Map<String, Value>) -> BTreeSet<String> {
         let Some(Value::Array(volumes)) = service.get("volumes") else {
             continue;
         };
-        for v in volumes {
-            let source = match v {
-                Value::String(s) => s.split(':').next(),
-                Value::Object(m) => m.get("source").and_then(Value::as_str),
-                _ => None,
-            };
-            used.extend(source.map(str::to_owned));
+        for m in volumes.iter().filter_map(Mount::parse) {
+            used.insert(m.volume_name().to_owned());
         }
     }
     used
@@ -880,44 +877,6 @@ impl Walk {
     /// `key value`, where a value that may have come from a variable is named by it.
     fn key_value(&self, site: &Site<'_>, key: &str, value: &str) -> String {
         key_value(self.model, site.raw, key, value, 80)
-    }
-}
-
-/// `key value` for a finding: before the lease the value as the file holds it (cut to `width`);
-/// on compose's model, a value that came from a variable is named by the variable, never
-/// printed, and one the compose file does not hold at all is named without its value.
-pub(crate) fn key_value(
-    model: bool,
-    raw: Option<&Value>,
-    key: &str,
-    value: &str,
-    width: usize,
-) -> String {
-    if !model {
-        return format!("{key} {}", printable(value, width));
-    }
-    match raw {
-        None => format!("{key} (value not shown: not in the compose file)"),
-        Some(raw) => {
-            let mut vars = BTreeSet::new();
-            raw_vars(raw, &mut vars);
-            if vars.is_empty() {
-                format!("{key} {}", printable(value, width))
-            } else {
-                let names: Vec<String> = vars.iter().map(|v| format!("${{{v}}}")).collect();
-                format!("{key} from {}", names.join(" "))
-            }
-        }
-    }
-}
-
-/// The variable names a raw value references.
-pub(crate) fn raw_vars(v: &Value, out: &mut BTreeSet<String>) {
-    match v {
-        Value::String(s) if s.contains('$') => crate::interp::names(s, out, 0),
-        Value::Array(a) => a.iter().for_each(|x| raw_vars(x, out)),
-        Value::Object(m) => m.values().for_each(|x| raw_vars(x, out)),
-        _ => {}
     }
 }
 
@@ -1196,8 +1155,8 @@ impl Ctx<'_> {
             }
             C::ServiceVolumes => {
                 if let Value::Array(items) = value {
-                    for item in items {
-                        if let Some((sev, what)) = self.volume(item) {
+                    for m in items.iter().filter_map(Mount::parse) {
+                        if let Some((sev, what)) = self.volume(&m) {
                             // A hint after the value is printed only with the value itself.
                             let (what, hint) = what.split_once(HINT).unwrap_or((&what, ""));
                             let mut text = walk.key_value(site, shown, what);
@@ -1375,87 +1334,53 @@ impl Ctx<'_> {
     }
 
     /// Judges one entry of a service's `volumes`: the reason it is refused, if it is.
-    fn volume(&self, item: &Value) -> Option<(Severity, String)> {
+    fn volume(&self, m: &Mount<'_>) -> Option<(Severity, String)> {
         let priv_ = |s: String| Some((Severity::Privileged, s));
-        match item {
-            Value::String(s) => {
-                // compose reads a drive letter or a UNC name as a bind source; dockerd on this
-                // box would not read it as the policy would.
-                if paths::foreign(s) {
-                    return priv_(format!("{} not a path on this box", printable(s, 80)));
+        // compose reads a drive letter or a UNC name as a bind source; dockerd on this box
+        // would not read it as the policy would.
+        if let Some(text) = m.foreign {
+            return priv_(format!("{} not a path on this box", printable(text, 80)));
+        }
+        let source = m.source;
+        match m.kind {
+            // A named volume: compose refuses one the file does not declare.
+            MountKind::Anonymous => None,
+            MountKind::Bind => {
+                // compose's model holds absolute sources only; in the file, a plain relative
+                // name (`source: data`) is relative to the release dir.
+                let relative_in_model = m.long
+                    && self.release.is_some()
+                    && !source.trim().is_empty()
+                    && !source.starts_with('/');
+                if relative_in_model {
+                    return priv_(format!("{} not a path on this box", printable(source, 80)));
                 }
-                let parts: Vec<&str> = s.split(':').collect();
-                if parts.len() < 2 {
-                    return None; // an anonymous volume
-                }
-                let source = parts[0];
-                let opts: Vec<&str> = parts.get(2).map_or(Vec::new(), |o| o.split(',').collect());
-                if !is_path(source) {
-                    return None; // a named volume: compose refuses one the file does not declare
-                }
-                let ro = opts.iter().any(|o| o.trim().eq_ignore_ascii_case("ro"));
-                if let Some(p) = opts.iter().find(|o| paths::shares_mounts(o)) {
+                if let Some(p) = m.modes.iter().find(|o| paths::shares_mounts(o)) {
                     return priv_(format!("{source} propagation {p}"));
                 }
-                let relabel = opts.iter().any(|o| o.trim().eq_ignore_ascii_case("z"));
-                self.bind(source, ro, relabel)
-            }
-            Value::Object(m) => {
-                let kind = m.get("type").and_then(Value::as_str).unwrap_or("volume");
-                let source = m.get("source").and_then(Value::as_str).unwrap_or("");
-                match kind {
-                    "bind" => {
-                        let ro = m.get("read_only").is_some_and(truthy);
-                        let bind = m.get("bind");
-                        let opt = |k: &str| bind.and_then(|b| b.get(k)).and_then(Value::as_str);
-                        // compose's model holds absolute sources only; in the file, a plain
-                        // relative name (`source: data`) is relative to the release dir.
-                        let relative_in_model = self.release.is_some()
-                            && !source.trim().is_empty()
-                            && !source.starts_with('/');
-                        if paths::foreign(source) || relative_in_model {
-                            return priv_(format!(
-                                "{} not a path on this box",
-                                printable(source, 80)
-                            ));
-                        }
-                        if let Some(p) = opt("propagation").filter(|p| paths::shares_mounts(p)) {
-                            return priv_(format!("{source} propagation {p}"));
-                        }
-                        if opt("recursive")
-                            .is_some_and(|r| r.trim().eq_ignore_ascii_case("writable"))
-                        {
-                            return priv_(format!("{source} recursive writable"));
-                        }
-                        self.bind(source, ro, opt("selinux").is_some())
-                    }
-                    "volume" => {
-                        let sub = m
-                            .get("volume")
-                            .and_then(|v| v.get("subpath"))
-                            .and_then(Value::as_str);
-                        match sub {
-                            Some(s)
-                                if Path::new(s).is_absolute()
-                                    || Path::new(s)
-                                        .components()
-                                        .any(|c| c == Component::ParentDir) =>
-                            {
-                                priv_(format!("{source} subpath {}", printable(s, 80)))
-                            }
-                            _ => None,
-                        }
-                    }
-                    // dockerd refuses a tmpfs with a source; one that reached it anyway would be
-                    // judged as a host path nowhere else.
-                    "tmpfs" if !source.trim().is_empty() => {
-                        priv_(format!("tmpfs with the source {}", printable(source, 80)))
-                    }
-                    "tmpfs" => None,
-                    other => priv_(format!("type {}", printable(other, 40))),
+                if m.recursive
+                    .is_some_and(|r| r.trim().eq_ignore_ascii_case("writable"))
+                {
+                    return priv_(format!("{source} recursive writable"));
                 }
+                self.bind(source, m.read_only, m.relabel)
             }
-            _ => None,
+            MountKind::Volume => match m.subpath {
+                Some(s)
+                    if Path::new(s).is_absolute()
+                        || Path::new(s).components().any(|c| c == Component::ParentDir) =>
+                {
+                    priv_(format!("{source} subpath {}", printable(s, 80)))
+                }
+                _ => None,
+            },
+            // dockerd refuses a tmpfs with a source; one that reached it anyway would be
+            // judged as a host path nowhere else.
+            MountKind::Tmpfs if !source.trim().is_empty() => {
+                priv_(format!("tmpfs with the source {}", printable(source, 80)))
+            }
+            MountKind::Tmpfs => None,
+            MountKind::Other(other) => priv_(format!("type {}", printable(other, 40))),
         }
     }
 
@@ -1634,10 +1559,6 @@ fn tmpfs_driver_opts(opts: &Value) -> bool {
         })
 }
 
-fn is_path(source: &str) -> bool {
-    source.starts_with('/') || source.starts_with('.') || source.starts_with('~')
-}
-
 /// `path` with `.` and `..` applied lexically (`..` at the root stays at the root).
 fn lexical(path: &Path) -> PathBuf {
     let mut out = PathBuf::from("/");
@@ -1770,18 +1691,6 @@ const LOCAL_IMAGE_ID: &str = "local image ID";
 const ID_PREFIX: &str = "image ID prefix";
 const LOOPBACK_REGISTRY: &str = "registry on loopback";
 
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Bool(b) => *b,
-        Value::String(s) => matches!(
-            s.trim().to_ascii_lowercase().as_str(),
-            "true" | "yes" | "y" | "on" | "1"
-        ),
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Value::Null | Value::Array(_) | Value::Object(_) => false,
-    }
-}
-
 fn value_text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
@@ -1904,6 +1813,11 @@ mod tests {
             let err = p.check_file(&text, &none, &secrets).expect_err(mounted);
             assert!(err.to_string().contains("volumes.root"), "{err}");
         }
+        // The old readings of `- /data` disagreed (an anonymous volume, or a volume named
+        // `/data`); the stricter is kept: a top-level volume `/data` is judged.
+        let text = "services:\n  web:\n    image: x\n    volumes: [\"/data\"]\nvolumes:\n  /data:\n    driver_opts: {type: none, o: bind, device: /}\n";
+        let err = p.check_file(text, &none, &secrets).expect_err(text);
+        assert!(err.to_string().contains("volumes./data"), "{err}");
         // `default` is joined by every service that names no network and has no network_mode.
         let default = "services:\n  web:\n    image: x\nnetworks:\n  default:\n    ipam:\n      config: [{subnet: 10.9.0.0/16}]\n";
         assert!(p.check_file(default, &none, &secrets).is_err());

@@ -21,25 +21,21 @@ pub struct Container {
 }
 
 impl Container {
-    /// From what every source reports: the engine's `state` (read from the `status` text when
-    /// empty, as old engines leave it) and the health (from the `status` text unless given).
+    /// From what every source reports: the engine's `state`, its `status` text and compose's
+    /// `Health` field (empty where the source has none), read by [`docker_words`].
     pub(crate) fn from_row(
         name: String,
         service: String,
         state: &str,
         status: &str,
-        health: Option<String>,
+        health: &str,
     ) -> Self {
-        let state = if state.is_empty() {
-            state_from_status(status)
-        } else {
-            state.to_ascii_lowercase()
-        };
+        let (state, health) = docker_words(state, status, health);
         Container {
             name,
             service,
             state,
-            health: health.or_else(|| health_from_status(status)),
+            health,
             completed: false,
         }
     }
@@ -48,23 +44,25 @@ impl Container {
     /// that completed ([`Container::completed`]).
     #[must_use]
     pub fn is_ready(&self) -> bool {
-        self.completed || Self::ready(&self.state, self.health.as_deref())
+        Self::ready(&self.state, self.health.as_deref(), self.completed)
     }
 
-    /// The readiness rule of [`is_ready`](Self::is_ready) on a state and health kept apart
-    /// from their container (the agent's state file keeps only these of a container):
-    /// `running`, and `healthy` unless there is no healthcheck.
+    /// The one readiness rule, [`is_ready`](Self::is_ready)'s, on a state, health and
+    /// one-shot completion kept apart from their container (the agent's state file keeps only
+    /// these of a container): a completed one-shot, or `running` and `healthy` unless there is
+    /// no healthcheck.
     ///
     /// ```
     /// use monky_compose::Container;
-    /// assert!(Container::ready("running", None));
-    /// assert!(Container::ready("running", Some("healthy")));
-    /// assert!(!Container::ready("running", Some("starting")));
-    /// assert!(!Container::ready("restarting", None));
+    /// assert!(Container::ready("running", None, false));
+    /// assert!(Container::ready("running", Some("healthy"), false));
+    /// assert!(!Container::ready("running", Some("starting"), false));
+    /// assert!(!Container::ready("restarting", None, false));
+    /// assert!(Container::ready("exited", None, true));
     /// ```
     #[must_use]
-    pub fn ready(state: &str, health: Option<&str>) -> bool {
-        state == "running" && health.is_none_or(|h| h == "healthy")
+    pub fn ready(state: &str, health: Option<&str>, completed: bool) -> bool {
+        completed || (state == "running" && health.is_none_or(|h| h == "healthy"))
     }
 
     /// Has failed for good: exited (but for a completed one-shot), dead, or its healthcheck
@@ -109,31 +107,27 @@ pub(crate) fn project_containers<R: Row>(rows: impl IntoIterator<Item = R>) -> V
     out
 }
 
-/// Normalises a health value from either source: compose's `Health` field (`healthy`,
-/// `unhealthy`, `starting`, or empty) or the engine's text (`health: starting`).
-pub(crate) fn normalize_health(raw: &str) -> Option<String> {
-    let h = raw.trim();
-    let h = h.strip_prefix("health:").map_or(h, str::trim);
-    match h.to_ascii_lowercase().as_str() {
-        "" | "none" => None,
-        "healthy" => Some("healthy".to_owned()),
-        "unhealthy" => Some("unhealthy".to_owned()),
-        "starting" => Some("starting".to_owned()),
-        _ => None,
+/// Docker's words for a container, the one reader of them: the state (the engine's `State`
+/// lower-cased, or, where an old engine leaves it empty, guessed from the `Status` text such as
+/// `Up 3 minutes` or `Exited (1) 2 minutes ago`), and the health (`healthy`, `unhealthy` or
+/// `starting`, from compose's `Health` field, else from the `Status` text's last parentheses,
+/// `(healthy)` or `(health: starting)`; `None` without a healthcheck). Other parentheses
+/// (`Exited (0) ...`, `(Paused)`) are not health, and a word this does not know is no health.
+pub(crate) fn docker_words(state: &str, status: &str, health: &str) -> (String, Option<String>) {
+    let health_word = |raw: &str| {
+        let h = raw.trim();
+        let h = h.strip_prefix("health:").map_or(h, str::trim);
+        let h = h.to_ascii_lowercase();
+        matches!(h.as_str(), "healthy" | "unhealthy" | "starting").then_some(h)
+    };
+    let health = health_word(health).or_else(|| {
+        let open = status.rfind('(')?;
+        let close = status[open..].find(')')? + open;
+        health_word(&status[open + 1..close])
+    });
+    if !state.is_empty() {
+        return (state.to_ascii_lowercase(), health);
     }
-}
-
-/// Reads the health from a `Status` text such as `Up 3 minutes (healthy)` or
-/// `Up 2 seconds (health: starting)`. Other parentheses (`Exited (0) ...`, `(Paused)`) are not
-/// health.
-pub(crate) fn health_from_status(status: &str) -> Option<String> {
-    let open = status.rfind('(')?;
-    let close = status[open..].find(')')? + open;
-    normalize_health(&status[open + 1..close])
-}
-
-/// Guesses the state from a `Status` text for engines that do not send `State`.
-pub(crate) fn state_from_status(status: &str) -> String {
     let s = status.trim_start();
     let state = if s.starts_with("Up") {
         if s.contains("(Paused)") {
@@ -154,7 +148,13 @@ pub(crate) fn state_from_status(status: &str) -> String {
     } else {
         "unknown"
     };
-    state.to_owned()
+    (state.to_owned(), health)
+}
+
+/// Docker's word in compose's `com.docker.compose.oneoff` label for a `compose run`
+/// container, as every source spells it (`True`, any case).
+pub(crate) fn oneoff_word(value: &str) -> bool {
+    value.eq_ignore_ascii_case("true")
 }
 
 #[cfg(test)]
@@ -165,7 +165,7 @@ mod tests {
     fn health_from_status_text() {
         let check = |status: &str, expected: Option<&str>| {
             assert_eq!(
-                health_from_status(status).as_deref(),
+                docker_words("running", status, "").1.as_deref(),
                 expected,
                 "status {status:?}"
             );
@@ -184,7 +184,11 @@ mod tests {
     #[test]
     fn state_from_status_text() {
         let check = |status: &str, expected: &str| {
-            assert_eq!(state_from_status(status), expected, "status {status:?}");
+            assert_eq!(
+                docker_words("", status, "").0,
+                expected,
+                "status {status:?}"
+            );
         };
         check("Up 3 minutes (healthy)", "running");
         check("Up 1 hour (Paused)", "paused");
@@ -194,6 +198,43 @@ mod tests {
         check("Dead", "dead");
         check("Removal In Progress", "removing");
         check("something new", "unknown");
+    }
+
+    #[test]
+    fn compose_s_health_field_comes_first_and_the_state_is_lower_cased() {
+        let check = |state: &str, status: &str, health: &str, expected: (&str, Option<&str>)| {
+            let (s, h) = docker_words(state, status, health);
+            assert_eq!(
+                (s.as_str(), h.as_deref()),
+                expected,
+                "{state:?} {status:?} {health:?}"
+            );
+        };
+        check(
+            "Running",
+            "Up 1 minute (healthy)",
+            "",
+            ("running", Some("healthy")),
+        );
+        check(
+            "running",
+            "Up 1 minute (healthy)",
+            "Starting",
+            ("running", Some("starting")),
+        );
+        check(
+            "running",
+            "Up 1 minute",
+            " health: unhealthy ",
+            ("running", Some("unhealthy")),
+        );
+        check(
+            "running",
+            "Up 1 minute (healthy)",
+            "none",
+            ("running", Some("healthy")),
+        );
+        check("running", "Up 1 minute", "sleepy", ("running", None));
     }
 
     #[test]
@@ -216,7 +257,11 @@ mod tests {
         for (state, health, ready) in table {
             let container = c(state, *health);
             assert_eq!(container.is_ready(), *ready, "{container:?}");
-            assert_eq!(Container::ready(state, *health), *ready, "{container:?}");
+            assert_eq!(
+                Container::ready(state, *health, false),
+                *ready,
+                "{container:?}"
+            );
         }
         assert!(c("exited", None).has_failed());
         assert!(c("running", Some("unhealthy")).has_failed());

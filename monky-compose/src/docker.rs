@@ -9,11 +9,11 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::Container;
-use crate::compose::{Compose, ComposeVersion};
-use crate::container::{Row, project_containers};
+use crate::container::{Row, oneoff_word, project_containers};
 use crate::engine::{self, ContainerFacts, Engine, EngineInfo, PROJECT_LABEL};
 use crate::error::{Error, Result};
 use crate::process::{Invocation, Runner, is_executable};
+use crate::version::ComposeVersion;
 
 /// Where docker installs CLI plugins system-wide; the docker CLI searches these even when
 /// `DOCKER_CONFIG` is set.
@@ -188,12 +188,6 @@ impl Docker {
             plugin_dirs: None,
             hint: None,
         }
-    }
-
-    /// The compose project `project`, run in `workdir` with `file` and `env_file`.
-    #[must_use]
-    pub fn compose(&self, project: &str, workdir: &Path, file: &Path, env_file: &Path) -> Compose {
-        Compose::new(self.clone(), project, workdir, file, env_file)
     }
 
     /// The docker CLI this driver runs.
@@ -563,7 +557,7 @@ struct CliRow {
 
 impl Row for CliRow {
     fn is_oneoff(&self) -> bool {
-        self.oneoff.eq_ignore_ascii_case("true")
+        oneoff_word(&self.oneoff)
     }
 
     fn into_container(self) -> Container {
@@ -573,7 +567,7 @@ impl Row for CliRow {
             .find(|n| !n.contains('/'))
             .unwrap_or(&self.name)
             .to_owned();
-        Container::from_row(name, self.service, &self.state, &self.status, None)
+        Container::from_row(name, self.service, &self.state, &self.status, "")
     }
 }
 

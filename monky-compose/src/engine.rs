@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use url::Url;
 
 use crate::Container;
-use crate::container::Row;
+use crate::container::{Row, docker_words, oneoff_word};
 use crate::error::{Error, Result};
 
 /// The socket the daemon listens on when `DOCKER_HOST` is not set.
@@ -533,9 +533,7 @@ impl Engine {
             }
             let message = serde_json::from_slice::<ApiError>(&body)
                 .map(|e| e.message)
-                .unwrap_or_else(|_| {
-                    crate::process::tail_chars(&String::from_utf8_lossy(&body), 300)
-                });
+                .unwrap_or_else(|_| crate::error::tail_chars(&String::from_utf8_lossy(&body), 300));
             return Err(Error::EngineStatus {
                 path: path.to_owned(),
                 status,
@@ -732,8 +730,7 @@ impl ApiContainer {
 
 impl Row for ApiContainer {
     fn is_oneoff(&self) -> bool {
-        self.label(ONEOFF_LABEL)
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        self.label(ONEOFF_LABEL).is_some_and(oneoff_word)
     }
 
     fn into_container(self) -> Container {
@@ -747,7 +744,7 @@ impl Row for ApiContainer {
             .unwrap_or_default()
             .to_owned();
         let service = self.label(SERVICE_LABEL).unwrap_or_default().to_owned();
-        Container::from_row(name, service, &self.state, &self.status, None)
+        Container::from_row(name, service, &self.state, &self.status, "")
     }
 }
 
@@ -839,14 +836,15 @@ struct ApiProbe {
 
 impl ApiInspect {
     fn into_detail(self) -> ContainerDetail {
-        let cut = |t: &str| crate::process::tail_chars(&one_line(t), ContainerDetail::MAX_TEXT);
+        let cut = |t: &str| crate::error::tail_chars(&one_line(t), ContainerDetail::MAX_TEXT);
         let st = self.state;
         ContainerDetail {
             error: st.error.as_deref().map(cut).filter(|e| !e.is_empty()),
             // An exit code means something only once the container ran and stopped.
-            exit_code: st
-                .exit_code
-                .filter(|_| matches!(st.status.as_deref(), Some("exited" | "dead"))),
+            exit_code: st.exit_code.filter(|_| {
+                let (state, _) = docker_words(st.status.as_deref().unwrap_or(""), "", "");
+                matches!(state.as_str(), "exited" | "dead")
+            }),
             last_probe: st
                 .health
                 .and_then(|h| h.log)

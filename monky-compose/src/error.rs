@@ -279,10 +279,20 @@ fn first_words(stderr: &str) -> Option<String> {
             unique.push(l);
         }
     }
-    Some(crate::process::tail_chars(
-        &unique.join(" | "),
-        Error::CAUSE_MAX,
-    ))
+    Some(tail_chars(&unique.join(" | "), Error::CAUSE_MAX))
+}
+
+/// The last `max` bytes of `text`, cut at a character boundary, trimmed.
+pub(crate) fn tail_chars(text: &str, max: usize) -> String {
+    let text = text.trim();
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("...{}", &text[start..])
 }
 
 fn describe_code(code: Option<i32>) -> String {
@@ -320,6 +330,13 @@ fn summarize(containers: &[Container]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tail_chars_cuts_at_char_boundary() {
+        assert_eq!(tail_chars("  short \n", 10), "short");
+        assert_eq!(tail_chars("abcdef", 3), "...def");
+        assert_eq!(tail_chars("aé", 1), "...");
+    }
 
     #[test]
     fn messages_are_lower_case_without_trailing_period() {

@@ -38,8 +38,9 @@ mod error;
 pub mod process;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod version;
 
-pub use compose::{Compose, ComposeVersion, parse_ps_json, pull_failure_message};
+pub use compose::{Compose, parse_ps_json, pull_failure_message};
 pub use container::Container;
 pub use docker::{
     CommandLimits, ComposeInfo, Docker, DockerBuilder, DockerFacts, FileStamp, SYSTEM_PLUGIN_DIRS,
@@ -48,3 +49,4 @@ pub use engine::{
     ContainerDetail, ContainerFacts, Engine, EngineInfo, NamedObject, ObjectKind, Probe,
 };
 pub use error::{Error, ErrorKind, Result};
+pub use version::ComposeVersion;

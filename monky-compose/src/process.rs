@@ -14,7 +14,7 @@ use std::sync::{Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, tail_chars};
 
 /// The `PATH` children get when the agent itself has none.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -495,19 +495,6 @@ pub(crate) fn is_executable(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// The last `max` bytes of `text`, cut at a character boundary, trimmed.
-pub(crate) fn tail_chars(text: &str, max: usize) -> String {
-    let text = text.trim();
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut start = text.len() - max;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("...{}", &text[start..])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -660,12 +647,5 @@ mod tests {
         assert_eq!(r.which("tool"), Some(exe));
         assert_eq!(r.which("plain"), None);
         assert_eq!(r.which("absent"), None);
-    }
-
-    #[test]
-    fn tail_chars_cuts_at_char_boundary() {
-        assert_eq!(tail_chars("  short \n", 10), "short");
-        assert_eq!(tail_chars("abcdef", 3), "...def");
-        assert_eq!(tail_chars("aé", 1), "...");
     }
 }

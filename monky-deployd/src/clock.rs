@@ -194,6 +194,12 @@ pub fn skew_problem(ahead: i64) -> Option<String> {
     })
 }
 
+/// A unix time as RFC 3339 (UTC, seconds).
+pub fn rfc3339(secs: u64) -> String {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+        .to_string()
+}
+
 /// A span in its largest unit, rounded (`45s`, `12m`, `5h`, `3d`): stable from tick to tick, so
 /// a skew that stays is counted as a repeat, not logged again.
 pub(crate) fn human(secs: u64) -> String {

@@ -12,7 +12,30 @@ use serde::{Deserialize, Deserializer};
 /// The vocabulary is tenancy's too, so it lives in the proto crate; the policy is [`CodePolicy`].
 pub use proto::ReportCode as Code;
 
-use crate::exit::Exit;
+/// The process exit statuses the systemd unit and operators rely on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Exit {
+    /// Converged, heartbeat sent, offline in laptop mode, or another tick holds the lock.
+    Ok,
+    /// A refusal or a failure, reported to tenancy as `failed`.
+    Fail,
+    /// Temporary: the next tick retries (`SuccessExitStatus=75`).
+    Temporary,
+    /// The token is pinned to another env, or the configuration is unusable: never retried.
+    Config,
+}
+
+impl Exit {
+    /// The numeric status.
+    pub fn code(self) -> u8 {
+        match self {
+            Self::Ok => 0,
+            Self::Fail => 1,
+            Self::Temporary => 75,
+            Self::Config => 78,
+        }
+    }
+}
 
 /// The agent's policy about each code of the report vocabulary ([`Code`], the proto crate's
 /// `ReportCode`): how a tick that ends with it exits, what an operator does next, whose move it

@@ -607,12 +607,31 @@ impl Config {
             .filter_map(|a| a.parse::<SocketAddr>().ok())
             .map(|a| a.port())
             .collect();
-        for peer in [crate::peers::Peer::Tenancy, crate::peers::Peer::Bao] {
-            if let Some(a) = crate::peers::loopback_target(self, peer)? {
-                ports.push(a.port());
-            }
+        for a in [self.tenancy_loopback()?, self.bao_loopback()?]
+            .into_iter()
+            .flatten()
+        {
+            ports.push(a.port());
         }
         Ok(ports)
+    }
+
+    /// The loopback address the agent dials for tenancy, if it dials one: the proxy's port, or
+    /// a loopback IP (or `localhost`) in the URL under `system`.
+    ///
+    /// # Errors
+    /// A config whose addresses do not parse.
+    pub fn tenancy_loopback(&self) -> anyhow::Result<Option<SocketAddr>> {
+        Ok(loopback_of(self.tenancy_mapping()?, &self.tenancy_url()?))
+    }
+
+    /// The loopback address the agent dials for OpenBao, if it dials one (as
+    /// [`Config::tenancy_loopback`]).
+    ///
+    /// # Errors
+    /// A config whose addresses do not parse.
+    pub fn bao_loopback(&self) -> anyhow::Result<Option<SocketAddr>> {
+        Ok(loopback_of(self.bao_mapping()?, &self.bao_url()?))
     }
 
     /// Tenancy's base URL: `base_url` when given, else scheme://host:port.
@@ -677,16 +696,6 @@ impl Config {
             })
     }
 
-    /// The agent's own docker config directory (`DOCKER_CONFIG`), never a human's `$HOME`.
-    pub fn docker_config_dir(&self) -> PathBuf {
-        crate::layout::docker_config_dir(&self.state_dir)
-    }
-
-    /// The env's directory holding `releases/` and `current`.
-    pub fn env_dir(&self) -> PathBuf {
-        crate::layout::env_path(&self.state_dir, &self.env_id)
-    }
-
     /// The compose policy of this box for a bundle: the project name and the admin's
     /// allowlists, plus the bundle's own `allow_privileged`.
     pub fn compose_policy(&self, allow_privileged: bool) -> monky_bundle::ComposePolicy {
@@ -738,6 +747,20 @@ fn parse_log_level(text: &str) -> anyhow::Result<tracing::Level> {
             )
         }
     })
+}
+
+/// The address of this box that a peer's proxy mapping or URL dials, if it dials one.
+fn loopback_of(mapping: Option<SocketAddr>, url: &Url) -> Option<SocketAddr> {
+    let addr = match (mapping, url.host(), url.port_or_known_default()) {
+        (Some(addr), _, _) => Some(addr),
+        (None, Some(url::Host::Ipv4(ip)), Some(port)) => Some(SocketAddr::from((ip, port))),
+        (None, Some(url::Host::Ipv6(ip)), Some(port)) => Some(SocketAddr::from((ip, port))),
+        (None, Some(url::Host::Domain("localhost")), Some(port)) => {
+            Some(SocketAddr::from(([127, 0, 0, 1], port)))
+        }
+        _ => None,
+    };
+    addr.filter(|a| crate::host::is_local(a.ip()))
 }
 
 #[cfg(test)]
@@ -1201,7 +1224,6 @@ self_heal: maybe
                     // Whatever YAML made of a plain scalar, the agent talks as exactly this env.
                     prop_assert_eq!(&cfg.env_id, &id, "{}", text);
                     prop_assert_eq!(&cfg.compose_project, &format!("monky-{id}"));
-                    prop_assert_eq!(cfg.env_dir(), cfg.state_dir.join(&id));
                 }
                 // Quoted, a valid name is always accepted.
                 if style != 0 && alone {

@@ -16,7 +16,6 @@ use crate::exit::Exit;
 use crate::layout::Layout;
 use crate::peers;
 use crate::redact::redact;
-use crate::state::State;
 
 /// A check's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -101,7 +100,7 @@ pub fn run(cfg: &Config) -> Vec<Check> {
         None => skip("metrics dir", "metrics_textfile is not set"),
     });
     let docker = compose::Docker::builder(cfg.docker_bin.clone())
-        .docker_config(cfg.docker_config_dir())
+        .docker_config(crate::layout::docker_config_dir(&cfg.state_dir))
         .build();
     out.push(check(
         "compose v2",
@@ -279,15 +278,15 @@ fn grant(cfg: &Config, layout: &Layout) -> Check {
         crate::fsx::read_private(path, crate::tick::MAX_GRANT_BYTES)
             .map_err(|p| format!("{}: {p}", path.display()))
             .and_then(|bytes| match grant_expiry(&bytes) {
-                Some(exp) if exp <= crate::state::now() => Err(format!(
+                Some(exp) if exp <= crate::clock::wall() => Err(format!(
                     "{} expired at {}: OpenBao will refuse it",
                     path.display(),
-                    crate::status::rfc3339(exp)
+                    crate::clock::rfc3339(exp)
                 )),
                 Some(exp) => Ok(format!(
                     "{} is a private regular file, valid until {}",
                     path.display(),
-                    crate::status::rfc3339(exp)
+                    crate::clock::rfc3339(exp)
                 )),
                 None => Ok(format!("{} is a private regular file", path.display())),
             }),
@@ -507,7 +506,7 @@ fn openbao_token(cfg: &Config, layout: &Layout, client: &bao::BaoClient) -> Vec<
 /// while there is time, a failure in its last hours or once it has passed, so a person acts
 /// before the box needs the kit.
 fn max_ttl(layout: &Layout) -> Option<Check> {
-    let end = crate::verdict::token_max_ttl(&State::peek_env(layout), crate::state::now())?;
+    let end = crate::verdict::token_max_ttl(&crate::statefile::peek(layout), crate::clock::wall())?;
     Some(Check {
         name: "token max TTL",
         verdict: if end.urgent() {
@@ -527,12 +526,12 @@ fn max_ttl(layout: &Layout) -> Option<Check> {
 /// its operators' to unseal, not this box's transport to check), so the check never gives two.
 fn bao_failed(e: bao::Error) -> Check {
     let failure = peers::bao_failure("lookup-self", e);
-    let (code, detail) = crate::exit::Failure::detail_of(&failure);
+    let failure = crate::exit::Failure::first_of(&failure);
     Check {
         name: "openbao",
         verdict: Verdict::Fail,
-        detail: redact(&format!("{detail} ({}'s move)", code.owner())).into_string(),
-        fix: code.next_step(),
+        detail: redact(&format!("{failure} ({}'s move)", failure.code.owner())).into_string(),
+        fix: failure.code.next_step(),
     }
 }
 
@@ -548,7 +547,7 @@ fn disk(cfg: &Config, layout: &Layout, docker: Option<&compose::Docker>) -> Chec
     if let Err(e) = compose::Engine::from_env().info() {
         return skip("disk", &format!("the docker engine does not answer ({e})"));
     }
-    let st = State::peek_env(layout);
+    let st = crate::statefile::peek(layout);
     let need = st.last_disk_need_bytes().unwrap_or(0);
     let want = disk_wanted(need, cfg.disk_factor, cfg.disk_headroom_bytes);
     check(
@@ -615,7 +614,7 @@ fn release_dirs(cfg: &Config, layout: &Layout) -> Check {
 /// The operator's hold: a warning while one is in force (the agent applies, heals and retires
 /// nothing meanwhile), so doctor never calls a held box simply fine.
 fn hold(layout: &Layout) -> Check {
-    let clock = State::peek_env(layout).clock().cloned();
+    let clock = crate::statefile::peek(layout).clock().cloned();
     match crate::hold::peek(layout, clock.as_ref()) {
         Some(h) => Check {
             name: "hold",
@@ -636,13 +635,13 @@ fn hold(layout: &Layout) -> Check {
 /// move it is, so doctor never says all is well while ticks fail.
 fn last_tick(layout: &Layout) -> Check {
     const NAME: &str = "last tick";
-    let st = State::peek_env(layout);
+    let st = crate::statefile::peek(layout);
     let (Some(code), Some(error)) = (st.last_code(), st.last_error()) else {
         return match st.last_success() {
             Some(t) => check(
                 NAME,
                 "",
-                Ok(format!("succeeded at {}", crate::status::rfc3339(t))),
+                Ok(format!("succeeded at {}", crate::clock::rfc3339(t))),
             ),
             None => skip(NAME, "no tick has run yet"),
         };

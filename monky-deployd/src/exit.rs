@@ -9,30 +9,9 @@ use std::time::Duration;
 use crate::code::{Code, CodePolicy as _};
 use crate::redact::Redacted;
 
-/// The process exit statuses the systemd unit and operators rely on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Exit {
-    /// Converged, heartbeat sent, offline in laptop mode, or another tick holds the lock.
-    Ok,
-    /// A refusal or a failure, reported to tenancy as `failed`.
-    Fail,
-    /// Temporary: the next tick retries (`SuccessExitStatus=75`).
-    Temporary,
-    /// The token is pinned to another env, or the configuration is unusable: never retried.
-    Config,
-}
+pub use crate::code::Exit;
 
 impl Exit {
-    /// The numeric status.
-    pub fn code(self) -> u8 {
-        match self {
-            Self::Ok => 0,
-            Self::Fail => 1,
-            Self::Temporary => 75,
-            Self::Config => 78,
-        }
-    }
-
     /// The status an error chain maps to: the class of its first failure's code.
     pub fn of(err: &anyhow::Error) -> Self {
         Failure::of(err).map_or(Self::Fail, Failure::exit)
@@ -124,15 +103,12 @@ impl Failure {
             .find_map(field)
     }
 
-    /// The code and `CODE: names` of an error, for a report's detail and state's last error,
-    /// unredacted: an error that carries no failure is `FAILED` with its innermost cause.
-    pub fn detail_of(err: &anyhow::Error) -> (Code, String) {
+    /// The first failure of an error chain, for a report's detail and state's last error: an
+    /// error that carries none is `FAILED` with its innermost cause.
+    pub fn first_of(err: &anyhow::Error) -> Failure {
         match Self::of(err) {
-            Some(f) => (f.code, f.to_string()),
-            None => (
-                Code::Failed,
-                Self::coded(Code::Failed, err.root_cause().to_string()).to_string(),
-            ),
+            Some(f) => f.clone(),
+            None => Self::coded(Code::Failed, err.root_cause().to_string()),
         }
     }
 }
@@ -229,8 +205,9 @@ mod tests {
         assert_eq!(Failure::from(&bare).to_string(), "BUNDLE_INVALID");
         // An error without a failure is FAILED, with its innermost cause.
         let plain = anyhow::anyhow!("disk gone").context("save");
+        let first = Failure::first_of(&plain);
         assert_eq!(
-            Failure::detail_of(&plain),
+            (first.code, first.to_string()),
             (Code::Failed, "FAILED: disk gone".to_string())
         );
     }

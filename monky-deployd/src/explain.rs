@@ -9,7 +9,6 @@ use crate::config::Config;
 use crate::exit::Exit;
 use crate::layout::Layout;
 use crate::redact::redact;
-use crate::state::{self, State};
 
 /// A sha read from disk as `Sha::short` shows it: `-` for none, or for text that is no sha.
 fn shown(text: Option<&str>) -> String {
@@ -32,8 +31,8 @@ use crate::clock::human;
 /// Prints the explanation.
 pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
     let layout = Layout::peek(cfg);
-    let st = State::peek_env(&layout);
-    let now = state::now();
+    let st = crate::statefile::peek(&layout);
+    let now = crate::clock::wall();
     let listed = monky_compose::Engine::from_env()
         .containers(&cfg.compose_project)
         .map(|cs| crate::drift::settled(cs, st.converged()))
@@ -109,7 +108,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         format!(
             "{} failed and waits: next attempt {} ({})",
             failed.sha.short(),
-            crate::status::rfc3339(deadline),
+            crate::clock::rfc3339(deadline),
             ago(now, Some(deadline))
         )
     } else {
@@ -186,7 +185,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
     } else if let Some(end) = max_ttl.filter(|_| converged) {
         format!(
             "lease a new token before {}: bring tenancy back, or re-run the install kit",
-            crate::status::rfc3339(end.end)
+            crate::clock::rfc3339(end.end)
         )
     } else if converged {
         "nothing to do".to_string()

@@ -3,7 +3,7 @@
 //! bounded reads that accept regular files only, and StrictModes-style owner and mode checks.
 //!
 //! The state dir itself may be reached through links the admin made (it is named in the
-//! config) and is opened once, by [`crate::layout::Layout`]; every component below it is opened
+//! config) and is opened once, by the layout (`layout.rs`); every component below it is opened
 //! relative to its parent's fd and must not be a symlink. `current`, the one link, which only
 //! the agent creates, is read as a link (`readlinkat`) and never followed.
 

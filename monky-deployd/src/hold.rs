@@ -17,14 +17,11 @@ use monky_agent_proto as proto;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::{BootDeadline, BootInstant, ClockReading};
-use crate::config::Config;
-use crate::exit::Exit;
 use crate::layout::Layout;
-use crate::state;
 
 /// A reason is a line for people, not a document.
-const MAX_REASON_CHARS: usize = 500;
-const MAX_FILE_BYTES: u64 = 8 * 1024;
+pub(crate) const MAX_REASON_CHARS: usize = 500;
+pub(crate) const MAX_FILE_BYTES: u64 = 8 * 1024;
 
 /// The hold as the file keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,18 +111,24 @@ impl Hold {
         h
     }
 
-    /// `HELD: <reason>; until <time>`, for reports and `explain`.
-    pub fn describe(&self) -> String {
-        let mut s = format!(
-            "{}: {}",
-            crate::code::Code::Held,
-            self.reason.as_deref().unwrap_or("no reason given")
-        );
+    /// The hold as a note of its code, `HELD: <reason>; until <time>` once shown, for reports
+    /// and `explain`.
+    pub fn note(&self) -> crate::exit::Failure {
+        let mut s = self
+            .reason
+            .as_deref()
+            .unwrap_or("no reason given")
+            .to_string();
         match self.until {
-            Some(u) => s.push_str(&format!("; until {}", crate::status::rfc3339(u))),
+            Some(u) => s.push_str(&format!("; until {}", crate::clock::rfc3339(u))),
             None => s.push_str("; until `monky-deployd unhold`"),
         }
-        s
+        crate::exit::Failure::coded(crate::code::Code::Held, s)
+    }
+
+    /// [`Hold::note`] as it is shown.
+    pub fn describe(&self) -> String {
+        self.note().to_string()
     }
 }
 
@@ -145,7 +148,7 @@ pub fn peek(layout: &Layout, clock: Option<&ClockReading>) -> Option<Hold> {
     layout
         .peek_hold(MAX_FILE_BYTES)
         .map(|b| parse(&b).unwrap_or_else(|_| unparsable()))
-        .filter(|h| h.holds_at(state::now(), boot.as_ref(), clock))
+        .filter(|h| h.holds_at(crate::clock::wall(), boot.as_ref(), clock))
 }
 
 fn parse(bytes: &[u8]) -> serde_json::Result<Hold> {
@@ -179,7 +182,7 @@ pub fn load(layout: &Layout, clock: Option<&ClockReading>) -> anyhow::Result<Opt
         );
         unparsable()
     });
-    let (now, boot) = (state::now(), crate::clock::boot());
+    let (now, boot) = (crate::clock::wall(), crate::clock::boot());
     match hold.standing(now, boot.as_ref(), clock) {
         Standing::Holds => {
             let unanchored = hold.until.is_some()
@@ -202,14 +205,14 @@ pub fn load(layout: &Layout, clock: Option<&ClockReading>) -> anyhow::Result<Opt
                 "the hold's end {} has passed by this box's clock, which the agent cannot vouch \
                  for now (stepped, or not yet read against OpenBao's in this boot): the box stays \
                  held until a tick can tell, or `monky-deployd unhold`",
-                crate::status::rfc3339(hold.until.unwrap_or_default())
+                crate::clock::rfc3339(hold.until.unwrap_or_default())
             );
             Ok(Some(hold))
         }
         Standing::Ended => {
             tracing::info!(
                 "the hold put {} ran out; the box is no longer held",
-                crate::status::rfc3339(hold.since)
+                crate::clock::rfc3339(hold.since)
             );
             layout.remove_hold()?;
             Ok(None)
@@ -217,7 +220,7 @@ pub fn load(layout: &Layout, clock: Option<&ClockReading>) -> anyhow::Result<Opt
     }
 }
 
-fn write(layout: &Layout, hold: &Hold) -> anyhow::Result<()> {
+pub(crate) fn write(layout: &Layout, hold: &Hold) -> anyhow::Result<()> {
     let mut bytes = serde_json::to_vec_pretty(hold).context("cannot encode the hold")?;
     bytes.push(b'\n');
     layout.write_hold(&bytes)
@@ -277,107 +280,6 @@ fn rfc3339(text: &str) -> Option<Option<u64>> {
         Err(_) => return Some(None),
     };
     Some(u64::try_from(utc).ok())
-}
-
-/// `monky-deployd hold [--reason TEXT] [--until TIME] [--replace]`: a hold in force is replaced
-/// only with `--replace`, and the command says which one it replaced.
-pub fn hold_command(
-    cfg: &Config,
-    reason: Option<String>,
-    until: Option<String>,
-    replace: bool,
-) -> anyhow::Result<Exit> {
-    let now = state::now();
-    let until = until.map(|u| parse_until(&u, now)).transpose()?;
-    let reason = reason
-        .map(|r| r.trim().to_string())
-        .filter(|r| !r.is_empty());
-    if let Some(r) = &reason {
-        anyhow::ensure!(
-            r.chars().count() <= MAX_REASON_CHARS && !r.chars().any(char::is_control),
-            "--reason must be one line of at most {MAX_REASON_CHARS} characters: shorten it"
-        );
-    }
-    let boot = crate::clock::boot();
-    let hold = Hold {
-        reason,
-        since: now,
-        until,
-        // The operator's span, on the clock no step moves.
-        until_boot: until
-            .zip(boot.as_ref())
-            .map(|(u, b)| BootDeadline::after(b, u.saturating_sub(now))),
-    };
-    let layout = as_state_owner(cfg)?;
-    let clock = crate::state::State::peek_env(&layout).clock().cloned();
-    let in_force = peek(&layout, clock.as_ref());
-    if let Some(old) = &in_force {
-        anyhow::ensure!(
-            replace,
-            "the box is already held ({}): give --replace to replace that hold, or run \
-             `monky-deployd unhold` first",
-            crate::redact::redact(&old.describe())
-        );
-    }
-    write(&layout, &hold)?;
-    if let Some(old) = &in_force {
-        outln!("replaced {}", crate::redact::redact(&old.describe()));
-    }
-    outln!("{}", hold.describe());
-    outln!("the agent checks in and reports, but applies, heals and retires nothing until then");
-    Ok(Exit::Ok)
-}
-
-/// `monky-deployd unhold`.
-pub fn unhold_command(cfg: &Config) -> anyhow::Result<Exit> {
-    let layout = as_state_owner(cfg)?;
-    let had = layout.read_hold(MAX_FILE_BYTES)?.is_some();
-    layout.remove_hold()?;
-    outln!(
-        "{}",
-        if had {
-            "hold removed: the next tick converges the box again"
-        } else {
-            "the box was not held"
-        }
-    );
-    Ok(Exit::Ok)
-}
-
-/// Opens the state dir as its owner. Run as root, this thread takes the owner's uid and gid
-/// first (the command runs on one thread), so the file is the agent's own and the state dir's
-/// checks apply unchanged; run as the agent, nothing changes.
-fn as_state_owner(cfg: &Config) -> anyhow::Result<Layout> {
-    use rustix::process::{Gid, Uid, geteuid};
-    let state_dir = &cfg.state_dir;
-    if geteuid().is_root()
-        && let Ok(st) = rustix::fs::stat(state_dir)
-        && st.st_uid != 0
-    {
-        let (uid, gid) = (st.st_uid, st.st_gid);
-        rustix::thread::set_thread_groups(&[])
-            .and_then(|()| {
-                rustix::thread::set_thread_res_gid(
-                    Gid::from_raw(gid),
-                    Gid::from_raw(gid),
-                    Gid::from_raw(gid),
-                )
-            })
-            .and_then(|()| {
-                rustix::thread::set_thread_res_uid(
-                    Uid::from_raw(uid),
-                    Uid::from_raw(uid),
-                    Uid::from_raw(uid),
-                )
-            })
-            .with_context(|| {
-                format!(
-                    "cannot act as uid {uid}, the owner of {}: run the command as that user",
-                    state_dir.display()
-                )
-            })?;
-    }
-    Layout::open(cfg)
 }
 
 #[cfg(test)]

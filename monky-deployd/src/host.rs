@@ -65,6 +65,15 @@ fn read_trim(p: impl AsRef<Path>) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// Whether `ip` is an address of this box: loopback, or one the kernel lets a socket bind
+/// (its interfaces' addresses, docker's bridge gateways, the unspecified address). A
+/// connection to such an address is served by a socket on this box, whose owner the kernel
+/// knows, so it is judged like a loopback one.
+pub fn is_local(ip: std::net::IpAddr) -> bool {
+    let ip = ip.to_canonical();
+    ip.is_loopback() || std::net::UdpSocket::bind(std::net::SocketAddr::new(ip, 0)).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -53,6 +53,7 @@ pub mod layout;
 pub mod logging;
 pub mod metrics;
 pub mod names;
+mod operator;
 mod peers;
 pub mod redact;
 pub mod refusals;
@@ -60,8 +61,8 @@ mod release;
 mod runloop;
 mod shared_uid;
 pub mod state;
+mod statefile;
 pub mod status;
-mod takeover;
 pub mod tick;
 pub mod verdict;
 mod watchdog;
@@ -189,8 +190,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             reason,
             until,
             replace,
-        } => hold::hold_command(&load()?, reason, until, replace),
-        Command::Unhold => hold::unhold_command(&load()?),
+        } => operator::hold_command(&load()?, reason, until, replace),
+        Command::Unhold => operator::unhold_command(&load()?),
         Command::Logs { sha } => evidence::show(&load()?, sha.as_deref()),
     }
 }

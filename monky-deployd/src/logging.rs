@@ -60,22 +60,6 @@ pub fn tail(max: usize) -> Redacted {
         .tail(max)
 }
 
-/// The last `max` bytes of `text`, cut at a line start where possible.
-pub fn tail_of(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut start = text.len() - max;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    let cut = &text[start..];
-    match cut.find('\n') {
-        Some(i) if i + 1 < cut.len() => cut[i + 1..].to_string(),
-        _ => cut.to_string(),
-    }
-}
-
 /// Whether stderr is the journal: `JOURNAL_STREAM` (`<dev>:<inode>`, set by systemd for a
 /// unit's stdout/stderr stream) names stderr's own device and inode. A child that inherited the
 /// variable but writes elsewhere (a pipe, a file) does not match, so it gets no prefixes.
@@ -240,13 +224,5 @@ mod tests {
         for krate in ["hyper", "reqwest", "rustls"] {
             assert!(text.contains(&format!("{krate}=warn")), "{text}");
         }
-    }
-
-    #[test]
-    fn tail_keeps_the_end_at_a_line_start() {
-        assert_eq!(tail_of("a\nb\nc\n", 100), "a\nb\nc\n");
-        assert_eq!(tail_of("first line\nsecond\nthird\n", 12), "third\n");
-        let long = "é".repeat(50);
-        assert!(tail_of(&long, 7).len() <= 7);
     }
 }

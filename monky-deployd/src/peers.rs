@@ -141,21 +141,11 @@ impl Peer {
 /// # Errors
 /// A config whose addresses do not parse.
 pub fn loopback_target(cfg: &Config, peer: Peer) -> anyhow::Result<Option<SocketAddr>> {
-    let (mapping, url) = match peer {
-        Peer::Tenancy => (cfg.tenancy_mapping()?, cfg.tenancy_url()?),
-        Peer::Bao => (cfg.bao_mapping()?, cfg.bao_url()?),
-        Peer::Registry => return Ok(None),
-    };
-    let addr = match (mapping, url.host(), url.port_or_known_default()) {
-        (Some(addr), _, _) => Some(addr),
-        (None, Some(url::Host::Ipv4(ip)), Some(port)) => Some(SocketAddr::from((ip, port))),
-        (None, Some(url::Host::Ipv6(ip)), Some(port)) => Some(SocketAddr::from((ip, port))),
-        (None, Some(url::Host::Domain("localhost")), Some(port)) => {
-            Some(SocketAddr::from(([127, 0, 0, 1], port)))
-        }
-        _ => None,
-    };
-    Ok(addr.filter(|a| owner::is_local(a.ip())))
+    match peer {
+        Peer::Tenancy => cfg.tenancy_loopback(),
+        Peer::Bao => cfg.bao_loopback(),
+        Peer::Registry => Ok(None),
+    }
 }
 
 /// What a failed call to a loopback peer is checked against: the peer's address and who may
@@ -265,7 +255,7 @@ impl Trusted {
     /// [`judge`](Self::judge), with the trusted owner's uid (`None` for a peer that is not on
     /// loopback), so a caller that reports it looks the socket up once.
     fn owner(&self, local: SocketAddr, peer: SocketAddr) -> Result<Option<u32>, proto::CheckError> {
-        if !owner::is_local(peer.ip()) {
+        if !crate::host::is_local(peer.ip()) {
             return Ok(None);
         }
         let me = rustix::process::geteuid().as_raw();
@@ -409,7 +399,7 @@ fn local_registry(cfg: &Config, registry: &str) -> Vec<SocketAddr> {
     };
     let mut local: Vec<SocketAddr> = ips
         .into_iter()
-        .filter(|ip| owner::is_local(*ip))
+        .filter(|ip| crate::host::is_local(*ip))
         .map(|ip| SocketAddr::new(ip, port))
         .collect();
     local.sort_unstable();
@@ -903,7 +893,7 @@ mod tests {
         let resolved: Vec<SocketAddr> = (host.as_str(), 5000).to_socket_addrs().unwrap().collect();
         let mut local: Vec<SocketAddr> = resolved
             .iter()
-            .filter(|a| owner::is_local(a.ip()))
+            .filter(|a| crate::host::is_local(a.ip()))
             .copied()
             .collect();
         local.sort_unstable();

@@ -71,11 +71,11 @@ impl Redacted {
     }
 
     /// The last `max` bytes, cut at a line start where possible (see
-    /// [`crate::logging::tail_of`]). A cut inside a line is redacted again: a value masked
+    /// [`tail_of`]). A cut inside a line is redacted again: a value masked
     /// only as a whole token may stand alone once the text glued to it is cut off.
     #[must_use]
     pub fn tail(&self, max: usize) -> Redacted {
-        let cut = crate::logging::tail_of(&self.0, max);
+        let cut = tail_of(&self.0, max);
         let at_line_start =
             cut.len() == self.0.len() || self.0[..self.0.len() - cut.len()].ends_with('\n');
         if at_line_start {
@@ -610,9 +610,33 @@ pub fn try_redact(text: &str) -> Option<String> {
     global().try_redact(text)
 }
 
+/// The last `max` bytes of `text`, cut at a line start where possible.
+fn tail_of(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    let cut = &text[start..];
+    match cut.find('\n') {
+        Some(i) if i + 1 < cut.len() => cut[i + 1..].to_string(),
+        _ => cut.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tail_keeps_the_end_at_a_line_start() {
+        assert_eq!(tail_of("a\nb\nc\n", 100), "a\nb\nc\n");
+        assert_eq!(tail_of("first line\nsecond\nthird\n", 12), "third\n");
+        let long = "é".repeat(50);
+        assert!(tail_of(&long, 7).len() <= 7);
+    }
 
     fn check(input: &str, expected: &str) {
         assert_eq!(redact(input).as_str(), expected, "input: {input}");

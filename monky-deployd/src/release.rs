@@ -52,8 +52,8 @@ pub struct Release {
     /// release, so its containers' configuration does not change), else the dir's own path.
     path: PathBuf,
     compose_file: bundle::MemberName,
-    /// The sha the release is of.
-    sha: String,
+    /// The sha the release is of: the one it was staged, promoted or opened as.
+    sha: Sha,
     /// The keyed digest of its `.env`: the one this process wrote into a staged release, or
     /// the one recorded for `releases/<sha>`.
     env_digest: Option<String>,
@@ -61,7 +61,7 @@ pub struct Release {
 
 impl Release {
     /// A release of `sha` in `fd`, if it holds a compose file (a regular file, not a link).
-    fn of(fd: Dir, path: PathBuf, sha: &str, env_digest: Option<String>) -> Option<Self> {
+    fn of(fd: Dir, path: PathBuf, sha: &Sha, env_digest: Option<String>) -> Option<Self> {
         let compose_file = bundle::MemberName::COMPOSE_FILES
             .into_iter()
             .find(|f| fd.has_file(f.as_str()))?;
@@ -69,17 +69,17 @@ impl Release {
             fd,
             path,
             compose_file,
-            sha: sha.to_string(),
+            sha: sha.clone(),
             env_digest,
         })
     }
 
     /// `releases/<sha>` with the digest recorded for its `.env`; `None` when it is not there
     /// or holds no compose file.
-    fn promoted(layout: &Layout, sha: &str, path: PathBuf) -> anyhow::Result<Option<Self>> {
+    fn promoted(layout: &Layout, sha: &Sha, path: PathBuf) -> anyhow::Result<Option<Self>> {
         let Some(fd) = layout
             .releases_if_any()?
-            .map(|r| r.sub(sha))
+            .map(|r| r.sub(sha.as_str()))
             .transpose()?
             .flatten()
         else {
@@ -87,7 +87,7 @@ impl Release {
         };
         let digest = layout
             .digests_if_any()?
-            .and_then(|d| d.read(sha, MAX_DIGEST_BYTES).ok())
+            .and_then(|d| d.read(sha.as_str(), MAX_DIGEST_BYTES).ok())
             .and_then(|b| String::from_utf8(b).ok());
         Ok(Self::of(fd, path, sha, digest))
     }
@@ -96,13 +96,13 @@ impl Release {
     /// through the link); `None` when there is none or it holds no compose file.
     pub fn current(layout: &Layout) -> anyhow::Result<Option<Self>> {
         match current_sha(layout)? {
-            Some(sha) => Self::promoted(layout, sha.as_str(), layout.current_path()),
+            Some(sha) => Self::promoted(layout, &sha, layout.current_path()),
             None => Ok(None),
         }
     }
 
-    /// The release's sha, as its directory names it.
-    pub fn sha(&self) -> &str {
+    /// The release's sha.
+    pub fn sha(&self) -> &Sha {
         &self.sha
     }
 
@@ -287,6 +287,18 @@ fn env_digest(key: &[u8], env: &[u8]) -> String {
     hex::encode(mac.finalize().into_bytes())
 }
 
+/// A release written to `staging/` by [`stage`], and only by it: what [`promote`] takes, so no
+/// other release (a fallback's, the one `current` names) can be promoted in its place.
+#[derive(Debug)]
+pub struct Staged(Release);
+
+impl Staged {
+    /// The staged release, for the checks before its promotion.
+    pub fn release(&self) -> &Release {
+        &self.0
+    }
+}
+
 /// Writes the bundle's files and the rendered `.env` (0600) into a fresh staging directory
 /// named for `sha`, the sha the bundle was checked against.
 pub fn stage(
@@ -294,7 +306,7 @@ pub fn stage(
     sha: &Sha,
     b: &bundle::Bundle,
     env: &SecretString,
-) -> anyhow::Result<Release> {
+) -> anyhow::Result<Staged> {
     let staging = layout.staging()?;
     let name = format!("{sha}.{}", std::process::id());
     staging.remove_tree(&name)?;
@@ -307,7 +319,8 @@ pub fn stage(
     dir.write_staged(ENV_FILE, env, 0o600)?;
     let digest = env_digest(&digest_key(layout)?, env);
     let path = dir.path().to_path_buf();
-    Release::of(dir, path, b.sha().as_str(), Some(digest))
+    Release::of(dir, path, sha, Some(digest))
+        .map(Staged)
         .context("staged release has no compose file")
 }
 
@@ -325,13 +338,10 @@ pub type Gate<'a> = &'a dyn Fn(&Release) -> anyhow::Result<()>;
 /// still use, and may have filled with links) is kept, so the directory `current` may name is
 /// never missing; that directory is not the one judged, so `gate` must pass on it before
 /// `current` names it.
-pub fn promote(
-    layout: &Layout,
-    staged: Release,
-    sha: &Sha,
-    gate: Gate<'_>,
-) -> anyhow::Result<Release> {
-    let sha = sha.as_str();
+pub fn promote(layout: &Layout, staged: Staged, gate: Gate<'_>) -> anyhow::Result<Release> {
+    let Staged(staged) = staged;
+    let sha_typed = staged.sha.clone();
+    let sha = sha_typed.as_str();
     let releases = layout.releases()?;
     let staging = layout.staging()?;
     let name = staged
@@ -367,7 +377,7 @@ pub fn promote(
         staging.remove_tree(&name)?;
         let path = old.path().to_path_buf();
         gate(
-            &Release::of(old, path, sha, Some(digest))
+            &Release::of(old, path, &sha_typed, Some(digest))
                 .context("promoted release has no compose file")?,
         )?;
     } else {
@@ -383,16 +393,11 @@ pub fn promote(
 
 /// Points `current` at an existing `releases/<sha>` (a fallback), once `gate` passed on it.
 pub fn point_current(layout: &Layout, sha: &Sha, gate: Gate<'_>) -> anyhow::Result<Release> {
-    let sha = sha.as_str();
-    let rel =
-        Release::promoted(layout, sha, layout.releases_path().join(sha))?.with_context(|| {
-            format!(
-                "release {} is no longer on disk",
-                layout.releases_path().join(sha).display()
-            )
-        })?;
+    let at = layout.releases_path().join(sha.as_str());
+    let rel = Release::promoted(layout, sha, at.clone())?
+        .with_context(|| format!("release {} is no longer on disk", at.display()))?;
     gate(&rel)?;
-    layout.point_current(sha)?;
+    layout.point_current(sha.as_str())?;
     Release::current(layout)?.context("current has no compose file")
 }
 
@@ -736,7 +741,7 @@ pub(crate) mod tests {
         let cfg = config(t.path());
         let layout = Layout::open(&cfg).unwrap();
         let docker = compose::Docker::builder("/bin/true")
-            .docker_config(cfg.docker_config_dir())
+            .docker_config(crate::layout::docker_config_dir(&cfg.state_dir))
             .build()
             .unwrap();
         let (a, b) = ("a".repeat(64), "b".repeat(64));

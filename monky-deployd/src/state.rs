@@ -129,7 +129,7 @@ impl SeenContainer {
     /// Up as compose means it ([`monky_compose::Container::is_ready`]).
     #[must_use]
     pub fn is_ready(&self) -> bool {
-        self.completed || monky_compose::Container::ready(&self.state, self.health.as_deref())
+        monky_compose::Container::ready(&self.state, self.health.as_deref(), self.completed)
     }
 }
 
@@ -464,13 +464,8 @@ impl State {
     }
 }
 
-/// Seconds since the epoch by the wall clock (see [`crate::clock`]).
-pub fn now() -> u64 {
-    crate::clock::wall()
-}
-
 /// What the original agent's `state.json` gives the state taken over from it
-/// (`crate::takeover`), every value already of its shape.
+/// (`statefile.rs`), every value already of its shape.
 #[derive(Debug, Default)]
 pub(crate) struct Original {
     /// The running release, which becomes `original_release` too.
@@ -518,200 +513,14 @@ impl State {
         }
     }
 
-    /// OpenBao's clock was read from one of its answers: how far the box's clock was off.
-    pub fn read_clock(&mut self, reading: crate::clock::ClockReading) {
-        self.clock = Some(reading);
-    }
-
-    /// A tick starts: its action is none until tenancy answers.
-    pub fn begin_tick(&mut self) {
-        self.last_action = None;
-    }
-
-    /// Tenancy answered a checkin at `at` with `action`, wanting `desired`, with its interval.
-    pub fn checked_in(
-        &mut self,
-        action: &str,
-        desired: Option<Sha>,
-        interval_s: Option<u64>,
-        at: u64,
-    ) {
-        self.last_action = Some(action.to_string());
-        self.last_checkin = Some(at);
-        self.desired_sha = desired;
-        self.checkin_interval_s = interval_s;
-    }
-
-    /// The KV mount tenancy names when it differs from the config's (else none).
-    pub fn adopt_kv_mount(&mut self, mount: Option<String>) {
-        self.kv_mount = mount;
-    }
-
-    /// The project's containers as just listed.
-    pub fn saw_containers(&mut self, containers: Vec<SeenContainer>) {
-        self.containers = containers;
-    }
-
-    /// The compose found on the box, for the next heartbeat.
-    pub fn found_compose(&mut self, compose: Option<monky_compose::ComposeInfo>) {
-        self.compose = compose;
-    }
-
-    /// The operator's hold as this tick found it.
-    pub fn found_hold(&mut self, hold: Option<crate::hold::Hold>) {
-        self.hold = hold;
-    }
-
-    /// The desired bundle's disk need, for `doctor`.
-    pub fn needs_disk(&mut self, bytes: Option<u64>) {
-        self.last_disk_need_bytes = bytes;
-    }
-
-    /// The first apply over the original agent's release found these variables handed to the
-    /// app differently.
-    pub fn found_quoting_changed(&mut self, names: Vec<String>) {
-        self.quoting_changed = names;
-    }
-
-    /// The release that runs is this agent's own now.
-    pub fn own_release(&mut self) {
-        self.original_release = None;
-    }
-
-    /// Nothing healthy of this agent's runs any more: `applied_prod` goes with `applied_sha`,
-    /// so that it never describes another release than the one `applied_sha` names.
-    pub fn forget_applied(&mut self) -> Option<Sha> {
-        self.applied_prod = None;
-        self.applied_sha.take()
-    }
-
-    /// A release failed after it was staged and waits out its backoff.
-    pub fn mark_failed(&mut self, failed: FailedRelease) {
-        self.failed = Some(failed);
-    }
-
-    /// The failed release's wait, carried into this boot (`Backoff::rebase`).
-    pub fn rebase_failed(&mut self, next_attempt_at: u64, next_attempt_boot: Option<BootDeadline>) {
-        if let Some(f) = self.failed.as_mut() {
-            f.next_attempt_at = Some(next_attempt_at);
-            f.next_attempt_boot = next_attempt_boot;
-        }
-    }
-
-    /// Forgets a failed release and its backoff: it applied, or tenancy wants another sha.
-    pub fn clear_failed(&mut self) {
-        self.failed = None;
-    }
-
-    /// The token's facts: minted, learnt from OpenBao, or gone with the token (`None`).
-    pub fn set_token_facts(&mut self, token: Option<TokenState>) {
-        self.token = token;
-    }
-
-    /// OpenBao said how long the token has left: its expiry on the wall and boot clocks.
-    pub fn token_ttl_learnt(&mut self, expires_at: u64, expires_boot: Option<BootDeadline>) {
-        if let Some(t) = self.token.as_mut() {
-            t.expires_at = expires_at;
-            t.expires_boot = expires_boot;
-        }
-    }
-
-    /// The token is older than the agent keeps one: its max TTL is near.
-    pub fn token_max_ttl_near(&mut self) {
-        if let Some(t) = self.token.as_mut() {
-            t.max_ttl_near = true;
-        }
-    }
-
-    /// A renewal came back short of the token's TTL, capped by its max TTL at `end` (unix
-    /// seconds): the token ends for good then.
-    pub fn token_max_ttl_reached(&mut self, end: u64) {
-        if let Some(t) = self.token.as_mut() {
-            t.max_ttl_near = true;
-            t.max_expires_at = Some(end);
-        }
-    }
-
-    /// What a healthy `up` left, for drift detection.
-    pub fn record_converged(&mut self, converged: crate::drift::Converged) {
-        self.converged = Some(converged);
-    }
-
-    /// A heal found a service dead again within the hour: a crash loop, `heals` heals in.
-    pub fn crash_looped(&mut self, at: u64, heals: u32) {
-        self.crash_loop = Some(CrashLoop { at, heals });
-    }
-
-    /// A heal ran at `at`, the `attempts`-th within the heal memory; the next may run at
-    /// `next_at` (and `next_boot` on the boot clock).
-    pub fn healing(
-        &mut self,
-        attempts: u32,
-        at: u64,
-        next_at: u64,
-        next_boot: Option<BootDeadline>,
-    ) {
-        self.heal_attempts = attempts;
-        self.last_heal_at = Some(at);
-        self.next_heal_at = Some(next_at);
-        self.next_heal_boot = next_boot;
-    }
-
     /// The state as the last tick saved it, for the read-only commands (status, explain,
     /// doctor, the metrics file): bounded, regular file only, and a default when it is missing
-    /// or unreadable. Only [`State::load`] (under the tick's lock) moves a bad file aside.
+    /// or unreadable. Only the tick's load (`statefile::load`, under the lock) moves a bad file aside.
     pub fn peek(layout: &Layout) -> Self {
         layout
             .peek_state()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default()
-    }
-
-    /// As [`State::peek`], for `env_id`'s box: the original agent's file is taken over as the
-    /// tick would take it over, in memory only, so an upgraded box shows what it runs before
-    /// its first tick.
-    pub fn peek_env(layout: &Layout) -> Self {
-        let Some(bytes) = layout.peek_state() else {
-            return Self::default();
-        };
-        if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes)
-            && crate::takeover::is_original(&doc)
-        {
-            return crate::takeover::from_original(&doc, layout).unwrap_or_default();
-        }
-        serde_json::from_slice(&bytes).unwrap_or_default()
-    }
-
-    /// Loads the state; a corrupt or foreign file is moved aside and a clean state returned,
-    /// with a note saying where the old file went.
-    pub fn load(layout: &Layout) -> anyhow::Result<(Self, Option<String>)> {
-        let env_id = layout.env_id();
-        let fresh = Self::new(env_id);
-        let Some(bytes) = layout.read_state()? else {
-            return Ok((fresh, None));
-        };
-        // The original agent's file has no `version`: taken over, not set aside.
-        if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes)
-            && crate::takeover::is_original(&doc)
-        {
-            match crate::takeover::from_original(&doc, layout) {
-                Ok(s) => {
-                    let note = format!(
-                        "state.json was written by the original agent; taken over (applied {})",
-                        s.applied_sha.as_ref().map_or("none", Sha::short)
-                    );
-                    return Ok((s, Some(note)));
-                }
-                Err(problem) => return set_aside(layout, fresh, &problem),
-            }
-        }
-        let problem = match serde_json::from_slice::<Self>(&bytes) {
-            Ok(s) if s.version == STATE_VERSION && s.env_id == env_id => return Ok((s, None)),
-            Ok(s) if s.version != STATE_VERSION => format!("unknown version {}", s.version),
-            Ok(s) => format!("it belongs to env {:?}", s.env_id),
-            Err(e) => format!("it does not parse ({e})"),
-        };
-        set_aside(layout, fresh, &problem)
     }
 
     /// Saves atomically (0600), one save of the process at a time: the tick deadline may record
@@ -727,13 +536,202 @@ impl State {
         bytes.push(b'\n');
         layout.write_state(&bytes)
     }
+}
+
+impl State {
+    /// Folds one fact of a tick into the state: the one way a `State` changes after it is
+    /// loaded. A step of the tick says what happened as a [`Fact`]; the tick folds it (see
+    /// `tick::Agent::record`), and the tick's deadline folds the one fact it adds from its own
+    /// thread ([`Fact::TimedOut`]).
+    pub fn fold(&mut self, fact: Fact) {
+        match fact {
+            Fact::TickBegan => self.begin_tick(),
+            Fact::ClockRead(reading) => self.read_clock(reading),
+            Fact::CheckedIn {
+                action,
+                desired,
+                interval_s,
+                at,
+            } => self.checked_in(&action, desired, interval_s, at),
+            Fact::KvMountAdopted(mount) => self.adopt_kv_mount(mount),
+            Fact::ContainersSeen(containers) => self.saw_containers(containers),
+            Fact::ComposeFound(compose) => self.found_compose(compose),
+            Fact::HoldFound(hold) => self.found_hold(hold),
+            Fact::DiskNeeded(bytes) => self.needs_disk(bytes),
+            Fact::QuotingChanged(names) => self.found_quoting_changed(names),
+            Fact::Applied { sha, prod } => self.mark_applied(&sha, prod),
+            Fact::ReleaseOwned => self.own_release(),
+            Fact::AppliedForgotten => {
+                self.forget_applied();
+            }
+            Fact::ReleaseFailed(failed) => self.mark_failed(failed),
+            Fact::BackoffRebased {
+                next_attempt_at,
+                next_attempt_boot,
+            } => self.rebase_failed(next_attempt_at, next_attempt_boot),
+            Fact::FailureForgotten => self.clear_failed(),
+            Fact::TokenFacts(token) => self.set_token_facts(token),
+            Fact::TokenTtlLearnt {
+                expires_at,
+                expires_boot,
+            } => self.token_ttl_learnt(expires_at, expires_boot),
+            Fact::TokenMaxTtlNear => self.token_max_ttl_near(),
+            Fact::TokenMaxTtlReached(end) => self.token_max_ttl_reached(end),
+            Fact::Converged(converged) => self.record_converged(converged),
+            Fact::CrashLooped { at, heals } => self.crash_looped(at, heals),
+            Fact::Healing {
+                attempts,
+                at,
+                next_at,
+                next_boot,
+            } => self.healing(attempts, at, next_at, next_boot),
+            Fact::Concluded {
+                result,
+                failure,
+                note,
+                reported_at,
+            } => self.record_outcome(result, failure, note, reported_at),
+            Fact::TimedOut(detail) => self.record_timeout(detail),
+            Fact::TickEnded {
+                succeeded_at,
+                previous,
+            } => self.count_tick(succeeded_at, &previous),
+        }
+    }
+
+    /// OpenBao's clock was read from one of its answers: how far the box's clock was off.
+    fn read_clock(&mut self, reading: crate::clock::ClockReading) {
+        self.clock = Some(reading);
+    }
+
+    /// A tick starts: its action is none until tenancy answers.
+    fn begin_tick(&mut self) {
+        self.last_action = None;
+    }
+
+    /// Tenancy answered a checkin at `at` with `action`, wanting `desired`, with its interval.
+    fn checked_in(&mut self, action: &str, desired: Option<Sha>, interval_s: Option<u64>, at: u64) {
+        self.last_action = Some(action.to_string());
+        self.last_checkin = Some(at);
+        self.desired_sha = desired;
+        self.checkin_interval_s = interval_s;
+    }
+
+    /// The KV mount tenancy names when it differs from the config's (else none).
+    fn adopt_kv_mount(&mut self, mount: Option<String>) {
+        self.kv_mount = mount;
+    }
+
+    /// The project's containers as just listed.
+    fn saw_containers(&mut self, containers: Vec<SeenContainer>) {
+        self.containers = containers;
+    }
+
+    /// The compose found on the box, for the next heartbeat.
+    fn found_compose(&mut self, compose: Option<monky_compose::ComposeInfo>) {
+        self.compose = compose;
+    }
+
+    /// The operator's hold as this tick found it.
+    fn found_hold(&mut self, hold: Option<crate::hold::Hold>) {
+        self.hold = hold;
+    }
+
+    /// The desired bundle's disk need, for `doctor`.
+    fn needs_disk(&mut self, bytes: Option<u64>) {
+        self.last_disk_need_bytes = bytes;
+    }
+
+    /// The first apply over the original agent's release found these variables handed to the
+    /// app differently.
+    fn found_quoting_changed(&mut self, names: Vec<String>) {
+        self.quoting_changed = names;
+    }
+
+    /// The release that runs is this agent's own now.
+    fn own_release(&mut self) {
+        self.original_release = None;
+    }
+
+    /// Nothing healthy of this agent's runs any more: `applied_prod` goes with `applied_sha`,
+    /// so that it never describes another release than the one `applied_sha` names.
+    fn forget_applied(&mut self) -> Option<Sha> {
+        self.applied_prod = None;
+        self.applied_sha.take()
+    }
+
+    /// A release failed after it was staged and waits out its backoff.
+    fn mark_failed(&mut self, failed: FailedRelease) {
+        self.failed = Some(failed);
+    }
+
+    /// The failed release's wait, carried into this boot (`Backoff::rebase`).
+    fn rebase_failed(&mut self, next_attempt_at: u64, next_attempt_boot: Option<BootDeadline>) {
+        if let Some(f) = self.failed.as_mut() {
+            f.next_attempt_at = Some(next_attempt_at);
+            f.next_attempt_boot = next_attempt_boot;
+        }
+    }
+
+    /// Forgets a failed release and its backoff: it applied, or tenancy wants another sha.
+    fn clear_failed(&mut self) {
+        self.failed = None;
+    }
+
+    /// The token's facts: minted, learnt from OpenBao, or gone with the token (`None`).
+    fn set_token_facts(&mut self, token: Option<TokenState>) {
+        self.token = token;
+    }
+
+    /// OpenBao said how long the token has left: its expiry on the wall and boot clocks.
+    fn token_ttl_learnt(&mut self, expires_at: u64, expires_boot: Option<BootDeadline>) {
+        if let Some(t) = self.token.as_mut() {
+            t.expires_at = expires_at;
+            t.expires_boot = expires_boot;
+        }
+    }
+
+    /// The token is older than the agent keeps one: its max TTL is near.
+    fn token_max_ttl_near(&mut self) {
+        if let Some(t) = self.token.as_mut() {
+            t.max_ttl_near = true;
+        }
+    }
+
+    /// A renewal came back short of the token's TTL, capped by its max TTL at `end` (unix
+    /// seconds): the token ends for good then.
+    fn token_max_ttl_reached(&mut self, end: u64) {
+        if let Some(t) = self.token.as_mut() {
+            t.max_ttl_near = true;
+            t.max_expires_at = Some(end);
+        }
+    }
+
+    /// What a healthy `up` left, for drift detection.
+    fn record_converged(&mut self, converged: crate::drift::Converged) {
+        self.converged = Some(converged);
+    }
+
+    /// A heal found a service dead again within the hour: a crash loop, `heals` heals in.
+    fn crash_looped(&mut self, at: u64, heals: u32) {
+        self.crash_loop = Some(CrashLoop { at, heals });
+    }
+
+    /// A heal ran at `at`, the `attempts`-th within the heal memory; the next may run at
+    /// `next_at` (and `next_boot` on the boot clock).
+    fn healing(&mut self, attempts: u32, at: u64, next_at: u64, next_boot: Option<BootDeadline>) {
+        self.heal_attempts = attempts;
+        self.last_heal_at = Some(at);
+        self.next_heal_at = Some(next_at);
+        self.next_heal_boot = next_boot;
+    }
 
     /// Records what a tick concluded: `result` what it told tenancy (or would have; `None`
     /// when it reached no action, and the last result stands), `failure` its code and
     /// `CODE: names` detail (redacted), `note` what an `applied` result noted, `reported_at`
     /// when the report went out. The only writer of the outcome fields: `Agent::conclude`
     /// calls it once per tick, and the tick's deadline (see [`State::record_timeout`]).
-    pub fn record_outcome(
+    fn record_outcome(
         &mut self,
         result: Option<monky_agent_proto::ReportResult>,
         failure: Option<(Code, Redacted)>,
@@ -754,7 +752,7 @@ impl State {
 
     /// The tick's deadline passed: `detail` (`TICK_TIMEOUT: ...`) is recorded as a failed
     /// outcome and counted, from the deadline's thread, since the tick can no longer conclude.
-    pub fn record_timeout(&mut self, detail: Redacted) {
+    fn record_timeout(&mut self, detail: Redacted) {
         let code = Code::TickTimeout;
         let previous = (self.last_code, self.last_error.clone());
         self.record_outcome(
@@ -769,7 +767,7 @@ impl State {
     /// The tick ended: `succeeded_at` when it ended with exit 0, else its code (recorded by
     /// the outcome) is counted; a failure equal to `previous` tick's (code and detail) counts
     /// as a repeat.
-    pub fn count_tick(
+    fn count_tick(
         &mut self,
         succeeded_at: Option<u64>,
         previous: &(Option<Code>, Option<Redacted>),
@@ -795,7 +793,7 @@ impl State {
     }
 
     /// Records a sha as applied (and healthy).
-    pub fn mark_applied(&mut self, sha: &Sha, prod: bool) {
+    fn mark_applied(&mut self, sha: &Sha, prod: bool) {
         self.applied_sha = Some(sha.clone());
         self.applied_prod = Some(prod);
         self.applied_history.retain(|s| s != sha);
@@ -803,6 +801,117 @@ impl State {
         let excess = self.applied_history.len().saturating_sub(50);
         self.applied_history.drain(..excess);
     }
+}
+
+/// What happened in a tick, as the state keeps it: the vocabulary of every change to a loaded
+/// [`State`], folded in by [`State::fold`] and nowhere else.
+#[derive(Debug)]
+pub enum Fact {
+    /// A tick starts: its action is none until tenancy answers.
+    TickBegan,
+    /// OpenBao's clock was read from one of its answers: how far the box's clock was off.
+    ClockRead(crate::clock::ClockReading),
+    /// Tenancy answered a checkin at `at` with `action`, wanting `desired`, with its interval.
+    CheckedIn {
+        /// The action's name (`none`, `apply`, `down`).
+        action: String,
+        /// The sha tenancy wants.
+        desired: Option<Sha>,
+        /// Tenancy's checkin interval.
+        interval_s: Option<u64>,
+        /// When (unix seconds).
+        at: u64,
+    },
+    /// The KV mount tenancy names when it differs from the config's (else none).
+    KvMountAdopted(Option<String>),
+    /// The project's containers as just listed.
+    ContainersSeen(Vec<SeenContainer>),
+    /// The compose found on the box, for the next heartbeat.
+    ComposeFound(Option<monky_compose::ComposeInfo>),
+    /// The operator's hold as this tick found it.
+    HoldFound(Option<crate::hold::Hold>),
+    /// The desired bundle's disk need, for `doctor`.
+    DiskNeeded(Option<u64>),
+    /// The first apply over the original agent's release found these variables handed to the
+    /// app differently.
+    QuotingChanged(Vec<String>),
+    /// A sha came up healthy: it is the applied release, with its bundle's tier.
+    Applied {
+        /// The release.
+        sha: Sha,
+        /// Whether its bundle says prod.
+        prod: bool,
+    },
+    /// The release that runs is this agent's own now.
+    ReleaseOwned,
+    /// Nothing healthy of this agent's runs any more: `applied_prod` goes with `applied_sha`.
+    AppliedForgotten,
+    /// A release failed after it was staged and waits out its backoff.
+    ReleaseFailed(FailedRelease),
+    /// The failed release's wait, carried into this boot (`Backoff::rebase`).
+    BackoffRebased {
+        /// The wall-clock deadline.
+        next_attempt_at: u64,
+        /// The same moment on this boot's clock.
+        next_attempt_boot: Option<BootDeadline>,
+    },
+    /// A failed release and its backoff are forgotten: it applied, or tenancy wants another.
+    FailureForgotten,
+    /// The token's facts: minted, learnt from OpenBao, or gone with the token (`None`).
+    TokenFacts(Option<TokenState>),
+    /// OpenBao said how long the token has left: its expiry on the wall and boot clocks.
+    TokenTtlLearnt {
+        /// Unix seconds.
+        expires_at: u64,
+        /// On this boot's clock.
+        expires_boot: Option<BootDeadline>,
+    },
+    /// The token is older than the agent keeps one: its max TTL is near.
+    TokenMaxTtlNear,
+    /// A renewal came back short, capped by the token's max TTL at this time (unix seconds).
+    TokenMaxTtlReached(u64),
+    /// What a healthy `up` left, for drift detection.
+    Converged(crate::drift::Converged),
+    /// A heal found a service dead again within the hour: a crash loop, `heals` heals in.
+    CrashLooped {
+        /// When (unix seconds).
+        at: u64,
+        /// The heals within the hour.
+        heals: u32,
+    },
+    /// A heal ran at `at`, the `attempts`-th within the heal memory; the next may run at
+    /// `next_at` (and `next_boot` on the boot clock).
+    Healing {
+        /// The heals within the heal memory, this one included.
+        attempts: u32,
+        /// When (unix seconds).
+        at: u64,
+        /// When the next may run.
+        next_at: u64,
+        /// The same on this boot's clock.
+        next_boot: Option<BootDeadline>,
+    },
+    /// What the tick concluded (see `State::record_outcome`): the one outcome a tick records.
+    Concluded {
+        /// What it told tenancy (or would have); `None`: it reached no action.
+        result: Option<monky_agent_proto::ReportResult>,
+        /// Its code and `CODE: names` detail, redacted.
+        failure: Option<(Code, Redacted)>,
+        /// What an `applied` result noted.
+        note: Option<Redacted>,
+        /// When the report went out.
+        reported_at: Option<u64>,
+    },
+    /// The tick's deadline passed (`TICK_TIMEOUT: ...`), recorded from the deadline's thread.
+    TimedOut(Redacted),
+    /// The tick ended: `succeeded_at` when it ended with exit 0; `previous` is the last tick's
+    /// code and error, to count a repeat.
+    TickEnded {
+        /// When, if it succeeded.
+        succeeded_at: Option<u64>,
+        /// The last tick's code and error.
+        previous: (Option<Code>, Option<Redacted>),
+    },
 }
 
 #[cfg(test)]
@@ -819,21 +928,6 @@ impl State {
 }
 
 /// Moves a state file that cannot be used aside and returns the clean state with a note.
-fn set_aside(
-    layout: &Layout,
-    fresh: State,
-    problem: &str,
-) -> anyhow::Result<(State, Option<String>)> {
-    let aside = layout.set_state_aside(now())?;
-    Ok((
-        fresh,
-        Some(format!(
-            "state.json set aside as {} because {problem}; starting clean",
-            aside.display()
-        )),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -846,14 +940,14 @@ mod tests {
     fn round_trip_and_corrupt_files_are_set_aside() {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::open_at(dir.path(), "e1").unwrap();
-        let (mut s, note) = State::load(&layout).unwrap();
+        let (mut s, note) = crate::statefile::load(&layout).unwrap();
         assert!(note.is_none());
         s.mark_applied(&sha('a'), false);
         s.mark_applied(&sha('b'), false);
         s.mark_applied(&sha('a'), false);
         assert_eq!(s.applied_history(), [sha('b'), sha('a')]);
         s.save(&layout).unwrap();
-        assert_eq!(State::load(&layout).unwrap().0, s);
+        assert_eq!(crate::statefile::load(&layout).unwrap().0, s);
 
         for bad in [
             &b"{not json"[..],
@@ -864,7 +958,7 @@ mod tests {
             br#"{"version": 1, "env_id": "e1", "applied_sha": "aaa"}"#,
         ] {
             std::fs::write(layout.state_path(), bad).unwrap();
-            let (s, note) = State::load(&layout).unwrap();
+            let (s, note) = crate::statefile::load(&layout).unwrap();
             assert_eq!(s.applied_sha(), None);
             assert!(note.unwrap().contains("set aside"));
             assert!(!layout.state_path().exists());

@@ -5,17 +5,18 @@
 use monky_agent_proto::Sha;
 use serde_json::json;
 
+use crate::clock::rfc3339;
 use crate::code::CodePolicy as _;
 use crate::config::Config;
 use crate::exit::Exit;
 use crate::layout::Layout;
 use crate::redact::redact;
-use crate::state::{State, TokenState};
+use crate::state::TokenState;
 
 /// Prints the status; exits 0 when it could be read.
 pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
     let layout = Layout::peek(cfg);
-    let st = State::peek_env(&layout);
+    let st = crate::statefile::peek(&layout);
     let token_present = layout.has_token();
     let listed = monky_compose::Engine::from_env()
         .containers(&cfg.compose_project)
@@ -23,7 +24,7 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
         .map_err(|e| e.to_string());
     let marker = crate::interrupted::peek(&layout);
     let boot = crate::clock::boot();
-    let now = crate::state::now();
+    let now = crate::clock::wall();
     let seen = crate::verdict::Seen {
         now,
         token_present,
@@ -182,10 +183,4 @@ fn token_json(present: bool, t: Option<&TokenState>) -> serde_json::Value {
         "max_ttl_end": t.map(|t| rfc3339(t.max_ttl_end().0)),
         "max_ttl_near": t.is_some_and(|t| t.max_ttl_near),
     })
-}
-
-/// A unix time as RFC 3339 (UTC, seconds).
-pub fn rfc3339(secs: u64) -> String {
-    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
-        .to_string()
 }

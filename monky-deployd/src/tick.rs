@@ -13,7 +13,7 @@ use crate::code::{Code, CodePolicy as _};
 use crate::config::Config;
 use crate::exit::{Exit, Failure};
 use crate::layout::Layout;
-use crate::state::{self, SeenContainer, State};
+use crate::state::{self, Fact, SeenContainer, State};
 use crate::{logging, metrics, peers, redact};
 
 mod apply;
@@ -74,7 +74,7 @@ pub fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
 
 /// The end of a tick its deadline cut short, as any tick ends: the summary line and the
 /// metrics of the state the deadline recorded (`TICK_TIMEOUT`, exit 75).
-pub(crate) fn end_timed_out(cfg: &Config, st: &State, took: Duration) {
+fn end_timed_out(cfg: &Config, st: &State, took: Duration) {
     summary(st, Exit::Temporary, took);
     write_metrics(cfg, st, Exit::Temporary, took);
 }
@@ -86,7 +86,7 @@ fn write_metrics(cfg: &Config, st: &State, exit: Exit, took: Duration) {
         let facts = metrics::TickFacts {
             exit,
             duration: took,
-            ended_at: state::now(),
+            ended_at: crate::clock::wall(),
         };
         if let Err(e) = metrics::write(path, &metrics::render(&cfg.env_id, st, facts)) {
             warn!("cannot write the metrics file {}: {e:#}", path.display());
@@ -135,13 +135,13 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> any
         return Ok(Exit::Ok);
     };
     // Declared after the lock, so dropped before it: the deadline stops, then the lock goes.
-    let _deadline = crate::watchdog::arm(cfg, &layout);
-    let (mut state, note) = State::load(&layout)?;
+    let _deadline = crate::watchdog::arm(cfg, &layout, end_timed_out);
+    let (mut state, note) = crate::statefile::load(&layout)?;
     if let Some(note) = note {
         warn!("{note}");
     }
     // This tick's action, once tenancy answers; none if it never does.
-    state.begin_tick();
+    state.fold(state::Fact::TickBegan);
     let mut agent = Agent::new(cfg, layout, state, opts)?;
     let result = agent.converge();
     agent.token_upkeep(&result);
@@ -200,7 +200,7 @@ pub(crate) struct Agent<'a> {
 /// See [`Agent::judged`].
 #[derive(Debug, Default)]
 struct Judged {
-    names: std::collections::BTreeSet<String>,
+    names: std::collections::HashSet<Sha>,
     pulled: std::collections::BTreeSet<String>,
 }
 
@@ -211,8 +211,8 @@ impl<'a> Agent<'a> {
         state: State,
         opts: TickOptions,
     ) -> anyhow::Result<Self> {
-        let mut builder =
-            compose::Docker::builder(cfg.docker_bin.clone()).docker_config(cfg.docker_config_dir());
+        let mut builder = compose::Docker::builder(cfg.docker_bin.clone())
+            .docker_config(crate::layout::docker_config_dir(&cfg.state_dir));
         if let Some(hint) = state.compose().cloned() {
             builder = builder.compose_hint(hint);
         }
@@ -220,7 +220,7 @@ impl<'a> Agent<'a> {
         let hold = crate::hold::load(&layout, state.clock())?;
         let listeners = std::sync::Arc::new(peers::Listeners::load(&layout));
         let mut state = state;
-        state.found_hold(hold.clone());
+        state.fold(state::Fact::HoldFound(hold.clone()));
         Ok(Self {
             previous: (state.last_code(), state.last_error().cloned()),
             judged: std::cell::RefCell::default(),
@@ -256,15 +256,15 @@ impl<'a> Agent<'a> {
     fn judge_clock(&mut self, result: anyhow::Result<Exit>) -> anyhow::Result<Exit> {
         let boot = crate::clock::boot();
         if let Some(d) = self.bao.get().and_then(bao::BaoClient::server_date) {
-            self.state.read_clock(crate::clock::ClockReading::of(
+            self.record(Fact::ClockRead(crate::clock::ClockReading::of(
                 d.date,
                 d.sent,
                 d.received,
                 boot.as_ref(),
-            ));
+            )));
         }
         let Some(problem) =
-            (self.state.clock()).and_then(|r| r.problem(state::now(), boot.as_ref()))
+            (self.state.clock()).and_then(|r| r.problem(crate::clock::wall(), boot.as_ref()))
         else {
             return result;
         };
@@ -285,12 +285,12 @@ impl<'a> Agent<'a> {
             .inspect_err(|e| self.conclude_checkin_error(e))?;
         self.learn_token_facts();
         let wanted_before = self.state.desired_sha().cloned();
-        self.state.checked_in(
-            resp.action.as_str(),
-            resp.desired_sha().cloned(),
-            resp.checkin_interval_s.map(|i| i.as_secs()),
-            state::now(),
-        );
+        self.record(Fact::CheckedIn {
+            action: resp.action.as_str().to_string(),
+            desired: resp.desired_sha().cloned(),
+            interval_s: resp.checkin_interval_s.map(|i| i.as_secs()),
+            at: crate::clock::wall(),
+        });
         // A new desired sha is saved before its fetch and pull, which can take minutes and be
         // cut short by a kill or the tick's deadline: `status` then names what tenancy wants,
         // not the sha before it. A heartbeat writes nothing here.
@@ -306,8 +306,9 @@ impl<'a> Agent<'a> {
                     self.cfg.bao.kv_mount
                 );
             }
-            self.state
-                .adopt_kv_mount((mount != self.cfg.bao.kv_mount).then_some(mount));
+            self.record(Fact::KvMountAdopted(
+                (mount != self.cfg.bao.kv_mount).then_some(mount),
+            ));
         }
         info!(
             "checkin: action={} desired={} applied={}",
@@ -326,22 +327,27 @@ impl<'a> Agent<'a> {
             Action::Down { purge_volumes, .. } => {
                 let sha = self.state.applied_sha().cloned();
                 self.retire(*purge_volumes)
-                    .inspect_err(|e| self.conclude_error(sha.as_ref().map(Sha::as_str), e))
+                    .inspect_err(|e| self.conclude_error(sha.as_ref(), e))
             }
             // The sha is 64 lowercase hex digits, or the answer never decoded: safe in a path,
             // a URL and a comparison with the release's own.
             Action::Apply { sha, bundle_url } => {
                 if self.state.failed().is_some_and(|f| f.sha != *sha) {
                     // Tenancy wants something else now: the old failure no longer counts.
-                    self.state.clear_failed();
+                    self.record(Fact::FailureForgotten);
                 }
                 if let Some(deadline) = self.backoff_deadline(sha) {
                     return self.report_waiting(sha, deadline);
                 }
                 self.apply(sha, bundle_url)
-                    .inspect_err(|e| self.conclude_error(Some(sha.as_str()), e))
+                    .inspect_err(|e| self.conclude_error(Some(sha), e))
             }
         }
+    }
+
+    /// Folds what a step found into the state: the tick's one way to change it.
+    pub(crate) fn record(&mut self, fact: Fact) {
+        self.state.fold(fact);
     }
 
     fn kv_mount(&self) -> String {

@@ -89,7 +89,7 @@ impl MaxTtlEnd {
 
 impl std::fmt::Display for MaxTtlEnd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let at = crate::status::rfc3339(self.end);
+        let at = crate::clock::rfc3339(self.end);
         let how = if self.exact {
             "OpenBao capped its renewal there"
         } else {
@@ -151,7 +151,7 @@ pub fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
     } else if let Some(t) = st.token().filter(|t| t.expires_at <= seen.now) {
         why.push(format!(
             "the token expired at {} by the agent's record",
-            crate::status::rfc3339(t.expires_at)
+            crate::clock::rfc3339(t.expires_at)
         ));
     }
     if let Some(c) = st.crash_loop(seen.now) {
@@ -160,8 +160,8 @@ pub fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
             "{code}: a service died again within the hour and was healed ({} heals, the last \
              at {}); converged once no heal is needed until {} ({} moves next)",
             c.heals,
-            crate::status::rfc3339(c.at),
-            crate::status::rfc3339(c.at.saturating_add(crate::state::CRASH_LOOP_SECS)),
+            crate::clock::rfc3339(c.at),
+            crate::clock::rfc3339(c.at.saturating_add(crate::state::CRASH_LOOP_SECS)),
             code.owner()
         ));
     }

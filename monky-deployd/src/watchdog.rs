@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 
 use tracing::{error, warn};
 
-use crate::code::{Code, CodePolicy as _};
+use crate::code::Code;
 use crate::config::Config;
 use crate::layout::Layout;
 use crate::state::{self, State};
@@ -26,8 +26,13 @@ pub struct Watchdog {
     thread: Option<JoinHandle<()>>,
 }
 
-/// Starts the deadline of a tick that runs for `cfg`.
-pub fn arm(cfg: &Config, layout: &Layout) -> Watchdog {
+/// How a tick ends once its deadline recorded the timeout: its summary line and metrics, as
+/// any tick's end writes them (the tick's own `end_timed_out`).
+pub type End = fn(&Config, &State, std::time::Duration);
+
+/// Starts the deadline of a tick that runs for `cfg`; `end` writes what every tick's end
+/// writes.
+pub fn arm(cfg: &Config, layout: &Layout, end: End) -> Watchdog {
     let (disarm, disarmed) = mpsc::channel::<()>();
     let limit = cfg.tick_timeout;
     let started = std::time::Instant::now();
@@ -38,7 +43,7 @@ pub fn arm(cfg: &Config, layout: &Layout) -> Watchdog {
         .name("tick-deadline".into())
         .spawn(move || {
             if let Err(RecvTimeoutError::Timeout) = disarmed.recv_timeout(limit) {
-                expire(&cfg, started, layout);
+                expire(&cfg, started, layout, end);
             }
         });
     let thread = match thread {
@@ -65,31 +70,39 @@ impl Drop for Watchdog {
 }
 
 /// Ends the process: the tick ran past `cfg`'s limit.
-fn expire(cfg: &Config, started: std::time::Instant, layout: anyhow::Result<Layout>) -> ! {
+fn expire(
+    cfg: &Config,
+    started: std::time::Instant,
+    layout: anyhow::Result<Layout>,
+    end: End,
+) -> ! {
     let limit = cfg.tick_timeout;
-    let code = Code::TickTimeout;
-    let detail = format!(
-        "{code}: the tick ran past tick_timeout_s ({}s); its docker commands were killed \
-         and the next tick starts over",
-        limit.as_secs()
+    let failure = crate::exit::Failure::coded(
+        Code::TickTimeout,
+        format!(
+            "the tick ran past tick_timeout_s ({}s); its docker commands were killed and the \
+             next tick starts over",
+            limit.as_secs()
+        ),
     );
+    let detail = failure.to_string();
     error!("{detail}");
     // Held until the process is gone: the tick cannot save over this record afterwards.
     let _no_more_saves = state::save_lock();
-    match layout.and_then(|l| State::load(&l).map(|loaded| (l, loaded))) {
+    match layout.and_then(|l| crate::statefile::load(&l).map(|loaded| (l, loaded))) {
         Ok((layout, (mut st, _))) => {
             // The one outcome not recorded by `Agent::conclude`: the tick cannot conclude any
-            // more, so its deadline records the timeout through the same state method.
-            st.record_timeout(crate::redact::redact(&detail));
+            // more, so its deadline folds the timeout in as the one fact it adds.
+            st.fold(state::Fact::TimedOut(crate::redact::redact(&detail)));
             if let Err(e) = st.save_holding_lock(&layout) {
                 error!("cannot record the timeout in state.json: {e:#}");
             }
-            crate::tick::end_timed_out(cfg, &st, started.elapsed());
+            end(cfg, &st, started.elapsed());
         }
         Err(e) => error!("cannot record the timeout in state.json: {e:#}"),
     }
     // Last, right before the exit: a call whose child dies returns to the tick, and the tick
     // should get no time to act on that (a fallback `up`, a report) before the process ends.
     monky_compose::process::kill_all();
-    std::process::exit(i32::from(code.exit().code()));
+    std::process::exit(i32::from(failure.exit().code()));
 }

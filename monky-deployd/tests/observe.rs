@@ -81,7 +81,7 @@ fn a_failed_release_falls_back_and_waits_before_the_next_attempt() {
     w.run(&["run", "--once", "--force"]).expect(1);
     assert_eq!(bundle_requests(&w), bundles + 1);
     assert_eq!(w.state()["failed_attempts"], json!(2));
-    let wait = w.state()["next_attempt_at"].as_u64().unwrap() - monky_deployd::state::now();
+    let wait = w.state()["next_attempt_at"].as_u64().unwrap() - monky_deployd::clock::wall();
     assert!(
         (100..=140).contains(&wait),
         "second wait ~2 min, got {wait}s"

@@ -13,7 +13,8 @@
 //!
 //! The fake and an OpenBao each need the other's address; start the tenancy first, then the
 //! OpenBao with [`FakeTenancy::jwks_url`], then call [`FakeTenancy::set_bao`].
-//! [`crate::peers::Peers`] does exactly that with the fake or the real OpenBao.
+//! The `peers` module's `Peers` does exactly that with the fake or the real OpenBao (named, not
+//! linked: `peers` builds on this module, not the other way round).
 //!
 //! [`checkin_request`] and its siblings build sample wire requests for tests.
 

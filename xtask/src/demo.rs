@@ -31,8 +31,7 @@ use anyhow::{Context, Result, bail, ensure};
 use crate::cmd;
 use crate::net;
 use crate::procs;
-use crate::setup::{self, remove_if_exists};
-use crate::state::{self, EnvFile};
+use crate::state::{self, EnvFile, random_hex, remove_if_exists};
 
 /// Prefix of the demo's compose project and run folder (inside teardown's `monky-e2e-`).
 pub const PROJECT_PREFIX: &str = "monky-e2e-demo-";
@@ -241,7 +240,7 @@ struct Demo {
 impl Demo {
     /// Starts the helper; from here on `tear_down` has something to do.
     fn start(env: &Setup, agent: PathBuf, helper_bin: &Path, fake_bao: bool) -> Result<Demo> {
-        let project = format!("{PROJECT_PREFIX}{}", setup::random_hex(4)?);
+        let project = format!("{PROJECT_PREFIX}{}", random_hex(4)?);
         say(&format!(
             "starting the dev tenancy and {} on 127.0.0.1 (monky-deployd/examples/{HELPER}.rs)",
             if fake_bao {
@@ -340,11 +339,7 @@ impl Demo {
         ));
         let mut values = Vec::new();
         for secret in &SECRETS {
-            let value = format!(
-                "{}-{}",
-                secret.name.replace('_', "-"),
-                setup::random_hex(12)?
-            );
+            let value = format!("{}-{}", secret.name.replace('_', "-"), random_hex(12)?);
             self.helper()?.secret(secret.name, &value)?;
             values.push((secret.var, value));
         }
@@ -906,6 +901,7 @@ fn short(sha: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::setup;
 
     fn bundle_file(name: &str) -> String {
         let path = state::workspace_root().join(BUNDLE_DIR).join(name);

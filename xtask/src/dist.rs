@@ -81,7 +81,7 @@ pub fn main(args: &[String]) -> Result<()> {
         built.sha256.display()
     );
     if test {
-        crate::pkgtest::run(&built)?;
+        crate::pkgtest::run(&built.deb)?;
     }
     Ok(())
 }

@@ -19,7 +19,6 @@ use anyhow::{Context, Result, bail, ensure};
 
 use crate::apt::{self, Apt, OsRelease};
 use crate::cmd;
-use crate::dist;
 use crate::docker::Docker;
 use crate::state;
 
@@ -42,8 +41,8 @@ const TOOLS: [&str; 7] = [
     "dpkg-dev",
 ];
 
-/// Runs the whole packaging step.
-pub fn run(built: &dist::Built) -> Result<()> {
+/// Runs the whole packaging step on dist's `.deb`.
+pub fn run(deb: &Path) -> Result<()> {
     let started = Instant::now();
     println!("==> packaging: tools ({})", TOOLS.join(", "));
     Apt::new().ensure_installed(&TOOLS)?;
@@ -69,7 +68,7 @@ pub fn run(built: &dist::Built) -> Result<()> {
         // belong in the ci log.
         .args(["--nocapture", "--test-threads=1"])
         .current_dir(state::workspace_root())
-        .env("MONKY_PKG_DEB", &built.deb)
+        .env("MONKY_PKG_DEB", deb)
         .env("MONKY_PKG_IMAGE", &image)
         .env("MONKY_E2E_ENV", state::e2e_env_path())
         .env("MONKY_E2E_REQUIRED", "1");

@@ -41,7 +41,7 @@ use crate::docker::{self, Docker};
 use crate::net;
 use crate::openbao;
 use crate::procs;
-use crate::state::{self, EnvFile, NAME_PREFIX, RUN_LABEL};
+use crate::state::{self, EnvFile, NAME_PREFIX, RUN_LABEL, random_hex, remove_if_exists};
 use crate::teardown;
 
 /// Registry user name (a fixed test value; the registry listens on 127.0.0.1 only).
@@ -820,33 +820,12 @@ fn new_run_id() -> Result<String> {
     Ok(format!("{NAME_PREFIX}{}", random_hex(4)?))
 }
 
-/// `bytes` bytes from /dev/urandom as lower-case hex (run ids, the registry secret, demo values).
-pub fn random_hex(bytes: usize) -> Result<String> {
-    use std::io::Read;
-    let mut buf = vec![0u8; bytes];
-    fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .context("cannot read /dev/urandom")?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 fn record(run_state: &mut EnvFile, key: &str, value: &str) -> Result<()> {
     run_state.set(key, value)?;
     run_state.save(
         &state::state_path(),
         "What `cargo xtask setup` started; `cargo xtask teardown` stops it by PID.",
     )
-}
-
-/// Removes a file or a folder tree; absent is fine.
-pub fn remove_if_exists(path: &Path) -> Result<()> {
-    let result = match path.symlink_metadata() {
-        Ok(meta) if meta.is_dir() => fs::remove_dir_all(path),
-        Ok(_) => fs::remove_file(path),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => Err(e),
-    };
-    result.with_context(|| format!("cannot remove {}", path.display()))
 }
 
 fn section(name: &str) {

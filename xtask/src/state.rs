@@ -1,6 +1,8 @@
-//! Where `cargo xtask setup` keeps its run state, and the `KEY=VALUE` env files it writes.
+//! Where `cargo xtask setup` keeps its run state, and the `KEY=VALUE` env files it writes; the
+//! run ids and the file removal that setup, demo and teardown share.
 
 use std::fmt::Write as _;
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -11,6 +13,27 @@ pub const NAME_PREFIX: &str = "monky-e2e-";
 pub const RUN_LABEL: &str = "io.monky.e2e.run";
 /// Label key baked into the test images (value: the image name, e.g. `web`).
 pub const IMAGE_LABEL: &str = "io.monky.e2e.image";
+
+/// `bytes` bytes from /dev/urandom as lower-case hex (run ids, the registry secret, demo values).
+pub fn random_hex(bytes: usize) -> Result<String> {
+    use std::io::Read;
+    let mut buf = vec![0u8; bytes];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .context("cannot read /dev/urandom")?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Removes a file or a folder tree; absent is fine.
+pub fn remove_if_exists(path: &Path) -> Result<()> {
+    let result = match path.symlink_metadata() {
+        Ok(meta) if meta.is_dir() => fs::remove_dir_all(path),
+        Ok(_) => fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => Err(e),
+    };
+    result.with_context(|| format!("cannot remove {}", path.display()))
+}
 
 /// The workspace root (the folder holding the top-level Cargo.toml).
 pub fn workspace_root() -> PathBuf {

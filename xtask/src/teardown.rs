@@ -9,8 +9,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::docker::Docker;
 use crate::procs;
-use crate::setup::remove_if_exists;
-use crate::state::{self, EnvFile, IMAGE_LABEL, NAME_PREFIX, RUN_LABEL};
+use crate::state::{self, EnvFile, IMAGE_LABEL, NAME_PREFIX, RUN_LABEL, remove_if_exists};
 
 const COMPOSE_PROJECT: &str = "com.docker.compose.project";
 

@@ -1,5 +1,6 @@
 //! `cargo xtask tidy`: the crate rules of docs/architecture.md, checked over `cargo metadata`,
-//! and its code rules, checked over the sources (`code`).
+//! and its code rules, checked over the sources (`code`, and `circles` for each crate's module
+//! graph).
 //!
 //! The crate rules are about what ships: each library's normal and build dependencies, followed
 //! transitively, with every feature on (a feature that pulls a forbidden crate is caught too),
@@ -15,6 +16,7 @@ use serde_json::Value;
 
 use crate::state;
 
+mod circles;
 mod code;
 
 /// Crates that speak to the network or do TLS; a name ending in `*` is a prefix.
@@ -231,10 +233,13 @@ pub fn main(args: &[String]) -> Result<()> {
     for (rule, v) in code::check_tree(&state::workspace_root(), &all)? {
         broken.push(format!("{v} ({rule})"));
     }
+    for circle in circles::check_tree(&state::workspace_root())? {
+        broken.push(format!("{circle} ({})", circles::RULE));
+    }
     if broken.is_empty() {
         println!(
             "tidy: the crate rules hold ({rules} rules), and the code rules hold ({})",
-            code::RULES.len(),
+            code::RULES.len() + 1,
         );
         return Ok(());
     }

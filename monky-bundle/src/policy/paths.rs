@@ -10,6 +10,7 @@ use std::path::{Component, Path};
 use serde_json::{Map, Value};
 
 use super::{Ctx, Place, Severity, Site, Walk, lexical, paths_of};
+use crate::mount::{Mount, MountKind, foreign};
 use crate::refusal::printable;
 
 /// A file compose reads into its model by path (`env_file`, `label_file`) or binds into a
@@ -112,8 +113,8 @@ impl Ctx<'_> {
                     .get("services")
                     .and_then(|s| s.get(name))
                     .and_then(|s| s.get("volumes"));
-                for item in items {
-                    if let Some((source, writable)) = bind_source(item) {
+                for m in items.iter().filter_map(Mount::parse) {
+                    if let Some((source, writable)) = bind_source(&m) {
                         out.push(self.open(
                             name.clone(),
                             "volumes",
@@ -266,31 +267,10 @@ fn below(inner: &Place, outer: &Place) -> bool {
 
 /// The host path of one `volumes` entry and whether it is writable; `None` for a named or
 /// anonymous volume, a tmpfs or anything dockerd does not open on the host.
-fn bind_source(item: &Value) -> Option<(String, bool)> {
-    match item {
-        Value::String(s) => {
-            let parts: Vec<&str> = s.split(':').collect();
-            if parts.len() < 2 || !super::is_path(parts[0]) {
-                return None;
-            }
-            let ro = parts
-                .get(2)
-                .is_some_and(|o| o.split(',').any(|o| o.trim().eq_ignore_ascii_case("ro")));
-            Some((parts[0].to_string(), !ro))
-        }
-        Value::Object(m) if m.get("type").and_then(Value::as_str) == Some("bind") => {
-            // An empty source (a variable not known yet) is judged where its value is.
-            let source = m
-                .get("source")
-                .and_then(Value::as_str)
-                .filter(|s| !s.trim().is_empty())?;
-            Some((
-                source.to_string(),
-                !m.get("read_only").is_some_and(super::truthy),
-            ))
-        }
-        _ => None,
-    }
+fn bind_source(m: &Mount<'_>) -> Option<(String, bool)> {
+    // An empty source (a variable not known yet) is judged where its value is.
+    (m.kind == MountKind::Bind && !m.source.trim().is_empty())
+        .then(|| (m.source.to_string(), !m.read_only))
 }
 
 /// The findings of one file key's value as written: `(path, why)` for each path refused.
@@ -345,16 +325,6 @@ fn release_relative(path: &str) -> Option<Vec<String>> {
         }
     }
     Some(parts)
-}
-
-/// A path in another OS's syntax, which this box's dockerd would not read as the policy does:
-/// a drive letter (`C:\`, `c:/`), a backslash anywhere, or a UNC or device name (`\\server`,
-/// `//./pipe/x`, `//server/share`).
-pub(super) fn foreign(path: &str) -> bool {
-    let p = path.trim();
-    let b = p.as_bytes();
-    let drive = b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':';
-    drive || p.contains('\\') || p.starts_with("//")
 }
 
 /// A bind option or `bind.propagation` value that shares mounts with the host. dockerd
@@ -464,23 +434,6 @@ mod tests {
         assert!(below(&h("/srv/shared/x"), &h("/srv/shared")));
         assert!(!below(&h("/srv/sharedx"), &h("/srv/shared")));
         assert!(!below(&r(&["data"]), &h("/")));
-    }
-
-    #[test]
-    fn foreign_paths() {
-        for p in [
-            "C:\\x",
-            "c:/x",
-            "\\\\server\\share",
-            "//./pipe/docker_engine",
-            "//srv/share",
-            "./a\\b",
-        ] {
-            assert!(foreign(p), "{p}");
-        }
-        for p in ["./data", "/etc/localtime", "data", "~/x"] {
-            assert!(!foreign(p), "{p}");
-        }
     }
 
     #[test]

@@ -309,15 +309,6 @@ fn parse_addr(text: &str) -> Option<SocketAddr> {
     Some(canonical(SocketAddr::new(ip, port)))
 }
 
-/// Whether `ip` is an address of this box: loopback, or one the kernel lets a socket bind
-/// (its interfaces' addresses, docker's bridge gateways, the unspecified address). A
-/// connection to such an address is served by a socket on this box, whose owner the kernel
-/// knows, so it is judged like a loopback one.
-pub fn is_local(ip: IpAddr) -> bool {
-    let ip = ip.to_canonical();
-    ip.is_loopback() || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
-}
-
 /// The process behind a root-owned listener, when it is a container's: docker's proxy for a
 /// published port, or a process in a container's cgroup. Root is trusted as the proxy's user,
 /// but dockerd runs a published port's proxy as root, so root alone proves nothing.
@@ -564,10 +555,10 @@ mod tests {
             "0.0.0.0",
             "::ffff:127.0.0.1",
         ] {
-            assert!(is_local(ip.parse().unwrap()), "{ip}");
+            assert!(crate::host::is_local(ip.parse().unwrap()), "{ip}");
         }
         for ip in ["198.51.100.77", "2001:db8::1", "203.0.113.9"] {
-            assert!(!is_local(ip.parse().unwrap()), "{ip}");
+            assert!(!crate::host::is_local(ip.parse().unwrap()), "{ip}");
         }
     }
 

@@ -1,56 +1,72 @@
 //! Apply: the desired release's steps from fetch to report, as docs/architecture.md's "What a
 //! tick does" numbers them, each a stage of `stages.rs`; and a failed sha's wait.
 
-use std::collections::BTreeMap;
-
 use monky_agent_proto::Sha;
-use secrecy::SecretString;
 use tracing::{info, warn};
 
 use super::Agent;
 use super::Outcome;
 use super::backoff::Backoff;
-use super::stages::{Fetched, Promoted};
+use super::stages::{Fetched, Promoted, Secrets, Stop};
 use crate::code::{Code, CodePolicy as _};
 use crate::exit::{Exit, Failure};
-use crate::{release, state};
+use crate::release;
+use crate::state::Fact;
 
 impl Agent<'_> {
-    /// Applies the desired release, step by step. A refusal or failure returns early; the
-    /// steps after it never run.
+    /// Applies the desired release, step by step, as docs/architecture.md's "What a tick
+    /// does" numbers the steps. A stage that stops returns early and the stages after it never
+    /// run; a release that failed is recovered from (backoff, fallback) before the failure goes
+    /// up.
     pub(super) fn apply(&mut self, sha: &Sha, url: &str) -> anyhow::Result<Exit> {
         // 1-2. Fetch the bundle and verify it hashes to the desired sha.
         let (fetched, raw) = self.fetch(sha, url)?;
-        self.apply_fetched(fetched)
-            .inspect_err(|e| self.keep_bad_bundle(sha, &raw, e))
+        // Before the checks, so `doctor` measures the desired bundle's need even when a check
+        // refuses it.
+        self.record(Fact::DiskNeeded(fetched.disk_need()));
+        match self.stages(fetched) {
+            // 14. Report.
+            Ok(promoted) => self.applied(&promoted),
+            Err(stop) => {
+                let e = self.recover(sha, stop);
+                self.keep_bad_bundle(sha, &raw, &e);
+                Err(e)
+            }
+        }
     }
 
-    fn apply_fetched(&mut self, fetched: Fetched) -> anyhow::Result<Exit> {
+    /// Steps 3-13, each a stage of `stages.rs` taking the one before it.
+    fn stages(&mut self, fetched: Fetched) -> Result<Promoted, Stop> {
         // 3. Refuse what the bundle alone shows is wrong, before any lease or secret read.
         let checked = self.check(fetched)?;
-        // 4-9. Lease a grant, log in with it, read the secrets; render `.env`; stage the
-        // release; check compose's model of it against the policy.
-        let staged = self.stage(checked)?;
+        // 4-6. Lease a grant, log in with it, read the secrets.
+        let secrets = self.read_secrets(&checked)?;
+        if self.state.original_release().is_some() {
+            self.note_quoting_changes(&secrets);
+        }
+        // 7-9. Render `.env`, stage the release, judge compose's model of it.
+        let staged = self.stage(checked, secrets)?;
         // 10. Pull from the staging dir.
         let pulled = self.pull(staged)?;
         // 11. Promote: `current` names the new release, checked again on disk.
         let promoted = self.promote(pulled)?;
-        // 12-13. Up, and wait for health; a failure falls back.
-        let prod = self.cfg.is_prod(promoted.bundle_prod());
-        self.up_healthy(promoted.release(), promoted.sha(), prod)?;
-        // 14. Report.
-        self.applied(&promoted)
+        // 12-13. Up, and wait for health.
+        self.up_healthy(&promoted)?;
+        Ok(promoted)
     }
 
     /// Step 14: the release is up and healthy: state and tenancy hear so, and older releases
     /// go.
     fn applied(&mut self, promoted: &Promoted) -> anyhow::Result<Exit> {
         let sha = promoted.sha();
-        self.state.mark_applied(sha, promoted.bundle_prod());
+        self.record(Fact::Applied {
+            sha: sha.clone(),
+            prod: promoted.bundle_prod(),
+        });
         self.record_converged(sha);
         // From now on the release is this agent's own.
-        self.state.own_release();
-        self.state.clear_failed();
+        self.record(Fact::ReleaseOwned);
+        self.record(Fact::FailureForgotten);
         info!(
             "applied {} ({} container(s) healthy)",
             sha.short(),
@@ -67,7 +83,7 @@ impl Agent<'_> {
         {
             info!("supplied the box's defaults: {supplied}");
         }
-        self.conclude(Outcome::applied(Some(sha.as_str())))?;
+        self.conclude(Outcome::applied(Some(sha)))?;
         // After every successful apply, not only with `--prune`: a tenancy that sends a new sha
         // every tick must not fill the disk. `current` (this sha, the last good one) stays.
         release::prune(&self.layout, self.cfg.keep_releases, &[sha.as_str()]);
@@ -101,8 +117,8 @@ impl Agent<'_> {
     /// value the app received differently through the original's `.env`, in the journal (and so
     /// the report's `log_tail`) and in state for `explain`. The apply goes on: the value now
     /// written is the secret itself.
-    pub(super) fn note_quoting_changes(&mut self, values: &BTreeMap<String, SecretString>) {
-        let names = crate::takeover::handed_differently(values);
+    fn note_quoting_changes(&mut self, secrets: &Secrets) {
+        let names = secrets.handed_differently();
         if !names.is_empty() {
             warn!(
                 "{}: {}: the original agent's .env handed these to the app \
@@ -112,13 +128,15 @@ impl Agent<'_> {
                 names.join(", ")
             );
         }
-        self.state.found_quoting_changed(names);
+        self.record(Fact::QuotingChanged(names));
     }
 
     /// When the desired sha failed before and its backoff has not run out, the deadline.
     pub(super) fn backoff_deadline(&mut self, sha: &Sha) -> Option<u64> {
-        let (now, boot) = (state::now(), crate::clock::boot());
-        Backoff::rebase(&mut self.state, now, boot.as_ref());
+        let (now, boot) = (crate::clock::wall(), crate::clock::boot());
+        if let Some(rebased) = Backoff::rebase(&self.state, now, boot.as_ref()) {
+            self.record(rebased);
+        }
         let deadline = Backoff::deadline(&self.state, sha, now, boot.as_ref())?;
         if self.opts.force {
             info!(
@@ -148,9 +166,16 @@ impl Agent<'_> {
         // A state written before the failure's own detail was kept has only its code's name.
         let failed = self.state.failed();
         let code = failed.and_then(|f| f.code).unwrap_or(Code::Failed);
-        let base = failed
-            .and_then(|f| f.detail.as_ref().map(ToString::to_string))
-            .unwrap_or_else(|| format!("{code}: an earlier attempt failed"));
+        // The kept detail is the failure as it was shown (`CODE: names`); its code is the kept
+        // code, so only the names are carried over.
+        let shown = failed.and_then(|f| f.detail.as_ref().map(ToString::to_string));
+        let base = match shown {
+            Some(text) => match text.strip_prefix(&format!("{code}: ")) {
+                Some(names) => names.to_string(),
+                None => text,
+            },
+            None => "an earlier attempt failed".to_string(),
+        };
         let running = match self.state.applied_sha() {
             None => "running nothing".to_string(),
             Some(_) if self.docker_error.is_some() => "what runs is unknown (docker does not \
@@ -164,14 +189,14 @@ impl Agent<'_> {
         };
         let detail = format!(
             "{base}; next attempt {}; {running}",
-            crate::status::rfc3339(deadline)
+            crate::clock::rfc3339(deadline)
         );
         info!(
             "{} failed before; waiting until {} (`run --once --force` retries now)",
             sha.short(),
-            crate::status::rfc3339(deadline)
+            crate::clock::rfc3339(deadline)
         );
-        self.conclude(Outcome::failed(Some(sha.as_str()), code, detail))
+        self.conclude(Outcome::failed(Some(sha), Failure::coded(code, detail)))
     }
 }
 

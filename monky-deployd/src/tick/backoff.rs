@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::clock::{BootDeadline, BootInstant};
 use crate::code::Code;
 use crate::redact::Redacted;
-use crate::state::{FailedRelease, State};
+use crate::state::{Fact, FailedRelease, State};
 use monky_agent_proto::Sha;
 
 /// The wait of a release that failed once more: which attempt this was and when the next may
@@ -48,41 +48,37 @@ impl Backoff {
         }
     }
 
-    /// Writes the backoff for `sha` into the state, with the failure's code and `CODE: names`
+    /// The backoff for `sha` as the state keeps it, with the failure's code and `CODE: names`
     /// that the reports repeat while it waits.
-    pub fn record(self, state: &mut State, sha: &Sha, code: Code, detail: Redacted) {
-        state.mark_failed(FailedRelease {
+    pub fn fact(self, sha: &Sha, code: Code, detail: Redacted) -> Fact {
+        Fact::ReleaseFailed(FailedRelease {
             sha: sha.clone(),
             attempts: self.attempts,
             next_attempt_at: Some(self.next_attempt_at),
             next_attempt_boot: self.next_attempt_boot,
             code: Some(code),
             detail: Some(detail),
-        });
+        })
     }
 
     /// Carries a wait set in another boot (or by an older state) into this one: the wall-clock
     /// deadline, held to the longest wait the attempts allow, becomes a deadline on this boot's
     /// clock, so a wall clock that stays wrong neither renews the wait at every tick nor holds
     /// the sha back for the step's length. Without a boot clock the wall deadline is clamped.
-    pub fn rebase(state: &mut State, now: u64, boot: Option<&BootInstant>) {
-        let Some(failed) = state.failed() else {
-            return;
-        };
-        let Some(at) = failed.next_attempt_at else {
-            return;
-        };
+    pub fn rebase(state: &State, now: u64, boot: Option<&BootInstant>) -> Option<Fact> {
+        let failed = state.failed()?;
+        let at = failed.next_attempt_at?;
         if let (Some(b), Some(d)) = (boot, &failed.next_attempt_boot)
             && d.boot_id == b.boot_id
         {
-            return;
+            return None;
         }
         let longest = failure_backoff(failed.attempts.max(1), 1.0).as_secs();
         let left = at.saturating_sub(now).min(longest);
-        state.rebase_failed(
-            now.saturating_add(left),
-            boot.map(|b| BootDeadline::after(b, left)),
-        );
+        Some(Fact::BackoffRebased {
+            next_attempt_at: now.saturating_add(left),
+            next_attempt_boot: boot.map(|b| BootDeadline::after(b, left)),
+        })
     }
 
     /// When `sha` may be tried again (wall clock, for the reports), if it is the failed sha and
@@ -163,35 +159,34 @@ mod tests {
         let mut st = State::default();
         let first = Backoff::after_failure(&st, &a(), 1000, None, 0.5);
         assert_eq!((first.attempts, first.next_attempt_at), (1, 1060));
-        first.record(
-            &mut st,
+        st.fold(first.fact(
             &a(),
             Code::Unhealthy,
             crate::redact::redact("UNHEALTHY: web"),
-        );
+        ));
         let second = Backoff::after_failure(&st, &a(), 2000, None, 0.5);
         assert_eq!((second.attempts, second.next_attempt_at), (2, 2120));
-        second.clone().record(
-            &mut st,
+        st.fold(second.clone().fact(
             &a(),
             Code::Unhealthy,
             crate::redact::redact("UNHEALTHY: web"),
-        );
+        ));
         let failed = st.failed().unwrap();
         assert_eq!((failed.attempts, failed.code), (2, Some(Code::Unhealthy)));
         assert_eq!(
             Backoff::after_failure(&st, &b(), 3000, None, 0.5).attempts,
             1
         );
-        Backoff {
-            attempts: u32::MAX,
-            ..second
-        }
-        .record(
-            &mut st,
-            &a(),
-            Code::Unhealthy,
-            crate::redact::redact("UNHEALTHY: web"),
+        st.fold(
+            Backoff {
+                attempts: u32::MAX,
+                ..second
+            }
+            .fact(
+                &a(),
+                Code::Unhealthy,
+                crate::redact::redact("UNHEALTHY: web"),
+            ),
         );
         let last = Backoff::after_failure(&st, &a(), u64::MAX, Some(&boot("x", u64::MAX)), 1.0);
         assert_eq!(last.attempts, u32::MAX);
@@ -204,11 +199,12 @@ mod tests {
         let mut st = State::default();
         let at = boot("x", 500);
         assert_eq!(Backoff::deadline(&st, &a(), 0, Some(&at)), None);
-        Backoff::after_failure(&st, &a(), 1000, Some(&at), 0.5).record(
-            &mut st,
-            &a(),
-            Code::Failed,
-            crate::redact::redact("x"),
+        st.fold(
+            Backoff::after_failure(&st, &a(), 1000, Some(&at), 0.5).fact(
+                &a(),
+                Code::Failed,
+                crate::redact::redact("x"),
+            ),
         );
         let before = st.clone();
         assert_eq!(
@@ -234,11 +230,12 @@ mod tests {
     fn a_wall_clock_step_neither_stretches_nor_ends_the_wait() {
         let step = 20 * 3600;
         let mut st = State::default();
-        Backoff::after_failure(&st, &a(), 100_000, Some(&boot("x", 500)), 0.5).record(
-            &mut st,
-            &a(),
-            Code::Failed,
-            crate::redact::redact("x"),
+        st.fold(
+            Backoff::after_failure(&st, &a(), 100_000, Some(&boot("x", 500)), 0.5).fact(
+                &a(),
+                Code::Failed,
+                crate::redact::redact("x"),
+            ),
         );
         let now = 100_000 - step;
         assert_eq!(
@@ -270,12 +267,16 @@ mod tests {
 
         // Rebased into a later boot: 66 s on that boot's clock, however wrong the wall stays.
         let mut later = st.clone();
-        Backoff::rebase(&mut later, now, Some(&boot("y", 3)));
+        if let Some(f) = Backoff::rebase(&later, now, Some(&boot("y", 3))) {
+            later.fold(f);
+        }
         let failed = later.failed().unwrap();
         assert_eq!(failed.next_attempt_boot.as_ref().unwrap().at_s, 69);
         assert_eq!(failed.next_attempt_at, Some(now + 66));
         let still = later.clone();
-        Backoff::rebase(&mut later, now + 30, Some(&boot("y", 33)));
+        if let Some(f) = Backoff::rebase(&later, now + 30, Some(&boot("y", 33))) {
+            later.fold(f);
+        }
         assert_eq!(later, still, "once per boot");
         assert_eq!(
             Backoff::deadline(&later, &a(), now, Some(&boot("y", 69))),
@@ -283,13 +284,17 @@ mod tests {
         );
         // No boot clock: the wall deadline itself is clamped, once.
         let mut bare = st.clone();
-        Backoff::rebase(&mut bare, now, None);
+        if let Some(f) = Backoff::rebase(&bare, now, None) {
+            bare.fold(f);
+        }
         let failed = bare.failed().unwrap();
         assert_eq!(failed.next_attempt_at, Some(now + 66));
         assert_eq!(failed.next_attempt_boot, None);
         // Nothing failed: nothing to rebase.
         let mut clean = State::default();
-        Backoff::rebase(&mut clean, now, Some(&boot("y", 3)));
+        if let Some(f) = Backoff::rebase(&clean, now, Some(&boot("y", 3))) {
+            clean.fold(f);
+        }
         assert_eq!(clean, State::default());
     }
 }

@@ -8,7 +8,6 @@ use crate::config::Config;
 use crate::exit::Exit;
 use crate::layout::Layout;
 use crate::redact;
-use crate::state::State;
 
 /// `monky-deployd bootstrap [--force]`: log in with the kit's grant and store the token.
 pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
@@ -16,7 +15,7 @@ pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
     let Some(_lock) = layout.lock()? else {
         anyhow::bail!("a tick is running; try again in a minute");
     };
-    let (state, _) = State::load(&layout)?;
+    let (state, _) = crate::statefile::load(&layout)?;
     let mut agent = Agent::new(cfg, layout, state, TickOptions::default())?;
     if agent.token_path().exists() && !force {
         outln!("a token is already stored; use --force to replace it");

@@ -4,7 +4,7 @@ use monky_agent_proto as proto;
 use tracing::warn;
 
 use super::Agent;
-use crate::state::SeenContainer;
+use crate::state::{Fact, SeenContainer};
 use crate::{host, peers};
 
 impl Agent<'_> {
@@ -29,7 +29,7 @@ impl Agent<'_> {
                     && crate::drift::completed_stands(record, &f.container.name),
             })
             .collect();
-        self.state.saw_containers(seen);
+        self.record(Fact::ContainersSeen(seen));
     }
 
     pub(super) fn wire_containers(&self) -> Vec<proto::ContainerStatus> {
@@ -49,7 +49,7 @@ impl Agent<'_> {
     fn checkin_request(&mut self) -> proto::CheckinRequest {
         self.refresh_containers();
         let facts = self.docker.facts();
-        self.state.found_compose(self.docker.known_compose());
+        self.record(Fact::ComposeFound(self.docker.known_compose()));
         proto::CheckinRequest {
             env_id: self.cfg.env_id.clone(),
             agent_version: crate::VERSION.to_string(),

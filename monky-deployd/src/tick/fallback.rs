@@ -7,19 +7,17 @@ use tracing::{info, warn};
 use super::Agent;
 use super::backoff::Backoff;
 use super::not_ready;
+use super::stages::{Failed, Promoted, Started, Stop};
 use crate::code::Code;
 use crate::exit::Failure;
-use crate::{failpoint, redact, release, state};
+use crate::state::Fact;
+use crate::{failpoint, redact, release};
 
 impl Agent<'_> {
     /// Steps 12-13: `compose up` and the health wait. A release that does not come up healthy
     /// starts the backoff and falls back; its failure carries the compose logs to the report.
-    pub(super) fn up_healthy(
-        &mut self,
-        rel: &release::Release,
-        sha: &Sha,
-        prod: bool,
-    ) -> anyhow::Result<()> {
+    pub(super) fn up_healthy(&mut self, promoted: &Promoted) -> Result<(), Stop> {
+        let (rel, sha) = (promoted.release(), promoted.sha());
         let project = rel.compose(&self.docker, self.cfg);
         info!("compose up -d --remove-orphans");
         failpoint::hit("before-up");
@@ -53,57 +51,65 @@ impl Agent<'_> {
             })
             .collect();
         let (code, why) = diagnose(up.as_ref().err(), &looked);
-        warn!("apply of {} failed: {code}: {why}", sha.short());
+        let failure = Failure::coded(code, why);
+        warn!("apply of {} failed: {failure}", sha.short());
         // Kept before the fallback: `compose up` of the previous release replaces these
         // containers, and their logs with them.
         let kept = format!(
-            "{code}: {why}\n{}--- compose logs ---\n{logs}",
+            "{failure}\n{}--- compose logs ---\n{logs}",
             looked.iter().map(Looked::evidence).collect::<String>()
         );
         self.keep_app_logs(sha, &kept, &logs);
-        let started = Started {
-            prod,
-            compose_logs: &logs,
-        };
-        Err(self.release_failed(sha, code, &why, Some(started)))
+        Err(Stop::Failed(Failed {
+            failure,
+            started: Some(Started {
+                prod: self.cfg.is_prod(promoted.bundle_prod()),
+                compose_logs: logs,
+            }),
+        }))
+    }
+
+    /// Recovery after a stage stopped: a release that failed waits out its backoff and, when
+    /// it had started, falls back (see [`Agent::release_failed`]); a halt is its own error.
+    pub(super) fn recover(&mut self, sha: &Sha, stop: Stop) -> anyhow::Error {
+        match stop {
+            Stop::Halted(e) => e,
+            Stop::Failed(failed) => self.release_failed(sha, failed),
+        }
     }
 
     /// A release that failed at render, model, pull, up or health: schedules the next attempt
     /// (1 min, 2, 4, ... up to 1 h, jittered) and, when it had `started`, falls back to the last
     /// healthy release. Returns the failure, whose message ends with what happened to the
     /// running release and when the next attempt is.
-    pub(super) fn release_failed(
-        &mut self,
-        sha: &Sha,
-        code: Code,
-        why: &dyn std::fmt::Display,
-        started: Option<Started<'_>>,
-    ) -> anyhow::Error {
+    fn release_failed(&mut self, sha: &Sha, failed: Failed) -> anyhow::Error {
+        let Failed { failure, started } = failed;
+        let code = failure.code;
         // `CODE: names`, repeated by the reports sent while the sha waits.
-        let detail = Failure::coded(code, why.to_string()).to_string();
+        let detail = failure.to_string();
         let backoff = Backoff::after_failure(
             &self.state,
             sha,
-            state::now(),
+            crate::clock::wall(),
             crate::clock::boot().as_ref(),
             rand::random_range(0.0..1.0),
         );
         let next = backoff.next_attempt_at;
-        backoff.record(&mut self.state, sha, code, redact::redact(&detail));
+        self.record(backoff.fact(sha, code, redact::redact(&detail)));
         let previous = self.state.applied_sha().filter(|p| *p != sha).cloned();
-        let note = match (previous, started) {
+        let note = match (previous, &started) {
             // Nothing of it started (its `.env` or its pull failed): nothing changed on the
             // engine or on disk, so nothing falls back, prod or not.
             (Some(prev), None) => format!("running {}", prev.short()),
             (None, None) => "nothing running".to_string(),
             (None, Some(_)) => {
-                self.state.forget_applied();
+                self.record(Fact::AppliedForgotten);
                 "no earlier healthy release to fall back to".to_string()
             }
             (Some(_), Some(Started { prod, .. }))
-                if self.cfg.on_failure(prod) == crate::config::OnFailure::Leave =>
+                if self.cfg.on_failure(*prod) == crate::config::OnFailure::Leave =>
             {
-                self.state.forget_applied();
+                self.record(Fact::AppliedForgotten);
                 format!("left {} in place (on_failure: leave)", sha.short())
             }
             (Some(prev), Some(_)) => self.revert_to(&prev),
@@ -111,12 +117,13 @@ impl Agent<'_> {
         let failure = Failure::coded(
             code,
             format!(
-                "{why}; {note}; next attempt {}",
-                crate::status::rfc3339(next)
+                "{}; {note}; next attempt {}",
+                failure.message,
+                crate::clock::rfc3339(next)
             ),
         );
         match started {
-            Some(Started { compose_logs, .. }) => failure.with_compose_logs(compose_logs).into(),
+            Some(Started { compose_logs, .. }) => failure.with_compose_logs(&compose_logs).into(),
             None => failure.into(),
         }
     }
@@ -125,7 +132,7 @@ impl Agent<'_> {
     pub(super) fn revert_to(&mut self, prev: &Sha) -> String {
         if let Err(e) = release::verify(&self.layout, prev) {
             // Nothing is started from a release that changed on disk; what runs stays.
-            self.state.forget_applied();
+            self.record(Fact::AppliedForgotten);
             warn!("fallback to {} refused: {e:#}", prev.short());
             let code = Failure::code_of(&e).unwrap_or(Code::Failed);
             return format!("fallback to {} refused ({code})", prev.short());
@@ -152,11 +159,11 @@ impl Agent<'_> {
                 format!("reverted to {}", prev.short())
             }
             Ok(()) => {
-                self.state.forget_applied();
+                self.record(Fact::AppliedForgotten);
                 format!("reverted to {}, which is not healthy either", prev.short())
             }
             Err(e) => {
-                self.state.forget_applied();
+                self.record(Fact::AppliedForgotten);
                 warn!("fallback to {} failed: {e:#}", prev.short());
                 match Failure::code_of(&e) {
                     Some(code) => format!("fallback to {} refused ({code})", prev.short()),
@@ -265,14 +272,6 @@ pub(super) fn diagnose(up: Option<&monky_compose::Error>, bad: &[Looked]) -> (Co
                 .join(", "),
         ),
     }
-}
-
-/// A failed release that had started: its tier (for `on_failure`) and the tail of its compose
-/// logs (for the report).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Started<'a> {
-    prod: bool,
-    compose_logs: &'a str,
 }
 
 #[cfg(test)]

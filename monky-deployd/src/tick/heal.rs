@@ -7,13 +7,15 @@ use tracing::{info, warn};
 
 use super::backoff::failure_backoff;
 use super::outcome::Outcome;
+use super::stages::Promoted;
 use super::{Agent, not_ready};
 use crate::code::Code;
 use crate::drift::{self, Converged, Drift};
 use crate::exit::{Exit, Failure};
 use crate::hold::Hold;
 use crate::interrupted::Marker;
-use crate::{redact, release, state};
+use crate::state::Fact;
+use crate::{redact, release};
 
 /// Heals within this long of the last one count as one more attempt; past it drift starts
 /// over at the first step. The backoff's longest step, so a service that crash-loops slowly
@@ -23,8 +25,7 @@ const HEAL_MEMORY_SECS: u64 = 3600;
 impl Agent<'_> {
     /// Records what the last healthy `up` of `sha` left (from the listing just taken).
     pub(super) fn record_converged(&mut self, sha: &Sha) {
-        self.state
-            .record_converged(Converged::record(sha, &self.facts));
+        self.record(Fact::Converged(Converged::record(sha, &self.facts)));
     }
 
     /// A heartbeat found no drift: a box without a record of the applied release (one applied
@@ -46,13 +47,13 @@ impl Agent<'_> {
         let what = drift::describe(drift);
         warn!("drift from {}: {what}", sha.short());
         if !self.cfg.self_heal {
-            let detail = format!(
-                "{}: {what}; self_heal is off, nothing was changed",
-                Code::Drift
+            let failure = Failure::coded(
+                Code::Drift,
+                format!("{what}; self_heal is off, nothing was changed"),
             );
-            return self.conclude(Outcome::failed(Some(sha.as_str()), Code::Drift, detail));
+            return self.conclude(Outcome::failed(Some(sha), failure));
         }
-        let now = state::now();
+        let now = crate::clock::wall();
         let waits = super::backoff::wait_until(
             self.state.next_heal_at(),
             self.state.next_heal_boot(),
@@ -64,21 +65,23 @@ impl Agent<'_> {
             if self.opts.force {
                 info!("--force: healing before the heal backoff ran out");
             } else {
-                let detail = format!(
-                    "{}: {what}; waiting: heal {} ran at {}, the next may run at {}",
+                let failure = Failure::coded(
                     Code::Drift,
-                    self.state.heal_attempts(),
-                    self.state
-                        .last_heal_at()
-                        .map_or("-".into(), crate::status::rfc3339),
-                    crate::status::rfc3339(at)
+                    format!(
+                        "{what}; waiting: heal {} ran at {}, the next may run at {}",
+                        self.state.heal_attempts(),
+                        self.state
+                            .last_heal_at()
+                            .map_or("-".into(), crate::clock::rfc3339),
+                        crate::clock::rfc3339(at)
+                    ),
                 );
                 info!(
                     "the heal of {} waits until {}",
                     sha.short(),
-                    crate::status::rfc3339(at)
+                    crate::clock::rfc3339(at)
                 );
-                return self.conclude(Outcome::failed(Some(sha.as_str()), Code::Drift, detail));
+                return self.conclude(Outcome::failed(Some(sha), failure));
             }
         }
         self.heal(sha, drift, &what)
@@ -89,7 +92,7 @@ impl Agent<'_> {
     /// containers made by another hand removed first. Every heal, healthy or not, takes a step
     /// of the heal backoff.
     fn heal(&mut self, sha: &Sha, drift: &[Drift], what: &str) -> anyhow::Result<Exit> {
-        let now = state::now();
+        let now = crate::clock::wall();
         let recent = self
             .state
             .last_heal_at()
@@ -101,12 +104,12 @@ impl Agent<'_> {
         };
         let wait = failure_backoff(attempts, rand::random_range(0.0..1.0)).as_secs();
         let next = now.saturating_add(wait);
-        self.state.healing(
+        self.record(Fact::Healing {
             attempts,
-            now,
-            next,
-            crate::clock::boot().map(|b| crate::clock::BootDeadline::after(&b, wait)),
-        );
+            at: now,
+            next_at: next,
+            next_boot: crate::clock::boot().map(|b| crate::clock::BootDeadline::after(&b, wait)),
+        });
         info!("healing {} (heal {attempts}): {what}", sha.short());
         let remove: Vec<String> = drift
             .iter()
@@ -130,37 +133,29 @@ impl Agent<'_> {
             .filter(|d| !matches!(d.kind, drift::Kind::Replaced))
             .collect::<Vec<_>>();
         let bad = not_ready(self.state.containers());
-        // `CODE: names` of what went wrong, and whether compose's logs say more.
+        // What went wrong, and whether compose's logs say more.
         let failed = match (&up, bad.is_empty()) {
-            (Err(e), _) => Some(match Failure::detail_of(e) {
-                (code, detail) if code != Code::Failed => (code, detail, true),
-                (_, detail) => (
-                    Code::HealFailed,
-                    format!("{}: {detail}", Code::HealFailed),
-                    true,
-                ),
+            (Err(e), _) => Some(match Failure::first_of(e) {
+                f if f.code != Code::Failed => (f, true),
+                f => (Failure::coded(Code::HealFailed, f.message), true),
             }),
             (Ok(()), false) => Some((
-                Code::HealFailed,
-                format!(
-                    "{}: not healthy after up: {}",
+                Failure::coded(
                     Code::HealFailed,
-                    bad.join(", ")
+                    format!("not healthy after up: {}", bad.join(", ")),
                 ),
                 true,
             )),
             (Ok(()), true) if !still.is_empty() => Some((
-                Code::HealFailed,
-                format!(
-                    "{}: still drifted after up: {}",
+                Failure::coded(
                     Code::HealFailed,
-                    drift::describe(&still)
+                    format!("still drifted after up: {}", drift::describe(&still)),
                 ),
                 false,
             )),
             (Ok(()), true) => None,
         };
-        let Some((code, why, logs)) = failed else {
+        let Some((failure, logs)) = failed else {
             self.record_converged(sha);
             // A container that died again within the hour after an earlier heal: brought back,
             // but the box is in a crash loop, not converged, until it stays up.
@@ -168,17 +163,22 @@ impl Agent<'_> {
                 .iter()
                 .any(|d| matches!(d.kind, drift::Kind::Stopped { .. }));
             if died && attempts >= 2 {
-                let detail = format!(
-                    "{}: {what}; healed {attempts} times within the hour",
-                    Code::CrashLoop
+                let failure = Failure::coded(
+                    Code::CrashLoop,
+                    format!("{what}; healed {attempts} times within the hour"),
                 );
-                warn!("{detail}");
-                self.state.crash_looped(now, attempts);
-                return self.conclude(Outcome::failed(Some(sha.as_str()), Code::CrashLoop, detail));
+                warn!("{failure}");
+                self.record(Fact::CrashLooped {
+                    at: now,
+                    heals: attempts,
+                });
+                return self.conclude(Outcome::failed(Some(sha), failure));
             }
-            let detail = format!("{}: {what}", Code::Healed);
             info!("healed {}: {what}", sha.short());
-            return self.conclude(Outcome::noted(Some(sha.as_str()), Code::Healed, detail));
+            return self.conclude(Outcome::noted(
+                Some(sha),
+                Failure::coded(Code::Healed, what),
+            ));
         };
         let logs = if logs {
             release::Release::current(&self.layout)
@@ -189,16 +189,20 @@ impl Agent<'_> {
         } else {
             None
         };
-        let detail = format!(
-            "{why}; drift: {what}; next heal after {}",
-            crate::status::rfc3339(next)
+        let failure = Failure::coded(
+            failure.code,
+            format!(
+                "{}; drift: {what}; next heal after {}",
+                failure.message,
+                crate::clock::rfc3339(next)
+            ),
         );
-        warn!("heal of {} failed: {detail}", sha.short());
+        warn!("heal of {} failed: {failure}", sha.short());
         if let Some(logs) = &logs {
-            let kept = format!("{detail}\n--- compose logs ---\n{}", logs.as_str());
+            let kept = format!("{failure}\n--- compose logs ---\n{}", logs.as_str());
             self.keep_app_logs(sha, &kept, logs.as_str());
         }
-        let mut outcome = Outcome::failed(Some(sha.as_str()), code, detail);
+        let mut outcome = Outcome::failed(Some(sha), failure);
         outcome.compose_logs = logs.as_ref();
         self.conclude(outcome)
     }
@@ -238,22 +242,23 @@ impl Agent<'_> {
     /// A held box: the heartbeat's health report with the hold beside it, whatever tenancy
     /// asked; nothing is applied, healed or retired.
     pub(super) fn held(&mut self, hold: &Hold, action: &Action) -> anyhow::Result<Exit> {
-        let mut note = hold.describe();
+        let mut note = hold.note();
         match action {
             Action::Apply { sha, .. } => {
-                note.push_str(&format!("; tenancy's apply of {} waits", sha.short()));
+                note.message
+                    .push_str(&format!("; tenancy's apply of {} waits", sha.short()));
             }
-            Action::Down { .. } => note.push_str("; tenancy's retire waits"),
+            Action::Down { .. } => note.message.push_str("; tenancy's retire waits"),
             Action::None { .. } => {}
         }
         if let Some(m) = crate::interrupted::peek(&self.layout) {
-            note.push_str(&format!(
+            note.message.push_str(&format!(
                 "; the interrupted apply of {} waits",
                 m.sha.as_ref().map_or("-", Sha::short)
             ));
         }
         info!("{note}");
-        self.health_report(Some((Code::Held, note)))
+        self.health_report(Some(note))
     }
 
     /// An apply that a crash cut short: compose's leftovers go first, then the release is
@@ -272,13 +277,13 @@ impl Agent<'_> {
             "{}: the apply of {} started {} did not finish",
             Code::ApplyInterrupted,
             marked.map_or("-", Sha::short),
-            crate::status::rfc3339(m.started_at)
+            crate::clock::rfc3339(m.started_at)
         );
         self.clear_leftovers()?;
         let exit = match action {
             Action::Apply { sha, .. } if marked == Some(sha) => self
                 .finish_interrupted(&m, sha)
-                .inspect_err(|e| self.conclude_error(Some(sha.as_str()), e))?,
+                .inspect_err(|e| self.conclude_error(Some(sha), e))?,
             Action::None { .. } => self.roll_back_interrupted(marked, &m)?,
             _ => {
                 info!("tenancy now asks for something else; the interrupted apply is dropped");
@@ -320,25 +325,28 @@ impl Agent<'_> {
             warn!("the release of the interrupted apply does not verify ({e:#}); applying it anew");
             return Ok(None);
         }
-        let rel = release::point_current(&self.layout, sha, &|r| self.policy_gate(r))?;
-        let prod = self.cfg.is_prod(rel.is_prod());
+        let promoted = Promoted::resumed(release::point_current(&self.layout, sha, &|r| {
+            self.policy_gate(r)
+        })?);
         info!("finishing the interrupted apply of {}", sha.short());
-        self.up_healthy(&rel, sha, prod)?;
-        self.state.mark_applied(sha, rel.is_prod());
+        if let Err(stop) = self.up_healthy(&promoted) {
+            return Err(self.recover(sha, stop));
+        }
+        self.record(Fact::Applied {
+            sha: sha.clone(),
+            prod: promoted.bundle_prod(),
+        });
         self.record_converged(sha);
-        self.state.clear_failed();
-        let detail = format!(
-            "{}: finished the apply of {} cut short at {}",
+        self.record(Fact::FailureForgotten);
+        let note = Failure::coded(
             Code::ApplyInterrupted,
-            sha.short(),
-            crate::status::rfc3339(m.started_at)
+            format!(
+                "finished the apply of {} cut short at {}",
+                sha.short(),
+                crate::clock::rfc3339(m.started_at)
+            ),
         );
-        self.conclude(Outcome::noted(
-            Some(sha.as_str()),
-            Code::ApplyInterrupted,
-            detail,
-        ))
-        .map(Some)
+        self.conclude(Outcome::noted(Some(sha), note)).map(Some)
     }
 
     /// Tenancy wants the applied release, not the interrupted one: `current` goes back to it
@@ -356,21 +364,16 @@ impl Agent<'_> {
             return Ok(None);
         }
         let note = self.revert_to(&applied);
-        let detail = format!(
-            "{}: rolled back the apply of {} cut short at {}: {note}",
-            Code::ApplyInterrupted,
+        let what = format!(
+            "rolled back the apply of {} cut short at {}: {note}",
             marked.map_or("-", Sha::short),
-            crate::status::rfc3339(m.started_at)
+            crate::clock::rfc3339(m.started_at)
         );
         let sha = self.state.applied_sha().cloned();
-        let outcome = if sha.is_some() {
-            Outcome::noted(
-                sha.as_ref().map(Sha::as_str),
-                Code::ApplyInterrupted,
-                detail,
-            )
-        } else {
-            Outcome::failed(Some(applied.as_str()), Code::Unhealthy, detail)
+        let outcome = match &sha {
+            Some(sha) => Outcome::noted(Some(sha), Failure::coded(Code::ApplyInterrupted, what)),
+            // The release rolled back to did not come up healthy: a failure, under its code.
+            None => Outcome::failed(Some(&applied), Failure::coded(Code::Unhealthy, what)),
         };
         self.conclude(outcome).map(Some)
     }

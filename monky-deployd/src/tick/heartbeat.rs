@@ -8,6 +8,7 @@ use crate::code::Code;
 use crate::config::VolumesOnAbsent;
 use crate::exit::{Exit, Failure};
 use crate::release;
+use crate::state::Fact;
 
 impl Agent<'_> {
     /// Action none: drift of the applied release healed, or the containers' health reported.
@@ -24,10 +25,10 @@ impl Agent<'_> {
 
     /// The heartbeat's report of the containers' health; `note` (a hold) goes beside an
     /// `applied` result and after a failure's detail.
-    pub(super) fn health_report(&mut self, note: Option<(Code, String)>) -> anyhow::Result<Exit> {
+    pub(super) fn health_report(&mut self, note: Option<Failure>) -> anyhow::Result<Exit> {
         let bad = not_ready(self.state.containers());
         let missing = self.state.containers().is_empty() && self.state.applied_sha().is_some();
-        let sha = self.state.applied_sha().map(|s| s.as_str().to_owned());
+        let sha = self.state.applied_sha().cloned();
         let unknown = self.docker_error.clone();
         if unknown.is_none() && bad.is_empty() && !missing {
             info!(
@@ -35,21 +36,23 @@ impl Agent<'_> {
                 self.state.containers().len()
             );
             return self.conclude(match note {
-                Some((code, detail)) => Outcome::noted(sha.as_deref(), code, detail),
-                None => Outcome::applied(sha.as_deref()),
+                Some(note) => Outcome::noted(sha.as_ref(), note),
+                None => Outcome::applied(sha.as_ref()),
             });
         }
         // Under a hold, containers down or gone are the operator's doing (a restore, a disk
         // swap): said beside the hold, the tick fine; docker not answering is no one's hold.
-        if let (None, Some((Code::Held, held))) = (&unknown, &note) {
+        if let (None, Some(held)) = (&unknown, &note)
+            && held.code == Code::Held
+        {
             let why = if missing {
                 "no container of the project runs".to_string()
             } else {
                 format!("not running and healthy: {}", bad.join(", "))
             };
-            let detail = format!("{held}; {why}");
-            info!("heartbeat: {detail}");
-            return self.conclude(Outcome::noted(sha.as_deref(), Code::Held, detail));
+            let note = Failure::coded(Code::Held, format!("{}; {why}", held.message));
+            info!("heartbeat: {note}");
+            return self.conclude(Outcome::noted(sha.as_ref(), note));
         }
         let (code, why) = if let Some(e) = unknown {
             (
@@ -64,12 +67,12 @@ impl Agent<'_> {
         } else {
             (Code::Unhealthy, bad.join(", "))
         };
-        let mut detail = format!("{code}: {why}");
-        if let Some((_, note)) = note {
-            detail = format!("{detail}; {note}");
+        let mut failure = Failure::coded(code, why);
+        if let Some(note) = note {
+            failure.message = format!("{}; {note}", failure.message);
         }
-        warn!("heartbeat: {detail}");
-        self.conclude(Outcome::failed(sha.as_deref(), code, detail))
+        warn!("heartbeat: {failure}");
+        self.conclude(Outcome::failed(sha.as_ref(), failure))
     }
 
     /// Action down: the project taken down (volumes too when asked and not prod), `current`
@@ -103,11 +106,10 @@ impl Agent<'_> {
         } else {
             info!("nothing deployed; reporting down");
         }
-        let sha = self.state.forget_applied();
+        let sha = self.state.applied_sha().cloned();
+        self.record(Fact::AppliedForgotten);
         release::clear_current(&self.layout)?;
         self.refresh_containers();
-        self.conclude(Outcome::down(
-            sha.as_ref().map(monky_agent_proto::Sha::as_str),
-        ))
+        self.conclude(Outcome::down(sha.as_ref()))
     }
 }

@@ -67,7 +67,8 @@ pub(super) fn summary_line(st: &State, exit: Exit, took: Duration) -> String {
 pub(super) fn log_error(e: &anyhow::Error, repeated: bool) {
     // Raw here: the log sink redacts every line once.
     let full = format!("{e:#}");
-    let (code, detail) = Failure::detail_of(e);
+    let failure = Failure::first_of(e);
+    let (code, detail) = (failure.code, failure.to_string());
     if repeated {
         // The summary line counts the repeats; the chain was logged in full the first time.
         tracing::error!("{}", one_line(&detail, ERROR_LINE_MAX));

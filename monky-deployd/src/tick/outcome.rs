@@ -4,14 +4,14 @@
 
 use anyhow::Context;
 use monky_agent_proto as proto;
-use proto::ReportResult;
+use proto::{ReportResult, Sha};
 use tracing::warn;
 
 use super::Agent;
-use crate::code::{Code, CodePolicy as _};
+use crate::code::Code;
 use crate::exit::{Exit, Failure};
 use crate::redact::Redacted;
-use crate::state;
+use crate::state::Fact;
 use crate::{failpoint, logging, peers, redact, release};
 
 /// Whether an outcome is reported to tenancy.
@@ -31,47 +31,48 @@ pub(super) struct Outcome<'a> {
     /// `None`: the tick reached no action (its error came before one), so nothing is reported
     /// and the last result stands.
     result: Option<ReportResult>,
-    sha: Option<&'a str>,
-    /// The failure's code and `CODE: names` detail.
-    failure: Option<(Code, String)>,
+    sha: Option<&'a Sha>,
+    /// The failure, whose `CODE: names` is the report's detail.
+    failure: Option<Failure>,
     /// Beside an `applied` result: what the agent did on its own or why it did not act
-    /// (`HEALED: ...`, `APPLY_INTERRUPTED: ...`, `HELD: ...`).
-    note: Option<String>,
+    /// (`HEALED: ...`, `APPLY_INTERRUPTED: ...`, `HELD: ...`), a code whose class is success.
+    note: Option<Failure>,
     pub(super) compose_logs: Option<&'a Redacted>,
 }
 
 impl<'a> Outcome<'a> {
     /// `sha` runs and is healthy (or nothing runs and nothing should).
-    pub(super) fn applied(sha: Option<&'a str>) -> Self {
+    pub(super) fn applied(sha: Option<&'a Sha>) -> Self {
         Self::new(ReportResult::Applied, sha, None)
     }
 
-    /// `sha` runs and is healthy, with a note of `code` (`CODE: names`) in the report's detail.
-    pub(super) fn noted(sha: Option<&'a str>, code: Code, detail: String) -> Self {
-        debug_assert_eq!(code.exit(), Exit::Ok, "a note is not a failure");
+    /// `sha` runs and is healthy, with `note` (its code's class is success) in the report's
+    /// detail.
+    pub(super) fn noted(sha: Option<&'a Sha>, note: Failure) -> Self {
+        debug_assert_eq!(note.exit(), Exit::Ok, "a note is not a failure");
         let mut o = Self::new(ReportResult::Applied, sha, None);
-        o.note = Some(detail);
+        o.note = Some(note);
         o
     }
 
     /// The env was retired; `sha` was what ran.
-    pub(super) fn down(sha: Option<&'a str>) -> Self {
+    pub(super) fn down(sha: Option<&'a Sha>) -> Self {
         Self::new(ReportResult::Down, sha, None)
     }
 
-    /// `sha` failed with `code`; `detail` is `CODE: names`.
-    pub(super) fn failed(sha: Option<&'a str>, code: Code, detail: String) -> Self {
-        Self::new(ReportResult::Failed, sha, Some((code, detail)))
+    /// `sha` failed with `failure`.
+    pub(super) fn failed(sha: Option<&'a Sha>, failure: Failure) -> Self {
+        Self::new(ReportResult::Failed, sha, Some(failure))
     }
 
-    /// The error of a tick that reached no action; `detail` is `CODE: names`.
-    fn unreported(code: Code, detail: String) -> Self {
-        let mut o = Self::new(ReportResult::Failed, None, Some((code, detail)));
+    /// The error of a tick that reached no action.
+    fn unreported(failure: Failure) -> Self {
+        let mut o = Self::new(ReportResult::Failed, None, Some(failure));
         o.result = None;
         o
     }
 
-    fn new(result: ReportResult, sha: Option<&'a str>, failure: Option<(Code, String)>) -> Self {
+    fn new(result: ReportResult, sha: Option<&'a Sha>, failure: Option<Failure>) -> Self {
         Self {
             result: Some(result),
             sha,
@@ -97,12 +98,11 @@ impl Agent<'_> {
     /// the tick's outcome went out already (a success report that tenancy did not take is no
     /// failed release). The error stays the tick's: a report that cannot be sent (no token,
     /// tenancy down) is logged, and state still records the failure.
-    pub(super) fn conclude_error(&mut self, sha: Option<&str>, e: &anyhow::Error) {
+    pub(super) fn conclude_error(&mut self, sha: Option<&Sha>, e: &anyhow::Error) {
         if self.concluded {
             return;
         }
-        let (code, detail) = Failure::detail_of(e);
-        let mut outcome = Outcome::failed(sha, code, detail);
+        let mut outcome = Outcome::failed(sha, Failure::first_of(e));
         outcome.compose_logs = Failure::compose_logs_of(e);
         // Without a token no report can be sent; the failure is still the tick's outcome.
         let _ = self.conclude_with(outcome, Send::IfToken);
@@ -123,12 +123,18 @@ impl Agent<'_> {
             note,
             compose_logs,
         } = outcome;
-        // Redacted once here: the same text goes to the report and to state.json.
-        let failure = failure.map(|(code, detail)| (code, redact::redact(&detail)));
-        let note = note.map(|n| redact::redact(&n));
+        // `CODE: names` composed and redacted once here: the same text goes to the report and
+        // to state.json.
+        let failure = failure.map(|f| (f.code, redact::redact(&f.to_string())));
+        let note = note.map(|n| redact::redact(&n.to_string()));
         let Some(result) = result else {
             // No action was reached: nothing to report, and the last result stands.
-            self.state.record_outcome(None, failure, None, None);
+            self.record(Fact::Concluded {
+                result: None,
+                failure,
+                note: None,
+                reported_at: None,
+            });
             return Ok(Exit::Fail);
         };
         // `None`: not sent, there being no token to send it with.
@@ -145,28 +151,25 @@ impl Agent<'_> {
             ReportResult::Failed => Exit::Fail,
             ReportResult::Applied | ReportResult::Down => Exit::Ok,
         };
-        match sent {
-            None => {
-                self.state.record_outcome(Some(result), failure, note, None);
-                Ok(exit)
-            }
-            Some(Ok(())) => {
-                self.state
-                    .record_outcome(Some(result), failure, note, Some(state::now()));
-                Ok(exit)
-            }
+        let (failure, reported_at, ended) = match sent {
+            None => (failure, None, Ok(exit)),
+            Some(Ok(())) => (failure, Some(crate::clock::wall()), Ok(exit)),
             Some(Err(e)) if send == Send::Always => {
-                let (code, detail) = Failure::detail_of(&e);
-                let failure = Some((code, redact::redact(&detail)));
-                self.state.record_outcome(Some(result), failure, note, None);
-                Err(e)
+                let f = Failure::first_of(&e);
+                (Some((f.code, redact::redact(&f.to_string()))), None, Err(e))
             }
             Some(Err(e)) => {
                 warn!("could not report the failure: {e:#}");
-                self.state.record_outcome(Some(result), failure, note, None);
-                Ok(exit)
+                (failure, None, Ok(exit))
             }
-        }
+        };
+        self.record(Fact::Concluded {
+            result: Some(result),
+            failure,
+            note,
+            reported_at,
+        });
+        ended
     }
 
     /// The report to tenancy: the result, the failure's or the note's detail (redacted by the
@@ -174,7 +177,7 @@ impl Agent<'_> {
     fn report(
         &self,
         result: ReportResult,
-        sha: Option<&str>,
+        sha: Option<&Sha>,
         failure: Option<&(Code, Redacted)>,
         note: Option<&Redacted>,
         compose_logs: Option<&Redacted>,
@@ -188,7 +191,7 @@ impl Agent<'_> {
         }
         let req = proto::ReportRequest {
             env_id: self.cfg.env_id.clone(),
-            sha: sha.map(str::to_string),
+            sha: sha.map(|s| s.as_str().to_string()),
             result,
             log_tail: tail.into_string(),
             containers: self.wire_containers(),
@@ -223,7 +226,7 @@ impl Agent<'_> {
         if let Err(e) = self.upkeep(reached_tenancy) {
             warn!("token upkeep: {e:#}");
         }
-        if let Some(end) = crate::verdict::token_max_ttl(&self.state, state::now()) {
+        if let Some(end) = crate::verdict::token_max_ttl(&self.state, crate::clock::wall()) {
             if end.urgent() {
                 tracing::error!("{end}");
             } else {
@@ -239,18 +242,22 @@ impl Agent<'_> {
     pub(super) fn finish(&mut self, result: &anyhow::Result<Exit>) -> anyhow::Result<()> {
         let error = result.as_ref().err();
         if let Some(e) = error {
-            let (code, detail) = Failure::detail_of(e);
+            let failure = Failure::first_of(e);
             if !self.concluded {
-                let _ = self.conclude_with(Outcome::unreported(code, detail), Send::Never);
-            } else if self.state.last_code() != Some(code) {
-                self.state
-                    .record_outcome(None, Some((code, redact::redact(&detail))), None, None);
+                let _ = self.conclude_with(Outcome::unreported(failure), Send::Never);
+            } else if self.state.last_code() != Some(failure.code) {
+                self.record(Fact::Concluded {
+                    result: None,
+                    failure: Some((failure.code, redact::redact(&failure.to_string()))),
+                    note: None,
+                    reported_at: None,
+                });
             }
         }
-        self.state.count_tick(
-            matches!(result, Ok(Exit::Ok)).then(state::now),
-            &self.previous,
-        );
+        self.record(Fact::TickEnded {
+            succeeded_at: matches!(result, Ok(Exit::Ok)).then(crate::clock::wall),
+            previous: self.previous.clone(),
+        });
         release::clean_staging(&self.layout);
         // A memory that cannot be written costs the next tick a look through /proc, no more.
         if let Err(e) = self.listeners.save(&self.layout) {

@@ -12,7 +12,7 @@ use secrecy::{ExposeSecret, SecretString};
 use tracing::{info, warn};
 
 use super::Agent;
-use crate::code::{Code, CodePolicy as _};
+use crate::code::Code;
 use crate::exit::{Exit, Failure};
 use crate::refusals;
 use crate::{failpoint, peers, redact, release};
@@ -32,12 +32,31 @@ pub(super) struct Checked {
     manifest: Vec<ResolvedEntry>,
 }
 
-/// Steps 4-9 passed: the secrets read, `.env` rendered, the release written to `staging/` and
-/// compose's model of it judged by the policy.
+impl Fetched {
+    /// What the bundle says it needs on disk, for `doctor`.
+    pub(super) fn disk_need(&self) -> Option<u64> {
+        self.bundle.meta().disk_need_bytes
+    }
+}
+
+/// Steps 4-6 passed: the value of every manifest entry (the registry credential is in the
+/// agent's docker config already). Names only ever leave it.
+pub(super) struct Secrets(BTreeMap<String, SecretString>);
+
+impl Secrets {
+    /// The variables the original agent's `.env` handed to the app differently from how this
+    /// agent writes them (names only).
+    pub(super) fn handed_differently(&self) -> Vec<String> {
+        crate::statefile::handed_differently(&self.0)
+    }
+}
+
+/// Steps 7-9 passed: `.env` rendered, the release written to `staging/` and compose's model of
+/// it judged by the policy.
 pub(super) struct Staged {
     sha: Sha,
     prod: bool,
-    release: release::Release,
+    release: release::Staged,
     /// The images compose's model names.
     images: Vec<String>,
     /// Who each service runs as and which secrets it gets, judged once its images are here.
@@ -47,17 +66,28 @@ pub(super) struct Staged {
 /// Step 10 passed: the staged release's images are on the box.
 pub(super) struct Pulled(Staged);
 
-/// Step 11 passed: `releases/<sha>`, named by `current`, verified on disk.
+/// Step 11 passed: `releases/<sha>`, named by `current`, verified on disk. Made only by
+/// [`Agent::promote`] from a pulled release, or by [`Promoted::resumed`] for the release an
+/// interrupted apply promoted: what `up` takes.
 pub(super) struct Promoted {
-    sha: Sha,
     prod: bool,
     release: release::Release,
 }
 
 impl Promoted {
+    /// The release an interrupted apply promoted before it was cut short, which `current`
+    /// names again: `release::point_current` gave it, once `release::verify` and the policy
+    /// gate (compose's model, the registry, the images' proof) passed on it.
+    pub(super) fn resumed(release: release::Release) -> Self {
+        Self {
+            prod: release.is_prod(),
+            release,
+        }
+    }
+
     /// The sha the release is.
     pub(super) fn sha(&self) -> &Sha {
-        &self.sha
+        self.release.sha()
     }
 
     /// Whether the bundle says prod (its own `bundle.json`, before the config's override).
@@ -69,6 +99,50 @@ impl Promoted {
     pub(super) fn release(&self) -> &release::Release {
         &self.release
     }
+}
+
+/// Why the apply's stages stopped short of a release that is up.
+pub(super) enum Stop {
+    /// Refused or failed before the release itself was tried (a refusal of the bundle alone,
+    /// a peer that did not answer, the disk): no backoff, nothing to fall back from.
+    Halted(anyhow::Error),
+    /// The release itself failed (its `.env`, compose's model, the pull, the up or the health
+    /// wait): recovery runs next, the backoff and, when it had started, the fallback.
+    Failed(Failed),
+}
+
+impl Stop {
+    /// A release that failed before anything of it started.
+    fn failed(failure: Failure) -> Self {
+        Self::Failed(Failed {
+            failure,
+            started: None,
+        })
+    }
+}
+
+impl From<anyhow::Error> for Stop {
+    fn from(e: anyhow::Error) -> Self {
+        Self::Halted(e)
+    }
+}
+
+/// A release that failed: why, and what of it had started.
+pub(super) struct Failed {
+    /// The failure's code and what happened, names only.
+    pub(super) failure: Failure,
+    /// Its tier and compose logs, when its containers were started.
+    pub(super) started: Option<Started>,
+}
+
+/// A failed release that had started: its tier (for `on_failure`) and the tail of its compose
+/// logs (for the report).
+#[derive(Debug, Clone)]
+pub(super) struct Started {
+    /// Whether it is prod, by its bundle and the config.
+    pub(super) prod: bool,
+    /// The tail of its compose logs.
+    pub(super) compose_logs: String,
 }
 
 impl Agent<'_> {
@@ -100,11 +174,8 @@ impl Agent<'_> {
     }
 
     /// Step 3: every refusal an apply can meet before any lease or secret read.
-    pub(super) fn check(&mut self, fetched: Fetched) -> anyhow::Result<Checked> {
+    pub(super) fn check(&self, fetched: Fetched) -> anyhow::Result<Checked> {
         let Fetched { sha, bundle: b } = fetched;
-        // Recorded before the disk check, so `doctor` measures the desired bundle's need even
-        // when the check refuses it.
-        self.state.needs_disk(b.meta().disk_need_bytes);
         let (manifest, refused) = refusals::offline(
             &b,
             &self.cfg.env_id,
@@ -159,39 +230,28 @@ impl Agent<'_> {
         })
     }
 
-    /// Steps 4-9: lease a grant, log in with it and read the secrets; render `.env`; write the
-    /// release to `staging/`; judge compose's model of it.
-    pub(super) fn stage(&mut self, checked: Checked) -> anyhow::Result<Staged> {
-        let Checked {
-            sha,
-            bundle: b,
-            manifest,
-        } = checked;
-        let values = self.read_secrets(&manifest)?;
-        if self.state.original_release().is_some() {
-            self.note_quoting_changes(&values);
-        }
+    /// Steps 7-9: render `.env` from `secrets`; write the release to `staging/`; judge
+    /// compose's model of it.
+    pub(super) fn stage(&self, checked: Checked, secrets: Secrets) -> Result<Staged, Stop> {
+        let Checked { sha, bundle: b, .. } = checked;
         // 7. A value that cannot be written where the template puts it fails here, before
         // staging, and waits out the backoff: the pinned versions make it fail the same way
         // next time.
-        let env_text = bundle::render_env(b.env_template(), &values)
-            .map_err(|r| self.release_failed(&sha, Code::of_refusal(r.code), &r.message(), None))?;
-        drop(values);
+        let env_text = bundle::render_env(b.env_template(), &secrets.0)
+            .map_err(|r| Stop::failed(Failure::from(&r)))?;
+        drop(secrets);
         // 8. Stage the release.
         let staged = release::stage(&self.layout, &sha, &b, &env_text)?;
         failpoint::hit("after-staging");
         // 9. Compose's model is the authority, since a value from a secret is only visible
         // there. A refusal here waits out the backoff as a render failure does: with the same
         // pinned versions the next tick would read the secrets only to be refused again.
-        let (images, runs_as) = match self.judge(&staged) {
+        let (images, runs_as) = match self.judge(staged.release()) {
             Ok(judged) => judged,
             Err(e) => {
                 return Err(match Failure::of(&e).filter(|f| f.exit() == Exit::Fail) {
-                    Some(f) => {
-                        let (code, why) = (f.code, f.message.clone());
-                        self.release_failed(&sha, code, &why, None)
-                    }
-                    None => e,
+                    Some(f) => Stop::failed(f.clone()),
+                    None => Stop::Halted(e),
                 });
             }
         };
@@ -207,13 +267,13 @@ impl Agent<'_> {
     /// Step 10: pull from the staging dir, every image from its registry whatever the
     /// bundle's `pull_policy`; a registry refusal leaves `current` naming the release that is
     /// still running.
-    pub(super) fn pull(&mut self, staged: Staged) -> anyhow::Result<Pulled> {
+    pub(super) fn pull(&self, staged: Staged) -> Result<Pulled, Stop> {
         self.registry_gate()?;
-        if let Err(e) = self.pull_release(&staged.release, &staged.images) {
-            return Err(self.release_failed(&staged.sha, pull_code(&e), &e, None));
+        if let Err(e) = self.pull_release(staged.release.release(), &staged.images) {
+            return Err(Stop::failed(Failure::coded(pull_code(&e), e.to_string())));
         }
         if let Err((code, why)) = self.shared_uid_gate(&staged.runs_as) {
-            return Err(self.release_failed(&staged.sha, code, &why, None));
+            return Err(Stop::failed(Failure::coded(code, why)));
         }
         Ok(Pulled(staged))
     }
@@ -342,31 +402,32 @@ impl Agent<'_> {
         let Pulled(Staged {
             sha, prod, release, ..
         }) = pulled;
+        // The staged release is of the sha its stages carried: the bundle was fetched and
+        // checked as it, and stage wrote it as it.
+        debug_assert_eq!(release.release().sha(), &sha);
         crate::interrupted::write(
             &self.layout,
             &crate::interrupted::Marker {
                 sha: Some(sha.clone()),
                 previous: self.state.applied_sha().cloned(),
-                started_at: crate::state::now(),
+                started_at: crate::clock::wall(),
             },
         )?;
         self.marker_settled = true;
-        let release = release::promote(&self.layout, release, &sha, &|r| self.policy_gate(r))?;
+        let release = release::promote(&self.layout, release, &|r| self.policy_gate(r))?;
         failpoint::hit("after-swap");
         release::verify(&self.layout, &sha)?;
-        Ok(Promoted { sha, prod, release })
+        Ok(Promoted { prod, release })
     }
 
     /// Steps 4-6: the token for reading (a lease, unless a valid one is held), then every
     /// manifest entry's value; the registry credential goes to the agent's docker config.
     /// Names are logged, values never.
-    fn read_secrets(
-        &mut self,
-        manifest: &[ResolvedEntry],
-    ) -> anyhow::Result<BTreeMap<String, SecretString>> {
+    pub(super) fn read_secrets(&mut self, checked: &Checked) -> anyhow::Result<Secrets> {
+        let manifest = &checked.manifest;
         let mut values: BTreeMap<String, SecretString> = BTreeMap::new();
         if manifest.is_empty() {
-            return Ok(values);
+            return Ok(Secrets(values));
         }
         self.token_for_apply()?;
         let token = self.token.as_ref().context("no token")?;
@@ -387,7 +448,7 @@ impl Agent<'_> {
             values.len(),
             values.keys().cloned().collect::<Vec<_>>().join(", ")
         );
-        Ok(values)
+        Ok(Secrets(values))
     }
 
     /// The compose policy on compose's model of `rel`, before compose pulls or starts it: the
@@ -440,7 +501,7 @@ impl Agent<'_> {
                 if !taken.is_empty() {
                     return Err(Failure::coded(Code::BundleNonconforming, taken.join("; ")).into());
                 }
-                self.judged.borrow_mut().names.insert(rel.sha().to_owned());
+                self.judged.borrow_mut().names.insert(rel.sha().clone());
             }
             // The engine's own failure is the up's to report, under its own code.
             Err(e) => warn!("cannot list the engine's names ({e}); names not checked"),

@@ -15,7 +15,7 @@ use super::Agent;
 use crate::clock::{self, BootDeadline};
 use crate::code::Code;
 use crate::exit::Failure;
-use crate::state::{self, TokenSource, TokenState};
+use crate::state::{Fact, TokenSource, TokenState};
 use crate::{fsx, peers, redact};
 
 /// Lease again when the token is older than its max TTL (30 d) less two days.
@@ -123,9 +123,9 @@ impl Agent<'_> {
     ) -> anyhow::Result<()> {
         redact::register(token.expose_secret());
         self.layout.write_token(token.expose_secret().as_bytes())?;
-        let now = state::now();
+        let now = crate::clock::wall();
         let boot = clock::boot();
-        self.state.set_token_facts(Some(TokenState {
+        self.record(Fact::TokenFacts(Some(TokenState {
             source,
             obtained_at: now,
             expires_at: now.saturating_add(ttl.as_secs()),
@@ -134,7 +134,7 @@ impl Agent<'_> {
             creation_ttl_s: Some(ttl.as_secs()),
             max_ttl_near: false,
             max_expires_at: None,
-        }));
+        })));
         if let Some(old) = self.token.replace(token)
             && old.expose_secret() != self.token.as_ref().map_or("", |t| t.expose_secret())
             && let Err(e) = self
@@ -156,7 +156,7 @@ impl Agent<'_> {
 
     pub(super) fn forget_token(&mut self) {
         self.token = None;
-        self.state.set_token_facts(None);
+        self.record(Fact::TokenFacts(None));
         let _ = self.layout.remove_token();
     }
 
@@ -262,7 +262,7 @@ impl Agent<'_> {
             .and_then(|b| b.lookup_self(tok).map_err(anyhow::Error::new));
         match looked_up {
             Ok(info) => {
-                let now = state::now();
+                let now = crate::clock::wall();
                 // Where the token came from is not recorded; as a bootstrap token it is swapped
                 // for a lease at the next apply, which is safe either way.
                 let mut facts = TokenState::from_wall(
@@ -275,7 +275,7 @@ impl Agent<'_> {
                     now,
                 );
                 facts.creation_ttl_s = Some(info.creation_ttl.as_secs()).filter(|t| *t > 0);
-                self.state.set_token_facts(Some(facts));
+                self.record(Fact::TokenFacts(Some(facts)));
                 self.record_ttl(info.ttl);
                 info!(
                     "token facts learnt from OpenBao (ttl {}s)",
@@ -289,12 +289,12 @@ impl Agent<'_> {
     /// Records OpenBao's remaining TTL for the token: on the boot clock, which schedules the
     /// renewal, and on the wall clock, which `status` shows.
     fn record_ttl(&mut self, ttl: Duration) {
-        let now = state::now();
+        let now = crate::clock::wall();
         let boot = clock::boot();
-        self.state.token_ttl_learnt(
-            now.saturating_add(ttl.as_secs()),
-            boot.as_ref().map(|b| BootDeadline::after(b, ttl.as_secs())),
-        );
+        self.record(Fact::TokenTtlLearnt {
+            expires_at: now.saturating_add(ttl.as_secs()),
+            expires_boot: boot.as_ref().map(|b| BootDeadline::after(b, ttl.as_secs())),
+        });
     }
 
     /// Renews or re-leases the token when due; runs at the end of every tick that has one,
@@ -319,9 +319,9 @@ impl Agent<'_> {
         let age = boot
             .as_ref()
             .and_then(|b| ts.obtained_boot.as_ref()?.elapsed(b))
-            .unwrap_or_else(|| state::now().saturating_sub(ts.obtained_at));
+            .unwrap_or_else(|| crate::clock::wall().saturating_sub(ts.obtained_at));
         if age > LEASE_AGAIN_AFTER.as_secs() {
-            self.state.token_max_ttl_near();
+            self.record(Fact::TokenMaxTtlNear);
         }
         let mut leased_tried = false;
         if self.state.token().is_some_and(|t| t.max_ttl_near) && tenancy_reached {
@@ -341,10 +341,10 @@ impl Agent<'_> {
             .filter(|left| *left <= granted)
         {
             Some(left) => left,
-            None if ts.expires_at.saturating_sub(state::now()) < renew_below => 0,
+            None if ts.expires_at.saturating_sub(crate::clock::wall()) < renew_below => 0,
             // No boot clock at all (no boot id): the wall clock is all there is, and asking
             // OpenBao at every tick would be a call per heartbeat.
-            None if boot.is_none() => ts.expires_at.saturating_sub(state::now()),
+            None if boot.is_none() => ts.expires_at.saturating_sub(crate::clock::wall()),
             None => {
                 let info = self
                     .bao()?
@@ -376,8 +376,9 @@ impl Agent<'_> {
         if let Some(c) = ts.creation_ttl_s
             && is_capped(renewal.ttl.as_secs(), c)
         {
-            self.state
-                .token_max_ttl_reached(state::now().saturating_add(renewal.ttl.as_secs()));
+            self.record(Fact::TokenMaxTtlReached(
+                crate::clock::wall().saturating_add(renewal.ttl.as_secs()),
+            ));
             if tenancy_reached && !leased_tried {
                 info!("the renewal was capped by the token's max TTL; re-leasing");
                 return self.lease_login("renew");

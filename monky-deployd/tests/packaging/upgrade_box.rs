@@ -272,7 +272,7 @@ fn a_box_of_the_original_agent_upgrades_under_systemd() {
             .login_jwt("jwt-tenancy", "see-env", &grant)
             .unwrap();
         b.put(&format!("{STATE}/bao.token"), login.token.expose_secret());
-        let now = monky_deployd::state::now();
+        let now = monky_deployd::clock::wall();
         let token = if token_times {
             json!({"source": "lease", "obtained_at": now as f64 - 13.0 * 3600.0,
                    "expires_at": now as f64 + 11.0 * 3600.0})

@@ -111,7 +111,7 @@ pub fn check_tree(root: &Path, rules: &[&CodeRule]) -> Result<Vec<(&'static str,
 }
 
 /// The `.rs` files below `dir`, without build output, hidden folders and test data.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+pub(super) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     for entry in fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
         let entry = entry?;
         let path = entry.path();
@@ -150,8 +150,13 @@ impl Masked {
         Self { code, strings }
     }
 
+    /// The masked code: the file's length and lines.
+    pub(super) fn code(&self) -> &str {
+        &self.code
+    }
+
     /// The 1-based line of byte `at`.
-    fn line(&self, at: usize) -> usize {
+    pub(super) fn line(&self, at: usize) -> usize {
         self.code.as_bytes()[..at]
             .iter()
             .filter(|b| **b == b'\n')
@@ -282,11 +287,11 @@ fn raw_string_start(src: &[u8], i: usize) -> Option<(usize, usize)> {
     (src.get(j) == Some(&b'"')).then_some((j + 1 - i, hashes))
 }
 
-fn ident_start(b: u8) -> bool {
+pub(super) fn ident_start(b: u8) -> bool {
     b.is_ascii_alphabetic() || b == b'_'
 }
 
-fn ident_char(b: u8) -> bool {
+pub(super) fn ident_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_'
 }
 
@@ -330,7 +335,7 @@ fn test_items(code: &[u8]) -> Vec<(usize, usize)> {
 }
 
 /// Every start of `word` in `code` as a whole word (no identifier character on either side).
-fn words<'a>(code: &'a str, word: &'a str) -> impl Iterator<Item = usize> + 'a {
+pub(super) fn words<'a>(code: &'a str, word: &'a str) -> impl Iterator<Item = usize> + 'a {
     let bytes = code.as_bytes();
     code.match_indices(word)
         .map(|(at, _)| at)

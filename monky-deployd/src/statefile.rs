@@ -1,6 +1,6 @@
-//! Taking over a box from the original (Python) agent: its `state.json`, which has no `version`
-//! field, read for what the next tick needs, and the facts it lacks derived from the release on
-//! disk.
+//! `state.json` as found on disk: this agent's own, or the original (Python) agent's, which has
+//! no `version` field, taken over: read for what the next tick needs, and the facts it lacks
+//! derived from the release on disk. A file that is neither is set aside.
 //!
 //! The first tick after an upgrade must look to tenancy exactly like the tick before it: the
 //! running sha in checkin (else tenancy answers `apply` and the box spends a lease and redeploys
@@ -14,7 +14,69 @@ use serde_json::{Map, Value};
 use monky_agent_proto::Sha;
 
 use crate::layout::Layout;
-use crate::state::{Original, State, TokenSource, TokenState};
+use crate::state::{Original, STATE_VERSION, State, TokenSource, TokenState};
+
+/// As [`State::peek`], for `env_id`'s box: the original agent's file is taken over as the
+/// tick would take it over, in memory only, so an upgraded box shows what it runs before
+/// its first tick.
+pub fn peek(layout: &Layout) -> State {
+    let Some(bytes) = layout.peek_state() else {
+        return State::default();
+    };
+    if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes)
+        && is_original(&doc)
+    {
+        return from_original(&doc, layout).unwrap_or_default();
+    }
+    serde_json::from_slice(&bytes).unwrap_or_default()
+}
+
+/// Loads the state; a corrupt or foreign file is moved aside and a clean state returned,
+/// with a note saying where the old file went.
+pub fn load(layout: &Layout) -> anyhow::Result<(State, Option<String>)> {
+    let env_id = layout.env_id();
+    let fresh = State::new(env_id);
+    let Some(bytes) = layout.read_state()? else {
+        return Ok((fresh, None));
+    };
+    // The original agent's file has no `version`: taken over, not set aside.
+    if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes)
+        && is_original(&doc)
+    {
+        match from_original(&doc, layout) {
+            Ok(s) => {
+                let note = format!(
+                    "state.json was written by the original agent; taken over (applied {})",
+                    s.applied_sha().map_or("none", Sha::short)
+                );
+                return Ok((s, Some(note)));
+            }
+            Err(problem) => return set_aside(layout, fresh, &problem),
+        }
+    }
+    let problem = match serde_json::from_slice::<State>(&bytes) {
+        Ok(s) if s.version() == STATE_VERSION && s.env_id() == env_id => return Ok((s, None)),
+        Ok(s) if s.version() != STATE_VERSION => format!("unknown version {}", s.version()),
+        Ok(s) => format!("it belongs to env {:?}", s.env_id()),
+        Err(e) => format!("it does not parse ({e})"),
+    };
+    set_aside(layout, fresh, &problem)
+}
+
+fn set_aside(
+    layout: &Layout,
+    fresh: State,
+    problem: &str,
+) -> anyhow::Result<(State, Option<String>)> {
+    let aside = layout.set_state_aside(crate::clock::wall())?;
+    Ok((
+        fresh,
+        Some(format!(
+            "state.json set aside as {} because {problem}; starting clean",
+            aside.display()
+        )),
+    ))
+}
 
 /// The most of `current/bundle.json` read to learn the tier; a real one is a few KiB.
 const MAX_BUNDLE_JSON: u64 = 1 << 20;
