@@ -10,7 +10,7 @@ pub mod docs;
 
 /// The on-box pull agent for Monky backends.
 #[derive(Debug, Parser)]
-#[command(name = "monky-deployd", version = crate::VERSION, about, long_about = None)]
+#[command(name = "monky-deployd", version = crate::host::VERSION, about, long_about = None)]
 pub struct Cli {
     /// The config file.
     #[arg(

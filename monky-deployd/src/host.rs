@@ -2,6 +2,9 @@
 
 use std::path::Path;
 
+/// The agent's version, reported in checkin.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// The box's host name.
 pub fn hostname() -> String {
     read_trim("/proc/sys/kernel/hostname").unwrap_or_else(|| "unknown".into())

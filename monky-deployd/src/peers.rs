@@ -37,7 +37,7 @@ pub fn tenancy(cfg: &Config, memory: Option<&Arc<Listeners>>) -> anyhow::Result<
         .timeout(Duration::from_secs(cfg.tenancy.timeout_s))
         // The download stops where the parser would refuse: one limit, not two that can drift.
         .max_bundle_bytes(monky_bundle::Limits::default().max_bytes)
-        .user_agent(format!("monky-deployd/{}", crate::VERSION))
+        .user_agent(format!("monky-deployd/{}", crate::host::VERSION))
         .connection_check(listener_check(cfg, Peer::Tenancy, memory)?);
     remember_target(cfg, Peer::Tenancy)?;
     if let Some(addr) = cfg.tenancy_mapping()? {

@@ -18,6 +18,7 @@ use crate::state;
 
 mod circles;
 mod code;
+mod walks;
 
 /// Crates that speak to the network or do TLS; a name ending in `*` is a prefix.
 const NETWORK: &[&str] = &[
@@ -236,10 +237,13 @@ pub fn main(args: &[String]) -> Result<()> {
     for circle in circles::check_tree(&state::workspace_root())? {
         broken.push(format!("{circle} ({})", circles::RULE));
     }
+    for step in walks::check_tree(&state::workspace_root())? {
+        broken.push(format!("{step} ({})", walks::RULE));
+    }
     if broken.is_empty() {
         println!(
             "tidy: the crate rules hold ({rules} rules), and the code rules hold ({})",
-            code::RULES.len() + 1,
+            code::RULES.len() + 2,
         );
         return Ok(());
     }

@@ -166,7 +166,7 @@ fn completion(shell: Shell) -> Vec<u8> {
 fn completed() -> clap::Command {
     let full = Cli::command();
     clap::Command::new("monky-deployd")
-        .version(crate::VERSION)
+        .version(crate::host::VERSION)
         .args(full.get_arguments().cloned())
         .subcommands(visible(&full).cloned())
 }

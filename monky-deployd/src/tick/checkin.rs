@@ -52,7 +52,7 @@ impl Agent<'_> {
         self.record(Fact::ComposeFound(self.docker.known_compose()));
         proto::CheckinRequest {
             env_id: self.cfg.env_id.clone(),
-            agent_version: crate::VERSION.to_string(),
+            agent_version: crate::host::VERSION.to_string(),
             applied_sha: self.state.applied_sha().map(|s| s.as_str().to_owned()),
             host: proto::HostFacts {
                 hostname: host::hostname(),
@@ -61,7 +61,7 @@ impl Agent<'_> {
                 docker: facts.docker_version,
                 compose: facts.compose_version,
                 free_bytes: facts.free_bytes,
-                agent_version: crate::VERSION.to_string(),
+                agent_version: crate::host::VERSION.to_string(),
                 transport: self.cfg.transport.as_str().to_string(),
                 site: self.cfg.site.clone(),
                 laptop_mode: self.cfg.laptop_mode,

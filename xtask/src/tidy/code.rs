@@ -1,6 +1,6 @@
 //! The code-level rules of docs/architecture.md, as plain text scans of the sources: who spawns
 //! processes, who spells the names below the state root, who writes state's outcome fields, who
-//! prints, and that no crate compiles another's file in by `#[path]`.
+//! folds facts into State, who prints, and that no crate compiles another's file in by `#[path]`.
 //!
 //! Each file is first masked: comments, string literals and `#[cfg(test)]` items become
 //! spaces (newlines kept, so lines stay where they were), and the string literals outside
@@ -61,12 +61,26 @@ pub const RULES: &[CodeRule] = &[
         check: outcome_fields,
     },
     CodeRule {
+        name: "who folds facts into State",
+        applies: |file| {
+            file.starts_with("monky-deployd/src/")
+                && !matches!(
+                    file,
+                    "monky-deployd/src/state.rs"
+                        | "monky-deployd/src/tick.rs"
+                        | "monky-deployd/src/watchdog.rs"
+                )
+        },
+        check: folds,
+    },
+    CodeRule {
         name: "who prints",
         applies: |file| {
             file.starts_with("monky-deployd/src/")
                 && !matches!(
                     file,
                     "monky-deployd/src/lib.rs"
+                        | "monky-deployd/src/out.rs"
                         | "monky-deployd/src/main.rs"
                         | "monky-deployd/src/logging.rs"
                 )
@@ -576,12 +590,35 @@ fn outcome_fields(file: &str, src: &Masked) -> Vec<Violation> {
                 at + 1,
                 format!(
                     "writes State's `{name}` outside monky-deployd/src/state.rs: the outcome \
-                     changes through State's methods"
+                     changes by State::fold of a Fact"
                 ),
             ));
         }
     }
     found
+}
+
+/// Rule: a `State` takes its facts in the tick's one fold (`Agent::record` in `tick.rs`) and the
+/// deadline's (`watchdog.rs`); a read-only command or a step never folds one itself.
+fn folds(file: &str, src: &Masked) -> Vec<Violation> {
+    let code = src.code.as_str();
+    code.match_indices(".fold(")
+        .filter(|(at, m)| {
+            let arg = code[at + m.len()..].trim_start();
+            ["Fact::", "state::Fact::", "crate::state::Fact::"]
+                .iter()
+                .any(|p| arg.starts_with(p))
+        })
+        .map(|(at, _)| {
+            src.at(
+                file,
+                at + 1,
+                "folds a Fact into State outside the tick's one fold (tick.rs) and the \
+                 deadline's (watchdog.rs): a step says what happened through Agent::record"
+                    .to_string(),
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -741,6 +778,31 @@ mod tests {
         for file in [
             "monky-deployd/src/state.rs",
             "monky-deployd/src/state/failed.rs",
+        ] {
+            assert_eq!(check(RULE, file, planted), Vec::<String>::new(), "{file}");
+        }
+    }
+
+    #[test]
+    fn a_planted_fold_is_named_with_its_line() {
+        const RULE: &str = "who folds facts into State";
+        let planted = "fn f(st: &mut State) {\n\
+                       st.fold(Fact::TickBegan);\n\
+                       let n = xs.iter().fold(0, |a, b| a + b);\n\
+                       st.fold( state::Fact::FailureForgotten);\n\
+                       }\n\
+                       #[cfg(test)]\nmod tests { fn t(st: &mut State) { st.fold(Fact::TickBegan); } }\n";
+        assert_eq!(
+            check(RULE, "monky-deployd/src/status.rs", planted),
+            [
+                "monky-deployd/src/status.rs:2",
+                "monky-deployd/src/status.rs:4"
+            ]
+        );
+        for file in [
+            "monky-deployd/src/state.rs",
+            "monky-deployd/src/tick.rs",
+            "monky-deployd/src/watchdog.rs",
         ] {
             assert_eq!(check(RULE, file, planted), Vec::<String>::new(), "{file}");
         }
