@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     // Accepted: the sha is over exactly the members it reports.
     assert_eq!(
         b.sha(),
-        bundle_sha(b.files().iter().map(|(n, c)| (n.as_str(), c.as_slice())))
+        &bundle_sha(b.files().iter().map(|(n, c)| (n.as_str(), c.as_slice())))
     );
     let provided: BTreeSet<String> = b.manifest().env_entries().map(|e| e.var.clone()).collect();
     let _ = check_env_complete(b.env_template(), &provided);

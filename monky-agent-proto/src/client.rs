@@ -4,7 +4,6 @@
 //! follows redirects, ignores proxy environment variables and classifies every failure (see
 //! [`ErrorKind`](crate::ErrorKind)). It holds no agent policy: no retries, no config, no exits.
 
-use std::io::Read;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -15,7 +14,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use url::Url;
 
-use crate::connect::{CheckLayer, ConnectionCheck, refusal_in};
+use monky_http::connect::refusal_in;
+use monky_http::{
+    BuildError, CheckHook, ConnectionCheck, Mapping, ReadError, Settings, without_credentials,
+};
+
 use crate::error::{Call, Error, Result};
 use crate::wire::{
     BundleDownload, CheckinRequest, CheckinResponse, LeaseRequest, LeaseResponse, ReportRequest,
@@ -42,16 +45,6 @@ pub struct ClientBuilder {
     user_agent: String,
     ca_bundle_pem: Option<Vec<u8>>,
     connection_check: Option<CheckHook>,
-}
-
-/// A [`ConnectionCheck`] in a builder that prints itself.
-#[derive(Clone)]
-struct CheckHook(ConnectionCheck);
-
-impl std::fmt::Debug for CheckHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ConnectionCheck")
-    }
 }
 
 impl ClientBuilder {
@@ -117,9 +110,9 @@ impl ClientBuilder {
         if !matches!(base.scheme(), "http" | "https") {
             return Err(bad("the scheme must be http or https"));
         }
-        let Some(host) = base.host_str().map(str::to_owned) else {
+        if base.host_str().is_none() {
             return Err(bad("the url has no host"));
-        };
+        }
         if !base.username().is_empty() || base.password().is_some() {
             return Err(bad("credentials do not belong in the url"));
         }
@@ -131,45 +124,22 @@ impl ClientBuilder {
             base.set_path(&path);
         }
 
-        let mut http = reqwest::blocking::Client::builder()
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(self.timeout)
-            .connect_timeout(self.timeout)
-            .user_agent(self.user_agent);
-        if let Some(pem) = &self.ca_bundle_pem {
-            let certs =
-                reqwest::Certificate::from_pem_bundle(pem).map_err(|e| Error::CaBundle {
-                    reason: e.to_string(),
-                })?;
-            // An empty trust store would refuse every server: say so now, not at each call.
-            if certs.is_empty() {
-                return Err(Error::CaBundle {
-                    reason: "no certificate in the bundle".to_owned(),
-                });
-            }
-            http = http.tls_certs_only(certs);
-        } else if base.scheme() == "http" {
-            // Tenancy inside the mesh is plain HTTP and a bundle URL must keep its origin, so no
-            // trust roots are needed; loading the system's costs every tick tens of ms of CPU.
-            http = http.tls_certs_only(Vec::new());
-        }
-        let mapping = self.connect_to.map(|addr| {
-            let host_header = match base.port() {
-                Some(port) => format!("{host}:{port}"),
-                None => host.clone(),
-            };
-            Mapping { addr, host_header }
-        });
-        if let (Some(mapping), Some(url::Host::Domain(domain))) = (&mapping, base.host()) {
-            // reqwest's resolver override ignores the port of `addr` when the URL names one,
-            // so the port is also rewritten per request (see `Client::wire_url`).
-            http = http.resolve(domain, mapping.addr);
-        }
-        if let Some(CheckHook(check)) = self.connection_check {
-            http = http.connector_layer(CheckLayer(check));
-        }
-        let http = http.build().map_err(|source| Error::Build { source })?;
+        // Tenancy inside the mesh is plain HTTP and a bundle URL must keep its origin, so such a
+        // client loads no trust roots; the port of a mapping is rewritten per request (see
+        // `Client::wire_url`).
+        let mapping = self.connect_to.and_then(|addr| Mapping::new(&base, addr));
+        let settings = Settings {
+            timeout: self.timeout,
+            connect_timeout: self.timeout,
+            user_agent: self.user_agent,
+            ca_bundle_pem: self.ca_bundle_pem,
+            mapping: mapping.clone(),
+            connection_check: self.connection_check.map(|CheckHook(check)| check),
+        };
+        let http = monky_http::build_client(&base, settings).map_err(|e| match e {
+            BuildError::CaBundle { reason } => Error::CaBundle { reason },
+            BuildError::Build(source) => Error::Build { source },
+        })?;
         Ok(Client {
             http,
             base,
@@ -178,12 +148,6 @@ impl ClientBuilder {
             max_bundle_bytes: self.max_bundle_bytes,
         })
     }
-}
-
-#[derive(Debug, Clone)]
-struct Mapping {
-    addr: SocketAddr,
-    host_header: String,
 }
 
 /// Blocking client for tenancy's agent entrypoint.
@@ -351,15 +315,10 @@ impl Client {
 
     /// The URL actually dialled: with a mapping, the mapped port (and address for an IP host).
     fn wire_url(&self, url: &Url) -> Url {
-        let mut wire = url.clone();
-        if let Some(mapping) = &self.mapping {
-            if !matches!(wire.host(), Some(url::Host::Domain(_))) {
-                // An IP literal is not looked up, so the mapped address has to replace it.
-                let _ = wire.set_ip_host(mapping.addr.ip());
-            }
-            let _ = wire.set_port(Some(mapping.addr.port()));
+        match &self.mapping {
+            Some(mapping) => mapping.wire_url(url),
+            None => url.clone(),
         }
-        wire
     }
 
     fn request(&self, method: reqwest::Method, url: &Url, bearer: &SecretString) -> RequestBuilder {
@@ -373,7 +332,7 @@ impl Client {
             .header(header::AUTHORIZATION, auth)
             .header(header::ACCEPT, "application/json");
         if let Some(mapping) = &self.mapping {
-            req = req.header(header::HOST, mapping.host_header.as_str());
+            req = req.header(header::HOST, mapping.host_header());
         }
         req
     }
@@ -563,46 +522,24 @@ fn read_json_capped(url: &Url, status: u16, resp: Response, deadline: Instant) -
     })
 }
 
-/// `url` for an error message: the user and password a url must not carry never are.
-fn without_credentials(url: &Url) -> String {
-    let mut shown = url.clone();
-    let _ = shown.set_username("");
-    let _ = shown.set_password(None);
-    shown.to_string()
-}
-
 /// Read at most `limit` bytes before `deadline`; `None` when the body is longer than `limit`.
 fn read_capped(
     url: &Url,
-    mut resp: Response,
+    resp: Response,
     limit: u64,
     deadline: Instant,
 ) -> Result<Option<Vec<u8>>> {
-    let read_err = |source| Error::Read {
+    let hint = resp.content_length();
+    monky_http::read_capped(resp, hint, limit, deadline).map_err(|e| Error::Read {
         url: Box::new(url.clone()),
-        source,
-    };
-    let hint = resp.content_length().unwrap_or(0).min(limit);
-    let mut body = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        if Instant::now() > deadline {
-            return Err(read_err(std::io::Error::new(
+        source: match e {
+            ReadError::Io(source) => source,
+            ReadError::Deadline => std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 "the call's deadline passed while reading the body",
-            )));
-        }
-        let n = match resp.read(&mut chunk) {
-            Ok(0) => return Ok(Some(body)),
-            Ok(n) => n,
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(err) => return Err(read_err(err)),
-        };
-        if body.len() as u64 + n as u64 > limit {
-            return Ok(None);
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
+            ),
+        },
+    })
 }
 
 #[cfg(test)]
@@ -630,13 +567,13 @@ mod tests {
             "http://monky.tenancy.deploy:18443/v1/agent/checkin"
         );
         assert_eq!(
-            c.mapping.as_ref().unwrap().host_header,
+            c.mapping.as_ref().unwrap().host_header(),
             "monky.tenancy.deploy:443"
         );
 
         let c = client("https://monky.tenancy.deploy", Some("127.0.0.1:9"));
         assert_eq!(
-            c.mapping.as_ref().unwrap().host_header,
+            c.mapping.as_ref().unwrap().host_header(),
             "monky.tenancy.deploy"
         );
         let url = c.endpoint("v1/agent/lease");
@@ -650,7 +587,7 @@ mod tests {
             c.wire_url(&c.endpoint("x")).as_str(),
             "http://127.0.0.1:9/x"
         );
-        assert_eq!(c.mapping.as_ref().unwrap().host_header, "10.1.2.3:8081");
+        assert_eq!(c.mapping.as_ref().unwrap().host_header(), "10.1.2.3:8081");
     }
 
     #[test]

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use url::Url;
 
-use crate::certificate::CertificateTime;
 use crate::wire::ErrorCode;
+use monky_http::CertificateTime;
 
 /// Result of client calls.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -191,7 +191,7 @@ impl Error {
     #[must_use]
     pub fn check_refusal(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
         match self {
-            Error::ConnectionCheck { source, .. } => crate::connect::refusal_in(source),
+            Error::ConnectionCheck { source, .. } => monky_http::connect::refusal_in(source),
             _ => None,
         }
     }
@@ -248,9 +248,9 @@ impl Error {
         let Error::Transport { source, .. } = self else {
             return None;
         };
-        match crate::certificate::refused_in(source)?.0 {
-            crate::certificate::Refused::Time(t) => Some(t),
-            crate::certificate::Refused::Refusal(_) => None,
+        match monky_http::certificate::refused_in(source)?.0 {
+            monky_http::certificate::Refused::Time(t) => Some(t),
+            monky_http::certificate::Refused::Refusal(_) => None,
         }
     }
 

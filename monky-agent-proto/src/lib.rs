@@ -3,9 +3,12 @@
 //! - [`wire`] (always on, re-exported here): the serde shapes of the four calls
 //!   (checkin, bundle, lease, report), the `{code, detail}` envelope and [`ErrorCode`].
 //! - [`report`] (always on): [`ReportCode`], the codes an agent reports (a report's `detail`
-//!   starts with one), and [`AnyReportCode`], a received code that keeps unknown ones.
+//!   starts with one), and [`AnyReportCode`], a received code that keeps unknown ones. They,
+//!   [`Sha`] and [`ReportResult`] are the shared vocabulary crate's (`monky-vocab`), re-exported
+//!   here at their old paths.
 //! - `client` (feature `client`): `Client`, a blocking reqwest client with bearer auth,
-//!   per-call deadlines, an address mapping for mesh transports and a classified `Error`.
+//!   per-call deadlines, an address mapping for mesh transports and a classified `Error`, built
+//!   on the workspace's hardened-HTTP crate (`monky-http`) as the OpenBao client is.
 //!
 //! A loopback fake of tenancy for tests lives in the workspace's `monky-testkit` crate.
 //!
@@ -42,7 +45,10 @@
 
 #![deny(missing_docs)]
 
-pub mod report;
+/// The report-code vocabulary (monky-vocab's, re-exported at its old path).
+pub mod report {
+    pub use monky_vocab::report::{AnyReportCode, ReportCode};
+}
 pub mod wire;
 
 pub use report::{AnyReportCode, ReportCode};
@@ -57,14 +63,14 @@ pub use wire::{
 #[cfg(feature = "schema")]
 pub use wire::schemas;
 
+// The certificate reading and the connection check are the shared hardened-HTTP crate's,
+// re-exported at their old paths (the OpenBao client has the same ones).
 #[cfg(feature = "client")]
-#[path = "../../monky-bao-client/src/certificate.rs"]
-pub mod certificate;
+pub use monky_http::certificate;
 #[cfg(feature = "client")]
 pub mod client;
 #[cfg(feature = "client")]
-#[path = "../../monky-bao-client/src/connect.rs"]
-pub mod connect;
+pub use monky_http::connect;
 #[cfg(feature = "client")]
 pub mod error;
 

@@ -1,5 +1,5 @@
 //! A box's read of its env's secrets, against `monky-testkit`'s fake OpenBao: each manifest path
-//! becomes a `KvPath` (the bundle crate's, the same check tenancy's renderer runs) before the
+//! becomes a `KvPath` (the vocabulary crate's, the same check tenancy's renderer runs) before the
 //! client reads it, so another env's path is refused locally and never requested. Values are
 //! compared, never printed. Exits non-zero if any step does not do what it shows.
 //!

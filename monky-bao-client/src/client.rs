@@ -11,12 +11,15 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use url::Url;
 
-use crate::certificate::Refused;
-use crate::connect::{CheckLayer, ConnectionCheck, refusal_in};
 use crate::error::{Absence, Error, Result, describe_json_error};
 use crate::token::Token;
-use monky_bundle::KvPath;
-use monky_bundle::kvpath::check_segment;
+use monky_http::certificate::Refused;
+use monky_http::connect::refusal_in;
+use monky_http::{
+    BuildError, CheckHook, ConnectionCheck, Mapping, ReadError, Settings, without_credentials,
+};
+use monky_vocab::KvPath;
+use monky_vocab::kvpath::check_segment;
 
 /// Default total timeout of one request.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -47,15 +50,6 @@ pub struct BaoClientBuilder {
     connect_timeout: Duration,
     user_agent: String,
     connection_check: Option<CheckHook>,
-}
-
-/// A [`ConnectionCheck`] in a builder that prints itself.
-struct CheckHook(ConnectionCheck);
-
-impl std::fmt::Debug for CheckHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ConnectionCheck")
-    }
 }
 
 impl BaoClientBuilder {
@@ -123,66 +117,31 @@ impl BaoClientBuilder {
             return Err(invalid("query or fragment in the address"));
         }
 
-        let mut builder = Client::builder()
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(self.timeout)
-            .connect_timeout(self.connect_timeout)
-            .user_agent(self.user_agent);
-        if let Some(pem) = &self.ca_bundle_pem {
-            let certs =
-                reqwest::Certificate::from_pem_bundle(pem).map_err(|e| Error::CaBundle {
-                    reason: e.to_string(),
-                })?;
-            if certs.is_empty() {
-                return Err(Error::CaBundle {
-                    reason: "no certificate in the bundle".to_owned(),
-                });
-            }
-            builder = builder.tls_certs_only(certs);
-        } else if addr.scheme() == "http" {
-            // Plain HTTP needs no trust roots, and loading the system's costs every process
-            // that builds a client tens of milliseconds of CPU.
-            builder = builder.tls_certs_only(Vec::new());
-        }
-
-        // The URL requests go to. With `connect_to`, reqwest's `resolve` only replaces the
-        // address of the host name and ignores the mapped port when the URL names a port, so
-        // the port is rewritten here too; the host name stays for SNI, the certificate check
-        // and `Host`.
-        let mut request_base = addr.clone();
-        // With a mapping the URL dialled carries the mapped port, so `Host` is set per request
-        // to the configured authority, as the tenancy client does.
-        let host_header = self.connect_to.and_then(|_| {
-            let host = addr.host_str()?;
-            Some(match addr.port() {
-                Some(port) => format!("{host}:{port}"),
-                None => host.to_owned(),
-            })
-        });
-        if let Some(target) = self.connect_to {
-            match addr.host() {
-                Some(url::Host::Domain(domain)) => {
-                    builder = builder.resolve(domain, target);
-                    request_base
-                        .set_port(Some(target.port()))
-                        .map_err(|()| invalid("cannot set the mapped port"))?;
-                }
-                // An IP literal is not resolved at all: the mapped address replaces it.
-                _ => {
-                    request_base
-                        .set_ip_host(target.ip())
-                        .map_err(|()| invalid("cannot set the mapped address"))?;
-                    request_base
-                        .set_port(Some(target.port()))
-                        .map_err(|()| invalid("cannot set the mapped port"))?;
-                }
-            }
-        }
-        if let Some(CheckHook(check)) = self.connection_check {
-            builder = builder.connector_layer(CheckLayer(check));
-        }
-        let http = builder.build().map_err(|source| Error::Build { source })?;
+        // With `connect_to`, reqwest's `resolve` only replaces the address of the host name and
+        // ignores the mapped port when the URL names a port, so requests go to the mapping's
+        // URL (the mapped port, and the mapped address for an IP literal); the host name stays
+        // for SNI, the certificate check and `Host`, which is set per request to the configured
+        // authority, as the tenancy client does.
+        let mapping = match self.connect_to {
+            Some(target) => Some(Mapping::new(&addr, target).ok_or_else(|| invalid("no host"))?),
+            None => None,
+        };
+        let request_base = mapping
+            .as_ref()
+            .map_or_else(|| addr.clone(), |m| m.wire_url(&addr));
+        let host_header = mapping.as_ref().map(|m| m.host_header().to_owned());
+        let settings = Settings {
+            timeout: self.timeout,
+            connect_timeout: self.connect_timeout,
+            user_agent: self.user_agent,
+            ca_bundle_pem: self.ca_bundle_pem,
+            mapping,
+            connection_check: self.connection_check.map(|CheckHook(check)| check),
+        };
+        let http = monky_http::build_client(&addr, settings).map_err(|e| match e {
+            BuildError::CaBundle { reason } => Error::CaBundle { reason },
+            BuildError::Build(source) => Error::Build { source },
+        })?;
         Ok(BaoClient {
             http,
             timeout: self.timeout,
@@ -555,49 +514,29 @@ fn check_name(what: &'static str, value: &str, nested: bool) -> Result<()> {
 /// hundred bytes. A longer body is refused rather than buffered.
 pub const MAX_BODY_BYTES: u64 = 4 * 1024 * 1024;
 
-/// Reads an answer up to [`MAX_BODY_BYTES`] (one byte more tells it was longer) and until
-/// `deadline`: the memory and the time a peer can take are both bounded.
-fn read_body(mut response: Response, shown: &str, deadline: Instant) -> Result<Vec<u8>> {
-    use std::io::Read as _;
+/// Reads an answer up to [`MAX_BODY_BYTES`] and until `deadline`: the memory and the time a
+/// peer can take are both bounded.
+fn read_body(response: Response, shown: &str, deadline: Instant) -> Result<Vec<u8>> {
     let status = response.status().as_u16();
-    let hint = response.content_length().unwrap_or(0).min(MAX_BODY_BYTES);
-    let mut body = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
+    let hint = response.content_length();
     let failed = |source| Error::BodyRead {
         url: shown.to_owned(),
         source,
     };
-    let mut chunk = [0u8; 16 * 1024];
-    while body.len() as u64 <= MAX_BODY_BYTES {
-        if Instant::now() >= deadline {
-            return Err(failed(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "the call's deadline passed while reading the answer",
-            )));
-        }
-        match response.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => body.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(source) => return Err(failed(source)),
-        }
-    }
-    if body.len() as u64 > MAX_BODY_BYTES {
-        return Err(Error::UnexpectedBody {
+    match monky_http::read_capped(response, hint, MAX_BODY_BYTES, deadline) {
+        Ok(Some(body)) => Ok(body),
+        Ok(None) => Err(Error::UnexpectedBody {
             url: shown.to_owned(),
             status,
             json: true,
             detail: format!("body over {MAX_BODY_BYTES} bytes"),
-        });
+        }),
+        Err(ReadError::Deadline) => Err(failed(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the call's deadline passed while reading the answer",
+        ))),
+        Err(ReadError::Io(source)) => Err(failed(source)),
     }
-    Ok(body)
-}
-
-/// `url` for an error message: the user and password an address must not carry never are.
-fn without_credentials(url: &Url) -> String {
-    let mut shown = url.clone();
-    let _ = shown.set_username("");
-    let _ = shown.set_password(None);
-    shown.to_string()
 }
 
 fn no_field(shown: &str, field: &str) -> Error {
@@ -620,7 +559,7 @@ fn network_error(shown: &str, source: reqwest::Error) -> Error {
         };
     }
     let url = shown.to_owned();
-    match crate::certificate::refused_in(&source).map(|(r, cause)| (r, cause.to_string())) {
+    match monky_http::certificate::refused_in(&source).map(|(r, cause)| (r, cause.to_string())) {
         Some((Refused::Time(problem), reason)) => Error::CertificateTime {
             url,
             problem,

@@ -8,9 +8,9 @@
 
 use std::fmt;
 
-use crate::certificate::{CertificateRefusal, CertificateTime};
+use monky_http::{CertificateRefusal, CertificateTime};
 
-use monky_bundle::{KvPathRefused, PathRefusal};
+use monky_vocab::{KvPathRefused, PathRefusal};
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -277,7 +277,7 @@ pub enum Error {
 }
 
 impl From<KvPathRefused> for Error {
-    /// A manifest path [`KvPath::parse`](monky_bundle::KvPath::parse) refused, as this client's
+    /// A manifest path [`KvPath::parse`](monky_vocab::KvPath::parse) refused, as this client's
     /// refusal, so a parse and a read chain with `?`.
     fn from(e: KvPathRefused) -> Self {
         Error::PathRefused {
@@ -323,7 +323,7 @@ impl Error {
     /// caller downcasts it to its own type.
     pub fn check_refusal(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
         match self {
-            Error::ConnectionCheck { source, .. } => crate::connect::refusal_in(source),
+            Error::ConnectionCheck { source, .. } => monky_http::connect::refusal_in(source),
             _ => None,
         }
     }

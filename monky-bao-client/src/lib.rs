@@ -2,9 +2,10 @@
 //!
 //! - [`BaoClient`] talks to OpenBao over HTTPS with an optional private CA as the only trust
 //!   root, can send its connections to a mapped address while TLS keeps the configured host
-//!   name ([`BaoClientBuilder::connect_to`]), never follows redirects and ignores proxies.
+//!   name ([`BaoClientBuilder::connect_to`]), never follows redirects and ignores proxies: the
+//!   hardened client of the workspace's `monky-http` crate, which tenancy's client shares.
 //! - [`Token`] holds a client token and never prints it.
-//! - [`KvPath`] (monky-bundle's, re-exported) is a manifest path proven to name one of the
+//! - [`KvPath`] (monky-vocab's, re-exported) is a manifest path proven to name one of the
 //!   caller's own `see/` secrets; anything else is refused before a request is sent.
 //! - [`Error`] keeps OpenBao's `errors[]` and status and sorts every failure into an
 //!   [`ErrorKind`].
@@ -31,11 +32,13 @@
 
 #![deny(missing_docs)]
 
-pub mod certificate;
 mod client;
-pub mod connect;
 mod error;
 mod token;
+
+// The certificate reading and the connection check are the shared hardened-HTTP crate's,
+// re-exported at their old paths (tenancy's client has the same ones).
+pub use monky_http::{certificate, connect};
 
 pub use certificate::{CertificateRefusal, CertificateTime};
 pub use client::{
@@ -44,7 +47,7 @@ pub use client::{
 };
 pub use connect::{CheckError, ConnectionCheck};
 pub use error::{Absence, Error, ErrorKind, Result};
-// The KV path is the bundle crate's (its manifest's only mapping to an API path); re-exported
-// so a caller of `read_kv` needs no second import.
-pub use monky_bundle::{KvPath, KvPathRefused, PathRefusal};
+// The KV path is the shared vocabulary's (the manifest's only mapping to an API path);
+// re-exported so a caller of `read_kv` needs no second import.
+pub use monky_vocab::{KvPath, KvPathRefused, PathRefusal};
 pub use token::{Token, TokenShape};

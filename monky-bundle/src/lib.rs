@@ -4,8 +4,8 @@
 //! - [`Bundle::parse`] reads the tar (or gzip tar) tenancy serves, in memory and under
 //!   [`Limits`], into members whose names are proven [`MemberName`]s, and parses
 //!   `secrets.manifest.json` ([`Manifest`]) and `bundle.json` ([`BundleMeta`]).
-//! - [`bundle_sha`] is the protocol's content hash; [`Bundle::check_sha`] compares it with the
-//!   desired sha.
+//! - [`bundle_sha`] is the protocol's content hash, a [`Sha`] (monky-vocab's, the wire's own
+//!   type); [`Bundle::check_sha`] compares it with the desired sha.
 //! - The checks ([`check_env_complete`], [`check_rollback`], [`check_disk`]) and the compose
 //!   policy ([`ComposePolicy`], one default-deny table in [`policy`]) return a [`Refusal`]: a
 //!   [`RefusalCode`] and names, never values.
@@ -37,10 +37,8 @@
 //!
 //! let bundle = Bundle::parse(&tar, &Limits::default())?;
 //! let expected = bundle_sha(files.iter().map(|(n, c)| (n.as_str(), c.as_slice())));
-//! assert_eq!(bundle.sha(), expected);
-//! let mut desired = [0u8; 32];
-//! hex::decode_to_slice(&expected, &mut desired).unwrap();
-//! bundle.check_sha(&desired)?;
+//! assert_eq!(bundle.sha(), &expected);
+//! bundle.check_sha(&expected.digest())?;
 //! assert_eq!(bundle.compose_file_name(), "docker-compose.yml");
 //! assert_eq!(bundle.manifest().env_entries().count(), 1);
 //! assert!(!bundle.meta().is_prod());
@@ -58,7 +56,6 @@ mod cmdline;
 mod env;
 mod error;
 mod interp;
-pub mod kvpath;
 mod limits;
 mod manifest;
 mod member;
@@ -86,7 +83,6 @@ pub use env::{
     secret_keys, secret_values, unresolved_vars,
 };
 pub use error::{Error, ErrorKind, Result};
-pub use kvpath::{KvPath, KvPathRefused, PathRefusal};
 pub use limits::Limits;
 pub use manifest::{Manifest, ManifestEntry, REGISTRY_AUTH_USE};
 pub use member::MemberName;
@@ -100,3 +96,8 @@ pub use refusal::{Refusal, RefusalCode};
 pub use registry::RegistryAuth;
 pub use runs_as::{RunsAs, numeric_uid, runs_as};
 pub use verdict::{ResolvedEntry, Verdict};
+
+// The KV path and the sha are the shared vocabulary's (monky-vocab), re-exported at their old
+// paths so a caller of this crate needs no second import.
+pub use monky_vocab::kvpath;
+pub use monky_vocab::{KvPath, KvPathRefused, PathRefusal, Sha};

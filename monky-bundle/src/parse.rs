@@ -7,6 +7,7 @@ use std::io::Read;
 use sha2::{Digest, Sha256};
 use tar::EntryType;
 
+use crate::Sha;
 use crate::error::Result;
 use crate::limits::Limits;
 use crate::manifest::Manifest;
@@ -17,7 +18,8 @@ use crate::refusal::{Refusal, RefusalCode, printable};
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// The bundle sha of the protocol:
-/// `sha256(for name in sorted(files): name + "\0" + content + "\0")`, lower-case hex.
+/// `sha256(for name in sorted(files): name + "\0" + content + "\0")`, as a [`Sha`] (lower-case
+/// hex).
 ///
 /// Names are sorted by their bytes (the order Python's `sorted` gives for these names). This is
 /// the function tenancy's Rust tooling calls to publish a bundle.
@@ -25,10 +27,10 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 /// ```
 /// let sha = monky_bundle::bundle_sha([("b", &b"2"[..]), ("a", &b"1"[..])]);
 /// assert_eq!(sha, monky_bundle::bundle_sha([("a", &b"1"[..]), ("b", &b"2"[..])]));
-/// assert_eq!(sha.len(), 64);
+/// assert_eq!(sha.as_str().len(), 64);
 /// ```
-pub fn bundle_sha<'a>(files: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> String {
-    hex::encode(bundle_digest(files))
+pub fn bundle_sha<'a>(files: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Sha {
+    Sha::from_digest(&bundle_digest(files))
 }
 
 /// [`bundle_sha`] as the digest's 32 bytes.
@@ -55,7 +57,7 @@ fn bundle_digest<'a>(files: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> [u
 #[derive(Clone)]
 pub struct Bundle {
     files: BTreeMap<MemberName, Vec<u8>>,
-    sha: String,
+    sha: Sha,
     /// `sha`'s 32 bytes, what [`Bundle::check_sha`] compares.
     digest: [u8; 32],
     compose_name: MemberName,
@@ -68,7 +70,7 @@ pub struct Bundle {
 impl fmt::Debug for Bundle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Bundle")
-            .field("sha", &self.sha)
+            .field("sha", &self.sha.as_str())
             .field(
                 "members",
                 &self
@@ -155,7 +157,7 @@ impl Bundle {
         let digest = bundle_digest(files.iter().map(|(n, c)| (n.as_str(), c.as_slice())));
         Ok(Bundle {
             files,
-            sha: hex::encode(digest),
+            sha: Sha::from_digest(&digest),
             digest,
             compose_name,
             compose,
@@ -165,8 +167,8 @@ impl Bundle {
         })
     }
 
-    /// The bundle sha (see [`bundle_sha`]), lower-case hex.
-    pub fn sha(&self) -> &str {
+    /// The bundle sha (see [`bundle_sha`]).
+    pub fn sha(&self) -> &Sha {
         &self.sha
     }
 
@@ -228,7 +230,7 @@ impl Bundle {
             [
                 format!("desired {}", printable(&desired, 12)),
                 // Lower-case hex: any 12 bytes are 12 characters.
-                format!("content {}", &self.sha[..12]),
+                format!("content {}", self.sha.short()),
             ],
         )
     }
@@ -377,7 +379,7 @@ mod tests {
     #[test]
     fn sha_of_the_empty_set_is_sha256_of_nothing() {
         assert_eq!(
-            bundle_sha(std::iter::empty()),
+            bundle_sha(std::iter::empty()).as_str(),
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
     }

@@ -71,7 +71,7 @@ proptest! {
             bytes[i] = value;
         }
         if let Ok(b) = Bundle::parse(&bytes, &Limits::default()) {
-            prop_assert_eq!(b.sha(), bundle_sha(b.files().iter().map(|(n, c)| (n.as_str(), c.as_slice()))));
+            prop_assert_eq!(b.sha(), &bundle_sha(b.files().iter().map(|(n, c)| (n.as_str(), c.as_slice()))));
         }
     }
 
@@ -90,7 +90,7 @@ proptest! {
         bytes.extend_from_slice(&[0u8; 1024]);
         match Bundle::parse(&bytes, &Limits::default()) {
             Ok(b) => {
-                prop_assert_eq!(b.sha(), bundle_sha(b.files().iter().map(|(n, c)| (n.as_str(), c.as_slice()))));
+                prop_assert_eq!(b.sha(), &bundle_sha(b.files().iter().map(|(n, c)| (n.as_str(), c.as_slice()))));
                 for (name, content) in &files {
                     prop_assert_eq!(b.files().get(name), Some(content));
                 }
@@ -116,6 +116,6 @@ proptest! {
         }
         let b = Bundle::parse(&pack_tar(&files), &Limits::default()).expect("valid bundle");
         prop_assert_eq!(b.files(), &files);
-        prop_assert_eq!(b.sha(), bundle_sha(files.iter().map(|(n, c)| (n.as_str(), c.as_slice()))));
+        prop_assert_eq!(b.sha(), &bundle_sha(files.iter().map(|(n, c)| (n.as_str(), c.as_slice()))));
     }
 }

@@ -155,7 +155,7 @@ fn bundle_sha_mismatch() {
         refusal.to_string(),
         format!(
             "BUNDLE_SHA_MISMATCH: desired 7a10c0ffee11, content {}",
-            &b.sha()[..12]
+            b.sha().short()
         )
     );
     // The same refusal for a desired text that is no sha at all, named as printable.
@@ -163,7 +163,7 @@ fn bundle_sha_mismatch() {
         b.sha_mismatch("7a10\u{1b}[31mc0ffee11deadbeef").to_string(),
         format!(
             "BUNDLE_SHA_MISMATCH: desired 7a10\\u{{1b}}[31mc0f, content {}",
-            &b.sha()[..12]
+            b.sha().short()
         )
     );
 }

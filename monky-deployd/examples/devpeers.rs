@@ -259,7 +259,8 @@ impl Peers {
         if files.is_empty() {
             bail!("no bundle member in {}", dir.display());
         }
-        let sha = monky_bundle::bundle_sha(files.iter().map(|(n, b)| (n.as_str(), b.as_slice())));
+        let sha = monky_bundle::bundle_sha(files.iter().map(|(n, b)| (n.as_str(), b.as_slice())))
+            .to_string();
         self.tenancy
             .publish_bundle(&self.env_id, &sha, monky_bundle::pack_tar(&files));
         self.tenancy

@@ -477,7 +477,7 @@ pub fn verify(layout: &Layout, sha: &Sha) -> anyhow::Result<()> {
         files.push((name, bytes));
     }
     let actual = bundle::bundle_sha(files.iter().map(|(n, b)| (n.as_str(), b.as_slice())));
-    if actual != sha {
+    if actual.as_str() != sha {
         return Err(modified(
             dir.path(),
             &format!(

@@ -322,7 +322,7 @@ fn assert_same_tree(before: &BTreeMap<PathBuf, Node>, after: &BTreeMap<PathBuf, 
 fn sha_of(bytes: &[u8]) -> String {
     match Bundle::parse(bytes, &Limits::default()) {
         Ok(b) => b.sha().to_string(),
-        Err(_) => bundle_sha([("hostile", bytes)]),
+        Err(_) => bundle_sha([("hostile", bytes)]).to_string(),
     }
 }
 

@@ -103,7 +103,7 @@ impl TestBundle {
 
     pub fn sha(&self) -> String {
         let files = self.files();
-        monky_bundle::bundle_sha(files.iter().map(|(n, b)| (n.as_str(), b.as_slice())))
+        monky_bundle::bundle_sha(files.iter().map(|(n, b)| (n.as_str(), b.as_slice()))).to_string()
     }
 }
 

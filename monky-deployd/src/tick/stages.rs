@@ -157,7 +157,7 @@ impl Agent<'_> {
             .map_err(|e| anyhow::Error::from(Failure::from(&e)))
             .inspect_err(|e| self.keep_bad_bundle(sha, &dl.bytes, e))?;
         b.check_sha(&sha.digest()).map_err(refusal)?;
-        if let Some(h) = dl.header_sha.as_deref().filter(|h| *h != b.sha()) {
+        if let Some(h) = dl.header_sha.as_deref().filter(|h| *h != b.sha().as_str()) {
             // The header is tenancy's claim, not a checked sha: its first 12 characters.
             warn!(
                 "bundle header sha {} disagrees with its content {}",

@@ -1,6 +1,7 @@
 //! The code-level rules of docs/architecture.md, as plain text scans of the sources: who spawns
 //! processes, who spells the names below the state root, who writes state's outcome fields, who
-//! folds facts into State, who ends the process, who prints.
+//! folds facts into State, who ends the process, who prints, and that no crate compiles another's
+//! file in by `#[path]`.
 //!
 //! Each file is first masked: comments, string literals and `#[cfg(test)]` items become
 //! spaces (newlines kept, so lines stay where they were), and the string literals outside
@@ -91,6 +92,11 @@ pub const RULES: &[CodeRule] = &[
                 )
         },
         check: prints,
+    },
+    CodeRule {
+        name: "no-path-modules",
+        applies: |file| file.split('/').nth(1) == Some("src"),
+        check: module_paths,
     },
 ];
 
@@ -446,6 +452,29 @@ fn prints(file: &str, src: &Masked) -> Vec<Violation> {
                     ),
                 ));
             }
+        }
+    }
+    found
+}
+
+/// Rule: a crate's `src/` compiles no file in by `#[path]` (nor `#[cfg_attr(.., path = ..)]`).
+/// A file compiled into two crates makes two sets of distinct types and a crate that does not
+/// package; code two crates share lives in a crate both depend on.
+fn module_paths(file: &str, src: &Masked) -> Vec<Violation> {
+    let code = src.code.as_str();
+    let mut found = Vec::new();
+    for at in words(code, "path") {
+        let in_attribute = code[..at]
+            .rfind("#[")
+            .is_some_and(|open| !code[open..at].contains(']'));
+        if in_attribute && code[at + "path".len()..].trim_start().starts_with('=') {
+            found.push(src.at(
+                file,
+                at,
+                "compiles a module from another path (`#[path]`): share the code through a crate \
+                 both depend on"
+                    .into(),
+            ));
         }
     }
     found
@@ -835,6 +864,42 @@ mod tests {
         ] {
             assert_eq!(check(RULE, file, planted), Vec::<String>::new(), "{file}");
         }
+    }
+
+    #[test]
+    fn a_planted_module_path_is_named_with_its_line() {
+        const RULE: &str = "no-path-modules";
+        let planted = "//! A crate.\n\
+                       #[path = \"../../other/src/connect.rs\"]\n\
+                       pub mod connect;\n\
+                       #[cfg_attr(unix, path = \"unix.rs\")]\nmod sys;\n\
+                       #[ path= \"x.rs\" ]\nmod x;\n";
+        assert_eq!(
+            check(RULE, "monky-agent-proto/src/lib.rs", planted),
+            [
+                "monky-agent-proto/src/lib.rs:2",
+                "monky-agent-proto/src/lib.rs:4",
+                "monky-agent-proto/src/lib.rs:6",
+            ]
+        );
+        assert_eq!(
+            check(RULE, "xtask/src/openbao.rs", planted),
+            [
+                "xtask/src/openbao.rs:2",
+                "xtask/src/openbao.rs:4",
+                "xtask/src/openbao.rs:6",
+            ]
+        );
+        // Outside a crate's `src/` (a bench sharing its tests' helpers), and a mention in a
+        // comment, a string, a plain path or a test, are no violation.
+        assert!(check(RULE, "monky-deployd/benches/perf.rs", planted).is_empty());
+        let quiet = "/// Not `#[path = \"x\"]`.\nfn f(path: &Path) { let p = path; g(\"#[path = x]\"); }\n\
+                     #[derive(Debug)]\nstruct S { path: String }\n\
+                     #[cfg(test)]\nmod tests {\n  #[path = \"t.rs\"]\n  mod t;\n}\n";
+        assert_eq!(
+            check(RULE, "monky-bundle/src/lib.rs", quiet),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

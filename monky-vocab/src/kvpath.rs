@@ -25,13 +25,13 @@ impl KvPath {
     /// and missing or extra segments.
     ///
     /// ```
-    /// use monky_bundle::{KvPath, PathRefusal};
+    /// use monky_vocab::{KvPath, PathRefusal};
     ///
     /// let path = KvPath::parse("monky/env-qa-02/see/pg_password", "monky", "env-qa-02")?;
     /// assert_eq!(path.api_path(), "monky/data/env-qa-02/see/pg_password");
     /// let err = KvPath::parse("monky/env-qa-03/see/pg", "monky", "env-qa-02").unwrap_err();
     /// assert_eq!(err.path_refusal(), PathRefusal::OtherEnv);
-    /// # Ok::<(), monky_bundle::KvPathRefused>(())
+    /// # Ok::<(), monky_vocab::KvPathRefused>(())
     /// ```
     pub fn parse(
         manifest_path: &str,

@@ -1,14 +1,14 @@
-//! The report-code vocabulary: the codes an agent puts in a report's `detail` (`CODE: names`),
-//! the journal and its state, as tenancy receives them.
+//! The report vocabulary: the codes an agent puts in a report's `detail` (`CODE: names`), the
+//! journal and its state, as tenancy receives them, and the report's [`ReportResult`].
 //!
 //! [`ReportCode`] is the closed list this version knows, exhaustive on purpose: a new code is a
 //! breaking change, so every consumer that attaches policy to the codes (the agent's exit class,
 //! next step and whose move it is) must name it. [`AnyReportCode`] is what a receiver keeps: a
-//! known code, or an unknown one verbatim (from a newer agent), as [`ErrorCode`](crate::ErrorCode)
+//! known code, or an unknown one verbatim (from a newer agent), as monky-agent-proto's `ErrorCode`
 //! does for tenancy's codes.
 //!
 //! ```
-//! use monky_agent_proto::{AnyReportCode, ReportCode};
+//! use monky_vocab::{AnyReportCode, ReportCode, ReportResult};
 //!
 //! assert_eq!(ReportCode::parse("UNHEALTHY"), Some(ReportCode::Unhealthy));
 //! assert_eq!(ReportCode::Unhealthy.to_string(), "UNHEALTHY");
@@ -18,6 +18,7 @@
 //! assert_eq!(kept, AnyReportCode::Other("FROM_THE_FUTURE".into()));
 //! assert_eq!(serde_json::to_string(&kept)?, r#""FROM_THE_FUTURE""#);
 //! assert_eq!(AnyReportCode::from("HELD").known(), Some(ReportCode::Held));
+//! assert_eq!(serde_json::to_string(&ReportResult::Applied)?, r#""applied""#);
 //! # Ok::<(), serde_json::Error>(())
 //! ```
 
@@ -268,6 +269,37 @@ impl<'de> Deserialize<'de> for AnyReportCode {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
         Ok(AnyReportCode::from(text.as_str()))
+    }
+}
+
+/// Outcome of an apply, as reported.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportResult {
+    /// The bundle runs (also the heartbeat after `none`).
+    Applied,
+    /// The apply failed; `detail` says why.
+    Failed,
+    /// The project was taken down.
+    Down,
+}
+
+impl ReportResult {
+    /// The wire spelling.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReportResult::Applied => "applied",
+            ReportResult::Failed => "failed",
+            ReportResult::Down => "down",
+        }
+    }
+}
+
+impl fmt::Display for ReportResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -4,8 +4,7 @@
 //! reqwest runs it as a connector layer: the inner connector has connected (and, for `https`,
 //! finished the TLS handshake), nothing of a request has been written yet, and the refusal
 //! drops the connection. Which peers to trust is the caller's policy; this module only carries
-//! the decision. This one file is also monky-agent-proto's `connect` module (`#[path]`): the
-//! crate rules keep the two clients from depending on each other, and the hook is the same.
+//! the decision. Both clients take the same hook, so a caller writes one check for both.
 
 use std::fmt;
 use std::future::Future;
@@ -30,7 +29,17 @@ pub type ConnectionCheck =
 /// A check's refusal, as it travels up through reqwest's error; the client finds it again
 /// with [`refusal_in`].
 #[derive(Debug)]
-pub(crate) struct Refused(pub(crate) CheckError);
+pub struct Refused(pub CheckError);
+
+/// A [`ConnectionCheck`] kept in a client's builder, which prints itself without the closure.
+#[derive(Clone)]
+pub struct CheckHook(pub ConnectionCheck);
+
+impl fmt::Debug for CheckHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ConnectionCheck")
+    }
+}
 
 impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -45,7 +54,7 @@ impl std::error::Error for Refused {
 }
 
 /// The check's own error when `err`'s chain holds a refusal of the connection check.
-pub(crate) fn refusal_in<'a>(
+pub fn refusal_in<'a>(
     err: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a (dyn std::error::Error + Send + Sync + 'static)> {
     let mut cause = Some(err);
@@ -60,7 +69,7 @@ pub(crate) fn refusal_in<'a>(
 
 /// The connector layer that runs a [`ConnectionCheck`].
 #[derive(Clone)]
-pub(crate) struct CheckLayer(pub(crate) ConnectionCheck);
+pub struct CheckLayer(pub ConnectionCheck);
 
 impl<S> tower_layer::Layer<S> for CheckLayer {
     type Service = CheckService<S>;
@@ -73,8 +82,9 @@ impl<S> tower_layer::Layer<S> for CheckLayer {
     }
 }
 
+/// The connector service [`CheckLayer`] wraps around reqwest's own.
 #[derive(Clone)]
-pub(crate) struct CheckService<S> {
+pub struct CheckService<S> {
     inner: S,
     check: ConnectionCheck,
 }

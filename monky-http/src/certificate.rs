@@ -1,8 +1,7 @@
 //! Why a TLS handshake refused the server's certificate, read from rustls's error by its type:
 //! its validity dates against this machine's clock ([`CertificateTime`]), or the trust root or
-//! the name ([`CertificateRefusal`]). No caller reads it out of the reason's text. This one file
-//! is also monky-agent-proto's `certificate` module (`#[path]`), as `connect.rs` is: the two
-//! clients meet the same rustls errors and the crate rules keep them apart.
+//! the name ([`CertificateRefusal`]). No caller reads it out of the reason's text. Both clients
+//! meet the same rustls errors, so both read them here.
 
 use std::fmt;
 
