@@ -92,7 +92,7 @@ pub struct CheckinRequest {
     /// The agent's version string.
     pub agent_version: String,
     /// The bundle sha the host runs now, `null` before the first apply.
-    pub applied_sha: Option<String>,
+    pub applied_sha: Option<Sha>,
     /// Facts about the host.
     pub host: HostFacts,
     /// The state of the project's containers.
@@ -470,7 +470,7 @@ pub struct ReportRequest {
     /// The reporting environment.
     pub env_id: String,
     /// The bundle sha the report is about.
-    pub sha: Option<String>,
+    pub sha: Option<Sha>,
     /// The outcome.
     pub result: ReportResult,
     /// The redacted tail of the agent's log.

@@ -3,6 +3,7 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
+use monky_agent_proto::Sha;
 use monky_agent_proto::{
     Action, ActionKind, CheckinRequest, Client, Error, ErrorCode, ErrorKind, ReportRequest,
     ReportResult,
@@ -13,6 +14,8 @@ use secrecy::{ExposeSecret, SecretString};
 
 const ENV: &str = "env-qa-02";
 const SHA: &str = "7a107a107a107a107a107a107a107a107a107a107a107a107a107a107a107a10";
+/// A sha the host runs that is not the desired one.
+const OLDER: &str = "3f9c3f9c3f9c3f9c3f9c3f9c3f9c3f9c3f9c3f9c3f9c3f9c3f9c3f9c3f9c3f9c";
 
 fn report_request(env_id: &str, detail: Option<&str>) -> ReportRequest {
     let result = if detail.is_some() {
@@ -21,7 +24,7 @@ fn report_request(env_id: &str, detail: Option<&str>) -> ReportRequest {
         ReportResult::Applied
     };
     ReportRequest {
-        sha: Some("7a10".into()),
+        sha: Some(Sha::parse(SHA).unwrap()),
         log_tail: "INFO applied".into(),
         detail: detail.map(Into::into),
         ..tenancy::report_request(env_id, result)
@@ -31,7 +34,7 @@ fn report_request(env_id: &str, detail: Option<&str>) -> ReportRequest {
 /// The sample checkin of `env_id`, having applied `applied_sha`.
 fn checkin_request(env_id: &str, applied_sha: Option<&str>) -> CheckinRequest {
     CheckinRequest {
-        applied_sha: applied_sha.map(Into::into),
+        applied_sha: applied_sha.map(|s| Sha::parse(s).unwrap()),
         ..tenancy::checkin_request(env_id)
     }
 }
@@ -68,7 +71,7 @@ fn happy_path_through_all_four_calls() {
     fake.publish_bundle(ENV, SHA, b"tar bytes".to_vec());
 
     let resp = client
-        .checkin(&bearer, &checkin_request(ENV, Some("3f9c")))
+        .checkin(&bearer, &checkin_request(ENV, Some(OLDER)))
         .unwrap();
     let Action::Apply { sha, bundle_url } = resp.action.clone() else {
         panic!("{resp:?} is no apply");
@@ -121,7 +124,7 @@ fn retire_answers_down_with_purge() {
     fake.set_desired(ENV, Desired::down(true));
     let resp = fake
         .client()
-        .checkin(&bearer, &checkin_request(ENV, Some("7a10")))
+        .checkin(&bearer, &checkin_request(ENV, Some(SHA)))
         .unwrap();
     assert_eq!(
         resp.action,

@@ -273,7 +273,7 @@ fn checkin_follows_desired_state() {
     let bearer = fake.issue_token(ENV);
     let checkin = |applied: Option<&str>| {
         let mut req = checkin_request(ENV);
-        req.applied_sha = applied.map(Into::into);
+        req.applied_sha = applied.map(|s| monky_agent_proto::Sha::parse(s).unwrap());
         client.checkin(&bearer, &req).unwrap()
     };
     let nothing = checkin(None);
@@ -288,7 +288,7 @@ fn checkin_follows_desired_state() {
             ..Desired::sha(SHA_7A10)
         },
     );
-    let apply = checkin(Some("3f9c"));
+    let apply = checkin(Some(&"3f9c".repeat(16)));
     let Action::Apply { bundle_url, .. } = &apply.action else {
         panic!("{apply:?} is no apply");
     };

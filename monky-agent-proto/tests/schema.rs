@@ -127,7 +127,7 @@ fn every_tenancy_answer_and_every_client_request_validates() {
     client.checkin(&bearer, &checkin).unwrap();
     client.lease(&bearer, &lease_request("env-s")).unwrap();
     let report = ReportRequest {
-        sha: Some("ab".repeat(32)),
+        sha: Some(monky_agent_proto::Sha::parse(&"ab".repeat(32)).unwrap()),
         log_tail: "x".into(),
         detail: Some("ENV_INCOMPLETE: unresolved: A".into()),
         ..report_request("env-s", ReportResult::Failed)

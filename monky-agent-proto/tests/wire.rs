@@ -50,7 +50,8 @@ fn round_trip<T: Serialize + DeserializeOwned>(name: &str) -> T {
 #[test]
 fn checkin_request_example_round_trips_byte_for_byte() {
     let req: CheckinRequest = round_trip("checkin_request.json");
-    assert_eq!(req.applied_sha.as_deref(), Some("3f9c…"));
+    // The documented example elides the sha ("3f9c…"); a request carries all 64 digits.
+    assert_eq!(req.applied_sha.as_ref().map(|s| s.short()), Some("3f9c2e1b8d7a"));
     assert_eq!(req.host.free_bytes, Some(61_234_567_890));
     assert_eq!(req.containers[0].health.as_deref(), Some("healthy"));
 
@@ -211,7 +212,7 @@ mod prop {
         ) {
             let report = ReportRequest {
                 env_id,
-                sha,
+                sha: sha.map(|s| monky_agent_proto::Sha::parse(&s).unwrap()),
                 result,
                 log_tail,
                 containers: vec![ContainerStatus { name: "c".into(), state: "running".into(), health }],

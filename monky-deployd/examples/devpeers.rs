@@ -229,7 +229,7 @@ impl Peers {
                     "{} {} {} {} {}",
                     reports.len(),
                     result.as_str().unwrap_or("?"),
-                    last.sha.as_deref().unwrap_or("-"),
+                    last.sha.as_ref().map(|s| s.as_str()).unwrap_or("-"),
                     if containers.is_empty() {
                         "-".to_owned()
                     } else {

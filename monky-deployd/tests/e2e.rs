@@ -614,7 +614,7 @@ fn first_apply_pulls_with_the_agents_own_docker_config() {
 
     let r = b.w.last_report();
     assert_report(&r, ReportResult::Applied, None);
-    assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+    assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(sha.as_str()));
     assert_reported_healthy(&r, &b.project.name);
     assert!(
         r.log_tail.contains(&format!(
@@ -646,7 +646,7 @@ fn heartbeat_reports_real_health_and_touches_nothing() {
     assert_eq!(new, [Some(Endpoint::Checkin), Some(Endpoint::Report)]);
     let r = b.w.last_report();
     assert_report(&r, ReportResult::Applied, None);
-    assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+    assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(sha.as_str()));
     assert_reported_healthy(&r, &b.project.name);
     assert!(!r.log_tail.contains("compose pull"), "{}", r.log_tail);
     // Same containers, never restarted: no pull/up happened.
@@ -673,7 +673,7 @@ fn a_new_bundle_recreates_the_containers_and_keeps_the_old_release() {
     assert_eq!(b.current(), Some(release(&second)));
     let r = b.w.last_report();
     assert_report(&r, ReportResult::Applied, None);
-    assert_eq!(r.sha.as_deref(), Some(second.as_str()));
+    assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(second.as_str()));
 }
 
 // ---- 4. unhealthy -----------------------------------------------------------------------------
@@ -699,7 +699,7 @@ fn an_unhealthy_bundle_fails_with_the_redacted_compose_logs() {
 
     let r = b.w.last_report();
     assert_report(&r, ReportResult::Failed, Some("UNHEALTHY: "));
-    assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+    assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(sha.as_str()));
     assert!(
         r.detail.as_deref().unwrap().contains(&b.project.name),
         "{r:?}"
@@ -1039,7 +1039,7 @@ fn check_retire(short: &str, tier: &str, purge: bool, volume_kept: bool) {
     b.w.tick().ok();
     let r = b.w.last_report();
     assert_report(&r, ReportResult::Down, None);
-    assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+    assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(sha.as_str()));
     assert_eq!(b.project.containers(), []);
     assert_eq!(b.current(), None);
     let expected: Vec<String> = if volume_kept { vec![volume] } else { vec![] };
@@ -2004,7 +2004,7 @@ fn drift_made_by_hand_is_healed_by_the_next_tick() {
             detail.starts_with("HEALED: ") && detail.contains(drift.as_str()),
             "{name}: {detail}"
         );
-        assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+        assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(sha.as_str()));
         assert_eq!(
             b.endpoints_since(from),
             [Some(Endpoint::Checkin), Some(Endpoint::Report)],
@@ -2237,7 +2237,7 @@ fn the_token_outlives_a_tenancy_outage_on_the_real_engine() {
     b.w.tick().ok();
     let r = b.w.last_report();
     assert_report(&r, ReportResult::Applied, None);
-    assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+    assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(sha.as_str()));
     assert_eq!(
         std::fs::read(b.w.state_dir().join("bao.token")).unwrap(),
         token,
@@ -2359,7 +2359,7 @@ fn a_service_without_a_restart_policy_comes_back_after_a_daemon_restart() {
         detail.starts_with("HEALED: ") && detail.contains("web exited"),
         "{detail}"
     );
-    assert_eq!(r.sha.as_deref(), Some(sha.as_str()));
+    assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(sha.as_str()));
     assert_eq!(
         b.endpoints_since(from),
         [Some(Endpoint::Checkin), Some(Endpoint::Report)]
@@ -2668,7 +2668,7 @@ fn the_running_release_is_healed_while_the_new_sha_backs_off() {
     b.w.tick().ok();
     let r = b.w.last_report();
     assert_report(&r, ReportResult::Applied, Some("HEALED: web missing"));
-    assert_eq!(r.sha.as_deref(), Some(first.as_str()));
+    assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(first.as_str()));
     assert_eq!(
         b.w.tenancy.lease_count(ENV),
         leases,

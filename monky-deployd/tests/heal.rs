@@ -202,7 +202,11 @@ fn each_drift_is_healed_by_the_next_tick_without_tenancy_or_openbao() {
             detail.starts_with("HEALED: ") && detail.contains(drift),
             "{name}: {detail}"
         );
-        assert_eq!(r.sha.as_deref(), Some(a.sha.as_str()), "{name}");
+        assert_eq!(
+            r.sha.as_ref().map(|s| s.as_str()),
+            Some(a.sha.as_str()),
+            "{name}"
+        );
         let calls = a.new_calls();
         let mut want = vec!["config".to_string()];
         if *removes {
@@ -453,7 +457,7 @@ fn a_held_box_applies_retires_and_heals_nothing_and_says_so() {
     let r = a.w.last_report();
     assert_eq!(r.result, ReportResult::Applied);
     assert_eq!(
-        r.sha.as_deref(),
+        r.sha.as_ref().map(|s| s.as_str()),
         Some(a.sha.as_str()),
         "the report is about what runs"
     );
@@ -578,7 +582,7 @@ fn a_service_stopped_during_a_hold_is_the_operators_move() {
     run.ok();
     let r = a.w.last_report();
     assert_eq!(r.result, ReportResult::Applied);
-    assert_eq!(r.sha.as_deref(), Some(a.sha.as_str()));
+    assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(a.sha.as_str()));
     let detail = r.detail.unwrap();
     assert!(
         detail.starts_with("HELD: restore")
@@ -743,7 +747,7 @@ fn the_running_release_is_healed_while_the_new_sha_backs_off() {
     run.ok();
     let r = a.w.last_report();
     assert_report(&r, ReportResult::Applied, Some("HEALED: web missing"));
-    assert_eq!(r.sha.as_deref(), Some(a.sha.as_str()));
+    assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(a.sha.as_str()));
     let ups = subs(&a.w.docker_calls()[from..])
         .iter()
         .filter(|s| *s == "up")

@@ -1235,7 +1235,9 @@ fn checkin(shared: &Shared, incoming: &Incoming, env_id: &str) -> Reply {
     let state = lock(shared);
     let desired = state.desired.get(env_id).cloned().unwrap_or_default();
     let action = desired.action.unwrap_or(match &desired.sha {
-        Some(sha) if req.applied_sha.as_deref() != Some(sha.as_str()) => ActionKind::Apply,
+        Some(sha) if req.applied_sha.as_ref().map(|s| s.as_str()) != Some(sha.as_str()) => {
+            ActionKind::Apply
+        }
         _ => ActionKind::None,
     });
     let addr = state.bao.as_ref().map_or(DEFAULT_BAO_ADDR.to_owned(), |b| {

@@ -53,7 +53,7 @@ impl Agent<'_> {
         proto::CheckinRequest {
             env_id: self.cfg.env_id.clone(),
             agent_version: crate::host::VERSION.to_string(),
-            applied_sha: self.state.applied_sha().map(|s| s.as_str().to_owned()),
+            applied_sha: self.state.applied_sha().cloned(),
             host: proto::HostFacts {
                 hostname: host::hostname(),
                 os: host::os(),

@@ -191,7 +191,7 @@ impl Agent<'_> {
         }
         let req = proto::ReportRequest {
             env_id: self.cfg.env_id.clone(),
-            sha: sha.map(|s| s.as_str().to_string()),
+            sha: sha.cloned(),
             result,
             log_tail: tail.into_string(),
             containers: self.wire_containers(),

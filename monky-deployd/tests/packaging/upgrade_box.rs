@@ -399,7 +399,11 @@ fn a_box_of_the_original_agent_upgrades_under_systemd() {
             ReportResult::Applied,
             "{transport:?}: {report:?}\n{journal}"
         );
-        assert_eq!(report.sha.as_deref(), Some(sha.as_str()), "{transport:?}");
+        assert_eq!(
+            report.sha.as_ref().map(|s| s.as_str()),
+            Some(sha.as_str()),
+            "{transport:?}"
+        );
         assert_eq!(
             tenancy.lease_count(ENV),
             leases,
@@ -451,7 +455,7 @@ fn a_box_of_the_original_agent_upgrades_under_systemd() {
             .reports(ENV)
             .into_iter()
             .skip(reports)
-            .find(|r| r.sha.as_deref() == Some(refused_sha.as_str()))
+            .find(|r| r.sha.as_ref().map(|s| s.as_str()) == Some(refused_sha.as_str()))
     });
     let detail = report.detail.clone().unwrap_or_default();
     assert_eq!(report.result, ReportResult::Failed, "{report:?}");
