@@ -51,7 +51,10 @@ fn round_trip<T: Serialize + DeserializeOwned>(name: &str) -> T {
 fn checkin_request_example_round_trips_byte_for_byte() {
     let req: CheckinRequest = round_trip("checkin_request.json");
     // The documented example elides the sha ("3f9c…"); a request carries all 64 digits.
-    assert_eq!(req.applied_sha.as_ref().map(|s| s.short()), Some("3f9c2e1b8d7a"));
+    assert_eq!(
+        req.applied_sha.as_ref().map(|s| s.short()),
+        Some("3f9c2e1b8d7a")
+    );
     assert_eq!(req.host.free_bytes, Some(61_234_567_890));
     assert_eq!(req.containers[0].health.as_deref(), Some("healthy"));
 

@@ -526,7 +526,6 @@ fn max_ttl(layout: &Layout) -> Option<Check> {
 /// its operators' to unseal, not this box's transport to check), so the check never gives two.
 fn bao_failed(e: bao::Error) -> Check {
     let failure = peers::bao_failure("lookup-self", e);
-    let failure = crate::exit::Failure::first_of(&failure);
     Check {
         name: "openbao",
         verdict: Verdict::Fail,

@@ -1,7 +1,9 @@
 //! The documented exit statuses and the error that carries one up to `main`.
 //!
-//! Errors travel as `anyhow::Error`; the one place that decides the process status is
-//! [`Exit::of`], which looks for a [`Failure`] in the chain. An error without one is a failure (1).
+//! A step of the tick fails with a [`Failure`], whose code is required; a lower module's
+//! `anyhow::Error` is given the code it fails the tick with where the step calls it
+//! ([`OrCode::or_code`]). The commands outside the tick return `anyhow::Error`, and [`Exit::of`]
+//! decides their status by the first [`Failure`] in the chain (an error without one is 1).
 
 use std::fmt;
 use std::time::Duration;
@@ -37,6 +39,9 @@ pub struct Failure {
     /// The tail of the compose logs of a release that did not come up healthy, redacted: the
     /// evidence the failure's report carries. Never part of the message.
     pub compose_logs: Option<Redacted>,
+    /// The whole error chain it was taken from, when that says more than `CODE: message`:
+    /// the journal's second line (see [`Failure::or_code`]). Never reported.
+    pub chain: Option<String>,
 }
 
 impl Failure {
@@ -48,7 +53,23 @@ impl Failure {
             message: message.into(),
             retry_after: None,
             compose_logs: None,
+            chain: None,
         }
+    }
+
+    /// Says what the failure happened in, for the journal's whole chain (as `anyhow`'s context
+    /// does); the report's detail stays `CODE: message`.
+    #[must_use]
+    pub fn context(mut self, what: impl fmt::Display) -> Self {
+        self.chain = Some(format!("{what}: {}", self.full()));
+        self
+    }
+
+    /// The failure with the whole chain it was taken from, for the journal: `CODE: message`,
+    /// or the chain when it says more.
+    #[must_use]
+    pub fn full(&self) -> String {
+        self.chain.clone().unwrap_or_else(|| self.to_string())
     }
 
     /// How a tick that ends with this failure exits: its code's class.
@@ -81,35 +102,40 @@ impl Failure {
         err.chain().find_map(|e| e.downcast_ref::<Failure>())
     }
 
-    /// The `Retry-After` of the first failure in a chain that carries one.
-    pub fn retry_after_of(err: &anyhow::Error) -> Option<Duration> {
-        Self::first(err, |f| f.retry_after)
-    }
-
     /// The code of the first failure in a chain.
     pub fn code_of(err: &anyhow::Error) -> Option<Code> {
         Self::of(err).map(|f| f.code)
     }
 
-    /// The compose logs the first failure in a chain carries.
-    pub fn compose_logs_of(err: &anyhow::Error) -> Option<&Redacted> {
-        Self::first(err, |f| f.compose_logs.as_ref())
-    }
-
-    /// `field` of the first failure in a chain that has it.
-    fn first<'e, T>(err: &'e anyhow::Error, field: impl Fn(&'e Failure) -> Option<T>) -> Option<T> {
-        err.chain()
-            .filter_map(|e| e.downcast_ref::<Failure>())
-            .find_map(field)
-    }
-
-    /// The first failure of an error chain, for a report's detail and state's last error: an
-    /// error that carries none is `FAILED` with its innermost cause.
-    pub fn first_of(err: &anyhow::Error) -> Failure {
-        match Self::of(err) {
+    /// The failure an error of a lower module (the state dir, the disk, a release's files, a
+    /// peer's client) fails a tick with: the first failure it carries, else `code` with its
+    /// innermost cause. The whole chain is kept for the journal when it says more.
+    pub fn or_code(err: &anyhow::Error, code: Code) -> Failure {
+        let mut f = match Self::of(err) {
             Some(f) => f.clone(),
-            None => Self::coded(Code::Failed, err.root_cause().to_string()),
+            None => Self::coded(code, err.root_cause().to_string()),
+        };
+        let full = format!("{err:#}");
+        if full != f.to_string() {
+            f.chain = Some(full);
         }
+        f
+    }
+}
+
+/// A lower module's `anyhow` result as a tick's: the code it fails with, named where it is
+/// called (see [`Failure::or_code`]), so no error reaches a tick's outcome without a code.
+pub trait OrCode<T> {
+    /// The result, its error given `code` unless it carries a failure of its own.
+    ///
+    /// # Errors
+    /// The failure.
+    fn or_code(self, code: Code) -> Result<T, Failure>;
+}
+
+impl<T> OrCode<T> for anyhow::Result<T> {
+    fn or_code(self, code: Code) -> Result<T, Failure> {
+        self.map_err(|e| Failure::or_code(&e, code))
     }
 }
 
@@ -161,14 +187,14 @@ mod tests {
         assert_eq!(Failure::code_of(&e), Some(Code::EnvIncomplete));
         assert_eq!(Exit::of(&e), Exit::Fail);
         assert_eq!(format!("{e:#}"), "apply: ENV_INCOMPLETE: unresolved: A");
-        assert_eq!(Failure::retry_after_of(&e), None);
+        assert_eq!(Failure::or_code(&e, Code::Failed).retry_after, None);
         let waited = anyhow::Error::new(
             Failure::coded(Code::RateLimited, "slow down")
                 .with_retry_after(Some(Duration::from_secs(30))),
         )
         .context("checkin");
         assert_eq!(
-            Failure::retry_after_of(&waited),
+            Failure::or_code(&waited, Code::Failed).retry_after,
             Some(Duration::from_secs(30))
         );
         assert_eq!(
@@ -203,12 +229,26 @@ mod tests {
             Vec::<String>::new(),
         );
         assert_eq!(Failure::from(&bare).to_string(), "BUNDLE_INVALID");
-        // An error without a failure is FAILED, with its innermost cause.
+        // An error without a failure takes the code its caller names, with its innermost
+        // cause; the whole chain is kept for the journal, never for the report.
         let plain = anyhow::anyhow!("disk gone").context("save");
-        let first = Failure::first_of(&plain);
+        let first = Failure::or_code(&plain, Code::Failed);
         assert_eq!(
             (first.code, first.to_string()),
             (Code::Failed, "FAILED: disk gone".to_string())
+        );
+        assert_eq!(first.full(), "save: disk gone");
+        let healed: Result<(), Failure> = Err(plain).or_code(Code::HealFailed);
+        assert_eq!(healed.unwrap_err().to_string(), "HEAL_FAILED: disk gone");
+        // One that carries a failure keeps that failure's code, whatever the caller names.
+        let coded = anyhow::Error::new(Failure::coded(Code::ReleaseModified, "web changed"))
+            .context("verify");
+        let kept = Failure::or_code(&coded, Code::HealFailed);
+        assert_eq!(kept.to_string(), "RELEASE_MODIFIED: web changed");
+        assert_eq!(kept.full(), "verify: RELEASE_MODIFIED: web changed");
+        assert_eq!(
+            kept.context("heal").full(),
+            "heal: verify: RELEASE_MODIFIED: web changed"
         );
     }
 }

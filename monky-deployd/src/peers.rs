@@ -583,7 +583,7 @@ fn user_name(uid: u32) -> String {
 }
 
 /// The failure for an untrusted listener.
-fn untrusted_failure(what: &str, u: &Untrusted) -> anyhow::Error {
+fn untrusted_failure(what: &str, u: &Untrusted) -> Failure {
     Failure::coded(
         u.peer.untrusted(),
         format!(
@@ -593,24 +593,23 @@ fn untrusted_failure(what: &str, u: &Untrusted) -> anyhow::Error {
             u.peer.key()
         ),
     )
-    .into()
 }
 
 /// The failure for a connection check's refusal, when `refusal` is one.
 fn listener_failure(
     what: &str,
     refusal: Option<&(dyn std::error::Error + Send + Sync + 'static)>,
-) -> Option<anyhow::Error> {
+) -> Option<Failure> {
     let refusal = refusal?;
     if let Some(u) = refusal.downcast_ref::<Untrusted>() {
         return Some(untrusted_failure(what, u));
     }
     let v = refusal.downcast_ref::<Vanished>()?;
-    Some(Failure::coded(v.peer.unavailable(), format!("{what}: {v}")).into())
+    Some(Failure::coded(v.peer.unavailable(), format!("{what}: {v}")))
 }
 
 /// Turns a tenancy error into a failure with the right exit status and tenancy's code.
-pub fn tenancy_failure(what: &str, e: proto::Error) -> anyhow::Error {
+pub fn tenancy_failure(what: &str, e: proto::Error) -> Failure {
     if let Some(f) = listener_failure(what, e.check_refusal()) {
         return f;
     }
@@ -642,8 +641,7 @@ pub fn tenancy_failure(what: &str, e: proto::Error) -> anyhow::Error {
                 "{what}: tenancy's certificate is {problem} by this machine's clock: {}",
                 with_causes(&e)
             ),
-        )
-        .into();
+        );
     }
     let mut msg = format!("{what}: {}", tenancy_text(code.exit(), &e));
     if code.exit() == Exit::Config {
@@ -652,9 +650,7 @@ pub fn tenancy_failure(what: &str, e: proto::Error) -> anyhow::Error {
              fix env_id or re-run the install kit for this env",
         );
     }
-    Failure::coded(code, msg)
-        .with_retry_after(e.retry_after())
-        .into()
+    Failure::coded(code, msg).with_retry_after(e.retry_after())
 }
 
 /// The tenancy client's words for `e`, without the code its own refusals print first: the
@@ -673,7 +669,7 @@ fn tenancy_text(exit: Exit, e: &proto::Error) -> String {
 }
 
 /// Turns an OpenBao error into a failure: unreachable or sealed is temporary, the rest fails.
-pub fn bao_failure(what: &str, e: bao::Error) -> anyhow::Error {
+pub fn bao_failure(what: &str, e: bao::Error) -> Failure {
     if let Some(f) = listener_failure(what, e.check_refusal()) {
         return f;
     }
@@ -683,7 +679,7 @@ pub fn bao_failure(what: &str, e: bao::Error) -> anyhow::Error {
         return untrusted_failure(what, &u);
     }
     if let Some(code) = bao_specific(&e) {
-        return Failure::coded(code, format!("{what}: {}", failure_text(code.exit(), &e))).into();
+        return Failure::coded(code, format!("{what}: {}", failure_text(code.exit(), &e)));
     }
     let code = match e.kind() {
         bao::ErrorKind::Temporary => Code::BaoUnavailable,
@@ -695,7 +691,7 @@ pub fn bao_failure(what: &str, e: bao::Error) -> anyhow::Error {
         bao::ErrorKind::CertificateTime => Code::TlsClock,
         _ => Code::BaoRefused,
     };
-    Failure::coded(code, format!("{what}: {}", failure_text(code.exit(), &e))).into()
+    Failure::coded(code, format!("{what}: {}", failure_text(code.exit(), &e)))
 }
 
 /// The OpenBao failures whose cause has a code of its own: sealed (its operators' move, not the

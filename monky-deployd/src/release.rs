@@ -325,7 +325,7 @@ pub fn stage(
 }
 
 /// A check a release must pass before `current` names it.
-pub type Gate<'a> = &'a dyn Fn(&Release) -> anyhow::Result<()>;
+pub type Gate<'a> = &'a dyn Fn(&Release) -> Result<(), Failure>;
 
 /// Makes a staged release `releases/<sha>` and points `current` at it.
 ///

@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use crate::code::{Code, CodePolicy as _};
 use crate::config::Config;
-use crate::exit::{Exit, Failure};
+use crate::exit::{Exit, Failure, OrCode as _};
 use crate::layout::Layout;
 use crate::state::{self, Fact, SeenContainer, State};
 use crate::{logging, metrics, peers, redact};
@@ -103,17 +103,10 @@ fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
         Err(e) => {
             // The tenancy error itself was turned into a Failure on the way up; it kept the
             // wait tenancy asked for.
-            retry_after = Failure::retry_after_of(&e).or_else(|| {
-                e.chain()
-                    .find_map(|c| c.downcast_ref::<proto::Error>())
-                    .and_then(proto::Error::retry_after)
-            });
-            let exit = Exit::of(&e);
+            retry_after = e.retry_after;
+            let exit = e.exit();
             if exit == Exit::Temporary && cfg.laptop_mode {
-                info!(
-                    "offline (laptop mode): {}",
-                    redact::redact(&e.root_cause().to_string())
-                );
+                info!("offline (laptop mode): {}", redact::redact(&e.message));
                 Exit::Ok
             } else {
                 log_error(&e, State::peek(&Layout::peek(cfg)).repeats() > 0);
@@ -128,15 +121,15 @@ fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
     }
 }
 
-fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> anyhow::Result<Exit> {
-    let layout = Layout::open(cfg)?;
-    let Some(_lock) = layout.lock()? else {
+fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> Result<Exit, Failure> {
+    let layout = Layout::open(cfg).or_code(Code::Failed)?;
+    let Some(_lock) = layout.lock().or_code(Code::Failed)? else {
         info!("another tick holds the lock; nothing to do");
         return Ok(Exit::Ok);
     };
     // Declared after the lock, so dropped before it: the deadline stops, then the lock goes.
     let _deadline = crate::watchdog::arm(cfg, &layout, end_timed_out);
-    let (mut state, note) = crate::statefile::load(&layout)?;
+    let (mut state, note) = crate::statefile::load(&layout).or_code(Code::Failed)?;
     if let Some(note) = note {
         warn!("{note}");
     }
@@ -156,7 +149,7 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> any
         // Converged, but the next tick would not know it: as much a failure as any other.
         (Ok(_), Err(e)) => Err(e),
         (result, Err(e)) => {
-            tracing::error!("{e:#}");
+            tracing::error!("{}", e.full());
             result
         }
         (result, Ok(())) => result,
@@ -210,21 +203,21 @@ impl<'a> Agent<'a> {
         layout: Layout,
         state: State,
         opts: TickOptions,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, Failure> {
         let mut builder = compose::Docker::builder(cfg.docker_bin.clone())
             .docker_config(crate::layout::docker_config_dir(&cfg.state_dir));
         if let Some(hint) = state.compose().cloned() {
             builder = builder.compose_hint(hint);
         }
-        let docker = builder.build().context("docker")?;
-        let hold = crate::hold::load(&layout, state.clock())?;
+        let docker = builder.build().context("docker").or_code(Code::Failed)?;
+        let hold = crate::hold::load(&layout, state.clock()).or_code(Code::Failed)?;
         let listeners = std::sync::Arc::new(peers::Listeners::load(&layout));
         let mut state = state;
         state.fold(state::Fact::HoldFound(hold.clone()));
         Ok(Self {
             previous: (state.last_code(), state.last_error().cloned()),
             judged: std::cell::RefCell::default(),
-            tenancy: peers::tenancy(cfg, Some(&listeners))?,
+            tenancy: peers::tenancy(cfg, Some(&listeners)).or_code(Code::Failed)?,
             listeners,
             bao: std::cell::OnceCell::new(),
             docker,
@@ -242,18 +235,18 @@ impl<'a> Agent<'a> {
     }
 
     /// The OpenBao client, built the first time a tick needs it.
-    fn bao(&self) -> anyhow::Result<&bao::BaoClient> {
+    fn bao(&self) -> Result<&bao::BaoClient, Failure> {
         if let Some(client) = self.bao.get() {
             return Ok(client);
         }
-        let client = peers::openbao(self.cfg, Some(&self.listeners))?;
+        let client = peers::openbao(self.cfg, Some(&self.listeners)).or_code(Code::Failed)?;
         Ok(self.bao.get_or_init(|| client))
     }
     /// Reads OpenBao's clock from its last answer of this tick, if any, and judges the box's
     /// clock by the latest reading: off by more than a certificate check tolerates, a tick that
     /// did its action ends `TLS_CLOCK` (the report already went: the release is fine, the box
     /// is not), and a tick that failed otherwise keeps its own code and warns.
-    fn judge_clock(&mut self, result: anyhow::Result<Exit>) -> anyhow::Result<Exit> {
+    fn judge_clock(&mut self, result: Result<Exit, Failure>) -> Result<Exit, Failure> {
         let boot = crate::clock::boot();
         if let Some(d) = self.bao.get().and_then(bao::BaoClient::server_date) {
             self.record(Fact::ClockRead(crate::clock::ClockReading::of(
@@ -269,7 +262,7 @@ impl<'a> Agent<'a> {
             return result;
         };
         match result {
-            Ok(Exit::Ok) => Err(Failure::coded(Code::TlsClock, problem).into()),
+            Ok(Exit::Ok) => Err(Failure::coded(Code::TlsClock, problem)),
             other => {
                 warn!("{}: {problem}", Code::TlsClock);
                 other
@@ -278,7 +271,7 @@ impl<'a> Agent<'a> {
     }
 
     /// The whole tick after the lock: token, checkin, action.
-    fn converge(&mut self) -> anyhow::Result<Exit> {
+    fn converge(&mut self) -> Result<Exit, Failure> {
         self.ensure_token()?;
         let resp = self
             .checkin()

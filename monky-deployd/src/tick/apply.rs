@@ -18,7 +18,7 @@ impl Agent<'_> {
     /// does" numbers the steps. A stage that stops returns early and the stages after it never
     /// run; a release that failed is recovered from (backoff, fallback) before the failure goes
     /// up.
-    pub(super) fn apply(&mut self, sha: &Sha, url: &str) -> anyhow::Result<Exit> {
+    pub(super) fn apply(&mut self, sha: &Sha, url: &str) -> Result<Exit, Failure> {
         // 1-2. Fetch the bundle and verify it hashes to the desired sha.
         let (fetched, raw) = self.fetch(sha, url)?;
         // Before the checks, so `doctor` measures the desired bundle's need even when a check
@@ -57,7 +57,7 @@ impl Agent<'_> {
 
     /// Step 14: the release is up and healthy: state and tenancy hear so, and older releases
     /// go.
-    fn applied(&mut self, promoted: &Promoted) -> anyhow::Result<Exit> {
+    fn applied(&mut self, promoted: &Promoted) -> Result<Exit, Failure> {
         let sha = promoted.sha();
         self.record(Fact::Applied {
             sha: sha.clone(),
@@ -97,8 +97,8 @@ impl Agent<'_> {
 
     /// A bundle the bundle author must fix is kept on the box, so the advice to run
     /// `bundle check` on it can be followed.
-    pub(super) fn keep_bad_bundle(&self, sha: &Sha, raw: &[u8], e: &anyhow::Error) {
-        if Failure::code_of(e).map(Code::owner) != Some(crate::code::Owner::BundleAuthor) {
+    pub(super) fn keep_bad_bundle(&self, sha: &Sha, raw: &[u8], e: &Failure) {
+        if e.code.owner() != crate::code::Owner::BundleAuthor {
             return;
         }
         match crate::evidence::keep_bundle(&self.layout, sha.as_str(), raw) {
@@ -151,7 +151,7 @@ impl Agent<'_> {
     /// A failed release waiting out its backoff: no bundle, lease, pull or up of it. The
     /// running release is judged first, as a heartbeat judges it: its drift is healed (subject
     /// to the heal backoff), and the report says what runs, never "running" when nothing does.
-    pub(super) fn report_waiting(&mut self, sha: &Sha, deadline: u64) -> anyhow::Result<Exit> {
+    pub(super) fn report_waiting(&mut self, sha: &Sha, deadline: u64) -> Result<Exit, Failure> {
         if let (None, Some(running)) = (&self.docker_error, self.state.applied_sha().cloned()) {
             let drift = crate::drift::detect(&running, self.state.converged(), &self.facts);
             if !drift.is_empty() {

@@ -4,6 +4,7 @@ use monky_agent_proto as proto;
 use tracing::warn;
 
 use super::Agent;
+use crate::exit::Failure;
 use crate::state::{Fact, SeenContainer};
 use crate::{host, peers};
 
@@ -73,7 +74,7 @@ impl Agent<'_> {
 
     /// Checks in. Tenancy's 401 alone destroys nothing: a fresh grant on disk (staged by the
     /// box's admin) replaces the token, and otherwise OpenBao says whether the token is dead.
-    pub(super) fn checkin(&mut self) -> anyhow::Result<proto::CheckinResponse> {
+    pub(super) fn checkin(&mut self) -> Result<proto::CheckinResponse, Failure> {
         let req = self.checkin_request();
         let refused = match self.tenancy.checkin(&self.bearer()?, &req) {
             Ok(r) => return Ok(r),

@@ -60,21 +60,21 @@ impl Agent<'_> {
             looked.iter().map(Looked::evidence).collect::<String>()
         );
         self.keep_app_logs(sha, &kept, &logs);
-        Err(Stop::Failed(Failed {
+        Err(Stop::Failed(Box::new(Failed {
             failure,
             started: Some(Started {
                 prod: self.cfg.is_prod(promoted.bundle_prod()),
                 compose_logs: logs,
             }),
-        }))
+        })))
     }
 
     /// Recovery after a stage stopped: a release that failed waits out its backoff and, when
     /// it had started, falls back (see [`Agent::release_failed`]); a halt is its own error.
-    pub(super) fn recover(&mut self, sha: &Sha, stop: Stop) -> anyhow::Error {
+    pub(super) fn recover(&mut self, sha: &Sha, stop: Stop) -> Failure {
         match stop {
             Stop::Halted(e) => e,
-            Stop::Failed(failed) => self.release_failed(sha, failed),
+            Stop::Failed(failed) => self.release_failed(sha, *failed),
         }
     }
 
@@ -82,7 +82,7 @@ impl Agent<'_> {
     /// (1 min, 2, 4, ... up to 1 h, jittered) and, when it had `started`, falls back to the last
     /// healthy release. Returns the failure, whose message ends with what happened to the
     /// running release and when the next attempt is.
-    fn release_failed(&mut self, sha: &Sha, failed: Failed) -> anyhow::Error {
+    fn release_failed(&mut self, sha: &Sha, failed: Failed) -> Failure {
         let Failed { failure, started } = failed;
         let code = failure.code;
         // `CODE: names`, repeated by the reports sent while the sha waits.
@@ -123,8 +123,8 @@ impl Agent<'_> {
             ),
         );
         match started {
-            Some(Started { compose_logs, .. }) => failure.with_compose_logs(&compose_logs).into(),
-            None => failure.into(),
+            Some(Started { compose_logs, .. }) => failure.with_compose_logs(&compose_logs),
+            None => failure,
         }
     }
 

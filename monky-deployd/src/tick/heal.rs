@@ -11,7 +11,7 @@ use super::stages::Promoted;
 use super::{Agent, not_ready};
 use crate::code::Code;
 use crate::drift::{self, Converged, Drift};
-use crate::exit::{Exit, Failure};
+use crate::exit::{Exit, Failure, OrCode as _};
 use crate::hold::Hold;
 use crate::interrupted::Marker;
 use crate::state::Fact;
@@ -43,7 +43,7 @@ impl Agent<'_> {
     }
 
     /// Drift found by a heartbeat: healed, unless healing is off or waits out its backoff.
-    pub(super) fn on_drift(&mut self, sha: &Sha, drift: &[Drift]) -> anyhow::Result<Exit> {
+    pub(super) fn on_drift(&mut self, sha: &Sha, drift: &[Drift]) -> Result<Exit, Failure> {
         let what = drift::describe(drift);
         warn!("drift from {}: {what}", sha.short());
         if !self.cfg.self_heal {
@@ -91,7 +91,7 @@ impl Agent<'_> {
     /// digest) and judged by the compose policy as before any `up`, compose's leftovers and
     /// containers made by another hand removed first. Every heal, healthy or not, takes a step
     /// of the heal backoff.
-    fn heal(&mut self, sha: &Sha, drift: &[Drift], what: &str) -> anyhow::Result<Exit> {
+    fn heal(&mut self, sha: &Sha, drift: &[Drift], what: &str) -> Result<Exit, Failure> {
         let now = crate::clock::wall();
         let recent = self
             .state
@@ -135,10 +135,7 @@ impl Agent<'_> {
         let bad = not_ready(self.state.containers());
         // What went wrong, and whether compose's logs say more.
         let failed = match (&up, bad.is_empty()) {
-            (Err(e), _) => Some(match Failure::first_of(e) {
-                f if f.code != Code::Failed => (f, true),
-                f => (Failure::coded(Code::HealFailed, f.message), true),
-            }),
+            (Err(f), _) => Some((f.clone(), true)),
             (Ok(()), false) => Some((
                 Failure::coded(
                     Code::HealFailed,
@@ -209,8 +206,8 @@ impl Agent<'_> {
 
     /// `current` must name `sha`, which must verify and pass the policy; then the named
     /// containers go and compose brings the release up, waiting for health.
-    fn bring_up_current(&mut self, sha: &Sha, remove: &[String]) -> anyhow::Result<()> {
-        let current = release::current_sha(&self.layout)?;
+    fn bring_up_current(&mut self, sha: &Sha, remove: &[String]) -> Result<(), Failure> {
+        let current = release::current_sha(&self.layout).or_code(Code::HealFailed)?;
         if current.as_ref() != Some(sha) {
             return Err(Failure::coded(
                 Code::HealFailed,
@@ -219,14 +216,22 @@ impl Agent<'_> {
                     current.as_ref().map_or("-", Sha::short),
                     sha.short()
                 ),
-            )
-            .into());
+            ));
         }
-        release::verify(&self.layout, sha)?;
-        let rel = release::Release::current(&self.layout)?.ok_or_else(|| {
-            Failure::coded(Code::HealFailed, "the current release has no compose file")
+        release::verify(&self.layout, sha).or_code(Code::HealFailed)?;
+        let rel = release::Release::current(&self.layout)
+            .or_code(Code::HealFailed)?
+            .ok_or_else(|| {
+                Failure::coded(Code::HealFailed, "the current release has no compose file")
+            })?;
+        // A failure of the box's own (no code of its own) fails the heal, as every other here.
+        self.policy_gate(&rel).map_err(|f| match f.code {
+            Code::Failed => Failure {
+                code: Code::HealFailed,
+                ..f
+            },
+            _ => f,
         })?;
-        self.policy_gate(&rel)?;
         if !remove.is_empty() {
             info!("removing before up: {}", remove.join(", "));
             self.docker
@@ -236,12 +241,12 @@ impl Agent<'_> {
         info!("compose up -d --remove-orphans");
         rel.compose(&self.docker, self.cfg)
             .up(Some(self.cfg.healthy_timeout))
-            .map_err(|e| Failure::coded(Code::HealFailed, e.cause()).into())
+            .map_err(|e| Failure::coded(Code::HealFailed, e.cause()))
     }
 
     /// A held box: the heartbeat's health report with the hold beside it, whatever tenancy
     /// asked; nothing is applied, healed or retired.
-    pub(super) fn held(&mut self, hold: &Hold, action: &Action) -> anyhow::Result<Exit> {
+    pub(super) fn held(&mut self, hold: &Hold, action: &Action) -> Result<Exit, Failure> {
         let mut note = hold.note();
         match action {
             Action::Apply { sha, .. } => {
@@ -266,8 +271,8 @@ impl Agent<'_> {
     /// OpenBao read: its `.env` is there), or `current` is rolled back to the applied release
     /// when tenancy wants that one; for any other action the mark is dropped and the action
     /// goes on. `Some` when this concluded the tick.
-    pub(super) fn recover_interrupted(&mut self, action: &Action) -> anyhow::Result<Option<Exit>> {
-        let Some(m) = crate::interrupted::load(&self.layout)? else {
+    pub(super) fn recover_interrupted(&mut self, action: &Action) -> Result<Option<Exit>, Failure> {
+        let Some(m) = crate::interrupted::load(&self.layout).or_code(Code::Failed)? else {
             return Ok(None);
         };
         self.marker_settled = true;
@@ -295,7 +300,7 @@ impl Agent<'_> {
 
     /// Removes the project's containers that were created and never started: what a killed
     /// `compose up` leaves, and what makes the next `up` fail on a name conflict.
-    fn clear_leftovers(&mut self) -> anyhow::Result<()> {
+    fn clear_leftovers(&mut self) -> Result<(), Failure> {
         let leftovers: Vec<String> = self
             .facts
             .iter()
@@ -316,7 +321,7 @@ impl Agent<'_> {
     /// Finishes the interrupted apply of the sha `m` names from its release on disk; `None` when that
     /// release is not there whole (the crash came before it was), so the tick's apply goes on
     /// as any other.
-    fn finish_interrupted(&mut self, m: &Marker, sha: &Sha) -> anyhow::Result<Option<Exit>> {
+    fn finish_interrupted(&mut self, m: &Marker, sha: &Sha) -> Result<Option<Exit>, Failure> {
         if !release::on_disk(&self.layout, sha.as_str()) {
             info!("{} never reached releases/; applying it anew", sha.short());
             return Ok(None);
@@ -325,9 +330,10 @@ impl Agent<'_> {
             warn!("the release of the interrupted apply does not verify ({e:#}); applying it anew");
             return Ok(None);
         }
-        let promoted = Promoted::resumed(release::point_current(&self.layout, sha, &|r| {
-            self.policy_gate(r)
-        })?);
+        let promoted = Promoted::resumed(
+            release::point_current(&self.layout, sha, &|r| self.policy_gate(r))
+                .or_code(Code::Failed)?,
+        );
         info!("finishing the interrupted apply of {}", sha.short());
         if let Err(stop) = self.up_healthy(&promoted) {
             return Err(self.recover(sha, stop));
@@ -356,11 +362,15 @@ impl Agent<'_> {
         &mut self,
         marked: Option<&Sha>,
         m: &Marker,
-    ) -> anyhow::Result<Option<Exit>> {
+    ) -> Result<Option<Exit>, Failure> {
         let Some(applied) = self.state.applied_sha().cloned() else {
             return Ok(None);
         };
-        if release::current_sha(&self.layout)?.as_ref() == Some(&applied) {
+        if release::current_sha(&self.layout)
+            .or_code(Code::Failed)?
+            .as_ref()
+            == Some(&applied)
+        {
             return Ok(None);
         }
         let note = self.revert_to(&applied);

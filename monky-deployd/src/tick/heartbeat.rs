@@ -6,13 +6,13 @@ use super::outcome::Outcome;
 use super::{Agent, not_ready};
 use crate::code::Code;
 use crate::config::VolumesOnAbsent;
-use crate::exit::{Exit, Failure};
+use crate::exit::{Exit, Failure, OrCode as _};
 use crate::release;
 use crate::state::Fact;
 
 impl Agent<'_> {
     /// Action none: drift of the applied release healed, or the containers' health reported.
-    pub(super) fn heartbeat(&mut self) -> anyhow::Result<Exit> {
+    pub(super) fn heartbeat(&mut self) -> Result<Exit, Failure> {
         if let (None, Some(sha)) = (&self.docker_error, self.state.applied_sha().cloned()) {
             let drift = crate::drift::detect(&sha, self.state.converged(), &self.facts);
             if !drift.is_empty() {
@@ -25,7 +25,7 @@ impl Agent<'_> {
 
     /// The heartbeat's report of the containers' health; `note` (a hold) goes beside an
     /// `applied` result and after a failure's detail.
-    pub(super) fn health_report(&mut self, note: Option<Failure>) -> anyhow::Result<Exit> {
+    pub(super) fn health_report(&mut self, note: Option<Failure>) -> Result<Exit, Failure> {
         let bad = not_ready(self.state.containers());
         let missing = self.state.containers().is_empty() && self.state.applied_sha().is_some();
         let sha = self.state.applied_sha().cloned();
@@ -77,14 +77,14 @@ impl Agent<'_> {
 
     /// Action down: the project taken down (volumes too when asked and not prod), `current`
     /// removed, reported as down.
-    pub(super) fn retire(&mut self, purge_requested: bool) -> anyhow::Result<Exit> {
-        if let Some(sha) = release::current_sha(&self.layout)?
+    pub(super) fn retire(&mut self, purge_requested: bool) -> Result<Exit, Failure> {
+        if let Some(sha) = release::current_sha(&self.layout).or_code(Code::Failed)?
             && release::on_disk(&self.layout, sha.as_str())
         {
             // A release changed on disk could steer `down -v` at volumes it never owned.
-            release::verify(&self.layout, &sha)?;
+            release::verify(&self.layout, &sha).or_code(Code::Failed)?;
         }
-        let rel = release::Release::current(&self.layout)?;
+        let rel = release::Release::current(&self.layout).or_code(Code::Failed)?;
         // The release `current` names is judged by its own (verified) tier too: a failed prod
         // release left in place (on_failure: leave) is no applied release, and still prod.
         let prod = self.cfg.is_prod(
@@ -108,7 +108,7 @@ impl Agent<'_> {
         }
         let sha = self.state.applied_sha().cloned();
         self.record(Fact::AppliedForgotten);
-        release::clear_current(&self.layout)?;
+        release::clear_current(&self.layout).or_code(Code::Failed)?;
         self.refresh_containers();
         self.conclude(Outcome::down(sha.as_ref()))
     }

@@ -64,11 +64,10 @@ pub(super) fn summary_line(st: &State, exit: Exit, took: Duration) -> String {
 
 /// An error for the journal: `CODE: message` on one line of at most [`ERROR_LINE_MAX`]
 /// characters; the whole chain follows on a second, info line when it says more.
-pub(super) fn log_error(e: &anyhow::Error, repeated: bool) {
+pub(super) fn log_error(e: &Failure, repeated: bool) {
     // Raw here: the log sink redacts every line once.
-    let full = format!("{e:#}");
-    let failure = Failure::first_of(e);
-    let (code, detail) = (failure.code, failure.to_string());
+    let full = e.full();
+    let (code, detail) = (e.code, e.to_string());
     if repeated {
         // The summary line counts the repeats; the chain was logged in full the first time.
         tracing::error!("{}", one_line(&detail, ERROR_LINE_MAX));

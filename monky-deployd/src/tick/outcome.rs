@@ -9,7 +9,7 @@ use tracing::warn;
 
 use super::Agent;
 use crate::code::Code;
-use crate::exit::{Exit, Failure};
+use crate::exit::{Exit, Failure, OrCode as _};
 use crate::redact::Redacted;
 use crate::state::Fact;
 use crate::{failpoint, logging, peers, redact, release};
@@ -89,7 +89,7 @@ impl Agent<'_> {
     /// release's outcome is recorded all the same, and the report's failure beside it, so a
     /// release that came up is never taken for a failed one because tenancy did not take the
     /// report (the next tick's heartbeat reports it again).
-    pub(super) fn conclude(&mut self, outcome: Outcome<'_>) -> anyhow::Result<Exit> {
+    pub(super) fn conclude(&mut self, outcome: Outcome<'_>) -> Result<Exit, Failure> {
         self.conclude_with(outcome, Send::Always)
     }
 
@@ -98,12 +98,12 @@ impl Agent<'_> {
     /// the tick's outcome went out already (a success report that tenancy did not take is no
     /// failed release). The error stays the tick's: a report that cannot be sent (no token,
     /// tenancy down) is logged, and state still records the failure.
-    pub(super) fn conclude_error(&mut self, sha: Option<&Sha>, e: &anyhow::Error) {
+    pub(super) fn conclude_error(&mut self, sha: Option<&Sha>, e: &Failure) {
         if self.concluded {
             return;
         }
-        let mut outcome = Outcome::failed(sha, Failure::first_of(e));
-        outcome.compose_logs = Failure::compose_logs_of(e);
+        let mut outcome = Outcome::failed(sha, e.clone());
+        outcome.compose_logs = e.compose_logs.as_ref();
         // Without a token no report can be sent; the failure is still the tick's outcome.
         let _ = self.conclude_with(outcome, Send::IfToken);
     }
@@ -113,7 +113,7 @@ impl Agent<'_> {
     /// records `TICK_TIMEOUT` from its own thread when the tick can no longer conclude. With
     /// [`Send::Always`], the report's own failure is returned and recorded as the tick's error;
     /// with [`Send::IfToken`] it is logged and the outcome's failure stays the one recorded.
-    fn conclude_with(&mut self, outcome: Outcome<'_>, send: Send) -> anyhow::Result<Exit> {
+    fn conclude_with(&mut self, outcome: Outcome<'_>, send: Send) -> Result<Exit, Failure> {
         debug_assert!(!self.concluded, "a tick concludes once");
         self.concluded = true;
         let Outcome {
@@ -155,11 +155,10 @@ impl Agent<'_> {
             None => (failure, None, Ok(exit)),
             Some(Ok(())) => (failure, Some(crate::clock::wall()), Ok(exit)),
             Some(Err(e)) if send == Send::Always => {
-                let f = Failure::first_of(&e);
-                (Some((f.code, redact::redact(&f.to_string()))), None, Err(e))
+                (Some((e.code, redact::redact(&e.to_string()))), None, Err(e))
             }
             Some(Err(e)) => {
-                warn!("could not report the failure: {e:#}");
+                warn!("could not report the failure: {}", e.full());
                 (failure, None, Ok(exit))
             }
         };
@@ -181,7 +180,7 @@ impl Agent<'_> {
         failure: Option<&(Code, Redacted)>,
         note: Option<&Redacted>,
         compose_logs: Option<&Redacted>,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), Failure> {
         let detail = failure.map(|(_, d)| d).or(note);
         let mut tail = logging::tail(logging::LOG_TAIL_MAX);
         if let Some(logs) = compose_logs {
@@ -206,8 +205,8 @@ impl Agent<'_> {
     /// A checkin that tenancy answered with something the agent cannot act on
     /// (`CHECKIN_INVALID`) is said back to it once, as failed; any other checkin error reached
     /// no answer to report on.
-    pub(super) fn conclude_checkin_error(&mut self, e: &anyhow::Error) {
-        if Failure::code_of(e) == Some(Code::CheckinInvalid) {
+    pub(super) fn conclude_checkin_error(&mut self, e: &Failure) {
+        if e.code == Code::CheckinInvalid {
             self.conclude_error(None, e);
         }
     }
@@ -218,13 +217,13 @@ impl Agent<'_> {
     /// reached. Before the clock is judged, so a renewal's or `lookup-self`'s `Date` counts in
     /// this very tick. A token near its max TTL that no lease replaced is said at warning
     /// priority, at error priority in its last hours.
-    pub(super) fn token_upkeep(&mut self, result: &anyhow::Result<Exit>) {
+    pub(super) fn token_upkeep(&mut self, result: &Result<Exit, Failure>) {
         let reached_tenancy = result
             .as_ref()
             .err()
-            .is_none_or(|e| Exit::of(e) != Exit::Temporary);
+            .is_none_or(|e| e.exit() != Exit::Temporary);
         if let Err(e) = self.upkeep(reached_tenancy) {
-            warn!("token upkeep: {e:#}");
+            warn!("token upkeep: {}", e.full());
         }
         if let Some(end) = crate::verdict::token_max_ttl(&self.state, crate::clock::wall()) {
             if end.urgent() {
@@ -239,10 +238,10 @@ impl Agent<'_> {
     /// reached no action), and a failure found after the outcome went out (the clock, judged
     /// on OpenBao's last answer) is added to the recorded outcome, the report standing; then
     /// staging cleanup, state saved. Returns the state save's error.
-    pub(super) fn finish(&mut self, result: &anyhow::Result<Exit>) -> anyhow::Result<()> {
+    pub(super) fn finish(&mut self, result: &Result<Exit, Failure>) -> Result<(), Failure> {
         let error = result.as_ref().err();
         if let Some(e) = error {
-            let failure = Failure::first_of(e);
+            let failure = e.clone();
             if !self.concluded {
                 let _ = self.conclude_with(Outcome::unreported(failure), Send::Never);
             } else if self.state.last_code() != Some(failure.code) {
@@ -264,16 +263,19 @@ impl Agent<'_> {
             tracing::debug!("cannot remember the peers' listeners: {e:#}");
         }
         failpoint::hit("before-save");
-        self.state.save(&self.layout).with_context(|| {
-            format!(
-                "cannot save {}: free space in {} or the next tick repeats this one",
-                self.layout.state_path().display(),
-                self.layout.path().display()
-            )
-        })?;
+        self.state
+            .save(&self.layout)
+            .with_context(|| {
+                format!(
+                    "cannot save {}: free space in {} or the next tick repeats this one",
+                    self.layout.state_path().display(),
+                    self.layout.path().display()
+                )
+            })
+            .or_code(Code::Failed)?;
         // Only once the outcome is saved: a crash before this leaves the mark for the next tick.
         if self.marker_settled {
-            crate::interrupted::clear(&self.layout)?;
+            crate::interrupted::clear(&self.layout).or_code(Code::Failed)?;
         }
         Ok(())
     }

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Context;
 use monky_agent_proto::Sha;
 use monky_bundle as bundle;
 use secrecy::{ExposeSecret, SecretString};
@@ -13,7 +12,7 @@ use tracing::{info, warn};
 
 use super::Agent;
 use crate::code::Code;
-use crate::exit::{Exit, Failure};
+use crate::exit::{Exit, Failure, OrCode as _};
 use crate::refusals;
 use crate::{failpoint, peers, redact, release};
 use monky_bundle::ResolvedEntry;
@@ -105,25 +104,25 @@ impl Promoted {
 pub(super) enum Stop {
     /// Refused or failed before the release itself was tried (a refusal of the bundle alone,
     /// a peer that did not answer, the disk): no backoff, nothing to fall back from.
-    Halted(anyhow::Error),
+    Halted(Failure),
     /// The release itself failed (its `.env`, compose's model, the pull, the up or the health
     /// wait): recovery runs next, the backoff and, when it had started, the fallback.
-    Failed(Failed),
+    Failed(Box<Failed>),
 }
 
 impl Stop {
     /// A release that failed before anything of it started.
     fn failed(failure: Failure) -> Self {
-        Self::Failed(Failed {
+        Self::Failed(Box::new(Failed {
             failure,
             started: None,
-        })
+        }))
     }
 }
 
-impl From<anyhow::Error> for Stop {
-    fn from(e: anyhow::Error) -> Self {
-        Self::Halted(e)
+impl From<Failure> for Stop {
+    fn from(f: Failure) -> Self {
+        Self::Halted(f)
     }
 }
 
@@ -148,13 +147,13 @@ pub(super) struct Started {
 impl Agent<'_> {
     /// Steps 1-2: the bundle from tenancy, parsed within the limits and proven to be `sha`;
     /// also its raw bytes, kept on the box when the bundle author must fix it.
-    pub(super) fn fetch(&self, sha: &Sha, url: &str) -> anyhow::Result<(Fetched, Vec<u8>)> {
+    pub(super) fn fetch(&self, sha: &Sha, url: &str) -> Result<(Fetched, Vec<u8>), Failure> {
         let dl = self
             .tenancy
             .bundle(&self.bearer()?, url)
             .map_err(|e| peers::tenancy_failure("bundle", e))?;
         let b = bundle::Bundle::parse(&dl.bytes, &bundle::Limits::default())
-            .map_err(|e| anyhow::Error::from(Failure::from(&e)))
+            .map_err(|e| Failure::from(&e))
             .inspect_err(|e| self.keep_bad_bundle(sha, &dl.bytes, e))?;
         b.check_sha(&sha.digest()).map_err(refusal)?;
         if let Some(h) = dl.header_sha.as_deref().filter(|h| *h != b.sha().as_str()) {
@@ -174,7 +173,7 @@ impl Agent<'_> {
     }
 
     /// Step 3: every refusal an apply can meet before any lease or secret read.
-    pub(super) fn check(&self, fetched: Fetched) -> anyhow::Result<Checked> {
+    pub(super) fn check(&self, fetched: Fetched) -> Result<Checked, Failure> {
         let Fetched { sha, bundle: b } = fetched;
         let (manifest, refused) = refusals::offline(
             &b,
@@ -183,7 +182,7 @@ impl Agent<'_> {
             &self.cfg.compose_policy(false),
         );
         if let Some(f) = refusals::all(refused) {
-            return Err(f.into());
+            return Err(f);
         }
         let history: Vec<String> = self
             .state
@@ -210,7 +209,7 @@ impl Agent<'_> {
         .flatten()
         .map(Sha::as_str)
         .collect();
-        release::make_room(&self.layout, self.cfg, need, &protect)?;
+        release::make_room(&self.layout, self.cfg, need, &protect).or_code(Code::Failed)?;
         match self.docker.free_bytes() {
             Ok(free) => bundle::check_disk(
                 free,
@@ -241,19 +240,19 @@ impl Agent<'_> {
             .map_err(|r| Stop::failed(Failure::from(&r)))?;
         drop(secrets);
         // 8. Stage the release.
-        let staged = release::stage(&self.layout, &sha, &b, &env_text)?;
+        let staged = release::stage(&self.layout, &sha, &b, &env_text).or_code(Code::Failed)?;
         failpoint::hit("after-staging");
         // 9. Compose's model is the authority, since a value from a secret is only visible
         // there. A refusal here waits out the backoff as a render failure does: with the same
         // pinned versions the next tick would read the secrets only to be refused again.
         let (images, runs_as) = match self.judge(staged.release()) {
             Ok(judged) => judged,
-            Err(e) => {
-                return Err(match Failure::of(&e).filter(|f| f.exit() == Exit::Fail) {
-                    Some(f) => Stop::failed(f.clone()),
-                    None => Stop::Halted(e),
-                });
+            // A finding of the release's own (a refusal of its model, a name another project
+            // holds) waits out the backoff; a failure of the box (no code of its own) does not.
+            Err(e) if e.exit() == Exit::Fail && e.code != Code::Failed => {
+                return Err(Stop::failed(e));
             }
+            Err(e) => return Err(Stop::Halted(e)),
         };
         Ok(Staged {
             sha,
@@ -370,7 +369,7 @@ impl Agent<'_> {
     /// reference has an ID in the env's record. Else `rel` is pulled now, from each registry
     /// with this env's credential, before anything starts: an image another env pulled, or
     /// a tag moved on the engine since, proves nothing.
-    fn prove_images(&self, rel: &release::Release, images: &[String]) -> anyhow::Result<()> {
+    fn prove_images(&self, rel: &release::Release, images: &[String]) -> Result<(), Failure> {
         let pulled = self.judged.borrow().pulled.clone();
         if images.iter().all(|i| pulled.contains(i)) {
             return Ok(());
@@ -391,14 +390,14 @@ impl Agent<'_> {
             unproven.join(", ")
         );
         self.pull_release(rel, images)
-            .map_err(|e| Failure::coded(pull_code(&e), e.to_string()).into())
+            .map_err(|e| Failure::coded(pull_code(&e), e.to_string()))
     }
 
     /// Step 11: mark the apply under way, make the release `releases/<sha>` named by `current`
     /// (a retry's release judged again), and verify it on disk. From here to the saved outcome
     /// the box changes: the mark says so to a tick that finds this one cut short, and this
     /// tick's `finish` removes it once the outcome is saved.
-    pub(super) fn promote(&mut self, pulled: Pulled) -> anyhow::Result<Promoted> {
+    pub(super) fn promote(&mut self, pulled: Pulled) -> Result<Promoted, Failure> {
         let Pulled(Staged {
             sha, prod, release, ..
         }) = pulled;
@@ -412,25 +411,30 @@ impl Agent<'_> {
                 previous: self.state.applied_sha().cloned(),
                 started_at: crate::clock::wall(),
             },
-        )?;
+        )
+        .or_code(Code::Failed)?;
         self.marker_settled = true;
-        let release = release::promote(&self.layout, release, &|r| self.policy_gate(r))?;
+        let release = release::promote(&self.layout, release, &|r| self.policy_gate(r))
+            .or_code(Code::Failed)?;
         failpoint::hit("after-swap");
-        release::verify(&self.layout, &sha)?;
+        release::verify(&self.layout, &sha).or_code(Code::Failed)?;
         Ok(Promoted { prod, release })
     }
 
     /// Steps 4-6: the token for reading (a lease, unless a valid one is held), then every
     /// manifest entry's value; the registry credential goes to the agent's docker config.
     /// Names are logged, values never.
-    pub(super) fn read_secrets(&mut self, checked: &Checked) -> anyhow::Result<Secrets> {
+    pub(super) fn read_secrets(&mut self, checked: &Checked) -> Result<Secrets, Failure> {
         let manifest = &checked.manifest;
         let mut values: BTreeMap<String, SecretString> = BTreeMap::new();
         if manifest.is_empty() {
             return Ok(Secrets(values));
         }
         self.token_for_apply()?;
-        let token = self.token.as_ref().context("no token")?;
+        let token = self
+            .token
+            .as_ref()
+            .ok_or_else(|| Failure::coded(Code::Failed, "no token"))?;
         for ResolvedEntry { entry, path } in manifest {
             let v = self
                 .bao()?
@@ -454,7 +458,7 @@ impl Agent<'_> {
     /// The compose policy on compose's model of `rel`, before compose pulls or starts it: the
     /// staged release, a retried one updated in place before `current` names it, and a release
     /// fallen back to, whose files may have changed on disk since it was checked.
-    pub(super) fn policy_gate(&self, rel: &release::Release) -> anyhow::Result<()> {
+    pub(super) fn policy_gate(&self, rel: &release::Release) -> Result<(), Failure> {
         let (images, _) = self.judge(rel)?;
         // compose's `up` pulls too (a service's `pull_policy: always`, an image gone from the
         // engine), with the stored credential: its registry is judged before every up.
@@ -465,26 +469,27 @@ impl Agent<'_> {
     /// The compose policy on compose's model of `rel`, and the names it makes against every
     /// project on the box ([`Agent::policy_gate`] without the images' proof, for a release
     /// whose pull comes next): the images the model names, and who each service runs as.
-    fn judge(&self, rel: &release::Release) -> anyhow::Result<(Vec<String>, Vec<bundle::RunsAs>)> {
+    fn judge(&self, rel: &release::Release) -> Result<(Vec<String>, Vec<bundle::RunsAs>), Failure> {
         // The override is written before the model is built, so the model carries the pids
         // limit the agent supplies, and compose's model must show one for every service. The
         // file compose reads is the agent's own rewrite of what it judged.
-        rel.write_plain_compose()?;
-        rel.write_budget_override(self.cfg)?;
+        rel.write_plain_compose().or_code(Code::Failed)?;
+        rel.write_budget_override(self.cfg).or_code(Code::Failed)?;
         let policy = self
             .cfg
             .compose_policy(rel.allow_privileged())
             .pids_supplied(true);
-        let raw = rel.compose_yaml()?;
+        let raw = rel.compose_yaml().or_code(Code::Failed)?;
         let (refused, facts) = refusals::model(
             &policy,
             &rel.compose(&self.docker, self.cfg),
             &raw,
             rel.dir(),
             &rel.secret_keys(),
-        )?;
+        )
+        .or_code(Code::Failed)?;
         if let Some(f) = refusals::all(refused) {
-            return Err(f.into());
+            return Err(f);
         }
         if self.judged.borrow().names.contains(rel.sha()) {
             return Ok((facts.images, facts.runs_as));
@@ -499,7 +504,7 @@ impl Agent<'_> {
                     &on_engine,
                 );
                 if !taken.is_empty() {
-                    return Err(Failure::coded(Code::BundleNonconforming, taken.join("; ")).into());
+                    return Err(Failure::coded(Code::BundleNonconforming, taken.join("; ")));
                 }
                 self.judged.borrow_mut().names.insert(rel.sha().clone());
             }
@@ -515,8 +520,8 @@ impl Agent<'_> {
     ///
     /// # Errors
     /// `REGISTRY_LISTENER_UNTRUSTED`: nothing is pulled.
-    fn registry_gate(&self) -> anyhow::Result<()> {
-        for who in peers::stored_registry_check(self.cfg)? {
+    fn registry_gate(&self) -> Result<(), Failure> {
+        for who in peers::stored_registry_check(self.cfg).or_code(Code::Failed)? {
             info!("{who}");
         }
         Ok(())
@@ -527,9 +532,10 @@ impl Agent<'_> {
     ///
     /// # Errors
     /// `REGISTRY_LISTENER_UNTRUSTED`; an unusable credential only warns (public images pull).
-    fn write_registry_auth(&self, value: &SecretString) -> anyhow::Result<()> {
+    fn write_registry_auth(&self, value: &SecretString) -> Result<(), Failure> {
         if let Ok(auth) = bundle::RegistryAuth::parse(value, Some(&self.cfg.registry_host))
-            && let Some(who) = peers::registry_check(self.cfg, auth.registry())?
+            && let Some(who) =
+                peers::registry_check(self.cfg, auth.registry()).or_code(Code::Failed)?
         {
             info!("{who}");
         }
@@ -565,6 +571,6 @@ fn pull_code(e: &monky_compose::Error) -> Code {
     }
 }
 
-fn refusal(r: bundle::Refusal) -> anyhow::Error {
-    Failure::from(&r).into()
+fn refusal(r: bundle::Refusal) -> Failure {
+    Failure::from(&r)
 }

@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
 use monky_agent_proto as proto;
 use monky_bao_client as bao;
 use secrecy::{ExposeSecret, SecretString};
@@ -14,7 +13,7 @@ use tracing::{info, warn};
 use super::Agent;
 use crate::clock::{self, BootDeadline};
 use crate::code::Code;
-use crate::exit::Failure;
+use crate::exit::{Failure, OrCode as _};
 use crate::state::{Fact, TokenSource, TokenState};
 use crate::{fsx, peers, redact};
 
@@ -30,15 +29,16 @@ impl Agent<'_> {
     }
 
     /// The stored token's text, read without following a link and bounded.
-    pub(super) fn read_token(&self) -> anyhow::Result<Option<zeroize::Zeroizing<String>>> {
+    pub(super) fn read_token(&self) -> Result<Option<zeroize::Zeroizing<String>>, Failure> {
         Ok(self
             .layout
-            .read_token()?
+            .read_token()
+            .or_code(Code::Failed)?
             .map(|b| zeroize::Zeroizing::new(String::from_utf8_lossy(&b).into_owned())))
     }
 
     /// Loads the stored token, or bootstraps one from the kit's grant.
-    pub(super) fn ensure_token(&mut self) -> anyhow::Result<()> {
+    pub(super) fn ensure_token(&mut self) -> Result<(), Failure> {
         if self.token.is_some() {
             return Ok(());
         }
@@ -53,7 +53,7 @@ impl Agent<'_> {
     }
 
     /// Logs in with the bootstrap grant, stores the token and deletes the grant.
-    pub(super) fn bootstrap(&mut self) -> anyhow::Result<()> {
+    pub(super) fn bootstrap(&mut self) -> Result<(), Failure> {
         let grant_path = &self.cfg.bootstrap_file;
         let grant = match fsx::read_private(grant_path, MAX_GRANT_BYTES) {
             Ok(g) if !String::from_utf8_lossy(&g).trim().is_empty() => {
@@ -73,8 +73,7 @@ impl Agent<'_> {
                          0600, owned by the agent's user (the install kit does this)",
                         grant_path.display()
                     ),
-                )
-                .into());
+                ));
             }
             _ => {
                 return Err(Failure::coded(
@@ -83,8 +82,7 @@ impl Agent<'_> {
                         "no OpenBao token and no bootstrap grant at {}: re-run the install kit",
                         grant_path.display()
                     ),
-                )
-                .into());
+                ));
             }
         };
         redact::register(grant.expose_secret());
@@ -120,9 +118,11 @@ impl Agent<'_> {
         token: bao::Token,
         source: TokenSource,
         ttl: Duration,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), Failure> {
         redact::register(token.expose_secret());
-        self.layout.write_token(token.expose_secret().as_bytes())?;
+        self.layout
+            .write_token(token.expose_secret().as_bytes())
+            .or_code(Code::Failed)?;
         let now = crate::clock::wall();
         let boot = clock::boot();
         self.record(Fact::TokenFacts(Some(TokenState {
@@ -137,9 +137,10 @@ impl Agent<'_> {
         })));
         if let Some(old) = self.token.replace(token)
             && old.expose_secret() != self.token.as_ref().map_or("", |t| t.expose_secret())
-            && let Err(e) = self
-                .bao()
-                .and_then(|b| b.revoke_self(&old).map_err(anyhow::Error::new))
+            && let Err(e) = match self.bao() {
+                Ok(b) => b.revoke_self(&old).map_err(|e| e.to_string()),
+                Err(f) => Err(f.full()),
+            }
         {
             // The policy may not grant revoke-self; the old token then simply expires.
             warn!("could not revoke the previous token: {e}");
@@ -147,11 +148,11 @@ impl Agent<'_> {
         Ok(())
     }
 
-    pub(super) fn bearer(&self) -> anyhow::Result<SecretString> {
+    pub(super) fn bearer(&self) -> Result<SecretString, Failure> {
         self.token
             .as_ref()
             .map(|t| SecretString::from(t.expose_secret().to_string()))
-            .context("no token")
+            .ok_or_else(|| Failure::coded(Code::Failed, "no token"))
     }
 
     pub(super) fn forget_token(&mut self) {
@@ -163,10 +164,10 @@ impl Agent<'_> {
     /// Tenancy answered 401 and no fresh grant is staged: the token is deleted only when
     /// OpenBao refuses it too (`lookup-self` over the pinned TLS). A token OpenBao accepts is
     /// kept and the failure is tenancy's; one OpenBao cannot be asked about is kept as well.
-    pub(super) fn token_refused_by_tenancy(&mut self, refused: &proto::Error) -> anyhow::Error {
+    pub(super) fn token_refused_by_tenancy(&mut self, refused: &proto::Error) -> Failure {
         let looked_up = match (&self.token, self.bao()) {
             (Some(tok), Ok(client)) => client.lookup_self(tok),
-            (None, _) => return anyhow::anyhow!("no token"),
+            (None, _) => return Failure::coded(Code::Failed, "no token"),
             (_, Err(e)) => return e,
         };
         match looked_up {
@@ -178,8 +179,7 @@ impl Agent<'_> {
                      look at tenancy's logs",
                     info.ttl.as_secs()
                 ),
-            )
-            .into(),
+            ),
             Err(e) if e.kind() == bao::ErrorKind::PermissionDenied => {
                 warn!("OpenBao refuses the token too ({e}); deleting it");
                 self.forget_token();
@@ -188,7 +188,6 @@ impl Agent<'_> {
                     "the token was superseded or revoked and no bootstrap grant is on disk: \
                      re-run the install kit",
                 )
-                .into()
             }
             Err(e) => peers::bao_failure(
                 "asking OpenBao about the token tenancy refused (the token is kept)",
@@ -198,7 +197,7 @@ impl Agent<'_> {
     }
 
     /// Leases a grant, logs in with it, and makes the new token the bearer.
-    pub(super) fn lease_login(&mut self, reason: &str) -> anyhow::Result<()> {
+    pub(super) fn lease_login(&mut self, reason: &str) -> Result<(), Failure> {
         let req = proto::LeaseRequest {
             env_id: self.cfg.env_id.clone(),
             reason: reason.to_string(),
@@ -219,7 +218,7 @@ impl Agent<'_> {
     /// The token to read secrets with: a valid lease token is reused, a bootstrap token is
     /// swapped for a lease once, and a rate-limited lease does not stop a deploy that already
     /// holds a working token.
-    pub(super) fn token_for_apply(&mut self) -> anyhow::Result<()> {
+    pub(super) fn token_for_apply(&mut self) -> Result<(), Failure> {
         if let (
             Some(tok),
             Some(TokenState {
@@ -239,9 +238,7 @@ impl Agent<'_> {
         }
         match self.lease_login("apply") {
             Ok(()) => Ok(()),
-            Err(e)
-                if Failure::code_of(&e) == Some(Code::LeaseRateLimited) && self.token.is_some() =>
-            {
+            Err(e) if e.code == Code::LeaseRateLimited && self.token.is_some() => {
                 warn!("lease rate-limited; applying with the current token, swap deferred");
                 Ok(())
             }
@@ -257,9 +254,10 @@ impl Agent<'_> {
         if self.state.token().is_some() {
             return;
         }
-        let looked_up = self
-            .bao()
-            .and_then(|b| b.lookup_self(tok).map_err(anyhow::Error::new));
+        let looked_up = self.bao().and_then(|b| {
+            b.lookup_self(tok)
+                .map_err(|e| peers::bao_failure("lookup-self", e))
+        });
         match looked_up {
             Ok(info) => {
                 let now = crate::clock::wall();
@@ -309,7 +307,7 @@ impl Agent<'_> {
     /// nothing: the stored wall-clock expiry renews at once when it says due (a renewal answers
     /// the true TTL), and otherwise `lookup-self` asks OpenBao what is left, so a backward step
     /// cannot postpone the renewal either. One OpenBao call per boot at most, beyond renewals.
-    pub(super) fn upkeep(&mut self, tenancy_reached: bool) -> anyhow::Result<()> {
+    pub(super) fn upkeep(&mut self, tenancy_reached: bool) -> Result<(), Failure> {
         let (Some(tok), Some(ts)) = (self.token.clone(), self.state.token().cloned()) else {
             return Ok(());
         };

@@ -75,6 +75,14 @@ pub const RULES: &[CodeRule] = &[
         check: folds,
     },
     CodeRule {
+        name: "coded-steps",
+        applies: |file| {
+            (file == "monky-deployd/src/tick.rs" || file.starts_with("monky-deployd/src/tick/"))
+                && file != "monky-deployd/src/tick/bootstrap.rs"
+        },
+        check: uncoded_steps,
+    },
+    CodeRule {
         name: "exits",
         applies: |file| !file.starts_with("monky-deployd/src/"),
         check: exits,
@@ -656,6 +664,27 @@ fn folds(file: &str, src: &Masked) -> Vec<Violation> {
         .collect()
 }
 
+/// Rule: a step of the tick fails with a `Failure`, whose code is required, never with an
+/// `anyhow` error that would reach the outcome as a generic `FAILED`; a lower module's error
+/// is given its code where the step calls it (`OrCode::or_code`).
+fn uncoded_steps(file: &str, src: &Masked) -> Vec<Violation> {
+    let code = src.code.as_str();
+    ["-> anyhow::Result", "-> anyhow::Error", "Result<Exit>"]
+        .iter()
+        .flat_map(|pattern| code.match_indices(pattern))
+        .map(|(at, m)| {
+            src.at(
+                file,
+                at,
+                format!(
+                    "`{m}` in a step of the tick: return `Result<_, Failure>` and name the code \
+                     of a lower module's error with `or_code`"
+                ),
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -838,6 +867,33 @@ mod tests {
             "monky-deployd/src/state.rs",
             "monky-deployd/src/tick.rs",
             "monky-deployd/src/watchdog.rs",
+        ] {
+            assert_eq!(check(RULE, file, planted), Vec::<String>::new(), "{file}");
+        }
+    }
+
+    #[test]
+    fn a_planted_uncoded_step_is_named_with_its_line() {
+        const RULE: &str = "coded-steps";
+        let planted = "fn a(&self) -> anyhow::Result<()> {}\n\
+                       fn b(&self) -> Result<(), Failure> {}\n\
+                       fn c(e: &anyhow::Error) -> anyhow::Error { e }\n\
+                       #[cfg(test)]\nmod tests { fn t() -> anyhow::Result<()> { Ok(()) } }\n";
+        assert_eq!(
+            check(RULE, "monky-deployd/src/tick/stages.rs", planted),
+            [
+                "monky-deployd/src/tick/stages.rs:1",
+                "monky-deployd/src/tick/stages.rs:3"
+            ]
+        );
+        assert_eq!(
+            check(RULE, "monky-deployd/src/tick.rs", planted),
+            ["monky-deployd/src/tick.rs:1", "monky-deployd/src/tick.rs:3"]
+        );
+        for file in [
+            "monky-deployd/src/tick/bootstrap.rs",
+            "monky-deployd/src/release.rs",
+            "monky-deployd/src/ticker.rs",
         ] {
             assert_eq!(check(RULE, file, planted), Vec::<String>::new(), "{file}");
         }
