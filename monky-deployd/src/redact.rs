@@ -71,7 +71,7 @@ impl Redacted {
     }
 
     /// The last `max` bytes, cut at a line start where possible (see
-    /// [`tail_of`]). A cut inside a line is redacted again: a value masked
+    /// `tail_of`). A cut inside a line is redacted again: a value masked
     /// only as a whole token may stand alone once the text glued to it is cut off.
     #[must_use]
     pub fn tail(&self, max: usize) -> Redacted {
