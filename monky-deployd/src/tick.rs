@@ -264,7 +264,7 @@ impl<'a> Agent<'a> {
         match result {
             Ok(Exit::Ok) => Err(Failure::coded(Code::TlsClock, problem)),
             other => {
-                warn!("{}: {problem}", Code::TlsClock);
+                warn!("{}", Failure::coded(Code::TlsClock, problem));
                 other
             }
         }

@@ -156,21 +156,24 @@ pub fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
     }
     if let Some(c) = st.crash_loop(seen.now) {
         let code = Code::CrashLoop;
-        why.push(format!(
-            "{code}: a service died again within the hour and was healed ({} heals, the last \
-             at {}); converged once no heal is needed until {} ({} moves next)",
-            c.heals,
-            crate::clock::rfc3339(c.at),
-            crate::clock::rfc3339(c.at.saturating_add(crate::state::CRASH_LOOP_SECS)),
-            code.owner()
-        ));
+        let failure = crate::exit::Failure::coded(
+            code,
+            format!(
+                "a service died again within the hour and was healed ({} heals, the last at \
+                 {}); converged once no heal is needed until {}",
+                c.heals,
+                crate::clock::rfc3339(c.at),
+                crate::clock::rfc3339(c.at.saturating_add(crate::state::CRASH_LOOP_SECS)),
+            ),
+        );
+        why.push(format!("{failure} ({} moves next)", code.owner()));
     }
     if let Some(problem) = seen.state_free.and_then(state_disk_problem) {
         why.insert(0, problem);
     }
     if let Some(problem) = clock_problem(st, seen) {
-        let code = Code::TlsClock;
-        why.push(format!("{code}: {problem} ({} moves next)", code.owner()));
+        let failure = crate::exit::Failure::coded(Code::TlsClock, problem);
+        why.push(format!("{failure} ({} moves next)", failure.code.owner()));
     }
     match seen.containers {
         Some(Err(e)) => why.push(format!("docker does not answer: {e}")),

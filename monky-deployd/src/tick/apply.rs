@@ -120,13 +120,16 @@ impl Agent<'_> {
     fn note_quoting_changes(&mut self, secrets: &Secrets) {
         let names = secrets.handed_differently();
         if !names.is_empty() {
-            warn!(
-                "{}: {}: the original agent's .env handed these to the app \
-                 differently ($ expansion, quotes, ' #' or blanks); they now reach it exactly, \
-                 so an app initialised with the old form needs its stored value updated",
+            let note = Failure::coded(
                 Code::EnvQuotingChanged,
-                names.join(", ")
+                format!(
+                    "{}: the original agent's .env handed these to the app differently ($ \
+                     expansion, quotes, ' #' or blanks); they now reach it exactly, so an app \
+                     initialised with the old form needs its stored value updated",
+                    names.join(", ")
+                ),
             );
+            warn!("{note}");
         }
         self.record(Fact::QuotingChanged(names));
     }

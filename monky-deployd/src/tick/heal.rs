@@ -279,10 +279,15 @@ impl Agent<'_> {
         // A mark that does not parse names no release, yet still says an apply was cut short.
         let marked = m.sha.as_ref();
         warn!(
-            "{}: the apply of {} started {} did not finish",
-            Code::ApplyInterrupted,
-            marked.map_or("-", Sha::short),
-            crate::clock::rfc3339(m.started_at)
+            "{}",
+            Failure::coded(
+                Code::ApplyInterrupted,
+                format!(
+                    "the apply of {} started {} did not finish",
+                    marked.map_or("-", Sha::short),
+                    crate::clock::rfc3339(m.started_at)
+                )
+            )
         );
         self.clear_leftovers()?;
         let exit = match action {
