@@ -109,8 +109,9 @@ impl Agent<'_> {
     }
 
     /// Reports `outcome` as `send` says and records it in state, once per tick: the only
-    /// writer of state's outcome (`State::record_outcome`) besides the tick's deadline, which
-    /// records `TICK_TIMEOUT` from its own thread when the tick can no longer conclude. With
+    /// maker of `Fact::Concluded` besides `finish` (a failure found after the outcome went
+    /// out) and the tick's deadline, which folds `TICK_TIMEOUT` in from its own thread when the
+    /// tick can no longer conclude. With
     /// [`Send::Always`], the report's own failure is returned and recorded as the tick's error;
     /// with [`Send::IfToken`] it is logged and the outcome's failure stays the one recorded.
     fn conclude_with(&mut self, outcome: Outcome<'_>, send: Send) -> Result<Exit, Failure> {
