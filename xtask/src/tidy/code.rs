@@ -75,6 +75,11 @@ pub const RULES: &[CodeRule] = &[
         check: folds,
     },
     CodeRule {
+        name: "one-fold",
+        applies: |file| file == "monky-deployd/src/state.rs",
+        check: setters,
+    },
+    CodeRule {
         name: "coded-steps",
         applies: |file| {
             (file == "monky-deployd/src/tick.rs" || file.starts_with("monky-deployd/src/tick/"))
@@ -664,6 +669,38 @@ fn folds(file: &str, src: &Masked) -> Vec<Violation> {
         .collect()
 }
 
+/// Rule: `State`'s one public way to change is `fold`: no other `pub` method of `state.rs`
+/// takes `&mut self`, so a change is always a `Fact` that the fold rule can see.
+fn setters(file: &str, src: &Masked) -> Vec<Violation> {
+    let code = src.code.as_str();
+    code.match_indices("fn ")
+        .filter_map(|(at, _)| {
+            let line_start = code[..at].rfind('\n').map_or(0, |n| n + 1);
+            let head = code[line_start..at].trim_start();
+            if !head.starts_with("pub") {
+                return None;
+            }
+            let rest = &code[at + 3..];
+            let name_end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+            let name = &rest[..name_end];
+            let args = rest[name_end..]
+                .trim_start()
+                .strip_prefix('(')?
+                .trim_start();
+            (args.starts_with("&mut self") && name != "fold").then(|| {
+                src.at(
+                    file,
+                    at,
+                    format!(
+                        "`pub fn {name}(&mut self` in state.rs: a State changes only by folding a \
+                         Fact (State::fold); make it private and reach it from fold"
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
 /// Rule: a step of the tick fails with a `Failure`, whose code is required, never with an
 /// `anyhow` error that would reach the outcome as a generic `FAILED`; a lower module's error
 /// is given its code where the step calls it (`OrCode::or_code`).
@@ -870,6 +907,27 @@ mod tests {
         ] {
             assert_eq!(check(RULE, file, planted), Vec::<String>::new(), "{file}");
         }
+    }
+
+    #[test]
+    fn a_planted_setter_of_state_is_named_with_its_line() {
+        const RULE: &str = "one-fold";
+        let planted = "impl State {\n\
+                       pub fn fold(&mut self, fact: Fact) {}\n\
+                       pub fn forget(&mut self) {}\n\
+                       pub(crate) fn save(&self) {}\n\
+                       fn record(&mut self) {}\n\
+                       pub(crate) fn mark(\n        &mut self,\n    ) {}\n\
+                       }\n\
+                       #[cfg(test)]\nimpl State { pub fn patch(&mut self) {} }\n";
+        assert_eq!(
+            check(RULE, "monky-deployd/src/state.rs", planted),
+            [
+                "monky-deployd/src/state.rs:3",
+                "monky-deployd/src/state.rs:6"
+            ]
+        );
+        assert!(check(RULE, "monky-deployd/src/hold.rs", planted).is_empty());
     }
 
     #[test]
