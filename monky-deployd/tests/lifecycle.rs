@@ -49,6 +49,30 @@ fn retire_keeps_volumes_unless_purge_is_asked() {
     assert!(w.current_target().is_none());
 }
 
+/// A release changed on disk is not taken down: its compose file could steer `down -v` at
+/// volumes it never owned. The retire fails, `current` and the release stay.
+#[test]
+fn a_release_changed_on_disk_is_not_taken_down() {
+    let w = World::new();
+    w.stage_grant();
+    let sha = w.publish(&TestBundle::default());
+    w.tick().ok();
+    let env = w.env_dir().join(format!("releases/{sha}/.env"));
+    let mut text = std::fs::read_to_string(&env).unwrap();
+    text.push_str("EXTRA=1\n");
+    std::fs::write(&env, text).unwrap();
+    w.tenancy.set_desired(ENV, Desired::down(true));
+    w.tick().expect(1);
+    assert_eq!(down_args(&w), Vec::<String>::new(), "no compose down");
+    assert_report(
+        &w.last_report(),
+        ReportResult::Failed,
+        Some("RELEASE_MODIFIED"),
+    );
+    assert_eq!(w.state()["applied_sha"], json!(sha));
+    assert!(w.current_target().is_some());
+}
+
 #[test]
 fn retire_removes_volumes_when_purged_or_configured_and_never_on_prod() {
     let qa = TestBundle::default();

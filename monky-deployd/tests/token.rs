@@ -126,6 +126,48 @@ fn renewal_when_the_ttl_runs_low() {
     assert!(w.state()["token"]["expires_at"].as_u64().unwrap() > before);
 }
 
+/// The renewal depends on OpenBao alone, whatever the action was: under an operator's hold and
+/// while a failed sha waits out its backoff, a due token is renewed all the same.
+#[test]
+fn renewal_runs_under_a_hold_and_during_a_backoff() {
+    let renewals = |w: &World| {
+        w.bao
+            .agent_requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/renew-self"))
+            .count()
+    };
+    // Held: the tick applies nothing, says so, and renews the due token.
+    let w = World::new();
+    w.applied();
+    w.run(&["hold", "--reason", "disk swap"]).ok();
+    w.bao_extra("  renew_below_s: 200000\n");
+    let before = renewals(&w);
+    w.tick().ok();
+    assert_eq!(renewals(&w), before + 1);
+    let detail = w.last_report().detail.unwrap_or_default();
+    assert!(detail.starts_with("HELD: disk swap"), "{detail}");
+
+    // Waiting out a backoff: no bundle, no lease, and the due token renewed.
+    let w = World::new();
+    w.applied();
+    w.stub("UNHEALTHY_IF", "web:bad");
+    let bad = w.publish(&TestBundle::tagged("bad"));
+    w.tick().expect(1);
+    assert_eq!(w.state()["failed_sha"], bad.as_str());
+    w.bao_extra("  renew_below_s: 200000\n");
+    let (before, leases) = (renewals(&w), w.tenancy.lease_count(ENV));
+    w.tick().expect(1);
+    let detail = w.last_report().detail.unwrap_or_default();
+    assert!(detail.contains("next attempt"), "{detail}");
+    assert_eq!(
+        w.tenancy.lease_count(ENV),
+        leases,
+        "no lease while the sha waits"
+    );
+    assert_eq!(renewals(&w), before + 1);
+}
+
 #[test]
 fn a_fresh_lease_before_the_max_ttl() {
     let w = World::new();
