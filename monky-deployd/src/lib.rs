@@ -5,8 +5,7 @@
 //! an OpenBao token, checks in with tenancy and then heartbeats, retires or applies.
 
 #[macro_use]
-#[doc(hidden)]
-pub mod out;
+mod out;
 
 pub mod cli;
 pub mod clock;
@@ -20,7 +19,7 @@ pub mod explain;
 mod failpoint;
 mod fsx;
 pub mod hold;
-pub mod host;
+mod host;
 pub mod interrupted;
 pub mod layout;
 pub mod logging;

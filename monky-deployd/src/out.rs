@@ -34,8 +34,7 @@ macro_rules! errln {
 }
 
 /// Writes one line of a command's output; see [`outln!`].
-#[doc(hidden)]
-pub fn write_out(args: std::fmt::Arguments<'_>, block: bool) {
+pub(crate) fn write_out(args: std::fmt::Arguments<'_>, block: bool) {
     use std::io::Write;
     let text = args.to_string();
     // Peers' text on a terminal: every control character escaped, line breaks too unless the

@@ -561,9 +561,7 @@ impl State {
             Fact::QuotingChanged(names) => self.found_quoting_changed(names),
             Fact::Applied { sha, prod } => self.mark_applied(&sha, prod),
             Fact::ReleaseOwned => self.own_release(),
-            Fact::AppliedForgotten => {
-                self.forget_applied();
-            }
+            Fact::AppliedForgotten => self.forget_applied(),
             Fact::ReleaseFailed(failed) => self.mark_failed(failed),
             Fact::BackoffRebased {
                 next_attempt_at,
@@ -655,9 +653,9 @@ impl State {
 
     /// Nothing healthy of this agent's runs any more: `applied_prod` goes with `applied_sha`,
     /// so that it never describes another release than the one `applied_sha` names.
-    fn forget_applied(&mut self) -> Option<Sha> {
+    fn forget_applied(&mut self) {
         self.applied_prod = None;
-        self.applied_sha.take()
+        self.applied_sha = None;
     }
 
     /// A release failed after it was staged and waits out its backoff.

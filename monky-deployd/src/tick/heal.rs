@@ -135,6 +135,14 @@ impl Agent<'_> {
         let bad = not_ready(self.state.containers());
         // What went wrong, and whether compose's logs say more.
         let failed = match (&up, bad.is_empty()) {
+            // A failure of the heal's own without a code of its own is the heal's.
+            (Err(f), _) if f.code == Code::Failed => Some((
+                Failure {
+                    code: Code::HealFailed,
+                    ..f.clone()
+                },
+                true,
+            )),
             (Err(f), _) => Some((f.clone(), true)),
             (Ok(()), false) => Some((
                 Failure::coded(
@@ -224,14 +232,7 @@ impl Agent<'_> {
             .ok_or_else(|| {
                 Failure::coded(Code::HealFailed, "the current release has no compose file")
             })?;
-        // A failure of the box's own (no code of its own) fails the heal, as every other here.
-        self.policy_gate(&rel).map_err(|f| match f.code {
-            Code::Failed => Failure {
-                code: Code::HealFailed,
-                ..f
-            },
-            _ => f,
-        })?;
+        self.policy_gate(&rel)?;
         if !remove.is_empty() {
             info!("removing before up: {}", remove.join(", "));
             self.docker
