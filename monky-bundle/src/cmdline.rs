@@ -130,7 +130,9 @@ pub fn secrets_on_command_lines_model(model: &Value, runs: &[RunsAs]) -> Vec<Ref
             collect(def, path, &mut strings);
             let mut shell = BTreeSet::new();
             for s in strings {
-                shell_names(s, &mut shell);
+                // `docker compose config` writes every literal dollar of its model as `$$`,
+                // so the model reads back as a compose file.
+                shell_names(&s.replace("$$", "$"), &mut shell);
             }
             refused.extend(shell_refusal(&r.service, path, &shell, &r.vars));
         }
@@ -316,14 +318,22 @@ mod tests {
             configs: BTreeSet::new(),
             vars: vars.iter().map(|v| (*v).to_owned()).collect(),
         };
-        // `command: [sh, -c, "echo ${CMD}"]` with `CMD=$$PW` in the `.env`.
-        let model = json!({"services": {"s": {"command": ["sh", "-c", "echo $PW"],
-            "healthcheck": {"test": ["CMD-SHELL", "x $$ $OTHER"]}}}});
+        // `command: [sh, -c, "echo ${CMD}"]` with `CMD=$$PW` in the `.env`, as compose's
+        // model writes it (a literal dollar doubled); a bare one is read the same.
+        let model = json!({"services": {"s": {"command": ["sh", "-c", "echo $$PW"],
+            "entrypoint": ["sh", "-c", "$PW"],
+            "healthcheck": {"test": ["CMD-SHELL", "x $$$$ $$OTHER"]}}}});
         let found: Vec<String> = secrets_on_command_lines_model(&model, &[runs(&["PW"])])
             .iter()
             .map(|r| r.names[0].split(';').next().unwrap().to_string())
             .collect();
-        assert_eq!(found, ["s: command has the container expand $PW"]);
+        assert_eq!(
+            found,
+            [
+                "s: command has the container expand $PW",
+                "s: entrypoint has the container expand $PW"
+            ]
+        );
         assert!(secrets_on_command_lines_model(&model, &[runs(&["X"])]).is_empty());
     }
 

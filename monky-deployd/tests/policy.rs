@@ -1181,6 +1181,43 @@ fn every_route_of_a_secret_into_a_service_at_a_shared_uid_is_refused_before_the_
     }
 }
 
+/// A `.env` value can bring a `$NAME` into a command that the compose file shows only as
+/// `${KEY}` (`CMD=$$POSTGRES_PASSWORD` reads back as `$POSTGRES_PASSWORD`): judged on compose's
+/// interpolated model, after the secrets are read and before anything is pulled or started.
+#[test]
+fn a_shell_variable_a_env_value_brings_is_refused_on_the_model_before_the_pull() {
+    let Some(docker) = docker() else { return };
+    for (value, refused) in [("$$POSTGRES_PASSWORD", true), ("$$WORKERS", false)] {
+        let w = World::new();
+        w.stage_grant();
+        w.stub("REAL_COMPOSE", docker.to_str().unwrap());
+        w.publish(&TestBundle {
+            compose: "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    \
+                      env_file: .env\n    command: [sh, -c, \"exec app ${CMD}\"]\n"
+                .into(),
+            env_template: format!("{}CMD={value}\n", TestBundle::default().env_template),
+            ..TestBundle::default()
+        });
+        let run = w.tick();
+        if !refused {
+            assert_eq!(run.code(), 0, "{value}: {}", run.stderr());
+            assert_eq!(ups(&w), 1);
+            continue;
+        }
+        run.expect(1);
+        assert_report(
+            &w.last_report(),
+            ReportResult::Failed,
+            Some(
+                "SECRET_ON_COMMAND_LINE: web: command has the container expand $POSTGRES_PASSWORD",
+            ),
+        );
+        assert_eq!(w.tenancy.lease_count(ENV), 1, "judged after the lease");
+        assert!(!w.docker_calls().iter().any(|c| c.contains(" pull")));
+        assert_eq!(ups(&w), 0);
+    }
+}
+
 /// A `user` given by name is resolved as the runtime will, from the image's own `/etc/passwd`
 /// (a container created, never started, removed); a name the image does not have is a
 /// finding too, never passed.
