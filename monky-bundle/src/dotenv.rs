@@ -81,10 +81,7 @@ pub(crate) fn scan(text: &str) -> Scan<'_> {
     let mut out = Scan::default();
     let mut pos = 0;
     let line_end = |from: usize| text[from..].find('\n').map_or(text.len(), |n| from + n);
-    loop {
-        let Some(skip) = text[pos..].find(|c: char| !c.is_whitespace()) else {
-            break;
-        };
+    while let Some(skip) = text[pos..].find(|c: char| !c.is_whitespace()) {
         pos += skip;
         if text[pos..].starts_with('#') {
             out.comments.push(pos);
