@@ -29,7 +29,7 @@ use serde_json::Value;
 use crate::checks::parse_compose;
 use crate::interp::{self, Mode};
 use crate::refusal::{Refusal, RefusalCode};
-use crate::runs_as::{RunsAs, extends_chain};
+use crate::runs_as::{RunsAs, extends_chain, secret_env};
 
 /// Every service key whose strings become a process's arguments, as a path below the service
 /// (`[]` walks a list's items).
@@ -80,7 +80,7 @@ pub fn secrets_on_command_lines(
     let mut refused = Vec::new();
     for service in services.keys() {
         let chain = extends_chain(&doc, service);
-        let bearing = secret_bearing(&chain, secret_keys);
+        let bearing = secret_bearing(&doc, service, secret_keys);
         for path in ARGV_KEYS {
             let strings = inherited(&chain, path);
             let mut names = BTreeSet::new();
@@ -177,36 +177,9 @@ fn key_name(path: &[&str]) -> String {
 /// through `extends`) that hold a secret: every secret key (an `env_file` of `.env` holds
 /// them all, and an `environment` key named so takes its value from the `.env`), and a key of
 /// any name whose value references one.
-fn secret_bearing(chain: &[&Value], secret_keys: &BTreeSet<String>) -> BTreeSet<String> {
+fn secret_bearing(doc: &Value, service: &str, secret_keys: &BTreeSet<String>) -> BTreeSet<String> {
     let mut out = secret_keys.clone();
-    let mut seen = BTreeSet::new();
-    for svc in chain {
-        let pairs: Vec<(String, Option<String>)> = match svc.get("environment") {
-            Some(Value::Object(m)) => m
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().map(str::to_owned)))
-                .collect(),
-            Some(Value::Array(items)) => items
-                .iter()
-                .filter_map(Value::as_str)
-                .map(|s| match s.split_once('=') {
-                    Some((k, v)) => (k.trim().to_owned(), Some(v.to_owned())),
-                    None => (s.trim().to_owned(), None),
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        for (key, value) in pairs {
-            if !seen.insert(key.clone()) {
-                continue;
-            }
-            let mut names = BTreeSet::new();
-            interp::names(value.as_deref().unwrap_or_default(), &mut names, 0);
-            if names.iter().any(|n| secret_keys.contains(n)) {
-                out.insert(key);
-            }
-        }
-    }
+    out.extend(secret_env(doc, service, secret_keys).into_keys());
     out
 }
 

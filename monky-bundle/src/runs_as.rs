@@ -170,7 +170,7 @@ pub(crate) fn extends_chain<'a>(raw: &'a Value, name: &str) -> Vec<&'a Value> {
 /// Per key of the service's environment in the compose file, its own or inherited through
 /// `extends` (the nearest definition wins, as compose merges), the secret keys its value
 /// references.
-fn secret_env(
+pub(crate) fn secret_env(
     raw: &Value,
     service: &str,
     secret_keys: &BTreeSet<String>,
