@@ -1706,14 +1706,8 @@ fn a_secret_on_a_command_line_is_refused_before_anything_starts() {
     assert_eq!(b.w.tenancy.lease_count(ENV), 0, "refused before the lease");
     assert_eq!(b.project.containers(), []);
 
-    let mut fixed = bad.clone();
-    fixed.compose = compose_yaml(b.e2e, &b.e2e.image_1, Some(b.port), "", &[]);
-    b.w.publish(&fixed);
-    b.w.tenancy.advance_clock(Duration::from_secs(60));
-    let run = b.w.tick();
-    run.ok();
+    b.next_applies(&b.bundle(&b.e2e.image_1));
     assert_healthy(&b.project.containers(), &b.project.name);
-    assert_no_secret(&b, &run);
 }
 
 /// `$$VAR` through `sh -c`: compose hands `$SEE_ADMIN_TOKEN` on and the container's shell
@@ -1772,12 +1766,8 @@ fn a_secret_expanded_by_the_containers_shell_is_refused_before_anything_starts()
         &command("exec /bin/busybox sleep $${SLEEP_S:-3600}"),
         &[],
     ));
-    b.w.publish(&ordinary);
-    b.w.tenancy.advance_clock(Duration::from_secs(60));
-    let run = b.w.tick();
-    run.ok();
+    b.next_applies(&ordinary);
     assert_report(&b.w.last_report(), ReportResult::Applied, None);
-    assert_no_secret(&b, &run);
 }
 
 /// A `.env` value over two lines (`MULTI="x` and `${SEE_ADMIN_TOKEN}"`) is one value to
@@ -1814,18 +1804,13 @@ fn a_multi_line_env_value_into_a_command_is_refused_before_anything_starts() {
     assert_eq!(b.project.containers(), []);
     assert_no_secret(&b, &run);
 
-    let fine = multi("");
-    b.w.publish(&fine);
-    b.w.tenancy.advance_clock(Duration::from_secs(60));
-    let run = b.w.tick();
-    run.ok();
+    b.next_applies(&multi(""));
     assert_healthy(&b.project.containers(), &b.project.name);
     let env = b.project.docker_ok(["exec", &b.web(), "env"]);
     assert!(
         env.contains(&format!("\nMULTI=x\n{ADMIN_TOKEN}\n")),
         "the two-line value did not reach the container whole"
     );
-    assert_no_secret(&b, &run);
 }
 
 /// A service that gets the env's secrets (`env_file: .env`) and runs as uid 65534, which the
@@ -2010,26 +1995,15 @@ fn a_config_from_a_secret_at_a_shared_uid_is_refused_before_the_pull() {
     b.w.stage_grant();
     b.w.publish(&web_bundle(compose("SEE_ADMIN_TOKEN")));
     let run = b.w.tick();
-    run.expect(1);
+    b.refused_before_the_pull(&run);
     run.says(&[
         "SECRET_READABLE_ON_HOST",
         "web: runs as uid 65534",
         "SEE_ADMIN_TOKEN as a config file",
     ]);
-    assert_eq!(b.project.containers(), [], "a container started");
-    assert!(
-        !b.w.env_dir().join("pulled-images").exists(),
-        "pulled before the refusal"
-    );
-    assert_eq!(b.w.current_target(), None);
-    assert_no_secret(&b, &run);
 
-    b.w.publish(&web_bundle(compose("LOG_LEVEL")));
-    b.w.tenancy.advance_clock(Duration::from_secs(60));
-    let run = b.w.tick();
-    run.ok();
+    b.next_applies(&web_bundle(compose("LOG_LEVEL")));
     assert_healthy(&b.project.containers(), &b.project.name);
-    assert_no_secret(&b, &run);
 }
 
 /// A secret reference inherited through `extends` from a base service that runs as root:
@@ -2055,24 +2029,15 @@ fn a_secret_inherited_through_extends_at_a_shared_uid_is_refused_before_the_pull
     b.w.stage_grant();
     b.w.publish(&web_bundle(compose("${SEE_ADMIN_TOKEN}")));
     let run = b.w.tick();
-    run.expect(1);
+    b.refused_before_the_pull(&run);
     run.says(&[
         "SECRET_READABLE_ON_HOST: web: runs as uid 65534",
         "SEE_ADMIN_TOKEN in its environment",
     ]);
     let detail = b.w.last_report().detail.unwrap_or_default();
     assert!(!detail.contains("base:"), "{detail}");
-    assert_eq!(b.project.containers(), [], "a container started");
-    assert!(
-        !b.w.env_dir().join("pulled-images").exists(),
-        "pulled before the refusal"
-    );
-    assert_no_secret(&b, &run);
 
-    b.w.publish(&web_bundle(compose("not-a-secret")));
-    b.w.tenancy.advance_clock(Duration::from_secs(60));
-    let run = b.w.tick();
-    run.ok();
+    b.next_applies(&web_bundle(compose("not-a-secret")));
     // The base runs too, as root: no finding.
     let web = b
         .project
@@ -2084,7 +2049,33 @@ fn a_secret_inherited_through_extends_at_a_shared_uid_is_refused_before_the_pull
         "{:?}",
         b.project.containers()
     );
-    assert_no_secret(&b, &run);
+}
+
+impl E2eBox {
+    /// Publishes `b` as the next desired sha, runs a tick and asserts it applied, with no
+    /// secret on any way out.
+    #[track_caller]
+    fn next_applies(&self, b: &TestBundle) -> Run {
+        self.w.publish(b);
+        self.w.tenancy.advance_clock(Duration::from_secs(60));
+        let run = self.w.tick();
+        run.ok();
+        assert_no_secret(self, &run);
+        run
+    }
+
+    /// Asserts the tick `run` was refused before anything was pulled or started.
+    #[track_caller]
+    fn refused_before_the_pull(&self, run: &Run) {
+        run.expect(1);
+        assert_eq!(self.project.containers(), [], "a container started");
+        assert!(
+            !self.w.env_dir().join("pulled-images").exists(),
+            "pulled before the refusal"
+        );
+        assert_eq!(self.w.current_target(), None);
+        assert_no_secret(self, run);
+    }
 }
 
 /// The web image's entrypoint writes its page as root; a service at another uid runs this
