@@ -1,8 +1,10 @@
 //! `.env.template` handling: which variables it references and the rendered `.env`.
 //!
-//! A line whose first non-blank character is `#` is a comment. Comments are copied verbatim
-//! and never contribute references: the renderer's own header says it "substitutes every
-//! ${VAR}", and counting that as a variable once refused a healthy bundle.
+//! The template is read as compose reads the `.env` it becomes ([`crate::dotenv`]): a quoted
+//! value may span lines. A line whose first non-blank character starts a statement with `#` is
+//! a comment. Comments are copied verbatim and never contribute references: the renderer's own
+//! header says it "substitutes every ${VAR}", and counting that as a variable once refused a
+//! healthy bundle.
 
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -11,17 +13,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use secrecy::zeroize::Zeroizing;
 use secrecy::{ExposeSecret, SecretString};
 
+use crate::dotenv::{self, Span};
 use crate::interp::{self, Mode};
 use crate::refusal::{Refusal, RefusalCode};
 
-/// Whether `line` (with or without its line ending) is a comment line.
-pub(crate) fn is_comment_line(line: &str) -> bool {
-    line.trim_start().starts_with('#')
-}
-
-/// The template's lines that are not comments, each with its line ending.
+/// The text's lines that are not comment lines, each with its line ending. A line inside a
+/// quoted value that spans lines is the value's, whatever it starts with.
 fn code_lines(text: &str) -> impl Iterator<Item = &str> {
-    text.split_inclusive('\n').filter(|l| !is_comment_line(l))
+    let scan = dotenv::scan(text);
+    let mut start = 0;
+    text.split_inclusive('\n').filter(move |line| {
+        let at = start;
+        start += line.len();
+        !scan.is_comment_line(text, at)
+    })
 }
 
 /// Every variable the template references outside comment lines: `${VAR}`, `$VAR`, and the
@@ -132,12 +137,15 @@ pub fn render_env(
     let capacity = out.capacity();
     let spent = Cell::new(0usize);
     let over = Cell::new(false);
+    let scan = dotenv::scan(template);
+    let mut line_start = 0;
     for (index, line) in template.split_inclusive('\n').enumerate() {
-        if is_comment_line(line) {
+        let base = line_start;
+        line_start += line.len();
+        if scan.is_comment_line(template, base) {
             out.push_str(line);
             continue;
         }
-        let region = ValueRegion::of(line);
         let unsafe_value = Cell::new(None);
         let mark = out.len();
         let mut too_deep = false;
@@ -152,11 +160,11 @@ pub fn render_env(
                     continue;
                 }
                 interp::Piece::Ref(r) => {
-                    let at = offset_in(line, r.raw);
+                    let at = base + offset_in(line, r.raw);
                     (r, at)
                 }
             };
-            let place = region.place_of(at, &raw);
+            let place = place_of(scan.value_at(at), at, &raw);
             let put = |name: &str, value: &str, out: &mut String| {
                 let place = if name == raw.name {
                     place
@@ -261,15 +269,17 @@ pub fn secret_values(
 /// assert_eq!(keys.into_iter().collect::<Vec<_>>(), ["A", "B"]);
 /// ```
 pub fn secret_keys(template: &str, secret_vars: &BTreeSet<String>) -> BTreeSet<String> {
-    code_lines(template)
-        .filter_map(|line| {
-            let (key, _) = assignment(line)?;
+    dotenv::scan(template)
+        .statements
+        .iter()
+        .filter_map(|s| {
+            let v = s.value?;
             let mut names = BTreeSet::new();
-            interp::names(line, &mut names, 0);
+            interp::names(&template[v.start..v.end], &mut names, 0);
             names
                 .iter()
                 .any(|n| secret_vars.contains(n))
-                .then(|| key.to_owned())
+                .then(|| s.key.to_owned())
         })
         .collect()
 }
@@ -307,41 +317,24 @@ pub fn secret_entries(
 /// );
 /// ```
 pub fn read_env(env: &str) -> impl Iterator<Item = (&str, String)> {
-    code_lines(env).filter_map(|line| {
-        let (key, value) = assignment(line)?;
-        Some((key, read_value(value)))
-    })
+    dotenv::scan(env)
+        .statements
+        .into_iter()
+        .filter_map(move |s| {
+            let v = s.value?;
+            Some((s.key, read_value(&env[v.start..v.end], v.quote)))
+        })
 }
 
-/// Where an unquoted `.env` value ends: compose cuts it at the first ` #`. A `#` after a tab,
-/// or at the value's start, is part of the value (as measured with `docker compose config`).
-/// (The renderer's [`ValueRegion`] also ends a value at a tab and `#`; what it writes there
-/// still reads back as the value: quoted when it needs to be, else the template's own text.)
-fn unquoted_end(value: &str) -> usize {
-    value.find(" #").unwrap_or(value.len())
-}
-
-/// `KEY` and the raw value of a `KEY=value` or `export KEY=value` line.
-fn assignment(line: &str) -> Option<(&str, &str)> {
-    let line = line.trim_end_matches(['\n', '\r']);
-    let (key, value) = line.split_once('=')?;
-    let key = key.trim();
-    let key = key.strip_prefix("export ").map_or(key, str::trim_start);
-    interp::is_env_name(key).then_some((key, value))
-}
-
-/// A raw `.env` value as compose reads it: `"..."` with its escapes, `'...'` with `\'`, or an
-/// unquoted value cut at ` #` and trimmed; `$$` is a dollar.
-fn read_value(raw: &str) -> String {
-    let raw = raw.trim_start_matches([' ', '\t']);
-    let mut out = String::with_capacity(raw.len());
-    let mut chars = raw.chars().peekable();
-    match chars.peek() {
-        Some('"') => {
-            chars.next();
+/// A `.env` value's text (inside its quotes) as compose reads it: `"..."` with its escapes,
+/// `'...'` with `\'`, an unquoted one as it is; `$$` is a dollar but in `'...'`.
+fn read_value(body: &str, quote: Option<u8>) -> String {
+    let mut out = String::with_capacity(body.len());
+    let mut chars = body.chars().peekable();
+    match quote {
+        Some(b'"') => {
             while let Some(c) = chars.next() {
                 match c {
-                    '"' => break,
                     '\\' => match chars.next() {
                         Some('n') => out.push('\n'),
                         Some('r') => out.push('\r'),
@@ -356,11 +349,9 @@ fn read_value(raw: &str) -> String {
                 }
             }
         }
-        Some('\'') => {
-            chars.next();
+        Some(_) => {
             while let Some(c) = chars.next() {
                 match c {
-                    '\'' => break,
                     '\\' if chars.peek() == Some(&'\'') => {
                         chars.next();
                         out.push('\'');
@@ -369,7 +360,7 @@ fn read_value(raw: &str) -> String {
                 }
             }
         }
-        _ => out.push_str(&raw[..unquoted_end(raw)].trim().replace("$$", "$")),
+        None => out.push_str(&body.replace("$$", "$")),
     }
     out
 }
@@ -379,77 +370,25 @@ fn offset_in(line: &str, part: &str) -> usize {
     part.as_ptr() as usize - line.as_ptr() as usize
 }
 
-/// The value of an assignment line as compose's `.env` reader sees it: its byte span and how
-/// it is quoted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ValueRegion {
-    start: usize,
-    end: usize,
-    quote: Option<u8>,
-}
-
-impl ValueRegion {
-    fn of(line: &str) -> ValueRegion {
-        let body = line.trim_end_matches(['\n', '\r']);
-        let bytes = body.as_bytes();
-        let Some(eq) = body.find('=') else {
-            return ValueRegion {
-                start: 0,
-                end: body.len(),
-                quote: None,
-            };
-        };
-        let mut start = eq + 1;
-        while matches!(bytes.get(start), Some(b' ' | b'\t')) {
-            start += 1;
+/// Where a reference written at byte `at` of the template lands: in `value` (the statement's
+/// value it lies in, if any) or outside every value.
+fn place_of(value: Option<Span>, at: usize, r: &interp::Ref<'_>) -> Place {
+    let Some(v) = value.filter(|v| at >= v.start && at + r.raw.len() <= v.end) else {
+        return Place::Unquoted;
+    };
+    match v.quote {
+        Some(b'"') => Place::Double,
+        Some(_) => Place::Single,
+        None if at == v.start
+            && at + r.raw.len() == v.end
+            && matches!(
+                r.op,
+                interp::Op::Plain | interp::Op::Default { .. } | interp::Op::Required { .. }
+            ) =>
+        {
+            Place::Whole
         }
-        match bytes.get(start) {
-            Some(&q @ (b'"' | b'\'')) => {
-                let mut i = start + 1;
-                while i < bytes.len() && bytes[i] != q {
-                    i += if bytes[i] == b'\\' { 2 } else { 1 };
-                }
-                ValueRegion {
-                    start: start + 1,
-                    end: i.min(bytes.len()),
-                    quote: Some(q),
-                }
-            }
-            _ => {
-                let mut end = bytes.len();
-                for i in start..bytes.len() {
-                    if bytes[i] == b'#' && i > start && matches!(bytes[i - 1], b' ' | b'\t') {
-                        end = i;
-                        break;
-                    }
-                }
-                let end = start + body[start..end].trim_end_matches([' ', '\t']).len();
-                ValueRegion {
-                    start,
-                    end,
-                    quote: None,
-                }
-            }
-        }
-    }
-
-    /// Where a reference written at byte `at` of the line lands.
-    fn place_of(&self, at: usize, r: &interp::Ref<'_>) -> Place {
-        let inside = at >= self.start && at + r.raw.len() <= self.end;
-        match self.quote {
-            Some(b'"') if inside => Place::Double,
-            Some(_) if inside => Place::Single,
-            None if at == self.start
-                && at + r.raw.len() == self.end
-                && matches!(
-                    r.op,
-                    interp::Op::Plain | interp::Op::Default { .. } | interp::Op::Required { .. }
-                ) =>
-            {
-                Place::Whole
-            }
-            _ => Place::Unquoted,
-        }
+        None => Place::Unquoted,
     }
 }
 

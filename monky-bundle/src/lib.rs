@@ -53,6 +53,7 @@
 pub mod budget;
 mod checks;
 mod cmdline;
+mod dotenv;
 mod env;
 mod error;
 mod interp;
@@ -77,7 +78,7 @@ pub use budget::Budget;
 pub use checks::{
     DEFAULT_DISK_FACTOR, DEFAULT_DISK_HEADROOM, check_disk, check_env_complete, check_rollback,
 };
-pub use cmdline::secrets_on_command_lines;
+pub use cmdline::{secrets_on_command_lines, secrets_on_command_lines_model};
 pub use env::{
     MAX_ENV_VALUE_BYTES, env_spellings, read_env, referenced_vars, render_env, secret_entries,
     secret_keys, secret_values, unresolved_vars,

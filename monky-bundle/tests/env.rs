@@ -91,7 +91,11 @@ const COMPOSE_READS: &[(&str, Option<(&str, &str)>)] = &[
     ("# A=commented", None),
     ("  # A=commented", None),
     ("no assignment", None),
-    ("1A=bad name", None),
+    // compose's reader takes any letters, digits, `_ . - [ ]` for a key (measured with
+    // `env_file: .env`), and YAML's `:` for `=`.
+    ("1A=digit first", Some(("1A", "digit first"))),
+    ("a.b-c=dotted", Some(("a.b-c", "dotted"))),
+    ("K: yaml", Some(("K", "yaml"))),
 ];
 
 #[test]
@@ -107,6 +111,34 @@ fn env_is_read_as_compose_reads_it() {
     assert_eq!(
         got,
         [("A", "1".into()), ("B", "2".into()), ("A", "3".into())]
+    );
+    // A quoted value spans lines, a `#` line inside it included (measured: compose gives
+    // `M` the three lines).
+    let got: Vec<(&str, String)> = read_env("M=\"x\n#c\ny\"\nB='p\nq'\n").collect();
+    assert_eq!(got, [("M", "x\n#c\ny".into()), ("B", "p\nq".into())]);
+}
+
+/// A template value that spans lines is one variable: a secret on its second line makes the
+/// key a secret key, is substituted, and reads back as compose reads it.
+#[test]
+fn a_value_spanning_lines_is_one_variable() {
+    let vars = BTreeSet::from(["PW".to_string()]);
+    let template = "MULTI=\"x\n${PW}\"\nSPLIT='a\n#${PW}'\nPLAIN=y\n# ${PW}\n";
+    let keys = monky_bundle::secret_keys(template, &vars);
+    assert_eq!(
+        keys,
+        BTreeSet::from(["MULTI".to_string(), "SPLIT".to_string()])
+    );
+    assert_eq!(referenced_vars(template), vars);
+    let env = render_env(template, &values(&[("PW", "s\\e\"c$r")])).unwrap();
+    let read: Vec<(&str, String)> = read_env(env.expose_secret()).collect();
+    assert_eq!(
+        read,
+        [
+            ("MULTI", "x\ns\\e\"c$r".into()),
+            ("SPLIT", "a\n#s\\e\"c$r".into()),
+            ("PLAIN", "y".into())
+        ]
     );
 }
 

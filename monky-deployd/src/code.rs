@@ -136,7 +136,7 @@ policy! {
     BudgetExceeded, Fail,
         "the compose file asks for more of the box than its budget: bring the named value within the budget in the bundle, or widen the named budget key in config.yaml (raise a `max_*`, lower a `min_*`)";
     SecretOnCommandLine, Fail,
-        "compose would put a secret into a process's arguments, readable by every local user in /proc/<pid>/cmdline: give it to the service in its environment and let the program read it there or from a file (a _FILE variable, REDISCLI_AUTH for redis-cli, a config file its entrypoint writes); a box whose /proc is mounted hidepid may set allow_secrets_on_command_lines";
+        "compose, or a shell in the container expanding $$NAME, would put a secret into a process's arguments, readable by every local user in /proc/<pid>/cmdline: give it to the service in its environment and let the program read it there or from a file (a _FILE variable, a config file its entrypoint writes, REDISCLI_AUTH for redis-cli, PGPASSWORD for psql); a box whose /proc is mounted hidepid may set allow_secrets_on_command_lines";
     RollbackRefused, Fail,
         "tenancy asks for an older release: set allow_rollback in bundle.json to roll back on purpose";
     DiskInsufficient, Fail,

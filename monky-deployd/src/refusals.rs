@@ -3,7 +3,7 @@
 //! compose's own model. The tick refuses on the first; `monky-deployd bundle check` prints them
 //! all.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use anyhow::Context;
@@ -71,10 +71,18 @@ pub fn model(
         .collect();
     let made = crate::names::made_by(&model, project.project());
     let runs_as = bundle::runs_as(&model, raw_yaml, secret_keys);
+    // What a `.env` value brings into a command for the container's shell to expand is only
+    // visible here, after the secrets are read and before anything is pulled or started.
+    let on_command_lines = if policy.secrets_on_command_lines_allowed() {
+        Vec::new()
+    } else {
+        bundle::secrets_on_command_lines_model(&model, &runs_as)
+    };
     let read_link = |p: &Path| std::fs::read_link(p).ok();
     let refused = policy
         .findings_model(model, raw_yaml, dir, &read_link)
         .iter()
+        .chain(&on_command_lines)
         .map(Failure::from)
         .collect();
     let facts = ModelFacts {
@@ -235,10 +243,11 @@ fn shared_uid_notes(runs: &[bundle::RunsAs]) -> Vec<String> {
                 },
                 None => "runs as its image's USER".to_owned(),
             };
-            let secrets: Vec<&str> = r
+            let secrets: BTreeSet<&str> = r
                 .secrets
                 .iter()
                 .chain(&r.files)
+                .chain(&r.configs)
                 .map(String::as_str)
                 .collect();
             Some(format!(
@@ -246,7 +255,7 @@ fn shared_uid_notes(runs: &[bundle::RunsAs]) -> Vec<String> {
                  SECRET_READABLE_ON_HOST where a host account has that uid and the engine does \
                  not remap user namespaces",
                 r.service,
-                secrets.join(", ")
+                secrets.into_iter().collect::<Vec<_>>().join(", ")
             ))
         })
         .collect()

@@ -138,19 +138,21 @@ pub fn findings(
     out
 }
 
-/// Which secrets a service gets, and how: `A, B in its environment`, `C as a file`.
+/// Which secrets a service gets, and how: `A, B in its environment`, `C as a file under
+/// /run/secrets`, `D as a config file`.
 fn gets(r: &RunsAs) -> String {
     let list =
         |s: &std::collections::BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(", ");
-    match (r.secrets.is_empty(), r.files.is_empty()) {
-        (false, true) => format!("{} in its environment", list(&r.secrets)),
-        (true, false) => format!("{} as a file under /run/secrets", list(&r.files)),
-        _ => format!(
-            "{} in its environment and {} as a file under /run/secrets",
-            list(&r.secrets),
-            list(&r.files)
-        ),
-    }
+    let routes: Vec<String> = [
+        (&r.secrets, "in its environment"),
+        (&r.files, "as a file under /run/secrets"),
+        (&r.configs, "as a config file"),
+    ]
+    .into_iter()
+    .filter(|(keys, _)| !keys.is_empty())
+    .map(|(keys, how)| format!("{} {how}", list(keys)))
+    .collect();
+    routes.join(" and ")
 }
 
 #[cfg(test)]
@@ -171,6 +173,8 @@ mod tests {
             user: user.map(str::to_owned),
             secrets: secrets.iter().map(|s| (*s).to_owned()).collect(),
             files: std::collections::BTreeSet::new(),
+            configs: std::collections::BTreeSet::new(),
+            vars: std::collections::BTreeSet::new(),
         }
     }
 
@@ -227,6 +231,14 @@ mod tests {
             "{found:?}"
         );
         assert!(findings(&[file_only], &a, &[65534], &uid).is_empty());
+        // So is a config file, and every route is named.
+        let mut all = runs(Some("65534"), &["DB_PW"]);
+        all.configs.insert("DATABASE_URL".to_owned());
+        let found = findings(&[all], &a, &[], &uid);
+        assert!(
+            found[0].ends_with("DB_PW in its environment and DATABASE_URL as a config file"),
+            "{found:?}"
+        );
         // A uid that cannot be told is a finding too.
         let unknown = |_: &RunsAs| Err("user \"app\" is not in the image's /etc/passwd".to_owned());
         let found = findings(&[runs(Some("app"), &["DB_PW"])], &a, &[], &unknown);

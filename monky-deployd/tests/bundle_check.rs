@@ -146,3 +146,34 @@ fn a_secret_for_a_non_root_service_is_a_note_not_a_failure() {
         "{notes:#?}"
     );
 }
+
+/// The count `bundle check` notes is the tick's: a secret inherited through `extends` is
+/// noted on the service that runs with it, and a config from a secret counts as the
+/// environment does.
+#[test]
+fn a_secret_by_extends_or_a_config_is_noted_on_the_service_that_gets_it() {
+    let Some(docker) = crate::policy::docker() else {
+        return;
+    };
+    let w = World::new();
+    let b = TestBundle {
+        compose: "services:\n  \
+                  base:\n    image: 127.0.0.1:5000/monky/web:1\n    user: root\n    \
+                  environment:\n      TOKEN: ${POSTGRES_PASSWORD}\n  \
+                  web:\n    extends: {service: base}\n    user: \"65534\"\n  \
+                  api:\n    image: 127.0.0.1:5000/monky/web:1\n    user: \"1000\"\n    configs: [c]\n\
+                  configs:\n  c:\n    content: \"url=${GEMINI_API_KEY}\"\n"
+            .into(),
+        ..TestBundle::default()
+    };
+    let run = crate::policy::bundle_check(&w, &docker, "routes-notes", &b);
+    run.ok();
+    let out = run.stdout();
+    let notes: Vec<&str> = out.lines().filter(|l| l.starts_with("note: ")).collect();
+    assert_eq!(notes.len(), 2, "{out}");
+    assert!(
+        notes[0].starts_with("note: api: runs as uid 1000 and gets GEMINI_API_KEY;")
+            && notes[1].starts_with("note: web: runs as uid 65534 and gets POSTGRES_PASSWORD;"),
+        "{notes:#?}"
+    );
+}

@@ -1661,8 +1661,9 @@ fn a_link_planted_in_a_writable_bind_is_never_bound() {
 
 /// A healthcheck whose `test` interpolates a secret would put the value in a process's
 /// arguments, readable by every local user: refused before the lease, nothing started. The
-/// escaped `$${...}` is left by compose to the container's shell, which reads the variable from
-/// the container's environment: that applies and comes up healthy.
+/// escaped `$${...}` is no way around it (the container's shell expands it into the same
+/// arguments): refused the same way. The route that keeps it off argv, the program reading
+/// the variable from its own environment (the image's entrypoint does), applies healthy.
 #[test]
 fn a_secret_on_a_command_line_is_refused_before_anything_starts() {
     let Some(b) = E2eBox::new("cmdline") else {
@@ -1690,15 +1691,126 @@ fn a_secret_on_a_command_line_is_refused_before_anything_starts() {
     assert_eq!(b.w.current_target(), None);
     assert_no_secret(&b, &run);
 
-    let mut fixed = bad.clone();
-    fixed.compose = bad
+    let mut escaped = bad.clone();
+    escaped.compose = bad
         .compose
         .replace("${SEE_ADMIN_TOKEN}", "$${SEE_ADMIN_TOKEN}");
-    b.w.publish(&fixed);
+    b.w.publish(&escaped);
+    b.w.tenancy.advance_clock(Duration::from_secs(60));
     let run = b.w.tick();
-    run.ok();
+    run.expect(1);
+    let why =
+        "SECRET_ON_COMMAND_LINE: web: healthcheck.test has the container expand $SEE_ADMIN_TOKEN";
+    run.says(&[why]);
+    assert!(!run.stderr().contains("$${"), "the fix offered is no fix");
+    assert_eq!(b.w.tenancy.lease_count(ENV), 0, "refused before the lease");
+    assert_eq!(b.project.containers(), []);
+
+    b.next_applies(&b.bundle(&b.e2e.image_1));
     assert_healthy(&b.project.containers(), &b.project.name);
+}
+
+/// `$$VAR` through `sh -c`: compose hands `$SEE_ADMIN_TOKEN` on and the container's shell
+/// expands it into the server's arguments, where `ps` shows it to every local user (measured
+/// below with the guard waived: the value is in `/proc/<pid>/cmdline`). Refused before the
+/// lease; `sh -c 'exec ...'` naming no secret applies.
+#[test]
+fn a_secret_expanded_by_the_containers_shell_is_refused_before_anything_starts() {
+    let Some(b) = E2eBox::new("shell-expand") else {
+        return;
+    };
+    let command = |script: &str| {
+        format!(
+            "    entrypoint: [\"/bin/sh\", \"-c\", \"{script}\"]\n    \
+             healthcheck:\n      test: [\"CMD\", \"/bin/busybox\", \"true\"]\n      interval: 1s\n"
+        )
+    };
+    let bad = web_bundle(compose_yaml(
+        b.e2e,
+        &b.e2e.image_1,
+        Some(b.port),
+        &command("exec /bin/busybox httpd -f -p 127.0.0.1:8099 -h /tmp -r $$SEE_ADMIN_TOKEN"),
+        &[],
+    ));
+    b.w.stage_grant();
+    b.w.publish(&bad);
+    let run = b.w.tick();
+    run.expect(1);
+    let why = "SECRET_ON_COMMAND_LINE: web: entrypoint has the container expand $SEE_ADMIN_TOKEN";
+    run.says(&[why]);
+    assert_report(&b.w.last_report(), ReportResult::Failed, Some(why));
+    assert_eq!(b.w.tenancy.lease_count(ENV), 0, "refused before the lease");
+    assert_eq!(b.project.containers(), []);
+    assert_eq!(b.w.current_target(), None);
     assert_no_secret(&b, &run);
+
+    // What the rule prevents, measured with the box admin's waiver: the value in argv.
+    b.w.config_extra("allow_secrets_on_command_lines: true\n");
+    let run = b.w.run(&["run", "--once", "--force"]);
+    run.ok();
+    let pid = b
+        .project
+        .docker_ok(["inspect", "-f", "{{.State.Pid}}", &b.web()]);
+    let pids = std::iter::once(pid.trim().parse::<u32>().unwrap())
+        .chain(descendants(pid.trim().parse().unwrap()));
+    assert!(
+        pids.map(cmdline).any(|c| c.contains(ADMIN_TOKEN)),
+        "the shell did not expand the secret into an argv"
+    );
+    b.w.set_config_extra("");
+
+    let ordinary = web_bundle(compose_yaml(
+        b.e2e,
+        &b.e2e.image_1,
+        Some(b.port),
+        &command("exec /bin/busybox sleep $${SLEEP_S:-3600}"),
+        &[],
+    ));
+    b.next_applies(&ordinary);
+    assert_report(&b.w.last_report(), ReportResult::Applied, None);
+}
+
+/// A `.env` value over two lines (`MULTI="x` and `${SEE_ADMIN_TOKEN}"`) is one value to
+/// compose, with the secret in it: `command: ["echo", "${MULTI}"]` would carry it into
+/// `/proc/<pid>/cmdline`. Refused before the lease; the same value in the environment only
+/// applies and reaches the container whole.
+#[test]
+fn a_multi_line_env_value_into_a_command_is_refused_before_anything_starts() {
+    let Some(b) = E2eBox::new("multi-line") else {
+        return;
+    };
+    let multi = |service: &str| {
+        let mut bundle = web_bundle(compose_yaml(
+            b.e2e,
+            &b.e2e.image_1,
+            Some(b.port),
+            service,
+            &[],
+        ));
+        bundle
+            .env_template
+            .push_str("MULTI=\"x\n${SEE_ADMIN_TOKEN}\"\n");
+        bundle
+    };
+    let bad = multi("    command: [\"echo\", \"${MULTI}\"]\n");
+    b.w.stage_grant();
+    b.w.publish(&bad);
+    let run = b.w.tick();
+    run.expect(1);
+    let why = "SECRET_ON_COMMAND_LINE: web: command uses ${MULTI}";
+    run.says(&[why]);
+    assert_report(&b.w.last_report(), ReportResult::Failed, Some(why));
+    assert_eq!(b.w.tenancy.lease_count(ENV), 0, "refused before the lease");
+    assert_eq!(b.project.containers(), []);
+    assert_no_secret(&b, &run);
+
+    b.next_applies(&multi(""));
+    assert_healthy(&b.project.containers(), &b.project.name);
+    let env = b.project.docker_ok(["exec", &b.web(), "env"]);
+    assert!(
+        env.contains(&format!("\nMULTI=x\n{ADMIN_TOKEN}\n")),
+        "the two-line value did not reach the container whole"
+    );
 }
 
 /// A service that gets the env's secrets (`env_file: .env`) and runs as uid 65534, which the
@@ -1860,6 +1972,109 @@ fn a_secret_only_as_a_file_for_a_shared_uid_is_refused_and_the_kernel_agrees() {
             String::from_utf8_lossy(&out.stderr)
         ),
         Err(e) => eprintln!("setpriv: {e}; the kernel's check not measured"),
+    }
+}
+
+/// A config from a secret (`configs: {token: {environment: SEE_ADMIN_TOKEN}}`, written 0444
+/// into the container) at a uid the box's `nobody` shares: refused before any pull or start,
+/// naming the route; the same config from a key that holds no secret applies.
+#[test]
+fn a_config_from_a_secret_at_a_shared_uid_is_refused_before_the_pull() {
+    let Some(b) = E2eBox::new("shared-uid-config") else {
+        return;
+    };
+    let compose = |key: &str| {
+        format!(
+            "services:\n  web:\n    image: {}\n    user: \"65534:65534\"\n    ports:\n      \
+             - \"127.0.0.1:{}:{}\"\n    {AS_ANY_UID}    configs:\n      - source: token\n        \
+             target: /token\n        mode: 0444\n\
+             configs:\n  token:\n    environment: {key}\n",
+            b.e2e.image_1, b.port, b.e2e.web_port
+        )
+    };
+    b.w.stage_grant();
+    b.w.publish(&web_bundle(compose("SEE_ADMIN_TOKEN")));
+    let run = b.w.tick();
+    b.refused_before_the_pull(&run);
+    run.says(&[
+        "SECRET_READABLE_ON_HOST",
+        "web: runs as uid 65534",
+        "SEE_ADMIN_TOKEN as a config file",
+    ]);
+
+    b.next_applies(&web_bundle(compose("LOG_LEVEL")));
+    assert_healthy(&b.project.containers(), &b.project.name);
+}
+
+/// A secret reference inherited through `extends` from a base service that runs as root:
+/// the service that extends it runs at uid 65534 with the secret in its environment. The
+/// finding names that service, not the base, and comes before any pull or start; a base
+/// without a secret applies.
+#[test]
+fn a_secret_inherited_through_extends_at_a_shared_uid_is_refused_before_the_pull() {
+    let Some(b) = E2eBox::new("shared-uid-extends") else {
+        return;
+    };
+    let compose = |value: &str| {
+        format!(
+            "services:\n  base:\n    image: {image}\n    \
+             environment:\n      TOKEN: \"{value}\"\n  web:\n    extends: {{service: base}}\n    \
+             user: \"65534:65534\"\n    ports:\n      \
+             - \"127.0.0.1:{port}:{web_port}\"\n    {AS_ANY_UID}",
+            image = b.e2e.image_1,
+            port = b.port,
+            web_port = b.e2e.web_port
+        )
+    };
+    b.w.stage_grant();
+    b.w.publish(&web_bundle(compose("${SEE_ADMIN_TOKEN}")));
+    let run = b.w.tick();
+    b.refused_before_the_pull(&run);
+    run.says(&[
+        "SECRET_READABLE_ON_HOST: web: runs as uid 65534",
+        "SEE_ADMIN_TOKEN in its environment",
+    ]);
+    let detail = b.w.last_report().detail.unwrap_or_default();
+    assert!(!detail.contains("base:"), "{detail}");
+
+    b.next_applies(&web_bundle(compose("not-a-secret")));
+    // The base runs too, as root: no finding.
+    let web = b
+        .project
+        .containers()
+        .into_iter()
+        .find(|c| c.name == b.web());
+    assert!(
+        web.is_some_and(|c| (c.state.as_str(), c.health.as_str()) == ("running", "healthy")),
+        "{:?}",
+        b.project.containers()
+    );
+}
+
+impl E2eBox {
+    /// Publishes `b` as the next desired sha, runs a tick and asserts it applied, with no
+    /// secret on any way out.
+    #[track_caller]
+    fn next_applies(&self, b: &TestBundle) -> Run {
+        self.w.publish(b);
+        self.w.tenancy.advance_clock(Duration::from_secs(60));
+        let run = self.w.tick();
+        run.ok();
+        assert_no_secret(self, &run);
+        run
+    }
+
+    /// Asserts the tick `run` was refused before anything was pulled or started.
+    #[track_caller]
+    fn refused_before_the_pull(&self, run: &Run) {
+        run.expect(1);
+        assert_eq!(self.project.containers(), [], "a container started");
+        assert!(
+            !self.w.env_dir().join("pulled-images").exists(),
+            "pulled before the refusal"
+        );
+        assert_eq!(self.w.current_target(), None);
+        assert_no_secret(self, run);
     }
 }
 

@@ -199,6 +199,22 @@ const CASES: &[Case] = &[
         b.meta["renderer"] = json!("helm");
         b.tar()
     } },
+    // A secret that reaches a command line by a route other than `${SECRET}` in the command.
+    Case { file: "secret-through-sh-c.tar", code: "SECRET_ON_COMMAND_LINE", make: || compose(&format!("{WEB}    command: [\"sh\", \"-c\", \"exec httpd -f -r $$POSTGRES_PASSWORD\"]\n")) },
+    Case { file: "secret-through-bash-lc-entrypoint.tar", code: "SECRET_ON_COMMAND_LINE", make: || compose(&format!("{WEB}    entrypoint: [\"/bin/bash\", \"-lc\"]\n    command: [\"exec app --token=$${{GEMINI_API_KEY}}\"]\n")) },
+    Case { file: "secret-through-cmd-shell.tar", code: "SECRET_ON_COMMAND_LINE", make: || compose(&format!("{WEB}    healthcheck:\n      test: [\"CMD-SHELL\", \"redis-cli -a $$POSTGRES_PASSWORD ping\"]\n")) },
+    Case { file: "secret-through-renamed-variable.tar", code: "SECRET_ON_COMMAND_LINE", make: || compose(&format!("{WEB}    environment:\n      DBP: \"${{POSTGRES_PASSWORD}}\"\n    command: [\"/bin/sh\", \"-ec\", \"exec app $${{DBP}}\"]\n")) },
+    Case { file: "secret-through-extends.tar", code: "SECRET_ON_COMMAND_LINE", make: || compose(&format!("{WEB}  child:\n    extends: {{service: web}}\n  base:\n    image: 127.0.0.1:5000/monky/web:1\n    profiles: [never]\n    command: [\"x\", \"${{POSTGRES_PASSWORD}}\"]\n  other:\n    extends: base\n")) },
+    Case { file: "secret-in-multi-line-value.tar", code: "SECRET_ON_COMMAND_LINE", make: || TestBundle {
+        compose: format!("{WEB}    command: [\"echo\", \"${{MULTI}}\"]\n"),
+        env_template: format!("{}MULTI=\"x\n${{POSTGRES_PASSWORD}}\"\n", TestBundle::default().env_template),
+        ..TestBundle::default()
+    }.tar() },
+    Case { file: "secret-in-template-line.tar", code: "SECRET_ON_COMMAND_LINE", make: || TestBundle {
+        compose: format!("{WEB}    command: [\"migrate\", \"--url\", \"${{DATABASE_URL}}\"]\n"),
+        env_template: format!("{}DATABASE_URL=postgres://app:${{POSTGRES_PASSWORD}}@db/app\n", TestBundle::default().env_template),
+        ..TestBundle::default()
+    }.tar() },
     Case { file: "unresolved-variable.tar", code: "ENV_INCOMPLETE", make: || TestBundle {
         env_template: format!("{}ADMIN=${{SEE_ADMIN_TOKEN}}\n", TestBundle::default().env_template),
         ..TestBundle::default()
@@ -449,6 +465,11 @@ fn compose_files_privileged_after_interpolation_or_expansion_are_refused() {
 #[test]
 fn manifests_with_values_or_foreign_paths_are_refused() {
     check_cases(|c| c.file.starts_with("manifest-"));
+}
+
+#[test]
+fn secrets_reaching_a_command_line_by_any_route_are_refused() {
+    check_cases(|c| c.file.starts_with("secret-"));
 }
 
 #[test]

@@ -672,6 +672,9 @@ const BENIGN: &[&str] = &[
     "services:\n  migrate:\n    image: 127.0.0.1:5000/monky/api:3\n    command: [migrate]\n    env_file: .env\n    restart: \"no\"\n  web:\n    image: 127.0.0.1:5000/monky/api:3\n    depends_on:\n      migrate: {condition: service_completed_successfully}\n    ports: [\"8000:8000\"]\n",
     // The release dir read-only into a container, and an anonymous volume.
     "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes: [\".:/srv/release:ro\", /var/cache/app]\n    working_dir: /srv\n    environment: {MODE: production, NOTE: \"privileged: true is only text\"}\n",
+    // Shells that name no secret, an image entrypoint that reads its password from its own
+    // environment, a client that reads its password from a variable, a multi-line value.
+    "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    env_file: .env\n    command: [sh, -c, \"exec gunicorn -w $${WORKERS:-2} -b 0.0.0.0:8000 app:app\"]\n  db:\n    image: postgres:16\n    environment:\n      POSTGRES_PASSWORD: ${POSTGRES_PASSWORD}\n      PGPASSWORD: ${POSTGRES_PASSWORD}\n    healthcheck:\n      test: [\"CMD-SHELL\", \"pg_isready -U $${POSTGRES_USER:-postgres} -h 127.0.0.1\"]\n  cache:\n    image: redis:7\n    environment: {REDISCLI_AUTH: \"${POSTGRES_PASSWORD}\"}\n    healthcheck:\n      test: redis-cli ping\n",
     // Swarm-only deploy keys compose ignores, and replicas.
     "version: \"3.9\"\nservices:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    deploy:\n      replicas: 2\n      update_config: {parallelism: 1, delay: 10s}\n      labels: {tier: web}\n",
 ];
@@ -1038,8 +1041,8 @@ fn ups(w: &World) -> usize {
 
 /// A secret given only as a file (compose's `secrets:` from the release's `.env`) is read
 /// through `/proc/<pid>/root` by an account at the container's uid as its environment would
-/// be: refused at a shared uid after the pull, nothing started; the box admin's waiver lets
-/// it apply.
+/// be: refused at a shared uid before the pull (its `user:` names the uid), nothing started;
+/// the box admin's waiver lets it apply.
 #[test]
 fn a_secret_only_as_a_file_at_a_shared_uid_is_refused_through_a_tick() {
     if docker().is_none() {
@@ -1064,7 +1067,7 @@ fn a_secret_only_as_a_file_at_a_shared_uid_is_refused_through_a_tick() {
             && !detail.contains(PGPASS),
         "{detail}"
     );
-    assert!(w.docker_calls().iter().any(|c| c.contains(" pull")));
+    assert!(!w.docker_calls().iter().any(|c| c.contains(" pull")));
     assert_eq!(ups(&w), 0, "{:#?}", w.docker_calls());
     assert_eq!(w.current_target(), None);
 
@@ -1072,6 +1075,147 @@ fn a_secret_only_as_a_file_at_a_shared_uid_is_refused_through_a_tick() {
     let run = w.run(&["run", "--once", "--force"]);
     run.ok();
     assert_eq!(ups(&w), 1, "{}", run.stderr());
+}
+
+/// Every route a secret takes into a service counts at a shared uid, each refused before the
+/// pull and named on the service that runs; its benign twin (the same shape, no secret in it)
+/// applies. Through a tick with the real compose's model.
+#[test]
+fn every_route_of_a_secret_into_a_service_at_a_shared_uid_is_refused_before_the_pull() {
+    if docker().is_none() {
+        return;
+    }
+    let user = "    user: \"65534\"\n";
+    let config = |def: &str| format!("{user}    configs: [c]\nconfigs:\n  c:\n{def}");
+    let base = |value: &str| {
+        format!(
+            "{user}    extends: {{service: base}}\n  base:\n    image: 127.0.0.1:5000/monky/web:1\n    \
+             environment:\n      TOKEN: \"{value}\"\n"
+        )
+    };
+    let template = |extra: &str| format!("{}{extra}", TestBundle::default().env_template);
+    let url = "DATABASE_URL=postgres://app:${POSTGRES_PASSWORD}@db/app\n";
+    let multi = "MULTI=\"x\n${POSTGRES_PASSWORD}\"\n";
+    // (compose's extra lines, the .env template's extra lines, what the finding names; "" for
+    // a twin that applies)
+    let cases: Vec<(String, String, &str)> = vec![
+        (
+            config("    environment: POSTGRES_PASSWORD\n"),
+            template(""),
+            "POSTGRES_PASSWORD as a config file",
+        ),
+        (config("    environment: LOG_LEVEL\n"), template(""), ""),
+        (
+            config("    content: \"password=${POSTGRES_PASSWORD}\"\n"),
+            template(""),
+            "POSTGRES_PASSWORD as a config file",
+        ),
+        (
+            config("    content: \"password=$${POSTGRES_PASSWORD}\"\n"),
+            template(""),
+            "",
+        ),
+        (
+            config("    environment: DATABASE_URL\n"),
+            template(url),
+            "DATABASE_URL as a config file",
+        ),
+        (
+            config("    environment: MULTI\n"),
+            template(multi),
+            "MULTI as a config file",
+        ),
+        (
+            config("    environment: MULTI\n"),
+            template("MULTI=\"x\ny\"\n"),
+            "",
+        ),
+        (
+            config("    file: ./.env\n"),
+            template(""),
+            "POSTGRES_PASSWORD as a config file",
+        ),
+        (config("    file: ./.env.template\n"), template(""), ""),
+        (
+            format!("{user}    secrets: [s]\nsecrets:\n  s:\n    file: .env\n"),
+            template(""),
+            "as a file under /run/secrets",
+        ),
+        (
+            base("${POSTGRES_PASSWORD}"),
+            template(""),
+            "POSTGRES_PASSWORD in its environment",
+        ),
+        (base("not-a-secret"), template(""), ""),
+    ];
+    for (extra, env_template, names) in &cases {
+        let w = World::new();
+        w.stage_grant();
+        let docker = docker().unwrap();
+        w.stub("REAL_COMPOSE", docker.to_str().unwrap());
+        w.publish(&TestBundle {
+            compose: format!("{WEB}{extra}"),
+            env_template: env_template.clone(),
+            ..TestBundle::default()
+        });
+        let run = w.tick();
+        if names.is_empty() {
+            assert_eq!(run.code(), 0, "{extra}: {}", run.stderr());
+            assert_eq!(ups(&w), 1, "{extra}");
+            continue;
+        }
+        run.expect(1);
+        let detail = w.last_report().detail.unwrap_or_default();
+        assert!(
+            detail.starts_with("SECRET_READABLE_ON_HOST: web: runs as uid 65534")
+                && detail.contains(names)
+                && !detail.contains("base:")
+                && !detail.contains(PGPASS),
+            "{extra}: {detail}"
+        );
+        assert!(
+            !w.docker_calls().iter().any(|c| c.contains(" pull")),
+            "{extra}: pulled before the refusal"
+        );
+        assert_eq!(ups(&w), 0, "{extra}");
+    }
+}
+
+/// A `.env` value can bring a `$NAME` into a command that the compose file shows only as
+/// `${KEY}` (`CMD=$$POSTGRES_PASSWORD` reads back as `$POSTGRES_PASSWORD`): judged on compose's
+/// interpolated model, after the secrets are read and before anything is pulled or started.
+#[test]
+fn a_shell_variable_a_env_value_brings_is_refused_on_the_model_before_the_pull() {
+    let Some(docker) = docker() else { return };
+    for (value, refused) in [("$$POSTGRES_PASSWORD", true), ("$$WORKERS", false)] {
+        let w = World::new();
+        w.stage_grant();
+        w.stub("REAL_COMPOSE", docker.to_str().unwrap());
+        w.publish(&TestBundle {
+            compose: "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    \
+                      env_file: .env\n    command: [sh, -c, \"exec app ${CMD}\"]\n"
+                .into(),
+            env_template: format!("{}CMD={value}\n", TestBundle::default().env_template),
+            ..TestBundle::default()
+        });
+        let run = w.tick();
+        if !refused {
+            assert_eq!(run.code(), 0, "{value}: {}", run.stderr());
+            assert_eq!(ups(&w), 1);
+            continue;
+        }
+        run.expect(1);
+        assert_report(
+            &w.last_report(),
+            ReportResult::Failed,
+            Some(
+                "SECRET_ON_COMMAND_LINE: web: command has the container expand $POSTGRES_PASSWORD",
+            ),
+        );
+        assert_eq!(w.tenancy.lease_count(ENV), 1, "judged after the lease");
+        assert!(!w.docker_calls().iter().any(|c| c.contains(" pull")));
+        assert_eq!(ups(&w), 0);
+    }
 }
 
 /// A `user` given by name is resolved as the runtime will, from the image's own `/etc/passwd`

@@ -267,17 +267,29 @@ impl Agent<'_> {
     /// bundle's `pull_policy`; a registry refusal leaves `current` naming the release that is
     /// still running.
     pub(super) fn pull(&self, staged: Staged) -> Result<Pulled, Stop> {
+        // A service whose own `user:` names its uid is judged before anything is pulled; one
+        // that runs as its image's `USER` once the image is here to say which.
+        let (by_user, by_image): (Vec<_>, Vec<_>) = staged.runs_as.iter().cloned().partition(|r| {
+            r.user
+                .as_deref()
+                .and_then(crate::shared_uid::plain_uid)
+                .is_some()
+        });
+        if let Err((code, why)) = self.shared_uid_gate(&by_user) {
+            return Err(Stop::failed(Failure::coded(code, why)));
+        }
         self.registry_gate()?;
         if let Err(e) = self.pull_release(staged.release.release(), &staged.images) {
             return Err(Stop::failed(Failure::coded(pull_code(&e), e.to_string())));
         }
-        if let Err((code, why)) = self.shared_uid_gate(&staged.runs_as) {
+        if let Err((code, why)) = self.shared_uid_gate(&by_image) {
             return Err(Stop::failed(Failure::coded(code, why)));
         }
         Ok(Pulled(staged))
     }
 
-    /// Once the images are here (their `USER` is known): no service that gets a secret runs
+    /// Before the pull for a service whose `user:` is a uid, after it for one that runs as its
+    /// image's `USER` (known once the image is here): no service that gets a secret runs
     /// as a uid a host account shares, unless the engine remaps user namespaces or the box's
     /// admin names the uid in `allowed_shared_uids` (see `shared_uid`). A heal, a fallback or
     /// a finished apply starts a release judged so at its own apply, from recorded images.
