@@ -706,8 +706,23 @@ impl Config {
             .allow_unprefixed_names(self.allow_unprefixed_names)
             .allow_secrets_on_command_lines(self.allow_secrets_on_command_lines)
             .registry_host(Some(&self.registry_host))
+            .registries(Some(self.registries()))
             .budget(self.budget.clone())
             .allow_privileged(allow_privileged)
+    }
+}
+
+impl Config {
+    /// The box's view of registries for the policy: the system's resolver, and the registries
+    /// its admin allows on the box's own addresses (`registry_host`, `trusted_registries`).
+    pub fn registries(&self) -> monky_bundle::policy::registries::Registries {
+        let allowed = std::iter::once(self.registry_host.clone())
+            .chain(self.trusted_registries.iter().cloned())
+            .collect();
+        monky_bundle::policy::registries::Registries::new(
+            crate::resolve::Resolver::default().into_lookup(),
+            allowed,
+        )
     }
 }
 

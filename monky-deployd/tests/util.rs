@@ -143,10 +143,26 @@ pub struct World<B: BaoPeer = FakeBao> {
     config_extra: std::cell::RefCell<String>,
     bao_extra: std::cell::RefCell<String>,
     tls: Option<Pki>,
+    /// The box's own registry for a world on the stub docker: a listener of this process on
+    /// 127.0.0.1, which the seeded credential names, so the agent proves it the box's before
+    /// each pull (the stub pulls nothing from it).
+    registry: Option<std::net::TcpListener>,
 }
 
 /// A private CA and a leaf for `bao.example.test` and 127.0.0.1: the testkit's one test PKI.
 pub use monky_testkit::pki::Pki;
+
+impl<B: BaoPeer + 'static> World<B> {
+    /// The registry the seeded credential names (`host:port`).
+    #[allow(dead_code)] // Not every test binary sharing this file names it.
+    pub fn registry(&self) -> String {
+        match (&self.real, &self.registry) {
+            (Some(r), _) => r.registry.clone(),
+            (None, Some(l)) => l.local_addr().unwrap().to_string(),
+            (None, None) => unreachable!(),
+        }
+    }
+}
 
 impl World {
     pub fn new() -> Self {
@@ -246,12 +262,17 @@ impl<B: BaoPeer + 'static> World<B> {
         bao.put_secret(ENV, "gemini_api_key", GEMINI);
         bao.put_secret(ENV, "pg_password", "an-older-value");
         bao.put_secret(ENV, "pg_password", PGPASS);
-        let registry = match &real {
-            Some(r) => json!({"registry": r.registry, "username": r.registry_user,
+        let listener = real
+            .is_none()
+            .then(|| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+        let registry = match (&real, &listener) {
+            (Some(r), _) => json!({"registry": r.registry, "username": r.registry_user,
                               "password": r.registry_password}),
-            None => {
-                json!({"registry": "127.0.0.1:5000", "username": "robot", "password": REGISTRY_PASS})
+            (None, Some(l)) => {
+                json!({"registry": l.local_addr().unwrap().to_string(), "username": "robot",
+                       "password": REGISTRY_PASS})
             }
+            (None, None) => unreachable!(),
         };
         bao.put_secret(ENV, "registry", &registry.to_string());
         // The agent's own HOME: in real mode nothing of the invoking user's `~/.docker` may help.
@@ -268,6 +289,7 @@ impl<B: BaoPeer + 'static> World<B> {
             config_extra: std::cell::RefCell::new(String::new()),
             bao_extra: std::cell::RefCell::new(String::new()),
             tls: pki,
+            registry: listener,
         };
         w.write_config();
         w
