@@ -627,3 +627,77 @@ pub fn assert_report(r: &ReportRequest, result: ReportResult, detail_prefix: Opt
         None => assert_eq!(r.detail, None),
     }
 }
+
+/// Lines added to the real `/etc/hosts` for one test, under a name no other test uses, and
+/// removed again when dropped (a panicking test included). dockerd reads the real file, so the
+/// real-engine cases cannot use a private one. Every edit, here and in the drop, rewrites the
+/// file in place (it may be a bind mount) under an exclusive lock of a file beside the tests'
+/// temp dirs, so two tests never lose each other's lines; lines of anyone else are kept as
+/// they are.
+#[allow(dead_code)] // Not every test binary sharing this file maps a name.
+pub struct HostsEntry {
+    /// The unique name the lines map.
+    pub name: String,
+    lines: Vec<String>,
+}
+
+#[allow(dead_code)]
+const ETC_HOSTS: &str = "/etc/hosts";
+
+#[allow(dead_code)]
+impl HostsEntry {
+    /// Maps a fresh name ending in `suffix` (e.g. `.test`, `.localhost`) to each of `ips`.
+    pub fn add(ips: &[&str], suffix: &str) -> Self {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let name = format!("monky-reg-{}-{n}-{nanos:x}{suffix}", std::process::id());
+        let lines: Vec<String> = ips
+            .iter()
+            .map(|ip| format!("{ip} {name} # monky-deployd test, removed at its end"))
+            .collect();
+        Self::edit(|text| {
+            let mut text = text.to_owned();
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            for l in &lines {
+                text.push_str(l);
+                text.push('\n');
+            }
+            text
+        });
+        Self { name, lines }
+    }
+
+    fn edit(change: impl FnOnce(&str) -> String) {
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(std::env::temp_dir().join("monky-deployd-tests-etc-hosts.lock"))
+            .unwrap();
+        lock.lock().unwrap();
+        let text = std::fs::read_to_string(ETC_HOSTS).unwrap();
+        let changed = change(&text);
+        std::fs::write(ETC_HOSTS, changed).unwrap_or_else(|e| {
+            panic!("this test maps a name in {ETC_HOSTS} for dockerd and cannot write it: {e}")
+        });
+        lock.unlock().unwrap();
+    }
+}
+
+impl Drop for HostsEntry {
+    fn drop(&mut self) {
+        let lines = self.lines.clone();
+        Self::edit(|text| {
+            text.lines()
+                .filter(|l| !lines.iter().any(|ours| ours == l))
+                .map(|l| format!("{l}\n"))
+                .collect()
+        });
+    }
+}

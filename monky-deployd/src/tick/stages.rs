@@ -566,15 +566,15 @@ impl Agent<'_> {
     /// # Errors
     /// `REGISTRY_LISTENER_UNTRUSTED`, `REGISTRY_UNAVAILABLE`: nothing is pulled.
     fn hand_credential(&self) -> Result<bool, Failure> {
-        let stored = match self.layout.read_credential().or_code(Code::Failed)? {
-            Some(json) => json,
-            None => match self.layout.read_docker_config().or_code(Code::Failed)? {
-                Some(json) => {
-                    self.layout.write_credential(&json).or_code(Code::Failed)?;
-                    json
-                }
-                None => return Ok(false),
-            },
+        let stored = match self.stored_credential() {
+            Ok(Some(json)) => json,
+            Ok(None) => return Ok(false),
+            // Nothing is handed to dockerd: the pull goes without a credential, as it does
+            // after a credential that could not be stored.
+            Err(e) => {
+                warn!("registry credential not readable ({e:#}); the pull goes without it");
+                return Ok(false);
+            }
         };
         let mut on_box = false;
         for registry in peers::auths_of(&stored) {
@@ -587,6 +587,19 @@ impl Agent<'_> {
             .write_docker_config(&stored)
             .or_code(Code::Failed)?;
         Ok(on_box)
+    }
+
+    /// The credential at rest; one stored by an older agent in `config.json` alone is kept at
+    /// rest first.
+    fn stored_credential(&self) -> anyhow::Result<Option<zeroize::Zeroizing<Vec<u8>>>> {
+        if let Some(json) = self.layout.read_credential()? {
+            return Ok(Some(json));
+        }
+        let Some(json) = self.layout.read_docker_config()? else {
+            return Ok(None);
+        };
+        self.layout.write_credential(&json)?;
+        Ok(Some(json))
     }
 
     /// Writes the registry credential for dockerd, after the registry's listener is judged when
