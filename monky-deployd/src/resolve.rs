@@ -46,7 +46,7 @@ impl Resolver {
         if let Ok(ip) = host.parse::<IpAddr>() {
             return found(vec![ip]);
         }
-        let from_hosts = self.from_hosts_file(&host);
+        let from_hosts = self.in_hosts_file(&host);
         if !from_hosts.is_empty() {
             return found(from_hosts);
         }
@@ -70,7 +70,7 @@ impl Resolver {
 
     /// The hosts file's addresses for `host` (lower case): every line that names it, as
     /// canonical name or alias, in any case.
-    fn from_hosts_file(&self, host: &str) -> Vec<IpAddr> {
+    fn in_hosts_file(&self, host: &str) -> Vec<IpAddr> {
         let Ok(file) = std::fs::File::open(&self.hosts) else {
             return Vec::new();
         };

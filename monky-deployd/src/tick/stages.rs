@@ -572,7 +572,7 @@ impl Agent<'_> {
             // Nothing is handed to dockerd: the pull goes without a credential, as it does
             // after a credential that could not be stored.
             Err(e) => {
-                warn!("registry credential not readable ({e:#}); the pull goes without it");
+                warn!("registry credential not readable ({e}); the pull goes without it");
                 return Ok(false);
             }
         };
@@ -591,14 +591,14 @@ impl Agent<'_> {
 
     /// The credential at rest; one stored by an older agent in `config.json` alone is kept at
     /// rest first.
-    fn stored_credential(&self) -> anyhow::Result<Option<zeroize::Zeroizing<Vec<u8>>>> {
-        if let Some(json) = self.layout.read_credential()? {
+    fn stored_credential(&self) -> Result<Option<zeroize::Zeroizing<Vec<u8>>>, Failure> {
+        if let Some(json) = self.layout.read_credential().or_code(Code::Failed)? {
             return Ok(Some(json));
         }
-        let Some(json) = self.layout.read_docker_config()? else {
+        let Some(json) = self.layout.read_docker_config().or_code(Code::Failed)? else {
             return Ok(None);
         };
-        self.layout.write_credential(&json)?;
+        self.layout.write_credential(&json).or_code(Code::Failed)?;
         Ok(Some(json))
     }
 
