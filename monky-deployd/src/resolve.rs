@@ -95,7 +95,9 @@ fn hosts_entries(text: &str, host: &str) -> Vec<IpAddr> {
     for line in text.lines() {
         let line = line.split('#').next().unwrap_or_default();
         let mut fields = line.split_whitespace();
-        let Some(ip) = fields.next().and_then(|f| f.parse::<IpAddr>().ok()) else {
+        // A link-local address may carry its zone (`fe80::1%eth0`): the address is judged.
+        let address = |f: &str| f.split('%').next().unwrap_or(f).parse::<IpAddr>().ok();
+        let Some(ip) = fields.next().and_then(address) else {
             continue;
         };
         if fields.any(|name| name.trim_end_matches('.').eq_ignore_ascii_case(host))
@@ -140,7 +142,7 @@ mod tests {
             &hosts,
             "# a comment naming reg.test\n127.0.0.1 localhost\n::1 localhost ip6-localhost\n\
              127.0.1.1\tBox.Example box\n10.9.8.7 mirror.test # trailing comment\n\
-             fe80::1 mirror.test\nnot-an-ip reg.test\n",
+             fe80::1%eth0 mirror.test\nnot-an-ip reg.test\n",
         )
         .unwrap();
         let r = Resolver::with_hosts_file(hosts);
