@@ -408,3 +408,59 @@ mod tests {
         assert!(r.allowing("vm:18444").judge("vm:18443/x/y:1").is_some());
     }
 }
+
+#[cfg(test)]
+mod on_the_policy {
+    use super::*;
+    use crate::ComposePolicy;
+
+    fn policy() -> ComposePolicy {
+        let lookup: Arc<LookupFn> = Arc::new(|host: &str| match host {
+            "vm" => Lookup::Found(vec![Address {
+                ip: "127.0.0.1".parse().unwrap(),
+                this_box: true,
+            }]),
+            "dns-down.example" => Lookup::Failed("temporary failure in name resolution".into()),
+            _ => Lookup::NoAddress,
+        });
+        ComposePolicy::new("p").registries(Some(Registries::new(lookup, Vec::new())))
+    }
+
+    #[test]
+    fn the_file_names_the_image_and_a_value_from_a_secret_is_named_by_its_variable() {
+        let secrets = Default::default();
+        let file = "services:\n  web:\n    image: vm:18443/x/y:1\n";
+        let err = policy().check_file(file, &|_| None, &secrets).unwrap_err();
+        assert_eq!(err.code, crate::RefusalCode::RegistryNotAllowed);
+        assert!(err.to_string().starts_with(
+            "REGISTRY_NOT_ALLOWED: web: image vm:18443/x/y:1: registry vm:18443 resolves to \
+             127.0.0.1 (loopback)"
+        ));
+        // compose's model carries the secret's value; the finding names the variable only.
+        let raw = "services:\n  web:\n    image: ${IMAGE}\n";
+        let model = serde_json::json!({"services": {"web": {"image": "vm:18443/s3cr3t/y:1"}}});
+        let err = policy()
+            .check_model(model, raw, std::path::Path::new("/r"), &|_| None)
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            !text.contains("s3cr3t") && !text.contains("vm:18443"),
+            "{text}"
+        );
+        assert!(
+            text.contains("${IMAGE}") && text.contains("loopback"),
+            "{text}"
+        );
+        // A resolver that cannot answer is not judged, so not passed.
+        let down = "services:\n  web:\n    image: dns-down.example/x:1\n";
+        let err = policy().check_file(down, &|_| None, &secrets).unwrap_err();
+        assert_eq!(err.code, crate::RefusalCode::RegistryUnresolved);
+        assert!(
+            err.to_string().starts_with("REGISTRY_UNAVAILABLE: "),
+            "{err}"
+        );
+        // A registry of the network, and a name without an address, pass.
+        let fine = "services:\n  web:\n    image: ghcr.io/acme/api:2\n";
+        assert!(policy().check_file(fine, &|_| None, &secrets).is_ok());
+    }
+}
