@@ -102,7 +102,7 @@ policy! {
     BaoListenerUntrusted, Fail,
         "a process of another user (the message names its uid and user) listens where the agent dials OpenBao, and was sent nothing: find it with `ss -ltnpe`, stop it, then `systemctl restart monky-deployd-proxy`; if the proxy really runs as that user, name it in bao.listener_user";
     RegistryListenerUntrusted, Fail,
-        "the registry credential names an address of this box (loopback, a bridge, its own address) where an untrusted process listens (the message names it: another user's, or a container's published port), so the credential was not written: stop that process, or, for a registry the box's admin runs in a container on purpose, name it in trusted_registries";
+        "the registry credential names a registry whose name resolves to an address of this box (loopback, a bridge, its own address) where an untrusted process listens or a connection is not accepted in time (the message names it: another user's, or a container's published port), so the credential was not handed to dockerd: stop that process, or, for a registry the box's admin runs in a container on purpose, name it in trusted_registries";
     RegistryNotAllowed, Fail,
         "an image's registry resolves to an address of this box (loopback, link-local, one of its own; the message names the image, the registry and the address), where dockerd would dial it: the box's admin names a registry it runs on this box on purpose in registry_host or trusted_registries; otherwise the bundle author takes the image from the box's own registry or the network's";
     RegistryUnavailable, Temporary,
