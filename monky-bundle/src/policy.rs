@@ -23,6 +23,7 @@ use crate::mount::{Mount, MountKind, truthy};
 use crate::refusal::{Refusal, RefusalCode, printable};
 
 mod paths;
+pub mod registries;
 
 /// How the table classifies a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -527,6 +528,7 @@ pub struct ComposePolicy {
     pids_supplied: bool,
     allow_unprefixed_names: bool,
     registry_host: Option<String>,
+    registries: Option<registries::Registries>,
     allow_secrets_on_command_lines: bool,
 }
 
@@ -544,6 +546,7 @@ impl ComposePolicy {
             pids_supplied: false,
             allow_unprefixed_names: false,
             registry_host: None,
+            registries: None,
             allow_secrets_on_command_lines: false,
         }
     }
@@ -604,6 +607,26 @@ impl ComposePolicy {
     #[must_use]
     pub fn registry_host(mut self, host: Option<&str>) -> Self {
         self.registry_host = host.map(str::to_ascii_lowercase);
+        self
+    }
+
+    /// The box's view of registries (its resolver and the registries its admin allows on its
+    /// own addresses): an image whose registry resolves to an address of the box is refused
+    /// (`REGISTRY_NOT_ALLOWED`) unless allowed by name, and one the resolver cannot answer for
+    /// is not judged (`REGISTRY_UNAVAILABLE`). Without it (no box behind the check) only the
+    /// spelling is judged.
+    #[must_use]
+    pub fn registries(mut self, registries: Option<registries::Registries>) -> Self {
+        self.registries = registries;
+        self
+    }
+
+    /// One more registry allowed on the box's own addresses (the env's credential's, which
+    /// the agent proves the box's before it hands the credential to dockerd); nothing without
+    /// [`ComposePolicy::registries`].
+    #[must_use]
+    pub fn registry_allowed(mut self, registry: &str) -> Self {
+        self.registries = self.registries.take().map(|r| r.allowing(registry));
         self
     }
 
@@ -774,6 +797,8 @@ enum Severity {
     Privileged,
     Invalid,
     Nonconforming,
+    Registry,
+    Unresolved,
 }
 
 struct Ctx<'a> {
@@ -909,11 +934,15 @@ impl Ctx<'_> {
         let mut invalid = Vec::new();
         let mut privileged = Vec::new();
         let mut names = Vec::new();
+        let mut registry = Vec::new();
+        let mut unresolved = Vec::new();
         for (sev, text) in walk.findings {
             match sev {
                 Severity::Invalid => invalid.push(text),
                 Severity::Privileged => privileged.push(text),
                 Severity::Nonconforming => names.push(text),
+                Severity::Registry => registry.push(text),
+                Severity::Unresolved => unresolved.push(text),
             }
         }
         let budget = self
@@ -926,6 +955,11 @@ impl Ctx<'_> {
         if !privileged.is_empty() && !self.policy.allow_privileged {
             out.push(Refusal::new(RefusalCode::PrivilegedRefused, privileged));
         }
+        // A registry of the box is the box's admin's to allow, never the bundle's
+        // `allow_privileged`.
+        if !registry.is_empty() {
+            out.push(Refusal::new(RefusalCode::RegistryNotAllowed, registry));
+        }
         if !invalid.is_empty() {
             out.push(Refusal::new(RefusalCode::BundleInvalid, invalid));
         }
@@ -934,6 +968,9 @@ impl Ctx<'_> {
         }
         if !budget.is_empty() {
             out.push(Refusal::new(RefusalCode::BudgetExceeded, budget));
+        }
+        if !unresolved.is_empty() {
+            out.push(Refusal::new(RefusalCode::RegistryUnresolved, unresolved));
         }
         out
     }
@@ -1234,6 +1271,24 @@ impl Ctx<'_> {
                         Severity::Privileged,
                         &format!("{why}: {}", image.trim()),
                     );
+                } else if let Some(image) = value.as_str()
+                    && let Some(found) = p.registries.as_ref().and_then(|r| r.judge(image))
+                {
+                    let sev = match found {
+                        registries::RegistryFinding::OnTheBox { .. } => Severity::Registry,
+                        registries::RegistryFinding::Unresolved { .. } => Severity::Unresolved,
+                    };
+                    // A value that came from a secret is named by its variable, never shown.
+                    let text = if walk.shows_value(site) {
+                        found.to_string()
+                    } else {
+                        format!(
+                            "{}: {}",
+                            walk.key_value(site, shown, image),
+                            found.unnamed()
+                        )
+                    };
+                    walk.add(sev, site, &text);
                 }
             }
             C::Dns => {
@@ -1670,7 +1725,13 @@ pub fn image_problem(image: &str, registry_host: Option<&str>) -> Option<&'stati
     let on_box = host == "localhost"
         || host.ends_with(".localhost")
         || (numeric && host.parse::<std::net::Ipv4Addr>().is_err())
-        || host.parse::<std::net::IpAddr>().is_ok_and(on_box_address);
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| {
+            on_box_address(ip)
+                || registries::Place::of(registries::Address {
+                    ip,
+                    this_box: false,
+                }) == registries::Place::LinkLocal
+        });
     on_box.then_some(LOOPBACK_REGISTRY)
 }
 
@@ -1773,6 +1834,10 @@ mod tests {
             ("0x7f000001:5000/api", true),
             ("0:5000/api", true),
             ("10.1.2.3:5000/api", false),
+            ("169.254.169.254/api", true),
+            ("[fe80::1]:5000/api", true),
+            ("[0:0:0:0:0:0:0:1]:5000/api", true),
+            ("[::]:5000/api", true),
             ("registry.example.com./api", false),
         ] {
             let got = super::image_problem(image, own);

@@ -41,6 +41,12 @@ pub enum RefusalCode {
     /// `entrypoint`, a healthcheck `test`, a `post_start`/`pre_stop` `command`), which every
     /// local user can read in `/proc/<pid>/cmdline`.
     SecretOnCommandLine,
+    /// An image's registry resolves to an address of this box (loopback, link-local, its
+    /// own) that the box's config does not name as its registry.
+    RegistryNotAllowed,
+    /// The box's resolver did not answer for an image's registry, so where dockerd would dial
+    /// it is not known: temporary.
+    RegistryUnresolved,
 }
 
 impl RefusalCode {
@@ -61,6 +67,8 @@ impl RefusalCode {
             RefusalCode::BundleNonconforming => "BUNDLE_NONCONFORMING",
             RefusalCode::BudgetExceeded => "BUDGET_EXCEEDED",
             RefusalCode::SecretOnCommandLine => "SECRET_ON_COMMAND_LINE",
+            RefusalCode::RegistryNotAllowed => "REGISTRY_NOT_ALLOWED",
+            RefusalCode::RegistryUnresolved => "REGISTRY_UNAVAILABLE",
         }
     }
 }

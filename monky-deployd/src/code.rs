@@ -102,7 +102,11 @@ policy! {
     BaoListenerUntrusted, Fail,
         "a process of another user (the message names its uid and user) listens where the agent dials OpenBao, and was sent nothing: find it with `ss -ltnpe`, stop it, then `systemctl restart monky-deployd-proxy`; if the proxy really runs as that user, name it in bao.listener_user";
     RegistryListenerUntrusted, Fail,
-        "the registry credential names an address of this box (loopback, a bridge, its own address) where an untrusted process listens (the message names it: another user's, or a container's published port), so the credential was not written: stop that process, or, for a registry the box's admin runs in a container on purpose, name it in trusted_registries";
+        "the registry credential names a registry whose name resolves to an address of this box (loopback, a bridge, its own address) where an untrusted process listens or a connection is not accepted in time (the message names it: another user's, or a container's published port), so the credential was not handed to dockerd: stop that process, or, for a registry the box's admin runs in a container on purpose, name it in trusted_registries";
+    RegistryNotAllowed, Fail,
+        "an image's registry resolves to an address of this box (loopback, link-local, one of its own; the message names the image, the registry and the address), where dockerd would dial it: the box's admin names a registry it runs on this box on purpose in registry_host or trusted_registries; otherwise the bundle author takes the image from the box's own registry or the network's";
+    RegistryUnavailable, Temporary,
+        "a registry on this box could not be proven the box's own (nothing answers on one of its addresses, or the resolver did not answer for its name), so nothing was pulled and no credential handed to dockerd: start the registry, or fix the resolver; the next tick retries";
     SecretReadableOnHost, Fail,
         "a service that gets a secret in its environment would run as a uid that a host account also has (the message names the service, the uid and the account), and the engine does not remap user namespaces, so that account could read the secret in /proc/<pid>/environ; nothing started: enable userns-remap in /etc/docker/daemon.json, or keep that uid free of host accounts, or, if the box's admin accepts it, name the uid in allowed_shared_uids";
     TenancyRefusedToken, Fail,
@@ -257,7 +261,7 @@ impl CodePolicy for Code {
             C::NotRunning | C::Failed | C::BaoRefused => Owner::BoxAdmin,
             C::BaoTlsUnknownCa | C::BaoTlsWrongName | C::ComposeUpFailed => Owner::BoxAdmin,
             C::LeaseRateLimited | C::RateLimited | C::TenancyUnavailable => Owner::NoOne,
-            C::BaoUnavailable | C::TickTimeout => Owner::NoOne,
+            C::BaoUnavailable | C::TickTimeout | C::RegistryUnavailable => Owner::NoOne,
             C::LeaseShape | C::LeaseInvalid | C::CheckinInvalid => Owner::Tenancy,
             C::BundleNotFound | C::TenancyRefused | C::BundleShaMismatch => Owner::Tenancy,
             C::BaoPermissionDenied | C::BaoLoginRejected | C::BaoSealed => Owner::BaoOperators,
@@ -278,6 +282,7 @@ impl CodePolicy for Code {
             C::TenancyListenerUntrusted
             | C::BaoListenerUntrusted
             | C::RegistryListenerUntrusted
+            | C::RegistryNotAllowed
             | C::SecretReadableOnHost
             | C::TlsClock => Owner::BoxAdmin,
             C::ReleasesOverCap | C::Drift | C::HealFailed => Owner::BoxAdmin,
@@ -313,6 +318,8 @@ impl CodePolicy for Code {
             R::BundleNonconforming => Code::BundleNonconforming,
             R::BudgetExceeded => Code::BudgetExceeded,
             R::SecretOnCommandLine => Code::SecretOnCommandLine,
+            R::RegistryNotAllowed => Code::RegistryNotAllowed,
+            R::RegistryUnresolved => Code::RegistryUnavailable,
             // A refusal code this agent does not know yet is still a malformed bundle to it.
             _ => Code::BundleInvalid,
         }
@@ -379,6 +386,7 @@ mod tests {
                 "LEASE_RATE_LIMITED",
                 "RATE_LIMITED",
                 "TENANCY_UNAVAILABLE",
+                "REGISTRY_UNAVAILABLE",
                 "BAO_UNAVAILABLE",
                 "BAO_SEALED",
                 "TICK_TIMEOUT"

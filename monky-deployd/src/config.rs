@@ -424,9 +424,10 @@ pub struct Config {
     pub allowed_external_networks: Vec<String>,
     /// Waives `BUNDLE_NONCONFORMING` (names outside the project's), never a host-access finding.
     pub allow_unprefixed_names: bool,
-    /// Registries (`host:port`, as the credential names them) on an address of this box that the
-    /// box's admin vouches for, whoever listens there (a pull-through cache in a container):
-    /// the registry credential goes to them unjudged.
+    /// Registries (`host:port`, as an image or the credential spells them) on an address of
+    /// this box that the box's admin allows: images may name them, and their listener may be a
+    /// container's (a pull-through cache); it must still be root's or the agent's user's, and
+    /// answer on every address their name resolves to, before the credential reaches dockerd.
     pub trusted_registries: Vec<String>,
     /// Waives `SECRET_ON_COMMAND_LINE`: the box's admin knows no other account reads a
     /// process's arguments here (`/proc` mounted `hidepid`, no host account at a container's
@@ -706,8 +707,23 @@ impl Config {
             .allow_unprefixed_names(self.allow_unprefixed_names)
             .allow_secrets_on_command_lines(self.allow_secrets_on_command_lines)
             .registry_host(Some(&self.registry_host))
+            .registries(Some(self.registries()))
             .budget(self.budget.clone())
             .allow_privileged(allow_privileged)
+    }
+}
+
+impl Config {
+    /// The box's view of registries for the policy: the system's resolver, and the registries
+    /// its admin allows on the box's own addresses (`registry_host`, `trusted_registries`).
+    pub fn registries(&self) -> monky_bundle::policy::registries::Registries {
+        let allowed = std::iter::once(self.registry_host.clone())
+            .chain(self.trusted_registries.iter().cloned())
+            .collect();
+        monky_bundle::policy::registries::Registries::new(
+            crate::resolve::Resolver::default().into_lookup(),
+            allowed,
+        )
     }
 }
 

@@ -36,6 +36,11 @@ const HOLD: &str = "hold";
 const LISTENERS: &str = "listeners";
 const DOCKER: &str = "docker";
 const DOCKER_CONFIG_JSON: &str = "config.json";
+/// The registry credential at rest, beside `config.json` in `docker/` but not read by the docker
+/// CLI: it is copied into `config.json` only for a pull from a registry proven the box's.
+const CREDENTIAL_JSON: &str = "credential.json";
+/// The largest credential file read back.
+const MAX_CREDENTIAL_BYTES: u64 = 64 * 1024;
 const RELEASES: &str = "releases";
 const STAGING: &str = "staging";
 const DIGESTS: &str = "env-digests";
@@ -56,6 +61,11 @@ pub fn docker_config_dir(state_dir: &Path) -> PathBuf {
 /// The docker CLI's `config.json` (the stored registry credential), a path for `doctor`'s look.
 pub fn docker_config_json(state_dir: &Path) -> PathBuf {
     docker_config_dir(state_dir).join(DOCKER_CONFIG_JSON)
+}
+
+/// The registry credential at rest (`docker/credential.json`), a path for `doctor`'s look.
+pub fn credential_json(state_dir: &Path) -> PathBuf {
+    docker_config_dir(state_dir).join(CREDENTIAL_JSON)
 }
 
 /// The env's directory (`<state_dir>/<env_id>`), a path for messages and the original agent's
@@ -277,6 +287,38 @@ impl Layout {
     /// Stores the docker CLI's `config.json` (the registry credential), 0600 in `docker/`.
     pub fn write_docker_config(&self, json: &[u8]) -> anyhow::Result<()> {
         self.docker()?.write_atomic(DOCKER_CONFIG_JSON, json, 0o600)
+    }
+
+    /// Removes the docker CLI's `config.json`, so no later docker command hands a credential to
+    /// dockerd.
+    pub fn remove_docker_config(&self) -> anyhow::Result<()> {
+        let docker = self.docker()?;
+        if docker.has(DOCKER_CONFIG_JSON) {
+            docker.remove_file(DOCKER_CONFIG_JSON)?;
+        }
+        Ok(())
+    }
+
+    /// The docker CLI's `config.json`, when there is one.
+    pub fn read_docker_config(&self) -> anyhow::Result<Option<zeroize::Zeroizing<Vec<u8>>>> {
+        Ok(self
+            .docker()?
+            .read_file(DOCKER_CONFIG_JSON, MAX_CREDENTIAL_BYTES)?
+            .map(zeroize::Zeroizing::new))
+    }
+
+    /// Stores the registry credential at rest (the `config.json` it becomes), 0600 in
+    /// `docker/`, where the docker CLI does not read it.
+    pub fn write_credential(&self, json: &[u8]) -> anyhow::Result<()> {
+        self.docker()?.write_atomic(CREDENTIAL_JSON, json, 0o600)
+    }
+
+    /// The registry credential at rest, when there is one.
+    pub fn read_credential(&self) -> anyhow::Result<Option<zeroize::Zeroizing<Vec<u8>>>> {
+        Ok(self
+            .docker()?
+            .read_file(CREDENTIAL_JSON, MAX_CREDENTIAL_BYTES)?
+            .map(zeroize::Zeroizing::new))
     }
 
     /// Checks that `doctor` can write the state dir: a probe file written and removed.

@@ -30,6 +30,7 @@ mod peers;
 pub mod redact;
 pub mod refusals;
 mod release;
+mod resolve;
 mod runloop;
 mod shared_uid;
 pub mod state;

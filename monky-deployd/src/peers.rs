@@ -189,6 +189,9 @@ pub struct Trusted {
     uids: Vec<u32>,
     /// The listeners judged the box's before, when the caller keeps them (the tick).
     memory: Option<Arc<Listeners>>,
+    /// Whether a container's listener (docker-proxy for a published port) is the box's too: a
+    /// registry the box's admin names in `trusted_registries`.
+    containers: bool,
 }
 
 impl Trusted {
@@ -232,6 +235,7 @@ impl Trusted {
             peer,
             uids,
             memory: None,
+            containers: false,
         })
     }
 
@@ -267,12 +271,13 @@ impl Trusted {
             }
             Ok(Some(s)) if self.uids.contains(&s.uid) => match self.listener_of(peer, &s) {
                 owner::Listener::Host(_) => return Ok(Some(s.uid)),
+                owner::Listener::Container(_) if self.containers => return Ok(Some(s.uid)),
                 owner::Listener::Container(what) => Owner::Container(what),
                 // Not visible to this process (the unit's `ProtectProc=invisible` hides root's
                 // processes): the engine says whether a container publishes the port.
                 owner::Listener::Unknown(_) => match published_by_container(peer) {
-                    Some(what) => Owner::Container(what),
-                    None => return Ok(Some(s.uid)),
+                    Some(what) if !self.containers => Owner::Container(what),
+                    _ => return Ok(Some(s.uid)),
                 },
             },
             Ok(Some(s)) => Owner::Uid(s.uid),
@@ -339,6 +344,47 @@ impl Trusted {
     }
 }
 
+impl Trusted {
+    /// The registry's look at `addr`: [`probe`](Self::probe), where a connection that is
+    /// refused, times out or whose owner cannot be read is never a pass. A connection not
+    /// accepted in time (a full accept queue) is named by the listening socket's owner when
+    /// the kernel shows one.
+    fn prove(&self, addr: SocketAddr) -> Proof {
+        let unjudged = |why: String| Untrusted {
+            peer: self.peer,
+            addr,
+            owner: Owner::Unreadable(why),
+        };
+        let stream = match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+            Ok(stream) => stream,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                return Proof::Nothing("connection refused".to_owned());
+            }
+            Err(e) => {
+                return Proof::Refused(match owner::listening(addr) {
+                    Some(l) if !self.uids.contains(&l.uid) => Untrusted {
+                        peer: self.peer,
+                        addr,
+                        owner: Owner::Uid(l.uid),
+                    },
+                    _ => unjudged(format!("the connection was not accepted: {e}")),
+                });
+            }
+        };
+        let (Ok(local), Ok(peer)) = (stream.local_addr(), stream.peer_addr()) else {
+            return Proof::Refused(unjudged("the connection closed at once".to_owned()));
+        };
+        match self.owner(local, peer) {
+            Ok(Some(uid)) => Proof::Served(uid),
+            Ok(None) => Proof::Refused(unjudged("no socket of this box answers".to_owned())),
+            Err(e) => match e.downcast::<Untrusted>() {
+                Ok(untrusted) => Proof::Refused(*untrusted),
+                Err(e) => Proof::Refused(unjudged(e.to_string())),
+            },
+        }
+    }
+}
+
 /// `doctor`'s look at who serves `peer`'s loopback address; `None` when the agent dials no
 /// loopback address for it.
 pub fn listener_report(cfg: &Config, peer: Peer) -> Option<Result<String, String>> {
@@ -362,104 +408,165 @@ pub fn listener_report(cfg: &Config, peer: Peer) -> Option<Result<String, String
     })
 }
 
-/// The address of this box that `registry` (`host[:port]`, as a credential names it) is
-/// served on, unless the box's admin trusts it by name: an IP literal, a `localhost` name, or
-/// a name the resolver gives an address of this box (docker's default port 443 when none is
-/// given). `None` for the network's registries.
-fn local_registry(cfg: &Config, registry: &str) -> Vec<SocketAddr> {
-    if cfg
-        .trusted_registries
-        .iter()
-        .any(|r| r.eq_ignore_ascii_case(registry))
-    {
-        return Vec::new();
-    }
-    let Some(url) = url::Url::parse(&format!("https://{registry}/")).ok() else {
-        return Vec::new();
+/// The addresses of this box that `registry` (`host[:port]`, as a credential names it) leads
+/// to, with the ports dockerd dials there: every address its name resolves to, by the box's
+/// resolver as dockerd asks it (`/etc/hosts` first, then DNS, both families), that is
+/// loopback, link-local, unspecified or one of the box's own. dockerd tries https and then,
+/// for a registry it takes for insecure (loopback), plain http on the same port; with no port
+/// named, 443 and then 80. Empty for a registry of the network.
+///
+/// # Errors
+/// `REGISTRY_UNAVAILABLE` when the resolver does not answer: where dockerd would send the
+/// credential is then not known.
+fn local_registry(
+    resolver: &crate::resolve::Resolver,
+    registry: &str,
+) -> Result<Vec<SocketAddr>, Failure> {
+    use monky_bundle::policy::registries::{Lookup, Place, RegistryName};
+    let name = RegistryName::of_domain(registry);
+    let port = match name.domain.strip_prefix('[') {
+        Some(v6) => v6.split_once("]:").map(|(_, p)| p),
+        None => name.domain.rsplit_once(':').map(|(_, p)| p),
     };
-    let port = url.port().unwrap_or(443);
-    let ips: Vec<std::net::IpAddr> = match url.host() {
-        Some(url::Host::Ipv4(ip)) => vec![ip.into()],
-        Some(url::Host::Ipv6(ip)) => vec![ip.into()],
-        Some(url::Host::Domain(d)) => {
-            let d = d.trim_end_matches('.').to_ascii_lowercase();
-            if d == "localhost" || d.ends_with(".localhost") {
-                vec![std::net::IpAddr::from([127, 0, 0, 1])]
-            } else {
-                // A name is judged by every address the resolver gives it, as dockerd asks
-                // the same resolver (`/etc/hosts` first): each one on this box is judged.
-                use std::net::ToSocketAddrs as _;
-                (d.as_str(), port)
-                    .to_socket_addrs()
-                    .map(|a| a.map(|a| a.ip()).collect())
-                    .unwrap_or_default()
-            }
+    let ports: Vec<u16> = match port {
+        Some(p) => vec![p.parse().map_err(|_| {
+            Failure::coded(
+                Code::RegistryNotAllowed,
+                format!("registry {registry}: its port is not a port number"),
+            )
+        })?],
+        None => vec![443, 80],
+    };
+    let addrs = match resolver.lookup(&name.host) {
+        Lookup::Found(addrs) => addrs,
+        Lookup::NoAddress => Vec::new(),
+        Lookup::Failed(why) => {
+            return Err(Failure::coded(
+                Code::RegistryUnavailable,
+                format!(
+                    "registry {registry}: the resolver did not answer ({why}), so where dockerd \
+                     would send the credential is not known; nothing was pulled"
+                ),
+            ));
         }
-        None => Vec::new(),
     };
-    let mut local: Vec<SocketAddr> = ips
+    let mut local: Vec<SocketAddr> = addrs
         .into_iter()
-        .filter(|ip| crate::host::is_local(*ip))
-        .map(|ip| SocketAddr::new(ip, port))
+        .filter(|a| Place::of(*a) != Place::Network)
+        .flat_map(|a| ports.iter().map(move |p| SocketAddr::new(a.ip, *p)))
         .collect();
     local.sort_unstable();
     local.dedup();
-    local
+    Ok(local)
 }
 
-/// Before the registry credential is handed to dockerd, and before every pull: a registry on
-/// an address of this box must be served by a trusted process there (as a peer is), on every
-/// such address its name resolves to, or be named in `trusted_registries`. `Ok(Some(..))` says
-/// who serves it, for the journal.
+/// Before the registry credential is handed to dockerd, for a registry on an address of this
+/// box: every address its name resolves to must have a listener proven the box's own, by the
+/// tenancy channel's rules (root or the agent's user, and not a container's unless the box's
+/// admin names the registry in `trusted_registries`, for a pull-through cache in a container).
+/// A look that cannot see is no pass: nothing listening is `REGISTRY_UNAVAILABLE` (exit 75), a
+/// connection that is not accepted in time, or whose owner cannot be read, is refused.
+/// `Ok(None)` for a registry of the network; else who serves it, for the journal.
 ///
 /// # Errors
-/// `REGISTRY_LISTENER_UNTRUSTED`, naming the listener.
+/// `REGISTRY_LISTENER_UNTRUSTED`, naming the listener; `REGISTRY_UNAVAILABLE`.
 pub fn registry_check(cfg: &Config, registry: &str) -> anyhow::Result<Option<String>> {
-    let addrs = local_registry(cfg, registry);
+    registry_check_with(cfg, &crate::resolve::Resolver::default(), registry)
+}
+
+fn registry_check_with(
+    cfg: &Config,
+    resolver: &crate::resolve::Resolver,
+    registry: &str,
+) -> anyhow::Result<Option<String>> {
+    let addrs = local_registry(resolver, registry)?;
     if addrs.is_empty() {
         return Ok(None);
     }
-    let trusted = Trusted::of(cfg, Peer::Registry)?;
+    let mut trusted = Trusted::of(cfg, Peer::Registry)?;
+    trusted.containers = cfg.trusted_registries.iter().any(|r| {
+        monky_bundle::policy::registries::RegistryName::of_domain(registry).is_named_by(r)
+    });
+    let refused = |u: &Untrusted| {
+        Failure::coded(
+            Code::RegistryListenerUntrusted,
+            format!(
+                "registry credential for {registry}: {u}; dockerd would send it there, so it is \
+                 not handed to dockerd (nothing pulled or started): stop that process, or name \
+                 the registry in trusted_registries if the box's admin runs it in a container \
+                 on purpose"
+            ),
+        )
+    };
     let mut seen = Vec::new();
     for addr in addrs {
-        match trusted.probe(addr) {
-            Ok(Some(uid)) => seen.push(format!(
+        match trusted.prove(addr) {
+            Proof::Served(uid) => seen.push(format!(
                 "registry {registry} at {addr} is served by uid {uid} ({})",
                 user_name(uid)
             )),
-            Ok(None) => seen.push(format!("nothing answers for registry {registry} at {addr}")),
-            Err(u) => {
+            Proof::Nothing(why) => {
                 return Err(Failure::coded(
-                    Code::RegistryListenerUntrusted,
+                    Code::RegistryUnavailable,
                     format!(
-                        "registry credential for {registry}: {u}; dockerd would send it there, so \
-                         it is not (not written, nothing pulled or started): stop that process, \
-                         or name the registry in trusted_registries if the box's admin runs it \
-                         there on purpose"
+                        "registry credential for {registry}: nothing answers at {addr} ({why}), \
+                         one of the addresses its name resolves to, where any local user could \
+                         listen; not handed to dockerd, nothing pulled: start the registry there, \
+                         or name it so it resolves only where it runs"
                     ),
                 )
                 .into());
             }
+            Proof::Refused(u) => return Err(refused(&u).into()),
         }
     }
     Ok(Some(seen.join("; ")))
 }
 
-/// The registries the stored registry credential (`docker/config.json`'s `auths`) names.
+/// What a look at a registry's address found.
+enum Proof {
+    /// A listener proven the box's, by its owner's uid.
+    Served(u32),
+    /// Nothing listens there (the connection was refused).
+    Nothing(String),
+    /// Another's listener, or one that could not be judged.
+    Refused(Untrusted),
+}
+
+/// The registries the stored registry credential names: `auths` of `docker/config.json` and of
+/// the credential at rest (`docker/credential.json`). `None` when neither file is there.
 #[must_use]
 pub fn stored_registries(cfg: &Config) -> Option<Vec<String>> {
-    let path = crate::layout::docker_config_json(&cfg.state_dir);
-    let text = std::fs::read_to_string(&path).ok()?;
-    Some(
-        serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
-            .and_then(|v| {
-                v.get("auths")?
-                    .as_object()
-                    .map(|m| m.keys().cloned().collect())
-            })
-            .unwrap_or_default(),
-    )
+    let mut found = None;
+    for path in [
+        crate::layout::docker_config_json(&cfg.state_dir),
+        crate::layout::credential_json(&cfg.state_dir),
+    ] {
+        let Ok(text) = std::fs::read(&path) else {
+            continue;
+        };
+        let text = zeroize::Zeroizing::new(text);
+        let names: &mut Vec<String> = found.get_or_insert_with(Vec::new);
+        names.extend(auths_of(&text));
+    }
+    if let Some(names) = &mut found {
+        names.sort();
+        names.dedup();
+    }
+    found
+}
+
+/// The registries a docker `config.json`'s `auths` names (the keys only).
+#[must_use]
+pub fn auths_of(json: &[u8]) -> Vec<String> {
+    serde_json::from_slice::<serde_json::Value>(json)
+        .ok()
+        .and_then(|v| {
+            v.get("auths")?
+                .as_object()
+                .map(|m| m.keys().cloned().collect())
+        })
+        .unwrap_or_default()
 }
 
 /// [`registry_check`] for every registry of the stored credential: made before every pull
@@ -471,6 +578,26 @@ pub fn stored_registries(cfg: &Config) -> Option<Vec<String>> {
 pub fn stored_registry_check(cfg: &Config) -> anyhow::Result<Vec<String>> {
     let mut seen = Vec::new();
     for registry in stored_registries(cfg).unwrap_or_default() {
+        seen.extend(registry_check(cfg, &registry)?);
+    }
+    Ok(seen)
+}
+
+/// [`registry_check`] for every registry of `docker/config.json` alone, the credential the
+/// docker CLI hands to dockerd now: made before every `up` (compose pulls there too, for a
+/// service's `pull_policy: always`). The credential at rest reaches dockerd only for the
+/// agent's own pull, which proves its registry then.
+///
+/// # Errors
+/// As [`registry_check`].
+pub fn handed_registry_check(cfg: &Config) -> anyhow::Result<Vec<String>> {
+    let path = crate::layout::docker_config_json(&cfg.state_dir);
+    let Ok(text) = std::fs::read(&path) else {
+        return Ok(Vec::new());
+    };
+    let text = zeroize::Zeroizing::new(text);
+    let mut seen = Vec::new();
+    for registry in auths_of(&text) {
         seen.extend(registry_check(cfg, &registry)?);
     }
     Ok(seen)
@@ -790,6 +917,7 @@ mod tests {
             peer: Peer::Tenancy,
             uids: vec![],
             memory: None,
+            containers: false,
         };
         // The network's peers are not in the box's socket table; the check lets them be.
         let local: SocketAddr = "10.0.0.5:40000".parse().unwrap();
@@ -830,6 +958,7 @@ mod tests {
             peer: Peer::Tenancy,
             uids: vec![me],
             memory: None,
+            containers: false,
         };
         assert_eq!(
             mine.probe(listener.local_addr().unwrap()).unwrap(),
@@ -847,6 +976,7 @@ mod tests {
             peer: Peer::Tenancy,
             uids: vec![me],
             memory: None,
+            containers: false,
         }
         .remembering(Some(&memory));
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -877,38 +1007,63 @@ mod tests {
     }
 
     #[test]
-    fn a_registry_named_by_a_name_that_resolves_to_this_box_is_judged() {
-        use std::net::ToSocketAddrs as _;
-        let cfg = config("");
-        // This box's own name, which the resolver answers from /etc/hosts with one of its
-        // addresses, as it would for dockerd.
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .unwrap()
-            .trim()
-            .to_owned();
-        let resolved: Vec<SocketAddr> = (host.as_str(), 5000).to_socket_addrs().unwrap().collect();
-        let mut local: Vec<SocketAddr> = resolved
-            .iter()
-            .filter(|a| crate::host::is_local(a.ip()))
-            .copied()
-            .collect();
-        local.sort_unstable();
-        local.dedup();
-        assert!(
-            !local.is_empty(),
-            "this test needs the box's own name ({host}) to resolve to an address of the box: {resolved:?}"
-        );
-        assert_eq!(local_registry(&cfg, &format!("{host}:5000")), local);
+    fn a_registry_is_judged_on_every_address_its_name_resolves_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let hosts = dir.path().join("hosts");
+        std::fs::write(
+            &hosts,
+            "127.0.0.1 localhost\n::1 localhost\n127.0.0.1 vm\n10.255.0.9 lan-mirror.test\n\
+             169.254.169.254 metadata.test\n",
+        )
+        .unwrap();
+        let r = crate::resolve::Resolver::with_hosts_file(hosts);
+        let addrs = |reg: &str| -> Vec<String> {
+            local_registry(&r, reg)
+                .unwrap()
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        // Both families of a hosts-file name, on the port the credential names.
+        assert_eq!(addrs("localhost:5000"), ["127.0.0.1:5000", "[::1]:5000"]);
+        assert_eq!(addrs("LocalHost.:5000"), ["127.0.0.1:5000", "[::1]:5000"]);
+        // A name the hosts file maps to loopback; https and then http without a port.
+        assert_eq!(addrs("vm"), ["127.0.0.1:80", "127.0.0.1:443"]);
+        assert_eq!(addrs("metadata.test:8080"), ["169.254.169.254:8080"]);
+        assert_eq!(addrs("[::1]:5000"), ["[::1]:5000"]);
         assert_eq!(
-            local_registry(&cfg, &format!("{}:5000", host.to_uppercase())),
-            local
+            addrs("[::ffff:127.0.0.1]:5000"),
+            ["[::ffff:127.0.0.1]:5000"]
         );
-        // A name of the network's, and one that resolves to nothing, are the network's.
-        assert_eq!(local_registry(&cfg, "registry.invalid:5000"), []);
-        assert_eq!(local_registry(&cfg, "192.0.2.10:5000"), []);
-        // The admin's word by name still stands.
-        let trusted = config(&format!("trusted_registries: [\"{host}:5000\"]\n"));
-        assert_eq!(local_registry(&trusted, &format!("{host}:5000")), []);
+        // The network's, and a name that resolves to nothing.
+        assert!(addrs("lan-mirror.test:5000").is_empty());
+        assert!(addrs("192.0.2.10:5000").is_empty());
+        assert!(addrs("registry.invalid:5000").is_empty());
+    }
+
+    #[test]
+    fn a_look_at_a_registry_that_cannot_see_is_no_pass() {
+        let me = rustix::process::geteuid().as_raw();
+        let t = Trusted {
+            peer: Peer::Registry,
+            uids: vec![0, me],
+            memory: None,
+            containers: false,
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        assert!(matches!(t.prove(addr), Proof::Served(uid) if uid == me));
+        drop(listener);
+        assert!(matches!(t.prove(addr), Proof::Nothing(_)));
+        let nobody = Trusted {
+            uids: vec![],
+            ..t.clone()
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let Proof::Refused(u) = nobody.prove(listener.local_addr().unwrap()) else {
+            panic!("a listener of a user not trusted passed")
+        };
+        assert!(u.to_string().contains(&format!("uid {me} (")), "{u}");
     }
 
     #[test]

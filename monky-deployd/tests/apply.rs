@@ -50,8 +50,10 @@ fn first_apply_from_a_bootstrap_grant() {
         assert!(w.env_dir().join("current").join(f).is_file(), "{f}");
     }
 
-    // The registry credential went to the agent's own DOCKER_CONFIG.
-    let cfg = w.state_dir().join("docker/config.json");
+    // The registry credential went to the agent's own docker dir, at rest: its registry is on
+    // this box, so the docker CLI's config.json held it for the pull only.
+    assert!(!w.state_dir().join("docker/config.json").exists());
+    let cfg = w.state_dir().join("docker/credential.json");
     assert_eq!(
         std::fs::metadata(&cfg).unwrap().permissions().mode() & 0o777,
         0o600
@@ -65,7 +67,7 @@ fn first_apply_from_a_bootstrap_grant() {
         0o700
     );
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
-    assert!(doc["auths"]["127.0.0.1:5000"]["auth"].is_string(), "{doc}");
+    assert!(doc["auths"][&w.registry()]["auth"].is_string(), "{doc}");
     assert!(doc.get("credsStore").is_none());
 
     // Compose ran with that config, in the release, in order.

@@ -25,6 +25,8 @@ use serde_json::{Value, json};
 
 use crate::util::*;
 
+mod registry;
+
 /// The secret values the e2e bundles read; `/env.txt` must show them, reports never.
 const DEMO_KEY: &str = "demo-Api-Key-e2e-0101";
 const ADMIN_TOKEN: &str = "see-Admin-Token-e2e-0202";
@@ -596,10 +598,13 @@ fn first_apply_pulls_with_the_agents_own_docker_config() {
     let run = b.w.tick();
     run.ok();
 
-    // The credential came from the manifest into the agent's DOCKER_CONFIG, nowhere else.
-    let cfg: Value =
-        serde_json::from_slice(&std::fs::read(b.w.state_dir().join("docker/config.json")).unwrap())
-            .unwrap();
+    // The credential came from the manifest into the agent's docker dir, nowhere else; its
+    // registry is on loopback, so config.json held it for the pull alone.
+    assert!(!b.w.state_dir().join("docker/config.json").exists());
+    let cfg: Value = serde_json::from_slice(
+        &std::fs::read(b.w.state_dir().join("docker/credential.json")).unwrap(),
+    )
+    .unwrap();
     assert!(cfg["auths"][&b.e2e.registry]["auth"].is_string(), "{cfg}");
     assert!(!b.w.home().join(".docker").exists());
 

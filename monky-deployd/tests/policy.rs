@@ -207,6 +207,11 @@ const CASES: &[Case] = &[
     case("image-decimal-ip", image!("2130706433:5000/monky/web:1"), PR, "web: image registry on loopback: 2130706433:5000"),
     case("image-hex-ip", image!("0x7f000001:5000/monky/web:1"), PR, "web: image registry on loopback: 0x7f000001:5000"),
     case("image-zero-host", image!("0:5000/monky/web:1"), PR, "web: image registry on loopback: 0:5000/monky/web:1"),
+    case("image-ipv6-loopback-long", image!("\"[0:0:0:0:0:0:0:1]:5000/monky/web:1\""), PR, "web: image registry on loopback: "),
+    case("image-ipv6-unspecified", image!("\"[::]:5000/monky/web:1\""), PR, "web: image registry on loopback: "),
+    case("image-mapped-v6-loopback-hex", image!("\"[::ffff:7f00:1]:5000/monky/web:1\""), PR, "web: image registry on loopback: "),
+    case("image-link-local-metadata", image!("169.254.169.254/monky/web:1"), PR, "web: image registry on loopback: 169.254.169.254/monky/web:1"),
+    case("image-ipv6-link-local", image!("\"[fe80::1]:5000/monky/web:1\""), PR, "web: image registry on loopback: "),
     case("dns-loopback", "dns: 127.0.0.1", PR, "web: dns 127.0.0.1"),
     case("dns-mapped-v6-loopback", "dns: [\"::ffff:127.0.0.1\"]", PR, "web: dns ::ffff:127.0.0.1"),
     case("dns-loopback-top", "dns: [127.255.255.254]", PR, "web: dns 127.255.255.254"),
@@ -1320,4 +1325,128 @@ fn the_engines_user_namespaces_decide_and_an_unreadable_answer_starts_nothing() 
     let run = shared_uid_tick(&w, "    user: \"65534\"\n    env_file: .env\n");
     assert_eq!(run.code(), 0, "{}", run.stderr());
     assert_eq!(ups(&w), 1);
+}
+
+// ---- registries by the box's resolver -----------------------------------------------------------
+
+/// A case of the registry rule whose name only the box's resolver turns into an address: a
+/// unique name mapped in `/etc/hosts` for the test (dockerd and the agent read the same file).
+fn leaked(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+/// Hostile: names the hosts file maps to the box, in every family and spelling dockerd takes
+/// for the same name. Each is refused by `bundle check` on the box and by a tick, before any
+/// lease or secret read, naming the image, the registry, the address and the keys.
+#[test]
+fn registries_whose_names_lead_to_the_box_are_refused_in_every_spelling_and_family() {
+    let Some(docker) = docker() else { return };
+    let v4 = HostsEntry::add(&["127.0.0.1"], ".test");
+    let v6 = HostsEntry::add(&["::1"], ".test");
+    let both = HostsEntry::add(&["192.0.2.10", "::ffff:127.0.0.1"], ".test");
+    let metadata = HostsEntry::add(&["169.254.169.254"], ".test");
+    let any = HostsEntry::add(&["0.0.0.0"], ".test");
+    let w = World::new();
+    let proxy = w.tenancy.addr().port();
+    let cases: Vec<(String, String, &str)> = vec![
+        (
+            format!("{}:{proxy}/x/y:1", v4.name),
+            format!("{}:{proxy}", v4.name),
+            "127.0.0.1 (loopback)",
+        ),
+        (
+            format!("{}:{proxy}/x/y:1", v4.name.to_uppercase()),
+            format!("{}:{proxy}", v4.name),
+            "127.0.0.1 (loopback)",
+        ),
+        (
+            format!("{}.:{proxy}/x/y:1", v4.name),
+            format!("{}.:{proxy}", v4.name),
+            "127.0.0.1 (loopback)",
+        ),
+        (
+            format!("{}/x/y@sha256:{}", v4.name, "0".repeat(64)),
+            v4.name.clone(),
+            "127.0.0.1 (loopback)",
+        ),
+        (
+            format!("{}:5000/x/y:1", v6.name),
+            format!("{}:5000", v6.name),
+            "::1 (loopback)",
+        ),
+        (
+            format!("{}:5000/x/y:1", both.name),
+            format!("{}:5000", both.name),
+            "::ffff:127.0.0.1 (loopback)",
+        ),
+        (
+            format!("{}/latest/meta-data:1", metadata.name),
+            metadata.name.clone(),
+            "169.254.169.254 (link-local)",
+        ),
+        (
+            format!("{}:5000/x/y:1", any.name),
+            format!("{}:5000", any.name),
+            "0.0.0.0 (the unspecified address, this box)",
+        ),
+    ];
+    w.stage_grant();
+    for (n, (image, registry, address)) in cases.iter().enumerate() {
+        let names = leaked(format!(
+            "web: image {image}: registry {registry} resolves to {address}"
+        ));
+        let c = case(
+            leaked(format!("registry-by-resolver-{n}")),
+            leaked(format!("services:\n  web:\n    image: \"{image}\"\n")),
+            "REGISTRY_NOT_ALLOWED",
+            names,
+        );
+        through_bundle_check(&w, &docker, &c);
+        through_a_tick(&w, &c);
+        let detail = w.last_report().detail.unwrap_or_default();
+        assert!(
+            detail.contains("registry_host or trusted_registries"),
+            "{detail}"
+        );
+    }
+    assert!(
+        w.bao
+            .agent_requests()
+            .iter()
+            .all(|r| !r.path.contains("/data/")),
+        "a registry of the box led to a secret read"
+    );
+}
+
+/// Benign: a registry on a host name of the network, and the box's own mirror on loopback,
+/// named in `trusted_registries` by the box's admin, pass `bundle check` and apply.
+#[test]
+fn a_registry_of_the_network_and_the_boxs_own_mirror_named_in_config_apply() {
+    let Some(docker) = docker() else { return };
+    let network = HostsEntry::add(&["192.0.2.10", "2001:db8::10"], ".test");
+    let mirror = HostsEntry::add(&["127.0.0.1"], ".test");
+    let w = World::new();
+    w.config_extra(&format!("trusted_registries: [\"{}:5000\"]\n", mirror.name));
+    w.stage_grant();
+    for (n, image) in [
+        format!("{}:5000/monky/web:1", network.name),
+        format!("{}/monky/web:1", network.name),
+        format!("{}:5000/monky/web:1", mirror.name),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let b = TestBundle {
+            compose: format!("services:\n  web:\n    image: {image}\n    env_file: .env\n"),
+            ..TestBundle::default()
+        };
+        let run = bundle_check(&w, &docker, &format!("benign-registry/{n}"), &b);
+        assert_eq!(run.code(), 0, "{image}: {}{}", run.stdout(), run.stderr());
+        w.clear_stub();
+        w.stub("REAL_COMPOSE", docker.to_str().unwrap());
+        w.publish(&b);
+        w.tenancy.advance_clock(std::time::Duration::from_secs(60));
+        w.tick().ok();
+        assert_report(&w.last_report(), ReportResult::Applied, None);
+    }
 }

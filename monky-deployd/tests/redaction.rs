@@ -116,7 +116,7 @@ fn ways_out(w: &World, runs: &[Run]) -> Vec<(String, String)> {
     }
     for e in walk(&w.state_dir()) {
         let name = e.file_name().unwrap().to_string_lossy().to_string();
-        if [".env", "bao.token", "config.json"].contains(&name.as_str()) {
+        if [".env", "bao.token", "config.json", "credential.json"].contains(&name.as_str()) {
             continue;
         }
         texts.push((

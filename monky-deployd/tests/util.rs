@@ -143,10 +143,26 @@ pub struct World<B: BaoPeer = FakeBao> {
     config_extra: std::cell::RefCell<String>,
     bao_extra: std::cell::RefCell<String>,
     tls: Option<Pki>,
+    /// The box's own registry for a world on the stub docker: a listener of this process on
+    /// 127.0.0.1, which the seeded credential names, so the agent proves it the box's before
+    /// each pull (the stub pulls nothing from it).
+    registry: Option<std::net::TcpListener>,
 }
 
 /// A private CA and a leaf for `bao.example.test` and 127.0.0.1: the testkit's one test PKI.
 pub use monky_testkit::pki::Pki;
+
+impl<B: BaoPeer + 'static> World<B> {
+    /// The registry the seeded credential names (`host:port`).
+    #[allow(dead_code)] // Not every test binary sharing this file names it.
+    pub fn registry(&self) -> String {
+        match (&self.real, &self.registry) {
+            (Some(r), _) => r.registry.clone(),
+            (None, Some(l)) => l.local_addr().unwrap().to_string(),
+            (None, None) => unreachable!(),
+        }
+    }
+}
 
 impl World {
     pub fn new() -> Self {
@@ -246,12 +262,17 @@ impl<B: BaoPeer + 'static> World<B> {
         bao.put_secret(ENV, "gemini_api_key", GEMINI);
         bao.put_secret(ENV, "pg_password", "an-older-value");
         bao.put_secret(ENV, "pg_password", PGPASS);
-        let registry = match &real {
-            Some(r) => json!({"registry": r.registry, "username": r.registry_user,
+        let listener = real
+            .is_none()
+            .then(|| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+        let registry = match (&real, &listener) {
+            (Some(r), _) => json!({"registry": r.registry, "username": r.registry_user,
                               "password": r.registry_password}),
-            None => {
-                json!({"registry": "127.0.0.1:5000", "username": "robot", "password": REGISTRY_PASS})
+            (None, Some(l)) => {
+                json!({"registry": l.local_addr().unwrap().to_string(), "username": "robot",
+                       "password": REGISTRY_PASS})
             }
+            (None, None) => unreachable!(),
         };
         bao.put_secret(ENV, "registry", &registry.to_string());
         // The agent's own HOME: in real mode nothing of the invoking user's `~/.docker` may help.
@@ -268,6 +289,7 @@ impl<B: BaoPeer + 'static> World<B> {
             config_extra: std::cell::RefCell::new(String::new()),
             bao_extra: std::cell::RefCell::new(String::new()),
             tls: pki,
+            registry: listener,
         };
         w.write_config();
         w
@@ -603,5 +625,79 @@ pub fn assert_report(r: &ReportRequest, result: ReportResult, detail_prefix: Opt
             r.detail
         ),
         None => assert_eq!(r.detail, None),
+    }
+}
+
+/// Lines added to the real `/etc/hosts` for one test, under a name no other test uses, and
+/// removed again when dropped (a panicking test included). dockerd reads the real file, so the
+/// real-engine cases cannot use a private one. Every edit, here and in the drop, rewrites the
+/// file in place (it may be a bind mount) under an exclusive lock of a file beside the tests'
+/// temp dirs, so two tests never lose each other's lines; lines of anyone else are kept as
+/// they are.
+#[allow(dead_code)] // Not every test binary sharing this file maps a name.
+pub struct HostsEntry {
+    /// The unique name the lines map.
+    pub name: String,
+    lines: Vec<String>,
+}
+
+#[allow(dead_code)]
+const ETC_HOSTS: &str = "/etc/hosts";
+
+#[allow(dead_code)]
+impl HostsEntry {
+    /// Maps a fresh name ending in `suffix` (e.g. `.test`, `.localhost`) to each of `ips`.
+    pub fn add(ips: &[&str], suffix: &str) -> Self {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let name = format!("monky-reg-{}-{n}-{nanos:x}{suffix}", std::process::id());
+        let lines: Vec<String> = ips
+            .iter()
+            .map(|ip| format!("{ip} {name} # monky-deployd test, removed at its end"))
+            .collect();
+        Self::edit(|text| {
+            let mut text = text.to_owned();
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            for l in &lines {
+                text.push_str(l);
+                text.push('\n');
+            }
+            text
+        });
+        Self { name, lines }
+    }
+
+    fn edit(change: impl FnOnce(&str) -> String) {
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(std::env::temp_dir().join("monky-deployd-tests-etc-hosts.lock"))
+            .unwrap();
+        lock.lock().unwrap();
+        let text = std::fs::read_to_string(ETC_HOSTS).unwrap();
+        let changed = change(&text);
+        std::fs::write(ETC_HOSTS, changed).unwrap_or_else(|e| {
+            panic!("this test maps a name in {ETC_HOSTS} for dockerd and cannot write it: {e}")
+        });
+        lock.unlock().unwrap();
+    }
+}
+
+impl Drop for HostsEntry {
+    fn drop(&mut self) {
+        let lines = self.lines.clone();
+        Self::edit(|text| {
+            text.lines()
+                .filter(|l| !lines.iter().any(|ours| ours == l))
+                .map(|l| format!("{l}\n"))
+                .collect()
+        });
     }
 }

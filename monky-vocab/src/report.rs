@@ -94,6 +94,12 @@ report_codes! {
     /// An untrusted process (another user's, a container's) answered on a registry address of
     /// this box, and the registry credential was kept from it.
     RegistryListenerUntrusted = "REGISTRY_LISTENER_UNTRUSTED";
+    /// An image's registry resolves to an address of this box (loopback, link-local, its own)
+    /// that the box's config does not name as its registry.
+    RegistryNotAllowed = "REGISTRY_NOT_ALLOWED";
+    /// A registry on this box could not be proven the box's own (nothing answers there, or the
+    /// resolver did not answer for its name): nothing was pulled; the next tick retries.
+    RegistryUnavailable = "REGISTRY_UNAVAILABLE";
     /// A service that gets a secret in its environment runs as a uid a host account has too,
     /// and the engine does not remap user namespaces: that account could read the secret.
     SecretReadableOnHost = "SECRET_READABLE_ON_HOST";

@@ -179,7 +179,7 @@ impl Agent<'_> {
             &b,
             &self.cfg.env_id,
             &self.kv_mount(),
-            &self.cfg.compose_policy(false),
+            &self.offline_policy(&b),
         );
         if let Some(f) = refusals::all(refused) {
             return Err(f);
@@ -227,6 +227,28 @@ impl Agent<'_> {
             bundle: b,
             manifest,
         })
+    }
+
+    /// The policy for the file as the bundle carries it, before any secret is read. An image's
+    /// registry on the box's own addresses is allowed by the config, or by the credential
+    /// stored at an earlier apply; a bundle that brings a credential of its own has its
+    /// registries judged on compose's model instead, once the credential is read and knows
+    /// its registry.
+    fn offline_policy(&self, b: &bundle::Bundle) -> bundle::ComposePolicy {
+        let policy = self.cfg.compose_policy(false);
+        if b.manifest().entries.iter().any(|e| e.is_registry_auth()) {
+            return policy.registries(None);
+        }
+        self.with_stored_registries(policy)
+    }
+
+    /// `policy`, allowing the registries the stored credential names: the box's own, which the
+    /// agent proves on every address before it hands that credential to dockerd.
+    fn with_stored_registries(&self, policy: bundle::ComposePolicy) -> bundle::ComposePolicy {
+        peers::stored_registries(self.cfg)
+            .unwrap_or_default()
+            .iter()
+            .fold(policy, |p, r| p.registry_allowed(r))
     }
 
     /// Steps 7-9: render `.env` from `secrets`; write the release to `staging/`; judge
@@ -280,7 +302,14 @@ impl Agent<'_> {
         }
         self.registry_gate()?;
         if let Err(e) = self.pull_release(staged.release.release(), &staged.images) {
-            return Err(Stop::failed(Failure::coded(pull_code(&e), e.to_string())));
+            // The box's registry not proven is the box's, not the release's: no backoff.
+            if matches!(
+                e.code,
+                Code::RegistryListenerUntrusted | Code::RegistryUnavailable | Code::Failed
+            ) {
+                return Err(Stop::Halted(e));
+            }
+            return Err(Stop::failed(e));
         }
         if let Err((code, why)) = self.shared_uid_gate(&by_image) {
             return Err(Stop::failed(Failure::coded(code, why)));
@@ -347,22 +376,24 @@ impl Agent<'_> {
     /// `compose pull` of `rel` with the agent's pull override (`pull_policy: always` on every
     /// service), so each image comes from its registry with this env's credential; then the
     /// IDs of `images` go into the env's record of what it pulled itself.
-    fn pull_release(
-        &self,
-        rel: &release::Release,
-        images: &[String],
-    ) -> Result<(), monky_compose::Error> {
+    fn pull_release(&self, rel: &release::Release, images: &[String]) -> Result<(), Failure> {
         info!("compose pull (every image from its registry)");
         let project = match rel.write_pull_override() {
             Ok(Some(file)) => rel.compose(&self.docker, self.cfg).with_override(&file),
             Ok(None) => rel.compose(&self.docker, self.cfg),
             Err(e) => {
-                return Err(monky_compose::Error::PullFailed {
-                    message: format!("cannot write the pull override: {e:#}"),
-                });
+                return Err(Failure::coded(
+                    Code::ComposePullFailed,
+                    format!("cannot write the pull override: {e:#}"),
+                ));
             }
         };
-        project.pull()?;
+        let on_box = self.hand_credential()?;
+        let pulled = project.pull();
+        if on_box && let Err(e) = self.layout.remove_docker_config() {
+            warn!("cannot remove the registry credential after the pull ({e:#})");
+        }
+        pulled.map_err(|e| Failure::coded(pull_code(&e), e.to_string()))?;
         let ids: Vec<String> = images
             .iter()
             .filter_map(|i| self.docker.image_id(i).ok().flatten())
@@ -402,7 +433,6 @@ impl Agent<'_> {
             unproven.join(", ")
         );
         self.pull_release(rel, images)
-            .map_err(|e| Failure::coded(pull_code(&e), e.to_string()))
     }
 
     /// Step 11: mark the apply under way, make the release `releases/<sha>` named by `current`
@@ -488,8 +518,7 @@ impl Agent<'_> {
         rel.write_plain_compose().or_code(Code::Failed)?;
         rel.write_budget_override(self.cfg).or_code(Code::Failed)?;
         let policy = self
-            .cfg
-            .compose_policy(rel.allow_privileged())
+            .with_stored_registries(self.cfg.compose_policy(rel.allow_privileged()))
             .pids_supplied(true);
         let raw = rel.compose_yaml().or_code(Code::Failed)?;
         let (refused, facts) = refusals::model(
@@ -533,10 +562,56 @@ impl Agent<'_> {
     /// # Errors
     /// `REGISTRY_LISTENER_UNTRUSTED`: nothing is pulled.
     fn registry_gate(&self) -> Result<(), Failure> {
-        for who in peers::stored_registry_check(self.cfg).or_code(Code::Failed)? {
+        for who in peers::handed_registry_check(self.cfg).or_code(Code::Failed)? {
             info!("{who}");
         }
         Ok(())
+    }
+
+    /// Right before the agent's own pull: the stored credential goes into `config.json` for
+    /// the docker CLI, once each registry it names is proven the box's on every address its
+    /// name resolves to, when it is on this box. `true` when it is: the caller removes
+    /// `config.json` after the pull, so the credential of a registry on this box is in
+    /// dockerd's reach for that pull only. A credential stored by an older agent in
+    /// `config.json` alone is kept at rest first.
+    ///
+    /// # Errors
+    /// `REGISTRY_LISTENER_UNTRUSTED`, `REGISTRY_UNAVAILABLE`: nothing is pulled.
+    fn hand_credential(&self) -> Result<bool, Failure> {
+        let stored = match self.stored_credential() {
+            Ok(Some(json)) => json,
+            Ok(None) => return Ok(false),
+            // Nothing is handed to dockerd: the pull goes without a credential, as it does
+            // after a credential that could not be stored.
+            Err(e) => {
+                warn!("registry credential not readable ({e}); the pull goes without it");
+                return Ok(false);
+            }
+        };
+        let mut on_box = false;
+        for registry in peers::auths_of(&stored) {
+            if let Some(who) = peers::registry_check(self.cfg, &registry).or_code(Code::Failed)? {
+                info!("{who}");
+                on_box = true;
+            }
+        }
+        self.layout
+            .write_docker_config(&stored)
+            .or_code(Code::Failed)?;
+        Ok(on_box)
+    }
+
+    /// The credential at rest; one stored by an older agent in `config.json` alone is kept at
+    /// rest first.
+    fn stored_credential(&self) -> Result<Option<zeroize::Zeroizing<Vec<u8>>>, Failure> {
+        if let Some(json) = self.layout.read_credential().or_code(Code::Failed)? {
+            return Ok(Some(json));
+        }
+        let Some(json) = self.layout.read_docker_config().or_code(Code::Failed)? else {
+            return Ok(None);
+        };
+        self.layout.write_credential(&json).or_code(Code::Failed)?;
+        Ok(Some(json))
     }
 
     /// Writes the registry credential for dockerd, after the registry's listener is judged when
@@ -545,11 +620,13 @@ impl Agent<'_> {
     /// # Errors
     /// `REGISTRY_LISTENER_UNTRUSTED`; an unusable credential only warns (public images pull).
     fn write_registry_auth(&self, value: &SecretString) -> Result<(), Failure> {
+        let mut on_box = false;
         if let Ok(auth) = bundle::RegistryAuth::parse(value, Some(&self.cfg.registry_host))
             && let Some(who) =
                 peers::registry_check(self.cfg, auth.registry()).or_code(Code::Failed)?
         {
             info!("{who}");
+            on_box = true;
         }
         let result = bundle::RegistryAuth::parse(value, Some(&self.cfg.registry_host))
             .map_err(anyhow::Error::new)
@@ -557,8 +634,15 @@ impl Agent<'_> {
                 redact::register_basic_auth(auth.username(), auth.password().expose_secret());
                 let json = auth.docker_config_json();
                 redact::register(json.expose_secret());
-                self.layout
-                    .write_docker_config(json.expose_secret().as_bytes())?;
+                let bytes = json.expose_secret().as_bytes();
+                self.layout.write_credential(bytes)?;
+                // A registry of this box gets its credential for each pull only; the network's
+                // keeps it in config.json, for compose's own pulls too.
+                if on_box {
+                    self.layout.remove_docker_config()?;
+                } else {
+                    self.layout.write_docker_config(bytes)?;
+                }
                 Ok(auth.registry().to_string())
             });
         match result {
