@@ -225,13 +225,14 @@ impl Engine {
         let mut facts: Vec<ContainerFacts> =
             rows.into_iter().map(ApiContainer::into_facts).collect();
         for f in &mut facts {
+            f.awaited = waited_on.contains(&f.container.service);
             if f.container.state != "exited" || f.exit_code != Some(0) {
                 continue;
             }
             // A one-shot that did its work is done, not down: compose's own rule for a service
             // another waits for with `service_completed_successfully`, and the engine's for a
             // container it will not restart (asked only for an exited-0 container).
-            f.container.completed = waited_on.contains(&f.container.service)
+            f.container.completed = f.awaited
                 || self
                     .restart_policy(&f.id)
                     .is_ok_and(|p| matches!(p.as_str(), "" | "no" | "on-failure"));
@@ -669,6 +670,10 @@ pub struct ContainerFacts {
     pub image_id: Option<String>,
     /// The exit code an exited container's status shows (`Exited (0) 3 minutes ago`).
     pub exit_code: Option<i32>,
+    /// Another service of the project waits for this one to complete
+    /// (`service_completed_successfully`): a one-shot whose end the start waits for.
+    #[serde(default)]
+    pub awaited: bool,
 }
 
 impl ContainerFacts {
@@ -681,6 +686,7 @@ impl ContainerFacts {
             config_hash: None,
             image_id: None,
             exit_code: None,
+            awaited: false,
         }
     }
 }
@@ -724,6 +730,7 @@ impl ApiContainer {
             config_hash,
             image_id,
             exit_code,
+            awaited: false,
         }
     }
 }
@@ -757,6 +764,13 @@ pub struct ContainerDetail {
     pub exit_code: Option<i64>,
     /// The last healthcheck probe (`State.Health.Log`'s last entry), when it has one.
     pub last_probe: Option<Probe>,
+    /// `State.OOMKilled`: the kernel's OOM killer ended its last run.
+    #[serde(default)]
+    pub oom_killed: bool,
+    /// `RestartCount`: how often the engine restarted it under its restart policy after it
+    /// exited on its own (a `docker stop` or `kill` is never restarted, nor counted).
+    #[serde(default)]
+    pub restart_count: u64,
 }
 
 impl ContainerDetail {
@@ -777,6 +791,8 @@ pub struct Probe {
 struct ApiInspect {
     #[serde(rename = "State", default)]
     state: ApiState,
+    #[serde(rename = "RestartCount", default)]
+    restart_count: u64,
     #[serde(rename = "HostConfig", default)]
     host_config: ApiHostConfig,
 }
@@ -818,6 +834,8 @@ struct ApiState {
     status: Option<String>,
     #[serde(rename = "Health", default)]
     health: Option<ApiHealth>,
+    #[serde(rename = "OOMKilled", default)]
+    oom_killed: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -853,6 +871,8 @@ impl ApiInspect {
                     exit_code: p.exit_code,
                     output: cut(&p.output),
                 }),
+            oom_killed: st.oom_killed,
+            restart_count: self.restart_count,
         }
     }
 }
