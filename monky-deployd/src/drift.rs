@@ -279,6 +279,7 @@ mod tests {
             config_hash: Some(hash.into()),
             image_id: Some("sha256:img".into()),
             exit_code: exit,
+            awaited: false,
         }
     }
 

@@ -2833,3 +2833,105 @@ fn an_up_that_hangs_on_the_real_engine_is_named_on_every_channel() {
     }
     b.w.run(&["status"]).prints(&["TICK_TIMEOUT"]);
 }
+
+// ---- readiness is the agent's rule ------------------------------------------------------------
+
+/// `yaml` of [`compose_yaml`] with one more service (two-space indented lines), before its
+/// top-level `volumes`.
+fn with_service(yaml: String, service: &str) -> String {
+    yaml.replacen("\nvolumes:\n  data", &format!("\n{service}volumes:\n  data"), 1)
+}
+
+/// A worker whose image healthcheck is disabled (`healthcheck: {disable: true}`) deploys on
+/// the compose the project installs: a running container with no healthcheck is ready. compose
+/// 2.26's `up --wait` ended this apply with "has no healthcheck configured".
+#[test]
+fn a_worker_with_its_healthcheck_disabled_deploys() {
+    let Some(b) = E2eBox::new("no-healthcheck") else {
+        return;
+    };
+    let worker = format!(
+        "  worker:\n    image: {}\n    env_file: .env\n    healthcheck: {{disable: true}}\n",
+        b.e2e.image_1
+    );
+    let bundle = web_bundle(with_service(
+        compose_yaml(b.e2e, &b.e2e.image_1, Some(b.port), "", &[]),
+        &worker,
+    ));
+    let sha = b.first_apply(&bundle);
+    let seen = b.project.containers();
+    let worker = seen
+        .iter()
+        .find(|c| c.name.ends_with("-worker-1"))
+        .unwrap_or_else(|| panic!("no worker in {seen:?}"));
+    assert_eq!(
+        (worker.state.as_str(), worker.health.as_str()),
+        ("running", ""),
+        "{seen:?}"
+    );
+    assert_eq!(b.w.state()["applied_sha"], json!(sha));
+    assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
+    b.w.run(&["status"]).ok().prints(&["converged      true"]);
+}
+
+/// A migration that never ends, which the new web waits for with
+/// `service_completed_successfully`: `healthy_timeout_s` bounds the whole start, so the apply
+/// ends UNHEALTHY naming the migration first with its own last output, the last good release
+/// comes back, tenancy gets the report, and the site is served when the tick ends. Without the
+/// bound the tick sat inside `compose up` until its deadline, with the old web gone and the new
+/// one `created`.
+#[test]
+fn a_one_shot_that_never_ends_falls_back_and_the_site_stays_served() {
+    let Some(b) = E2eBox::with_timeout("hung-one-shot", 15) else {
+        return;
+    };
+    // A deadline well past the start and its fallback: without the start's own bound the tick
+    // ends here, TICK_TIMEOUT, instead of hanging the test.
+    b.w.config_extra("tick_timeout_s: 90\n");
+    let first = b.first_apply(&b.bundle(&b.e2e.image_1));
+    let hung = format!(
+        "  migrate:\n    image: {image}\n    restart: \"no\"\n    healthcheck: {{disable: true}}\n\
+         \x20   stop_grace_period: 1s\n\
+         \x20   entrypoint: [/bin/sh, -c, \"echo waiting for the schema lock held by deploy-7; exec sleep 100000\"]\n",
+        image = b.e2e.image_1
+    );
+    let web = "    depends_on:\n      migrate: {condition: service_completed_successfully}\n";
+    let second = b.w.publish(&web_bundle(with_service(
+        compose_yaml(b.e2e, &b.e2e.image_2, Some(b.port), web, &[]),
+        &hung,
+    )));
+    let run = b.w.tick();
+    run.expect(1);
+    let r = b.w.last_report();
+    assert_eq!(r.result, ReportResult::Failed, "{r:?}");
+    assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(second.as_str()));
+    let detail = r.detail.clone().unwrap_or_default();
+    assert!(detail.starts_with("UNHEALTHY: the start did not finish within "), "{detail}");
+    let migrate = format!("{}-migrate-1", b.project.name);
+    let named = detail.find(&migrate).unwrap_or_else(|| panic!("{detail}"));
+    let web_named = detail.find(&b.web()).unwrap_or(usize::MAX);
+    assert!(named < web_named, "the migration is named first: {detail}");
+    assert!(
+        detail.contains("waiting for the schema lock held by deploy-7"),
+        "its own last output: {detail}"
+    );
+    assert!(detail.contains(&format!("reverted to {}", &first[..12])), "{detail}");
+    assert!(
+        run.stderr().contains("waiting for the schema lock held by deploy-7"),
+        "the journal: {}",
+        run.stderr()
+    );
+    // The site it found serving is served when the tick ends.
+    assert_eq!(b.w.state()["applied_sha"], json!(first));
+    assert_eq!(b.current(), Some(release(&first)));
+    assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
+    let seen = b.project.containers();
+    assert!(
+        seen.iter().all(|c| !c.name.ends_with("-migrate-1")),
+        "the fallback removed the migration: {seen:?}"
+    );
+    assert_healthy(&seen, &b.project.name);
+    b.w.run(&["explain"])
+        .ok()
+        .prints(&["UNHEALTHY", "waiting for the schema lock"]);
+}

@@ -118,14 +118,6 @@ impl Agent<'_> {
             .collect();
         let up = self.bring_up_current(sha, &remove);
         self.refresh_containers();
-        let up = match up {
-            Err(e)
-                if super::up_gave_up_on_one_shots(&format!("{e:#}"), self.state.containers()) =>
-            {
-                Ok(())
-            }
-            other => other,
-        };
         let still = drift::detect(sha, self.state.converged(), &self.facts)
             .into_iter()
             // What compose made now is the release's, even where it hashes a service
@@ -240,8 +232,9 @@ impl Agent<'_> {
                 .map_err(|e| Failure::coded(Code::HealFailed, e.cause()))?;
         }
         info!("compose up -d --remove-orphans");
+        // Nothing falls back after a heal: the whole of what is left of the tick may go to it.
         rel.compose(&self.docker, self.cfg)
-            .up(Some(self.cfg.healthy_timeout))
+            .up(Some(self.start_budget(false)))
             .map_err(|e| Failure::coded(Code::HealFailed, e.cause()))
     }
 
