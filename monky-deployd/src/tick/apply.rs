@@ -163,7 +163,7 @@ impl Agent<'_> {
                     sha.short(),
                     running.short()
                 );
-                return self.on_drift(&running, &drift);
+                return self.on_drift(&running, drift);
             }
         }
         // A state written before the failure's own detail was kept has only its code's name.
