@@ -95,8 +95,10 @@ pub enum Ender {
     Signal(i32),
     /// The kernel's OOM killer (`State.OOMKilled`).
     OomKiller,
-    /// The engine has no record of its death although it records every death it sees: it
-    /// stopped or restarted since (its record lives in memory), as a box's reboot does.
+    /// Exit 0 of a service meant to run, and no record of its death left in the engine: its
+    /// record lives in memory and is short (every healthcheck probe adds to it), so an engine
+    /// restart or a stop a while ago leaves none. A service that exits 0 on the SIGTERM of a
+    /// `docker stop` or an engine stop reads so; an error exit never does.
     Unrecorded,
 }
 
@@ -117,8 +119,8 @@ impl Ender {
     /// oldest first; `None` when the engine did not answer) and `State.OOMKilled`: of what
     /// the record holds after the last `start`, an `oom` or a `kill` with a stopping signal is
     /// from outside, a `die` alone is the container's own exit. A record without the death
-    /// (an engine restarted since) leaves the exit code to tell a signal; the rest is
-    /// [`Ender::Unrecorded`].
+    /// leaves the exit code: 137 and 143 are a signal's, another error exit the container's
+    /// own, and 0 [`Ender::Unrecorded`].
     #[must_use]
     pub fn of_record(
         events: Option<&[monky_compose::ContainerEvent]>,
@@ -151,9 +153,9 @@ impl Ender {
         if since_start.iter().any(|e| e.action == "die") {
             return Ender::Itself;
         }
-        match Ender::of_exit(exit_code) {
-            Ender::Itself => Ender::Unrecorded,
-            by_signal => by_signal,
+        match exit_code {
+            Some(0) => Ender::Unrecorded,
+            code => Ender::of_exit(code),
         }
     }
 
@@ -181,7 +183,9 @@ impl fmt::Display for Ender {
             Ender::OomKiller => write!(f, "killed by the kernel's OOM killer"),
             Ender::Unrecorded => write!(
                 f,
-                "stopped with no record of it in the engine, which stopped or restarted since"
+                "stopped from outside as far as the engine shows (a clean exit of a service \
+                 meant to run, and no record of its death left: an engine stop or restart, or \
+                 a docker stop)"
             ),
         }
     }
@@ -587,9 +591,11 @@ mod tests {
             Ender::OomKiller,
         );
         check(Some(&stopped), Some(137), true, Ender::OomKiller);
-        // No record of the death: an engine restarted since.
+        // No record of the death (an engine restarted since, or the record moved on): an
+        // error exit is still the container's own.
         check(Some(&[]), Some(0), false, Ender::Unrecorded);
         check(Some(&[]), Some(143), false, Ender::Signal(15));
+        check(Some(&[]), Some(3), false, Ender::Itself);
         // The engine did not answer: the exit code alone.
         check(None, Some(137), false, Ender::Signal(9));
         check(None, Some(0), false, Ender::Itself);
