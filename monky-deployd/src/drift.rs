@@ -475,13 +475,17 @@ mod tests {
         );
         check(
             &[migrate(Some(0)), web("exited", "h-web", Some(137))],
-            &["web exited (137) (p-web-1), stopped from outside by SIGKILL (docker kill, a \
-               docker stop past its grace period, or an engine stop or restart)"],
+            &[
+                "web exited (137) (p-web-1), stopped from outside by SIGKILL (docker kill, a \
+               docker stop past its grace period, or an engine stop or restart)",
+            ],
         );
         check(
             &[migrate(Some(0)), web("exited", "h-web", Some(143))],
-            &["web exited (143) (p-web-1), stopped from outside by signal 15 (docker stop or \
-               kill, or an engine stop or restart)"],
+            &[
+                "web exited (143) (p-web-1), stopped from outside by signal 15 (docker stop or \
+               kill, or an engine stop or restart)",
+            ],
         );
         check(
             &[migrate(Some(0)), web("dead", "h-web", None)],

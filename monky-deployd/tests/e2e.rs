@@ -2761,8 +2761,7 @@ fn a_service_that_keeps_dying_is_a_crash_loop_on_the_real_engine() {
     )));
     let name = format!("{}-worker-1", b.project.name);
     let die = || {
-        b.project
-            .docker_ok(["exec", &name, "touch", "/tmp/die"]);
+        b.project.docker_ok(["exec", &name, "touch", "/tmp/die"]);
         let deadline = Instant::now() + Duration::from_secs(30);
         while b
             .project
@@ -2810,8 +2809,7 @@ fn a_service_that_keeps_dying_is_a_crash_loop_on_the_real_engine() {
         ] {
             assert!(detail.contains(text), "{text:?} not in {detail}");
         }
-        let status: Value =
-            serde_json::from_str(&b.w.run(&["status", "--json"]).stdout()).unwrap();
+        let status: Value = serde_json::from_str(&b.w.run(&["status", "--json"]).stdout()).unwrap();
         assert_eq!(status["converged"], false, "{status:#}");
         assert!(status.to_string().contains("CRASH_LOOP"), "{status:#}");
         let metrics = std::fs::read_to_string(&prom).unwrap();
@@ -2843,7 +2841,10 @@ fn a_service_that_keeps_dying_is_a_crash_loop_on_the_real_engine() {
     die();
     b.w.tick().expect(1);
     let detail = b.w.last_report().detail.unwrap();
-    assert!(detail.starts_with("CRASH_LOOP: worker exited (3)"), "{detail}");
+    assert!(
+        detail.starts_with("CRASH_LOOP: worker exited (3)"),
+        "{detail}"
+    );
     b.w.run(&["explain"])
         .ok()
         .prints(&["whose move  bundle author"]);
@@ -2881,8 +2882,7 @@ fn a_docker_stop_then_an_engine_restart_is_no_crash_loop() {
             "{detail}"
         );
         assert_healthy(&b.project.containers(), &b.project.name);
-        let status: Value =
-            serde_json::from_str(&b.w.run(&["status", "--json"]).stdout()).unwrap();
+        let status: Value = serde_json::from_str(&b.w.run(&["status", "--json"]).stdout()).unwrap();
         assert_eq!(status["converged"], true, "{status:#}");
         let metrics = std::fs::read_to_string(&prom).unwrap();
         for line in [
@@ -2963,7 +2963,11 @@ fn an_up_that_hangs_on_the_real_engine_is_named_on_every_channel() {
 /// `yaml` of [`compose_yaml`] with one more service (two-space indented lines), before its
 /// top-level `volumes`.
 fn with_service(yaml: String, service: &str) -> String {
-    yaml.replacen("\nvolumes:\n  data", &format!("\n{service}volumes:\n  data"), 1)
+    yaml.replacen(
+        "\nvolumes:\n  data",
+        &format!("\n{service}volumes:\n  data"),
+        1,
+    )
 }
 
 /// A worker whose image healthcheck is disabled (`healthcheck: {disable: true}`) deploys on
@@ -3030,7 +3034,10 @@ fn a_one_shot_that_never_ends_falls_back_and_the_site_stays_served() {
     assert_eq!(r.result, ReportResult::Failed, "{r:?}");
     assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(second.as_str()));
     let detail = r.detail.clone().unwrap_or_default();
-    assert!(detail.starts_with("UNHEALTHY: the start did not finish within "), "{detail}");
+    assert!(
+        detail.starts_with("UNHEALTHY: the start did not finish within "),
+        "{detail}"
+    );
     let migrate = format!("{}-migrate-1", b.project.name);
     let named = detail.find(&migrate).unwrap_or_else(|| panic!("{detail}"));
     let web_named = detail.find(&b.web()).unwrap_or(usize::MAX);
@@ -3039,9 +3046,13 @@ fn a_one_shot_that_never_ends_falls_back_and_the_site_stays_served() {
         detail.contains("waiting for the schema lock held by deploy-7"),
         "its own last output: {detail}"
     );
-    assert!(detail.contains(&format!("reverted to {}", &first[..12])), "{detail}");
     assert!(
-        run.stderr().contains("waiting for the schema lock held by deploy-7"),
+        detail.contains(&format!("reverted to {}", &first[..12])),
+        "{detail}"
+    );
+    assert!(
+        run.stderr()
+            .contains("waiting for the schema lock held by deploy-7"),
         "the journal: {}",
         run.stderr()
     );

@@ -109,16 +109,43 @@ impl Agent<'_> {
             .collect()
     }
 
+    /// Before `current` moves: a start whose budget, with its fallback's room kept, would be
+    /// cut below what any start needs (the tick's fetch or pull took most of it) is not made.
+    /// Nothing changed, and the next tick starts the release with its images already here.
+    ///
+    /// # Errors
+    /// `TICK_TIMEOUT` (temporary): the release that runs stays.
+    pub(super) fn start_fits(&self, sha: &Sha) -> Result<(), Failure> {
+        let then_fallback = self.state.applied_sha().is_some_and(|p| p != sha);
+        let share = start_share(self.tick_left(), then_fallback, self.cfg.tick_timeout);
+        if share.is_none_or(|s| s >= MIN_START) {
+            return Ok(());
+        }
+        Err(Failure::coded(
+            Code::TickTimeout,
+            format!(
+                "too little of tick_timeout_s ({}s) is left to start {} and fall back if it \
+                 fails: nothing was changed, and the next tick starts it",
+                self.cfg.tick_timeout.as_secs(),
+                sha.short(),
+            ),
+        ))
+    }
+
+    /// What is left of the tick before its deadline; `None` without one.
+    fn tick_left(&self) -> Option<Duration> {
+        self.tick_deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
     /// What a start of a release may take, one-shots and dependency waits included:
     /// `healthy_timeout_s`, and never more than the tick has left before its deadline
     /// (`tick_timeout_s`) less what its end needs. When a fallback may follow (`then_fallback`),
     /// half of that: the last good release then comes back up before the deadline, so no tick
     /// ends with the site it found serving down because of it.
     pub(super) fn start_budget(&self, then_fallback: bool) -> Duration {
-        let left = self
-            .tick_deadline
-            .map(|d| d.saturating_duration_since(Instant::now()));
-        start_budget(self.cfg.healthy_timeout, left, then_fallback)
+        let share = start_share(self.tick_left(), then_fallback, self.cfg.tick_timeout);
+        start_budget(self.cfg.healthy_timeout, share)
     }
 
     /// Recovery after a stage stopped: a release that failed waits out its backoff and, when
@@ -247,25 +274,37 @@ impl Agent<'_> {
 /// The lines of a one-shot's own output that name it when it never finished.
 const UNFINISHED_LINES: usize = 3;
 
-/// What a tick keeps after a start and its fallback: the logs, the report and the save.
+/// What a tick keeps after a start and its fallback (the logs, the report and the save), or a
+/// tenth of `tick_timeout_s` when that is less.
 const TICK_END_RESERVE: Duration = Duration::from_secs(3);
 
-/// The least a start is given, even with the tick's deadline near.
+/// The least a start is given: with less of the tick left for it, it is not made (see
+/// [`Agent::start_fits`]).
 const MIN_START: Duration = Duration::from_secs(1);
 
-/// [`Agent::start_budget`] of `healthy_timeout` with `left` of the tick (`None`: no deadline).
-fn start_budget(healthy_timeout: Duration, left: Option<Duration>, then_fallback: bool) -> Duration {
-    let Some(left) = left else {
-        return healthy_timeout;
-    };
-    let left = left.saturating_sub(TICK_END_RESERVE);
-    let share = if then_fallback { left / 2 } else { left };
-    healthy_timeout.min(share).max(MIN_START)
+/// What of `left` of a tick of `tick_timeout` a start may take (`None`: no deadline): all but
+/// the tick's end, and half of that when a fallback may follow.
+fn start_share(
+    left: Option<Duration>,
+    then_fallback: bool,
+    tick_timeout: Duration,
+) -> Option<Duration> {
+    let left = left?.saturating_sub(TICK_END_RESERVE.min(tick_timeout / 10));
+    Some(if then_fallback { left / 2 } else { left })
+}
+
+/// [`Agent::start_budget`] of `healthy_timeout` with the tick's `share` for the start.
+fn start_budget(healthy_timeout: Duration, share: Option<Duration>) -> Duration {
+    share.map_or(healthy_timeout, |s| healthy_timeout.min(s).max(MIN_START))
 }
 
 /// The last `n` non-empty lines of `text`, joined with ` | `.
 fn last_lines(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
     lines[lines.len().saturating_sub(n)..].join(" | ")
 }
 
@@ -387,8 +426,9 @@ mod tests {
     fn a_start_leaves_room_for_its_fallback_before_the_ticks_deadline() {
         let s = Duration::from_secs;
         let check = |left: Option<u64>, then_fallback: bool, expected: u64| {
+            let share = start_share(left.map(s), then_fallback, s(1500));
             assert_eq!(
-                start_budget(s(300), left.map(s), then_fallback),
+                start_budget(s(300), share),
                 s(expected),
                 "{left:?} left, fallback {then_fallback}"
             );
@@ -401,6 +441,12 @@ mod tests {
         check(Some(503), false, 300);
         check(Some(203), false, 200);
         check(Some(2), true, 1);
+        // A tick of a few seconds keeps a tenth of it for its end.
+        assert_eq!(
+            start_share(Some(s(5)), true, s(6)),
+            Some(Duration::from_millis(2200))
+        );
+        assert_eq!(start_share(None, true, s(6)), None);
     }
 
     #[test]
