@@ -401,6 +401,43 @@ fn a_crash_loop_is_healed_once_per_backoff_step() {
     a.assert_local();
 }
 
+/// A service that dies by its own exit again as soon as a heal starts it is the crash loop's
+/// from the second heal within the hour, as one that dies later is: its owner stays the bundle
+/// author, never the box admin's HEAL_FAILED.
+#[test]
+fn a_service_that_dies_again_at_once_is_a_crash_loop_not_a_failed_heal() {
+    let a = applied();
+    let crash = |w: &World| {
+        edit_web(w, |c| {
+            c["State"] = json!("exited");
+            c["Status"] = json!("Exited (1) 1 second ago");
+        })
+    };
+    // Not up after each up: what a service that dies again at once leaves for the readiness
+    // poll.
+    a.w.stub("HEALTH", "unhealthy");
+    crash(&a.w);
+    a.w.tick().expect(1);
+    assert_report(
+        &a.w.last_report(),
+        ReportResult::Failed,
+        Some("HEAL_FAILED: not healthy after up"),
+    );
+    crash(&a.w);
+    a.w.run(&["run", "--once", "--force"]).expect(1);
+    let r = a.w.last_report();
+    assert_report(
+        &r,
+        ReportResult::Failed,
+        Some("CRASH_LOOP: not healthy after up"),
+    );
+    a.w.run(&["explain"])
+        .ok()
+        .prints(&["CRASH_LOOP", "whose move  bundle author"]);
+    let status: Value = serde_json::from_str(&a.w.run(&["status", "--json"]).stdout()).unwrap();
+    assert_eq!(status["converged"], false, "{status:#}");
+}
+
 #[test]
 fn a_heal_that_does_not_come_up_healthy_fails_and_waits() {
     let a = applied();

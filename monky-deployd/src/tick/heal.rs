@@ -228,8 +228,30 @@ impl Agent<'_> {
         } else {
             None
         };
+        // A service that died by its own exit and is not up again after the heal (it died
+        // again at once) is the crash loop's from its second heal within the hour, as one that
+        // came up and died later is: the owner does not flip with how fast it dies.
+        let looping = failure.code == Code::HealFailed
+            && !bad.is_empty()
+            && (crashes >= 2 || self.state.crash_loop(now).is_some());
+        let code = match crashed.first().filter(|_| looping) {
+            Some(dead) => {
+                self.record(Fact::CrashLooped(CrashLoop {
+                    at: now,
+                    heals: crashes,
+                    service: dead.service.clone(),
+                    exit_code: match dead.kind {
+                        drift::Kind::Stopped { exit_code, .. } => exit_code,
+                        _ => None,
+                    },
+                    last_lines: last_lines.clone(),
+                }));
+                Code::CrashLoop
+            }
+            None => failure.code,
+        };
         let failure = Failure::coded(
-            failure.code,
+            code,
             format!(
                 "{}; drift: {what}; next heal after {}",
                 failure.message,
