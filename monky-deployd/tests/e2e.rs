@@ -2851,8 +2851,63 @@ fn a_service_that_keeps_dying_is_a_crash_loop_on_the_real_engine() {
     assert_no_secret(&b, &run);
 }
 
+/// The next tick after a stop from outside: healed at once, named and counted as a stop from
+/// outside (the `n`-th within the hour), and every view says converged and no crash loop.
+#[track_caller]
+fn assert_healed_from_outside(b: &E2eBox, prom: &Path, n: u32) {
+    let run = b.w.tick();
+    run.ok();
+    let r = b.w.last_report();
+    assert_eq!(r.result, ReportResult::Applied, "{r:?}");
+    let detail = r.detail.clone().unwrap_or_default();
+    assert!(
+        detail.starts_with("HEALED: web exited (")
+            && detail.contains("stopped from outside")
+            && detail.contains(&format!("({n} stop(s) from outside within the hour)")),
+        "{detail}"
+    );
+    assert_healthy(&b.project.containers(), &b.project.name);
+    let status: Value = serde_json::from_str(&b.w.run(&["status", "--json"]).stdout()).unwrap();
+    assert_eq!(status["converged"], true, "{status:#}");
+    let metrics = std::fs::read_to_string(prom).unwrap();
+    for line in [
+        "monky_deployd_crash_loop{env_id=\"env-qa-02\"} 0",
+        "monky_deployd_converged{env_id=\"env-qa-02\"} 1",
+        "monky_deployd_exit_code{env_id=\"env-qa-02\"} 0",
+    ] {
+        assert!(metrics.contains(line), "{line} not in {metrics}");
+    }
+    b.w.run(&["explain"])
+        .ok()
+        .prints(&["converged", "stopped from outside"]);
+}
+
+/// A box on the real engine with a metrics file, its web applied; the file's path.
+fn applied_with_metrics(b: &E2eBox) -> PathBuf {
+    let prom = b.w.path("metrics/monky-deployd.prom");
+    std::fs::create_dir_all(prom.parent().unwrap()).unwrap();
+    b.w.config_extra(&format!("metrics_textfile: {}\n", prom.display()));
+    b.first_apply(&b.bundle(&b.e2e.image_1));
+    prom
+}
+
+/// An operator's `docker stop` (the web exits 0 on its SIGTERM), twice within the heal backoff:
+/// each is healed at once, named and counted as a stop from outside, the box admin's, and is
+/// no crash loop.
+#[test]
+fn a_docker_stop_is_healed_at_once_and_no_crash_loop() {
+    let Some(b) = E2eBox::new("stopped-by-hand") else {
+        return;
+    };
+    let prom = applied_with_metrics(&b);
+    for n in 1..=2 {
+        b.project.docker_ok(["stop", "-t", "1", &b.web()]);
+        assert_healed_from_outside(&b, &prom, n);
+    }
+}
+
 /// Stops from outside are no crash loop: an operator's `docker stop`, then an engine restart,
-/// each heals at once (no heal backoff to wait out), named as a stop from outside with the box
+/// each healed at once (no heal backoff to wait out), named as a stop from outside with the box
 /// admin as owner and counted; the box stays converged and nothing pages. The engine restart
 /// holds the engine alone, as the other daemon restart does.
 #[test]
@@ -2864,40 +2919,10 @@ fn a_docker_stop_then_an_engine_restart_is_no_crash_loop() {
     let Some(b) = E2eBox::new("stopped-outside") else {
         return;
     };
-    let prom = b.w.path("metrics/monky-deployd.prom");
-    std::fs::create_dir_all(prom.parent().unwrap()).unwrap();
-    b.w.config_extra(&format!("metrics_textfile: {}\n", prom.display()));
-    b.first_apply(&b.bundle(&b.e2e.image_1));
+    let prom = applied_with_metrics(&b);
     let web = b.web();
-    let healed_from_outside = |n: u32| {
-        let run = b.w.tick();
-        run.ok();
-        let r = b.w.last_report();
-        assert_eq!(r.result, ReportResult::Applied, "{r:?}");
-        let detail = r.detail.clone().unwrap_or_default();
-        assert!(
-            detail.starts_with("HEALED: web exited (")
-                && detail.contains("stopped from outside")
-                && detail.contains(&format!("({n} stop(s) from outside within the hour)")),
-            "{detail}"
-        );
-        assert_healthy(&b.project.containers(), &b.project.name);
-        let status: Value = serde_json::from_str(&b.w.run(&["status", "--json"]).stdout()).unwrap();
-        assert_eq!(status["converged"], true, "{status:#}");
-        let metrics = std::fs::read_to_string(&prom).unwrap();
-        for line in [
-            "monky_deployd_crash_loop{env_id=\"env-qa-02\"} 0",
-            "monky_deployd_converged{env_id=\"env-qa-02\"} 1",
-            "monky_deployd_exit_code{env_id=\"env-qa-02\"} 0",
-        ] {
-            assert!(metrics.contains(line), "{line} not in {metrics}");
-        }
-        b.w.run(&["explain"])
-            .ok()
-            .prints(&["converged", "stopped from outside"]);
-    };
     b.project.docker_ok(["stop", "-t", "1", &web]);
-    healed_from_outside(1);
+    assert_healed_from_outside(&b, &prom, 1);
     restart_dockerd(&b.e2e.docker);
     assert_eq!(
         b.project
@@ -2905,7 +2930,7 @@ fn a_docker_stop_then_an_engine_restart_is_no_crash_loop() {
             .trim(),
         "exited"
     );
-    healed_from_outside(2);
+    assert_healed_from_outside(&b, &prom, 2);
     assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
 }
 
