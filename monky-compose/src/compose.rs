@@ -12,7 +12,6 @@ use crate::container::{Row, oneoff_word, project_containers};
 use crate::docker::{ComposeInfo, Docker};
 use crate::error::{Error, Result};
 use crate::process::{Invocation, Output};
-use crate::version::ComposeVersion;
 
 /// One compose project: a name, its working directory, its compose file and its `.env` file.
 ///
@@ -75,49 +74,33 @@ impl Compose {
         })
     }
 
-    /// `up -d --remove-orphans`, then with `wait` set: waits until every container runs and
-    /// is healthy. Compose 2.17.3 and later wait themselves (`--wait --wait-timeout N`);
-    /// 2.1.1 to 2.17.2 get `--wait` bounded by the process timeout; older ones are polled.
-    pub fn up(&self, wait: Option<Duration>) -> Result<()> {
+    /// `up -d --remove-orphans`; with `start` set, the whole start is bounded by it: compose's
+    /// own run (which waits for a dependency's condition, a one-shot's completion included) and
+    /// then the agent's readiness wait ([`Compose::wait_healthy`]), one rule on every compose
+    /// version. compose's `up --wait` is never asked: 2.26 refuses a running service whose
+    /// healthcheck is disabled, and before 2.17.3 it has no timeout of its own. A compose still
+    /// running when the bound passes is ended (its process group killed) and the start is
+    /// [`Error::Unhealthy`] with the containers as they are then.
+    pub fn up(&self, start: Option<Duration>) -> Result<()> {
         let info = self.docker.compose_info()?;
-        let base_timeout = self.docker.limits().timeout;
-        let mut args: Vec<OsString> = vec!["up".into(), "-d".into(), "--remove-orphans".into()];
-        let mode = match wait {
-            None => Wait::No,
-            Some(w) if info.version >= ComposeVersion::WAIT_TIMEOUT => Wait::Compose(w),
-            Some(w) if info.version >= ComposeVersion::WAIT => Wait::Unbounded(w),
-            Some(w) => Wait::Poll(w),
-        };
-        let timeout = match mode {
-            Wait::Compose(w) => {
-                let secs = (w.as_secs() + u64::from(w.subsec_nanos() > 0)).max(1);
-                args.extend([
-                    "--wait".into(),
-                    "--wait-timeout".into(),
-                    secs.to_string().into(),
-                ]);
-                base_timeout + w
-            }
-            Wait::Unbounded(w) => {
-                args.push("--wait".into());
-                w
-            }
-            Wait::No | Wait::Poll(_) => base_timeout,
+        let args = ["up", "-d", "--remove-orphans"];
+        let Some(bound) = start else {
+            return self
+                .run(&info, args, self.docker.limits().timeout)?
+                .check()
+                .map(drop);
         };
         let started = Instant::now();
-        match (self.run(&info, args, timeout), mode) {
-            (Err(Error::Timeout { .. }), Wait::Unbounded(_)) => {
-                // This compose's --wait has no timeout of its own, so ours ended it.
-                Err(Error::Unhealthy {
-                    containers: self.docker.containers(&self.project).unwrap_or_default(),
-                    after: started.elapsed(),
-                })
-            }
-            (out, Wait::Poll(w)) => {
+        match self.run(&info, args, bound) {
+            Err(Error::Timeout { .. }) => Err(Error::Unhealthy {
+                containers: self.docker.containers(&self.project).unwrap_or_default(),
+                after: started.elapsed(),
+            }),
+            out => {
                 out?.check()?;
-                self.wait_healthy(w).map(drop)
+                self.wait_healthy(bound.saturating_sub(started.elapsed()))
+                    .map(drop)
             }
-            (out, _) => out?.check().map(drop),
         }
     }
 
@@ -155,18 +138,29 @@ impl Compose {
     /// `logs --no-color --tail <lines>`: stdout, then stderr if compose wrote any, without
     /// terminal control sequences.
     pub fn logs_tail(&self, lines: usize) -> Result<String> {
+        self.logs(lines, None)
+    }
+
+    /// As [`Compose::logs_tail`], of one service only: its own words, the other services'
+    /// lines left out.
+    pub fn service_logs_tail(&self, service: &str, lines: usize) -> Result<String> {
+        self.logs(lines, Some(service))
+    }
+
+    fn logs(&self, lines: usize, service: Option<&str>) -> Result<String> {
         let info = self.docker.compose_info()?;
+        let mut args = vec![
+            OsString::from("logs"),
+            "--no-color".into(),
+            "--tail".into(),
+            lines.to_string().into(),
+        ];
+        if let Some(s) = service {
+            // After `--`, a service name is never read as an option.
+            args.extend([OsString::from("--"), s.into()]);
+        }
         let out = self
-            .run(
-                &info,
-                [
-                    OsString::from("logs"),
-                    "--no-color".into(),
-                    "--tail".into(),
-                    lines.to_string().into(),
-                ],
-                self.docker.limits().query_timeout,
-            )?
+            .run(&info, args, self.docker.limits().query_timeout)?
             .check()?;
         let mut text = out.stdout;
         if !out.stderr.trim().is_empty() {
@@ -266,15 +260,6 @@ impl Compose {
             .runner()
             .run(&self.invocation(info, sub, timeout))
     }
-}
-
-/// How `up` waits for health, by compose version.
-#[derive(Debug, Clone, Copy)]
-enum Wait {
-    No,
-    Compose(Duration),
-    Unbounded(Duration),
-    Poll(Duration),
 }
 
 /// Parses `compose ps --format json` output in both shapes: one JSON array (compose < 2.21)

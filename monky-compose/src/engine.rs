@@ -225,13 +225,14 @@ impl Engine {
         let mut facts: Vec<ContainerFacts> =
             rows.into_iter().map(ApiContainer::into_facts).collect();
         for f in &mut facts {
+            f.awaited = waited_on.contains(&f.container.service);
             if f.container.state != "exited" || f.exit_code != Some(0) {
                 continue;
             }
             // A one-shot that did its work is done, not down: compose's own rule for a service
             // another waits for with `service_completed_successfully`, and the engine's for a
             // container it will not restart (asked only for an exited-0 container).
-            f.container.completed = waited_on.contains(&f.container.service)
+            f.container.completed = f.awaited
                 || self
                     .restart_policy(&f.id)
                     .is_ok_and(|p| matches!(p.as_str(), "" | "no" | "on-failure"));
@@ -251,6 +252,42 @@ impl Engine {
         }
         let raw: ApiInspect = self.get_json(&format!("/containers/{id}/json"), &[])?;
         Ok(raw.host_config.restart_policy.name)
+    }
+
+    /// What the engine recorded of container `id` since `since` (unix seconds), oldest
+    /// first: `start`, `kill` (with its signal), `oom`, `die` (with its exit code), ... from
+    /// `GET /events?since=..&until=now`, which answers from the engine's in-memory record and
+    /// ends. An engine restarted since remembers nothing of before it.
+    pub fn container_events(&self, id: &str, since: u64) -> Result<Vec<ContainerEvent>> {
+        if id.is_empty() || id.contains(['/', '?']) {
+            return Err(Error::Parse {
+                what: "container id".to_owned(),
+                detail: format!("{id:?} is not a container id"),
+            });
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let filters = serde_json::json!({ "type": ["container"], "container": [id] });
+        let body = self.call(
+            Method::Get,
+            "/events",
+            &[
+                ("since", &since.to_string()),
+                ("until", &now.to_string()),
+                ("filters", &filters.to_string()),
+            ],
+            None,
+        )?;
+        serde_json::Deserializer::from_slice(&body)
+            .into_iter::<ApiEvent>()
+            .map(|e| {
+                e.map(ApiEvent::into_event).map_err(|e| Error::Parse {
+                    what: "engine /events".to_owned(),
+                    detail: e.to_string(),
+                })
+            })
+            .collect()
     }
 
     fn rows(&self, project: &str) -> Result<Vec<ApiContainer>> {
@@ -669,6 +706,10 @@ pub struct ContainerFacts {
     pub image_id: Option<String>,
     /// The exit code an exited container's status shows (`Exited (0) 3 minutes ago`).
     pub exit_code: Option<i32>,
+    /// Another service of the project waits for this one to complete
+    /// (`service_completed_successfully`): a one-shot whose end the start waits for.
+    #[serde(default)]
+    pub awaited: bool,
 }
 
 impl ContainerFacts {
@@ -681,6 +722,7 @@ impl ContainerFacts {
             config_hash: None,
             image_id: None,
             exit_code: None,
+            awaited: false,
         }
     }
 }
@@ -724,6 +766,7 @@ impl ApiContainer {
             config_hash,
             image_id,
             exit_code,
+            awaited: false,
         }
     }
 }
@@ -748,6 +791,69 @@ impl Row for ApiContainer {
     }
 }
 
+/// One action the engine recorded of a container: see [`Engine::container_events`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerEvent {
+    /// `start`, `kill`, `oom`, `die`, `stop`, ...
+    pub action: String,
+    /// When (unix seconds).
+    pub time: u64,
+    /// A `kill`'s signal number.
+    pub signal: Option<i32>,
+    /// A `die`'s exit code.
+    pub exit_code: Option<i32>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ApiEvent {
+    #[serde(rename = "Action", default)]
+    action: String,
+    /// The action's name before API 1.22.
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    time: u64,
+    #[serde(rename = "Actor", default)]
+    actor: ApiActor,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ApiActor {
+    #[serde(rename = "Attributes", default)]
+    attributes: std::collections::BTreeMap<String, String>,
+}
+
+impl ApiEvent {
+    fn into_event(self) -> ContainerEvent {
+        let number = |key: &str| self.actor.attributes.get(key)?.parse::<i32>().ok();
+        // A kill's signal is a number, or a name where the client gave one (`docker kill -s
+        // KILL`).
+        let signal = number("signal").or_else(|| {
+            let name = self.actor.attributes.get("signal")?;
+            match name.trim_start_matches("SIG") {
+                "KILL" => Some(9),
+                "TERM" => Some(15),
+                "INT" => Some(2),
+                "HUP" => Some(1),
+                "QUIT" => Some(3),
+                _ => None,
+            }
+        });
+        let exit_code = number("exitCode");
+        let action = if self.action.is_empty() {
+            self.status
+        } else {
+            self.action
+        };
+        ContainerEvent {
+            action,
+            time: self.time,
+            signal,
+            exit_code,
+        }
+    }
+}
+
 /// What the engine says about one container beyond its state: see [`Engine::inspect`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContainerDetail {
@@ -757,6 +863,13 @@ pub struct ContainerDetail {
     pub exit_code: Option<i64>,
     /// The last healthcheck probe (`State.Health.Log`'s last entry), when it has one.
     pub last_probe: Option<Probe>,
+    /// `State.OOMKilled`: the kernel's OOM killer ended its last run.
+    #[serde(default)]
+    pub oom_killed: bool,
+    /// `RestartCount`: how often the engine restarted it under its restart policy after it
+    /// exited on its own (a `docker stop` or `kill` is never restarted, nor counted).
+    #[serde(default)]
+    pub restart_count: u64,
 }
 
 impl ContainerDetail {
@@ -777,6 +890,8 @@ pub struct Probe {
 struct ApiInspect {
     #[serde(rename = "State", default)]
     state: ApiState,
+    #[serde(rename = "RestartCount", default)]
+    restart_count: u64,
     #[serde(rename = "HostConfig", default)]
     host_config: ApiHostConfig,
 }
@@ -818,6 +933,8 @@ struct ApiState {
     status: Option<String>,
     #[serde(rename = "Health", default)]
     health: Option<ApiHealth>,
+    #[serde(rename = "OOMKilled", default)]
+    oom_killed: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -853,6 +970,8 @@ impl ApiInspect {
                     exit_code: p.exit_code,
                     output: cut(&p.output),
                 }),
+            oom_killed: st.oom_killed,
+            restart_count: self.restart_count,
         }
     }
 }
@@ -894,6 +1013,36 @@ pub fn free_bytes(path: &Path) -> Result<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_engines_record_of_a_container_reads_as_events() {
+        let stream = concat!(
+            r#"{"status":"start","id":"c1","Type":"container","Action":"start","Actor":{"ID":"c1","Attributes":{"name":"p-web-1"}},"time":100}"#,
+            "\n",
+            r#"{"Type":"container","Action":"kill","Actor":{"ID":"c1","Attributes":{"signal":"15"}},"time":160}"#,
+            "\n",
+            r#"{"Type":"container","Action":"die","Actor":{"ID":"c1","Attributes":{"exitCode":"0"}},"time":161}"#,
+            "\n",
+            r#"{"status":"kill","Actor":{"Attributes":{"signal":"SIGKILL"}},"time":170}"#,
+        );
+        let events: Vec<ContainerEvent> = serde_json::Deserializer::from_str(stream)
+            .into_iter::<ApiEvent>()
+            .map(|e| e.unwrap().into_event())
+            .collect();
+        let got: Vec<(&str, u64, Option<i32>, Option<i32>)> = events
+            .iter()
+            .map(|e| (e.action.as_str(), e.time, e.signal, e.exit_code))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("start", 100, None, None),
+                ("kill", 160, Some(15), None),
+                ("die", 161, None, Some(0)),
+                ("kill", 170, Some(9), None),
+            ]
+        );
+    }
+
     #[test]
     fn an_http_answer_is_read_by_length_by_chunks_or_to_its_end() {
         let by_length =

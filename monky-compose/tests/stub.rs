@@ -96,35 +96,32 @@ fn project_commands_have_exact_argument_lists() {
     );
 }
 
+/// The agent's readiness rule is its own on every compose version: compose's `up --wait`
+/// (which 2.26 ends with "has no healthcheck configured" for a running worker whose
+/// healthcheck is disabled) is never asked for, and the containers are polled after `up -d`.
 #[test]
-fn up_wait_flags_follow_the_compose_version() {
-    let wait = Some(Duration::from_secs(90));
-    let with_timeout = [
-        "up",
-        "-d",
-        "--remove-orphans",
-        "--wait",
-        "--wait-timeout",
-        "90",
-    ];
-    let bare_wait = ["up", "-d", "--remove-orphans", "--wait"];
-    check_argv("2.32.0", &|c| c.up(wait).unwrap(), &with_timeout);
-    check_argv("2.17.3", &|c| c.up(wait).unwrap(), &with_timeout);
-    // 2.17.0-2.17.2 mangled --wait-timeout; --wait alone exists since 2.1.1
-    check_argv("2.17.2", &|c| c.up(wait).unwrap(), &bare_wait);
-    check_argv("2.1.1", &|c| c.up(wait).unwrap(), &bare_wait);
-    check_argv(
-        "2.32.0",
-        &|c| c.up(Some(Duration::from_millis(1500))).unwrap(),
-        &[
-            "up",
-            "-d",
-            "--remove-orphans",
-            "--wait",
-            "--wait-timeout",
-            "2",
-        ],
-    );
+fn up_never_asks_compose_to_wait_and_polls_on_every_version() {
+    for version in ["2.32.0", "2.26.1", "2.17.3", "2.17.2", "2.1.1", "2.0.1"] {
+        let stub = polled(version, &["cli-ps-healthy.jsonl"], &[]);
+        stub.compose(&stub.docker())
+            .up(Some(Duration::from_secs(90)))
+            .unwrap();
+        let calls = stub.calls();
+        let up = calls
+            .iter()
+            .find(|c| c.args.contains(&"up".to_owned()))
+            .unwrap();
+        let mut expected = vec!["compose".to_owned()];
+        expected.extend(stub.globals());
+        expected.extend(strings(&["up", "-d", "--remove-orphans"]));
+        assert_eq!(up.args, expected, "compose {version}");
+        assert!(
+            calls
+                .iter()
+                .any(|c| c.args.first().map(String::as_str) == Some("ps")),
+            "compose {version}: the containers were polled"
+        );
+    }
 }
 
 #[test]
@@ -187,8 +184,9 @@ fn old_compose_poll_fails_fast_on_unhealthy() {
 }
 
 #[test]
-fn a_wait_without_its_own_timeout_is_bounded_by_ours() {
-    // compose 2.1.1-2.17.2: `--wait` waits for a starting container for ever
+fn a_start_that_hangs_is_bounded_by_ours() {
+    // compose blocked in `up` (a one-shot that never completes, a dependency never healthy):
+    // ended at the bound, the containers as they are then
     let stub = polled("2.10.2", &["cli-ps-starting.jsonl"], &[("HANG", "up")]);
     let (err, took) = up_failure(&stub, Duration::from_secs(1));
     assert!(took < Duration::from_secs(8));
@@ -293,7 +291,11 @@ fn secrets_in_the_agents_environment_never_reach_a_child() {
         let log = entry.unwrap().path().join("calls.log");
         logs.push_str(&std::fs::read_to_string(log).unwrap());
     }
-    assert_eq!(logs.matches("@@CALL").count(), 4, "version, pull, up, down");
+    assert_eq!(
+        logs.matches("@@CALL").count(),
+        5,
+        "version, pull, up, the readiness poll, down"
+    );
     for (k, v) in SECRET_VALUES {
         assert!(!logs.contains(k), "{k} reached a child");
         assert!(!logs.contains(v), "the value of {k} reached a child");
@@ -407,7 +409,7 @@ fn up_failure_carries_stderr_and_code() {
     let text = err.to_string();
     assert!(text.contains("port is already allocated"), "{text}");
     assert!(
-        text.contains("up -d --remove-orphans --wait --wait-timeout 30 failed (exit code 1)"),
+        text.contains("up -d --remove-orphans failed (exit code 1)"),
         "{text}"
     );
 }

@@ -85,6 +85,112 @@ impl Converged {
     }
 }
 
+/// Who ended a stopped container's run, by the engine's record of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ender {
+    /// Its own process exited: an error, a panic, a clean exit of a service meant to run.
+    Itself,
+    /// A signal from outside, SIGKILL (exit 137) or SIGTERM (143): `docker stop` or `kill`, an
+    /// engine that stopped or restarted.
+    Signal(i32),
+    /// The kernel's OOM killer (`State.OOMKilled`).
+    OomKiller,
+    /// Exit 0 of a service meant to run, and no record of its death left in the engine: its
+    /// record lives in memory and is short (every healthcheck probe adds to it), so an engine
+    /// restart or a stop a while ago leaves none. A service that exits 0 on the SIGTERM of a
+    /// `docker stop` or an engine stop reads so; an error exit never does.
+    Unrecorded,
+}
+
+impl Ender {
+    /// Who ended a run that ended with `exit_code`, by the code alone: 128 + the signal's
+    /// number for SIGKILL and SIGTERM, which a process does not exit with by itself. The OOM
+    /// killer's SIGKILL looks the same here; [`Ender::OomKiller`] is the engine's word.
+    #[must_use]
+    pub fn of_exit(exit_code: Option<i32>) -> Self {
+        match exit_code {
+            Some(137) => Ender::Signal(9),
+            Some(143) => Ender::Signal(15),
+            _ => Ender::Itself,
+        }
+    }
+
+    /// Who ended the last run of a container, by the engine's record of its life (`events`,
+    /// oldest first; `None` when the engine did not answer) and `State.OOMKilled`: of what
+    /// the record holds after the last `start`, an `oom` or a `kill` with a stopping signal is
+    /// from outside, a `die` alone is the container's own exit. A record without the death
+    /// leaves the exit code: 137 and 143 are a signal's, another error exit the container's
+    /// own, and 0 [`Ender::Unrecorded`].
+    #[must_use]
+    pub fn of_record(
+        events: Option<&[monky_compose::ContainerEvent]>,
+        exit_code: Option<i32>,
+        oom_killed: bool,
+    ) -> Self {
+        if oom_killed {
+            return Ender::OomKiller;
+        }
+        let Some(events) = events else {
+            return Ender::of_exit(exit_code);
+        };
+        let since_start = events
+            .iter()
+            .rposition(|e| e.action == "start")
+            .map_or(events, |i| &events[i + 1..]);
+        if since_start.iter().any(|e| e.action == "oom") {
+            return Ender::OomKiller;
+        }
+        // SIGINT, SIGQUIT, SIGKILL, SIGTERM: what `docker stop`, `kill` and an engine that
+        // stops send; a SIGHUP asks a service to reload, and it lives on.
+        if let Some(signal) = since_start
+            .iter()
+            .filter(|e| e.action == "kill")
+            .filter_map(|e| e.signal)
+            .find(|s| matches!(s, 2 | 3 | 9 | 15))
+        {
+            return Ender::Signal(signal);
+        }
+        if since_start.iter().any(|e| e.action == "die") {
+            return Ender::Itself;
+        }
+        match exit_code {
+            Some(0) => Ender::Unrecorded,
+            code => Ender::of_exit(code),
+        }
+    }
+
+    /// Not the container's own doing: the box admin's to explain, and no crash.
+    #[must_use]
+    pub fn from_outside(self) -> bool {
+        self != Ender::Itself
+    }
+}
+
+impl fmt::Display for Ender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ender::Itself => write!(f, "exited by itself"),
+            Ender::Signal(9) => write!(
+                f,
+                "stopped from outside by SIGKILL (docker kill, a docker stop past its grace \
+                 period, or an engine stop or restart)"
+            ),
+            Ender::Signal(n) => write!(
+                f,
+                "stopped from outside by signal {n} (docker stop or kill, or an engine stop or \
+                 restart)"
+            ),
+            Ender::OomKiller => write!(f, "killed by the kernel's OOM killer"),
+            Ender::Unrecorded => write!(
+                f,
+                "stopped from outside as far as the engine shows (a clean exit of a service \
+                 meant to run, and no record of its death left: an engine stop or restart, or \
+                 a docker stop)"
+            ),
+        }
+    }
+}
+
 /// How one container drifted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
@@ -96,6 +202,8 @@ pub enum Kind {
         state: String,
         /// The exit code.
         exit_code: Option<i32>,
+        /// Who ended its run.
+        ender: Ender,
     },
     /// Its config hash or image differs from the record.
     Replaced,
@@ -137,10 +245,20 @@ impl fmt::Display for Drift {
                 write!(f, "every container of the project is missing")
             }
             Kind::Missing => write!(f, "{service} missing ({})", self.container),
-            Kind::Stopped { state, exit_code } => match exit_code {
-                Some(code) => write!(f, "{service} {state} ({code}) ({})", self.container),
-                None => write!(f, "{service} {state} ({})", self.container),
-            },
+            Kind::Stopped {
+                state,
+                exit_code,
+                ender,
+            } => {
+                match exit_code {
+                    Some(code) => write!(f, "{service} {state} ({code}) ({})", self.container)?,
+                    None => write!(f, "{service} {state} ({})", self.container)?,
+                }
+                if ender.from_outside() {
+                    write!(f, ", {ender}")?;
+                }
+                Ok(())
+            }
             Kind::Replaced => write!(f, "{service} recreated by hand ({})", self.container),
             Kind::Leftover => write!(f, "{service} created, never started ({})", self.container),
             Kind::Extra => write!(f, "{service} not the release's ({})", self.container),
@@ -190,6 +308,7 @@ pub fn detect(applied: &Sha, converged: Option<&Converged>, seen: &[ContainerFac
                 out.push(drift(Kind::Stopped {
                     state: c.state.clone(),
                     exit_code: f.exit_code,
+                    ender: Ender::of_exit(f.exit_code),
                 }));
             }
         }
@@ -240,7 +359,32 @@ pub fn settled(
     containers
 }
 
-/// The drift as one line: `web missing (p-web-1), db exited (137) (p-db-1)`.
+/// Of `drift`, the containers that died by their own exit: a crash, when it repeats.
+pub fn crashed(drift: &[Drift]) -> Vec<&Drift> {
+    drift
+        .iter()
+        .filter(|d| {
+            matches!(
+                d.kind,
+                Kind::Stopped {
+                    ender: Ender::Itself,
+                    ..
+                }
+            )
+        })
+        .collect()
+}
+
+/// Whether every drift of `drift` is a container stopped from outside: nothing of the
+/// release's own doing, healed at once.
+pub fn only_stopped_from_outside(drift: &[Drift]) -> bool {
+    !drift.is_empty()
+        && drift
+            .iter()
+            .all(|d| matches!(d.kind, Kind::Stopped { ender, .. } if ender.from_outside()))
+}
+
+/// The drift as one line: `web missing (p-web-1), db exited (1) (p-db-1)`.
 pub fn describe(drift: &[Drift]) -> String {
     drift
         .iter()
@@ -279,6 +423,7 @@ mod tests {
             config_hash: Some(hash.into()),
             image_id: Some("sha256:img".into()),
             exit_code: exit,
+            awaited: false,
         }
     }
 
@@ -330,7 +475,17 @@ mod tests {
         );
         check(
             &[migrate(Some(0)), web("exited", "h-web", Some(137))],
-            &["web exited (137) (p-web-1)"],
+            &[
+                "web exited (137) (p-web-1), stopped from outside by SIGKILL (docker kill, a \
+               docker stop past its grace period, or an engine stop or restart)",
+            ],
+        );
+        check(
+            &[migrate(Some(0)), web("exited", "h-web", Some(143))],
+            &[
+                "web exited (143) (p-web-1), stopped from outside by signal 15 (docker stop or \
+               kill, or an engine stop or restart)",
+            ],
         );
         check(
             &[migrate(Some(0)), web("dead", "h-web", None)],
@@ -392,6 +547,65 @@ mod tests {
     }
 
     #[test]
+    fn who_ended_a_run_by_the_engines_record() {
+        let ev = |action: &str, signal: Option<i32>, exit_code: Option<i32>| {
+            monky_compose::ContainerEvent {
+                action: action.into(),
+                time: 0,
+                signal,
+                exit_code,
+            }
+        };
+        let check = |events: Option<&[monky_compose::ContainerEvent]>,
+                     exit: Option<i32>,
+                     oom: bool,
+                     expected: Ender| {
+            assert_eq!(
+                Ender::of_record(events, exit, oom),
+                expected,
+                "{events:?} {exit:?} {oom}"
+            );
+        };
+        let stopped = [
+            ev("start", None, None),
+            ev("kill", Some(15), None),
+            ev("die", None, Some(0)),
+            ev("stop", None, None),
+        ];
+        // `docker stop` of a service that exits 0 on SIGTERM.
+        check(Some(&stopped), Some(0), false, Ender::Signal(15));
+        // A stop before the last start is history: this run died by itself.
+        let crashed_since = [
+            stopped.as_slice(),
+            &[ev("start", None, None), ev("die", None, Some(3))],
+        ]
+        .concat();
+        check(Some(&crashed_since), Some(3), false, Ender::Itself);
+        // A reload signal is no stop.
+        let reloaded = [
+            ev("start", None, None),
+            ev("kill", Some(1), None),
+            ev("die", None, Some(1)),
+        ];
+        check(Some(&reloaded), Some(1), false, Ender::Itself);
+        check(
+            Some(&[ev("oom", None, None), ev("die", None, Some(137))]),
+            Some(137),
+            false,
+            Ender::OomKiller,
+        );
+        check(Some(&stopped), Some(137), true, Ender::OomKiller);
+        // No record of the death (an engine restarted since, or the record moved on): an
+        // error exit is still the container's own.
+        check(Some(&[]), Some(0), false, Ender::Unrecorded);
+        check(Some(&[]), Some(143), false, Ender::Signal(15));
+        check(Some(&[]), Some(3), false, Ender::Itself);
+        // The engine did not answer: the exit code alone.
+        check(None, Some(137), false, Ender::Signal(9));
+        check(None, Some(0), false, Ender::Itself);
+    }
+
+    #[test]
     fn what_a_heal_removes_first() {
         let d = |kind| Drift {
             container: "c".into(),
@@ -405,7 +619,8 @@ mod tests {
         assert!(
             !d(Kind::Stopped {
                 state: "exited".into(),
-                exit_code: None
+                exit_code: None,
+                ender: Ender::Itself,
             })
             .must_be_removed()
         );

@@ -102,13 +102,30 @@ pub const ASSUMED_MAX_TTL_S: u64 = 30 * 24 * 3600;
 /// stay up that long.
 pub const CRASH_LOOP_SECS: u64 = 3600;
 
-/// A crash loop: a heal that found a service dead again within the hour.
+/// A crash loop: a heal that found a service dead again within the hour, by its own exit (a
+/// stop or kill from outside, the OOM killer, an engine restart are no crash). The one record
+/// that the tick's exit and report, `status`, `explain`, doctor and the metrics read for the
+/// hour after it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CrashLoop {
     /// When (unix seconds).
     pub at: u64,
-    /// The heals within the hour up to it.
+    /// The heals of a service that died by its own exit within the hour up to it.
     pub heals: u32,
+    /// The service that died (the first, when more did).
+    #[serde(default)]
+    pub service: String,
+    /// Its exit code.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// Its own last lines before it died, redacted.
+    #[serde(default)]
+    pub last_lines: Option<Redacted>,
+}
+
+/// serde's test for a counter that is left out of state.json while it is zero.
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A container as last seen.
@@ -271,6 +288,13 @@ pub struct State {
     converged: Option<crate::drift::Converged>,
     /// Heals within an hour of each other, the last included (the heal backoff's step).
     heal_attempts: u32,
+    /// Of those heals, the ones of a service that died by its own exit: a crash loop from two.
+    #[serde(skip_serializing_if = "is_zero")]
+    heal_crashes: u32,
+    /// Of those heals, the ones of a container stopped from outside (`docker stop`/`kill`, an
+    /// engine restart, the OOM killer): the box admin's to explain, no crash.
+    #[serde(skip_serializing_if = "is_zero")]
+    heal_outside_stops: u32,
     /// When the last heal ran (unix seconds).
     last_heal_at: Option<u64>,
     /// When drift may be healed again (unix seconds); shown, and a fallback after another boot.
@@ -425,6 +449,16 @@ impl State {
     pub fn heal_attempts(&self) -> u32 {
         self.heal_attempts
     }
+    /// Of those heals, the ones of a service that died by its own exit.
+    #[must_use]
+    pub fn heal_crashes(&self) -> u32 {
+        self.heal_crashes
+    }
+    /// Of those heals, the ones of a container stopped from outside.
+    #[must_use]
+    pub fn heal_outside_stops(&self) -> u32 {
+        self.heal_outside_stops
+    }
     /// When the last heal ran (unix seconds).
     #[must_use]
     pub fn last_heal_at(&self) -> Option<u64> {
@@ -576,13 +610,19 @@ impl State {
             Fact::TokenMaxTtlNear => self.token_max_ttl_near(),
             Fact::TokenMaxTtlReached(end) => self.token_max_ttl_reached(end),
             Fact::Converged(converged) => self.record_converged(converged),
-            Fact::CrashLooped { at, heals } => self.crash_looped(at, heals),
+            Fact::CrashLooped(c) => self.crash_looped(c),
             Fact::Healing {
                 attempts,
+                crashes,
+                outside_stops,
                 at,
                 next_at,
                 next_boot,
-            } => self.healing(attempts, at, next_at, next_boot),
+            } => {
+                self.heal_crashes = crashes;
+                self.heal_outside_stops = outside_stops;
+                self.healing(attempts, at, next_at, next_boot);
+            }
             Fact::Concluded {
                 result,
                 failure,
@@ -710,9 +750,9 @@ impl State {
         self.converged = Some(converged);
     }
 
-    /// A heal found a service dead again within the hour: a crash loop, `heals` heals in.
-    fn crash_looped(&mut self, at: u64, heals: u32) {
-        self.crash_loop = Some(CrashLoop { at, heals });
+    /// A heal found a service dead again by its own exit within the hour: a crash loop.
+    fn crash_looped(&mut self, c: CrashLoop) {
+        self.crash_loop = Some(c);
     }
 
     /// A heal ran at `at`, the `attempts`-th within the heal memory; the next may run at
@@ -792,6 +832,12 @@ impl State {
 
     /// Records a sha as applied (and healthy).
     fn mark_applied(&mut self, sha: &Sha, prod: bool) {
+        // Another release is a fresh start: the crash loop and the heals were the last one's.
+        if self.applied_sha.as_ref() != Some(sha) {
+            self.crash_loop = None;
+            self.heal_crashes = 0;
+            self.heal_outside_stops = 0;
+        }
         self.applied_sha = Some(sha.clone());
         self.applied_prod = Some(prod);
         self.applied_history.retain(|s| s != sha);
@@ -870,18 +916,17 @@ pub enum Fact {
     TokenMaxTtlReached(u64),
     /// What a healthy `up` left, for drift detection.
     Converged(crate::drift::Converged),
-    /// A heal found a service dead again within the hour: a crash loop, `heals` heals in.
-    CrashLooped {
-        /// When (unix seconds).
-        at: u64,
-        /// The heals within the hour.
-        heals: u32,
-    },
+    /// A heal found a service dead again by its own exit within the hour: a crash loop.
+    CrashLooped(CrashLoop),
     /// A heal ran at `at`, the `attempts`-th within the heal memory; the next may run at
     /// `next_at` (and `next_boot` on the boot clock).
     Healing {
         /// The heals within the heal memory, this one included.
         attempts: u32,
+        /// Of those, the heals of a service that died by its own exit.
+        crashes: u32,
+        /// Of those, the heals of a container stopped from outside.
+        outside_stops: u32,
         /// When (unix seconds).
         at: u64,
         /// When the next may run.

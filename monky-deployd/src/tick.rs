@@ -128,7 +128,7 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> Res
         return Ok(Exit::Ok);
     };
     // Declared after the lock, so dropped before it: the deadline stops, then the lock goes.
-    let _deadline = crate::watchdog::arm(cfg, &layout, end_timed_out);
+    let deadline = crate::watchdog::arm(cfg, &layout, end_timed_out);
     let (mut state, note) = crate::statefile::load(&layout).or_code(Code::Failed)?;
     if let Some(note) = note {
         warn!("{note}");
@@ -136,6 +136,7 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> Res
     // This tick's action, once tenancy answers; none if it never does.
     state.fold(state::Fact::TickBegan);
     let mut agent = Agent::new(cfg, layout, state, opts)?;
+    agent.tick_deadline = Some(deadline.deadline());
     let result = agent.converge();
     agent.token_upkeep(&result);
     let result = agent.judge_clock(result);
@@ -188,6 +189,9 @@ pub(crate) struct Agent<'a> {
     /// again about the release the apply judged and pulled moments before: the shas whose
     /// names passed, and the image references this tick pulled.
     judged: std::cell::RefCell<Judged>,
+    /// When the tick's deadline (`tick_timeout_s`) passes; `None` for a run without one (the
+    /// bootstrap). Every start of a release is budgeted inside it (see `fallback.rs`).
+    tick_deadline: Option<std::time::Instant>,
 }
 
 /// See [`Agent::judged`].
@@ -231,6 +235,7 @@ impl<'a> Agent<'a> {
             hold,
             marker_settled: false,
             concluded: false,
+            tick_deadline: None,
         })
     }
 
@@ -348,15 +353,6 @@ impl<'a> Agent<'a> {
             .kv_mount()
             .map_or_else(|| self.cfg.bao.kv_mount.clone(), str::to_owned)
     }
-}
-
-/// Whether compose's `up --wait` failed only because it gives up on any exited container, a
-/// one-shot's that completed included (`container p-migrate-1 exited (0)`): no failure when
-/// every container is up as the agent judges it.
-fn up_gave_up_on_one_shots(error: &str, containers: &[SeenContainer]) -> bool {
-    error.contains("exited (0)")
-        && !containers.is_empty()
-        && containers.iter().all(SeenContainer::is_ready)
 }
 
 /// The containers that are not up (running and healthy, or a one-shot that completed), as

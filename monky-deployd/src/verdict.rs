@@ -122,6 +122,35 @@ pub fn token_max_ttl(st: &State, now: u64) -> Option<MaxTtlEnd> {
     Some(MaxTtlEnd { end, exact, now })
 }
 
+/// The crash loop `c` records, as every view says it for the hour after it: the tick's exit
+/// and report, `status`, `explain`, doctor (through the last tick's code) and the metrics.
+#[must_use]
+pub fn crash_loop(c: &crate::state::CrashLoop) -> crate::exit::Failure {
+    let service = if c.service.is_empty() {
+        "a service"
+    } else {
+        c.service.as_str()
+    };
+    let exit = c
+        .exit_code
+        .map_or_else(String::new, |code| format!(" with exit code {code}"));
+    let lines = c
+        .last_lines
+        .as_ref()
+        .filter(|l| !l.as_str().is_empty())
+        .map_or_else(String::new, |l| format!("; its last lines: {}", l.as_str()));
+    crate::exit::Failure::coded(
+        Code::CrashLoop,
+        format!(
+            "{service} died by its own exit{exit} again within the hour and was healed ({} \
+             heals, the last at {}){lines}; converged once no heal is needed until {}",
+            c.heals,
+            crate::clock::rfc3339(c.at),
+            crate::clock::rfc3339(c.at.saturating_add(crate::state::CRASH_LOOP_SECS)),
+        ),
+    )
+}
+
 /// Why the box is not converged, most important first; empty when it is.
 #[must_use]
 pub fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
@@ -155,18 +184,8 @@ pub fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
         ));
     }
     if let Some(c) = st.crash_loop(seen.now) {
-        let code = Code::CrashLoop;
-        let failure = crate::exit::Failure::coded(
-            code,
-            format!(
-                "a service died again within the hour and was healed ({} heals, the last at \
-                 {}); converged once no heal is needed until {}",
-                c.heals,
-                crate::clock::rfc3339(c.at),
-                crate::clock::rfc3339(c.at.saturating_add(crate::state::CRASH_LOOP_SECS)),
-            ),
-        );
-        why.push(format!("{failure} ({} moves next)", code.owner()));
+        let failure = crash_loop(c);
+        why.push(format!("{failure} ({} moves next)", failure.code.owner()));
     }
     if let Some(problem) = seen.state_free.and_then(state_disk_problem) {
         why.insert(0, problem);

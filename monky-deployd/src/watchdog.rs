@@ -22,6 +22,8 @@ use crate::state::{self, State};
 
 /// A running deadline; dropping it (the tick ended in time) stops the watchdog.
 pub struct Watchdog {
+    /// When the tick's deadline passes.
+    deadline: std::time::Instant,
     disarm: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -54,8 +56,18 @@ pub fn arm(cfg: &Config, layout: &Layout, end: End) -> Watchdog {
         }
     };
     Watchdog {
+        deadline: started + limit,
         disarm: Some(disarm),
         thread,
+    }
+}
+
+impl Watchdog {
+    /// When the tick's deadline passes: a start of a release is budgeted so that the fallback
+    /// after it still ends before this.
+    #[must_use]
+    pub fn deadline(&self) -> std::time::Instant {
+        self.deadline
     }
 }
 

@@ -2955,9 +2955,12 @@ fn a_published_port_on_tenancys_address_is_never_a_peer() {
     assert_no_secret(&b, &run);
 }
 
-/// A service that keeps dying on the real engine: the first death is healed, the second within
-/// the hour is a crash loop (not converged, a count, its own code), in the report, `status`
-/// and the metrics, however healthy the container looks right after each heal.
+/// A worker that dies by its own exit on the real engine (`exit 3` after a panic line, when the
+/// test tells it to): the first death is healed, the second within the hour is a crash loop, and
+/// from then on every view says the same from the one record: the tick's exit code and report,
+/// `status`, `explain`, doctor and the metrics, on the crash loop's tick and on the heartbeat
+/// after it, with the bundle author as owner throughout, and the worker's own last line in the
+/// journal and `explain`.
 #[test]
 fn a_service_that_keeps_dying_is_a_crash_loop_on_the_real_engine() {
     let Some(b) = E2eBox::new("crash-loop") else {
@@ -2966,48 +2969,196 @@ fn a_service_that_keeps_dying_is_a_crash_loop_on_the_real_engine() {
     let prom = b.w.path("metrics/monky-deployd.prom");
     std::fs::create_dir_all(prom.parent().unwrap()).unwrap();
     b.w.config_extra(&format!("metrics_textfile: {}\n", prom.display()));
-    b.first_apply(&b.bundle(&b.e2e.image_1));
+    let worker = format!(
+        "  worker:\n    image: {}\n    env_file: .env\n    healthcheck: {{disable: true}}\n\
+         \x20   entrypoint: [/bin/sh, -c, \"while [ ! -e /tmp/die ]; do sleep 0.2; done; rm -f /tmp/die; \
+         echo 'panic: lost connection to queue'; exit 3\"]\n",
+        b.e2e.image_1
+    );
+    b.first_apply(&web_bundle(with_service(
+        compose_yaml(b.e2e, &b.e2e.image_1, Some(b.port), "", &[]),
+        &worker,
+    )));
+    let name = format!("{}-worker-1", b.project.name);
+    let die = || {
+        b.project.docker_ok(["exec", &name, "touch", "/tmp/die"]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while b
+            .project
+            .docker_ok(["inspect", "--format", "{{.State.Status}}", &name])
+            .trim()
+            != "exited"
+        {
+            assert!(Instant::now() < deadline, "the worker exits when told");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let said = |run: &Run| {
+        assert!(
+            run.stderr().contains("panic: lost connection to queue"),
+            "the worker's own last line in the journal: {}",
+            run.stderr()
+        );
+    };
 
-    b.project.docker_ok(["kill", &b.web()]);
-    b.w.tick().ok();
+    die();
+    let run = b.w.tick();
+    run.ok();
+    said(&run);
     let detail = b.w.last_report().detail.unwrap();
-    assert!(detail.starts_with("HEALED: "), "{detail}");
-    assert_healthy(&b.project.containers(), &b.project.name);
+    assert!(detail.starts_with("HEALED: worker exited (3)"), "{detail}");
 
-    b.project.docker_ok(["kill", &b.web()]);
+    die();
     // Within the heal backoff the death is drift, waiting: not converged either.
-    b.w.tick();
+    b.w.tick().expect(1);
     let detail = b.w.last_report().detail.unwrap();
-    assert!(detail.starts_with("DRIFT: web exited (137)"), "{detail}");
+    assert!(detail.starts_with("DRIFT: worker exited (3)"), "{detail}");
     // The next heal (now, as the backoff's end would) is the second within the hour.
     let run = b.w.run(&["run", "--once", "--force"]);
     run.expect(1);
-    let r = b.w.last_report();
-    assert_report(&r, ReportResult::Failed, Some("CRASH_LOOP: "));
-    assert!(
-        r.detail
-            .as_deref()
-            .unwrap()
-            .contains("healed 2 times within the hour"),
-        "{r:?}"
+    said(&run);
+    let views_agree = |run: &Run| {
+        run.expect(1);
+        let r = b.w.last_report();
+        assert_report(&r, ReportResult::Failed, Some("CRASH_LOOP: "));
+        let detail = r.detail.clone().unwrap();
+        for text in [
+            "worker died by its own exit with exit code 3 again within the hour",
+            "(2 heals",
+            "panic: lost connection to queue",
+        ] {
+            assert!(detail.contains(text), "{text:?} not in {detail}");
+        }
+        let status: Value = serde_json::from_str(&b.w.run(&["status", "--json"]).stdout()).unwrap();
+        assert_eq!(status["converged"], false, "{status:#}");
+        assert!(status.to_string().contains("CRASH_LOOP"), "{status:#}");
+        let metrics = std::fs::read_to_string(&prom).unwrap();
+        for line in [
+            "monky_deployd_crash_loop{env_id=\"env-qa-02\"} 1",
+            "monky_deployd_converged{env_id=\"env-qa-02\"} 0",
+            "monky_deployd_exit_code{env_id=\"env-qa-02\"} 1",
+        ] {
+            assert!(metrics.contains(line), "{line} not in {metrics}");
+        }
+        b.w.run(&["explain"]).ok().prints(&[
+            "CRASH_LOOP",
+            "panic: lost connection to queue",
+            "whose move  bundle author",
+        ]);
+        b.w.run(&["doctor"])
+            .prints(&["CRASH_LOOP", "bundle author's move"]);
+    };
+    views_agree(&run);
+    // Brought back, and running: the heartbeat after it says the same.
+    assert_eq!(
+        b.project
+            .docker_ok(["inspect", "--format", "{{.State.Status}}", &name])
+            .trim(),
+        "running"
     );
-    // Brought back, yet not converged.
-    assert_healthy(&b.project.containers(), &b.project.name);
-    let status: Value = serde_json::from_str(&b.w.run(&["status", "--json"]).stdout()).unwrap();
-    assert_eq!(status["converged"], false, "{status:#}");
-    let metrics = std::fs::read_to_string(&prom).unwrap();
+    views_agree(&b.w.tick());
+    // It dies again inside the heal backoff: still the crash loop, still the bundle author's.
+    die();
+    b.w.tick().expect(1);
+    let detail = b.w.last_report().detail.unwrap();
     assert!(
-        metrics.contains("monky_deployd_crash_loop{env_id=\"env-qa-02\"} 1")
-            && metrics.contains("monky_deployd_converged{env_id=\"env-qa-02\"} 0"),
-        "{metrics}"
+        detail.starts_with("CRASH_LOOP: worker exited (3)"),
+        "{detail}"
     );
+    b.w.run(&["explain"])
+        .ok()
+        .prints(&["whose move  bundle author"]);
     assert_no_secret(&b, &run);
 }
 
+/// The next tick after a stop from outside: healed at once, named and counted as a stop from
+/// outside (the `n`-th within the hour), and every view says converged and no crash loop.
+#[track_caller]
+fn assert_healed_from_outside(b: &E2eBox, prom: &Path, n: u32) {
+    let run = b.w.tick();
+    run.ok();
+    let r = b.w.last_report();
+    assert_eq!(r.result, ReportResult::Applied, "{r:?}");
+    let detail = r.detail.clone().unwrap_or_default();
+    assert!(
+        detail.starts_with("HEALED: web exited (")
+            && detail.contains("stopped from outside")
+            && detail.contains(&format!("({n} stop(s) from outside within the hour)")),
+        "{detail}"
+    );
+    assert_healthy(&b.project.containers(), &b.project.name);
+    let status: Value = serde_json::from_str(&b.w.run(&["status", "--json"]).stdout()).unwrap();
+    assert_eq!(status["converged"], true, "{status:#}");
+    let metrics = std::fs::read_to_string(prom).unwrap();
+    for line in [
+        "monky_deployd_crash_loop{env_id=\"env-qa-02\"} 0",
+        "monky_deployd_converged{env_id=\"env-qa-02\"} 1",
+        "monky_deployd_exit_code{env_id=\"env-qa-02\"} 0",
+    ] {
+        assert!(metrics.contains(line), "{line} not in {metrics}");
+    }
+    b.w.run(&["explain"])
+        .ok()
+        .prints(&["converged", "stopped from outside"]);
+}
+
+/// A box on the real engine with a metrics file, its web applied; the file's path.
+fn applied_with_metrics(b: &E2eBox) -> PathBuf {
+    let prom = b.w.path("metrics/monky-deployd.prom");
+    std::fs::create_dir_all(prom.parent().unwrap()).unwrap();
+    b.w.config_extra(&format!("metrics_textfile: {}\n", prom.display()));
+    b.first_apply(&b.bundle(&b.e2e.image_1));
+    prom
+}
+
+/// An operator's `docker stop` (the web exits 0 on its SIGTERM), twice within the heal backoff:
+/// each is healed at once, named and counted as a stop from outside, the box admin's, and is
+/// no crash loop.
+#[test]
+fn a_docker_stop_is_healed_at_once_and_no_crash_loop() {
+    let Some(b) = E2eBox::new("stopped-by-hand") else {
+        return;
+    };
+    let prom = applied_with_metrics(&b);
+    for n in 1..=2 {
+        b.project.docker_ok(["stop", "-t", "1", &b.web()]);
+        assert_healed_from_outside(&b, &prom, n);
+    }
+}
+
+/// Stops from outside are no crash loop: an operator's `docker stop`, then an engine restart,
+/// each healed at once (no heal backoff to wait out), named as a stop from outside with the box
+/// admin as owner and counted; the box stays converged and nothing pages. The engine restart
+/// holds the engine alone, as the other daemon restart does.
+#[test]
+fn a_docker_stop_then_an_engine_restart_is_no_crash_loop() {
+    let _alone = ENGINE
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    ENGINE_ALONE.set(true);
+    let Some(b) = E2eBox::new("stopped-outside") else {
+        return;
+    };
+    let prom = applied_with_metrics(&b);
+    let web = b.web();
+    b.project.docker_ok(["stop", "-t", "1", &web]);
+    assert_healed_from_outside(&b, &prom, 1);
+    restart_dockerd(&b.e2e.docker);
+    assert_eq!(
+        b.project
+            .docker_ok(["inspect", "--format", "{{.State.Status}}", &web])
+            .trim(),
+        "exited"
+    );
+    assert_healed_from_outside(&b, &prom, 2);
+    assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
+}
+
 /// An `up` that hangs on the real engine (the running container's PID 1 ignores SIGTERM and has
-/// five minutes to stop when the next release replaces it): each tick ends at its deadline with
-/// exit 75, and every channel says so: the journal's summary line with the repeat count, the
-/// metrics (not converged, exit 75), `status`.
+/// five minutes to stop when the next release replaces it) is bounded by `healthy_timeout_s`,
+/// not by the tick's deadline: the tick ends UNHEALTHY, "the start did not finish", and every
+/// channel says so: the journal's summary line, the metrics (not converged, exit 1), `status`.
+/// (A tick cut short at `tick_timeout_s` is tests/deadline.rs's.)
 #[test]
 fn an_up_that_hangs_on_the_real_engine_is_named_on_every_channel() {
     let Some(b) = E2eBox::with_timeout("hang", 10) else {
@@ -3016,7 +3167,7 @@ fn an_up_that_hangs_on_the_real_engine_is_named_on_every_channel() {
     let prom = b.w.path("metrics/monky-deployd.prom");
     std::fs::create_dir_all(prom.parent().unwrap()).unwrap();
     b.w.config_extra(&format!(
-        "metrics_textfile: {}\ntick_timeout_s: 20\n",
+        "metrics_textfile: {}\ntick_timeout_s: 60\n",
         prom.display()
     ));
     let stubborn = "    stop_grace_period: 300s\n    \
@@ -3029,27 +3180,138 @@ fn an_up_that_hangs_on_the_real_engine_is_named_on_every_channel() {
         &[],
     )));
     b.w.publish(&b.bundle(&b.e2e.image_2));
-    for n in 1..=2 {
-        let run = b.w.tick();
-        run.expect(75);
-        let summary = run
-            .stderr()
-            .lines()
-            .find(|l| l.contains("tick: ") && l.contains("code=TICK_TIMEOUT"))
-            .unwrap_or_else(|| panic!("tick {n}: no summary line in\n{}", run.stderr()))
-            .to_owned();
-        if n == 2 {
-            assert!(
-                summary.contains("(same TICK_TIMEOUT as the last 1 tick)"),
-                "{summary}"
-            );
-        }
-        let metrics = std::fs::read_to_string(&prom).unwrap();
-        assert!(
-            metrics.contains("monky_deployd_converged{env_id=\"env-qa-02\"} 0")
-                && metrics.contains("monky_deployd_exit_code{env_id=\"env-qa-02\"} 75"),
-            "tick {n}: {metrics}"
-        );
-    }
-    b.w.run(&["status"]).prints(&["TICK_TIMEOUT"]);
+    let run = b.w.tick();
+    run.expect(1);
+    let summary = run
+        .stderr()
+        .lines()
+        .find(|l| l.contains("tick: ") && l.contains("code=UNHEALTHY"))
+        .unwrap_or_else(|| panic!("no summary line in\n{}", run.stderr()))
+        .to_owned();
+    assert!(summary.contains("exit=1"), "{summary}");
+    let detail = b.w.last_report().detail.unwrap_or_default();
+    assert!(
+        detail.starts_with("UNHEALTHY: the start did not finish within "),
+        "{detail}"
+    );
+    let metrics = std::fs::read_to_string(&prom).unwrap();
+    assert!(
+        metrics.contains("monky_deployd_converged{env_id=\"env-qa-02\"} 0")
+            && metrics.contains("monky_deployd_exit_code{env_id=\"env-qa-02\"} 1"),
+        "{metrics}"
+    );
+    b.w.run(&["status"]).prints(&["UNHEALTHY"]);
+}
+
+// ---- readiness is the agent's rule ------------------------------------------------------------
+
+/// `yaml` of [`compose_yaml`] with one more service (two-space indented lines), before its
+/// top-level `volumes`.
+fn with_service(yaml: String, service: &str) -> String {
+    yaml.replacen(
+        "\nvolumes:\n  data",
+        &format!("\n{service}volumes:\n  data"),
+        1,
+    )
+}
+
+/// A worker whose image healthcheck is disabled (`healthcheck: {disable: true}`) deploys on
+/// the compose the project installs: a running container with no healthcheck is ready. compose
+/// 2.26's `up --wait` ended this apply with "has no healthcheck configured".
+#[test]
+fn a_worker_with_its_healthcheck_disabled_deploys() {
+    let Some(b) = E2eBox::new("no-healthcheck") else {
+        return;
+    };
+    let worker = format!(
+        "  worker:\n    image: {}\n    env_file: .env\n    healthcheck: {{disable: true}}\n",
+        b.e2e.image_1
+    );
+    let bundle = web_bundle(with_service(
+        compose_yaml(b.e2e, &b.e2e.image_1, Some(b.port), "", &[]),
+        &worker,
+    ));
+    let sha = b.first_apply(&bundle);
+    let seen = b.project.containers();
+    let worker = seen
+        .iter()
+        .find(|c| c.name.ends_with("-worker-1"))
+        .unwrap_or_else(|| panic!("no worker in {seen:?}"));
+    assert_eq!(
+        (worker.state.as_str(), worker.health.as_str()),
+        ("running", ""),
+        "{seen:?}"
+    );
+    assert_eq!(b.w.state()["applied_sha"], json!(sha));
+    assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
+    b.w.run(&["status"]).ok().prints(&["converged      true"]);
+}
+
+/// A migration that never ends, which the new web waits for with
+/// `service_completed_successfully`: `healthy_timeout_s` bounds the whole start, so the apply
+/// ends UNHEALTHY naming the migration first with its own last output, the last good release
+/// comes back, tenancy gets the report, and the site is served when the tick ends. Without the
+/// bound the tick sat inside `compose up` until its deadline, with the old web gone and the new
+/// one `created`.
+#[test]
+fn a_one_shot_that_never_ends_falls_back_and_the_site_stays_served() {
+    let Some(b) = E2eBox::with_timeout("hung-one-shot", 15) else {
+        return;
+    };
+    // A deadline well past the start and its fallback: without the start's own bound the tick
+    // ends here, TICK_TIMEOUT, instead of hanging the test.
+    b.w.config_extra("tick_timeout_s: 90\n");
+    let first = b.first_apply(&b.bundle(&b.e2e.image_1));
+    let hung = format!(
+        "  migrate:\n    image: {image}\n    restart: \"no\"\n    healthcheck: {{disable: true}}\n\
+         \x20   stop_grace_period: 1s\n\
+         \x20   entrypoint: [/bin/sh, -c, \"echo waiting for the schema lock held by deploy-7; exec sleep 100000\"]\n",
+        image = b.e2e.image_1
+    );
+    let web = "    depends_on:\n      migrate: {condition: service_completed_successfully}\n";
+    let second = b.w.publish(&web_bundle(with_service(
+        compose_yaml(b.e2e, &b.e2e.image_2, Some(b.port), web, &[]),
+        &hung,
+    )));
+    let run = b.w.tick();
+    run.expect(1);
+    let r = b.w.last_report();
+    assert_eq!(r.result, ReportResult::Failed, "{r:?}");
+    assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(second.as_str()));
+    let detail = r.detail.clone().unwrap_or_default();
+    assert!(
+        detail.starts_with("UNHEALTHY: the start did not finish within "),
+        "{detail}"
+    );
+    let migrate = format!("{}-migrate-1", b.project.name);
+    let named = detail.find(&migrate).unwrap_or_else(|| panic!("{detail}"));
+    let web_named = detail.find(&b.web()).unwrap_or(usize::MAX);
+    assert!(named < web_named, "the migration is named first: {detail}");
+    assert!(
+        detail.contains("waiting for the schema lock held by deploy-7"),
+        "its own last output: {detail}"
+    );
+    assert!(
+        detail.contains(&format!("reverted to {}", &first[..12])),
+        "{detail}"
+    );
+    assert!(
+        run.stderr()
+            .contains("waiting for the schema lock held by deploy-7"),
+        "the journal: {}",
+        run.stderr()
+    );
+    // The site it found serving is served when the tick ends.
+    assert_eq!(b.w.state()["applied_sha"], json!(first));
+    assert_eq!(b.current(), Some(release(&first)));
+    assert_eq!(get_200(b.port, "/variant.txt").trim(), "1");
+    let seen = b.project.containers();
+    assert!(
+        seen.iter().all(|c| !c.name.ends_with("-migrate-1")),
+        "the fallback removed the migration: {seen:?}"
+    );
+    assert_healthy(&seen, &b.project.name);
+    b.w.run(&["explain"])
+        .ok()
+        .prints(&["UNHEALTHY", "waiting for the schema lock"]);
 }

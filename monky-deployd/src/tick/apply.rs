@@ -48,6 +48,8 @@ impl Agent<'_> {
         let staged = self.stage(checked, secrets)?;
         // 10. Pull from the staging dir.
         let pulled = self.pull(staged)?;
+        // A start that could not finish, and fall back, before the tick's deadline is not made.
+        self.start_fits(pulled.sha())?;
         // 11. Promote: `current` names the new release, checked again on disk.
         let promoted = self.promote(pulled)?;
         // 12-13. Up, and wait for health.
@@ -163,7 +165,7 @@ impl Agent<'_> {
                     sha.short(),
                     running.short()
                 );
-                return self.on_drift(&running, &drift);
+                return self.on_drift(&running, drift);
             }
         }
         // A state written before the failure's own detail was kept has only its code's name.

@@ -1,6 +1,8 @@
 //! A release that did not come up: why (the engine's and compose's words), the failed
 //! release's backoff, and the fallback to the last healthy release.
 
+use std::time::{Duration, Instant};
+
 use monky_agent_proto::Sha;
 use tracing::{info, warn};
 
@@ -14,22 +16,24 @@ use crate::state::Fact;
 use crate::{failpoint, redact, release};
 
 impl Agent<'_> {
-    /// Steps 12-13: `compose up` and the health wait. A release that does not come up healthy
-    /// starts the backoff and falls back; its failure carries the compose logs to the report.
+    /// Steps 12-13: `compose up` and the readiness wait, the whole start bounded by
+    /// [`Agent::start_budget`]. A release that does not come up ready starts the backoff and
+    /// falls back; its failure names first a one-shot that never finished, with its own last
+    /// output, and carries the compose logs to the report.
     pub(super) fn up_healthy(&mut self, promoted: &Promoted) -> Result<(), Stop> {
         let (rel, sha) = (promoted.release(), promoted.sha());
         let project = rel.compose(&self.docker, self.cfg);
-        info!("compose up -d --remove-orphans");
+        let then_fallback = self.state.applied_sha().is_some_and(|p| p != sha);
+        let budget = self.start_budget(then_fallback);
+        info!(
+            "compose up -d --remove-orphans (the start bounded at {}s)",
+            budget.as_secs()
+        );
         failpoint::hit("before-up");
-        let up = project.up(Some(self.cfg.healthy_timeout));
+        let started = Instant::now();
+        let up = project.up(Some(budget));
         failpoint::hit("after-up");
         self.refresh_containers();
-        let up = match up {
-            Err(e) if super::up_gave_up_on_one_shots(&e.to_string(), self.state.containers()) => {
-                Ok(())
-            }
-            other => other,
-        };
         let bad = not_ready(self.state.containers());
         if up.is_ok() && bad.is_empty() {
             return Ok(());
@@ -38,19 +42,45 @@ impl Agent<'_> {
             warn!("cannot read the compose logs: {e}");
             String::new()
         });
-        let looked: Vec<Looked> = self
-            .state
-            .containers()
+        let unfinished = self.unfinished_one_shots();
+        let looked: Vec<Looked> = unfinished
             .iter()
-            .filter(|c| !c.is_ready())
-            .map(|c| Looked {
-                name: c.name.clone(),
-                state: c.state.clone(),
-                health: c.health.clone(),
-                detail: self.docker.engine().inspect(&c.name).unwrap_or_default(),
+            .map(|(name, service)| (name, Some(service)))
+            .chain(
+                self.state
+                    .containers()
+                    .iter()
+                    .filter(|c| !c.is_ready() && !unfinished.iter().any(|(n, _)| *n == c.name))
+                    .map(|c| (&c.name, None)),
+            )
+            .filter_map(|(name, unfinished_service)| {
+                let seen = self.state.containers().iter().find(|c| c.name == *name)?;
+                Some(Looked {
+                    name: seen.name.clone(),
+                    state: seen.state.clone(),
+                    health: seen.health.clone(),
+                    detail: self.docker.engine().inspect(&seen.name).unwrap_or_default(),
+                    unfinished: unfinished_service.map(|service| {
+                        project
+                            .service_logs_tail(service, UNFINISHED_LINES)
+                            .map(|l| last_lines(&l, UNFINISHED_LINES))
+                            .unwrap_or_default()
+                    }),
+                })
             })
             .collect();
         let (code, why) = diagnose(up.as_ref().err(), &looked);
+        let out_of_time = matches!(up, Err(monky_compose::Error::Unhealthy { .. }))
+            && started.elapsed() >= budget;
+        let why = if out_of_time {
+            format!(
+                "the start did not finish within {}s (healthy_timeout_s {}s): {why}",
+                budget.as_secs(),
+                self.cfg.healthy_timeout.as_secs()
+            )
+        } else {
+            why
+        };
         let failure = Failure::coded(code, why);
         warn!("apply of {} failed: {failure}", sha.short());
         // Kept before the fallback: `compose up` of the previous release replaces these
@@ -67,6 +97,55 @@ impl Agent<'_> {
                 compose_logs: logs,
             }),
         })))
+    }
+
+    /// The one-shots another service waits for (`service_completed_successfully`) that have
+    /// not completed: what a start that never finished waits on, by container and service.
+    fn unfinished_one_shots(&self) -> Vec<(String, String)> {
+        self.facts
+            .iter()
+            .filter(|f| f.awaited && !f.container.completed && f.container.state == "running")
+            .map(|f| (f.container.name.clone(), f.container.service.clone()))
+            .collect()
+    }
+
+    /// Before `current` moves: a start whose budget, with its fallback's room kept, would be
+    /// cut below what any start needs (the tick's fetch or pull took most of it) is not made.
+    /// Nothing changed, and the next tick starts the release with its images already here.
+    ///
+    /// # Errors
+    /// `TICK_TIMEOUT` (temporary): the release that runs stays.
+    pub(super) fn start_fits(&self, sha: &Sha) -> Result<(), Failure> {
+        let then_fallback = self.state.applied_sha().is_some_and(|p| p != sha);
+        let share = start_share(self.tick_left(), then_fallback, self.cfg.tick_timeout);
+        if share.is_none_or(|s| s >= MIN_START) {
+            return Ok(());
+        }
+        Err(Failure::coded(
+            Code::TickTimeout,
+            format!(
+                "too little of tick_timeout_s ({}s) is left to start {} and fall back if it \
+                 fails: nothing was changed, and the next tick starts it",
+                self.cfg.tick_timeout.as_secs(),
+                sha.short(),
+            ),
+        ))
+    }
+
+    /// What is left of the tick before its deadline; `None` without one.
+    fn tick_left(&self) -> Option<Duration> {
+        self.tick_deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// What a start of a release may take, one-shots and dependency waits included:
+    /// `healthy_timeout_s`, and never more than the tick has left before its deadline
+    /// (`tick_timeout_s`) less what its end needs. When a fallback may follow (`then_fallback`),
+    /// half of that: the last good release then comes back up before the deadline, so no tick
+    /// ends with the site it found serving down because of it.
+    pub(super) fn start_budget(&self, then_fallback: bool) -> Duration {
+        let share = start_share(self.tick_left(), then_fallback, self.cfg.tick_timeout);
+        start_budget(self.cfg.healthy_timeout, share)
     }
 
     /// Recovery after a stage stopped: a release that failed waits out its backoff and, when
@@ -137,22 +216,19 @@ impl Agent<'_> {
             let code = Failure::code_of(&e).unwrap_or(Code::Failed);
             return format!("fallback to {} refused ({code})", prev.short());
         }
+        let budget = self.start_budget(false);
         let result =
             release::point_current(&self.layout, prev, &|r| self.policy_gate(r)).and_then(|rel| {
-                info!("falling back to {}", prev.short());
+                info!(
+                    "falling back to {} (the start bounded at {}s)",
+                    prev.short(),
+                    budget.as_secs()
+                );
                 rel.compose(&self.docker, self.cfg)
-                    .up(Some(self.cfg.healthy_timeout))
+                    .up(Some(budget))
                     .map_err(anyhow::Error::new)
             });
         self.refresh_containers();
-        let result = match result {
-            Err(e)
-                if super::up_gave_up_on_one_shots(&format!("{e:#}"), self.state.containers()) =>
-            {
-                Ok(())
-            }
-            other => other,
-        };
         match result {
             Ok(()) if not_ready(self.state.containers()).is_empty() => {
                 self.record_converged(prev);
@@ -195,6 +271,43 @@ impl Agent<'_> {
     }
 }
 
+/// The lines of a one-shot's own output that name it when it never finished.
+const UNFINISHED_LINES: usize = 3;
+
+/// What a tick keeps after a start and its fallback (the logs, the report and the save), or a
+/// tenth of `tick_timeout_s` when that is less.
+const TICK_END_RESERVE: Duration = Duration::from_secs(3);
+
+/// The least a start is given: with less of the tick left for it, it is not made (see
+/// [`Agent::start_fits`]).
+const MIN_START: Duration = Duration::from_secs(1);
+
+/// What of `left` of a tick of `tick_timeout` a start may take (`None`: no deadline): all but
+/// the tick's end, and half of that when a fallback may follow.
+fn start_share(
+    left: Option<Duration>,
+    then_fallback: bool,
+    tick_timeout: Duration,
+) -> Option<Duration> {
+    let left = left?.saturating_sub(TICK_END_RESERVE.min(tick_timeout / 10));
+    Some(if then_fallback { left / 2 } else { left })
+}
+
+/// [`Agent::start_budget`] of `healthy_timeout` with the tick's `share` for the start.
+fn start_budget(healthy_timeout: Duration, share: Option<Duration>) -> Duration {
+    share.map_or(healthy_timeout, |s| healthy_timeout.min(s).max(MIN_START))
+}
+
+/// The last `n` non-empty lines of `text`, joined with ` | `.
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines[lines.len().saturating_sub(n)..].join(" | ")
+}
+
 /// A container that was not ready after `up`, with what the engine says about it.
 #[derive(Debug, Clone)]
 pub(super) struct Looked {
@@ -202,12 +315,21 @@ pub(super) struct Looked {
     state: String,
     health: Option<String>,
     detail: monky_compose::ContainerDetail,
+    /// A one-shot another service waits for that never finished: its own last output.
+    unfinished: Option<String>,
 }
 
 impl Looked {
-    /// `web-1 (unhealthy; probe exit 1: <output>)`, `web-1 (exited; exit code 3)`.
+    /// `web-1 (unhealthy; probe exit 1: <output>)`, `web-1 (exited; exit code 3)`,
+    /// `migrate-1 (running; never finished, another service waits for it; last output: ...)`.
     fn summary(&self) -> String {
         let mut parts = vec![self.health.clone().unwrap_or_else(|| self.state.clone())];
+        if let Some(out) = &self.unfinished {
+            parts.push("never finished, another service waits for it".to_string());
+            if !out.is_empty() {
+                parts.push(format!("last output: {out}"));
+            }
+        }
         if let Some(code) = self.detail.exit_code {
             parts.push(format!("exit code {code}"));
         }
@@ -231,6 +353,9 @@ impl Looked {
         }
         if let Some(p) = &self.detail.last_probe {
             out.push_str(&format!(", last probe exit {}: {}", p.exit_code, p.output));
+        }
+        if self.unfinished.is_some() {
+            out.push_str(", a one-shot another service waits for, never finished");
         }
         out.push('\n');
         out
@@ -285,6 +410,7 @@ mod tests {
             state: state.into(),
             health: health.map(str::to_owned),
             detail,
+            unfinished: None,
         }
     }
 
@@ -294,6 +420,39 @@ mod tests {
             code: Some(1),
             stderr: stderr.into(),
         }
+    }
+
+    #[test]
+    fn a_start_leaves_room_for_its_fallback_before_the_ticks_deadline() {
+        let s = Duration::from_secs;
+        let check = |left: Option<u64>, then_fallback: bool, expected: u64| {
+            let share = start_share(left.map(s), then_fallback, s(1500));
+            assert_eq!(
+                start_budget(s(300), share),
+                s(expected),
+                "{left:?} left, fallback {then_fallback}"
+            );
+        };
+        check(None, true, 300);
+        check(Some(1400), true, 300);
+        // The default tick_timeout_s is healthy_timeout_s + 300 at least: a start late in the
+        // tick leaves half of what is left (less the tick's end) to the fallback.
+        check(Some(503), true, 250);
+        check(Some(503), false, 300);
+        check(Some(203), false, 200);
+        check(Some(2), true, 1);
+        // A tick of a few seconds keeps a tenth of it for its end.
+        assert_eq!(
+            start_share(Some(s(5)), true, s(6)),
+            Some(Duration::from_millis(2200))
+        );
+        assert_eq!(start_share(None, true, s(6)), None);
+    }
+
+    #[test]
+    fn the_last_lines_of_a_one_shots_output() {
+        assert_eq!(last_lines("a\n\nb\n c \nd\n", 3), "b | c | d");
+        assert_eq!(last_lines("", 3), "");
     }
 
     #[test]

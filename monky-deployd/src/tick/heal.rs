@@ -14,13 +14,17 @@ use crate::drift::{self, Converged, Drift};
 use crate::exit::{Exit, Failure, OrCode as _};
 use crate::hold::Hold;
 use crate::interrupted::Marker;
-use crate::state::Fact;
+use crate::redact::Redacted;
+use crate::state::{CrashLoop, Fact};
 use crate::{redact, release};
 
 /// Heals within this long of the last one count as one more attempt; past it drift starts
 /// over at the first step. The backoff's longest step, so a service that crash-loops slowly
 /// still climbs the steps.
 const HEAL_MEMORY_SECS: u64 = 3600;
+
+/// The lines of a dead service's own output that the journal and the crash loop keep.
+const CRASH_LINES: usize = 5;
 
 impl Agent<'_> {
     /// Records what the last healthy `up` of `sha` left (from the listing just taken).
@@ -43,12 +47,24 @@ impl Agent<'_> {
     }
 
     /// Drift found by a heartbeat: healed, unless healing is off or waits out its backoff.
-    pub(super) fn on_drift(&mut self, sha: &Sha, drift: &[Drift]) -> Result<Exit, Failure> {
+    /// A container stopped from outside is healed at once: the heal backoff keeps a service
+    /// that dies by itself from being started in a loop, and nothing of the release's own
+    /// stopped it.
+    pub(super) fn on_drift(&mut self, sha: &Sha, drift: Vec<Drift>) -> Result<Exit, Failure> {
+        let drift = &self.who_ended(drift);
         let what = drift::describe(drift);
         warn!("drift from {}: {what}", sha.short());
+        // While a service loops, its death is the crash loop's, whoever's move the heal is.
+        let drift_code = if !drift::crashed(drift).is_empty()
+            && self.state.crash_loop(crate::clock::wall()).is_some()
+        {
+            Code::CrashLoop
+        } else {
+            Code::Drift
+        };
         if !self.cfg.self_heal {
             let failure = Failure::coded(
-                Code::Drift,
+                drift_code,
                 format!("{what}; self_heal is off, nothing was changed"),
             );
             return self.conclude(Outcome::failed(Some(sha), failure));
@@ -64,9 +80,11 @@ impl Agent<'_> {
         if let Some(at) = waits {
             if self.opts.force {
                 info!("--force: healing before the heal backoff ran out");
+            } else if drift::only_stopped_from_outside(drift) {
+                info!("stopped from outside: healing before the heal backoff ran out");
             } else {
                 let failure = Failure::coded(
-                    Code::Drift,
+                    drift_code,
                     format!(
                         "{what}; waiting: heal {} ran at {}, the next may run at {}",
                         self.state.heal_attempts(),
@@ -102,10 +120,27 @@ impl Agent<'_> {
         } else {
             1
         };
+        // Counted apart: a service's own deaths (two within the hour are a crash loop) and the
+        // stops from outside (the box admin's, never a crash).
+        let crashed: Vec<Drift> = drift::crashed(drift).into_iter().cloned().collect();
+        let stopped_outside = drift
+            .iter()
+            .any(|d| matches!(d.kind, drift::Kind::Stopped { ender, .. } if ender.from_outside()));
+        let (crashes, outside_stops) = if recent {
+            (self.state.heal_crashes(), self.state.heal_outside_stops())
+        } else {
+            (0, 0)
+        };
+        let crashes = crashes.saturating_add(u32::from(!crashed.is_empty()));
+        let outside_stops = outside_stops.saturating_add(u32::from(stopped_outside));
+        // The dead service's own words, read before the up that starts it again.
+        let last_lines = crashed.first().and_then(|d| self.last_lines_of(&d.service));
         let wait = failure_backoff(attempts, rand::random_range(0.0..1.0)).as_secs();
         let next = now.saturating_add(wait);
         self.record(Fact::Healing {
             attempts,
+            crashes,
+            outside_stops,
             at: now,
             next_at: next,
             next_boot: crate::clock::boot().map(|b| crate::clock::BootDeadline::after(&b, wait)),
@@ -118,14 +153,6 @@ impl Agent<'_> {
             .collect();
         let up = self.bring_up_current(sha, &remove);
         self.refresh_containers();
-        let up = match up {
-            Err(e)
-                if super::up_gave_up_on_one_shots(&format!("{e:#}"), self.state.containers()) =>
-            {
-                Ok(())
-            }
-            other => other,
-        };
         let still = drift::detect(sha, self.state.converged(), &self.facts)
             .into_iter()
             // What compose made now is the release's, even where it hashes a service
@@ -162,23 +189,30 @@ impl Agent<'_> {
         };
         let Some((failure, logs)) = failed else {
             self.record_converged(sha);
-            // A container that died again within the hour after an earlier heal: brought back,
-            // but the box is in a crash loop, not converged, until it stays up.
-            let died = drift
-                .iter()
-                .any(|d| matches!(d.kind, drift::Kind::Stopped { .. }));
-            if died && attempts >= 2 {
-                let failure = Failure::coded(
-                    Code::CrashLoop,
-                    format!("{what}; healed {attempts} times within the hour"),
-                );
-                warn!("{failure}");
-                self.record(Fact::CrashLooped {
+            // A service that died by its own exit again within the hour after an earlier heal:
+            // brought back, but the box is in a crash loop, not converged, until it stays up.
+            if let Some(dead) = crashed.first().filter(|_| crashes >= 2) {
+                let record = CrashLoop {
                     at: now,
-                    heals: attempts,
-                });
+                    heals: crashes,
+                    service: dead.service.clone(),
+                    exit_code: match dead.kind {
+                        drift::Kind::Stopped { exit_code, .. } => exit_code,
+                        _ => None,
+                    },
+                    last_lines: last_lines.clone(),
+                };
+                let failure = crate::verdict::crash_loop(&record);
+                let failure = Failure::coded(failure.code, format!("{what}; {}", failure.message));
+                warn!("{failure}");
+                self.record(Fact::CrashLooped(record));
                 return self.conclude(Outcome::failed(Some(sha), failure));
             }
+            let what = if outside_stops > 0 && stopped_outside {
+                format!("{what} ({outside_stops} stop(s) from outside within the hour)")
+            } else {
+                what.to_string()
+            };
             info!("healed {}: {what}", sha.short());
             return self.conclude(Outcome::noted(
                 Some(sha),
@@ -194,8 +228,30 @@ impl Agent<'_> {
         } else {
             None
         };
+        // A service that died by its own exit and is not up again after the heal (it died
+        // again at once) is the crash loop's from its second heal within the hour, as one that
+        // came up and died later is: the owner does not flip with how fast it dies.
+        let looping = failure.code == Code::HealFailed
+            && !bad.is_empty()
+            && (crashes >= 2 || self.state.crash_loop(now).is_some());
+        let code = match crashed.first().filter(|_| looping) {
+            Some(dead) => {
+                self.record(Fact::CrashLooped(CrashLoop {
+                    at: now,
+                    heals: crashes,
+                    service: dead.service.clone(),
+                    exit_code: match dead.kind {
+                        drift::Kind::Stopped { exit_code, .. } => exit_code,
+                        _ => None,
+                    },
+                    last_lines: last_lines.clone(),
+                }));
+                Code::CrashLoop
+            }
+            None => failure.code,
+        };
         let failure = Failure::coded(
-            failure.code,
+            code,
             format!(
                 "{}; drift: {what}; next heal after {}",
                 failure.message,
@@ -210,6 +266,63 @@ impl Agent<'_> {
         let mut outcome = Outcome::failed(Some(sha), failure);
         outcome.compose_logs = logs.as_ref();
         self.conclude(outcome)
+    }
+
+    /// `drift` with who ended each stopped container's run, by the engine's record of the
+    /// container within the heal memory and `State.OOMKilled` ([`drift::Ender::of_record`]):
+    /// a `docker stop` of a service that exits 0 on SIGTERM is no crash.
+    fn who_ended(&self, mut drift: Vec<Drift>) -> Vec<Drift> {
+        let since = crate::clock::wall().saturating_sub(HEAL_MEMORY_SECS);
+        let engine = self.docker.engine();
+        for d in &mut drift {
+            let drift::Kind::Stopped {
+                ender, exit_code, ..
+            } = &mut d.kind
+            else {
+                continue;
+            };
+            let oom = engine
+                .inspect(&d.container)
+                .is_ok_and(|detail| detail.oom_killed);
+            let id = self
+                .facts
+                .iter()
+                .find(|f| f.container.name == d.container)
+                .map(|f| f.id.clone())
+                .unwrap_or_default();
+            let events = engine
+                .container_events(&id, since)
+                .inspect_err(|e| {
+                    tracing::debug!("no engine record of {} ({e})", d.container);
+                })
+                .ok();
+            *ender = drift::Ender::of_record(events.as_deref(), *exit_code, oom);
+        }
+        drift
+    }
+
+    /// The last lines `service` of the current release wrote (redacted), said in the journal:
+    /// why a service that died by itself exited is in its own words.
+    fn last_lines_of(&self, service: &str) -> Option<Redacted> {
+        let rel = release::Release::current(&self.layout).ok().flatten()?;
+        let logs = rel
+            .compose(&self.docker, self.cfg)
+            .service_logs_tail(service, CRASH_LINES)
+            .inspect_err(|e| warn!("cannot read the logs of {service}: {e}"))
+            .ok()?;
+        let lines: Vec<&str> = logs
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        let lines = redact::redact(&lines[lines.len().saturating_sub(CRASH_LINES)..].join(" | "));
+        if !lines.as_str().is_empty() {
+            warn!(
+                "{service}'s last lines before it exited: {}",
+                lines.as_str()
+            );
+        }
+        Some(lines)
     }
 
     /// `current` must name `sha`, which must verify and pass the policy; then the named
@@ -240,9 +353,16 @@ impl Agent<'_> {
                 .map_err(|e| Failure::coded(Code::HealFailed, e.cause()))?;
         }
         info!("compose up -d --remove-orphans");
-        rel.compose(&self.docker, self.cfg)
-            .up(Some(self.cfg.healthy_timeout))
-            .map_err(|e| Failure::coded(Code::HealFailed, e.cause()))
+        // Nothing falls back after a heal: the whole of what is left of the tick may go to it.
+        match rel
+            .compose(&self.docker, self.cfg)
+            .up(Some(self.start_budget(false)))
+        {
+            // The containers that are not ready are the heal's verdict, named from the
+            // listing taken after it.
+            Err(e) if e.kind() == monky_compose::ErrorKind::Unhealthy => Ok(()),
+            other => other.map_err(|e| Failure::coded(Code::HealFailed, e.cause())),
+        }
     }
 
     /// A held box: the heartbeat's health report with the hold beside it, whatever tenancy

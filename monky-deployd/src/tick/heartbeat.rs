@@ -16,9 +16,16 @@ impl Agent<'_> {
         if let (None, Some(sha)) = (&self.docker_error, self.state.applied_sha().cloned()) {
             let drift = crate::drift::detect(&sha, self.state.converged(), &self.facts);
             if !drift.is_empty() {
-                return self.on_drift(&sha, &drift);
+                return self.on_drift(&sha, drift);
             }
             self.adopt_converged(&sha);
+            // For the hour after a crash loop every tick says it, as `status`, `explain` and
+            // the metrics do: one record, one verdict, however healthy the service looks now.
+            if let Some(c) = self.state.crash_loop(crate::clock::wall()).cloned() {
+                let failure = crate::verdict::crash_loop(&c);
+                warn!("heartbeat: {failure}");
+                return self.conclude(Outcome::failed(Some(&sha), failure));
+            }
         }
         self.health_report(None)
     }

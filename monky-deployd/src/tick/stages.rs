@@ -65,6 +65,13 @@ pub(super) struct Staged {
 /// Step 10 passed: the staged release's images are on the box.
 pub(super) struct Pulled(Staged);
 
+impl Pulled {
+    /// The sha the pulled release is.
+    pub(super) fn sha(&self) -> &Sha {
+        &self.0.sha
+    }
+}
+
 /// Step 11 passed: `releases/<sha>`, named by `current`, verified on disk. Made only by
 /// [`Agent::promote`] from a pulled release, or by [`Promoted::resumed`] for the release an
 /// interrupted apply promoted: what `up` takes.
