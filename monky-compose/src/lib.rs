@@ -46,7 +46,7 @@ pub use docker::{
     CommandLimits, ComposeInfo, Docker, DockerBuilder, DockerFacts, FileStamp, SYSTEM_PLUGIN_DIRS,
 };
 pub use engine::{
-    ContainerDetail, ContainerFacts, Engine, EngineInfo, NamedObject, ObjectKind, Probe,
+    ContainerDetail, ContainerFacts, Engine, EngineInfo, NamedObject, ObjectKind, Probe, Running,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use version::ComposeVersion;

@@ -291,10 +291,23 @@ pub struct State {
     /// (its `Date`); the tick, `status` and `explain` judge the clock by it.
     #[serde(skip_serializing_if = "Option::is_none")]
     clock: Option<crate::clock::ClockReading>,
+    /// What the last look at the running release's processes saw: the services that get a
+    /// secret (a heartbeat builds no compose model) and the uids that ran.
+    #[serde(
+        deserialize_with = "crate::runtime_look::lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    looked: Option<crate::runtime_look::Looked>,
 }
 
 /// Read access, one accessor per field, named as the field.
 impl State {
+    /// What the last look at the running release's processes saw.
+    #[must_use]
+    pub fn looked(&self) -> Option<&crate::runtime_look::Looked> {
+        self.looked.as_ref()
+    }
+
     /// Format version.
     #[must_use]
     pub fn version(&self) -> u32 {
@@ -576,6 +589,8 @@ impl State {
             Fact::TokenMaxTtlNear => self.token_max_ttl_near(),
             Fact::TokenMaxTtlReached(end) => self.token_max_ttl_reached(end),
             Fact::Converged(converged) => self.record_converged(converged),
+            Fact::Looked(looked) => self.looked = Some(looked),
+            Fact::Withdrawn { sha, to } => self.withdraw(&sha, to),
             Fact::CrashLooped { at, heals } => self.crash_looped(at, heals),
             Fact::Healing {
                 attempts,
@@ -791,6 +806,15 @@ impl State {
     }
 
     /// Records a sha as applied (and healthy).
+    /// See [`Fact::Withdrawn`].
+    fn withdraw(&mut self, sha: &Sha, to: Option<(Sha, bool)>) {
+        self.applied_history.retain(|s| s != sha);
+        match to {
+            Some((to, prod)) => self.mark_applied(&to, prod),
+            None => self.forget_applied(),
+        }
+    }
+
     fn mark_applied(&mut self, sha: &Sha, prod: bool) {
         self.applied_sha = Some(sha.clone());
         self.applied_prod = Some(prod);
@@ -870,6 +894,17 @@ pub enum Fact {
     TokenMaxTtlReached(u64),
     /// What a healthy `up` left, for drift detection.
     Converged(crate::drift::Converged),
+    /// What the look at a release's processes saw.
+    Looked(crate::runtime_look::Looked),
+    /// The applied `sha` was seen leaking a secret while it ran and is no longer applied: it
+    /// leaves the history (so tenancy may ask for it again) and `to` (a release and its tier)
+    /// runs instead, or nothing does.
+    Withdrawn {
+        /// The release withdrawn.
+        sha: Sha,
+        /// The release fallen back to, with whether it is prod.
+        to: Option<(Sha, bool)>,
+    },
     /// A heal found a service dead again within the hour: a crash loop, `heals` heals in.
     CrashLooped {
         /// When (unix seconds).

@@ -52,6 +52,8 @@ impl Agent<'_> {
         let promoted = self.promote(pulled)?;
         // 12-13. Up, and wait for health.
         self.up_healthy(&promoted)?;
+        // 13a. Judge what runs: the uids and arguments of the release's processes.
+        self.judge_what_runs(&promoted)?;
         Ok(promoted)
     }
 

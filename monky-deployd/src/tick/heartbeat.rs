@@ -19,6 +19,9 @@ impl Agent<'_> {
                 return self.on_drift(&sha, &drift);
             }
             self.adopt_converged(&sha);
+            if let Some(withdrawn) = self.heartbeat_look(&sha) {
+                return withdrawn;
+            }
         }
         self.health_report(None)
     }
