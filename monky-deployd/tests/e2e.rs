@@ -25,6 +25,8 @@ use serde_json::{Value, json};
 
 use crate::util::*;
 
+mod runtime;
+
 /// The secret values the e2e bundles read; `/env.txt` must show them, reports never.
 const DEMO_KEY: &str = "demo-Api-Key-e2e-0101";
 const ADMIN_TOKEN: &str = "see-Admin-Token-e2e-0202";
