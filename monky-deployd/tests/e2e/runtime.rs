@@ -197,3 +197,74 @@ fn backends_that_drop_to_their_own_uid_still_apply() {
     assert_report(&b.w.last_report(), ReportResult::Applied, None);
     assert_no_secret(&b, &run);
 }
+
+/// Per-uid kernel counters cross envs: a container at uid 65534 (the box's `nobody`) holding
+/// inotify instances uses up `nobody`'s own `fs.inotify.max_user_instances`, and every other
+/// container's at that uid. No compose key limits it, so nothing refuses it; `doctor` names
+/// the class and shows the instances in use at that uid, and the engine's lack of remapping.
+/// The hog (testimages/inotify-hog) runs in the container's cgroup at its uid.
+#[test]
+fn an_inotify_hog_at_a_shared_uid_is_shown_by_doctor() {
+    let Some(b) = E2eBox::new("rt-inotify") else {
+        return;
+    };
+    let hogs = 6;
+    let compose = format!(
+        "services:\n  hog:\n    image: {}\n    user: \"65534:65534\"\n    {AS_ANY_UID}",
+        b.e2e.image_1
+    );
+    b.w.stage_grant();
+    b.w.publish(&web_bundle(compose));
+    b.w.tick().ok();
+    let built = b.project.scratch.path().join("hog");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testimages/inotify-hog/hog.c");
+    let cc = Command::new("cc")
+        .args(["-static", "-Os", "-o"])
+        .arg(&built)
+        .arg(&source)
+        .output()
+        .expect("a C compiler (cc) builds the inotify hog");
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let hog = format!("{}-hog-1", b.project.name);
+    b.project
+        .docker_ok(["cp", built.to_str().unwrap(), &format!("{hog}:/hog")]);
+    b.project
+        .docker_ok(["exec", "-d", &hog, "/hog", &hogs.to_string()]);
+    // One tick: the look records the uids the release runs as.
+    b.w.tick().ok();
+    let doctor = b.w.run(&["doctor", "--json"]);
+    let doc: Value = serde_json::from_str(&doctor.stdout()).unwrap();
+    let check = |name: &str| {
+        doc["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} check: {doc:#}"))
+    };
+    let inotify = check("inotify per uid");
+    let detail = inotify["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("shares that uid's inotify instances"),
+        "{detail}"
+    );
+    let in_use: u64 = detail
+        .split("uid 65534 (nobody): ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("uid 65534 not shown: {detail}"));
+    assert!(in_use >= hogs, "{detail}");
+    let userns = check("userns");
+    assert_eq!(userns["verdict"], "warn", "{userns:#}");
+    let detail = userns["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("nobody (65534)") && detail.contains("inotify, mqueue, nproc"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("host accounts at uids this box's releases ran as: nobody (65534)"),
+        "{detail}"
+    );
+}
