@@ -223,6 +223,9 @@ pub struct Subject<'a> {
     pub service: &'a str,
     /// Whether it gets a secret (by the count of the routes, or its environment).
     pub holds_a_secret: bool,
+    /// Whether its processes' arguments are judged: not where the box's admin waived
+    /// `SECRET_ON_COMMAND_LINE` (`allow_secrets_on_command_lines`, a `/proc` mounted hidepid).
+    pub args_judged: bool,
 }
 
 /// What the look found wrong with one process, names only.
@@ -337,7 +340,7 @@ pub fn judge(
                 }
             }
         }
-        for (position, arg) in p.argv.iter().enumerate() {
+        for (position, arg) in p.argv.iter().enumerate().filter(|_| subject.args_judged) {
             if let Some(key) = secrets.found_in(arg) {
                 out.push(Finding::OnCommandLine {
                     service: subject.service.to_owned(),
@@ -440,6 +443,7 @@ mod tests {
         Subject {
             service: "web",
             holds_a_secret: holds,
+            args_judged: true,
         }
     }
 
@@ -523,6 +527,11 @@ mod tests {
                 },
             ]
         );
+        let waived = Subject {
+            args_judged: false,
+            ..web(false)
+        };
+        assert!(judge(waived, &procs, &remapped, &secrets()).is_empty());
         let (code, message) = failure(&found);
         assert_eq!(code, Code::SecretOnCommandLine);
         assert!(message.contains("argument 2") && message.contains("DB_PASSWORD"));

@@ -178,6 +178,7 @@ impl Agent<'_> {
             let subject = Subject {
                 service,
                 holds_a_secret: holds,
+                args_judged: !self.cfg.allow_secrets_on_command_lines,
             };
             findings.extend(look::judge(subject, &procs, &sharing, &secrets));
         }
