@@ -36,11 +36,7 @@ impl Agent<'_> {
     /// it waits out its backoff and the last good release comes back.
     pub(super) fn judge_what_runs(&mut self, promoted: &Promoted) -> Result<(), Stop> {
         let rel = promoted.release();
-        let holders = match promoted.holders() {
-            Some(h) => h.clone(),
-            None => self.count_holders(rel),
-        };
-        let findings = self.look(rel, &holders);
+        let findings = self.look(rel, promoted.holders().cloned());
         if findings.is_empty() {
             return Ok(());
         }
@@ -70,11 +66,7 @@ impl Agent<'_> {
             .looked()
             .filter(|l| l.sha.as_ref() == Some(sha))
             .map(|l| l.holders.clone());
-        let holders = match recorded {
-            Some(h) => h,
-            None => self.count_holders(&rel),
-        };
-        let findings = self.look(&rel, &holders);
+        let findings = self.look(&rel, recorded);
         if findings.is_empty() {
             return None;
         }
@@ -101,13 +93,15 @@ impl Agent<'_> {
     }
 
     /// The findings of a look at every container of the project as last listed: the uids of
-    /// the processes of each that gets a secret, and the arguments of every process. A release
-    /// without a secret value is not looked at.
-    fn look(&mut self, rel: &release::Release, holders: &BTreeSet<String>) -> Vec<Finding> {
+    /// the processes of each that gets a secret (`holders`, by the count; counted here when
+    /// `None`), and the arguments of every process. A release without a secret value is not
+    /// looked at, nor counted.
+    fn look(&mut self, rel: &release::Release, holders: Option<BTreeSet<String>>) -> Vec<Finding> {
         let secrets = SecretValues::new(rel.secrets());
         if secrets.is_empty() {
             return Vec::new();
         }
+        let holders = holders.unwrap_or_else(|| self.count_holders(rel));
         let roots = Roots::default();
         let accounts = HostAccounts::read();
         let engine = self.docker.engine();
@@ -184,7 +178,7 @@ impl Agent<'_> {
         }
         self.record(Fact::Looked(Looked {
             sha: Some(rel.sha().clone()),
-            holders: holders.clone(),
+            holders,
             uids,
         }));
         findings
