@@ -676,8 +676,14 @@ fn runtime_look(rows: &mut Rows, runs: usize, e2e: &E2e, project: &str) {
     let engine = monky_compose::Engine::from_env();
     let roots = look::Roots::default();
     let secrets = look::SecretValues::new(vec![
-        ("GEMINI_API_KEY".into(), secrecy::SecretString::from("gemini-Key-bench-0001")),
-        ("POSTGRES_PASSWORD".into(), secrecy::SecretString::from("pg-Password-bench-02")),
+        (
+            "GEMINI_API_KEY".into(),
+            secrecy::SecretString::from("gemini-Key-bench-0001"),
+        ),
+        (
+            "POSTGRES_PASSWORD".into(),
+            secrecy::SecretString::from("pg-Password-bench-02"),
+        ),
     ]);
     let cpu = || {
         use nix::sys::resource::{UsageWho, getrusage};

@@ -300,9 +300,11 @@ fn inotify(
         return check(
             NAME,
             "",
-            Ok("the engine remaps user namespaces: no container shares a host account's \
+            Ok(
+                "the engine remaps user namespaces: no container shares a host account's \
                 inotify limit"
-                .into()),
+                    .into(),
+            ),
         );
     }
     let max: u64 = std::fs::read_to_string(proc_root.join("sys/fs/inotify/max_user_instances"))
@@ -347,7 +349,12 @@ fn inotify_instances(proc_root: &std::path::Path) -> std::collections::BTreeMap<
         return out;
     };
     for entry in dir.flatten() {
-        if !entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
             continue;
         }
         let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
@@ -952,7 +959,11 @@ mod tests {
                       app:x:4243:4243::/:/bin/false\n";
         let accounts = crate::shared_uid::HostAccounts::parse(passwd, "");
         let ran: std::collections::BTreeSet<u32> = [0, 4243, 4244].into();
-        let open = super::userns(Some(&info(&["name=seccomp,profile=builtin"])), &accounts, &ran);
+        let open = super::userns(
+            Some(&info(&["name=seccomp,profile=builtin"])),
+            &accounts,
+            &ran,
+        );
         assert_eq!(open.verdict, super::Verdict::Warn);
         assert!(
             open.detail.contains(

@@ -103,7 +103,10 @@ pub fn processes(roots: &Roots, id: &str, init: u32) -> Result<Vec<Proc>, String
     }
     let listed = std::fs::read_to_string(&procs_file)
         .map_err(|e| format!("cannot read {}: {e}", procs_file.display()))?;
-    let pids: Vec<u32> = listed.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    let pids: Vec<u32> = listed
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
     if !pids.contains(&init) {
         return Err(format!(
             "{} does not list the container's main process {init}",
@@ -389,6 +392,16 @@ pub fn failure(findings: &[Finding]) -> (Code, String) {
     (code, format!("{}; {why}", listed.join("; ")))
 }
 
+/// The services of `runs` that get a secret, by the one count of the routes a secret takes
+/// into a service ([`monky_bundle::RunsAs::gets_a_secret`]), as the check before start counts.
+#[must_use]
+pub fn holders(runs: &[monky_bundle::RunsAs]) -> BTreeSet<String> {
+    runs.iter()
+        .filter(|r| r.gets_a_secret())
+        .map(|r| r.service.clone())
+        .collect()
+}
+
 /// What the last look at a release saw, kept in state.json: which services get a secret by
 /// the count of routes (a heartbeat does not build compose's model), and the uids its
 /// processes ran as (for `doctor`).
@@ -544,7 +557,9 @@ mod tests {
         assert!(s.in_env(&["URL=postgres://u:s3cret-value@db/x".into()]));
         assert!(s.in_env(&["PIN=42".into()]));
         assert!(!s.in_env(&["PORT=4242".into(), "MODE=prod".into()]));
-        assert!(!SecretValues::new(vec![("E".into(), SecretString::from(""))]).in_env(&["A=".into()]));
+        assert!(
+            !SecretValues::new(vec![("E".into(), SecretString::from(""))]).in_env(&["A=".into()])
+        );
     }
 
     #[test]
@@ -561,7 +576,10 @@ mod tests {
         assert_eq!(cgroup_procs(&roots, "8:pids:/\n0::/\n"), None);
         assert_eq!(cgroup_procs(&roots, "8:pids:/docker/../../x\n"), None);
         // A v2 line whose hierarchy is not mounted is not guessed at.
-        assert_eq!(cgroup_procs(&roots, "0::/system.slice/docker-ab.scope\n"), None);
+        assert_eq!(
+            cgroup_procs(&roots, "0::/system.slice/docker-ab.scope\n"),
+            None
+        );
     }
 
     #[test]
@@ -574,6 +592,8 @@ mod tests {
         }];
         let (code, message) = failure(&found);
         assert_eq!(code, Code::SecretReadableOnHost);
-        assert!(message.starts_with("web: process 9 runs as uid 65534, which the host account nobody"));
+        assert!(
+            message.starts_with("web: process 9 runs as uid 65534, which the host account nobody")
+        );
     }
 }

@@ -176,8 +176,14 @@ fn install_sh_userns_remap_merges_daemon_json_and_restarts_docker_checked() {
     // The operator's own remap user stays.
     std::fs::write(&daemon, "{\"userns-remap\": \"ops:ops\"}\n").unwrap();
     let out = remap(&[]);
-    assert_eq!(last_written(&out), serde_json::json!({"userns-remap": "ops:ops"}));
-    assert!(out.contains("keeping the userns-remap \"ops:ops\""), "{out}");
+    assert_eq!(
+        last_written(&out),
+        serde_json::json!({"userns-remap": "ops:ops"})
+    );
+    assert!(
+        out.contains("keeping the userns-remap \"ops:ops\""),
+        "{out}"
+    );
     // Without the flag nothing of it happens.
     let out = dry.run(&["--env", "e1", "--source", "{dir}/release"]);
     assert!(!text(&out).contains("userns"), "{}", text(&out));
@@ -908,7 +914,9 @@ fn the_ansible_role_merges_userns_remap_into_daemon_json() {
         assert!(out.status.success(), "render failed:\n{}", text(&out));
         serde_json::from_slice(&out.stdout).unwrap()
     };
-    let r = merge(json!("{\"data-root\": \"/srv/d\", \"log-driver\": \"local\"}"));
+    let r = merge(json!(
+        "{\"data-root\": \"/srv/d\", \"log-driver\": \"local\"}"
+    ));
     assert_eq!(
         r["merged"],
         json!({"data-root": "/srv/d", "log-driver": "local", "userns-remap": "default"})
@@ -916,7 +924,10 @@ fn the_ansible_role_merges_userns_remap_into_daemon_json() {
     assert_eq!(r["default"], json!(false));
     assert_eq!(r["when"], json!("monky_deployd_userns_remap | bool"));
     assert!(
-        r["validate"].as_str().unwrap().starts_with("dockerd --validate --config-file"),
+        r["validate"]
+            .as_str()
+            .unwrap()
+            .starts_with("dockerd --validate --config-file"),
         "{r}"
     );
     let r = merge(json!("{\"userns-remap\": \"ops:ops\"}"));

@@ -21,15 +21,6 @@ use crate::{redact, release};
 /// How long a container the look stops gets to end on its own.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
-/// The services of `runs` that get a secret, by the one count of the routes a secret takes
-/// into a service ([`monky_bundle::RunsAs::gets_a_secret`]), as the check before start counts.
-pub(super) fn holders(runs: &[monky_bundle::RunsAs]) -> BTreeSet<String> {
-    runs.iter()
-        .filter(|r| r.gets_a_secret())
-        .map(|r| r.service.clone())
-        .collect()
-}
-
 impl Agent<'_> {
     /// Step 13a: the release is up and healthy; its processes are judged before the report.
     /// A finding stops its containers and fails it like a release that did not come up, so
@@ -81,7 +72,7 @@ impl Agent<'_> {
     /// since a look that cannot count must not pass a service by default.
     fn count_holders(&self, rel: &release::Release) -> BTreeSet<String> {
         match self.judge(rel) {
-            Ok((_, runs)) => holders(&runs),
+            Ok((_, runs)) => look::holders(&runs),
             Err(e) => {
                 warn!("cannot count which services get a secret ({e}); judging every service");
                 self.facts

@@ -414,7 +414,7 @@ impl Agent<'_> {
             runs_as,
             ..
         }) = pulled;
-        let holders = Some(super::look::holders(&runs_as));
+        let holders = Some(crate::runtime_look::holders(&runs_as));
         // The staged release is of the sha its stages carried: the bundle was fetched and
         // checked as it, and stage wrote it as it.
         debug_assert_eq!(release.release().sha(), &sha);
@@ -487,7 +487,10 @@ impl Agent<'_> {
     /// The compose policy on compose's model of `rel`, and the names it makes against every
     /// project on the box ([`Agent::policy_gate`] without the images' proof, for a release
     /// whose pull comes next): the images the model names, and who each service runs as.
-    pub(super) fn judge(&self, rel: &release::Release) -> Result<(Vec<String>, Vec<bundle::RunsAs>), Failure> {
+    pub(super) fn judge(
+        &self,
+        rel: &release::Release,
+    ) -> Result<(Vec<String>, Vec<bundle::RunsAs>), Failure> {
         // The override is written before the model is built, so the model carries the pids
         // limit the agent supplies, and compose's model must show one for every service. The
         // file compose reads is the agent's own rewrite of what it judged.

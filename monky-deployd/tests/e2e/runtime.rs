@@ -54,7 +54,11 @@ fn a_root_image_that_drops_to_a_shared_uid_is_caught_after_up_and_falls_back() {
     run.expect(1);
     run.says(&["SECRET_READABLE_ON_HOST", "runs as uid 65534", "nobody"]);
     let r = b.w.last_report();
-    assert_report(&r, ReportResult::Failed, Some("SECRET_READABLE_ON_HOST: web: process "));
+    assert_report(
+        &r,
+        ReportResult::Failed,
+        Some("SECRET_READABLE_ON_HOST: web: process "),
+    );
     let detail = r.detail.clone().unwrap_or_default();
     assert!(
         detail.contains("runs as uid 65534, which the host account nobody has too")
@@ -64,7 +68,11 @@ fn a_root_image_that_drops_to_a_shared_uid_is_caught_after_up_and_falls_back() {
     // The first release runs again, healthy; the dropped process is gone.
     assert_eq!(b.current(), Some(release(&first)));
     assert_healthy(&b.project.containers(), &b.project.name);
-    assert_ne!(started(b.project.containers()), before, "not brought up again");
+    assert_ne!(
+        started(b.project.containers()),
+        before,
+        "not brought up again"
+    );
     let web = b.web();
     assert!(
         uids_of(&b, &web).iter().all(|l| !l.contains("65534")),
@@ -104,7 +112,11 @@ fn an_argument_that_carries_a_secret_at_runtime_is_caught() {
     run.expect(1);
     run.says(&["SECRET_ON_COMMAND_LINE", "in its argument 5"]);
     let r = b.w.last_report();
-    assert_report(&r, ReportResult::Failed, Some("SECRET_ON_COMMAND_LINE: web: process "));
+    assert_report(
+        &r,
+        ReportResult::Failed,
+        Some("SECRET_ON_COMMAND_LINE: web: process "),
+    );
     let detail = r.detail.clone().unwrap_or_default();
     assert!(
         detail.contains("no earlier healthy release to fall back to"),
@@ -146,7 +158,11 @@ fn a_heartbeat_sees_a_shared_uid_once_the_waiver_is_gone() {
     let run = b.w.tick();
     run.expect(1);
     let r = b.w.last_report();
-    assert_report(&r, ReportResult::Failed, Some("SECRET_READABLE_ON_HOST: web: process "));
+    assert_report(
+        &r,
+        ReportResult::Failed,
+        Some("SECRET_READABLE_ON_HOST: web: process "),
+    );
     let detail = r.detail.clone().unwrap_or_default();
     assert!(
         detail.contains("nobody") && detail.contains(&format!("reverted to {}", &first[..12])),
@@ -224,7 +240,11 @@ fn an_inotify_hog_at_a_shared_uid_is_shown_by_doctor() {
         .arg(&source)
         .output()
         .expect("a C compiler (cc) builds the inotify hog");
-    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
     let hog = format!("{}-hog-1", b.project.name);
     b.project
         .docker_ok(["cp", built.to_str().unwrap(), &format!("{hog}:/hog")]);
