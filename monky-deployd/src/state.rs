@@ -970,6 +970,48 @@ mod tests {
     }
 
     #[test]
+    fn a_withdrawn_sha_leaves_the_history_and_the_one_before_runs_again() {
+        let mut s = State::default();
+        for c in ['a', 'b'] {
+            s.fold(Fact::Applied {
+                sha: sha(c),
+                prod: false,
+            });
+        }
+        s.fold(Fact::Withdrawn {
+            sha: sha('b'),
+            to: None,
+        });
+        assert_eq!(s.applied_sha(), None);
+        s.fold(Fact::Withdrawn {
+            sha: sha('b'),
+            to: Some((sha('a'), true)),
+        });
+        assert_eq!(s.applied_sha(), Some(&sha('a')));
+        assert_eq!(s.applied_prod(), Some(true));
+        assert_eq!(s.applied_history(), [sha('a')]);
+        // Asked for again, it is no rollback.
+        let history: Vec<String> = s
+            .applied_history()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert!(monky_bundle::check_rollback(sha('b').as_str(), &history, false).is_ok());
+        // What the look saw is kept, and a record that does not parse is dropped.
+        s.fold(Fact::Looked(crate::runtime_look::Looked {
+            sha: Some(sha('a')),
+            holders: ["web".to_string()].into(),
+            uids: [999].into(),
+        }));
+        let text = serde_json::to_string(&s).unwrap();
+        let back: State = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.looked().map(|l| l.uids.clone()), Some([999].into()));
+        let broken = text.replace("\"holders\":[\"web\"]", "\"holders\":7");
+        let back: State = serde_json::from_str(&broken).unwrap();
+        assert!(back.looked().is_none(), "{broken}");
+    }
+
+    #[test]
     fn round_trip_and_corrupt_files_are_set_aside() {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::open_at(dir.path(), "e1").unwrap();
