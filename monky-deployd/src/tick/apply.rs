@@ -167,6 +167,10 @@ impl Agent<'_> {
                 );
                 return self.on_drift(&running, &drift);
             }
+            // What runs is judged as a heartbeat judges it.
+            if let Some(withdrawn) = self.heartbeat_look(&running) {
+                return withdrawn;
+            }
         }
         // A state written before the failure's own detail was kept has only its code's name.
         let failed = self.state.failed();

@@ -194,15 +194,20 @@ impl Agent<'_> {
     /// uid waived) and the release applied before it comes back.
     fn withdraw(&mut self, sha: &Sha, failure: Failure) -> Result<Exit, Failure> {
         let code = failure.code;
-        let backoff = Backoff::after_failure(
-            &self.state,
-            sha,
-            crate::clock::wall(),
-            crate::clock::boot().as_ref(),
-            rand::random_range(0.0..1.0),
-        );
-        let next = backoff.next_attempt_at;
-        self.record(backoff.fact(sha, code, redact::redact(&failure.to_string())));
+        // The backoff is the wanted sha's: a release that runs while another waits out its
+        // own backoff is withdrawn without taking that sha's place.
+        let next = (self.state.desired_sha() == Some(sha)).then(|| {
+            let backoff = Backoff::after_failure(
+                &self.state,
+                sha,
+                crate::clock::wall(),
+                crate::clock::boot().as_ref(),
+                rand::random_range(0.0..1.0),
+            );
+            let next = backoff.next_attempt_at;
+            self.record(backoff.fact(sha, code, redact::redact(&failure.to_string())));
+            next
+        });
         let previous = self
             .state
             .applied_history()
@@ -231,14 +236,10 @@ impl Agent<'_> {
             }
             None => "no earlier healthy release to fall back to".to_string(),
         };
-        let failure = Failure::coded(
-            code,
-            format!(
-                "{}; {note}; next attempt {}",
-                failure.message,
-                crate::clock::rfc3339(next)
-            ),
-        );
+        let next = next.map_or_else(String::new, |at| {
+            format!("; next attempt {}", crate::clock::rfc3339(at))
+        });
+        let failure = Failure::coded(code, format!("{}; {note}{next}", failure.message));
         self.conclude(Outcome::failed(Some(sha), failure))
     }
 }
