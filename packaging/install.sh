@@ -5,7 +5,7 @@
 #   curl -sSf -H "DEPLOY-TOKEN: $T" <gitlab>/monky-deployd/<version>/install.sh \
 #     | sudo bash -s -- --env env-qa-02 --site cbs --token "$T" --bootstrap-file bootstrap.jwt \
 #       [--enrol-jwt monky-host.env-qa-02.jwt] [--transport proxy|system|sdk] [--version X.Y.Z] \
-#       [--docker-data-root DIR] [--laptop] [--bao-ca openbao-ca.pem] \
+#       [--docker-data-root DIR] [--userns-remap] [--laptop] [--bao-ca openbao-ca.pem] \
 #       [--source gitlab|gitea|URL|DIR] [--ziti-apt-source LINE] [--dry-run]
 #
 # Every command line of the original agent's kit (0.1.0 to 0.1.7) works unchanged: the grant on
@@ -15,7 +15,8 @@
 # What it does, in order: download the .deb and its .sha256 and check one against the other;
 # install what the mesh needs from OpenZiti's apt suite (the tunneler, and the `ziti` CLI for
 # the proxy) and the compose plugin when absent; apt-get install the .deb; optionally point
-# docker at another data root; enrol the box's mesh identity when a fresh enrolment JWT is given,
+# docker at another data root and, with --userns-remap, make it remap user namespaces (its
+# daemon.json merged, the file checked by dockerd before the restart, restored if it fails); enrol the box's mesh identity when a fresh enrolment JWT is given,
 # switch the tunneler to run-host and let the agent read the identity; write
 # /etc/monky-deployd/config.yaml; stage the bootstrap grant (0600, owned by the agent); enable the
 # proxy (transport proxy) and the timer (not in laptop mode, which runs the loop by hand); run one
@@ -52,6 +53,7 @@ ENROL_JWT=""
 TRANSPORT="proxy"
 VERSION="$DEFAULT_VERSION"
 DOCKER_DATA_ROOT=""
+USERNS_REMAP=false
 LAPTOP=false
 BAO_CA=""
 SOURCE="gitlab"
@@ -76,6 +78,11 @@ Options:
   --version VERSION        package version to install (default the script's own; an original
                            agent's 0.1.x means the script's own)
   --docker-data-root DIR   make docker keep its data in DIR (merged into daemon.json)
+  --userns-remap           make docker remap user namespaces ("userns-remap": "default"
+                           merged into daemon.json, docker restarted): a container's uid is
+                           then no host account's. Images and volumes start afresh in a new
+                           data dir, and bind-mounted files must be owned by the subordinate
+                           range (see docs/compose-policy.md)
   --laptop                 laptop mode: offline ticks exit 0; no timer, run `monky-deployd run`
   --bao-ca FILE            PEM that becomes the only trust root for OpenBao
   --source S               gitlab (default, with --token), gitea, an https URL, or a local
@@ -146,6 +153,7 @@ while [ $# -gt 0 ]; do
     --transport) need_value "$@"; TRANSPORT=$2; shift 2 ;;
     --version) need_value "$@"; VERSION=$2; shift 2 ;;
     --docker-data-root) need_value "$@"; DOCKER_DATA_ROOT=$2; shift 2 ;;
+    --userns-remap) USERNS_REMAP=true; shift ;;
     --laptop) LAPTOP=true; shift ;;
     --bao-ca) need_value "$@"; BAO_CA=$2; shift 2 ;;
     --source) need_value "$@"; SOURCE=$2; shift 2 ;;
@@ -356,7 +364,74 @@ print(json.dumps(doc, indent=2))
         run install -d -m 0755 "$(dirname "$DOCKER_DAEMON_JSON")"
         printf '{\n  "data-root": "%s"\n}\n' "$DOCKER_DATA_ROOT" | put "$DOCKER_DAEMON_JSON" 0644 root:root
     fi
-    run systemctl restart docker.service
+    # With --userns-remap, the one restart comes below, checked.
+    $USERNS_REMAP || run systemctl restart docker.service
+fi
+
+# ---- 4b. user namespace remapping (--userns-remap) ---------------------------------------------
+
+# Without it a container's uid is the host's: the host account with that uid reads the
+# container's /proc/<pid>/environ and files, and shares its per-user kernel limits. "default"
+# makes dockerd create the dockremap account and its subordinate uid/gid ranges.
+if $USERNS_REMAP; then
+    say "docker: userns-remap"
+    command -v python3 >/dev/null ||
+        die "merging userns-remap into $DOCKER_DAEMON_JSON needs python3; add \"userns-remap\": \"default\" by hand"
+    # The operator's keys stay, a userns-remap already set included; JSON is merged by a JSON
+    # parser. In a dry run after --docker-data-root the file is not written yet: data-root is
+    # merged here again, so the printed file is the one that would be written.
+    merged=$(python3 -c '
+import json, os, sys
+path, data_root = sys.argv[1], sys.argv[2]
+doc = {}
+if os.path.exists(path):
+    with open(path) as f:
+        doc = json.load(f)
+if not isinstance(doc, dict):
+    sys.exit("not a JSON object")
+if data_root:
+    doc["data-root"] = data_root
+if doc.get("userns-remap", "") not in ("", "default"):
+    print("install.sh: keeping the userns-remap " + json.dumps(doc["userns-remap"]) + " already set", file=sys.stderr)
+else:
+    doc["userns-remap"] = "default"
+print(json.dumps(doc, indent=2))
+' "$DOCKER_DAEMON_JSON" "$DOCKER_DATA_ROOT") ||
+        die "$DOCKER_DAEMON_JSON is not a JSON object: fix it, or add \"userns-remap\" by hand"
+    # dockerd checks the merged file before it replaces the running one (docker 23 and later
+    # know --validate); a file it refuses is never written.
+    if $DRY_RUN; then
+        echo "+ dockerd --validate --config-file <the merged $DOCKER_DAEMON_JSON>"
+    elif dockerd --help 2>/dev/null | grep -q -- '--validate'; then
+        candidate=$(mktemp)
+        printf '%s\n' "$merged" >"$candidate"
+        dockerd --validate --config-file "$candidate" >/dev/null ||
+            { rm -f "$candidate"; die "dockerd refuses the merged $DOCKER_DAEMON_JSON; nothing was changed"; }
+        rm -f "$candidate"
+    fi
+    previous=""
+    if [ -e "$DOCKER_DAEMON_JSON" ]; then
+        previous="$DOCKER_DAEMON_JSON.before-monky-deployd"
+        run cp -p "$DOCKER_DAEMON_JSON" "$previous"
+    else
+        run install -d -m 0755 "$(dirname "$DOCKER_DAEMON_JSON")"
+    fi
+    printf '%s\n' "$merged" | put "$DOCKER_DAEMON_JSON" 0644 root:root
+    # The restart stops every container (unless live-restore), and with remapping the engine
+    # starts from a data dir of its own: the agent's next tick pulls and starts the release
+    # again. A daemon that does not come back, or comes back without remapping, gets its
+    # previous file back.
+    if ! run systemctl restart docker.service ||
+        { ! $DRY_RUN && ! docker info --format '{{json .SecurityOptions}}' | grep -q 'name=userns'; }; then
+        if [ -n "$previous" ]; then
+            cp -p "$previous" "$DOCKER_DAEMON_JSON"
+        else
+            rm -f "$DOCKER_DAEMON_JSON"
+        fi
+        systemctl restart docker.service || true
+        die "docker did not come back remapping user namespaces; $DOCKER_DAEMON_JSON was restored (journalctl -u docker)"
+    fi
+    $DRY_RUN && echo "+ docker info --format '{{json .SecurityOptions}}'  # must show name=userns"
 fi
 
 # ---- 5. the mesh identity ----------------------------------------------------------------------

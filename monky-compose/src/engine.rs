@@ -398,6 +398,60 @@ impl Engine {
         Ok(text)
     }
 
+    /// What runs of container `id` (an ID or name of [`Engine::container_facts`]), from
+    /// `GET /containers/{id}/json`: its main process as the host numbers it, and its
+    /// environment. The environment's values are the app's, secrets among them: a caller
+    /// compares them in memory and never shows them ([`Running`]'s `Debug` gives names only).
+    ///
+    /// # Errors
+    /// The engine's (a container gone meanwhile is a 404 [`Error::EngineStatus`]).
+    pub fn running(&self, id: &str) -> Result<Running> {
+        #[derive(Deserialize)]
+        struct Raw {
+            #[serde(rename = "State", default)]
+            state: RawState,
+            #[serde(rename = "Config", default)]
+            config: RawConfig,
+        }
+        #[derive(Default, Deserialize)]
+        struct RawState {
+            #[serde(rename = "Running", default)]
+            running: bool,
+            #[serde(rename = "Pid", default)]
+            pid: u32,
+        }
+        #[derive(Default, Deserialize)]
+        struct RawConfig {
+            #[serde(rename = "Env", default)]
+            env: Option<Vec<String>>,
+        }
+        check_container_id(id)?;
+        let raw: Raw = self.get_json(&format!("/containers/{id}/json"), &[])?;
+        Ok(Running {
+            pid: (raw.state.running && raw.state.pid > 0).then_some(raw.state.pid),
+            env: raw.config.env.unwrap_or_default(),
+        })
+    }
+
+    /// Stops container `id` (`POST /containers/{id}/stop?t=<grace>`): the engine's own stop,
+    /// so its restart policy does not start it again. A container stopped already is no error.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub fn stop(&self, id: &str, grace: Duration) -> Result<()> {
+        check_container_id(id)?;
+        let t = grace.as_secs().to_string();
+        match self.call(
+            Method::Post,
+            &format!("/containers/{id}/stop"),
+            &[("t", &t)],
+            None,
+        ) {
+            Ok(_) | Err(Error::EngineStatus { status: 304, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Every container (running or not), volume and network on the engine, by name, with
     /// the compose project that made it (`None`: made by another hand): three requests.
     pub fn named_objects(&self) -> Result<Vec<NamedObject>> {
@@ -852,6 +906,41 @@ impl ApiEvent {
             exit_code,
         }
     }
+}
+
+/// What runs of a container: see [`Engine::running`].
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Running {
+    /// Its main process as the host numbers it; `None` when the engine says it does not run.
+    pub pid: Option<u32>,
+    /// Its environment, `NAME=value` each: values are the app's and may be secrets.
+    pub env: Vec<String>,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self
+            .env
+            .iter()
+            .map(|kv| kv.split_once('=').map_or(kv.as_str(), |(k, _)| k))
+            .collect();
+        f.debug_struct("Running")
+            .field("pid", &self.pid)
+            .field("env", &names)
+            .finish()
+    }
+}
+
+/// A container ID or name, as a path segment: it addresses that container and no other
+/// endpoint.
+fn check_container_id(id: &str) -> Result<()> {
+    if id.is_empty() || id.contains(['/', '?', '#']) {
+        return Err(Error::Parse {
+            what: "container id".to_owned(),
+            detail: format!("{id:?} is not a container id"),
+        });
+    }
+    Ok(())
 }
 
 /// What the engine says about one container beyond its state: see [`Engine::inspect`].

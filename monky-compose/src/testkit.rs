@@ -463,6 +463,10 @@ fn serve(mut stream: UnixStream, routes: &[(String, Answer)], seen: &Mutex<Vec<S
     let probe = path
         .strip_prefix("/containers/")
         .is_some_and(|rest| rest.starts_with(PROBE_ID));
+    let container_json = path
+        .strip_prefix("/containers/")
+        .and_then(|rest| rest.strip_suffix("/json"))
+        .is_some_and(|id| !id.is_empty() && !id.contains('/'));
     let (status, body) = match routes.iter().find(|(p, _)| p == route).map(|(_, a)| a) {
         // The image-user probe (`Engine::image_passwd`): a container created and never
         // started, its `/etc/passwd` read, then removed, as on an engine whose images carry a
@@ -472,6 +476,18 @@ fn serve(mut stream: UnixStream, routes: &[(String, Answer)], seen: &Mutex<Vec<S
         }
         _ if probe && method == "GET" && path.ends_with("/archive") => (200, passwd_tar()),
         _ if probe && method == "DELETE" => (204, String::new()),
+        // A container of the model, inspected (`Engine::running`, `Engine::inspect`): the
+        // fake runs no process, so none is there to look at, and its restart policy is the
+        // engine's usual for a compose service.
+        None if method == "GET" && container_json => (
+            200,
+            serde_json::json!({
+                "State": {"Running": false, "Pid": 0},
+                "Config": {"Env": []},
+                "HostConfig": {"RestartPolicy": {"Name": "always"}},
+            })
+            .to_string(),
+        ),
         Some(Answer::Fixed { status, body }) => (*status, body.clone()),
         Some(Answer::File { path, missing }) => (200, read_whole_json(path, missing)),
         Some(Answer::Images { path }) => {

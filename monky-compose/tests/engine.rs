@@ -617,3 +617,45 @@ fn an_images_user_and_passwd_are_its_own() {
     );
     docker_cli(&["rmi", &tag, &bare]);
 }
+
+/// What runs of a container: its main process and its environment, whose values `Debug`
+/// never shows; a stopped container has no process; a stop is the engine's own, a container
+/// stopped already no error; an id that would address another endpoint is refused unsent.
+#[test]
+fn running_gives_the_main_process_and_the_environment_and_stop_stops() {
+    let fake = fake_engine(&[
+        (
+            "/containers/a1/json",
+            200,
+            r#"{"State":{"Running":true,"Pid":4242},"Config":{"Env":["PW=s3cret-value","MODE=prod"]}}"#,
+        ),
+        (
+            "/containers/b2/json",
+            200,
+            r#"{"State":{"Running":false,"Pid":0},"Config":{"Env":null}}"#,
+        ),
+        ("/containers/a1/stop", 204, ""),
+        ("/containers/b2/stop", 304, ""),
+    ]);
+    let engine = Engine::unix(fake.socket());
+    let a1 = engine.running("a1").unwrap();
+    assert_eq!(a1.pid, Some(4242));
+    assert_eq!(a1.env, ["PW=s3cret-value", "MODE=prod"]);
+    let shown = format!("{a1:?}");
+    assert!(shown.contains("PW") && !shown.contains("s3cret"), "{shown}");
+    let b2 = engine.running("b2").unwrap();
+    assert_eq!((b2.pid, b2.env.len()), (None, 0));
+    engine.stop("a1", Duration::from_secs(2)).unwrap();
+    engine.stop("b2", Duration::from_secs(2)).unwrap();
+    assert!(
+        fake.requests()
+            .iter()
+            .any(|r| r == "POST /containers/a1/stop?t=2"),
+        "{:?}",
+        fake.requests()
+    );
+    let before = fake.requests().len();
+    assert!(engine.running("../info").is_err());
+    assert!(engine.stop("a1?x", Duration::ZERO).is_err());
+    assert_eq!(fake.requests().len(), before, "sent");
+}

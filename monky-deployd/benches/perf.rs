@@ -658,6 +658,66 @@ fn python_floor(rows: &mut Rows, runs: usize) {
     rows.add_process("python3 importing the original agent's modules", &samples);
 }
 
+/// The heartbeat's look at what runs, alone and in process, on the 3 running containers: per
+/// container one engine request (`GET /containers/{id}/json`) and the /proc reads of its
+/// processes, then the judgement against the host's accounts and the release's secret values.
+fn runtime_look(rows: &mut Rows, runs: usize, e2e: &E2e, project: &str) {
+    use monky_deployd::runtime_look as look;
+    let out = Command::new(&e2e.docker)
+        .args(["ps", "-q", "--no-trunc", "--filter"])
+        .arg(format!("label=com.docker.compose.project={project}"))
+        .output()
+        .expect("docker ps");
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    let engine = monky_compose::Engine::from_env();
+    let roots = look::Roots::default();
+    let secrets = look::SecretValues::new(vec![
+        (
+            "GEMINI_API_KEY".into(),
+            secrecy::SecretString::from("gemini-Key-bench-0001"),
+        ),
+        (
+            "POSTGRES_PASSWORD".into(),
+            secrecy::SecretString::from("pg-Password-bench-02"),
+        ),
+    ]);
+    let cpu = || {
+        use nix::sys::resource::{UsageWho, getrusage};
+        let u = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
+        let us = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 * 1e6 + t.tv_usec() as f64;
+        (us(u.user_time()) + us(u.system_time())) / 1e3
+    };
+    let (mut wall, mut used) = (Vec::new(), Vec::new());
+    for _ in 0..runs.max(10) * 5 {
+        let (t, c) = (Instant::now(), cpu());
+        let accounts = monky_deployd::shared_uid::HostAccounts::read();
+        let sharing = look::Sharing {
+            accounts: Some(&accounts),
+            allowed: &[],
+        };
+        for id in &ids {
+            let running = engine.running(id).expect("inspect");
+            let pid = running.pid.expect("running");
+            let procs = look::processes(&roots, id, pid).expect("processes");
+            let subject = look::Subject {
+                service: "web",
+                holds_a_secret: secrets.in_env(&running.env),
+                args_judged: true,
+            };
+            std::hint::black_box(look::judge(subject, &procs, &sharing, &secrets));
+        }
+        wall.push(t.elapsed().as_secs_f64() * 1e3);
+        used.push(cpu() - c);
+    }
+    let case = "runtime look at 3 containers (engine + /proc, in process)";
+    rows.add(case, "wall", "ms", &wall);
+    rows.add(case, "cpu total", "ms", &used);
+}
+
 // ---- the real engine ---------------------------------------------------------------------------
 
 struct E2e {
@@ -753,6 +813,7 @@ fn real_engine(rows: &mut Rows, runs: usize, e2e: &E2e) {
         "heartbeat tick (loopback peers, real engine, 3 containers)",
         &samples,
     );
+    runtime_look(rows, runs, e2e, &project);
     let samples = measure_n(runs, |_| {}, &|| {
         let mut c = Command::new(&e2e.docker);
         c.args(["compose", "-p", &project, "ps", "-a", "--format", "json"])

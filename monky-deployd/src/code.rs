@@ -108,7 +108,7 @@ policy! {
     RegistryUnavailable, Temporary,
         "a registry on this box could not be proven the box's own (nothing answers on one of its addresses, or the resolver did not answer for its name), so nothing was pulled and no credential handed to dockerd: start the registry, or fix the resolver; the next tick retries";
     SecretReadableOnHost, Fail,
-        "a service that gets a secret in its environment would run as a uid that a host account also has (the message names the service, the uid and the account), and the engine does not remap user namespaces, so that account could read the secret in /proc/<pid>/environ; nothing started: enable userns-remap in /etc/docker/daemon.json, or keep that uid free of host accounts, or, if the box's admin accepts it, name the uid in allowed_shared_uids";
+        "a service that gets a secret would run, or was seen running, as a uid that a host account also has (the message names the service, the uid and the account; a process seen running, its pid), and the engine does not remap user namespaces, so that account could read the secret in /proc/<pid>/environ; judged before start nothing started, seen running its containers were stopped and the last good release brought back: enable userns-remap (install.sh --userns-remap), or keep that uid free of host accounts, or, if the box's admin accepts it, name the uid in allowed_shared_uids";
     TenancyRefusedToken, Fail,
         "tenancy refuses a token OpenBao still accepts, so the token is kept: after a kit re-reveal or a retire, re-run the install kit (the agent bootstraps with the new grant); otherwise tenancy cannot check tokens, look at tenancy's logs";
     BaoUnavailable, Temporary,

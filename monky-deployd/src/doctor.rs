@@ -169,9 +169,17 @@ pub fn run(cfg: &Config) -> Vec<Check> {
     out.push(proc_hidepid(
         &std::fs::read_to_string("/proc/self/mounts").unwrap_or_default(),
     ));
-    out.push(userns(
-        compose::Engine::from_env().info().ok().as_ref(),
-        &std::fs::read_to_string("/etc/passwd").unwrap_or_default(),
+    let info = compose::Engine::from_env().info().ok();
+    let accounts = crate::shared_uid::HostAccounts::read();
+    let ran_as = crate::state::State::peek(&layout)
+        .looked()
+        .map(|l| l.uids.clone())
+        .unwrap_or_default();
+    out.push(userns(info.as_ref(), &accounts, &ran_as));
+    out.push(inotify(
+        info.as_ref(),
+        &accounts,
+        &crate::runtime_look::Roots::default().proc,
     ));
     out.push(timer(cfg.laptop_mode));
     out
@@ -217,8 +225,14 @@ fn proc_hidepid(mounts: &str) -> Check {
 
 /// Whether a host account can read a container's environment, secrets included: without
 /// `userns-remap` a container's uid is the host's, and the account with that uid reads
-/// `/proc/<pid>/environ` of the container's processes. CIS Docker Benchmark 2.8's question.
-fn userns(info: Option<&compose::EngineInfo>, passwd: &str) -> Check {
+/// `/proc/<pid>/environ` of the container's processes and shares its per-user kernel limits.
+/// CIS Docker Benchmark 2.8's question. Names the accounts at the uids ordinary images run as
+/// and at the uids this box's releases were seen running as (`ran_as`).
+fn userns(
+    info: Option<&compose::EngineInfo>,
+    accounts: &crate::shared_uid::HostAccounts,
+    ran_as: &std::collections::BTreeSet<u32>,
+) -> Check {
     const NAME: &str = "userns";
     let Some(info) = info else {
         return skip(NAME, "the docker engine does not answer");
@@ -230,35 +244,146 @@ fn userns(info: Option<&compose::EngineInfo>, passwd: &str) -> Check {
             Ok("the engine remaps user namespaces: a container's uid is no host account's".into()),
         );
     }
-    // The uids images commonly run as: node's 1000, nobody's 65534, distroless' 65532, and the
-    // other login accounts a box may hold.
-    let accounts: Vec<String> = passwd
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split(':');
-            let (name, _, uid) = (f.next()?, f.next()?, f.next()?.parse::<u32>().ok()?);
-            (uid >= 1000 || uid == 65532 || uid == 65534).then(|| format!("{name} ({uid})"))
-        })
-        .collect();
+    let named = |uids: &mut dyn Iterator<Item = u32>| -> Vec<String> {
+        uids.flat_map(|uid| accounts.at(uid).iter().map(move |n| format!("{n} ({uid})")))
+            .collect()
+    };
+    let usual = named(&mut USUAL_UIDS.iter().copied());
+    let seen = named(&mut ran_as.iter().copied().filter(|u| *u != 0));
+    let mut detail = "the engine does not remap user namespaces: a container running as a host \
+                      account's uid shares it, and that account can read the container's \
+                      environment and files (/proc/<pid>/environ, /proc/<pid>/root), secrets \
+                      included, and shares its per-user kernel limits (inotify, mqueue, nproc)"
+        .to_string();
+    if usual.is_empty() {
+        detail.push_str(
+            "; no host account has a uid ordinary images run as (33, 101, 999, 1000, 65534)",
+        );
+    } else {
+        detail.push_str(&format!(
+            "; host accounts at uids ordinary images run as: {}",
+            usual.join(", ")
+        ));
+    }
+    if !seen.is_empty() {
+        detail.push_str(&format!(
+            "; host accounts at uids this box's releases ran as: {}",
+            seen.join(", ")
+        ));
+    }
     Check {
         name: NAME,
         verdict: Verdict::Warn,
-        detail: format!(
-            "the engine does not remap user namespaces: a container running as a host account's \
-             uid shares it, and that account can read the container's environment, secrets \
-             included{}",
-            if accounts.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; host accounts images often run as: {}",
-                    accounts.join(", ")
-                )
-            }
-        ),
-        fix: "enable userns-remap in /etc/docker/daemon.json, or keep the uids containers run as \
-              (the image's USER, a service's user:) free of host accounts",
+        detail,
+        fix: "enable userns-remap (install.sh --userns-remap, or the role's \
+              monky_deployd_userns_remap), or keep the uids containers run as (the image's USER, \
+              a service's user:, the uid its entrypoint drops to) free of host accounts",
     }
+}
+
+/// The uids ordinary images run as: www-data's 33, nginx's and postgres' 101 (Debian and
+/// Alpine), the database images' 999, node's 1000, nobody's 65534.
+const USUAL_UIDS: [u32; 5] = [33, 101, 999, 1000, 65534];
+
+/// The per-uid inotify counter a container shares with the host account at its uid when the
+/// engine does not remap: one env's container that holds every instance the kernel allows the
+/// uid (`fs.inotify.max_user_instances`) makes `inotify_init` fail for the account and for
+/// every other container at that uid. No compose key limits it; only remapping separates the
+/// uids. Shows the instances in use at each uid a host account has.
+fn inotify(
+    info: Option<&compose::EngineInfo>,
+    accounts: &crate::shared_uid::HostAccounts,
+    proc_root: &std::path::Path,
+) -> Check {
+    const NAME: &str = "inotify per uid";
+    if info.is_some_and(compose::EngineInfo::userns_remap) {
+        return check(
+            NAME,
+            "",
+            Ok(
+                "the engine remaps user namespaces: no container shares a host account's \
+                inotify limit"
+                    .into(),
+            ),
+        );
+    }
+    let max: u64 = std::fs::read_to_string(proc_root.join("sys/fs/inotify/max_user_instances"))
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(128);
+    let shared: Vec<(u32, u64)> = inotify_instances(proc_root)
+        .into_iter()
+        .filter(|(uid, _)| *uid != 0 && !accounts.at(*uid).is_empty())
+        .collect();
+    let listed: Vec<String> = shared
+        .iter()
+        .map(|(uid, n)| format!("uid {uid} ({}): {n} of {max}", accounts.at(*uid).join(", ")))
+        .collect();
+    let class = format!(
+        "a container at a host account's uid shares that uid's inotify instances \
+         (fs.inotify.max_user_instances = {max}) with the account and every other container at \
+         that uid: one that holds them all makes inotify_init fail for the others"
+    );
+    let full = shared
+        .iter()
+        .any(|(_, n)| n.saturating_mul(10) >= max.saturating_mul(9));
+    let detail = if listed.is_empty() {
+        format!("{class}; no uid a host account has holds an inotify instance now")
+    } else {
+        format!("{class}; in use now: {}", listed.join(", "))
+    };
+    Check {
+        name: NAME,
+        verdict: if full { Verdict::Warn } else { Verdict::Ok },
+        detail,
+        fix: "find the processes at that uid holding inotify instances (`find /proc/*/fd -lname \
+              'anon_inode:inotify'`); enable userns-remap so containers' uids are their own",
+    }
+}
+
+/// Inotify instances open, by the real uid of the process holding them (each fd of
+/// `anon_inode:inotify`).
+fn inotify_instances(proc_root: &std::path::Path) -> std::collections::BTreeMap<u32, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir(proc_root) else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let count = fds
+            .flatten()
+            .filter(|fd| {
+                std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:inotify")
+            })
+            .count() as u64;
+        if count == 0 {
+            continue;
+        }
+        let uid = std::fs::read_to_string(entry.path().join("status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Uid:"))?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<u32>()
+                    .ok()
+            });
+        if let Some(uid) = uid {
+            *out.entry(uid).or_insert(0) += count;
+        }
+    }
+    out
 }
 
 /// The bootstrap grant, when one is staged: a regular file, private, owned, small.
@@ -830,17 +955,32 @@ mod tests {
             security_options: opts.iter().map(|o| (*o).to_string()).collect(),
         };
         let passwd = "root:x:0:0::/root:/bin/bash\nnobody:x:65534:65534::/:/usr/sbin/nologin\n\
-                      admin:x:1000:1000::/home/admin:/bin/bash\nsshd:x:105:65534::/:/bin/false\n";
-        let open = super::userns(Some(&info(&["name=seccomp,profile=builtin"])), passwd);
+                      admin:x:1000:1000::/home/admin:/bin/bash\nsshd:x:105:65534::/:/bin/false\n\
+                      app:x:4243:4243::/:/bin/false\n";
+        let accounts = crate::shared_uid::HostAccounts::parse(passwd, "");
+        let ran: std::collections::BTreeSet<u32> = [0, 4243, 4244].into();
+        let open = super::userns(
+            Some(&info(&["name=seccomp,profile=builtin"])),
+            &accounts,
+            &ran,
+        );
         assert_eq!(open.verdict, super::Verdict::Warn);
         assert!(
-            open.detail.ends_with("nobody (65534), admin (1000)"),
+            open.detail.contains(
+                "images run as: admin (1000), nobody (65534); host accounts at uids this box's \
+                 releases ran as: app (4243)"
+            ),
             "{}",
             open.detail
         );
-        let remapped = super::userns(Some(&info(&["name=userns", "name=seccomp"])), passwd);
+        assert!(open.detail.contains("inotify, mqueue, nproc"));
+        let none = std::collections::BTreeSet::new();
+        let remapped = super::userns(Some(&info(&["name=userns"])), &accounts, &none);
         assert_eq!(remapped.verdict, super::Verdict::Ok);
-        assert_eq!(super::userns(None, passwd).verdict, super::Verdict::Skip);
+        assert_eq!(
+            super::userns(None, &accounts, &none).verdict,
+            super::Verdict::Skip
+        );
     }
 
     use super::*;

@@ -315,10 +315,23 @@ pub struct State {
     /// (its `Date`); the tick, `status` and `explain` judge the clock by it.
     #[serde(skip_serializing_if = "Option::is_none")]
     clock: Option<crate::clock::ClockReading>,
+    /// What the last look at the running release's processes saw: the services that get a
+    /// secret (a heartbeat builds no compose model) and the uids that ran.
+    #[serde(
+        deserialize_with = "crate::runtime_look::lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    looked: Option<crate::runtime_look::Looked>,
 }
 
 /// Read access, one accessor per field, named as the field.
 impl State {
+    /// What the last look at the running release's processes saw.
+    #[must_use]
+    pub fn looked(&self) -> Option<&crate::runtime_look::Looked> {
+        self.looked.as_ref()
+    }
+
     /// Format version.
     #[must_use]
     pub fn version(&self) -> u32 {
@@ -611,6 +624,8 @@ impl State {
             Fact::TokenMaxTtlReached(end) => self.token_max_ttl_reached(end),
             Fact::Converged(converged) => self.record_converged(converged),
             Fact::CrashLooped(c) => self.crash_looped(c),
+            Fact::Looked(looked) => self.looked = Some(looked),
+            Fact::Withdrawn { sha, to } => self.withdraw(&sha, to),
             Fact::Healing {
                 attempts,
                 crashes,
@@ -831,6 +846,15 @@ impl State {
     }
 
     /// Records a sha as applied (and healthy).
+    /// See [`Fact::Withdrawn`].
+    fn withdraw(&mut self, sha: &Sha, to: Option<(Sha, bool)>) {
+        self.applied_history.retain(|s| s != sha);
+        match to {
+            Some((to, prod)) => self.mark_applied(&to, prod),
+            None => self.forget_applied(),
+        }
+    }
+
     fn mark_applied(&mut self, sha: &Sha, prod: bool) {
         // Another release is a fresh start: the crash loop and the heals were the last one's.
         if self.applied_sha.as_ref() != Some(sha) {
@@ -918,6 +942,17 @@ pub enum Fact {
     Converged(crate::drift::Converged),
     /// A heal found a service dead again by its own exit within the hour: a crash loop.
     CrashLooped(CrashLoop),
+    /// What the look at a release's processes saw.
+    Looked(crate::runtime_look::Looked),
+    /// The applied `sha` was seen leaking a secret while it ran and is no longer applied: it
+    /// leaves the history (so tenancy may ask for it again) and `to` (a release and its tier)
+    /// runs instead, or nothing does.
+    Withdrawn {
+        /// The release withdrawn.
+        sha: Sha,
+        /// The release fallen back to, with whether it is prod.
+        to: Option<(Sha, bool)>,
+    },
     /// A heal ran at `at`, the `attempts`-th within the heal memory; the next may run at
     /// `next_at` (and `next_boot` on the boot clock).
     Healing {
@@ -977,6 +1012,48 @@ mod tests {
 
     fn sha(c: char) -> Sha {
         Sha::parse(&c.to_string().repeat(64)).unwrap()
+    }
+
+    #[test]
+    fn a_withdrawn_sha_leaves_the_history_and_the_one_before_runs_again() {
+        let mut s = State::default();
+        for c in ['a', 'b'] {
+            s.fold(Fact::Applied {
+                sha: sha(c),
+                prod: false,
+            });
+        }
+        s.fold(Fact::Withdrawn {
+            sha: sha('b'),
+            to: None,
+        });
+        assert_eq!(s.applied_sha(), None);
+        s.fold(Fact::Withdrawn {
+            sha: sha('b'),
+            to: Some((sha('a'), true)),
+        });
+        assert_eq!(s.applied_sha(), Some(&sha('a')));
+        assert_eq!(s.applied_prod(), Some(true));
+        assert_eq!(s.applied_history(), [sha('a')]);
+        // Asked for again, it is no rollback.
+        let history: Vec<String> = s
+            .applied_history()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert!(monky_bundle::check_rollback(sha('b').as_str(), &history, false).is_ok());
+        // What the look saw is kept, and a record that does not parse is dropped.
+        s.fold(Fact::Looked(crate::runtime_look::Looked {
+            sha: Some(sha('a')),
+            holders: ["web".to_string()].into(),
+            uids: [999].into(),
+        }));
+        let text = serde_json::to_string(&s).unwrap();
+        let back: State = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.looked().map(|l| l.uids.clone()), Some([999].into()));
+        let broken = text.replace("\"holders\":[\"web\"]", "\"holders\":7");
+        let back: State = serde_json::from_str(&broken).unwrap();
+        assert!(back.looked().is_none(), "{broken}");
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod fallback;
 mod heal;
 mod heartbeat;
 mod journal;
+mod look;
 mod outcome;
 mod stages;
 mod token;

@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 use crate::util::*;
 
 mod registry;
+mod runtime;
 
 /// The secret values the e2e bundles read; `/env.txt` must show them, reports never.
 const DEMO_KEY: &str = "demo-Api-Key-e2e-0101";

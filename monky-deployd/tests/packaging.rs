@@ -112,6 +112,83 @@ impl DryRun {
     }
 }
 
+/// `--userns-remap`: the operator's daemon.json keeps every key (and a data-root given beside
+/// it), `"userns-remap": "default"` is merged in, dockerd checks the file before it replaces
+/// the old one, the old one is kept to come back to, and the restart is checked for remapping.
+/// A userns-remap the operator set already is kept, never replaced.
+#[test]
+fn install_sh_userns_remap_merges_daemon_json_and_restarts_docker_checked() {
+    let dry = DryRun::new();
+    let daemon = dry.path("daemon.json");
+    let remap = |extra: &[&str]| {
+        let out = Command::new("bash")
+            .arg(root().join("packaging/install.sh"))
+            .args(["--dry-run", "--env", "e1", "--source"])
+            .arg(dry.path("release"))
+            .arg("--userns-remap")
+            .args(extra)
+            .env("MONKY_DEPLOYD_DOCKER_DAEMON_JSON", &daemon)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        text(&out)
+    };
+    let last_written = |out: &str| -> serde_json::Value {
+        let start = format!("--- {daemon}\n");
+        let from = out.rfind(&start).expect("daemon.json written") + start.len();
+        let to = out[from..].find(&format!("--- end of {daemon}\n")).unwrap() + from;
+        serde_json::from_str(&out[from..to]).unwrap()
+    };
+    let out = remap(&[]);
+    assert_eq!(
+        last_written(&out),
+        serde_json::json!({"data-root": "/srv/d", "log-driver": "local", "userns-remap": "default"})
+    );
+    let validate = out.find("+ dockerd --validate --config-file").expect(&out);
+    let keep = out
+        .find(&format!("+ cp -p {daemon} {daemon}.before-monky-deployd"))
+        .expect(&out);
+    let write = out.rfind(&format!("+ write {daemon}")).expect(&out);
+    let restart = out.rfind("+ systemctl restart docker.service").expect(&out);
+    let checked = out.find("name=userns").expect(&out);
+    assert!(
+        validate < write && keep < write && write < restart && restart < checked,
+        "{out}"
+    );
+    assert_eq!(
+        out.matches("+ systemctl restart docker.service").count(),
+        1,
+        "{out}"
+    );
+    // With a data root too: one file with both, one restart.
+    let out = remap(&["--docker-data-root", "/home/docker-data"]);
+    assert_eq!(
+        last_written(&out),
+        serde_json::json!({
+            "data-root": "/home/docker-data", "log-driver": "local", "userns-remap": "default"
+        })
+    );
+    assert_eq!(
+        out.matches("+ systemctl restart docker.service").count(),
+        1,
+        "{out}"
+    );
+    // The operator's own remap user stays.
+    std::fs::write(&daemon, "{\"userns-remap\": \"ops:ops\"}\n").unwrap();
+    let out = remap(&[]);
+    assert_eq!(
+        last_written(&out),
+        serde_json::json!({"userns-remap": "ops:ops"})
+    );
+    assert!(
+        out.contains("keeping the userns-remap \"ops:ops\""),
+        "{out}"
+    );
+    // Without the flag nothing of it happens.
+    let out = dry.run(&["--env", "e1", "--source", "{dir}/release"]);
+    assert!(!text(&out).contains("userns"), "{}", text(&out));
+}
+
 /// A file that looks like a CA bundle to install.sh, which only copies it.
 const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
@@ -791,6 +868,73 @@ out["vars"] = vars
 out["assert_failed"] = failed
 print(json.dumps(out))
 "#;
+
+/// Evaluates the role's daemon.json merge for `--userns-remap` as ansible would, with
+/// ansible's filters the expression uses, against a daemon.json given as text (`null`: none
+/// there). Prints the merged document, the task's validate command and the role's default.
+const ROLE_USERNS: &str = r#"
+import base64, json, sys, yaml, jinja2
+role, existing = sys.argv[1], json.loads(sys.argv[2])
+with open(role + "/tasks/main.yml") as f:
+    tasks = yaml.safe_load(f)
+with open(role + "/defaults/main.yml") as f:
+    defaults = yaml.safe_load(f)
+block = next(t for t in tasks if t.get("name") == "Make docker remap user namespaces")
+merge = next(t for t in block["block"] if "ansible.builtin.copy" in t)
+env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+env.filters["b64decode"] = lambda v: base64.b64decode(v).decode()
+env.filters["from_json"] = json.loads
+env.filters["to_nice_json"] = lambda v: json.dumps(v, indent=4, sort_keys=True)
+env.filters["combine"] = lambda a, b: {**a, **b}
+slurp = {} if existing is None else {"content": base64.b64encode(existing.encode()).decode()}
+vars = {"monky_deployd_daemon_json": slurp}
+vars["monky_deployd_daemon_doc"] = env.compile_expression(
+    merge["vars"]["monky_deployd_daemon_doc"].strip()[2:-2])(**vars)
+content = env.from_string(merge["ansible.builtin.copy"]["content"]).render(vars)
+print(json.dumps({"merged": json.loads(content), "when": block["when"],
+                  "validate": merge["ansible.builtin.copy"]["validate"],
+                  "default": defaults["monky_deployd_userns_remap"]}))
+"#;
+
+/// The role's `monky_deployd_userns_remap` merges as install.sh's `--userns-remap` does: the
+/// operator's keys kept, an operator's own remap user kept, dockerd's check before the write;
+/// off by default.
+#[test]
+#[ignore = "needs python3 with jinja2 and yaml: run by `cargo xtask dist --test` (ci's packaging step)"]
+fn the_ansible_role_merges_userns_remap_into_daemon_json() {
+    let role = root().join("packaging/ansible/roles/monky_deployd");
+    let merge = |existing: serde_json::Value| -> serde_json::Value {
+        let out = Command::new("python3")
+            .arg("-c")
+            .arg(ROLE_USERNS)
+            .arg(&role)
+            .arg(existing.to_string())
+            .output()
+            .expect("python3");
+        assert!(out.status.success(), "render failed:\n{}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let r = merge(json!(
+        "{\"data-root\": \"/srv/d\", \"log-driver\": \"local\"}"
+    ));
+    assert_eq!(
+        r["merged"],
+        json!({"data-root": "/srv/d", "log-driver": "local", "userns-remap": "default"})
+    );
+    assert_eq!(r["default"], json!(false));
+    assert_eq!(r["when"], json!("monky_deployd_userns_remap | bool"));
+    assert!(
+        r["validate"]
+            .as_str()
+            .unwrap()
+            .starts_with("dockerd --validate --config-file"),
+        "{r}"
+    );
+    let r = merge(json!("{\"userns-remap\": \"ops:ops\"}"));
+    assert_eq!(r["merged"], json!({"userns-remap": "ops:ops"}));
+    let r = merge(json!(null));
+    assert_eq!(r["merged"], json!({"userns-remap": "default"}));
+}
 
 #[test]
 #[ignore = "needs python3 with jinja2 and yaml: run by `cargo xtask dist --test` (ci's packaging step)"]

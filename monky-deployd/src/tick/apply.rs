@@ -54,6 +54,8 @@ impl Agent<'_> {
         let promoted = self.promote(pulled)?;
         // 12-13. Up, and wait for health.
         self.up_healthy(&promoted)?;
+        // 13a. Judge what runs: the uids and arguments of the release's processes.
+        self.judge_what_runs(&promoted)?;
         Ok(promoted)
     }
 
@@ -166,6 +168,10 @@ impl Agent<'_> {
                     running.short()
                 );
                 return self.on_drift(&running, drift);
+            }
+            // What runs is judged as a heartbeat judges it.
+            if let Some(withdrawn) = self.heartbeat_look(&running) {
+                return withdrawn;
             }
         }
         // A state written before the failure's own detail was kept has only its code's name.

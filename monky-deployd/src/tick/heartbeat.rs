@@ -19,6 +19,9 @@ impl Agent<'_> {
                 return self.on_drift(&sha, drift);
             }
             self.adopt_converged(&sha);
+            if let Some(withdrawn) = self.heartbeat_look(&sha) {
+                return withdrawn;
+            }
             // For the hour after a crash loop every tick says it, as `status`, `explain` and
             // the metrics do: one record, one verdict, however healthy the service looks now.
             if let Some(c) = self.state.crash_loop(crate::clock::wall()).cloned() {

@@ -78,6 +78,9 @@ impl Pulled {
 pub(super) struct Promoted {
     prod: bool,
     release: release::Release,
+    /// The services that get a secret, by the count the stages judged; `None` for a resumed
+    /// release, whose count the look makes again.
+    holders: Option<std::collections::BTreeSet<String>>,
 }
 
 impl Promoted {
@@ -88,7 +91,13 @@ impl Promoted {
         Self {
             prod: release.is_prod(),
             release,
+            holders: None,
         }
+    }
+
+    /// The services that get a secret, when the stages counted them.
+    pub(super) fn holders(&self) -> Option<&std::collections::BTreeSet<String>> {
+        self.holders.as_ref()
     }
 
     /// The sha the release is.
@@ -448,8 +457,13 @@ impl Agent<'_> {
     /// tick's `finish` removes it once the outcome is saved.
     pub(super) fn promote(&mut self, pulled: Pulled) -> Result<Promoted, Failure> {
         let Pulled(Staged {
-            sha, prod, release, ..
+            sha,
+            prod,
+            release,
+            runs_as,
+            ..
         }) = pulled;
+        let holders = Some(crate::runtime_look::holders(&runs_as));
         // The staged release is of the sha its stages carried: the bundle was fetched and
         // checked as it, and stage wrote it as it.
         debug_assert_eq!(release.release().sha(), &sha);
@@ -467,7 +481,11 @@ impl Agent<'_> {
             .or_code(Code::Failed)?;
         failpoint::hit("after-swap");
         release::verify(&self.layout, &sha).or_code(Code::Failed)?;
-        Ok(Promoted { prod, release })
+        Ok(Promoted {
+            prod,
+            release,
+            holders,
+        })
     }
 
     /// Steps 4-6: the token for reading (a lease, unless a valid one is held), then every
@@ -518,7 +536,10 @@ impl Agent<'_> {
     /// The compose policy on compose's model of `rel`, and the names it makes against every
     /// project on the box ([`Agent::policy_gate`] without the images' proof, for a release
     /// whose pull comes next): the images the model names, and who each service runs as.
-    fn judge(&self, rel: &release::Release) -> Result<(Vec<String>, Vec<bundle::RunsAs>), Failure> {
+    pub(super) fn judge(
+        &self,
+        rel: &release::Release,
+    ) -> Result<(Vec<String>, Vec<bundle::RunsAs>), Failure> {
         // The override is written before the model is built, so the model carries the pids
         // limit the agent supplies, and compose's model must show one for every service. The
         // file compose reads is the agent's own rewrite of what it judged.
