@@ -72,6 +72,10 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         && interrupted.is_none()
         && st.last_code() != Some(crate::code::Code::Drift)
         && st.last_code() != Some(crate::code::Code::HealFailed);
+    let verdict_key = crate::tick::backoff::verdict_key(cfg);
+    // A backoff is what stands between the operator and a retry: the next step says how to
+    // retry now.
+    let mut waiting = false;
     let why = if let Some(h) = &hold {
         format!("held: {}", h.describe())
     } else if let Some(m) = &interrupted {
@@ -100,13 +104,25 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         "converged".to_string()
     } else if st.last_checkin().is_none() {
         "no checkin has succeeded yet".to_string()
+    } else if let Some(failed) = st
+        .failed()
+        .filter(|f| Some(&f.sha) == st.desired_sha())
+        .filter(|_| crate::tick::backoff::Backoff::config_changed(&st, &verdict_key))
+    {
+        format!(
+            "{} failed under another config (waivers, budget, allowed_*, health wait): the \
+             next tick tries it again",
+            failed.sha.short()
+        )
     } else if let Some((failed, deadline)) = st
         .failed()
         .filter(|f| Some(&f.sha) == st.desired_sha())
         .and_then(|f| Some((f, f.next_attempt_at.filter(|d| *d > now)?)))
     {
+        waiting = true;
         format!(
-            "{} failed and waits: next attempt {} ({})",
+            "{} failed and waits: next attempt {} ({}); `monky-deployd run --once --force` \
+             tries it now",
             failed.sha.short(),
             crate::clock::rfc3339(deadline),
             ago(now, Some(deadline))
@@ -193,14 +209,21 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         "re-run the install kit".to_string()
     } else {
         // The code as stored, never read back out of the error's text.
-        st.last_code()
+        let step = st
+            .last_code()
             .filter(|_| st.last_error().is_some())
             .or(clock)
             .map_or(
                 "wait for the next tick, or run `monky-deployd run --once`",
                 |c| c.next_step(),
+            );
+        if waiting {
+            format!(
+                "{step}; then `monky-deployd run --once --force` retries before the backoff ends"
             )
-            .to_string()
+        } else {
+            step.to_string()
+        }
     };
     lines.push(("next step", step));
     for (k, v) in lines {

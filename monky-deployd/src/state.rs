@@ -151,6 +151,10 @@ pub struct FailedRelease {
     /// `CODE: names` of its failure without the backoff note, repeated by the reports sent
     /// while it waits.
     pub detail: Option<Redacted>,
+    /// The digest of the config parts that decided the verdict when it failed (see
+    /// `backoff::verdict_key`): a config changed since then may decide otherwise, so the wait
+    /// does not hold across it. None in a state written before it was kept.
+    pub verdict_key: Option<String>,
 }
 
 /// The failed release as state.json has always kept it: flat `failed_*` fields beside the
@@ -171,6 +175,8 @@ mod failed_fields {
         #[serde(deserialize_with = "crate::code::lenient")]
         failed_code: Option<Code>,
         failed_detail: Option<Redacted>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        failed_verdict_key: Option<String>,
     }
 
     #[allow(clippy::ref_option)] // serde's `with` hands a reference to the field
@@ -185,6 +191,7 @@ mod failed_fields {
             next_attempt_boot: f.next_attempt_boot,
             failed_code: f.code,
             failed_detail: f.detail,
+            failed_verdict_key: f.verdict_key,
         });
         flat.serialize(s)
     }
@@ -200,6 +207,7 @@ mod failed_fields {
             next_attempt_boot: flat.next_attempt_boot,
             code: flat.failed_code,
             detail: flat.failed_detail,
+            verdict_key: flat.failed_verdict_key,
         }))
     }
 }
@@ -1004,6 +1012,7 @@ mod tests {
             next_attempt_boot: None,
             code: Some(Code::Unhealthy),
             detail: Some(crate::redact::redact("UNHEALTHY: web-1 (unhealthy)")),
+            verdict_key: Some("0123abcd".into()),
         };
         s.mark_failed(failed.clone());
         let doc = serde_json::to_value(&s).unwrap();
@@ -1012,6 +1021,7 @@ mod tests {
         assert_eq!(doc["next_attempt_at"], 1_700_000_000);
         assert_eq!(doc["failed_code"], "UNHEALTHY");
         assert_eq!(doc["failed_detail"], "UNHEALTHY: web-1 (unhealthy)");
+        assert_eq!(doc["failed_verdict_key"], "0123abcd");
         let back: State = serde_json::from_value(doc).unwrap();
         assert_eq!(back.failed(), Some(&failed));
         // An older file's flat fields, with a code this version does not know.

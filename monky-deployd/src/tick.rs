@@ -17,7 +17,7 @@ use crate::state::{self, Fact, SeenContainer, State};
 use crate::{logging, metrics, peers, redact};
 
 mod apply;
-mod backoff;
+pub(crate) mod backoff;
 mod bootstrap;
 mod checkin;
 mod fallback;

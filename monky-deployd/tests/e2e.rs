@@ -1703,7 +1703,8 @@ fn a_secret_on_a_command_line_is_refused_before_anything_starts() {
 
 /// A service that gets the env's secrets (`env_file: .env`) and runs as uid 65534, which the
 /// box's `nobody` account has too, on an engine without userns-remap: refused before anything
-/// starts (nobody could read `/proc/<pid>/environ`). The box's admin may accept the uid.
+/// starts (nobody could read `/proc/<pid>/environ`). The box's admin may accept the uid, and
+/// the waiver applies at the next tick, whatever the refusal's backoff.
 #[test]
 fn a_secret_for_a_uid_a_host_account_shares_is_refused_before_anything_starts() {
     let Some(b) = E2eBox::new("shared-uid") else {
@@ -1736,10 +1737,25 @@ fn a_secret_for_a_uid_a_host_account_shares_is_refused_before_anything_starts() 
     assert_eq!(b.w.current_target(), None);
     assert_no_secret(&b, &run);
 
+    // Without a change the refusal waits out its backoff, and every view names the retry
+    // that does not wait.
+    let run = b.w.tick();
+    run.expect(1);
+    run.says(&["SECRET_READABLE_ON_HOST", "run --once --force"]);
+    b.w.run(&["explain"])
+        .ok()
+        .prints(&["failed and waits", "run --once --force"]);
+
+    // The box admin's waiver is the verdict's to change: the next tick, no `--force`, applies.
     b.w.config_extra("allowed_shared_uids: [65534]\n");
-    let run = b.w.run(&["run", "--once", "--force"]);
+    b.w.run(&["explain"]).ok().prints(&[
+        "failed under another config",
+        "the next tick tries it again",
+    ]);
+    let run = b.w.tick();
     run.ok();
     assert_healthy(&b.project.containers(), &b.project.name);
+    assert_report(&b.w.last_report(), ReportResult::Applied, None);
     assert_no_secret(&b, &run);
 }
 
