@@ -76,7 +76,7 @@ policy! {
     GrantUnsafe, Fail,
         "the bootstrap grant is a link, FIFO or device, readable by others, owned by another user, or too large: stage it again as a regular 0600 file owned by the agent's user (re-run the install kit)";
     AgentUnauthenticated, Fail,
-        "the token was superseded or revoked: re-run the install kit for a fresh bootstrap grant";
+        "the token is gone, and the message says why (revoked or superseded by tenancy, expired by its TTL, or at its max TTL): re-run the install kit for a fresh bootstrap grant, or stage one and run `monky-deployd bootstrap --force`";
     AgentEnvMismatch, Config,
         "the token belongs to another env: fix env_id in config.yaml or re-run the install kit for this env";
     ConfigInvalid, Config,

@@ -448,7 +448,8 @@ fn clock(client: &bao::BaoClient) -> Check {
 /// OpenBao's reachability and the stored token's verdict, by one `lookup-self`.
 fn openbao_token(cfg: &Config, layout: &Layout, client: &bao::BaoClient) -> Vec<Check> {
     const FIX_REACH: &str = "check bao.addr, bao.ca_bundle and the proxy service; the certificate must be for bao.addr's host name";
-    const FIX_TOKEN: &str = "re-run the install kit (a fresh bootstrap grant), or wait for the next apply to lease a new token";
+    // A lease needs a working token as its bearer: without one, only a new grant brings one.
+    const FIX_TOKEN: &str = "rotate the token: stage a fresh bootstrap grant (reveal the kit again) and run `monky-deployd bootstrap --force` (OPERATIONS.md, \"Rotate the token\"), or re-run the install kit";
     // Bounded and regular-only, as the tick reads it: a FIFO planted here cannot hang doctor.
     let token = layout.peek_token();
     let Some(token) =
@@ -464,10 +465,17 @@ fn openbao_token(cfg: &Config, layout: &Layout, client: &bao::BaoClient) -> Vec<
                 Ok(format!("{} reachable, certificate valid", cfg.bao.addr)),
             ),
         };
-        return vec![
-            reach,
-            check("token", FIX_TOKEN, Err("no token stored".into())),
-        ];
+        // A staged grant is the next tick's login (the first tick's on a fresh install): the
+        // `grant` check judges it, and no token yet is no failure.
+        let st = crate::statefile::peek(layout);
+        let token = match crate::verdict::token_absence(
+            &st,
+            crate::verdict::grant_staged(&cfg.bootstrap_file),
+        ) {
+            (true, said) => skip("token", &said),
+            (false, said) => check("token", FIX_TOKEN, Err(said)),
+        };
+        return vec![reach, token];
     };
     match client.lookup_self(&token) {
         Ok(info) => vec![
@@ -645,6 +653,27 @@ fn last_tick(layout: &Layout) -> Check {
             None => skip(NAME, "no tick has run yet"),
         };
     };
+    // A tick that failed for want of a token, before the token now stored: the failure is
+    // over (the rotation runbook ends here), and the next tick uses the token.
+    if matches!(
+        code,
+        crate::code::Code::NoCredentials
+            | crate::code::Code::AgentUnauthenticated
+            | crate::code::Code::GrantUnsafe
+    ) && layout.has_token()
+        && let Some(t) = st.token()
+    {
+        return check(
+            NAME,
+            "",
+            Ok(redact(&format!(
+                "failed with {code} before the token now stored (minted {}); the next tick uses \
+                 it",
+                crate::clock::rfc3339(t.obtained_at)
+            ))
+            .into_string()),
+        );
+    }
     let verdict = if code.owner() == crate::code::Owner::BoxAdmin {
         Verdict::Fail
     } else {

@@ -38,6 +38,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         .map(|cs| crate::drift::settled(cs, st.converged()))
         .map_err(|e| e.to_string());
     let token_present = layout.has_token();
+    let grant_staged = crate::verdict::grant_staged(&cfg.bootstrap_file);
     let boot = crate::clock::boot();
     let seen = crate::verdict::Seen {
         now,
@@ -102,6 +103,10 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         )
     } else if converged {
         "converged".to_string()
+    } else if st.last_checkin().is_none() && !token_present && grant_staged {
+        "installed, before the first tick: it logs in with the staged grant, checks in and \
+         applies what tenancy wants"
+            .to_string()
     } else if st.last_checkin().is_none() {
         "no checkin has succeeded yet".to_string()
     } else if let Some(failed) = st
@@ -178,7 +183,13 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
     lines.push((
         "token",
         match (&st.token(), token_present) {
-            (_, false) => "absent: re-run the install kit (or stage a bootstrap grant)".into(),
+            (_, false) => match crate::verdict::token_absence(&st, grant_staged) {
+                (true, said) => said,
+                (false, said) => format!(
+                    "{said}: re-run the install kit (or stage a bootstrap grant and run \
+                     `monky-deployd bootstrap --force`)"
+                ),
+            },
             (Some(t), true) => format!(
                 "{}, expires {}",
                 serde_json::to_value(t.source)
@@ -205,8 +216,14 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         )
     } else if converged {
         "nothing to do".to_string()
+    } else if !token_present && grant_staged {
+        "the next tick logs in with the staged bootstrap grant: wait for the timer, or run \
+         `sudo -u monky-deployd monky-deployd run --once`"
+            .to_string()
     } else if !token_present {
-        "re-run the install kit".to_string()
+        "re-run the install kit (or stage a bootstrap grant and run `monky-deployd bootstrap \
+         --force`)"
+            .to_string()
     } else {
         // The code as stored, never read back out of the error's text.
         let step = st

@@ -134,6 +134,19 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
             secs(state.token().map(|t| t.max_ttl_end().0)),
         )],
     );
+    // Why the box has no token, until it has one again: the cause the tick saw, kept.
+    let lost = state.token_lost().map(crate::state::TokenLoss::cause_name);
+    metric(
+        "token_lost",
+        "gauge",
+        "1 for the cause while the box has lost its OpenBao token (revoked, expired, max_ttl).",
+        &["revoked", "expired", "max_ttl"].map(|c| {
+            (
+                format!("cause=\"{c}\""),
+                f64::from(u8::from(lost == Some(c))),
+            )
+        }),
+    );
     let refusals: Vec<(String, f64)> = state
         .refusals()
         .iter()

@@ -94,6 +94,83 @@ impl TokenState {
     }
 }
 
+/// Why the box lost its OpenBao token, judged when OpenBao refused it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenLossCause {
+    /// OpenBao refused a token the agent's record says is alive: revoked, or its grant
+    /// superseded by tenancy (a kit re-reveal, a retire).
+    Revoked,
+    /// Its TTL ran out by the agent's record: no tick renewed it in time.
+    Expired,
+    /// It reached its max TTL: no renewal extends it, only a new grant does.
+    MaxTtl,
+}
+
+/// The token the box lost, kept until it has a token again, so every view says why it has
+/// none (the tick after the loss, `status`, `explain`, `doctor`, the metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenLoss {
+    /// Why.
+    pub cause: TokenLossCause,
+    /// When OpenBao refused it (unix seconds).
+    pub seen_at: u64,
+    /// When it ended by the agent's record (unix seconds), for an expiry or the max TTL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<u64>,
+}
+
+impl TokenLoss {
+    /// The loss of the token `facts` describes, refused by OpenBao at `now`: its max TTL
+    /// passed, else its TTL ran out, by the agent's record; else it was revoked or superseded.
+    #[must_use]
+    pub fn judged(facts: Option<&TokenState>, now: u64) -> Self {
+        let (cause, ended_at) = match facts {
+            Some(t) if t.max_ttl_end().0 <= now => {
+                (TokenLossCause::MaxTtl, Some(t.max_ttl_end().0))
+            }
+            Some(t) if t.expires_at <= now => (TokenLossCause::Expired, Some(t.expires_at)),
+            _ => (TokenLossCause::Revoked, None),
+        };
+        Self {
+            cause,
+            seen_at: now,
+            ended_at,
+        }
+    }
+
+    /// The metrics label and status's word for the cause.
+    #[must_use]
+    pub fn cause_name(&self) -> &'static str {
+        match self.cause {
+            TokenLossCause::Revoked => "revoked",
+            TokenLossCause::Expired => "expired",
+            TokenLossCause::MaxTtl => "max_ttl",
+        }
+    }
+}
+
+impl std::fmt::Display for TokenLoss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = |t: u64| crate::clock::rfc3339(t);
+        match (self.cause, self.ended_at) {
+            (TokenLossCause::MaxTtl, Some(end)) => {
+                write!(f, "the token reached its max TTL at {}", at(end))
+            }
+            (TokenLossCause::Expired, Some(end)) => write!(
+                f,
+                "the token expired at {} by the agent's record (its TTL ran out unrenewed)",
+                at(end)
+            ),
+            _ => write!(
+                f,
+                "the token was revoked or superseded by tenancy (OpenBao refused it at {})",
+                at(self.seen_at)
+            ),
+        }
+    }
+}
+
 /// The `see-env` role's `token_max_ttl` as docs/OPERATIONS.md gives it (30 days): the end
 /// assumed for a token until OpenBao caps a renewal at the real one.
 pub const ASSUMED_MAX_TTL_S: u64 = 30 * 24 * 3600;
@@ -241,6 +318,9 @@ pub struct State {
     last_code: Option<Code>,
     /// Token facts.
     token: Option<TokenState>,
+    /// The token the box lost and why, until it has one again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token_lost: Option<TokenLoss>,
     /// Containers as last seen.
     containers: Vec<SeenContainer>,
     /// Tenancy's checkin interval.
@@ -357,6 +437,11 @@ impl State {
     #[must_use]
     pub fn token(&self) -> Option<&TokenState> {
         self.token.as_ref()
+    }
+    /// The token the box lost and why, until it has one again.
+    #[must_use]
+    pub fn token_lost(&self) -> Option<&TokenLoss> {
+        self.token_lost.as_ref()
     }
     /// Containers as last seen.
     #[must_use]
@@ -577,6 +662,7 @@ impl State {
             } => self.rebase_failed(next_attempt_at, next_attempt_boot),
             Fact::FailureForgotten => self.clear_failed(),
             Fact::TokenFacts(token) => self.set_token_facts(token),
+            Fact::TokenLost(loss) => self.lose_token(loss),
             Fact::TokenTtlLearnt {
                 expires_at,
                 expires_boot,
@@ -686,7 +772,16 @@ impl State {
 
     /// The token's facts: minted, learnt from OpenBao, or gone with the token (`None`).
     fn set_token_facts(&mut self, token: Option<TokenState>) {
+        if token.is_some() {
+            self.token_lost = None;
+        }
         self.token = token;
+    }
+
+    /// OpenBao refused the token, which is gone: why, kept until a token is stored again.
+    fn lose_token(&mut self, loss: TokenLoss) {
+        self.token = None;
+        self.token_lost = Some(loss);
     }
 
     /// OpenBao said how long the token has left: its expiry on the wall and boot clocks.
@@ -865,6 +960,8 @@ pub enum Fact {
     FailureForgotten,
     /// The token's facts: minted, learnt from OpenBao, or gone with the token (`None`).
     TokenFacts(Option<TokenState>),
+    /// OpenBao refused the token, which is gone: why (kept until a token is stored again).
+    TokenLost(TokenLoss),
     /// OpenBao said how long the token has left: its expiry on the wall and boot clocks.
     TokenTtlLearnt {
         /// Unix seconds.
@@ -969,6 +1066,42 @@ mod tests {
             assert!(note.unwrap().contains("set aside"));
             assert!(!layout.state_path().exists());
         }
+    }
+
+    #[test]
+    fn a_lost_tokens_cause_is_judged_by_the_record_and_kept_until_a_new_token() {
+        let mut t = TokenState::from_wall(TokenSource::Lease, 1_000, 5_000);
+        assert_eq!(
+            TokenLoss::judged(Some(&t), 4_000).cause,
+            TokenLossCause::Revoked
+        );
+        assert_eq!(
+            TokenLoss::judged(None, 4_000).cause,
+            TokenLossCause::Revoked
+        );
+        let expired = TokenLoss::judged(Some(&t), 6_000);
+        assert_eq!(
+            (expired.cause, expired.ended_at),
+            (TokenLossCause::Expired, Some(5_000))
+        );
+        assert!(expired.to_string().contains("expired at"), "{expired}");
+        t.max_expires_at = Some(3_000);
+        assert_eq!(
+            TokenLoss::judged(Some(&t), 4_000).cause,
+            TokenLossCause::MaxTtl
+        );
+
+        let mut s = State::new("e1");
+        s.fold(Fact::TokenFacts(Some(t.clone())));
+        s.fold(Fact::TokenLost(expired));
+        assert_eq!((s.token(), s.token_lost()), (None, Some(&expired)));
+        s.fold(Fact::TickBegan);
+        s.fold(Fact::TokenFacts(None));
+        assert_eq!(s.token_lost(), Some(&expired), "kept across ticks");
+        let back: State = serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
+        assert_eq!(back.token_lost(), Some(&expired));
+        s.fold(Fact::TokenFacts(Some(t)));
+        assert_eq!(s.token_lost(), None, "a token again");
     }
 
     #[test]

@@ -2213,6 +2213,139 @@ fn a_held_box_is_not_changed_and_unholds_at_its_until() {
     assert!(!path.exists());
 }
 
+/// The verdict of `doctor --json`'s check `name`, and its whole document.
+fn doctor_verdict(doc: &Value, name: &str) -> String {
+    doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .map(|c| c["verdict"].as_str().unwrap().to_string())
+        .unwrap_or_else(|| panic!("no check {name}: {doc:#}"))
+}
+
+/// A token revoked at the real OpenBao, its grant superseded at tenancy: the tick that sees it
+/// and every tick after name the cause (not `NO_CREDENTIALS`), as do `status`, `explain`,
+/// `doctor` and the metrics, until the box has a token again. OPERATIONS.md's "Rotate the
+/// token", followed line by line as written, ends with a green `doctor`, and the next tick
+/// applies with the new token.
+#[test]
+fn a_lost_token_keeps_its_cause_and_the_rotation_runbook_ends_green() {
+    let Some(b) = E2eBox::new("token-runbook") else {
+        return;
+    };
+    let metrics = b.w.state_dir().join("metrics.prom");
+    b.w.config_extra(&format!("metrics_textfile: {}\n", metrics.display()));
+    let sha = b.first_apply(&b.bundle(&b.e2e.image_1));
+    b.w.tenancy.supersede(ENV);
+    assert!(b.w.bao.revoke_tokens_for_env(ENV) >= 1);
+    for _ in 0..3 {
+        let run = b.w.tick();
+        run.expect(1);
+        run.says(&[
+            "AGENT_UNAUTHENTICATED",
+            "the token was revoked or superseded by tenancy",
+        ]);
+        assert!(!run.stderr().contains("NO_CREDENTIALS"), "{}", run.stderr());
+    }
+    assert_eq!(b.w.state()["last_code"], "AGENT_UNAUTHENTICATED");
+    let status: Value =
+        serde_json::from_str(&b.w.run(&["status", "--json"]).ok().stdout()).unwrap();
+    assert_eq!(status["token"]["lost"]["cause"], "revoked", "{status:#}");
+    b.w.run(&["explain"])
+        .ok()
+        .prints(&["none: the token was revoked or superseded by tenancy"]);
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    assert!(
+        text.contains(&format!(
+            "monky_deployd_token_lost{{env_id=\"{ENV}\",cause=\"revoked\"}} 1"
+        )),
+        "{text}"
+    );
+    let doctor = b.w.run(&["doctor", "--json"]);
+    doctor.expect(1);
+    let doc: Value = serde_json::from_str(&doctor.stdout()).unwrap();
+    assert_eq!(doctor_verdict(&doc, "token"), "fail", "{doc:#}");
+    assert!(
+        !doctor.stdout().contains("wait for the next apply"),
+        "no apply leases without a token: {}",
+        doctor.stdout()
+    );
+
+    for line in crate::runbooks::commands("Rotate the token") {
+        if let Some(run) = crate::runbooks::run_line(&b.w, &line, &[]) {
+            assert_eq!(run.code(), 0, "{line}: {}{}", run.stdout(), run.stderr());
+        }
+    }
+    let doc: Value = serde_json::from_str(&b.w.run(&["doctor", "--json"]).ok().stdout()).unwrap();
+    for check in doc["checks"].as_array().unwrap() {
+        assert_ne!(check["verdict"], "fail", "{check:#}");
+    }
+    assert_eq!(doctor_verdict(&doc, "token"), "ok", "{doc:#}");
+    assert_eq!(doctor_verdict(&doc, "last tick"), "ok", "{doc:#}");
+    b.w.tick().ok();
+    let r = b.w.last_report();
+    assert_report(&r, ReportResult::Applied, None);
+    assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(sha.as_str()));
+    let status: Value =
+        serde_json::from_str(&b.w.run(&["status", "--json"]).ok().stdout()).unwrap();
+    assert_eq!(status["token"]["present"], true, "{status:#}");
+    assert!(status["token"].get("lost").is_none(), "{status:#}");
+    assert!(
+        std::fs::read_to_string(&metrics)
+            .unwrap()
+            .contains("cause=\"revoked\"} 0")
+    );
+}
+
+/// A fresh install before its first tick: the kit staged a valid grant and nothing ran yet.
+/// `explain` and `doctor` read it as the first tick's login, not as a failure; the first tick
+/// then logs in and applies.
+#[test]
+fn a_fresh_install_before_its_first_tick_reads_as_the_first_login() {
+    let Some(b) = E2eBox::new("fresh-install") else {
+        return;
+    };
+    // What the package and the kit leave: the state dir (0700, the agent's) and the grant.
+    std::fs::create_dir_all(b.w.state_dir()).unwrap();
+    std::fs::set_permissions(
+        b.w.state_dir(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    b.w.stage_grant();
+    let sha = b.w.publish(&b.bundle(&b.e2e.image_1));
+    let explain = b.w.run(&["explain"]);
+    explain.ok().prints(&[
+        "before the first tick",
+        "none yet: the first tick will log in with the staged bootstrap grant",
+        "the next tick logs in with the staged bootstrap grant",
+    ]);
+    assert!(
+        !explain.stdout().contains("re-run the install kit"),
+        "{}",
+        explain.stdout()
+    );
+    let doctor = b.w.run(&["doctor", "--json"]);
+    let doc: Value = serde_json::from_str(&doctor.stdout()).unwrap();
+    assert_eq!(doctor_verdict(&doc, "grant"), "ok", "{doc:#}");
+    assert_eq!(doctor_verdict(&doc, "token"), "skip", "{doc:#}");
+    assert!(
+        doctor.stdout().contains("the first tick will log in"),
+        "{}",
+        doctor.stdout()
+    );
+    doctor.ok();
+    let status: Value =
+        serde_json::from_str(&b.w.run(&["status", "--json"]).ok().stdout()).unwrap();
+    assert_eq!(status["token"]["grant_staged"], true, "{status:#}");
+
+    b.w.tick().ok();
+    let r = b.w.last_report();
+    assert_report(&r, ReportResult::Applied, None);
+    assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(sha.as_str()));
+}
+
 /// Tenancy away (503) for three of the token's TTLs on the real engine and the real OpenBao:
 /// every heartbeat renews the token at OpenBao alone, the release keeps running, and when
 /// tenancy is back the same token checks in: no lease, no kit.
