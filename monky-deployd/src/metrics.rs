@@ -147,6 +147,20 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
             )
         }),
     );
+    // Ticks in a row that ended with the last tick's code: what an alert on a repeated failure
+    // counts, whatever the time between ticks (a timed-out tick takes tick_timeout_s).
+    let streak = state
+        .last_code()
+        .filter(|_| tick.exit != Exit::Ok && state.last_error().is_some());
+    metric(
+        "failure_streak",
+        "gauge",
+        "Ticks in a row, the last included, that failed with this code (0: the last did not fail).",
+        &[(
+            format!("code=\"{}\"", streak.map_or("", |c| c.as_str())),
+            streak.map_or(0.0, |_| f64::from(state.repeats().saturating_add(1))),
+        )],
+    );
     let refusals: Vec<(String, f64)> = state
         .refusals()
         .iter()

@@ -347,8 +347,8 @@ pub struct State {
     /// The action tenancy answered in the last tick's checkin (`none`, `apply`, `down`); none
     /// when the tick ended before a checkin answered.
     last_action: Option<String>,
-    /// How many ticks in a row before the last one ended with the same code and detail: the
-    /// journal says "same as the last N ticks" instead of repeating the whole error.
+    /// How many ticks in a row before the last one ended with the same code: the journal says
+    /// "same CODE as the last N ticks" instead of repeating the whole error.
     repeats: u32,
     /// Variables whose value the original agent's `.env` handed to the app differently from
     /// the value now written (names only), found by the first apply after the takeover.
@@ -881,8 +881,13 @@ impl State {
                 }
             }
         }
-        let now = (self.last_code, self.last_error.clone());
-        self.repeats = if now.1.is_some() && now == *previous {
+        // The same code counts, whatever its detail says: a wait's next attempt, a heal's
+        // time or a container's state move from tick to tick, and "same CODE as the last N
+        // ticks" is what the journal says.
+        let failed =
+            |code: Option<Code>, error: Option<&Redacted>| code.filter(|_| error.is_some());
+        let now = failed(self.last_code, self.last_error.as_ref());
+        self.repeats = if now.is_some() && now == failed(previous.0, previous.1.as_ref()) {
             self.repeats.saturating_add(1)
         } else {
             0
@@ -1102,6 +1107,42 @@ mod tests {
         assert_eq!(back.token_lost(), Some(&expired));
         s.fold(Fact::TokenFacts(Some(t)));
         assert_eq!(s.token_lost(), None, "a token again");
+    }
+
+    #[test]
+    fn the_repeat_count_grows_with_the_same_code_whatever_its_detail() {
+        let mut s = State::new("e1");
+        let fail = |s: &mut State, code: Code, detail: &str| {
+            let previous = (s.last_code(), s.last_error().cloned());
+            s.fold(Fact::Concluded {
+                result: Some(monky_agent_proto::ReportResult::Failed),
+                failure: Some((code, crate::redact::redact(detail))),
+                note: None,
+                reported_at: None,
+            });
+            s.fold(Fact::TickEnded {
+                succeeded_at: None,
+                previous,
+            });
+            s.repeats()
+        };
+        assert_eq!(
+            fail(&mut s, Code::Unhealthy, "UNHEALTHY: next attempt 10:01"),
+            0
+        );
+        assert_eq!(
+            fail(&mut s, Code::Unhealthy, "UNHEALTHY: next attempt 10:03"),
+            1
+        );
+        assert_eq!(
+            fail(&mut s, Code::Unhealthy, "UNHEALTHY: next attempt 10:07"),
+            2
+        );
+        s.fold(Fact::TimedOut(crate::redact::redact("TICK_TIMEOUT: a")));
+        assert_eq!(s.repeats(), 0, "another code starts over");
+        s.fold(Fact::TimedOut(crate::redact::redact("TICK_TIMEOUT: b")));
+        s.fold(Fact::TimedOut(crate::redact::redact("TICK_TIMEOUT: a")));
+        assert_eq!(s.repeats(), 2);
     }
 
     #[test]

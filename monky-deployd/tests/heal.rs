@@ -340,6 +340,10 @@ fn a_crash_loop_is_healed_once_per_backoff_step() {
     let r = a.w.last_report();
     assert_report(&r, ReportResult::Failed, Some("CRASH_LOOP: web exited (1)"));
     assert!(r.detail.unwrap().contains("healed 2 times within the hour"));
+    // OPERATIONS.md's alerts over the file it wrote, served for a quarter of an hour.
+    crate::alerts::Timeline::default()
+        .served(&prom, 15)
+        .fires(&[("MonkyCrashLoop", ""), ("MonkyNotConverged", "")]);
     let st = a.w.state();
     assert_eq!(st["heal_attempts"], json!(2));
     let second_wait = st["next_heal_at"].as_u64().unwrap() - st["last_heal_at"].as_u64().unwrap();
