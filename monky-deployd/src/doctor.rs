@@ -166,6 +166,9 @@ pub fn run(cfg: &Config) -> Vec<Check> {
     out.push(hold(&layout));
     out.push(last_tick(&layout));
     out.push(secrets(&layout));
+    if let Some(c) = per_uid_ulimits(&layout) {
+        out.push(c);
+    }
     out.push(proc_hidepid(
         &std::fs::read_to_string("/proc/self/mounts").unwrap_or_default(),
     ));
@@ -685,6 +688,26 @@ fn last_tick(layout: &Layout) -> Check {
         detail: redact(&format!("{error} ({}'s move)", code.owner())).into_string(),
         fix: code.next_step(),
     }
+}
+
+/// The running release's `ulimits` that the kernel counts per host uid (`nproc`,
+/// `sigpending`, `msgqueue`): shown, never failed, with what the count means on a box shared
+/// with other envs. None when the release sets none.
+fn per_uid_ulimits(layout: &Layout) -> Option<Check> {
+    let rel = crate::release::Release::current(layout).ok().flatten()?;
+    let limits = monky_bundle::Budget::per_uid_ulimits_of(&rel.compose_yaml().ok()?);
+    (!limits.is_empty()).then(|| Check {
+        name: "ulimits",
+        verdict: Verdict::Warn,
+        detail: redact(&format!(
+            "{}: {}",
+            limits.join(", "),
+            crate::refusals::PER_UID_ULIMIT
+        ))
+        .into_string(),
+        fix: "nothing to do while the service starts and forks; if it cannot, run it as a uid \
+              no other env's containers or host accounts use",
+    })
 }
 
 /// The running release's secrets that the redactor cannot mask everywhere, by `.env` key.

@@ -209,6 +209,9 @@ pub fn bundle_check(
     for line in shared_uid_notes(&runs) {
         outln!("{line}");
     }
+    for limit in bundle::Budget::per_uid_ulimits_of(b.compose()) {
+        outln!("note: {limit}: {PER_UID_ULIMIT}");
+    }
     if refusals.is_empty() {
         outln!(
             "ok   {} secret(s), renderer compose, no refusal",
@@ -219,6 +222,13 @@ pub fn bundle_check(
         Ok(Exit::Fail)
     }
 }
+
+/// What a `ulimits` line the kernel counts per host uid means on a shared box, for `bundle
+/// check` and `doctor`: information, not a refusal.
+pub const PER_UID_ULIMIT: &str = "applies to this container only, but the kernel counts it per \
+     host uid: processes (or signals, or queue bytes) of any container or host account running \
+     as the same uid, in any env, count toward it, so the service may fail to fork where \
+     another env runs as its uid; its own processes are bounded by its pids limit";
 
 /// What `bundle check` can say of `SECRET_READABLE_ON_HOST`, which only the box judges (its
 /// accounts, its engine's user namespaces, the image's `USER` after the pull): one note per

@@ -2521,6 +2521,52 @@ fn a_service_without_a_restart_policy_comes_back_after_a_daemon_restart() {
 // ---- the budget's supplied defaults ------------------------------------------------------------
 
 /// `(Memory, PidsLimit, LogConfig)` of the project's one container, as the engine holds them.
+/// An elasticsearch-like service's `ulimits` (`nproc: 4096` beside `nofile`)
+/// apply as asked on the real engine: no refusal, the container runs with them, and `doctor`
+/// says what the per-uid count means instead of refusing.
+#[test]
+fn an_elasticsearch_like_nproc_ulimit_applies() {
+    let Some(b) = E2eBox::new("es-nproc") else {
+        return;
+    };
+    let es = web_bundle(compose_yaml(
+        b.e2e,
+        &b.e2e.image_1,
+        Some(b.port),
+        "    ulimits:\n      nproc: 4096\n      nofile: {soft: 1024, hard: 1024}\n    \
+         mem_limit: 512m\n",
+        &[],
+    ));
+    b.first_apply(&es);
+    assert_healthy(&b.project.containers(), &b.project.name);
+    let ids = b.project.ids("container");
+    let text = b.project.docker_ok([
+        "inspect",
+        "--format",
+        "{{json .HostConfig.Ulimits}}",
+        ids[0].as_str(),
+    ]);
+    let ulimits: Value = serde_json::from_str(text.trim()).unwrap();
+    let nproc = ulimits
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["Name"] == "nproc")
+        .unwrap_or_else(|| panic!("{ulimits}"));
+    assert_eq!(
+        (nproc["Soft"].as_i64(), nproc["Hard"].as_i64()),
+        (Some(4096), Some(4096))
+    );
+    let doctor = b.w.run(&["doctor", "--json"]);
+    let doc: Value = serde_json::from_str(&doctor.stdout()).unwrap();
+    assert_eq!(doctor_verdict(&doc, "ulimits"), "warn", "{doc:#}");
+    assert!(
+        doctor.stdout().contains("web: ulimits nproc 4096"),
+        "{}",
+        doctor.stdout()
+    );
+}
+
 fn limits_of(project: &Project) -> (u64, i64, Value) {
     let ids = project.ids("container");
     assert_eq!(ids.len(), 1, "{ids:?}");
