@@ -684,13 +684,13 @@ impl ComposePolicy {
         // The file as written holds no secret value: it may be kept to name variables.
         let raw = doc.clone();
         // compose sets COMPOSE_PROJECT_NAME to the `-p` project for interpolation, whatever
-        // `.env` says (measured with compose 2.26).
-        let env = |n: &str| {
-            if n == "COMPOSE_PROJECT_NAME" {
-                Some(self.project.clone())
-            } else {
-                env(n)
-            }
+        // `.env` says (measured with compose 2.26). The agent runs compose in the release dir
+        // with `PWD` set to it, as a shell there would have it, and the process's environment
+        // wins over `.env`: `$PWD` is the release dir, which a relative path here stands for.
+        let env = |n: &str| match n {
+            "COMPOSE_PROJECT_NAME" => Some(self.project.clone()),
+            "PWD" => Some(".".to_owned()),
+            _ => env(n),
         };
         let verdict = match interpolate_compose(&mut doc, &env) {
             Ok(()) if !doc.is_object() => Err(not_a_mapping()),

@@ -2567,6 +2567,45 @@ fn an_elasticsearch_like_nproc_ulimit_applies() {
     );
 }
 
+/// `$PWD` in a compose file is the release dir, as a shell there would have it: compose runs
+/// with `PWD` set to it, the policy judges `${PWD}/bundle.json` as the release's own file
+/// (no host path refused, no hint to allow `/bundle.json`), and the container gets that file.
+#[test]
+fn pwd_in_a_compose_file_is_the_release_dir() {
+    let Some(b) = E2eBox::new("pwd") else {
+        return;
+    };
+    let bundle = web_bundle(compose_yaml(
+        b.e2e,
+        &b.e2e.image_1,
+        Some(b.port),
+        "",
+        &["${PWD}/bundle.json:/srv/bundle.json:ro"],
+    ));
+    let sha = b.first_apply(&bundle);
+    assert_healthy(&b.project.containers(), &b.project.name);
+    let ids = b.project.ids("container");
+    let text = b
+        .project
+        .docker_ok(["inspect", "--format", "{{json .Mounts}}", ids[0].as_str()]);
+    let mounts: Value = serde_json::from_str(text.trim()).unwrap();
+    let source = mounts
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["Destination"] == "/srv/bundle.json")
+        .and_then(|m| m["Source"].as_str())
+        .unwrap_or_else(|| panic!("{mounts}"))
+        .to_string();
+    let release_dir = std::fs::canonicalize(b.w.env_dir().join("releases").join(&sha)).unwrap();
+    // compose runs in the env's `current` link to the release, as relative paths resolve too.
+    assert_eq!(
+        std::fs::canonicalize(&source).unwrap(),
+        release_dir.join("bundle.json"),
+        "{mounts}"
+    );
+}
+
 fn limits_of(project: &Project) -> (u64, i64, Value) {
     let ids = project.ids("container");
     assert_eq!(ids.len(), 1, "{ids:?}");
