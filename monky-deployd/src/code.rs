@@ -152,7 +152,7 @@ policy! {
     BundleShaMismatch, Fail,
         "the bundle does not hash to the desired sha: publish the bundle again from tenancy";
     BundleInvalid, Fail,
-        "the bundle tar is malformed: re-render it and check it with `monky-deployd bundle check`";
+        "the bundle is malformed, or its compose file uses a feature the agent never runs (the message names the service and key): fix the renderer's output and check it with `monky-deployd bundle check`";
     BundleTooLarge, Fail,
         "the bundle is over the size limit: keep large files out of the bundle";
     ComposeConfigFailed, Fail,

@@ -192,7 +192,7 @@ pub fn bundle_check(
         if let Some(line) = locate(b.compose(), &f.message) {
             outln!("     at {}:{line}", b.compose_file_name());
         }
-        outln!("     fix: {}", crate::code::CodePolicy::next_step(f.code));
+        outln!("     fix: {}", fix_for(f));
     }
     let secret_vars: Vec<String> = b
         .manifest()
@@ -220,6 +220,32 @@ pub fn bundle_check(
         Ok(Exit::Ok)
     } else {
         Ok(Exit::Fail)
+    }
+}
+
+/// The fix of one finding: for a service key the policy's table refuses outright (`web:
+/// build`), that key's own reason and its removal; otherwise its code's next step.
+fn fix_for(f: &Failure) -> String {
+    let step = crate::code::CodePolicy::next_step(f.code);
+    let Some((service, rest)) = f.message.split_once(": ") else {
+        return step.to_owned();
+    };
+    let key: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    let whole_key = rest.len() == key.len() || rest[key.len()..].starts_with([',', ' ']);
+    let row = bundle::policy::TABLE.iter().find(|r| {
+        r.path.strip_prefix("services.*.") == Some(key.as_str())
+            && matches!(r.rule, bundle::policy::Rule::Refused)
+    });
+    match row {
+        Some(row) if whole_key && !service.contains(char::is_whitespace) => format!(
+            "remove `{key}` from {service}: {} (`monky-deployd bundle check` again once the \
+             renderer's output changed)",
+            row.why
+        ),
+        _ => step.to_owned(),
     }
 }
 
@@ -380,8 +406,17 @@ fn model_of_bundle(
         .pids_supplied(true);
     let vars = b.manifest().env_entries().map(|e| e.var.clone()).collect();
     let secret_keys = bundle::secret_keys(b.env_template(), &vars);
+    // The temp dir is gone when the findings are read: a path under it is the release's own,
+    // named as the bundle names it (`./x`), so the same finding of both checks is listed once.
+    let relative = |f: Failure| {
+        let shown = f
+            .message
+            .replace(&format!("{}/", release.display()), "./")
+            .replace(&release.display().to_string(), ".");
+        Failure::coded(f.code, shown)
+    };
     match model(&policy, &compose, b.compose(), &release, &secret_keys) {
-        Ok((refused, facts)) => Ok((refused, facts.runs_as)),
+        Ok((refused, facts)) => Ok((refused.into_iter().map(relative).collect(), facts.runs_as)),
         // The tick fails on the same model: so does the check.
         Err(e) => {
             let (code, why) = Failure::of(&e).map_or_else(
