@@ -195,6 +195,9 @@ pub(crate) struct Agent<'a> {
 struct Judged {
     names: std::collections::HashSet<Sha>,
     pulled: std::collections::BTreeSet<String>,
+    /// The manifest entry the registry credential came from and its OpenBao path, named when
+    /// the registry rejects the credential.
+    registry_entry: Option<String>,
 }
 
 impl<'a> Agent<'a> {

@@ -904,7 +904,13 @@ fn a_pull_with_a_wrong_password_keeps_the_running_release() {
         &b,
         &b.bundle(&b.e2e.image_2),
         "COMPOSE_PULL_FAILED",
-        &["unauthorized", "authentication required"],
+        &[
+            "unauthorized",
+            "authentication required",
+            // Where the credential is kept: the manifest's entry and its OpenBao path.
+            "the registry rejected the credential from the manifest's entry REGISTRY_AUTH",
+            &format!("at monky/data/{ENV}/"),
+        ],
         Some(&first),
     );
 }
@@ -922,6 +928,39 @@ fn a_pull_of_a_missing_tag_keeps_the_running_release() {
         &["manifest unknown", "not found"],
         Some(&first),
     );
+}
+
+/// A worker whose tag was never pushed, beside a web whose image is there: the failure names
+/// the worker and its image, never `web`.
+#[test]
+fn a_missing_worker_image_is_blamed_on_the_worker() {
+    let Some(b) = E2eBox::new("pull-worker") else {
+        return;
+    };
+    let first = b.first_apply(&b.bundle(&b.e2e.image_1));
+    let compose = compose_yaml(
+        b.e2e,
+        &b.e2e.image_1,
+        Some(b.port),
+        &format!("  worker:\n    image: {}\n", b.e2e.image_missing),
+        &[],
+    );
+    check_pull_failure(
+        &b,
+        &web_bundle(compose),
+        "IMAGE_NOT_FOUND",
+        &["worker", &b.e2e.image_missing],
+        Some(&first),
+    );
+    let detail = b.w.last_report().detail.unwrap();
+    assert!(
+        detail.starts_with(&format!(
+            "IMAGE_NOT_FOUND: worker: image {} not found",
+            b.e2e.image_missing
+        )),
+        "{detail}"
+    );
+    assert!(!detail.contains("web Error"), "{detail}");
 }
 
 /// A host port another process holds: docker's own words, `COMPOSE_UP_FAILED`, the box
