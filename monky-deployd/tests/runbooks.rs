@@ -243,6 +243,10 @@ fn move_a_box_to_another_env() {
         .find(|c| c["name"] == "token")
         .unwrap();
     assert_eq!(token["verdict"], "ok", "{token:#}");
+    // The runbook ends with a green doctor: no check fails.
+    for check in doctor["checks"].as_array().unwrap() {
+        assert_ne!(check["verdict"], "fail", "{check:#}");
+    }
     assert_eq!(w.state()["env_id"], NEW);
     assert!(!w.bootstrap_path().exists(), "the grant was used");
 }
