@@ -165,7 +165,16 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
                 t["expires_at"].as_str().unwrap_or("unknown")
             )
         } else {
-            "absent".to_string()
+            // Why there is none, or that a staged grant is the next tick's login.
+            let (_, said) = crate::verdict::token_absence(
+                &st,
+                crate::verdict::grant_staged(&cfg.bootstrap_file),
+            );
+            match said.strip_prefix("none: ") {
+                Some(why) => format!("absent: {why}"),
+                None if said == "no token stored" => "absent".to_string(),
+                None => format!("absent: {said}"),
+            }
         }
     );
     if let Some(end) = crate::verdict::token_max_ttl(&st, now).filter(|_| token_present) {

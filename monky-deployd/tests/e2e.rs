@@ -2291,6 +2291,9 @@ fn a_lost_token_keeps_its_cause_and_the_rotation_runbook_ends_green() {
     let status: Value =
         serde_json::from_str(&b.w.run(&["status", "--json"]).ok().stdout()).unwrap();
     assert_eq!(status["token"]["lost"]["cause"], "revoked", "{status:#}");
+    b.w.run(&["status"])
+        .ok()
+        .prints(&["absent: the token was revoked or superseded by tenancy"]);
     b.w.run(&["explain"])
         .ok()
         .prints(&["none: the token was revoked or superseded by tenancy"]);
