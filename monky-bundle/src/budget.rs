@@ -53,6 +53,8 @@ const GIB: u64 = 1024 * MIB;
 /// | `max_project_tmpfs` | none (half of `max_memory`) | tmpfs and shm sizes together, memory the kernel cannot reclaim; half is the kernel's own default for one tmpfs |
 /// | `max_project_ports` | 200 host ports per project | each published port is a port no other env can take (and a proxy process) |
 /// | `max_project_containers` | 60 per project (`scale` and replicas counted) | each container is a shim process, a network endpoint and daemon state |
+/// | `max_ulimit_nproc`, `max_ulimit_sigpending` | 65536 | the highest `ulimits` `nproc` and `sigpending`: limits that bind only the container asking for them (the kernel counts them per host uid, so another env at the same uid uses up the count; `pids_limit` and the memory limit bound what the container itself takes) |
+/// | `max_ulimit_msgqueue` | 8 MiB | the highest `ulimits` `msgqueue` (bytes of POSIX message queues per uid), charged to the container's memory limit |
 #[derive(Debug, Clone, PartialEq)]
 pub struct Budget {
     /// Most processes per container (`pids_limit`, `deploy.resources.limits.pids`); `-1` and
@@ -113,6 +115,12 @@ pub struct Budget {
     pub max_project_ports: u64,
     /// Most containers of the project (`scale` and `deploy.replicas` counted).
     pub max_project_containers: u64,
+    /// The highest `ulimits` `nproc` a service may ask for.
+    pub max_ulimit_nproc: u64,
+    /// The highest `ulimits` `sigpending` a service may ask for.
+    pub max_ulimit_sigpending: u64,
+    /// The highest `ulimits` `msgqueue` a service may ask for, in bytes.
+    pub max_ulimit_msgqueue: u64,
 }
 
 impl Default for Budget {
@@ -144,6 +152,9 @@ impl Default for Budget {
             max_project_tmpfs: None,
             max_project_ports: 200,
             max_project_containers: 60,
+            max_ulimit_nproc: 65536,
+            max_ulimit_sigpending: 65536,
+            max_ulimit_msgqueue: 8 * MIB,
         }
     }
 }
@@ -795,6 +806,47 @@ impl Budget {
                 }
             }
         }
+    }
+
+    /// The `ulimits` of a compose file (as the bundle carries it) that the kernel counts per
+    /// host uid, as `service: ulimits name value`: information for the box's admin (`bundle
+    /// check`, `doctor`), since processes of other envs' containers at the same uid count
+    /// toward the limit. Empty when the file cannot be parsed (the policy refuses it).
+    #[must_use]
+    pub fn per_uid_ulimits_of(compose_yaml: &str) -> Vec<String> {
+        let Ok(doc) = crate::checks::parse_compose(compose_yaml) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (service, svc) in doc
+            .get("services")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            for (name, v) in svc
+                .get("ulimits")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                let n = name.trim().to_ascii_lowercase();
+                if matches!(n.as_str(), "nproc" | "sigpending" | "msgqueue") {
+                    let value = match v {
+                        Value::Object(m) => {
+                            let part =
+                                |k: &str| m.get(k).map_or_else(|| "-".into(), |x| x.to_string());
+                            format!("{}/{}", part("soft"), part("hard"))
+                        }
+                        other => other
+                            .as_str()
+                            .map_or_else(|| other.to_string(), str::to_string),
+                    };
+                    out.push(format!("{service}: ulimits {} {value}", name.trim()));
+                }
+            }
+        }
+        out
     }
 
     /// [`budget_override`](Self::budget_override) of a compose file as the bundle carries it
@@ -1506,17 +1558,23 @@ impl Budget {
     }
 
     /// `ulimits` the kernel counts per user id across the whole host (`nproc`, `sigpending`,
-    /// `msgqueue`): another env's containers running as the same uid use up the count, so the
-    /// limit keeps this env's container from starting or forking, and no budget can share it.
+    /// `msgqueue`). Such a limit binds only the container that asks for it (another env's
+    /// containers at the same uid use up its count, never the other way round), and the
+    /// container's own processes and memory are bounded by `pids_limit` and its memory limit:
+    /// each applies up to its budget key. A value this check cannot read, or unlimited, is
+    /// refused rather than passed.
     fn per_uid_ulimits(&self, svc: &Map<String, Value>, shown: &Shown<'_>, out: &mut Vec<String>) {
         let Some(ulimits) = svc.get("ulimits").and_then(Value::as_object) else {
             return;
         };
         for (name, v) in ulimits {
             let n = name.trim().to_ascii_lowercase();
-            if !matches!(n.as_str(), "nproc" | "sigpending" | "msgqueue") {
-                continue;
-            }
+            let (key, cap) = match n.as_str() {
+                "nproc" => ("max_ulimit_nproc", self.max_ulimit_nproc),
+                "sigpending" => ("max_ulimit_sigpending", self.max_ulimit_sigpending),
+                "msgqueue" => ("max_ulimit_msgqueue", self.max_ulimit_msgqueue),
+                _ => continue,
+            };
             let value = match v {
                 Value::Object(m) => {
                     let part = |k: &str| m.get(k).map_or_else(|| "-".into(), |x| x.to_string());
@@ -1526,12 +1584,40 @@ impl Budget {
                     .as_str()
                     .map_or_else(|| other.to_string(), str::to_string),
             };
-            out.push(format!(
-                "{} counts per host uid, across every env on the box, so no budget key allows it (bound processes with pids_limit, up to budget.max_pids {})",
-                shown.show(&format!("ulimits {}", name.trim()), &value),
-                self.max_pids
-            ));
+            let label = format!("ulimits {}", name.trim());
+            match ulimit_highest(v) {
+                Some(n) if n <= cap => {}
+                Some(_) => out.push(format!(
+                    "{} over budget.{key} {cap}",
+                    shown.show(&label, &value)
+                )),
+                None => out.push(format!(
+                    "{} is unlimited or not a count this check can read: name a number, up to budget.{key} {cap}",
+                    shown.show(&label, &value)
+                )),
+            }
         }
+    }
+}
+
+/// The higher of a `ulimits` entry's soft and hard values (a number, a string of one, or
+/// `{soft, hard}`), when both read as non-negative counts; `-1` (unlimited) does not.
+fn ulimit_highest(v: &Value) -> Option<u64> {
+    let one = |v: &Value| match v {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.trim().parse::<u64>().ok(),
+        _ => None,
+    };
+    match v {
+        Value::Object(m) => {
+            let soft = m.get("soft").map(one);
+            let hard = m.get("hard").map(one);
+            match (soft, hard) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(Some(0))?.max(b.unwrap_or(Some(0))?)),
+            }
+        }
+        other => one(other),
     }
 }
 
@@ -1988,28 +2074,49 @@ mod tests {
     }
 
     #[test]
-    fn ulimits_counted_per_host_uid_are_refused() {
+    fn ulimits_counted_per_host_uid_apply_up_to_their_keys() {
+        // An elasticsearch-like service: applies as asked.
+        for body in [
+            "ulimits: {nproc: 4096, nofile: {soft: 65535, hard: 65535}, memlock: {soft: -1, hard: -1}}",
+            "ulimits: {\" NPROC\": {soft: 10, hard: 20}}",
+            "ulimits: {sigpending: 100}",
+            "ulimits: {msgqueue: \"819200\"}",
+        ] {
+            let yaml = format!("services:\n  es:\n    image: x\n    mem_limit: 1g\n    {body}\n");
+            assert_eq!(
+                judge(&yaml, &Budget::default()),
+                Vec::<String>::new(),
+                "{body}"
+            );
+        }
         for (body, want) in [
             (
-                "ulimits: {nproc: 60}",
-                "web: ulimits nproc 60 counts per host uid, across every env on the box, so no budget key allows it (bound processes with pids_limit, up to budget.max_pids 4096)",
+                "ulimits: {nproc: 100000}",
+                "web: ulimits nproc 100000 over budget.max_ulimit_nproc 65536",
             ),
             (
-                "ulimits: {\" NPROC\": {soft: 10, hard: 20}}",
-                "web: ulimits NPROC 10/20 counts per host uid, across every env on the box, so no budget key allows it (bound processes with pids_limit, up to budget.max_pids 4096)",
+                "ulimits: {nproc: {soft: 10, hard: 70000}}",
+                "web: ulimits nproc 10/70000 over budget.max_ulimit_nproc 65536",
             ),
             (
-                "ulimits: {sigpending: 100}",
-                "web: ulimits sigpending 100 counts per host uid, across every env on the box, so no budget key allows it (bound processes with pids_limit, up to budget.max_pids 4096)",
+                "ulimits: {nproc: -1}",
+                "web: ulimits nproc -1 is unlimited or not a count this check can read: name a number, up to budget.max_ulimit_nproc 65536",
             ),
             (
-                "ulimits: {msgqueue: 100}",
-                "web: ulimits msgqueue 100 counts per host uid, across every env on the box, so no budget key allows it (bound processes with pids_limit, up to budget.max_pids 4096)",
+                "ulimits: {msgqueue: 1e9}",
+                "web: ulimits msgqueue 1000000000.0 is unlimited or not a count this check can read: name a number, up to budget.max_ulimit_msgqueue 8388608",
             ),
         ] {
             let yaml = format!("services:\n  web:\n    image: x\n    {body}\n");
             assert_eq!(judge(&yaml, &Budget::default()), [want], "{body}");
         }
+        // The box's waiver: a higher key.
+        let raised = Budget {
+            max_ulimit_nproc: 200_000,
+            ..Budget::default()
+        };
+        let yaml = "services:\n  web:\n    image: x\n    ulimits: {nproc: 100000}\n";
+        assert_eq!(judge(yaml, &raised), Vec::<String>::new());
         let nofile =
             "services:\n  web:\n    image: x\n    ulimits: {nofile: {soft: 4096, hard: 4096}}\n";
         assert_eq!(judge(nofile, &Budget::default()), Vec::<String>::new());

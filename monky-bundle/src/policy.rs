@@ -326,7 +326,7 @@ pub const TABLE: &[TableRow] = &[
     row("services.*.sysctls", K(C::Sysctls), "Only the sysctls docker namespaces per container: net.*, and the IPC ones (kernel.msgmax, kernel.msgmnb, kernel.msgmni, kernel.sem, kernel.shmall, kernel.shmmax, kernel.shmmni, kernel.shm_rmid_forced, fs.mqueue.*)."),
     row("services.*.tmpfs", A, "Memory-backed scratch space inside the container."),
     row("services.*.tty", A, PLAIN),
-    row("services.*.ulimits", K(C::Ulimits), "rtprio and rttime let a container starve the host; memlock is allowed under the service's memory limit, which bounds locked pages too; nproc, sigpending and msgqueue count per host uid across every env and are refused (the budget)."),
+    row("services.*.ulimits", K(C::Ulimits), "rtprio and rttime let a container starve the host; memlock is allowed under the service's memory limit, which bounds locked pages too; nproc, sigpending and msgqueue count per host uid across every env, so such a limit binds only the container asking for it: each applies up to its budget key (max_ulimit_nproc, max_ulimit_sigpending, max_ulimit_msgqueue)."),
     row("services.*.use_api_socket", K(C::False), "The docker API socket is root on the host."),
     row("services.*.user", A, PLAIN),
     row("services.*.userns_mode", P, "Leaves the box's user namespace setup."),
@@ -707,13 +707,13 @@ impl ComposePolicy {
         // The file as written holds no secret value: it may be kept to name variables.
         let raw = doc.clone();
         // compose sets COMPOSE_PROJECT_NAME to the `-p` project for interpolation, whatever
-        // `.env` says (measured with compose 2.26).
-        let env = |n: &str| {
-            if n == "COMPOSE_PROJECT_NAME" {
-                Some(self.project.clone())
-            } else {
-                env(n)
-            }
+        // `.env` says (measured with compose 2.26). The agent runs compose in the release dir
+        // with `PWD` set to it, as a shell there would have it, and the process's environment
+        // wins over `.env`: `$PWD` is the release dir, which a relative path here stands for.
+        let env = |n: &str| match n {
+            "COMPOSE_PROJECT_NAME" => Some(self.project.clone()),
+            "PWD" => Some(".".to_owned()),
+            _ => env(n),
         };
         let verdict = match interpolate_compose(&mut doc, &env) {
             Ok(()) if !doc.is_object() => Err(not_a_mapping()),

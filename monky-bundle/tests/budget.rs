@@ -157,8 +157,8 @@ fn project_totals_logging_shapes_and_unreadable_sizes_through_the_policy() {
             "BUDGET_EXCEEDED: web: tmpfs nr_blocks=1 is a size in pages the budget does not read (write it as size=64m, up to budget.max_tmpfs_size 1 GiB)",
         ),
         (
-            svc("ulimits: {nproc: 60}"),
-            "BUDGET_EXCEEDED: web: ulimits nproc 60 counts per host uid, across every env on the box, so no budget key allows it (bound processes with pids_limit, up to budget.max_pids 4096)",
+            svc("ulimits: {nproc: 1000000}"),
+            "BUDGET_EXCEEDED: web: ulimits nproc 1000000 over budget.max_ulimit_nproc 65536",
         ),
     ] {
         check(&yaml, host(), &[want]);

@@ -135,7 +135,10 @@ impl Runner {
             // runs the compose plugin as a child process).
             .process_group(0);
         if let Some(dir) = &inv.cwd {
-            cmd.current_dir(dir);
+            // As a shell in that dir would have it: compose interpolates `$PWD` from its
+            // environment, and a file's `$PWD/x` is the release's own file (the policy judges
+            // it with the same value).
+            cmd.current_dir(dir).env("PWD", dir);
         }
         tracing::debug!(command = %what, "running");
         let started = Instant::now();

@@ -76,7 +76,7 @@ policy! {
     GrantUnsafe, Fail,
         "the bootstrap grant is a link, FIFO or device, readable by others, owned by another user, or too large: stage it again as a regular 0600 file owned by the agent's user (re-run the install kit)";
     AgentUnauthenticated, Fail,
-        "the token was superseded or revoked: re-run the install kit for a fresh bootstrap grant";
+        "the token is gone, and the message says why (revoked or superseded by tenancy, expired by its TTL, or at its max TTL): re-run the install kit for a fresh bootstrap grant, or stage one and run `monky-deployd bootstrap --force`";
     AgentEnvMismatch, Config,
         "the token belongs to another env: fix env_id in config.yaml or re-run the install kit for this env";
     ConfigInvalid, Config,
@@ -156,7 +156,7 @@ policy! {
     BundleShaMismatch, Fail,
         "the bundle does not hash to the desired sha: publish the bundle again from tenancy";
     BundleInvalid, Fail,
-        "the bundle tar is malformed: re-render it and check it with `monky-deployd bundle check`";
+        "the bundle is malformed, or its compose file uses a feature the agent never runs (the message names the service and key): fix the renderer's output and check it with `monky-deployd bundle check`";
     BundleTooLarge, Fail,
         "the bundle is over the size limit: keep large files out of the bundle";
     ComposeConfigFailed, Fail,

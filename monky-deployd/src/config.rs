@@ -241,6 +241,9 @@ struct RawConfig {
 #[serde(deny_unknown_fields, default)]
 struct RawBudget {
     max_pids: Option<u64>,
+    max_ulimit_nproc: Option<u64>,
+    max_ulimit_sigpending: Option<u64>,
+    max_ulimit_msgqueue: Option<String>,
     max_replicas: Option<u64>,
     max_services: Option<usize>,
     max_networks: Option<usize>,
@@ -317,6 +320,15 @@ impl RawBudget {
             bail!("budget.default_log_files: must be at least 1");
         }
         Ok(monky_bundle::Budget {
+            max_ulimit_nproc: self.max_ulimit_nproc.unwrap_or(d.max_ulimit_nproc),
+            max_ulimit_sigpending: self
+                .max_ulimit_sigpending
+                .unwrap_or(d.max_ulimit_sigpending),
+            max_ulimit_msgqueue: size(
+                "max_ulimit_msgqueue",
+                self.max_ulimit_msgqueue,
+                d.max_ulimit_msgqueue,
+            )?,
             max_pids: self.max_pids.unwrap_or(d.max_pids),
             default_pids: d.default_pids,
             max_replicas: self.max_replicas.unwrap_or(d.max_replicas),

@@ -166,6 +166,9 @@ pub fn run(cfg: &Config) -> Vec<Check> {
     out.push(hold(&layout));
     out.push(last_tick(&layout));
     out.push(secrets(&layout));
+    if let Some(c) = per_uid_ulimits(&layout) {
+        out.push(c);
+    }
     out.push(proc_hidepid(
         &std::fs::read_to_string("/proc/self/mounts").unwrap_or_default(),
     ));
@@ -573,7 +576,8 @@ fn clock(client: &bao::BaoClient) -> Check {
 /// OpenBao's reachability and the stored token's verdict, by one `lookup-self`.
 fn openbao_token(cfg: &Config, layout: &Layout, client: &bao::BaoClient) -> Vec<Check> {
     const FIX_REACH: &str = "check bao.addr, bao.ca_bundle and the proxy service; the certificate must be for bao.addr's host name";
-    const FIX_TOKEN: &str = "re-run the install kit (a fresh bootstrap grant), or wait for the next apply to lease a new token";
+    // A lease needs a working token as its bearer: without one, only a new grant brings one.
+    const FIX_TOKEN: &str = "rotate the token: stage a fresh bootstrap grant (reveal the kit again) and run `monky-deployd bootstrap --force` (OPERATIONS.md, \"Rotate the token\"), or re-run the install kit";
     // Bounded and regular-only, as the tick reads it: a FIFO planted here cannot hang doctor.
     let token = layout.peek_token();
     let Some(token) =
@@ -589,10 +593,17 @@ fn openbao_token(cfg: &Config, layout: &Layout, client: &bao::BaoClient) -> Vec<
                 Ok(format!("{} reachable, certificate valid", cfg.bao.addr)),
             ),
         };
-        return vec![
-            reach,
-            check("token", FIX_TOKEN, Err("no token stored".into())),
-        ];
+        // A staged grant is the next tick's login (the first tick's on a fresh install): the
+        // `grant` check judges it, and no token yet is no failure.
+        let st = crate::statefile::peek(layout);
+        let token = match crate::verdict::token_absence(
+            &st,
+            crate::verdict::grant_staged(&cfg.bootstrap_file),
+        ) {
+            (true, said) => skip("token", &said),
+            (false, said) => check("token", FIX_TOKEN, Err(said)),
+        };
+        return vec![reach, token];
     };
     match client.lookup_self(&token) {
         Ok(info) => vec![
@@ -770,6 +781,27 @@ fn last_tick(layout: &Layout) -> Check {
             None => skip(NAME, "no tick has run yet"),
         };
     };
+    // A tick that failed for want of a token, before the token now stored: the failure is
+    // over (the rotation runbook ends here), and the next tick uses the token.
+    if matches!(
+        code,
+        crate::code::Code::NoCredentials
+            | crate::code::Code::AgentUnauthenticated
+            | crate::code::Code::GrantUnsafe
+    ) && layout.has_token()
+        && let Some(t) = st.token()
+    {
+        return check(
+            NAME,
+            "",
+            Ok(redact(&format!(
+                "failed with {code} before the token now stored (minted {}); the next tick uses \
+                 it",
+                crate::clock::rfc3339(t.obtained_at)
+            ))
+            .into_string()),
+        );
+    }
     let verdict = if code.owner() == crate::code::Owner::BoxAdmin {
         Verdict::Fail
     } else {
@@ -781,6 +813,26 @@ fn last_tick(layout: &Layout) -> Check {
         detail: redact(&format!("{error} ({}'s move)", code.owner())).into_string(),
         fix: code.next_step(),
     }
+}
+
+/// The running release's `ulimits` that the kernel counts per host uid (`nproc`,
+/// `sigpending`, `msgqueue`): shown, never failed, with what the count means on a box shared
+/// with other envs. None when the release sets none.
+fn per_uid_ulimits(layout: &Layout) -> Option<Check> {
+    let rel = crate::release::Release::current(layout).ok().flatten()?;
+    let limits = monky_bundle::Budget::per_uid_ulimits_of(&rel.compose_yaml().ok()?);
+    (!limits.is_empty()).then(|| Check {
+        name: "ulimits",
+        verdict: Verdict::Warn,
+        detail: redact(&format!(
+            "{}: {}",
+            limits.join(", "),
+            crate::refusals::PER_UID_ULIMIT
+        ))
+        .into_string(),
+        fix: "nothing to do while the service starts and forks; if it cannot, run it as a uid \
+              no other env's containers or host accounts use",
+    })
 }
 
 /// The running release's secrets that the redactor cannot mask everywhere, by `.env` key.

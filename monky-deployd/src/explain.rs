@@ -38,6 +38,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         .map(|cs| crate::drift::settled(cs, st.converged()))
         .map_err(|e| e.to_string());
     let token_present = layout.has_token();
+    let grant_staged = crate::verdict::grant_staged(&cfg.bootstrap_file);
     let boot = crate::clock::boot();
     let seen = crate::verdict::Seen {
         now,
@@ -72,6 +73,10 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         && interrupted.is_none()
         && st.last_code() != Some(crate::code::Code::Drift)
         && st.last_code() != Some(crate::code::Code::HealFailed);
+    let verdict_key = crate::tick::backoff::verdict_key(cfg);
+    // A backoff is what stands between the operator and a retry: the next step says how to
+    // retry now.
+    let mut waiting = false;
     let why = if let Some(h) = &hold {
         format!("held: {}", h.describe())
     } else if let Some(m) = &interrupted {
@@ -98,15 +103,31 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         )
     } else if converged {
         "converged".to_string()
+    } else if st.last_checkin().is_none() && !token_present && grant_staged {
+        "installed, before the first tick: it logs in with the staged grant, checks in and \
+         applies what tenancy wants"
+            .to_string()
     } else if st.last_checkin().is_none() {
         "no checkin has succeeded yet".to_string()
+    } else if let Some(failed) = st
+        .failed()
+        .filter(|f| Some(&f.sha) == st.desired_sha())
+        .filter(|_| crate::tick::backoff::Backoff::config_changed(&st, &verdict_key))
+    {
+        format!(
+            "{} failed under another config (waivers, budget, allowed_*, health wait): the \
+             next tick tries it again",
+            failed.sha.short()
+        )
     } else if let Some((failed, deadline)) = st
         .failed()
         .filter(|f| Some(&f.sha) == st.desired_sha())
         .and_then(|f| Some((f, f.next_attempt_at.filter(|d| *d > now)?)))
     {
+        waiting = true;
         format!(
-            "{} failed and waits: next attempt {} ({})",
+            "{} failed and waits: next attempt {} ({}); `monky-deployd run --once --force` \
+             tries it now",
             failed.sha.short(),
             crate::clock::rfc3339(deadline),
             ago(now, Some(deadline))
@@ -162,7 +183,13 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
     lines.push((
         "token",
         match (&st.token(), token_present) {
-            (_, false) => "absent: re-run the install kit (or stage a bootstrap grant)".into(),
+            (_, false) => match crate::verdict::token_absence(&st, grant_staged) {
+                (true, said) => said,
+                (false, said) => format!(
+                    "{said}: re-run the install kit (or stage a bootstrap grant and run \
+                     `monky-deployd bootstrap --force`)"
+                ),
+            },
             (Some(t), true) => format!(
                 "{}, expires {}",
                 serde_json::to_value(t.source)
@@ -189,18 +216,31 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
         )
     } else if converged {
         "nothing to do".to_string()
+    } else if !token_present && grant_staged {
+        "the next tick logs in with the staged bootstrap grant: wait for the timer, or run \
+         `sudo -u monky-deployd monky-deployd run --once`"
+            .to_string()
     } else if !token_present {
-        "re-run the install kit".to_string()
+        "re-run the install kit (or stage a bootstrap grant and run `monky-deployd bootstrap \
+         --force`)"
+            .to_string()
     } else {
         // The code as stored, never read back out of the error's text.
-        st.last_code()
+        let step = st
+            .last_code()
             .filter(|_| st.last_error().is_some())
             .or(clock)
             .map_or(
                 "wait for the next tick, or run `monky-deployd run --once`",
                 |c| c.next_step(),
+            );
+        if waiting {
+            format!(
+                "{step}; then `monky-deployd run --once --force` retries before the backoff ends"
             )
-            .to_string()
+        } else {
+            step.to_string()
+        }
     };
     lines.push(("next step", step));
     for (k, v) in lines {

@@ -134,6 +134,33 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
             secs(state.token().map(|t| t.max_ttl_end().0)),
         )],
     );
+    // Why the box has no token, until it has one again: the cause the tick saw, kept.
+    let lost = state.token_lost().map(crate::state::TokenLoss::cause_name);
+    metric(
+        "token_lost",
+        "gauge",
+        "1 for the cause while the box has lost its OpenBao token (revoked, expired, max_ttl).",
+        &["revoked", "expired", "max_ttl"].map(|c| {
+            (
+                format!("cause=\"{c}\""),
+                f64::from(u8::from(lost == Some(c))),
+            )
+        }),
+    );
+    // Ticks in a row that ended with the last tick's code: what an alert on a repeated failure
+    // counts, whatever the time between ticks (a timed-out tick takes tick_timeout_s).
+    let streak = state
+        .last_code()
+        .filter(|_| tick.exit != Exit::Ok && state.last_error().is_some());
+    metric(
+        "failure_streak",
+        "gauge",
+        "Ticks in a row, the last included, that failed with this code (0: the last did not fail).",
+        &[(
+            format!("code=\"{}\"", streak.map_or("", |c| c.as_str())),
+            streak.map_or(0.0, |_| f64::from(state.repeats().saturating_add(1))),
+        )],
+    );
     let refusals: Vec<(String, f64)> = state
         .refusals()
         .iter()

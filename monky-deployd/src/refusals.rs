@@ -200,7 +200,7 @@ pub fn bundle_check(
         if let Some(line) = locate(b.compose(), &f.message) {
             outln!("     at {}:{line}", b.compose_file_name());
         }
-        outln!("     fix: {}", crate::code::CodePolicy::next_step(f.code));
+        outln!("     fix: {}", fix_for(f));
     }
     let secret_vars: Vec<String> = b
         .manifest()
@@ -217,6 +217,9 @@ pub fn bundle_check(
     for line in shared_uid_notes(&runs) {
         outln!("{line}");
     }
+    for limit in bundle::Budget::per_uid_ulimits_of(b.compose()) {
+        outln!("note: {limit}: {PER_UID_ULIMIT}");
+    }
     if refusals.is_empty() {
         outln!(
             "ok   {} secret(s), renderer compose, no refusal",
@@ -227,6 +230,39 @@ pub fn bundle_check(
         Ok(Exit::Fail)
     }
 }
+
+/// The fix of one finding: for a service key the policy's table refuses outright (`web:
+/// build`), that key's own reason and its removal; otherwise its code's next step.
+fn fix_for(f: &Failure) -> String {
+    let step = crate::code::CodePolicy::next_step(f.code);
+    let Some((service, rest)) = f.message.split_once(": ") else {
+        return step.to_owned();
+    };
+    let key: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    let whole_key = rest.len() == key.len() || rest[key.len()..].starts_with([',', ' ']);
+    let row = bundle::policy::TABLE.iter().find(|r| {
+        r.path.strip_prefix("services.*.") == Some(key.as_str())
+            && matches!(r.rule, bundle::policy::Rule::Refused)
+    });
+    match row {
+        Some(row) if whole_key && !service.contains(char::is_whitespace) => format!(
+            "remove `{key}` from {service}: {} (`monky-deployd bundle check` again once the \
+             renderer's output changed)",
+            row.why
+        ),
+        _ => step.to_owned(),
+    }
+}
+
+/// What a `ulimits` line the kernel counts per host uid means on a shared box, for `bundle
+/// check` and `doctor`: information, not a refusal.
+pub const PER_UID_ULIMIT: &str = "applies to this container only, but the kernel counts it per \
+     host uid: processes (or signals, or queue bytes) of any container or host account running \
+     as the same uid, in any env, count toward it, so the service may fail to fork where \
+     another env runs as its uid; its own processes are bounded by its pids limit";
 
 /// What `bundle check` can say of `SECRET_READABLE_ON_HOST`, which only the box judges (its
 /// accounts, its engine's user namespaces, the image's `USER` after the pull): one note per
@@ -379,8 +415,17 @@ fn model_of_bundle(
         .pids_supplied(true);
     let vars = b.manifest().env_entries().map(|e| e.var.clone()).collect();
     let secret_keys = bundle::secret_keys(b.env_template(), &vars);
+    // The temp dir is gone when the findings are read: a path under it is the release's own,
+    // named as the bundle names it (`./x`), so the same finding of both checks is listed once.
+    let relative = |f: Failure| {
+        let shown = f
+            .message
+            .replace(&format!("{}/", release.display()), "./")
+            .replace(&release.display().to_string(), ".");
+        Failure::coded(f.code, shown)
+    };
     match model(&policy, &compose, b.compose(), &release, &secret_keys) {
-        Ok((refused, facts)) => Ok((refused, facts.runs_as)),
+        Ok((refused, facts)) => Ok((refused.into_iter().map(relative).collect(), facts.runs_as)),
         // The tick fails on the same model: so does the check.
         Err(e) => {
             let (code, why) = Failure::of(&e).map_or_else(

@@ -94,6 +94,83 @@ impl TokenState {
     }
 }
 
+/// Why the box lost its OpenBao token, judged when OpenBao refused it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenLossCause {
+    /// OpenBao refused a token the agent's record says is alive: revoked, or its grant
+    /// superseded by tenancy (a kit re-reveal, a retire).
+    Revoked,
+    /// Its TTL ran out by the agent's record: no tick renewed it in time.
+    Expired,
+    /// It reached its max TTL: no renewal extends it, only a new grant does.
+    MaxTtl,
+}
+
+/// The token the box lost, kept until it has a token again, so every view says why it has
+/// none (the tick after the loss, `status`, `explain`, `doctor`, the metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenLoss {
+    /// Why.
+    pub cause: TokenLossCause,
+    /// When OpenBao refused it (unix seconds).
+    pub seen_at: u64,
+    /// When it ended by the agent's record (unix seconds), for an expiry or the max TTL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<u64>,
+}
+
+impl TokenLoss {
+    /// The loss of the token `facts` describes, refused by OpenBao at `now`: its max TTL
+    /// passed, else its TTL ran out, by the agent's record; else it was revoked or superseded.
+    #[must_use]
+    pub fn judged(facts: Option<&TokenState>, now: u64) -> Self {
+        let (cause, ended_at) = match facts {
+            Some(t) if t.max_ttl_end().0 <= now => {
+                (TokenLossCause::MaxTtl, Some(t.max_ttl_end().0))
+            }
+            Some(t) if t.expires_at <= now => (TokenLossCause::Expired, Some(t.expires_at)),
+            _ => (TokenLossCause::Revoked, None),
+        };
+        Self {
+            cause,
+            seen_at: now,
+            ended_at,
+        }
+    }
+
+    /// The metrics label and status's word for the cause.
+    #[must_use]
+    pub fn cause_name(&self) -> &'static str {
+        match self.cause {
+            TokenLossCause::Revoked => "revoked",
+            TokenLossCause::Expired => "expired",
+            TokenLossCause::MaxTtl => "max_ttl",
+        }
+    }
+}
+
+impl std::fmt::Display for TokenLoss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = |t: u64| crate::clock::rfc3339(t);
+        match (self.cause, self.ended_at) {
+            (TokenLossCause::MaxTtl, Some(end)) => {
+                write!(f, "the token reached its max TTL at {}", at(end))
+            }
+            (TokenLossCause::Expired, Some(end)) => write!(
+                f,
+                "the token expired at {} by the agent's record (its TTL ran out unrenewed)",
+                at(end)
+            ),
+            _ => write!(
+                f,
+                "the token was revoked or superseded by tenancy (OpenBao refused it at {})",
+                at(self.seen_at)
+            ),
+        }
+    }
+}
+
 /// The `see-env` role's `token_max_ttl` as docs/OPERATIONS.md gives it (30 days): the end
 /// assumed for a token until OpenBao caps a renewal at the real one.
 pub const ASSUMED_MAX_TTL_S: u64 = 30 * 24 * 3600;
@@ -168,6 +245,10 @@ pub struct FailedRelease {
     /// `CODE: names` of its failure without the backoff note, repeated by the reports sent
     /// while it waits.
     pub detail: Option<Redacted>,
+    /// The digest of the config parts that decided the verdict when it failed (see
+    /// `backoff::verdict_key`): a config changed since then may decide otherwise, so the wait
+    /// does not hold across it. None in a state written before it was kept.
+    pub verdict_key: Option<String>,
 }
 
 /// The failed release as state.json has always kept it: flat `failed_*` fields beside the
@@ -188,6 +269,8 @@ mod failed_fields {
         #[serde(deserialize_with = "crate::code::lenient")]
         failed_code: Option<Code>,
         failed_detail: Option<Redacted>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        failed_verdict_key: Option<String>,
     }
 
     #[allow(clippy::ref_option)] // serde's `with` hands a reference to the field
@@ -202,6 +285,7 @@ mod failed_fields {
             next_attempt_boot: f.next_attempt_boot,
             failed_code: f.code,
             failed_detail: f.detail,
+            failed_verdict_key: f.verdict_key,
         });
         flat.serialize(s)
     }
@@ -217,6 +301,7 @@ mod failed_fields {
             next_attempt_boot: flat.next_attempt_boot,
             code: flat.failed_code,
             detail: flat.failed_detail,
+            verdict_key: flat.failed_verdict_key,
         }))
     }
 }
@@ -250,6 +335,9 @@ pub struct State {
     last_code: Option<Code>,
     /// Token facts.
     token: Option<TokenState>,
+    /// The token the box lost and why, until it has one again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token_lost: Option<TokenLoss>,
     /// Containers as last seen.
     containers: Vec<SeenContainer>,
     /// Tenancy's checkin interval.
@@ -276,8 +364,8 @@ pub struct State {
     /// The action tenancy answered in the last tick's checkin (`none`, `apply`, `down`); none
     /// when the tick ended before a checkin answered.
     last_action: Option<String>,
-    /// How many ticks in a row before the last one ended with the same code and detail: the
-    /// journal says "same as the last N ticks" instead of repeating the whole error.
+    /// How many ticks in a row before the last one ended with the same code: the journal says
+    /// "same CODE as the last N ticks" instead of repeating the whole error.
     repeats: u32,
     /// Variables whose value the original agent's `.env` handed to the app differently from
     /// the value now written (names only), found by the first apply after the takeover.
@@ -386,6 +474,11 @@ impl State {
     #[must_use]
     pub fn token(&self) -> Option<&TokenState> {
         self.token.as_ref()
+    }
+    /// The token the box lost and why, until it has one again.
+    #[must_use]
+    pub fn token_lost(&self) -> Option<&TokenLoss> {
+        self.token_lost.as_ref()
     }
     /// Containers as last seen.
     #[must_use]
@@ -616,6 +709,7 @@ impl State {
             } => self.rebase_failed(next_attempt_at, next_attempt_boot),
             Fact::FailureForgotten => self.clear_failed(),
             Fact::TokenFacts(token) => self.set_token_facts(token),
+            Fact::TokenLost(loss) => self.lose_token(loss),
             Fact::TokenTtlLearnt {
                 expires_at,
                 expires_boot,
@@ -733,7 +827,16 @@ impl State {
 
     /// The token's facts: minted, learnt from OpenBao, or gone with the token (`None`).
     fn set_token_facts(&mut self, token: Option<TokenState>) {
+        if token.is_some() {
+            self.token_lost = None;
+        }
         self.token = token;
+    }
+
+    /// OpenBao refused the token, which is gone: why, kept until a token is stored again.
+    fn lose_token(&mut self, loss: TokenLoss) {
+        self.token = None;
+        self.token_lost = Some(loss);
     }
 
     /// OpenBao said how long the token has left: its expiry on the wall and boot clocks.
@@ -833,8 +936,13 @@ impl State {
                 }
             }
         }
-        let now = (self.last_code, self.last_error.clone());
-        self.repeats = if now.1.is_some() && now == *previous {
+        // The same code counts, whatever its detail says: a wait's next attempt, a heal's
+        // time or a container's state move from tick to tick, and "same CODE as the last N
+        // ticks" is what the journal says.
+        let failed =
+            |code: Option<Code>, error: Option<&Redacted>| code.filter(|_| error.is_some());
+        let now = failed(self.last_code, self.last_error.as_ref());
+        self.repeats = if now.is_some() && now == failed(previous.0, previous.1.as_ref()) {
             self.repeats.saturating_add(1)
         } else {
             0
@@ -927,6 +1035,8 @@ pub enum Fact {
     FailureForgotten,
     /// The token's facts: minted, learnt from OpenBao, or gone with the token (`None`).
     TokenFacts(Option<TokenState>),
+    /// OpenBao refused the token, which is gone: why (kept until a token is stored again).
+    TokenLost(TokenLoss),
     /// OpenBao said how long the token has left: its expiry on the wall and boot clocks.
     TokenTtlLearnt {
         /// Unix seconds.
@@ -1086,6 +1196,78 @@ mod tests {
     }
 
     #[test]
+    fn a_lost_tokens_cause_is_judged_by_the_record_and_kept_until_a_new_token() {
+        let mut t = TokenState::from_wall(TokenSource::Lease, 1_000, 5_000);
+        assert_eq!(
+            TokenLoss::judged(Some(&t), 4_000).cause,
+            TokenLossCause::Revoked
+        );
+        assert_eq!(
+            TokenLoss::judged(None, 4_000).cause,
+            TokenLossCause::Revoked
+        );
+        let expired = TokenLoss::judged(Some(&t), 6_000);
+        assert_eq!(
+            (expired.cause, expired.ended_at),
+            (TokenLossCause::Expired, Some(5_000))
+        );
+        assert!(expired.to_string().contains("expired at"), "{expired}");
+        t.max_expires_at = Some(3_000);
+        assert_eq!(
+            TokenLoss::judged(Some(&t), 4_000).cause,
+            TokenLossCause::MaxTtl
+        );
+
+        let mut s = State::new("e1");
+        s.fold(Fact::TokenFacts(Some(t.clone())));
+        s.fold(Fact::TokenLost(expired));
+        assert_eq!((s.token(), s.token_lost()), (None, Some(&expired)));
+        s.fold(Fact::TickBegan);
+        s.fold(Fact::TokenFacts(None));
+        assert_eq!(s.token_lost(), Some(&expired), "kept across ticks");
+        let back: State = serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
+        assert_eq!(back.token_lost(), Some(&expired));
+        s.fold(Fact::TokenFacts(Some(t)));
+        assert_eq!(s.token_lost(), None, "a token again");
+    }
+
+    #[test]
+    fn the_repeat_count_grows_with_the_same_code_whatever_its_detail() {
+        let mut s = State::new("e1");
+        let fail = |s: &mut State, code: Code, detail: &str| {
+            let previous = (s.last_code(), s.last_error().cloned());
+            s.fold(Fact::Concluded {
+                result: Some(monky_agent_proto::ReportResult::Failed),
+                failure: Some((code, crate::redact::redact(detail))),
+                note: None,
+                reported_at: None,
+            });
+            s.fold(Fact::TickEnded {
+                succeeded_at: None,
+                previous,
+            });
+            s.repeats()
+        };
+        assert_eq!(
+            fail(&mut s, Code::Unhealthy, "UNHEALTHY: next attempt 10:01"),
+            0
+        );
+        assert_eq!(
+            fail(&mut s, Code::Unhealthy, "UNHEALTHY: next attempt 10:03"),
+            1
+        );
+        assert_eq!(
+            fail(&mut s, Code::Unhealthy, "UNHEALTHY: next attempt 10:07"),
+            2
+        );
+        s.fold(Fact::TimedOut(crate::redact::redact("TICK_TIMEOUT: a")));
+        assert_eq!(s.repeats(), 0, "another code starts over");
+        s.fold(Fact::TimedOut(crate::redact::redact("TICK_TIMEOUT: b")));
+        s.fold(Fact::TimedOut(crate::redact::redact("TICK_TIMEOUT: a")));
+        assert_eq!(s.repeats(), 2);
+    }
+
+    #[test]
     fn a_drift_record_that_does_not_parse_is_dropped_and_the_rest_stands() {
         let doc = serde_json::json!({
             "version": STATE_VERSION, "env_id": "e1", "applied_sha": "a".repeat(64),
@@ -1126,6 +1308,7 @@ mod tests {
             next_attempt_boot: None,
             code: Some(Code::Unhealthy),
             detail: Some(crate::redact::redact("UNHEALTHY: web-1 (unhealthy)")),
+            verdict_key: Some("0123abcd".into()),
         };
         s.mark_failed(failed.clone());
         let doc = serde_json::to_value(&s).unwrap();
@@ -1134,6 +1317,7 @@ mod tests {
         assert_eq!(doc["next_attempt_at"], 1_700_000_000);
         assert_eq!(doc["failed_code"], "UNHEALTHY");
         assert_eq!(doc["failed_detail"], "UNHEALTHY: web-1 (unhealthy)");
+        assert_eq!(doc["failed_verdict_key"], "0123abcd");
         let back: State = serde_json::from_value(doc).unwrap();
         assert_eq!(back.failed(), Some(&failed));
         // An older file's flat fields, with a code this version does not know.

@@ -62,7 +62,17 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
             .map(|c| json!({"name": c.name, "state": c.state, "health": c.health, "stale": true}))
             .collect::<Vec<_>>(),
     };
-    let token = token_json(token_present, st.token());
+    let mut token = token_json(token_present, st.token());
+    if !token_present {
+        // Why there is none, until a token is stored again.
+        token["lost"] = json!(st.token_lost().map(|l| json!({
+            "cause": l.cause_name(),
+            "seen_at": rfc3339(l.seen_at),
+            "ended_at": l.ended_at.map(rfc3339),
+            "detail": l.to_string(),
+        })));
+        token["grant_staged"] = json!(crate::verdict::grant_staged(&cfg.bootstrap_file));
+    }
     let hold = crate::hold::peek(&layout, st.clock()).map(
         |h| json!({"reason": h.reason, "since": rfc3339(h.since), "until": h.until.map(rfc3339)}),
     );
@@ -155,7 +165,16 @@ pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
                 t["expires_at"].as_str().unwrap_or("unknown")
             )
         } else {
-            "absent".to_string()
+            // Why there is none, or that a staged grant is the next tick's login.
+            let (_, said) = crate::verdict::token_absence(
+                &st,
+                crate::verdict::grant_staged(&cfg.bootstrap_file),
+            );
+            match said.strip_prefix("none: ") {
+                Some(why) => format!("absent: {why}"),
+                None if said == "no token stored" => "absent".to_string(),
+                None => format!("absent: {said}"),
+            }
         }
     );
     if let Some(end) = crate::verdict::token_max_ttl(&st, now).filter(|_| token_present) {

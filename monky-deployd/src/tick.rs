@@ -17,7 +17,7 @@ use crate::state::{self, Fact, SeenContainer, State};
 use crate::{logging, metrics, peers, redact};
 
 mod apply;
-mod backoff;
+pub(crate) mod backoff;
 mod bootstrap;
 mod checkin;
 mod fallback;
@@ -200,6 +200,9 @@ pub(crate) struct Agent<'a> {
 struct Judged {
     names: std::collections::HashSet<Sha>,
     pulled: std::collections::BTreeSet<String>,
+    /// The manifest entry the registry credential came from and its OpenBao path, named when
+    /// the registry rejects the credential.
+    registry_entry: Option<String>,
 }
 
 impl<'a> Agent<'a> {

@@ -59,6 +59,35 @@ pub fn clock_problem(st: &State, seen: Seen<'_>) -> Option<String> {
     st.clock().and_then(|r| r.problem(seen.now, seen.boot))
 }
 
+/// What the box's missing token means, for `explain` and `doctor`: a staged grant is the
+/// next tick's login (the first tick's on a fresh install), not a failure; a token lost
+/// before keeps its cause. `grant_staged`: a file is at `bootstrap_file`.
+#[must_use]
+pub fn token_absence(st: &State, grant_staged: bool) -> (bool, String) {
+    match (st.token_lost(), grant_staged) {
+        (None, true) if st.last_checkin().is_none() => (
+            true,
+            "none yet: the first tick will log in with the staged bootstrap grant".into(),
+        ),
+        (None, true) => (
+            true,
+            "none: the next tick will log in with the staged bootstrap grant".into(),
+        ),
+        (Some(loss), true) => (
+            true,
+            format!("none ({loss}): the next tick will log in with the staged bootstrap grant"),
+        ),
+        (Some(loss), false) => (false, format!("none: {loss}")),
+        (None, false) => (false, "no token stored".into()),
+    }
+}
+
+/// Whether a file (the kit's grant) is at `path`; its safety is `doctor`'s `grant` check.
+#[must_use]
+pub fn grant_staged(path: &std::path::Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
 /// A token near its max TTL that no lease replaced: when it ends for good, whatever renews it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MaxTtlEnd {
@@ -176,7 +205,10 @@ pub fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
         )),
     }
     if !seen.token_present {
-        why.push("no OpenBao token on the box".into());
+        why.push(match st.token_lost() {
+            Some(loss) => format!("no OpenBao token on the box: {loss}"),
+            None => "no OpenBao token on the box".into(),
+        });
     } else if let Some(t) = st.token().filter(|t| t.expires_at <= seen.now) {
         why.push(format!(
             "the token expired at {} by the agent's record",

@@ -178,12 +178,12 @@ const HOSTILE: &[Case] = &[
     case("tmpfs-exbibyte-upper-case", "tmpfs: /run:size=1E", BE, "web: tmpfs 1 EiB over budget.max_tmpfs_size 1 GiB"),
     case("tmpfs-hex-upper-case", "tmpfs: [\"/run:size=0X40000001\"]", BE, "web: tmpfs 1.0 GiB over budget.max_tmpfs_size 1 GiB"),
     case("tmpfs-pebibyte-last-size", "tmpfs: [\"/run:size=64m,mode=1777,size=1p\"]", BE, "web: tmpfs 1 PiB over budget.max_tmpfs_size 1 GiB"),
-    // Limits the kernel counts per host uid, across every env.
-    case("ulimit-nproc", "ulimits: {nproc: 60}", BE, "web: ulimits nproc 60 counts per host uid, across every env on the box"),
-    case("ulimit-nproc-soft-hard", "ulimits: {nproc: {soft: 60, hard: 60}}", BE, "web: ulimits nproc 60/60 counts per host uid"),
-    case("ulimit-nproc-upper-case", "ulimits: {NPROC: 60}", BE, "web: ulimits NPROC 60 counts per host uid"),
-    case("ulimit-sigpending", "ulimits: {sigpending: 10}", BE, "web: ulimits sigpending 10 counts per host uid"),
-    case("ulimit-msgqueue", "ulimits: {msgqueue: 1024}", BE, "web: ulimits msgqueue 1024 counts per host uid"),
+    // Limits the kernel counts per host uid apply up to their keys; unlimited is refused.
+    case("ulimit-nproc-huge", "ulimits: {nproc: 1000000}", BE, "web: ulimits nproc 1000000 over budget.max_ulimit_nproc 65536"),
+    case("ulimit-nproc-soft-hard", "ulimits: {nproc: {soft: 60, hard: 100000}}", BE, "web: ulimits nproc 60/100000 over budget.max_ulimit_nproc 65536"),
+    case("ulimit-nproc-unlimited-upper-case", "ulimits: {NPROC: -1}", BE, "web: ulimits NPROC -1 is unlimited or not a count this check can read"),
+    case("ulimit-sigpending", "ulimits: {sigpending: 10000000}", BE, "web: ulimits sigpending 10000000 over budget.max_ulimit_sigpending 65536"),
+    case("ulimit-msgqueue", "ulimits: {msgqueue: 1073741824}", BE, "web: ulimits msgqueue 1073741824 over budget.max_ulimit_msgqueue 8388608"),
     case("container-name-unprefixed", "container_name: postgres", NC, "web: container_name postgres (accepted: monky-env-qa-02-postgres)"),
     case("volume-name-unprefixed", "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes: [pg:/pg]\nvolumes:\n  pg:\n    name: pgdata\n", NC, "volumes.pg: name pgdata (accepted: monky-env-qa-02_pgdata)"),
     case("network-name-unprefixed", "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    networks: [edge]\nnetworks:\n  edge:\n    name: edge\n", NC, "networks.edge: name edge (accepted: monky-env-qa-02_edge)"),

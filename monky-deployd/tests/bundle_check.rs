@@ -177,3 +177,42 @@ fn a_secret_by_extends_or_a_config_is_noted_on_the_service_that_gets_it() {
         "{notes:#?}"
     );
 }
+
+/// Each finding gets its own fix (`web: build` is told why the box builds nothing, not that
+/// the tar is malformed), and a bind of the release dir, found by both the check of the file
+/// and compose's model, is listed once, under the path the bundle names (never under the
+/// check's temp dir, gone by the time it is read).
+#[test]
+fn each_finding_has_its_own_fix_and_is_listed_once() {
+    let w = World::new();
+    let b = TestBundle {
+        compose: "services:\n  web:\n    image: x\n    build: .\n    volumes:\n      - .:/app\n"
+            .into(),
+        ..TestBundle::default()
+    };
+    let run = check(&write_dir(&w, "bad", &b), &[]);
+    run.expect(1);
+    let out = run.stdout();
+    assert!(!out.contains("monky-bundle-check"), "{out}");
+    assert_eq!(
+        out.matches("writable over the release's own files").count(),
+        1,
+        "{out}"
+    );
+    let fix_of = |code: &str| {
+        let lines: Vec<&str> = out.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with(&format!("FAIL {code}")))
+            .unwrap_or_else(|| panic!("no {code}: {out}"));
+        lines[at..]
+            .iter()
+            .find(|l| l.trim_start().starts_with("fix: "))
+            .unwrap()
+            .to_string()
+    };
+    let build = fix_of("BUNDLE_INVALID: web: build");
+    assert!(build.contains("remove `build` from web"), "{build}");
+    assert!(build.contains("builds nothing"), "{build}");
+    assert!(!build.contains("tar is malformed"), "{build}");
+}

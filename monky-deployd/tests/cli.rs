@@ -72,3 +72,29 @@ fn the_config_comes_from_the_environment_too() {
         String::from_utf8_lossy(&run.stderr)
     );
 }
+
+/// The README's command list names every command the binary has (`--help`'s list).
+#[test]
+fn the_readme_lists_every_command() {
+    const README: &str = include_str!("../../README.md");
+    let w = World::new();
+    let help = w.run(&["--help"]);
+    help.ok();
+    let out = help.stdout();
+    let commands: Vec<&str> = out
+        .split("Commands:\n")
+        .nth(1)
+        .expect("--help lists the commands")
+        .lines()
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.contains(&"logs"), "{commands:?}");
+    for c in commands {
+        assert!(
+            README.contains(&format!("\nmonky-deployd {c}")),
+            "README's command list lacks `{c}`"
+        );
+    }
+}

@@ -910,7 +910,13 @@ fn a_pull_with_a_wrong_password_keeps_the_running_release() {
         &b,
         &b.bundle(&b.e2e.image_2),
         "COMPOSE_PULL_FAILED",
-        &["unauthorized", "authentication required"],
+        &[
+            "unauthorized",
+            "authentication required",
+            // Where the credential is kept: the manifest's entry and its OpenBao path.
+            "the registry rejected the credential from the manifest's entry REGISTRY_AUTH",
+            &format!("at monky/data/{ENV}/"),
+        ],
         Some(&first),
     );
 }
@@ -928,6 +934,39 @@ fn a_pull_of_a_missing_tag_keeps_the_running_release() {
         &["manifest unknown", "not found"],
         Some(&first),
     );
+}
+
+/// A worker whose tag was never pushed, beside a web whose image is there: the failure names
+/// the worker and its image, never `web`.
+#[test]
+fn a_missing_worker_image_is_blamed_on_the_worker() {
+    let Some(b) = E2eBox::new("pull-worker") else {
+        return;
+    };
+    let first = b.first_apply(&b.bundle(&b.e2e.image_1));
+    let compose = compose_yaml(
+        b.e2e,
+        &b.e2e.image_1,
+        Some(b.port),
+        &format!("  worker:\n    image: {}\n", b.e2e.image_missing),
+        &[],
+    );
+    check_pull_failure(
+        &b,
+        &web_bundle(compose),
+        "IMAGE_NOT_FOUND",
+        &["worker", &b.e2e.image_missing],
+        Some(&first),
+    );
+    let detail = b.w.last_report().detail.unwrap();
+    assert!(
+        detail.starts_with(&format!(
+            "IMAGE_NOT_FOUND: worker: image {} not found",
+            b.e2e.image_missing
+        )),
+        "{detail}"
+    );
+    assert!(!detail.contains("web Error"), "{detail}");
 }
 
 /// A host port another process holds: docker's own words, `COMPOSE_UP_FAILED`, the box
@@ -1821,7 +1860,8 @@ fn a_multi_line_env_value_into_a_command_is_refused_before_anything_starts() {
 
 /// A service that gets the env's secrets (`env_file: .env`) and runs as uid 65534, which the
 /// box's `nobody` account has too, on an engine without userns-remap: refused before anything
-/// starts (nobody could read `/proc/<pid>/environ`). The box's admin may accept the uid.
+/// starts (nobody could read `/proc/<pid>/environ`). The box's admin may accept the uid, and
+/// the waiver applies at the next tick, whatever the refusal's backoff.
 #[test]
 fn a_secret_for_a_uid_a_host_account_shares_is_refused_before_anything_starts() {
     let Some(b) = E2eBox::new("shared-uid") else {
@@ -1854,10 +1894,25 @@ fn a_secret_for_a_uid_a_host_account_shares_is_refused_before_anything_starts() 
     assert_eq!(b.w.current_target(), None);
     assert_no_secret(&b, &run);
 
+    // Without a change the refusal waits out its backoff, and every view names the retry
+    // that does not wait.
+    let run = b.w.tick();
+    run.expect(1);
+    run.says(&["SECRET_READABLE_ON_HOST", "run --once --force"]);
+    b.w.run(&["explain"])
+        .ok()
+        .prints(&["failed and waits", "run --once --force"]);
+
+    // The box admin's waiver is the verdict's to change: the next tick, no `--force`, applies.
     b.w.config_extra("allowed_shared_uids: [65534]\n");
-    let run = b.w.run(&["run", "--once", "--force"]);
+    b.w.run(&["explain"]).ok().prints(&[
+        "failed under another config",
+        "the next tick tries it again",
+    ]);
+    let run = b.w.tick();
     run.ok();
     assert_healthy(&b.project.containers(), &b.project.name);
+    assert_report(&b.w.last_report(), ReportResult::Applied, None);
     assert_no_secret(&b, &run);
 }
 
@@ -2418,6 +2473,142 @@ fn a_held_box_is_not_changed_and_unholds_at_its_until() {
     assert!(!path.exists());
 }
 
+/// The verdict of `doctor --json`'s check `name`, and its whole document.
+fn doctor_verdict(doc: &Value, name: &str) -> String {
+    doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .map(|c| c["verdict"].as_str().unwrap().to_string())
+        .unwrap_or_else(|| panic!("no check {name}: {doc:#}"))
+}
+
+/// A token revoked at the real OpenBao, its grant superseded at tenancy: the tick that sees it
+/// and every tick after name the cause (not `NO_CREDENTIALS`), as do `status`, `explain`,
+/// `doctor` and the metrics, until the box has a token again. OPERATIONS.md's "Rotate the
+/// token", followed line by line as written, ends with a green `doctor`, and the next tick
+/// applies with the new token.
+#[test]
+fn a_lost_token_keeps_its_cause_and_the_rotation_runbook_ends_green() {
+    let Some(b) = E2eBox::new("token-runbook") else {
+        return;
+    };
+    let metrics = b.w.state_dir().join("metrics.prom");
+    b.w.config_extra(&format!("metrics_textfile: {}\n", metrics.display()));
+    let sha = b.first_apply(&b.bundle(&b.e2e.image_1));
+    b.w.tenancy.supersede(ENV);
+    assert!(b.w.bao.revoke_tokens_for_env(ENV) >= 1);
+    for _ in 0..3 {
+        let run = b.w.tick();
+        run.expect(1);
+        run.says(&[
+            "AGENT_UNAUTHENTICATED",
+            "the token was revoked or superseded by tenancy",
+        ]);
+        assert!(!run.stderr().contains("NO_CREDENTIALS"), "{}", run.stderr());
+    }
+    assert_eq!(b.w.state()["last_code"], "AGENT_UNAUTHENTICATED");
+    let status: Value =
+        serde_json::from_str(&b.w.run(&["status", "--json"]).ok().stdout()).unwrap();
+    assert_eq!(status["token"]["lost"]["cause"], "revoked", "{status:#}");
+    b.w.run(&["status"])
+        .ok()
+        .prints(&["absent: the token was revoked or superseded by tenancy"]);
+    b.w.run(&["explain"])
+        .ok()
+        .prints(&["none: the token was revoked or superseded by tenancy"]);
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    assert!(
+        text.contains(&format!(
+            "monky_deployd_token_lost{{env_id=\"{ENV}\",cause=\"revoked\"}} 1"
+        )),
+        "{text}"
+    );
+    let doctor = b.w.run(&["doctor", "--json"]);
+    doctor.expect(1);
+    let doc: Value = serde_json::from_str(&doctor.stdout()).unwrap();
+    assert_eq!(doctor_verdict(&doc, "token"), "fail", "{doc:#}");
+    assert!(
+        !doctor.stdout().contains("wait for the next apply"),
+        "no apply leases without a token: {}",
+        doctor.stdout()
+    );
+
+    for line in crate::runbooks::commands("Rotate the token") {
+        if let Some(run) = crate::runbooks::run_line(&b.w, &line, &[]) {
+            assert_eq!(run.code(), 0, "{line}: {}{}", run.stdout(), run.stderr());
+        }
+    }
+    let doc: Value = serde_json::from_str(&b.w.run(&["doctor", "--json"]).ok().stdout()).unwrap();
+    for check in doc["checks"].as_array().unwrap() {
+        assert_ne!(check["verdict"], "fail", "{check:#}");
+    }
+    assert_eq!(doctor_verdict(&doc, "token"), "ok", "{doc:#}");
+    assert_eq!(doctor_verdict(&doc, "last tick"), "ok", "{doc:#}");
+    b.w.tick().ok();
+    let r = b.w.last_report();
+    assert_report(&r, ReportResult::Applied, None);
+    assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(sha.as_str()));
+    let status: Value =
+        serde_json::from_str(&b.w.run(&["status", "--json"]).ok().stdout()).unwrap();
+    assert_eq!(status["token"]["present"], true, "{status:#}");
+    assert!(status["token"].get("lost").is_none(), "{status:#}");
+    assert!(
+        std::fs::read_to_string(&metrics)
+            .unwrap()
+            .contains("cause=\"revoked\"} 0")
+    );
+}
+
+/// A fresh install before its first tick: the kit staged a valid grant and nothing ran yet.
+/// `explain` and `doctor` read it as the first tick's login, not as a failure; the first tick
+/// then logs in and applies.
+#[test]
+fn a_fresh_install_before_its_first_tick_reads_as_the_first_login() {
+    let Some(b) = E2eBox::new("fresh-install") else {
+        return;
+    };
+    // What the package and the kit leave: the state dir (0700, the agent's) and the grant.
+    std::fs::create_dir_all(b.w.state_dir()).unwrap();
+    std::fs::set_permissions(
+        b.w.state_dir(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    b.w.stage_grant();
+    let sha = b.w.publish(&b.bundle(&b.e2e.image_1));
+    let explain = b.w.run(&["explain"]);
+    explain.ok().prints(&[
+        "before the first tick",
+        "none yet: the first tick will log in with the staged bootstrap grant",
+        "the next tick logs in with the staged bootstrap grant",
+    ]);
+    assert!(
+        !explain.stdout().contains("re-run the install kit"),
+        "{}",
+        explain.stdout()
+    );
+    let doctor = b.w.run(&["doctor", "--json"]);
+    let doc: Value = serde_json::from_str(&doctor.stdout()).unwrap();
+    assert_eq!(doctor_verdict(&doc, "grant"), "ok", "{doc:#}");
+    assert_eq!(doctor_verdict(&doc, "token"), "skip", "{doc:#}");
+    assert!(
+        doctor.stdout().contains("the first tick will log in"),
+        "{}",
+        doctor.stdout()
+    );
+    doctor.ok();
+    let status: Value =
+        serde_json::from_str(&b.w.run(&["status", "--json"]).ok().stdout()).unwrap();
+    assert_eq!(status["token"]["grant_staged"], true, "{status:#}");
+
+    b.w.tick().ok();
+    let r = b.w.last_report();
+    assert_report(&r, ReportResult::Applied, None);
+    assert_eq!(r.sha.as_ref().map(|s| s.as_str()), Some(sha.as_str()));
+}
+
 /// Tenancy away (503) for three of the token's TTLs on the real engine and the real OpenBao:
 /// every heartbeat renews the token at OpenBao alone, the release keeps running, and when
 /// tenancy is back the same token checks in: no lease, no kit.
@@ -2593,6 +2784,91 @@ fn a_service_without_a_restart_policy_comes_back_after_a_daemon_restart() {
 // ---- the budget's supplied defaults ------------------------------------------------------------
 
 /// `(Memory, PidsLimit, LogConfig)` of the project's one container, as the engine holds them.
+/// An elasticsearch-like service's `ulimits` (`nproc: 4096` beside `nofile`)
+/// apply as asked on the real engine: no refusal, the container runs with them, and `doctor`
+/// says what the per-uid count means instead of refusing.
+#[test]
+fn an_elasticsearch_like_nproc_ulimit_applies() {
+    let Some(b) = E2eBox::new("es-nproc") else {
+        return;
+    };
+    let es = web_bundle(compose_yaml(
+        b.e2e,
+        &b.e2e.image_1,
+        Some(b.port),
+        "    ulimits:\n      nproc: 4096\n      nofile: {soft: 1024, hard: 1024}\n    \
+         mem_limit: 512m\n",
+        &[],
+    ));
+    b.first_apply(&es);
+    assert_healthy(&b.project.containers(), &b.project.name);
+    let ids = b.project.ids("container");
+    let text = b.project.docker_ok([
+        "inspect",
+        "--format",
+        "{{json .HostConfig.Ulimits}}",
+        ids[0].as_str(),
+    ]);
+    let ulimits: Value = serde_json::from_str(text.trim()).unwrap();
+    let nproc = ulimits
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["Name"] == "nproc")
+        .unwrap_or_else(|| panic!("{ulimits}"));
+    assert_eq!(
+        (nproc["Soft"].as_i64(), nproc["Hard"].as_i64()),
+        (Some(4096), Some(4096))
+    );
+    let doctor = b.w.run(&["doctor", "--json"]);
+    let doc: Value = serde_json::from_str(&doctor.stdout()).unwrap();
+    assert_eq!(doctor_verdict(&doc, "ulimits"), "warn", "{doc:#}");
+    assert!(
+        doctor.stdout().contains("web: ulimits nproc 4096"),
+        "{}",
+        doctor.stdout()
+    );
+}
+
+/// `$PWD` in a compose file is the release dir, as a shell there would have it: compose runs
+/// with `PWD` set to it, the policy judges `${PWD}/bundle.json` as the release's own file
+/// (no host path refused, no hint to allow `/bundle.json`), and the container gets that file.
+#[test]
+fn pwd_in_a_compose_file_is_the_release_dir() {
+    let Some(b) = E2eBox::new("pwd") else {
+        return;
+    };
+    let bundle = web_bundle(compose_yaml(
+        b.e2e,
+        &b.e2e.image_1,
+        Some(b.port),
+        "",
+        &["${PWD}/bundle.json:/srv/bundle.json:ro"],
+    ));
+    let sha = b.first_apply(&bundle);
+    assert_healthy(&b.project.containers(), &b.project.name);
+    let ids = b.project.ids("container");
+    let text = b
+        .project
+        .docker_ok(["inspect", "--format", "{{json .Mounts}}", ids[0].as_str()]);
+    let mounts: Value = serde_json::from_str(text.trim()).unwrap();
+    let source = mounts
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["Destination"] == "/srv/bundle.json")
+        .and_then(|m| m["Source"].as_str())
+        .unwrap_or_else(|| panic!("{mounts}"))
+        .to_string();
+    let release_dir = std::fs::canonicalize(b.w.env_dir().join("releases").join(&sha)).unwrap();
+    // compose runs in the env's `current` link to the release, as relative paths resolve too.
+    assert_eq!(
+        std::fs::canonicalize(&source).unwrap(),
+        release_dir.join("bundle.json"),
+        "{mounts}"
+    );
+}
+
 fn limits_of(project: &Project) -> (u64, i64, Value) {
     let ids = project.ids("container");
     assert_eq!(ids.len(), 1, "{ids:?}");

@@ -351,6 +351,10 @@ fn a_crash_loop_is_healed_once_per_backoff_step() {
             .contains("web died by its own exit with exit code 1 again within the hour and was healed (2 heals"),
         "{r:?}"
     );
+    // OPERATIONS.md's alerts over the file it wrote, served for a quarter of an hour.
+    crate::alerts::Timeline::default()
+        .served(&prom, 15)
+        .fires(&[("MonkyCrashLoop", ""), ("MonkyNotConverged", "")]);
     let st = a.w.state();
     assert_eq!(st["heal_attempts"], json!(2));
     let second_wait = st["next_heal_at"].as_u64().unwrap() - st["last_heal_at"].as_u64().unwrap();

@@ -361,10 +361,18 @@ tests:
     values: '0 0 1x18'
   - series: 'monky_deployd_crash_loop{env_id="fine"}'
     values: '0x20'
-  - series: 'monky_deployd_refusals_total{env_id="hang",code="TICK_TIMEOUT"}'
+  - series: 'monky_deployd_failure_streak{env_id="hang",code="TICK_TIMEOUT"}'
     values: '0 0 1 2 3x16'
-  - series: 'monky_deployd_refusals_total{env_id="once",code="TICK_TIMEOUT"}'
+  - series: 'monky_deployd_failure_streak{env_id="once",code="TICK_TIMEOUT"}'
     values: '0 0 1x18'
+  - series: 'monky_deployd_converged{env_id="held"}'
+    values: '0x20'
+  - series: 'monky_deployd_held{env_id="held"}'
+    values: '1x20'
+  - series: 'monky_deployd_token_lost{env_id="lost",cause="revoked"}'
+    values: '0 0 1x18'
+  - series: 'monky_deployd_token_lost{env_id="fine",cause="revoked"}'
+    values: '0x20'
   - series: 'monky_deployd_last_tick_timestamp_seconds{env_id="fine"}'
     values: '0+60x20'
   - series: 'monky_deployd_last_tick_timestamp_seconds{env_id="stopped"}'
@@ -394,6 +402,10 @@ tests:
     alertname: MonkyTicksStopped
     exp_alerts:
     - exp_labels: {env_id: stopped}
+  - eval_time: 15m
+    alertname: MonkyTokenLost
+    exp_alerts:
+    - exp_labels: {env_id: lost, cause: revoked}
   - eval_time: 15m
     alertname: MonkyTokenNearMaxTtl
     exp_alerts:

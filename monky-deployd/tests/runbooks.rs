@@ -54,7 +54,11 @@ const BOX_ONLY: &[&str] = &[
 
 /// Runs one runbook line on `w`: the agent's commands through the binary (as the agent's user
 /// is the test's own user here), the grant staging as the install kit does it.
-fn run_line(w: &World, line: &str, subst: &[(&str, String)]) -> Option<Run> {
+pub(crate) fn run_line<B: monky_testkit::bao::BaoPeer + 'static>(
+    w: &World<B>,
+    line: &str,
+    subst: &[(&str, String)],
+) -> Option<Run> {
     let mut line = line.to_string();
     for (from, to) in subst {
         line = line.replace(from, to);
@@ -239,6 +243,10 @@ fn move_a_box_to_another_env() {
         .find(|c| c["name"] == "token")
         .unwrap();
     assert_eq!(token["verdict"], "ok", "{token:#}");
+    // The runbook ends with a green doctor: no check fails.
+    for check in doctor["checks"].as_array().unwrap() {
+        assert_ne!(check["verdict"], "fail", "{check:#}");
+    }
     assert_eq!(w.state()["env_id"], NEW);
     assert!(!w.bootstrap_path().exists(), "the grant was used");
 }

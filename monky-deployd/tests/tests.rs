@@ -3,6 +3,7 @@
 
 mod util;
 
+mod alerts;
 mod apply;
 mod boxfiles;
 mod budget;

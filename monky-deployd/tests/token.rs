@@ -240,3 +240,41 @@ fn bootstrap_command_stores_a_token() {
     w.tenancy.set_desired(ENV, Desired::default());
     w.tick().ok();
 }
+
+/// A token whose TTL ran out by the agent's own record (no tick renewed it: the box was off),
+/// refused by tenancy and OpenBao: the tick says it expired, and when, not "revoked"; the
+/// tick after it, with no grant staged, says the same (`AGENT_UNAUTHENTICATED`, not
+/// `NO_CREDENTIALS`), and so does `status`.
+#[test]
+fn a_token_expired_by_the_agents_record_is_called_expired_at_every_tick() {
+    let w = World::new();
+    w.applied();
+    // The record says the token ran out an hour ago; OpenBao and tenancy no longer know it.
+    let mut st = w.state();
+    st["token"]["expires_at"] = serde_json::json!(1_000_000);
+    st["token"]["expires_boot"] = serde_json::Value::Null;
+    std::fs::write(w.state_dir().join("state.json"), st.to_string()).unwrap();
+    w.tenancy.supersede(ENV);
+    assert!(w.bao.revoke_tokens_for_env(ENV) >= 1);
+    for _ in 0..2 {
+        let run = w.tick();
+        run.expect(1);
+        run.says(&[
+            "AGENT_UNAUTHENTICATED",
+            "the token expired at 1970-01-12T13:46:40Z by the agent's record",
+        ]);
+        assert!(
+            !run.stderr().contains("revoked or superseded"),
+            "{}",
+            run.stderr()
+        );
+        assert!(!run.stderr().contains("NO_CREDENTIALS"), "{}", run.stderr());
+    }
+    let status: serde_json::Value =
+        serde_json::from_str(&w.run(&["status", "--json"]).ok().stdout()).unwrap();
+    assert_eq!(status["token"]["lost"]["cause"], "expired", "{status:#}");
+    // A new grant: the loss is over.
+    w.stage_grant();
+    w.tick().ok();
+    assert!(w.state().get("token_lost").is_none(), "{}", w.state());
+}

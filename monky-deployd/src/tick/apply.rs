@@ -138,8 +138,19 @@ impl Agent<'_> {
         self.record(Fact::QuotingChanged(names));
     }
 
-    /// When the desired sha failed before and its backoff has not run out, the deadline.
+    /// When the desired sha failed before under the config the box has now and its backoff
+    /// has not run out, the deadline. A failure judged under another config is forgotten: the
+    /// box admin's change is tried at once.
     pub(super) fn backoff_deadline(&mut self, sha: &Sha) -> Option<u64> {
+        if Backoff::config_changed(&self.state, &super::backoff::verdict_key(self.cfg)) {
+            info!(
+                "the config changed since {} failed (waivers, budget, allowed_*, health wait): \
+                 trying it again now",
+                sha.short()
+            );
+            self.record(Fact::FailureForgotten);
+            return None;
+        }
         let (now, boot) = (crate::clock::wall(), crate::clock::boot());
         if let Some(rebased) = Backoff::rebase(&self.state, now, boot.as_ref()) {
             self.record(rebased);
@@ -199,7 +210,7 @@ impl Agent<'_> {
             },
         };
         let detail = format!(
-            "{base}; next attempt {}; {running}",
+            "{base}; next attempt {} (`monky-deployd run --once --force` tries now); {running}",
             crate::clock::rfc3339(deadline)
         );
         info!(

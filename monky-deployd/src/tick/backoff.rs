@@ -5,11 +5,16 @@
 //! a release back for the step's length nor retries it in a loop. After a reboot (or with a
 //! deadline from an older state) only the wall-clock deadline is left, and it is clamped to the
 //! longest wait the attempts allow.
+//!
+//! The wait is kept for a sha and the config that judged it ([`verdict_key`]): the box admin's
+//! fix (a waiver, a budget key, an `allowed_*` entry) is tried at the next tick, not after the
+//! wait.
 
 use std::time::Duration;
 
 use crate::clock::{BootDeadline, BootInstant};
 use crate::code::Code;
+use crate::config::Config;
 use crate::redact::Redacted;
 use crate::state::{Fact, FailedRelease, State};
 use monky_agent_proto::Sha;
@@ -27,17 +32,21 @@ pub(crate) struct Backoff {
 }
 
 impl Backoff {
-    /// The backoff after `sha` failed at `now` (wall) and `boot`: one attempt more when it is
-    /// the sha that failed before, else the first. `jitter` is in 0..1.
+    /// The backoff after `sha` failed at `now` (wall) and `boot` under the config whose
+    /// [`verdict_key`] is `key`: one attempt more when it is the sha that failed before under
+    /// the same config, else the first. `jitter` is in 0..1.
     pub fn after_failure(
         state: &State,
         sha: &Sha,
+        key: &str,
         now: u64,
         boot: Option<&BootInstant>,
         jitter: f64,
     ) -> Self {
         let attempts = match state.failed() {
-            Some(f) if f.sha == *sha => f.attempts.saturating_add(1),
+            Some(f) if f.sha == *sha && !judged_otherwise(f.verdict_key.as_deref(), key) => {
+                f.attempts.saturating_add(1)
+            }
             _ => 1,
         };
         let wait = failure_backoff(attempts, jitter).as_secs();
@@ -50,7 +59,7 @@ impl Backoff {
 
     /// The backoff for `sha` as the state keeps it, with the failure's code and `CODE: names`
     /// that the reports repeat while it waits.
-    pub fn fact(self, sha: &Sha, code: Code, detail: Redacted) -> Fact {
+    pub fn fact(self, sha: &Sha, key: &str, code: Code, detail: Redacted) -> Fact {
         Fact::ReleaseFailed(FailedRelease {
             sha: sha.clone(),
             attempts: self.attempts,
@@ -58,7 +67,18 @@ impl Backoff {
             next_attempt_boot: self.next_attempt_boot,
             code: Some(code),
             detail: Some(detail),
+            verdict_key: Some(key.to_owned()),
         })
+    }
+
+    /// Whether the failed release's verdict came from another config than the one whose
+    /// [`verdict_key`] is `key`: then its wait no longer holds, as the config may decide
+    /// otherwise now. A state written before the key was kept holds its wait.
+    #[must_use]
+    pub fn config_changed(state: &State, key: &str) -> bool {
+        state
+            .failed()
+            .is_some_and(|f| judged_otherwise(f.verdict_key.as_deref(), key))
     }
 
     /// Carries a wait set in another boot (or by an older state) into this one: the wall-clock
@@ -93,6 +113,39 @@ impl Backoff {
             boot,
         )
     }
+}
+
+fn judged_otherwise(kept: Option<&str>, key: &str) -> bool {
+    kept.is_some_and(|k| k != key)
+}
+
+/// The digest of what in the box's config decides whether a release is refused or fails after
+/// it was staged: the waivers and `allowed_*` lists, the budget (the sibling envs' peer ports
+/// included, which it reserves), the registry credential's host, the health wait and the
+/// docker CLI. A change to any of them may change the verdict, so a failed release's wait is
+/// kept for it beside the sha. The text hashed is the parts' debug form, which an upgrade of
+/// the agent may change: that costs one early retry, never a retry held back.
+#[must_use]
+pub fn verdict_key(cfg: &Config) -> String {
+    use sha2::Digest as _;
+    let parts = format!(
+        "{:?}",
+        (
+            &cfg.allowed_binds,
+            &cfg.allowed_external_volumes,
+            &cfg.allowed_external_networks,
+            cfg.allow_unprefixed_names,
+            &cfg.trusted_registries,
+            cfg.allow_secrets_on_command_lines,
+            &cfg.allowed_shared_uids,
+            &cfg.budget,
+            &cfg.registry_host,
+            cfg.healthy_timeout,
+            &cfg.docker_bin,
+        )
+    );
+    let digest = sha2::Sha256::digest(parts.as_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// When a wait of the `attempts`-th step, set for the wall-clock moment `at` and the boot-clock
@@ -157,24 +210,26 @@ mod tests {
     #[test]
     fn the_same_sha_counts_up_and_another_starts_over() {
         let mut st = State::default();
-        let first = Backoff::after_failure(&st, &a(), 1000, None, 0.5);
+        let first = Backoff::after_failure(&st, &a(), "k", 1000, None, 0.5);
         assert_eq!((first.attempts, first.next_attempt_at), (1, 1060));
         st.fold(first.fact(
             &a(),
+            "k",
             Code::Unhealthy,
             crate::redact::redact("UNHEALTHY: web"),
         ));
-        let second = Backoff::after_failure(&st, &a(), 2000, None, 0.5);
+        let second = Backoff::after_failure(&st, &a(), "k", 2000, None, 0.5);
         assert_eq!((second.attempts, second.next_attempt_at), (2, 2120));
         st.fold(second.clone().fact(
             &a(),
+            "k",
             Code::Unhealthy,
             crate::redact::redact("UNHEALTHY: web"),
         ));
         let failed = st.failed().unwrap();
         assert_eq!((failed.attempts, failed.code), (2, Some(Code::Unhealthy)));
         assert_eq!(
-            Backoff::after_failure(&st, &b(), 3000, None, 0.5).attempts,
+            Backoff::after_failure(&st, &b(), "k", 3000, None, 0.5).attempts,
             1
         );
         st.fold(
@@ -184,14 +239,65 @@ mod tests {
             }
             .fact(
                 &a(),
+                "k",
                 Code::Unhealthy,
                 crate::redact::redact("UNHEALTHY: web"),
             ),
         );
-        let last = Backoff::after_failure(&st, &a(), u64::MAX, Some(&boot("x", u64::MAX)), 1.0);
+        let last =
+            Backoff::after_failure(&st, &a(), "k", u64::MAX, Some(&boot("x", u64::MAX)), 1.0);
         assert_eq!(last.attempts, u32::MAX);
         assert_eq!(last.next_attempt_at, u64::MAX);
         assert_eq!(last.next_attempt_boot.unwrap().at_s, u64::MAX);
+    }
+
+    #[test]
+    fn another_config_starts_the_count_over_and_a_state_without_a_key_holds() {
+        let mut st = State::default();
+        let first = Backoff::after_failure(&st, &a(), "k1", 1000, None, 0.5);
+        st.fold(first.fact(
+            &a(),
+            "k1",
+            Code::SecretReadableOnHost,
+            crate::redact::redact("x"),
+        ));
+        assert!(!Backoff::config_changed(&st, "k1"));
+        assert!(Backoff::config_changed(&st, "k2"));
+        assert_eq!(
+            Backoff::after_failure(&st, &a(), "k1", 2000, None, 0.5).attempts,
+            2
+        );
+        assert_eq!(
+            Backoff::after_failure(&st, &a(), "k2", 2000, None, 0.5).attempts,
+            1
+        );
+        let older = st.patched(serde_json::json!({"failed_verdict_key": null}));
+        assert!(!Backoff::config_changed(&older, "k2"));
+    }
+
+    #[test]
+    fn the_verdict_key_follows_the_waivers_and_not_the_rest() {
+        let text = |extra: &str| {
+            format!("env_id: e1\ntenancy: {{service: t}}\nbao: {{service: b}}\n{extra}")
+        };
+        let key = |extra: &str| {
+            verdict_key(&Config::parse(&text(extra), std::path::Path::new("c.yaml")).unwrap())
+        };
+        let base = key("");
+        assert_eq!(
+            key("interval_s: 30\n"),
+            base,
+            "the interval decides no verdict"
+        );
+        for waiver in [
+            "allowed_shared_uids: [65534]\n",
+            "budget: {max_pids: 8192}\n",
+            "allowed_external_networks: [edge]\n",
+            "allow_secrets_on_command_lines: true\n",
+            "healthy_timeout_s: 600\n",
+        ] {
+            assert_ne!(key(waiver), base, "{waiver}");
+        }
     }
 
     #[test]
@@ -200,8 +306,9 @@ mod tests {
         let at = boot("x", 500);
         assert_eq!(Backoff::deadline(&st, &a(), 0, Some(&at)), None);
         st.fold(
-            Backoff::after_failure(&st, &a(), 1000, Some(&at), 0.5).fact(
+            Backoff::after_failure(&st, &a(), "k", 1000, Some(&at), 0.5).fact(
                 &a(),
+                "k",
                 Code::Failed,
                 crate::redact::redact("x"),
             ),
@@ -231,8 +338,9 @@ mod tests {
         let step = 20 * 3600;
         let mut st = State::default();
         st.fold(
-            Backoff::after_failure(&st, &a(), 100_000, Some(&boot("x", 500)), 0.5).fact(
+            Backoff::after_failure(&st, &a(), "k", 100_000, Some(&boot("x", 500)), 0.5).fact(
                 &a(),
+                "k",
                 Code::Failed,
                 crate::redact::redact("x"),
             ),

@@ -166,15 +166,17 @@ impl Agent<'_> {
         let code = failure.code;
         // `CODE: names`, repeated by the reports sent while the sha waits.
         let detail = failure.to_string();
+        let key = super::backoff::verdict_key(self.cfg);
         let backoff = Backoff::after_failure(
             &self.state,
             sha,
+            &key,
             crate::clock::wall(),
             crate::clock::boot().as_ref(),
             rand::random_range(0.0..1.0),
         );
         let next = backoff.next_attempt_at;
-        self.record(backoff.fact(sha, code, redact::redact(&detail)));
+        self.record(backoff.fact(sha, &key, code, redact::redact(&detail)));
         let previous = self.state.applied_sha().filter(|p| *p != sha).cloned();
         let note = match (previous, &started) {
             // Nothing of it started (its `.env` or its pull failed): nothing changed on the
@@ -196,7 +198,7 @@ impl Agent<'_> {
         let failure = Failure::coded(
             code,
             format!(
-                "{}; {note}; next attempt {}",
+                "{}; {note}; next attempt {} (`monky-deployd run --once --force` tries now)",
                 failure.message,
                 crate::clock::rfc3339(next)
             ),

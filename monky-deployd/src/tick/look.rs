@@ -197,15 +197,17 @@ impl Agent<'_> {
         // The backoff is the wanted sha's: a release that runs while another waits out its
         // own backoff is withdrawn without taking that sha's place.
         let next = (self.state.desired_sha() == Some(sha)).then(|| {
+            let key = super::backoff::verdict_key(self.cfg);
             let backoff = Backoff::after_failure(
                 &self.state,
                 sha,
+                &key,
                 crate::clock::wall(),
                 crate::clock::boot().as_ref(),
                 rand::random_range(0.0..1.0),
             );
             let next = backoff.next_attempt_at;
-            self.record(backoff.fact(sha, code, redact::redact(&failure.to_string())));
+            self.record(backoff.fact(sha, &key, code, redact::redact(&failure.to_string())));
             next
         });
         let previous = self

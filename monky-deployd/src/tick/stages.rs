@@ -325,6 +325,18 @@ impl Agent<'_> {
             ) {
                 return Err(Stop::Halted(e));
             }
+            let mut e = e;
+            if e.code == Code::ImageNotFound {
+                e.message = blame_missing(&e.message, &staged.runs_as);
+            }
+            // A credential the registry rejects is fixed where it is kept: name the entry.
+            if credential_rejected(&e.message)
+                && let Some(entry) = &self.judged.borrow().registry_entry
+            {
+                e.message.push_str(&format!(
+                    "; the registry rejected the credential from {entry}: correct its value there"
+                ));
+            }
             return Err(Stop::failed(e));
         }
         if let Err((code, why)) = self.shared_uid_gate(&by_image) {
@@ -509,6 +521,10 @@ impl Agent<'_> {
                 .map_err(|e| peers::bao_failure(&format!("read {}", entry.var), e))?;
             redact::register(v.expose_secret());
             if entry.is_registry_auth() {
+                self.judged.borrow_mut().registry_entry = Some(format!(
+                    "the manifest's entry {} (`use: registry-auth`), read from OpenBao at {path}",
+                    entry.var
+                ));
                 self.write_registry_auth(&v)?;
             } else {
                 values.insert(entry.var.clone(), v);
@@ -685,6 +701,50 @@ impl Agent<'_> {
 /// a few hundred bytes.
 const ENV_ALLOWANCE: u64 = 256 * 1024;
 
+/// A missing image's pull failure, blamed on the services whose own image it is: compose
+/// reports the one registry error for every service whose pull it cut short (`web Error
+/// manifest for <worker's image> not found`), so those lines are dropped and the message
+/// starts with `service: image <ref> not found`.
+fn blame_missing(message: &str, runs: &[bundle::RunsAs]) -> String {
+    let missing: Vec<String> = runs
+        .iter()
+        .filter(|r| {
+            message.contains(&format!("manifest for {} not found", r.image))
+                || message.contains(&format!("{}: not found", r.image))
+        })
+        .map(|r| format!("{}: image {} not found", r.service, r.image))
+        .collect();
+    if missing.is_empty() {
+        return message.to_owned();
+    }
+    let words: Vec<&str> = message
+        .split(" | ")
+        .filter(|part| {
+            !runs.iter().any(|r| {
+                let said = part
+                    .strip_prefix("compose pull failed: ")
+                    .unwrap_or(part)
+                    .starts_with(&format!("{} Error ", r.service));
+                said && !part.contains(&r.image)
+            })
+        })
+        .collect();
+    format!("{}; {}", missing.join(", "), words.join(" | "))
+}
+
+/// Whether a pull failed because the registry refused the credential it was given (not a
+/// missing tag, not a registry that is down).
+fn credential_rejected(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    [
+        "unauthorized",
+        "authentication required",
+        "incorrect username or password",
+    ]
+    .iter()
+    .any(|p| lower.contains(p))
+}
+
 /// A pull's code: a tag never pushed is the bundle's, not the registry's (no credential fixes
 /// it).
 fn pull_code(e: &monky_compose::Error) -> Code {
@@ -697,4 +757,34 @@ fn pull_code(e: &monky_compose::Error) -> Code {
 
 fn refusal(r: bundle::Refusal) -> Failure {
     Failure::from(&r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_image_is_blamed_on_its_own_service() {
+        let runs = |service: &str, image: &str| bundle::RunsAs {
+            service: service.into(),
+            image: image.into(),
+            user: None,
+            secrets: std::collections::BTreeSet::new(),
+            files: std::collections::BTreeSet::new(),
+            configs: std::collections::BTreeSet::new(),
+            vars: std::collections::BTreeSet::new(),
+        };
+        let runs = [runs("web", "r/web:1"), runs("worker", "r/web:missing")];
+        let said = "compose pull failed: worker Error manifest for r/web:missing not found: \
+                    manifest unknown | web Error manifest for r/web:missing not found: manifest \
+                    unknown | Error response from daemon: manifest for r/web:missing not found";
+        let blamed = blame_missing(said, &runs);
+        assert!(
+            blamed.starts_with("worker: image r/web:missing not found; "),
+            "{blamed}"
+        );
+        assert!(!blamed.contains("web Error"), "{blamed}");
+        assert!(blamed.contains("worker Error manifest"), "{blamed}");
+        assert_eq!(blame_missing("registry down", &runs), "registry down");
+    }
 }

@@ -75,14 +75,19 @@ impl Agent<'_> {
                     ),
                 ));
             }
+            // A token lost before keeps its cause until a grant brings a new one: the tick
+            // after the loss says the same as the tick that saw it.
             _ => {
-                return Err(Failure::coded(
-                    Code::NoCredentials,
-                    format!(
-                        "no OpenBao token and no bootstrap grant at {}: re-run the install kit",
-                        grant_path.display()
+                return Err(match self.state.token_lost() {
+                    Some(loss) => lost_token(loss, grant_path),
+                    None => Failure::coded(
+                        Code::NoCredentials,
+                        format!(
+                            "no OpenBao token and no bootstrap grant at {}: re-run the install kit",
+                            grant_path.display()
+                        ),
                     ),
-                ));
+                });
             }
         };
         redact::register(grant.expose_secret());
@@ -182,12 +187,11 @@ impl Agent<'_> {
             ),
             Err(e) if e.kind() == bao::ErrorKind::PermissionDenied => {
                 warn!("OpenBao refuses the token too ({e}); deleting it");
+                let loss =
+                    crate::state::TokenLoss::judged(self.state.token(), crate::clock::wall());
                 self.forget_token();
-                Failure::coded(
-                    Code::AgentUnauthenticated,
-                    "the token was superseded or revoked and no bootstrap grant is on disk: \
-                     re-run the install kit",
-                )
+                self.record(Fact::TokenLost(loss));
+                lost_token(&loss, &self.cfg.bootstrap_file)
             }
             Err(e) => peers::bao_failure(
                 "asking OpenBao about the token tenancy refused (the token is kept)",
@@ -384,6 +388,18 @@ impl Agent<'_> {
         }
         Ok(())
     }
+}
+
+/// `AGENT_UNAUTHENTICATED` for a token lost as `loss` says, with no grant at `grant_path`.
+fn lost_token(loss: &crate::state::TokenLoss, grant_path: &std::path::Path) -> Failure {
+    Failure::coded(
+        Code::AgentUnauthenticated,
+        format!(
+            "{loss}, and no bootstrap grant is at {}: re-run the install kit, or stage a fresh \
+             grant and run `monky-deployd bootstrap --force` (OPERATIONS.md, \"Rotate the token\")",
+            grant_path.display()
+        ),
+    )
 }
 
 /// Whether a renewal granting `ttl` seconds was capped by the max TTL, for a token minted
