@@ -26,6 +26,7 @@ use serde_json::json;
 
 use crate::util::TestBundle;
 
+mod pipeline;
 mod upgrade_box;
 
 fn root() -> PathBuf {
