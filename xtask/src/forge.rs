@@ -148,10 +148,12 @@ impl Forge {
     }
 
     /// The tags of the Gitea releases created.
+    #[cfg(test)]
     pub fn gitea_release_tags(&self) -> Vec<String> {
         self.lock().gitea_releases.values().cloned().collect()
     }
 
+    #[cfg(test)]
     /// Answers the next request with `status` and a GitLab-style `{"message": …}`.
     pub fn answer_next(&self, status: u16, message: &str) {
         self.lock().script.push_back((status, message.to_string()));
@@ -266,10 +268,7 @@ fn route(st: &mut State, r: &Received, tokens: &Tokens) -> (u16, Vec<u8>) {
                 return message(400, "400 Bad request - path is invalid");
             }
             st.files.insert(r.path.clone(), r.body.clone());
-            (
-                201,
-                br#"{"message":"201 Created"}"#.to_vec(),
-            )
+            (201, br#"{"message":"201 Created"}"#.to_vec())
         }
         "GET" if r.path.starts_with(&generic) => {
             if r.header("deploy-token") != Some(tokens.deploy.as_str()) {
@@ -294,7 +293,12 @@ fn route(st: &mut State, r: &Received, tokens: &Tokens) -> (u16, Vec<u8>) {
                 return message(409, "Release already exists");
             }
             st.gitlab_releases.insert(tag.clone(), json);
-            (201, serde_json::json!({ "tag_name": tag }).to_string().into_bytes())
+            (
+                201,
+                serde_json::json!({ "tag_name": tag })
+                    .to_string()
+                    .into_bytes(),
+            )
         }
         "POST" if r.path == gitea_releases => {
             if !gitea_ok {
@@ -327,7 +331,10 @@ fn route(st: &mut State, r: &Received, tokens: &Tokens) -> (u16, Vec<u8>) {
             let Some((id, query)) = rest.split_once("/assets?name=") else {
                 return message(404, "not found");
             };
-            let Some(tag) = id.parse().ok().and_then(|id: u64| st.gitea_releases.get(&id))
+            let Some(tag) = id
+                .parse()
+                .ok()
+                .and_then(|id: u64| st.gitea_releases.get(&id))
             else {
                 return message(404, "release not found");
             };
@@ -336,9 +343,17 @@ fn route(st: &mut State, r: &Received, tokens: &Tokens) -> (u16, Vec<u8>) {
             };
             let path = format!("/{GITEA_REPO}/releases/download/{tag}/{query}");
             st.files.insert(path, content);
-            (201, serde_json::json!({ "name": query }).to_string().into_bytes())
+            (
+                201,
+                serde_json::json!({ "name": query })
+                    .to_string()
+                    .into_bytes(),
+            )
         }
-        "GET" if r.path.starts_with(&format!("/{GITEA_REPO}/releases/download/")) => {
+        "GET"
+            if r.path
+                .starts_with(&format!("/{GITEA_REPO}/releases/download/")) =>
+        {
             match st.files.get(&r.path) {
                 Some(bytes) => (200, bytes.clone()),
                 None => message(404, "not found"),

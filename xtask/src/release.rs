@@ -139,7 +139,9 @@ pub struct Assets {
 /// Runs release with the command-line `args` (after `release`).
 pub fn main(args: &[String]) -> Result<()> {
     let mut dir = state::workspace_root().join("target").join("dist-pkg");
-    let mut tag = std::env::var("CI_COMMIT_TAG").ok().filter(|t| !t.is_empty());
+    let mut tag = std::env::var("CI_COMMIT_TAG")
+        .ok()
+        .filter(|t| !t.is_empty());
     let (mut to_gitlab, mut to_gitea, mut dry_run) = (false, false, false);
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -170,7 +172,8 @@ pub fn main(args: &[String]) -> Result<()> {
         to_gitlab = true;
         to_gitea = Secret::from_env("GITEA_TOKEN").is_some();
     }
-    let tag = tag.context("release: no tag: set CI_COMMIT_TAG (a tag pipeline does) or pass --tag")?;
+    let tag =
+        tag.context("release: no tag: set CI_COMMIT_TAG (a tag pipeline does) or pass --tag")?;
     let release = Release {
         dir,
         tag,
@@ -212,7 +215,9 @@ fn gitea_from_env() -> Result<Gitea> {
         url: std::env::var("GITEA_URL")
             .ok()
             .filter(|v| !v.is_empty())
-            .context("release: GITEA_URL is not set (the Gitea server, e.g. https://gitea.example)")?,
+            .context(
+                "release: GITEA_URL is not set (the Gitea server, e.g. https://gitea.example)",
+            )?,
         repo: std::env::var("GITEA_REPO")
             .ok()
             .filter(|v| !v.is_empty())
@@ -267,9 +272,12 @@ pub fn assets(dir: &Path, tag: &str) -> Result<Assets> {
     );
     let prefix = format!("{PACKAGE}_");
     let mut debs = Vec::new();
-    for entry in fs::read_dir(dir)
-        .with_context(|| format!("release: cannot read {}: run `cargo xtask dist`", dir.display()))?
-    {
+    for entry in fs::read_dir(dir).with_context(|| {
+        format!(
+            "release: cannot read {}: run `cargo xtask dist`",
+            dir.display()
+        )
+    })? {
         let name = entry?.file_name().to_string_lossy().into_owned();
         if name.starts_with(&prefix) && name.ends_with(".deb") {
             debs.push(name);
@@ -297,7 +305,8 @@ pub fn assets(dir: &Path, tag: &str) -> Result<Assets> {
         "release: {deb} is version {deb_version:?}, not the tag's {version}: re-run `cargo xtask dist`"
     );
     let deb_path = dir.join(&deb);
-    let bytes = fs::read(&deb_path).with_context(|| format!("cannot read {}", deb_path.display()))?;
+    let bytes =
+        fs::read(&deb_path).with_context(|| format!("cannot read {}", deb_path.display()))?;
     let sha256 = hex(&Sha256::digest(&bytes));
     let sum_name = format!("{deb}.sha256");
     let sum_path = dir.join(&sum_name);
@@ -305,7 +314,10 @@ pub fn assets(dir: &Path, tag: &str) -> Result<Assets> {
         .with_context(|| format!("release: cannot read {}", sum_path.display()))?;
     // `sha256sum` format, as install.sh reads it: one line, "<hex>  <name>" (or " *<name>").
     let mut words = sum.split_whitespace();
-    let (said, named) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
+    let (said, named) = (
+        words.next().unwrap_or_default(),
+        words.next().unwrap_or_default(),
+    );
     ensure!(
         named.trim_start_matches('*') == deb && words.next().is_none(),
         "release: {sum_name} does not name {deb} alone: re-run `cargo xtask dist`"
@@ -383,7 +395,10 @@ fn publish_gitlab(http: &Http, gitlab: &GitLab, tag: &str, assets: &Assets) -> R
         auth: Some((gitlab.auth.0.to_string(), gitlab.auth.1.clone())),
         body: Body::Json(release.to_string()),
     })?;
-    println!("<== GitLab: {tag} released with {} files", assets.files.len());
+    println!(
+        "<== GitLab: {tag} released with {} files",
+        assets.files.len()
+    );
     Ok(())
 }
 
@@ -527,7 +542,9 @@ impl Http {
             match self.try_once(request)? {
                 Outcome::Done(body) => return Ok(Some(body)),
                 Outcome::Again(why) => last = why,
-                Outcome::Refused(why) => bail!("release: {} {}: {why}", request.method, request.url),
+                Outcome::Refused(why) => {
+                    bail!("release: {} {}: {why}", request.method, request.url)
+                }
             }
         }
         bail!(
@@ -557,8 +574,12 @@ impl Http {
             Body::Json(json) => {
                 let file = scratch.join("body.json");
                 fs::write(&file, json)?;
-                curl.args(["--header", "Content-Type: application/json", "--data-binary"])
-                    .arg(format!("@{}", file.display()));
+                curl.args([
+                    "--header",
+                    "Content-Type: application/json",
+                    "--data-binary",
+                ])
+                .arg(format!("@{}", file.display()));
             }
             Body::Attachment(path) => {
                 curl.arg("--form")
@@ -586,7 +607,10 @@ impl Http {
         let body = fs::read(&answer).unwrap_or_default();
         let _ = fs::remove_dir_all(&scratch);
         let out = out.context("release: curl is needed to publish (apt-get install curl)")?;
-        let code: u16 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
+        let code: u16 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(0);
         if !out.status.success() || code == 0 {
             return Ok(Outcome::Again(format!(
                 "no answer ({})",
@@ -748,8 +772,15 @@ mod tests {
                 "{path}"
             );
         }
-        for r in forge.received().iter().filter(|r| r.path.starts_with("/api/v1/")) {
-            assert_eq!(r.header("authorization"), Some(format!("token {GITEA}").as_str()));
+        for r in forge
+            .received()
+            .iter()
+            .filter(|r| r.path.starts_with("/api/v1/"))
+        {
+            assert_eq!(
+                r.header("authorization"),
+                Some(format!("token {GITEA}").as_str())
+            );
         }
         fs::remove_dir_all(dir).unwrap();
     }
@@ -774,7 +805,10 @@ mod tests {
         let cases = [
             (format!("{}  {deb}\n", "0".repeat(64)), "does not match"),
             (
-                format!("{}  other.deb\n", hex(&Sha256::digest(fs::read(dir.join(&deb)).unwrap()))),
+                format!(
+                    "{}  other.deb\n",
+                    hex(&Sha256::digest(fs::read(dir.join(&deb)).unwrap()))
+                ),
                 "does not name",
             ),
         ];
@@ -805,7 +839,10 @@ mod tests {
         let forge = Forge::start(tokens()).unwrap();
         forge.answer_next(403, "403 Forbidden - insufficient_scope");
         let err = format!("{:#}", publish(&only_gitlab(&forge)).unwrap_err());
-        assert!(err.contains("403 403 Forbidden - insufficient_scope"), "{err}");
+        assert!(
+            err.contains("403 403 Forbidden - insufficient_scope"),
+            "{err}"
+        );
         assert_eq!(forge.received().len(), 1, "a 4xx is not tried again");
 
         // A release that already exists is the server's 409, said as it said it.
@@ -851,8 +888,16 @@ mod tests {
         for token in [JOB, GITEA, DEPLOY] {
             assert!(!text.contains(token), "{text}");
         }
-        assert_eq!(text.matches("JOB-TOKEN: <$CI_JOB_TOKEN>").count(), 4, "{text}");
-        assert_eq!(text.matches("Authorization: <$GITEA_TOKEN>").count(), 4, "{text}");
+        assert_eq!(
+            text.matches("JOB-TOKEN: <$CI_JOB_TOKEN>").count(),
+            4,
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("Authorization: <$GITEA_TOKEN>").count(),
+            4,
+            "{text}"
+        );
         assert!(text.contains(&format!(
             "PUT {}/{VERSION}/{PACKAGE}_{VERSION}_amd64.deb",
             forge.generic_base()

@@ -73,7 +73,9 @@ fn the_pipeline_tests_every_change_packages_and_releases_tags() {
         "$CI_COMMIT_TAG",
     ] {
         assert!(
-            workflow.iter().any(|(i, w)| i == wanted && w == "on_success"),
+            workflow
+                .iter()
+                .any(|(i, w)| i == wanted && w == "on_success"),
             "{workflow:?}"
         );
     }
@@ -87,7 +89,10 @@ fn the_pipeline_tests_every_change_packages_and_releases_tags() {
     assert_eq!(script(release), ["cargo xtask release --gitlab"]);
     assert_eq!(
         rules(release),
-        [("$CI_COMMIT_TAG =~ /^v/".to_string(), "on_success".to_string())]
+        [(
+            "$CI_COMMIT_TAG =~ /^v/".to_string(),
+            "on_success".to_string()
+        )]
     );
     assert_eq!(release["dependencies"][0], "package");
 
