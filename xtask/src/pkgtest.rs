@@ -24,6 +24,7 @@ use crate::apt::{self, Apt, OsRelease};
 use crate::cmd;
 use crate::docker::Docker;
 use crate::forge::{Forge, Tokens};
+use crate::release::{self, GitLab, Gitea, Release, Retry, Secret};
 use crate::state;
 
 /// The cached image's repository name (deliberately outside teardown's `monky-e2e-` prefix).
@@ -122,29 +123,33 @@ pub fn run(deb: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Runs `cargo xtask release` (this binary) on dist's folder against `forge`, with the
-/// variables a tag pipeline's jobs get, and checks that the forge holds each file byte for byte
-/// where install.sh downloads it.
+/// Publishes dist's folder with `cargo xtask release`'s own publish, as a tag pipeline's jobs
+/// do (`--gitlab --gitea`), against `forge`, and checks that the forge holds each file byte for
+/// byte where install.sh downloads it. (The command line and its variables are run as written
+/// by `xtask/tests/release_runbook.rs`.)
 fn publish(deb: &Path, forge: &Forge, tokens: &Tokens) -> Result<()> {
     let dir = deb.parent().context("the .deb's folder")?;
     let version = env!("CARGO_PKG_VERSION");
-    let exe = std::env::current_exe().context("cannot find the xtask binary")?;
-    let mut release = cmd::new(&exe, ["release", "--gitlab", "--gitea", "--dir"]);
-    release
-        .arg(dir)
-        .env("CI_COMMIT_TAG", format!("v{version}"))
-        .env("CI_API_V4_URL", forge.api_v4_url())
-        .env("CI_PROJECT_ID", crate::forge::PROJECT_ID)
-        .env("CI_JOB_TOKEN", &tokens.job)
-        .env_remove("GITLAB_PRIVATE_TOKEN")
-        .env("GITEA_URL", forge.url())
-        .env("GITEA_REPO", crate::forge::GITEA_REPO)
-        .env("GITEA_TOKEN", &tokens.gitea);
     println!(
         "==> packaging: cargo xtask release to a fake GitLab and Gitea at {}",
         forge.url()
     );
-    cmd::run(&mut release)?;
+    release::publish(&Release {
+        dir: dir.to_path_buf(),
+        tag: format!("v{version}"),
+        gitlab: Some(GitLab {
+            api: forge.api_v4_url(),
+            project: crate::forge::PROJECT_ID.into(),
+            auth: ("JOB-TOKEN", Secret::new("CI_JOB_TOKEN", &tokens.job)),
+        }),
+        gitea: Some(Gitea {
+            url: forge.url(),
+            repo: crate::forge::GITEA_REPO.into(),
+            token: Secret::new("GITEA_TOKEN", &tokens.gitea),
+        }),
+        dry_run: false,
+        retry: Retry::default(),
+    })?;
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
