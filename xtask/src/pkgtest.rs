@@ -31,8 +31,9 @@ use crate::state;
 pub const IMAGE_REPO: &str = "monky-deployd-pkgtest";
 /// What the image holds besides a minimal base: systemd as PID 1, the package's dependencies
 /// that a minimal base lacks (adduser, ca-certificates), man-db so `systemd-analyze verify` can
-/// check the units' man: links.
-const IMAGE_PACKAGES: &str = "systemd,systemd-sysv,adduser,ca-certificates,man-db";
+/// check the units' man: links, and curl, with which install.sh downloads a release (a box has
+/// it: the kit's one-liner is `curl … | bash`).
+const IMAGE_PACKAGES: &str = "systemd,systemd-sysv,adduser,ca-certificates,man-db,curl";
 /// Bumped when the recipe below changes in a way the key would not see.
 const RECIPE: u32 = 1;
 /// The host tools the packaging tests call.
