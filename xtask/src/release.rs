@@ -26,9 +26,11 @@ use anyhow::{Context, Result, bail, ensure};
 use sha2::{Digest, Sha256};
 
 use crate::cmd;
-use crate::dist::PACKAGE;
 use crate::state;
 
+/// The package `cargo xtask dist` builds (its `PACKAGE`, named here rather than imported: dist
+/// runs the packaging step, which publishes with this module).
+const PACKAGE: &str = "monky-deployd";
 /// The workspace's version, which `cargo xtask dist` gives the package.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The Gitea repository when `GITEA_REPO` is unset: the mirror install.sh's `--source gitea`
