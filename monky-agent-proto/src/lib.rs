@@ -9,6 +9,8 @@
 //! - `client` (feature `client`): `Client`, a blocking reqwest client with bearer auth,
 //!   per-call deadlines, an address mapping for mesh transports and a classified `Error`, built
 //!   on the workspace's hardened-HTTP crate (`monky-http`) as the OpenBao client is.
+//! - `grant` (feature `grant`): the deploy grant's claims, an ES256 signer and the JWK Set
+//!   OpenBao verifies them with: what tenancy's tooling and the test kit mint for an agent.
 //!
 //! A loopback fake of tenancy for tests lives in the workspace's `monky-testkit` crate.
 //!
@@ -65,6 +67,9 @@ pub use wire::schemas;
 
 // The certificate reading and the connection check are the shared hardened-HTTP crate's,
 // re-exported at their old paths (the OpenBao client has the same ones).
+#[cfg(feature = "grant")]
+pub mod grant;
+
 #[cfg(feature = "client")]
 pub use monky_http::certificate;
 #[cfg(feature = "client")]

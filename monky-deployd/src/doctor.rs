@@ -138,6 +138,7 @@ pub fn run(cfg: &Config) -> Vec<Check> {
         ),
         _ => skip("identity", "not configured or not used by this transport"),
     });
+    out.extend(mesh(cfg));
     for peer in [peers::Peer::Tenancy, peers::Peer::Bao] {
         let name = match peer {
             peers::Peer::Tenancy => "tenancy listener",
@@ -910,6 +911,136 @@ fn timer(laptop_mode: bool) -> Check {
     )
 }
 
+/// The proxy unit's `ziti` (its `ExecStart` and `ConditionFileIsExecutable` name this path).
+const ZITI_CLI: &str = "/usr/bin/ziti";
+
+/// What the transport needs of OpenZiti on the box: the `ziti` CLI that the proxy unit runs
+/// (transport proxy), and the tunneler's mode: `run-host` beside the proxy, `run` (intercepting
+/// the services' names) for transport system. Both are systemd units' business: without systemd
+/// (the loop run by hand) neither unit runs, and whatever serves the proxy's port is judged by
+/// the listener checks.
+fn mesh(cfg: &Config) -> Vec<Check> {
+    if !std::path::Path::new("/run/systemd/system").is_dir() {
+        let why = "systemd is not running here: no OpenZiti unit to check";
+        return vec![skip("ziti CLI", why), skip("tunneler", why)];
+    }
+    let ziti = match cfg.transport {
+        TransportKind::Proxy => check(
+            "ziti CLI",
+            "install OpenZiti's `openziti` package (install.sh does), which puts `ziti` at /usr/bin/ziti",
+            {
+                use std::os::unix::fs::PermissionsExt;
+                match std::fs::metadata(ZITI_CLI) {
+                    Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => {
+                        Ok(format!("{ZITI_CLI} for monky-deployd-proxy"))
+                    }
+                    Ok(_) => Err(format!("{ZITI_CLI} is not an executable file")),
+                    Err(e) => Err(format!("{ZITI_CLI}: {e}")),
+                }
+            },
+        ),
+        _ => skip("ziti CLI", "transport system dials without the proxy"),
+    };
+    let runner = compose::process::Runner::builder(std::env::temp_dir()).build();
+    let inv = compose::process::Invocation::new("systemctl", Duration::from_secs(10)).args([
+        "show",
+        "-p",
+        "LoadState",
+        "-p",
+        "ActiveState",
+        "-p",
+        "ExecStart",
+        "ziti-edge-tunnel.service",
+    ]);
+    let shown = runner
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.run(&inv).map_err(|e| e.to_string()))
+        .map(|out| out.stdout);
+    let tunneler = match shown {
+        Ok(shown) => tunneler_mode(&shown, cfg.transport),
+        Err(e) => check("tunneler", "", Err(format!("systemctl show: {e}"))),
+    };
+    vec![ziti, tunneler]
+}
+
+/// Judges `systemctl show -p LoadState -p ActiveState -p ExecStart ziti-edge-tunnel.service`
+/// for `transport`.
+fn tunneler_mode(shown: &str, transport: TransportKind) -> Check {
+    let prop = |key: &str| {
+        shown
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .unwrap_or_default()
+    };
+    // ExecStart is `{ path=… ; argv[]=<binary> <mode> <flags…> ; … }`: the mode is the word
+    // after the binary.
+    let mode = prop("ExecStart")
+        .split("argv[]=")
+        .nth(1)
+        .and_then(|argv| argv.split_whitespace().nth(1))
+        .unwrap_or("");
+    let (wanted, fix) = match transport {
+        TransportKind::System => (
+            "run",
+            "transport system needs the tunneler to intercept the services' names: run it in `run` mode (drop install.sh's run-host drop-in), or use transport proxy",
+        ),
+        _ => (
+            "run-host",
+            "install.sh's drop-in (ziti-edge-tunnel.service.d/run-host.conf) runs it as run-host beside the proxy: re-run install.sh, then `systemctl restart ziti-edge-tunnel`",
+        ),
+    };
+    let system = transport == TransportKind::System;
+    let state = prop("ActiveState");
+    let warn = |detail: String| Check {
+        name: "tunneler",
+        verdict: Verdict::Warn,
+        detail,
+        fix,
+    };
+    // Transport system needs the names intercepted, which a tunneler of another kind (or plain
+    // DNS on a dev box) may do too: only a tunneler that is there and cannot intercept fails.
+    if prop("LoadState") != "loaded" {
+        return if system {
+            skip(
+                "tunneler",
+                "no ziti-edge-tunnel.service: the names must resolve and route some other way",
+            )
+        } else {
+            check(
+                "tunneler",
+                fix,
+                Err("ziti-edge-tunnel.service is not installed: the box's services are not on the mesh".into()),
+            )
+        };
+    }
+    if state != "active" {
+        let detail = format!("ziti-edge-tunnel.service is {state} (mode {mode})");
+        return if system {
+            warn(detail)
+        } else {
+            check("tunneler", fix, Err(detail))
+        };
+    }
+    if mode == wanted {
+        return check(
+            "tunneler",
+            fix,
+            Ok(format!("ziti-edge-tunnel active, mode {mode}")),
+        );
+    }
+    let detail = format!(
+        "ziti-edge-tunnel runs `{mode}`; transport {} needs `{wanted}`",
+        transport.as_str()
+    );
+    if system {
+        check("tunneler", fix, Err(detail))
+    } else {
+        // Beside the proxy, `run` also intercepts the services' names: the agent still dials
+        // through the proxy, but the box is not set up as install.sh leaves it.
+        warn(detail)
+    }
+}
+
 /// Prints the checklist; exit 1 when any check failed.
 pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
     let checks = run(cfg);
@@ -1083,6 +1214,55 @@ mod tests {
         assert_eq!(grant_expiry(jwt.as_bytes()), Some(1_700_000_000));
         assert_eq!(grant_expiry(b"not a jwt"), None);
         assert_eq!(grant_expiry(format!("a.{}.c", b64("{}")).as_bytes()), None);
+    }
+
+    #[test]
+    fn the_tunnelers_mode_is_judged_for_the_transport() {
+        let show = |state: &str, mode: &str| {
+            format!(
+                "LoadState=loaded\nActiveState={state}\nExecStart={{ path=/opt/openziti/bin/ziti-edge-tunnel ; argv[]=/opt/openziti/bin/ziti-edge-tunnel {mode} --verbose=2 --identity-dir /opt/openziti/etc/identities ; ignore_errors=no ; start_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }}\n"
+            )
+        };
+        let cases = [
+            (
+                show("active", "run-host"),
+                TransportKind::Proxy,
+                Verdict::Ok,
+            ),
+            (show("active", "run"), TransportKind::Proxy, Verdict::Warn),
+            (
+                show("inactive", "run-host"),
+                TransportKind::Proxy,
+                Verdict::Fail,
+            ),
+            (show("active", "run"), TransportKind::System, Verdict::Ok),
+            (
+                show("active", "run-host"),
+                TransportKind::System,
+                Verdict::Fail,
+            ),
+            (show("failed", "run"), TransportKind::System, Verdict::Warn),
+            (
+                "LoadState=not-found\nActiveState=inactive\nExecStart=\n".to_string(),
+                TransportKind::Proxy,
+                Verdict::Fail,
+            ),
+            (
+                "LoadState=not-found\nActiveState=inactive\nExecStart=\n".to_string(),
+                TransportKind::System,
+                Verdict::Skip,
+            ),
+        ];
+        for (shown, transport, verdict) in cases {
+            let c = tunneler_mode(&shown, transport);
+            assert_eq!(c.verdict, verdict, "{transport:?} {shown}: {}", c.detail);
+            assert_eq!(c.name, "tunneler");
+        }
+        assert!(
+            tunneler_mode(&show("active", "run"), TransportKind::Proxy)
+                .detail
+                .contains("runs `run`; transport proxy needs `run-host`")
+        );
     }
 
     #[test]

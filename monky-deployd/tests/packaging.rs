@@ -26,6 +26,7 @@ use serde_json::json;
 
 use crate::util::TestBundle;
 
+mod pipeline;
 mod upgrade_box;
 
 fn root() -> PathBuf {
@@ -1868,10 +1869,100 @@ fn the_deb_installs_and_ticks_under_systemd() {
     b.ok("DEBIAN_FRONTEND=noninteractive apt-get purge -y -q monky-deployd");
     b.ok("test ! -e /var/lib/monky-deployd && test ! -e /etc/monky-deployd");
     b.ok("getent passwd monky-deployd");
+
+    install_from_the_published_release(&b, deb_name);
     println!(
         "install test: {:.1}s in the box",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// The release as a tag pipeline leaves it: the packaging step (`xtask/src/pkgtest.rs`) ran
+/// `cargo xtask release` against a loopback fake of GitLab and Gitea with dist's folder, and
+/// names the fake's download bases in the env. install.sh's built-in `--source gitlab` (with the
+/// kit's deploy token) and `--source gitea` (without one), pointed at the fake, download the
+/// package from there, check its sha256 and install it; a wrong token is the registry's 401,
+/// and nothing is installed.
+fn install_from_the_published_release(b: &Machine, deb_name: &str) {
+    let env = |key: &str| {
+        std::env::var(key).unwrap_or_else(|_| {
+            panic!("{key} is not set: run `cargo xtask dist --test`, which publishes to a fake GitLab first")
+        })
+    };
+    let (gitlab, gitea) = (env("MONKY_PKG_GITLAB_URL"), env("MONKY_PKG_GITEA_URL"));
+    let version = deb_name
+        .strip_prefix("monky-deployd_")
+        .and_then(|r| r.split('_').next())
+        .unwrap();
+    // The token reaches install.sh as the kit gives it, through MONKY_DEPLOYD_TOKEN, read from a
+    // file so that it is not in docker exec's arguments either.
+    b.put("/tmp/download.token", "not-the-deploy-token");
+    let install = |source: &str| {
+        format!(
+            "MONKY_DEPLOYD_GITLAB_URL={gitlab} MONKY_DEPLOYD_GITEA_URL={gitea} \
+             bash /pkg/install.sh --env {ENV} --transport system --source {source}"
+        )
+    };
+    let refused = b.sh(&format!(
+        "MONKY_DEPLOYD_TOKEN=$(cat /tmp/download.token) {}",
+        install("gitlab")
+    ));
+    let said = text(&refused);
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains("401"),
+        "a wrong token is the registry's 401: {said}"
+    );
+    assert!(!b.sh("dpkg -s monky-deployd").status.success(), "{said}");
+
+    b.put("/tmp/download.token", &env("MONKY_PKG_DEPLOY_TOKEN"));
+    let gitlab_install = b.sh(&format!(
+        "MONKY_DEPLOYD_TOKEN=$(cat /tmp/download.token) {}",
+        install("gitlab")
+    ));
+    let said = text(&gitlab_install);
+    assert!(
+        said.contains(&format!(
+            "==> downloading {deb_name} and {deb_name}.sha256 from {gitlab}/{version}"
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("==> checking the sha256 of {deb_name}")),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("==> installing {deb_name}")),
+        "{said}"
+    );
+    assert!(!said.contains(&env("MONKY_PKG_DEPLOY_TOKEN")), "{said}");
+    assert_eq!(
+        b.ok("dpkg-query -W -f '${Version} ${db:Status-Abbrev}' monky-deployd"),
+        format!("{version} ii ")
+    );
+    // The installed agent is the published package's, byte for byte the .deb dist built.
+    b.ok(&format!(
+        "dpkg-deb --fsys-tarfile /pkg/{deb_name} | tar -xO ./usr/bin/monky-deployd | cmp - /usr/bin/monky-deployd"
+    ));
+    b.ok("DEBIAN_FRONTEND=noninteractive apt-get purge -y -q monky-deployd");
+
+    let gitea_install = b.sh(&install("gitea"));
+    let said = text(&gitea_install);
+    assert!(
+        said.contains(&format!(
+            "==> downloading {deb_name} and {deb_name}.sha256 from {gitea}/v{version}"
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("==> installing {deb_name}")),
+        "{said}"
+    );
+    assert_eq!(
+        b.ok("dpkg-query -W -f '${Version} ${db:Status-Abbrev}' monky-deployd"),
+        format!("{version} ii ")
+    );
+    b.ok("rm -f /tmp/download.token");
 }
 
 /// Plays OPERATIONS.md's "Install from a build" on `b` up to its install.sh line, which it
@@ -2261,6 +2352,11 @@ fn check_command(cmd: &str) -> Result<(), String> {
         "docker" | "apt-get" | "dpkg" | "dpkg-deb" | "sha256sum" | "curl" | "lintian"
         | "setfacl" | "getfacl" | "stat" | "ls" | "cat" | "df" | "id" | "rm" | "ziti" | "grep"
         | "tail" | "scp" | "install" => Ok(()),
+        // The release runbook's tag (xtask/tests/release_runbook.rs checks it names the version).
+        "git" => match w.get(1).map(String::as_str) {
+            Some("tag" | "push") => Ok(()),
+            other => Err(format!("unexpected git command {other:?}")),
+        },
         other => Err(format!("{other:?} is not a command the docs may use")),
     }
 }

@@ -24,10 +24,9 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use jsonwebtoken::jwk::{Jwk, JwkSet, PublicKeyUse, ThumbprintHash};
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use monky_agent_proto::grant::{GrantClaims, GrantSigner};
 use rand::Rng;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
@@ -43,11 +42,11 @@ mod fixtures;
 pub use fixtures::{call, checkin_request, container, host_facts, lease_request, report_request};
 
 /// Audience of deploy grants (the OpenBao role's `bound_audiences`).
-pub const GRANT_AUDIENCE: &str = "openbao-see-env";
+pub use monky_agent_proto::grant::AUDIENCE as GRANT_AUDIENCE;
 /// The `kind` claim of deploy grants (the OpenBao role's `bound_claims`).
-pub const GRANT_KIND: &str = "deploy-grant";
+pub use monky_agent_proto::grant::KIND as GRANT_KIND;
 /// Lifetime of a deploy grant.
-pub const GRANT_TTL: Duration = Duration::from_secs(3600);
+pub use monky_agent_proto::grant::TTL as GRANT_TTL;
 /// OpenBao JWT auth mount named in leases and checkin's vault block.
 pub const AUTH_MOUNT: &str = "jwt-tenancy";
 /// OpenBao JWT auth role named in leases and checkin's vault block.
@@ -404,7 +403,7 @@ impl FakeTenancy {
     /// The key id of the signing key (the JWK thumbprint).
     #[must_use]
     pub fn kid(&self) -> &str {
-        &self.shared.signer.kid
+        self.shared.signer.key.kid()
     }
 
     /// Check bearers against this OpenBao from now on (for when it started after the fake).
@@ -711,76 +710,40 @@ impl BaoLookup {
     }
 }
 
+/// The fake's grant key and issuer: `monky-agent-proto`'s signer, as tenancy's tooling uses it.
 struct Signer {
-    key: EncodingKey,
-    kid: String,
-    jwks: Value,
+    key: GrantSigner,
     issuer: String,
 }
 
 impl Signer {
     fn generate(issuer: &str) -> Self {
-        use aws_lc_rs::rand::SystemRandom;
-        use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
-        let pkcs8 =
-            EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new())
-                .expect("generate a P-256 key");
-        let key = EncodingKey::from_ec_der(pkcs8.as_ref());
-        let mut jwk =
-            Jwk::from_encoding_key(&key, Algorithm::ES256).expect("public jwk of the key");
-        let kid = jwk
-            .thumbprint(ThumbprintHash::SHA256)
-            .expect("jwk thumbprint");
-        jwk.common.key_id = Some(kid.clone());
-        jwk.common.public_key_use = Some(PublicKeyUse::Signature);
-        let jwks = serde_json::to_value(JwkSet { keys: vec![jwk] }).expect("jwks json");
         Signer {
-            key,
-            kid,
-            jwks,
+            key: GrantSigner::generate().expect("generate a P-256 key"),
             issuer: issuer.to_owned(),
         }
     }
 
     fn sign(&self, claims: &Value) -> SecretString {
-        let mut header = Header::new(Algorithm::ES256);
-        header.kid = Some(self.kid.clone());
-        let jwt = jsonwebtoken::encode(&header, claims, &self.key).expect("sign claims");
-        SecretString::from(jwt)
+        self.key.sign_claims(claims).expect("sign claims")
     }
 }
 
 fn mint(shared: &Shared, state: &mut State, env_id: &str) -> (SecretString, String) {
-    let jti = random_hex(16);
-    let iat = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let claims = json!({
-        "iss": shared.signer.issuer,
-        "aud": GRANT_AUDIENCE,
-        "sub": format!("agent:{env_id}"),
-        "env_id": env_id,
-        "kind": GRANT_KIND,
-        "jti": jti,
-        "iat": iat,
-        "exp": iat + GRANT_TTL.as_secs(),
-    });
-    let jwt = shared.signer.sign(&claims);
+    let claims = GrantClaims::new(&shared.signer.issuer, env_id).expect("grant claims");
+    let jwt = shared
+        .signer
+        .key
+        .sign(&claims)
+        .expect("sign a deploy grant");
     state.grants.insert(
-        jti.clone(),
+        claims.jti.clone(),
         Grant {
             env_id: env_id.to_owned(),
             superseded: false,
         },
     );
-    (jwt, jti)
-}
-
-fn random_hex(bytes: usize) -> String {
-    let mut rng = rand::rng();
-    (0..bytes)
-        .map(|_| format!("{:02x}", rng.random::<u8>()))
-        .collect()
+    (jwt, claims.jti)
 }
 
 fn random_base62(len: usize) -> String {
@@ -1139,7 +1102,7 @@ fn answer(shared: &Arc<Shared>, incoming: &Incoming) -> Reply {
 /// Tenancy's own handling of a request, once no fault took it over.
 fn answer_unfaulted(shared: &Arc<Shared>, incoming: &Incoming, endpoint: Endpoint) -> Reply {
     if endpoint == Endpoint::Jwks {
-        return Reply::ok(shared.signer.jwks.clone());
+        return Reply::ok(shared.signer.key.jwks().clone());
     }
 
     let Some(bearer) = incoming.bearer.as_deref() else {
@@ -1182,7 +1145,7 @@ fn answer_unfaulted(shared: &Arc<Shared>, incoming: &Incoming, endpoint: Endpoin
         Endpoint::Bundle => bundle(shared, incoming),
         Endpoint::Lease => lease(shared, incoming, &env_id),
         Endpoint::Report => report(shared, incoming),
-        Endpoint::Jwks => Reply::ok(shared.signer.jwks.clone()),
+        Endpoint::Jwks => Reply::ok(shared.signer.key.jwks().clone()),
     }
 }
 

@@ -7,6 +7,8 @@
 //! - `ci`: setup, fmt, clippy, test, demo, packaging, doc, teardown: what `.ci/run` runs.
 //! - `dist`: the release binary, the .deb, its .sha256 and install.sh; `--test` runs the
 //!   packaging tests (ci's packaging step).
+//! - `release`: publishes what dist built to GitLab's generic package registry and release of
+//!   the tag, and to the Gitea mirror's release (the tag pipeline's `release` jobs).
 //! - `demo`: the agent's main job on the dev peers and the local engine (the README's first
 //!   command).
 //! - `fuzz`: the cargo-fuzz targets in `fuzz/` (its own workspace), N seconds each.
@@ -22,11 +24,13 @@ mod cmd;
 mod demo;
 mod dist;
 mod docker;
+mod forge;
 mod fuzz;
 mod net;
 mod openbao;
 mod pkgtest;
 mod procs;
+mod release;
 mod setup;
 mod state;
 mod teardown;
@@ -44,6 +48,9 @@ tasks:
   ci [--fail-fast]    setup, tidy, fmt, clippy, test, demo, packaging, doc, teardown (what .ci/run runs)
   dist [--test]       release binary, .deb, .sha256, install.sh in target/dist-pkg; --test runs the packaging tests
   demo [--keep]       the agent's main job on dev peers and the local engine (--stop ends a kept one)
+  release [--gitlab] [--gitea] [--dry-run]
+                      publish dist's .deb, .sha256 and install.sh to the GitLab package registry
+                      and release of the tag (CI_COMMIT_TAG), and to the Gitea release
   fuzz [--seconds N]  every cargo-fuzz target in fuzz/ for N seconds each (default 60), on stable
   bench [--runs N]    agent vs its floors, side by side; writes docs/PERFORMANCE.md
   tidy                the crate and code rules of docs/architecture.md";
@@ -62,6 +69,7 @@ fn main() -> ExitCode {
         "demo" => demo::main(rest),
         "dist" => dist::main(rest),
         "fuzz" => fuzz::main(rest),
+        "release" => release::main(rest),
         "tidy" => tidy::main(rest),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");

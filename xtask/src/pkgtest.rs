@@ -1,7 +1,10 @@
 //! The packaging step of `cargo xtask ci`, also run by `cargo xtask dist --test`: installs the
 //! tools the packaging tests use (lintian, shellcheck, systemd-analyze, debootstrap, jinja2),
-//! builds the .deb, makes sure a Debian image with systemd exists, then runs the ignored
-//! `packaging::` tests of monky-deployd's suite with the .deb and the image named in the env.
+//! builds the .deb, makes sure a Debian image with systemd exists, publishes dist's folder with
+//! `cargo xtask release` to a loopback fake of GitLab and Gitea (`forge.rs`), then runs the
+//! ignored `packaging::` tests of monky-deployd's suite with the .deb, the image and the fake's
+//! download bases named in the env: the box test installs from what was published, as
+//! `install.sh --source gitlab|gitea` does on a real box.
 //!
 //! The image is debootstrapped from the mirror this machine's own apt sources name, for this
 //! machine's release, and imported with `docker import`: nothing is pulled from a registry. It is
@@ -20,14 +23,17 @@ use anyhow::{Context, Result, bail, ensure};
 use crate::apt::{self, Apt, OsRelease};
 use crate::cmd;
 use crate::docker::Docker;
+use crate::forge::{Forge, Tokens};
+use crate::release::{self, GitLab, Gitea, Release, Retry, Secret};
 use crate::state;
 
 /// The cached image's repository name (deliberately outside teardown's `monky-e2e-` prefix).
 pub const IMAGE_REPO: &str = "monky-deployd-pkgtest";
 /// What the image holds besides a minimal base: systemd as PID 1, the package's dependencies
 /// that a minimal base lacks (adduser, ca-certificates), man-db so `systemd-analyze verify` can
-/// check the units' man: links.
-const IMAGE_PACKAGES: &str = "systemd,systemd-sysv,adduser,ca-certificates,man-db";
+/// check the units' man: links, and curl, with which install.sh downloads a release (a box has
+/// it: the kit's one-liner is `curl … | bash`).
+const IMAGE_PACKAGES: &str = "systemd,systemd-sysv,adduser,ca-certificates,man-db,curl";
 /// Bumped when the recipe below changes in a way the key would not see.
 const RECIPE: u32 = 1;
 /// The host tools the packaging tests call.
@@ -59,6 +65,14 @@ pub fn run(deb: &Path) -> Result<()> {
         image_started.elapsed().as_secs_f64()
     );
 
+    let tokens = Tokens {
+        job: format!("job-{}", state::random_hex(12)?),
+        deploy: format!("deploy-{}", state::random_hex(12)?),
+        gitea: format!("gitea-{}", state::random_hex(12)?),
+    };
+    let forge = Forge::start(tokens.clone())?;
+    publish(deb, &forge, &tokens)?;
+
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut test = Command::new(cargo);
     // The same flags as ci's test step, so the test binary it built is reused.
@@ -71,14 +85,95 @@ pub fn run(deb: &Path) -> Result<()> {
         .env("MONKY_PKG_DEB", deb)
         .env("MONKY_PKG_IMAGE", &image)
         .env("MONKY_E2E_ENV", state::e2e_env_path())
-        .env("MONKY_E2E_REQUIRED", "1");
+        .env("MONKY_E2E_REQUIRED", "1")
+        .env("MONKY_PKG_GITLAB_URL", forge.generic_base())
+        .env("MONKY_PKG_GITEA_URL", forge.gitea_download_base())
+        .env("MONKY_PKG_DEPLOY_TOKEN", &tokens.deploy);
     println!("==> packaging: {}", cmd::display(&test));
     let tests_started = Instant::now();
     cmd::run(&mut test)?;
+    // The box downloaded the package and its sha256 from both, with the deploy token from
+    // GitLab.
+    let served: Vec<_> = forge
+        .received()
+        .into_iter()
+        .filter(|r| r.method == "GET")
+        .collect();
+    let deb_name = deb
+        .file_name()
+        .context("the .deb's name")?
+        .to_string_lossy();
+    for base in [
+        "/api/v4/projects/",
+        "/mdella/monky-deployd/releases/download/",
+    ] {
+        for name in [deb_name.to_string(), format!("{deb_name}.sha256")] {
+            ensure!(
+                served
+                    .iter()
+                    .any(|r| r.path.starts_with(base) && r.path.ends_with(&format!("/{name}"))),
+                "packaging: the box never downloaded {name} from the fake's {base}"
+            );
+        }
+    }
     println!(
         "<== packaging: tests {:.1}s, whole step {:.1}s",
         tests_started.elapsed().as_secs_f64(),
         started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Publishes dist's folder with `cargo xtask release`'s own publish, as a tag pipeline's jobs
+/// do (`--gitlab --gitea`), against `forge`, and checks that the forge holds each file byte for
+/// byte where install.sh downloads it. (The command line and its variables are run as written
+/// by `xtask/tests/release_runbook.rs`.)
+fn publish(deb: &Path, forge: &Forge, tokens: &Tokens) -> Result<()> {
+    let dir = deb.parent().context("the .deb's folder")?;
+    let version = env!("CARGO_PKG_VERSION");
+    println!(
+        "==> packaging: cargo xtask release to a fake GitLab and Gitea at {}",
+        forge.url()
+    );
+    release::publish(&Release {
+        dir: dir.to_path_buf(),
+        tag: format!("v{version}"),
+        gitlab: Some(GitLab {
+            api: forge.api_v4_url(),
+            project: crate::forge::PROJECT_ID.into(),
+            auth: ("JOB-TOKEN", Secret::new("CI_JOB_TOKEN", &tokens.job)),
+        }),
+        gitea: Some(Gitea {
+            url: forge.url(),
+            repo: crate::forge::GITEA_REPO.into(),
+            token: Secret::new("GITEA_TOKEN", &tokens.gitea),
+        }),
+        dry_run: false,
+        retry: Retry::default(),
+    })?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let bytes = std::fs::read(entry.path())?;
+        for path in [
+            format!(
+                "/api/v4/projects/{}/packages/generic/monky-deployd/{version}/{name}",
+                crate::forge::PROJECT_ID
+            ),
+            format!(
+                "/{}/releases/download/v{version}/{name}",
+                crate::forge::GITEA_REPO
+            ),
+        ] {
+            ensure!(
+                forge.file(&path).as_deref() == Some(bytes.as_slice()),
+                "packaging: the release did not leave {name} at {path}"
+            );
+        }
+    }
+    ensure!(
+        forge.gitlab_release(&format!("v{version}")).is_some(),
+        "packaging: the release created no GitLab release"
     );
     Ok(())
 }
