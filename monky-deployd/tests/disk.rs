@@ -109,3 +109,43 @@ fn what_a_container_writes_into_its_release_dir_never_blocks_the_next_release() 
         "a container's data is not pruned for room"
     );
 }
+
+/// A chain of `depth` directories at `top`, made one level at a time from the parent's fd (its
+/// path is longer than any a system call takes), as a container with a `./data` bind makes it.
+fn chain(top: &Path, depth: usize) {
+    use rustix::fs::{Mode, OFlags};
+    std::fs::create_dir(top).unwrap();
+    let dir = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut cur = rustix::fs::open(top, dir, Mode::empty()).unwrap();
+    for _ in 0..depth {
+        rustix::fs::mkdirat(&cur, "d", Mode::from_raw_mode(0o700)).unwrap();
+        cur = rustix::fs::openat(&cur, "d", dir, Mode::empty()).unwrap();
+    }
+}
+
+#[test]
+fn a_release_with_a_20000_deep_tree_is_pruned_under_the_units_descriptor_limit() {
+    let w = World::new();
+    w.config_extra("keep_releases: 1\n");
+    let old = w.applied();
+    chain(&w.env_dir().join(format!("releases/{old}/data")), 20_000);
+    let sha = w.publish(&TestBundle::tagged("2"));
+    // The packaged unit's LimitNOFILE: one descriptor per level would run out at ~1000.
+    let out = w
+        .wrapped_command(&["prlimit", "--nofile=1024:1024", "--"], &["run", "--once"])
+        .output()
+        .unwrap();
+    let run = Run(out);
+    // Exits by itself, not by a signal (the recursive removal died of a stack overflow). Its
+    // code is not asserted: removing 20,000 levels takes tens of seconds on a busy disk, and
+    // OpenBao's `Date`, read before the prune, is judged after it.
+    assert!(run.0.status.code().is_some(), "{:?}", run.0.status);
+    assert!(!run.stderr().contains("fatal runtime error"), "{}", run.stderr());
+    assert_eq!(w.state()["applied_sha"], sha.as_str());
+    assert!(
+        !w.env_dir().join(format!("releases/{old}")).exists(),
+        "the old release is pruned: {}",
+        run.stderr()
+    );
+    assert!(!run.stderr().contains("cannot prune"), "{}", run.stderr());
+}
