@@ -150,6 +150,12 @@ impl Release {
         self.meta().is_some_and(|m| m.allow_privileged)
     }
 
+    /// The release's `address` (bundle.json's), the host its routing labels may name; none
+    /// when its `bundle.json` cannot be read.
+    pub fn address(&self) -> Option<String> {
+        self.meta().map(|m| m.address)
+    }
+
     /// Whether the release's `bundle.json` says prod (false when it cannot be read).
     pub fn is_prod(&self) -> bool {
         self.meta().is_some_and(|m| m.is_prod())

@@ -478,6 +478,7 @@ impl Agent<'_> {
         let policy = self
             .cfg
             .compose_policy(rel.allow_privileged())
+            .route_hosts(rel.address())
             .pids_supplied(true);
         let raw = rel.compose_yaml().or_code(Code::Failed)?;
         let (refused, facts) = refusals::model(
