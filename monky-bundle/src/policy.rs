@@ -1120,7 +1120,8 @@ impl Ctx<'_> {
                 {
                     let mut text = walk.key_value(site, shown, name);
                     if walk.shows_value(site) {
-                        text += &format!(" (accepted: {})", accepted_container_name(&p.project, name));
+                        text +=
+                            &format!(" (accepted: {})", accepted_container_name(&p.project, name));
                     }
                     walk.add(Severity::Nonconforming, site, &text);
                 }
@@ -1562,7 +1563,9 @@ const HINT: char = '\u{1}';
 /// Whether `project` could be a compose project name: a lowercase letter or digit, then
 /// lowercase letters, digits, `-` and `_` (compose's own rule).
 fn project_shaped(name: &str) -> bool {
-    name.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    name.bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')

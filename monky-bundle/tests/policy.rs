@@ -562,8 +562,18 @@ fn a_bind_hint_names_the_exact_path_and_never_root_or_a_home() {
 fn routing_labels_name_only_the_envs_own_hosts() {
     let own = policy().route_hosts(["qa-02.example.com", "*.qa-02.example.com"]);
     let rule = |r: &str| svc(&format!("labels: {{traefik.http.routers.x.rule: \"{r}\"}}"));
-    check_with(&own, &rule("Host(`qa-02.example.com`) && PathPrefix(`/api`)"), &[], "ok");
-    check_with(&own, &svc("labels: [caddy=api.qa-02.example.com]"), &[], "ok");
+    check_with(
+        &own,
+        &rule("Host(`qa-02.example.com`) && PathPrefix(`/api`)"),
+        &[],
+        "ok",
+    );
+    check_with(
+        &own,
+        &svc("labels: [caddy=api.qa-02.example.com]"),
+        &[],
+        "ok",
+    );
     let foreign = "BUNDLE_NONCONFORMING: web: labels traefik.http.routers.x.rule names \
                    other.example.com, not this env's own address (the box's admin may allow it \
                    with allowed_route_hosts: [other.example.com])";

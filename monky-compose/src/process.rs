@@ -520,14 +520,21 @@ impl Ledger {
             | rustix::fs::OFlags::TRUNC
             | rustix::fs::OFlags::NOFOLLOW
             | rustix::fs::OFlags::CLOEXEC;
-        let written = rustix::fs::open(&path, flags, rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR)
-            .map_err(std::io::Error::from)
-            .and_then(|fd| {
-                use std::io::Write as _;
-                std::fs::File::from(fd).write_all(format!("{start}\n").as_bytes())
-            });
+        let written = rustix::fs::open(
+            &path,
+            flags,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+        )
+        .map_err(std::io::Error::from)
+        .and_then(|fd| {
+            use std::io::Write as _;
+            std::fs::File::from(fd).write_all(format!("{start}\n").as_bytes())
+        });
         if let Err(e) = written {
-            tracing::warn!("cannot write down child group {group:?} in {}: {e}", dir.display());
+            tracing::warn!(
+                "cannot write down child group {group:?} in {}: {e}",
+                dir.display()
+            );
         }
         Self(path)
     }
@@ -569,7 +576,11 @@ fn group_members(group: i32, start: u64) -> Vec<i32> {
     };
     let mut members = Vec::new();
     for entry in procs.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
             continue;
         };
         let Some(st) = proc_stat(pid) else { continue };
@@ -578,7 +589,11 @@ fn group_members(group: i32, start: u64) -> Vec<i32> {
             && pid != own
             && !st.zombie
             && uid == Some(me)
-            && if pid == group { st.start == start } else { st.start >= start };
+            && if pid == group {
+                st.start == start
+            } else {
+                st.start >= start
+            };
         if ours {
             members.push(pid);
         }
@@ -611,7 +626,10 @@ pub fn end_orphans(ledger: &Path, grace: Duration) -> std::io::Result<Vec<Orphan
     let mut found = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
-        let group = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok());
+        let group = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok());
         let start = std::fs::read_to_string(&path)
             .ok()
             .and_then(|t| t.trim().parse::<u64>().ok());

@@ -992,8 +992,8 @@ mod tests {
         let mut cur = d.ensure_sub(name, 0o700).unwrap().fd;
         for _ in 0..depth {
             rustix::fs::mkdirat(&cur, "d", Mode::from_raw_mode(0o700)).unwrap();
-            let f = rustix::fs::openat(&cur, "f", OFlags::CREATE | OFlags::WRONLY, Mode::RUSR)
-                .unwrap();
+            let f =
+                rustix::fs::openat(&cur, "f", OFlags::CREATE | OFlags::WRONLY, Mode::RUSR).unwrap();
             drop(f);
             cur = rustix::fs::openat(&cur, "d", DIR_FLAGS, Mode::empty()).unwrap();
         }
@@ -1027,7 +1027,12 @@ mod tests {
         }
         let sub = d.sub("wide").unwrap().unwrap();
         let m = sub.disk_usage_within(&mut Seen::new(), 10);
-        assert!(m.partial.as_deref().unwrap().contains("more than 10 entries"));
+        assert!(
+            m.partial
+                .as_deref()
+                .unwrap()
+                .contains("more than 10 entries")
+        );
         let e = d.remove_tree_within("wide", 10).unwrap_err().to_string();
         assert!(e.contains("wide holds more than 10 entries"), "{e}");
         assert!(d.has("wide"), "named, not removed");
@@ -1042,7 +1047,9 @@ mod tests {
         let name = OsStr::from_bytes(b"\xff\xfe");
         rustix::fs::mkdirat(&s.fd, name, Mode::from_raw_mode(0o700)).unwrap();
         let inner = rustix::fs::openat(&s.fd, name, DIR_FLAGS, Mode::empty()).unwrap();
-        drop(rustix::fs::openat(&inner, name, OFlags::CREATE | OFlags::WRONLY, Mode::RUSR).unwrap());
+        drop(
+            rustix::fs::openat(&inner, name, OFlags::CREATE | OFlags::WRONLY, Mode::RUSR).unwrap(),
+        );
         d.remove_tree("odd").unwrap();
         assert!(!d.has("odd"));
     }

@@ -66,10 +66,10 @@ fn the_benign_corpus_passes_every_check_and_applies() {
         let verdict = monky_bundle::ComposePolicy::new(PROJECT)
             .route_hosts(["qa-02.example.com", "*.qa-02.example.com"])
             .findings_file(
-            yaml,
-            &|n| (n == "LOG_LEVEL").then(|| "info".to_string()),
-            &secrets,
-        );
+                yaml,
+                &|n| (n == "LOG_LEVEL").then(|| "info".to_string()),
+                &secrets,
+            );
         assert!(verdict.is_empty(), "{name}: {verdict:?}");
         // bundle check: the file and compose's real model, with placeholder secrets.
         let run = bundle_check(&w, &docker, &format!("benign/{name}"), &b);

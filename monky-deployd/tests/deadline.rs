@@ -119,7 +119,10 @@ fn a_killed_ticks_orphan_up_never_overlaps_the_next_ticks() {
     w.publish(&TestBundle::tagged("2"));
     let mut killed = w.command(&["run", "--once"]).spawn().unwrap();
     while !std::fs::read_to_string(&log).unwrap().contains("start") {
-        assert!(killed.try_wait().unwrap().is_none(), "the tick ended before its up");
+        assert!(
+            killed.try_wait().unwrap().is_none(),
+            "the tick ended before its up"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     killed.kill().unwrap();
@@ -133,7 +136,10 @@ fn a_killed_ticks_orphan_up_never_overlaps_the_next_ticks() {
     for line in records.lines() {
         match line.split_once(' ') {
             Some(("start", pid)) => {
-                assert!(running.is_none(), "an up started while {running:?} ran: {records}");
+                assert!(
+                    running.is_none(),
+                    "an up started while {running:?} ran: {records}"
+                );
                 running = Some(pid);
                 ups += 1;
             }
@@ -145,7 +151,10 @@ fn a_killed_ticks_orphan_up_never_overlaps_the_next_ticks() {
         }
     }
     assert_eq!(running, None, "an up never ended: {records}");
-    assert_eq!(ups, 2, "the killed tick's up and the next tick's: {records}");
+    assert_eq!(
+        ups, 2,
+        "the killed tick's up and the next tick's: {records}"
+    );
     let pids: Vec<i32> = records
         .lines()
         .filter_map(|l| l.strip_prefix("start ")?.parse().ok())

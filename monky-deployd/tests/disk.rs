@@ -140,7 +140,11 @@ fn a_release_with_a_20000_deep_tree_is_pruned_under_the_units_descriptor_limit()
     // code is not asserted: removing 20,000 levels takes tens of seconds on a busy disk, and
     // OpenBao's `Date`, read before the prune, is judged after it.
     assert!(run.0.status.code().is_some(), "{:?}", run.0.status);
-    assert!(!run.stderr().contains("fatal runtime error"), "{}", run.stderr());
+    assert!(
+        !run.stderr().contains("fatal runtime error"),
+        "{}",
+        run.stderr()
+    );
     assert_eq!(w.state()["applied_sha"], sha.as_str());
     assert!(
         !w.env_dir().join(format!("releases/{old}")).exists(),

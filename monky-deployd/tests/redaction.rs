@@ -294,7 +294,10 @@ fn a_peers_bidi_controls_are_escaped_in_the_journal_status_and_explain() {
             75
         }),
         ("a compose error", |w| {
-            w.stub("PULL_FAIL", "Error response from daemon: \u{202e}\u{2066}gnp.exe");
+            w.stub(
+                "PULL_FAIL",
+                "Error response from daemon: \u{202e}\u{2066}gnp.exe",
+            );
             w.publish(&TestBundle::tagged("2"));
             1
         }),

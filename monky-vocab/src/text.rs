@@ -89,7 +89,12 @@ mod tests {
 
     #[test]
     fn printable_text_of_any_script_is_kept() {
-        for text in ["plain", "tab\tstop", "ÿ über 日本語 עברית العربية", "emoji 🙂"] {
+        for text in [
+            "plain",
+            "tab\tstop",
+            "ÿ über 日本語 עברית العربية",
+            "emoji 🙂",
+        ] {
             assert!(matches!(escape(text, false), Cow::Borrowed(_)), "{text}");
         }
     }

@@ -54,8 +54,11 @@ fn allowed_host(host: &str, allowed: &[String]) -> bool {
         let a = a.trim().trim_end_matches('.').to_ascii_lowercase();
         a == "*"
             || a == host
-            || a.strip_prefix('*')
-                .is_some_and(|dot_suffix| dot_suffix.starts_with('.') && host.len() > dot_suffix.len() && host.ends_with(dot_suffix))
+            || a.strip_prefix('*').is_some_and(|dot_suffix| {
+                dot_suffix.starts_with('.')
+                    && host.len() > dot_suffix.len()
+                    && host.ends_with(dot_suffix)
+            })
     })
 }
 
@@ -63,7 +66,10 @@ fn allowed_host(host: &str, allowed: &[String]) -> bool {
 /// a snippet's name (`(name)`) and an empty value (the global options) name none.
 fn caddy_hosts(value: &str) -> Result<Vec<String>, &'static str> {
     let mut hosts = Vec::new();
-    for addr in value.split([',', ' ', '\t', '\n']).filter(|a| !a.is_empty()) {
+    for addr in value
+        .split([',', ' ', '\t', '\n'])
+        .filter(|a| !a.is_empty())
+    {
         if addr.starts_with('(') && addr.ends_with(')') {
             continue;
         }
@@ -180,7 +186,11 @@ impl<'a> Parser<'a> {
     fn matcher(&mut self) -> Option<Bound> {
         self.space();
         let start = self.at;
-        while self.text.get(self.at).is_some_and(u8::is_ascii_alphanumeric) {
+        while self
+            .text
+            .get(self.at)
+            .is_some_and(u8::is_ascii_alphanumeric)
+        {
             self.at += 1;
         }
         let name = std::str::from_utf8(&self.text[start..self.at])
@@ -250,24 +260,80 @@ mod tests {
         check(r, "Host(`qa.example.com`)", &Own);
         check(r, "Host(`qa.example.com`) && PathPrefix(`/api`)", &Own);
         check(r, "Host(`api.qa.example.com`, `QA.example.com`)", &Own);
-        check(r, "PathPrefix(`/`) && (Host(`qa.example.com`) || Host(`a.qa.example.com`))", &Own);
+        check(
+            r,
+            "PathPrefix(`/`) && (Host(`qa.example.com`) || Host(`a.qa.example.com`))",
+            &Own,
+        );
         check(r, "HostRegexp(`^qa\\.example\\.com$`)", &Own);
-        check("traefik.tcp.routers.db.rule", "HostSNI(`db.qa.example.com`)", &Own);
-        check(r, "Host(`other-env.example.com`)", &Foreign("other-env.example.com".into()));
-        check(r, "Host(`qa.example.com`) || Host(`other.example.com`)", &Foreign("other.example.com".into()));
-        check(r, "Host(`qa.example.com.evil.com`)", &Foreign("qa.example.com.evil.com".into()));
-        check(r, "PathPrefix(`/`)", &Unjudged("it does not limit the router to named hosts"));
-        check(r, "Host(`qa.example.com`) || PathPrefix(`/`)", &Unjudged("it does not limit the router to named hosts"));
-        check(r, "!Host(`qa.example.com`)", &Unjudged("it does not limit the router to named hosts"));
-        check(r, "HostRegexp(`^.+\\.example\\.com$`)", &Unjudged("it does not limit the router to named hosts"));
-        check("traefik.tcp.routers.db.rule", "HostSNI(`*`)", &Unjudged("it does not limit the router to named hosts"));
-        check(r, "Host:qa.example.com", &Unjudged("it is not a rule the agent can read"));
+        check(
+            "traefik.tcp.routers.db.rule",
+            "HostSNI(`db.qa.example.com`)",
+            &Own,
+        );
+        check(
+            r,
+            "Host(`other-env.example.com`)",
+            &Foreign("other-env.example.com".into()),
+        );
+        check(
+            r,
+            "Host(`qa.example.com`) || Host(`other.example.com`)",
+            &Foreign("other.example.com".into()),
+        );
+        check(
+            r,
+            "Host(`qa.example.com.evil.com`)",
+            &Foreign("qa.example.com.evil.com".into()),
+        );
+        check(
+            r,
+            "PathPrefix(`/`)",
+            &Unjudged("it does not limit the router to named hosts"),
+        );
+        check(
+            r,
+            "Host(`qa.example.com`) || PathPrefix(`/`)",
+            &Unjudged("it does not limit the router to named hosts"),
+        );
+        check(
+            r,
+            "!Host(`qa.example.com`)",
+            &Unjudged("it does not limit the router to named hosts"),
+        );
+        check(
+            r,
+            "HostRegexp(`^.+\\.example\\.com$`)",
+            &Unjudged("it does not limit the router to named hosts"),
+        );
+        check(
+            "traefik.tcp.routers.db.rule",
+            "HostSNI(`*`)",
+            &Unjudged("it does not limit the router to named hosts"),
+        );
+        check(
+            r,
+            "Host:qa.example.com",
+            &Unjudged("it is not a rule the agent can read"),
+        );
         check("caddy", "qa.example.com", &Own);
-        check("caddy_1", "https://api.qa.example.com:8443, (snippet)", &Own);
+        check(
+            "caddy_1",
+            "https://api.qa.example.com:8443, (snippet)",
+            &Own,
+        );
         check("caddy", "", &Own);
-        check("caddy", "other.example.com", &Foreign("other.example.com".into()));
+        check(
+            "caddy",
+            "other.example.com",
+            &Foreign("other.example.com".into()),
+        );
         check("caddy_0", "*.example.com", &Foreign("*.example.com".into()));
-        check("caddy", ":80", &Unjudged("an address without a host serves every host"));
+        check(
+            "caddy",
+            ":80",
+            &Unjudged("an address without a host serves every host"),
+        );
         check("caddy.reverse_proxy", "{{upstreams 80}}", &Own);
         check("com.example.note", "Host(`other.example.com`)", &Own);
     }
