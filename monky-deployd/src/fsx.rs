@@ -610,7 +610,7 @@ struct Frame {
 }
 
 /// A depth-first walk of a tree that holds one descriptor on the directory it is in, however
-/// deep the tree: going down opens a subdirectory `O_NOFOLLOW` from its parent's fd, going
+/// deep the tree, and stays on the tree's file system: going down opens a subdirectory `O_NOFOLLOW` from its parent's fd, going
 /// up opens `..` and proves it is the directory the walk came from (device and inode), so a
 /// tree moved under the walk stops it rather than leading it outside. The levels live in a
 /// vector, not on the call stack, and every entry listed counts against a budget.
@@ -706,6 +706,10 @@ impl Walk {
             Err(e) => return Err(e.into()),
         };
         let id = dir_id(&fd)?;
+        if id.0 != self.levels[0].id.0 {
+            // Another file system mounted here: not the release's to remove or count.
+            return Ok(false);
+        }
         self.cur = fd;
         self.levels.push(Frame {
             id,
