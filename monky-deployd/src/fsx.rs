@@ -359,7 +359,7 @@ impl Dir {
     /// tree, the walk holds two descriptors and no stack frame per level ([`Walk`]); a tree of
     /// more than [`TREE_ENTRIES_MAX`] entries is removed up to there and refused, naming it.
     pub fn remove_tree(&self, name: &str) -> anyhow::Result<()> {
-        self.remove_tree_within(name, TREE_ENTRIES_MAX)
+        self.remove_tree_within(name, tree_entries())
     }
 
     fn remove_tree_within(&self, name: &str, entries: usize) -> anyhow::Result<()> {
@@ -436,7 +436,7 @@ impl Dir {
     /// descriptors however deep the tree goes; one of more than [`TREE_ENTRIES_MAX`] entries,
     /// or one that changes under the walk, is counted up to there and said to be partial.
     pub fn disk_usage(&self, seen: &mut Seen) -> Measured {
-        self.disk_usage_within(seen, TREE_ENTRIES_MAX)
+        self.disk_usage_within(seen, tree_entries())
     }
 
     fn disk_usage_within(&self, seen: &mut Seen, entries: usize) -> Measured {
@@ -546,6 +546,20 @@ impl Dir {
 /// The most entries one walk of a tree visits (a removal, a disk measure): what a container
 /// wrote through a bind may be any size, and a tick must end. A million entries take seconds.
 pub const TREE_ENTRIES_MAX: usize = 1_000_000;
+
+/// The entries one walk may visit: [`TREE_ENTRIES_MAX`], or, with the test-only feature
+/// `failpoints`, `MONKY_DEPLOYD_TEST_TREE_ENTRIES`, so a test names a tree without making a
+/// million entries.
+fn tree_entries() -> usize {
+    #[cfg(feature = "failpoints")]
+    if let Some(n) = std::env::var("MONKY_DEPLOYD_TEST_TREE_ENTRIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return n;
+    }
+    TREE_ENTRIES_MAX
+}
 
 /// What [`Dir::disk_usage`] counted, and why it stopped early when it did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -153,3 +153,53 @@ fn a_release_with_a_20000_deep_tree_is_pruned_under_the_units_descriptor_limit()
     );
     assert!(!run.stderr().contains("cannot prune"), "{}", run.stderr());
 }
+
+/// A release dir too wide to walk within a tick (the walks' budget made small by the test-only
+/// `MONKY_DEPLOYD_TEST_TREE_ENTRIES`) is named in the journal at every prune and in `doctor`,
+/// and the prune goes on with the other releases.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_tree_too_wide_to_walk_is_named_and_the_prune_goes_on() {
+    let w = World::new();
+    w.config_extra("keep_releases: 1\n");
+    let wide = w.applied();
+    let data = w.env_dir().join(format!("releases/{wide}/data"));
+    std::fs::create_dir(&data).unwrap();
+    for i in 0..50 {
+        std::fs::write(data.join(format!("f{i}")), "x").unwrap();
+    }
+    let tick = || {
+        minute_later(&w);
+        let out = w
+            .command(&["run", "--once"])
+            .env("MONKY_DEPLOYD_TEST_TREE_ENTRIES", "20")
+            .output()
+            .unwrap();
+        Run(out)
+    };
+    let second = w.publish(&TestBundle::tagged("2"));
+    let run = tick();
+    run.expect(0);
+    run.says(&["cannot prune", "holds more than 20 entries"]);
+    assert!(data.exists(), "named, not removed");
+    w.publish(&TestBundle::tagged("3"));
+    tick().expect(0).says(&["holds more than 20 entries"]);
+    assert!(
+        !w.env_dir().join(format!("releases/{second}")).exists(),
+        "the prune went on with the other release"
+    );
+    let doctor = w
+        .command(&["doctor"])
+        .env("MONKY_DEPLOYD_TEST_TREE_ENTRIES", "20")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&doctor.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("release dirs"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        line.contains(&wide) && line.contains("holds more than 20 entries"),
+        "{stdout}"
+    );
+}
