@@ -462,12 +462,8 @@ fn same_env(url: &Url, status: u16, call: Call, asked: &str, answered: &str) -> 
 /// A peer's text for a message: at most `max` characters, control and other invisible
 /// characters escaped, so it cannot break a log line or hide in one.
 fn printable(text: &str, max: usize) -> String {
-    let mut out: String = text
-        .chars()
-        .take(max)
-        .collect::<String>()
-        .escape_debug()
-        .collect();
+    let cut: String = text.chars().take(max).collect();
+    let mut out = monky_vocab::text::escape(&cut, false).replace('"', "\\\"");
     if text.chars().nth(max).is_some() {
         out.push('…');
     }
@@ -674,7 +670,7 @@ mod tests {
     #[test]
     fn printable_escapes_and_cuts_a_peers_text() {
         assert_eq!(printable("env-x", 64), "\"env-x\"");
-        assert_eq!(printable("a\nb\u{3000}", 64), "\"a\\nb\\u{3000}\"");
+        assert_eq!(printable("a\nb\u{202e}", 64), "\"a\\nb\\u{202e}\"");
         assert_eq!(printable(&"x".repeat(70), 3), "\"xxx…\"");
     }
 

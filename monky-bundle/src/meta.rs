@@ -27,6 +27,8 @@ pub struct BundleMeta {
     pub allow_rollback: bool,
     /// `disk_need_bytes` at the top level, else under `agent`, else `disk.need_bytes`.
     pub disk_need_bytes: Option<u64>,
+    /// `address`: the env's own host name, which routing labels may name (empty when absent).
+    pub address: String,
 }
 
 impl BundleMeta {
@@ -92,6 +94,7 @@ impl BundleMeta {
             allow_privileged: flag("allow_privileged")?,
             allow_rollback: flag("allow_rollback")?,
             disk_need_bytes,
+            address: opt_str(&root, "address", FILE)?.unwrap_or_default(),
         })
     }
 }

@@ -24,6 +24,7 @@ use crate::refusal::{Refusal, RefusalCode, printable};
 
 mod paths;
 pub mod registries;
+mod routes;
 
 /// How the table classifies a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,7 +255,7 @@ pub const TABLE: &[TableRow] = &[
     row("services.*.ipc", K(C::Namespace(&["private", "shareable", "none"])), "The host's or another container's IPC namespace is refused."),
     row("services.*.isolation", P, "Selects another isolation technology than the box's default."),
     row("services.*.label_file", K(C::EnvFile), "Read by compose as root into the labels, like env_file: only the literal .env."),
-    row("services.*.labels", K(C::Labels), "compose's own labels decide which project a container belongs to."),
+    row("services.*.labels", K(C::Labels), "compose's own labels decide which project a container belongs to; a reverse proxy's routing labels (traefik rules, caddy addresses) may name only the env's own hosts."),
     row("services.*.links", A, "Links between the project's own services."),
     row("services.*.logging", A, "Log options of the service's own containers."),
     row("services.*.logging.driver", K(C::LogDriver), "Drivers that write on the box only; a plugin driver is code on the host."),
@@ -530,6 +531,7 @@ pub struct ComposePolicy {
     registry_host: Option<String>,
     registries: Option<registries::Registries>,
     allow_secrets_on_command_lines: bool,
+    route_hosts: Vec<String>,
 }
 
 impl ComposePolicy {
@@ -548,7 +550,23 @@ impl ComposePolicy {
             registry_host: None,
             registries: None,
             allow_secrets_on_command_lines: false,
+            route_hosts: Vec::new(),
         }
+    }
+
+    /// Adds hosts that routing labels (traefik's router rules, caddy-docker-proxy's site
+    /// addresses) may name: the env's own address (bundle.json's `address`) and the box's
+    /// `allowed_route_hosts` (exact names, `*.suffix` for the names below a domain, `*` for
+    /// any). A label naming another host, or one whose hosts cannot be read off it, is refused.
+    #[must_use]
+    pub fn route_hosts<S: Into<String>>(mut self, hosts: impl IntoIterator<Item = S>) -> Self {
+        self.route_hosts.extend(
+            hosts
+                .into_iter()
+                .map(Into::into)
+                .filter(|h: &String| !h.trim().is_empty()),
+        );
+        self
     }
 
     /// The compose project name the policy holds a bundle to.
@@ -799,6 +817,10 @@ enum Severity {
     Nonconforming,
     Registry,
     Unresolved,
+    /// A routing label naming a host that is not the env's: `BUNDLE_NONCONFORMING`, which
+    /// only the box's `allowed_route_hosts` widens (not `allow_unprefixed_names`, nor the
+    /// bundle's `allow_privileged`).
+    Route,
 }
 
 struct Ctx<'a> {
@@ -936,6 +958,7 @@ impl Ctx<'_> {
         let mut names = Vec::new();
         let mut registry = Vec::new();
         let mut unresolved = Vec::new();
+        let mut routes = Vec::new();
         for (sev, text) in walk.findings {
             match sev {
                 Severity::Invalid => invalid.push(text),
@@ -943,6 +966,7 @@ impl Ctx<'_> {
                 Severity::Nonconforming => names.push(text),
                 Severity::Registry => registry.push(text),
                 Severity::Unresolved => unresolved.push(text),
+                Severity::Route => routes.push(text),
             }
         }
         let budget = self
@@ -963,7 +987,11 @@ impl Ctx<'_> {
         if !invalid.is_empty() {
             out.push(Refusal::new(RefusalCode::BundleInvalid, invalid));
         }
-        if !names.is_empty() && !self.policy.allow_unprefixed_names {
+        if self.policy.allow_unprefixed_names {
+            names.clear();
+        }
+        names.extend(routes);
+        if !names.is_empty() {
             out.push(Refusal::new(RefusalCode::BundleNonconforming, names));
         }
         if !budget.is_empty() {
@@ -1124,12 +1152,13 @@ impl Ctx<'_> {
             }
             C::ContainerName => {
                 if let Some(name) = value.as_str()
-                    && !name.starts_with(&format!("{}-", p.project))
+                    && !own_container_name(&p.project, name)
                     && !self.takes_a_secret(site)
                 {
                     let mut text = walk.key_value(site, shown, name);
                     if walk.shows_value(site) {
-                        text += &format!(" (accepted: {})", accepted_name(&p.project, '-', name));
+                        text +=
+                            &format!(" (accepted: {})", accepted_container_name(&p.project, name));
                     }
                     walk.add(Severity::Nonconforming, site, &text);
                 }
@@ -1139,6 +1168,23 @@ impl Ctx<'_> {
                     if name.starts_with("com.docker.compose.") {
                         bad(walk, Severity::Invalid, &name);
                     }
+                }
+                for (key, text) in labels_of(value) {
+                    let why = match routes::judge(&key, &text, &p.route_hosts) {
+                        routes::Route::Own => continue,
+                        routes::Route::Foreign(host) => format!(
+                            "names {}, not this env's own address (the box's admin may allow \
+                             it with allowed_route_hosts: [{}])",
+                            printable(&host, 80),
+                            printable(&host, 80)
+                        ),
+                        routes::Route::Unjudged(why) => format!(
+                            "cannot be judged: {why} (the box's admin may allow any host for \
+                             this env with allowed_route_hosts: [\"*\"])"
+                        ),
+                    };
+                    let shown = format!("labels {}", printable(&key, 80));
+                    walk.add(Severity::Route, site, &format!("{shown} {why}"));
                 }
             }
             C::CapAdd => {
@@ -1349,14 +1395,21 @@ impl Ctx<'_> {
                     .parent
                     .get("external")
                     .is_some_and(|e| truthy(e) || e.is_object());
+                // The name compose gives the key by default is the project's own, whatever
+                // a longer project could read into it: compose's model spells it out.
+                let default = site
+                    .subject
+                    .split_once('.')
+                    .map(|(_, key)| format!("{}_{key}", p.project));
                 if let Some(name) = value.as_str()
                     && !external
-                    && !name.starts_with(&format!("{}_", p.project))
+                    && default.as_deref() != Some(name)
+                    && !own_object_name(&p.project, name)
                     && !self.takes_a_secret(site)
                 {
                     let mut text = walk.key_value(site, shown, name);
                     if walk.shows_value(site) {
-                        text += &format!(" (accepted: {})", accepted_name(&p.project, '_', name));
+                        text += &format!(" (accepted: {})", accepted_object_name(&p.project, name));
                     }
                     walk.add(Severity::Nonconforming, site, &text);
                 }
@@ -1562,9 +1615,83 @@ enum Place {
 /// printed only where the value is.
 const HINT: char = '\u{1}';
 
-/// The name the policy would accept for `name`: the project's own prefix in front of it.
-fn accepted_name(project: &str, sep: char, name: &str) -> String {
-    format!("{project}{sep}{}", printable(name, 60))
+/// Whether `project` could be a compose project name: a lowercase letter or digit, then
+/// lowercase letters, digits, `-` and `_` (compose's own rule).
+fn project_shaped(name: &str) -> bool {
+    name.bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// Whether `rest`, read as `<x><sep><y>`, names a longer project `<project><sep'><x>` and an
+/// object `<y>` of it: `x` project-shaped and `y` not empty, for some `sep` in `rest`.
+fn splits_as_longer_project(rest: &str, sep: char) -> bool {
+    rest.match_indices(sep)
+        .any(|(i, _)| i + 1 < rest.len() && project_shaped(&rest[..i]))
+}
+
+/// `rest` without compose's suffix of a container's default name (`-<replica>`, or
+/// `-run-<id>` for a one-off), when it has one.
+fn without_replica(rest: &str) -> Option<&str> {
+    let (head, last) = rest.rsplit_once('-')?;
+    if last.is_empty() || !last.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    if last.bytes().all(|b| b.is_ascii_digit()) {
+        return Some(head);
+    }
+    head.strip_suffix("-run")
+}
+
+/// Whether a container name is the project's own: `<project>-<rest>`, and not the name compose
+/// gives by default to a container of a longer project (`<project>-<x>-<service>-<n>`, or a
+/// one-off's `<project>-<x>-<service>-run-<id>`), which belongs to that project even while it
+/// does not exist yet.
+fn own_container_name(project: &str, name: &str) -> bool {
+    name.strip_prefix(project)
+        .and_then(|r| r.strip_prefix('-'))
+        .is_some_and(|rest| {
+            without_replica(rest).is_none_or(|head| !splits_as_longer_project(head, '-'))
+        })
+}
+
+/// Whether a volume or network name is the project's own: `<project>_<rest>`, and not the
+/// name compose gives by default to a volume or network of a longer project
+/// (`<project>_<x>_<key>`, the project `<project>_<x>`).
+fn own_object_name(project: &str, name: &str) -> bool {
+    name.strip_prefix(project)
+        .and_then(|r| r.strip_prefix('_'))
+        .is_some_and(|rest| !splits_as_longer_project(rest, '_'))
+}
+
+/// The container name the policy would accept for `name`: the project's own prefix in front
+/// of it, without a suffix that would make it a longer project's default name.
+fn accepted_container_name(project: &str, name: &str) -> String {
+    let shown = printable(name, 60);
+    let mut rest = name
+        .strip_prefix(project)
+        .and_then(|r| r.strip_prefix('-'))
+        .unwrap_or(&shown);
+    while let Some(head) = without_replica(rest)
+        && splits_as_longer_project(head, '-')
+    {
+        rest = head;
+    }
+    format!("{project}-{rest}")
+}
+
+/// The volume or network name the policy would accept for `name`: the project's own prefix
+/// in front of it, its own `_` made `-` so that no longer project's name can be read into it.
+fn accepted_object_name(project: &str, name: &str) -> String {
+    let shown = printable(name, 60);
+    let rest = name
+        .strip_prefix(project)
+        .and_then(|r| r.strip_prefix('_'))
+        .unwrap_or(&shown);
+    format!("{project}_{}", rest.replace('_', "-"))
 }
 
 /// Whether docker gives each container its own copy of a sysctl (runc's list: the network
@@ -1773,6 +1900,32 @@ fn strings(v: &Value) -> Vec<String> {
 
 /// The names of a list-or-map value: a map's keys, or the part of each `NAME=value` item
 /// before the `=`.
+/// The labels of a map or `key=value` list, values as compose writes them.
+fn labels_of(v: &Value) -> Vec<(String, String)> {
+    match v {
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    Value::String(s) => s.clone(),
+                    Value::Null => String::new(),
+                    other => other.to_string(),
+                };
+                (k.clone(), text)
+            })
+            .collect(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|s| match s.split_once('=') {
+                Some((k, v)) => (k.trim().to_string(), v.to_string()),
+                None => (s.trim().to_string(), String::new()),
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 fn keys_of(v: &Value) -> Vec<String> {
     match v {
         Value::Object(m) => m.keys().cloned().collect(),

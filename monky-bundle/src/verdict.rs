@@ -53,7 +53,7 @@ pub struct Verdict {
 
 impl Verdict {
     /// Judges `bundle` for `env_id` with the box's `policy` (whose `allow_privileged` is
-    /// replaced by the bundle's own): manifest paths under `kv_mount`, the variables of
+    /// replaced by the bundle's own, and whose routing hosts gain the bundle's `address`): manifest paths under `kv_mount`, the variables of
     /// `.env.template`, the compose policy on the compose file with the values known before any
     /// secret is read, and a secret on a command line. No IO.
     #[must_use]
@@ -91,7 +91,8 @@ impl Verdict {
         let known = known_env_values(bundle.env_template(), &provided);
         let policy = policy
             .clone()
-            .allow_privileged(bundle.meta().allow_privileged);
+            .allow_privileged(bundle.meta().allow_privileged)
+            .route_hosts([bundle.meta().address.clone()]);
         let mut unreadable = None;
         match policy.judge_file(bundle.compose(), &|n| known.get(n).cloned(), &provided) {
             Ok(found) => refusals.extend(found),

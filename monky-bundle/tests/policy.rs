@@ -136,6 +136,10 @@ fn each_rule_refuses_what_it_names() {
         ("env_file: ${SECRET}", format!("{P}env_file ${{SECRET}}: {LITERAL} (${{SECRET}} is a secret)")),
         // Identity and integrity.
         ("container_name: monky-env-other-web", "BUNDLE_NONCONFORMING: web: container_name monky-env-other-web (accepted: monky-env-qa-02-monky-env-other-web)".to_string()),
+        // The default names of a longer project, `monky-env-qa-02-b`, that may come later.
+        ("container_name: monky-env-qa-02-b-web-1", "BUNDLE_NONCONFORMING: web: container_name monky-env-qa-02-b-web-1 (accepted: monky-env-qa-02-b-web)".to_string()),
+        ("container_name: monky-env-qa-02-b-web-run-0a1b2c3d4e5f", "BUNDLE_NONCONFORMING: web: container_name monky-env-qa-02-b-web-run-0a1b2c3d4e5f (accepted: monky-env-qa-02-b-web)".to_string()),
+        ("container_name: b-web-1", "BUNDLE_NONCONFORMING: web: container_name b-web-1 (accepted: monky-env-qa-02-b-web)".to_string()),
         ("labels: {com.docker.compose.project: monky-env-other}", format!("{I}web: labels com.docker.compose.project")),
         ("build: .", format!("{I}web: build")),
         ("extends: {service: base, file: /etc/other.yml}", format!("{I}web: extends.file")),
@@ -158,7 +162,10 @@ fn top_level_volumes_networks_configs_and_identity() {
         ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    driver: rclone\n", "PRIVILEGED_REFUSED: volumes.v: driver rclone"),
         ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    external: true\n", "PRIVILEGED_REFUSED: volumes.v: external v (the box's admin may allow it with allowed_external_volumes: [v])"),
         ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    external: true\n    name: monky-env-other_pgdata\n", "PRIVILEGED_REFUSED: volumes.v: external monky-env-other_pgdata (the box's admin may allow it with allowed_external_volumes: [monky-env-other_pgdata])"),
-        ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    name: monky-env-other_pgdata\n", "BUNDLE_NONCONFORMING: volumes.v: name monky-env-other_pgdata (accepted: monky-env-qa-02_monky-env-other_pgdata)"),
+        ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    name: monky-env-other_pgdata\n", "BUNDLE_NONCONFORMING: volumes.v: name monky-env-other_pgdata (accepted: monky-env-qa-02_monky-env-other-pgdata)"),
+        ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    name: monky-env-qa-02_b_data\n", "BUNDLE_NONCONFORMING: volumes.v: name monky-env-qa-02_b_data (accepted: monky-env-qa-02_b-data)"),
+        ("services:\n  s:\n    image: x\n    networks: [n]\nnetworks:\n  n:\n    name: monky-env-qa-02_b_default\n", "BUNDLE_NONCONFORMING: networks.n: name monky-env-qa-02_b_default (accepted: monky-env-qa-02_b-default)"),
+        ("services:\n  s:\n    image: x\n    networks: [n]\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    name: monky-env-qa-02_pgdata\nnetworks:\n  n:\n    name: monky-env-qa-02_back-end\n", "ok"),
         ("services:\n  s:\n    image: x\n    networks: [n]\nnetworks:\n  n:\n    external: true\n    name: host\n", "PRIVILEGED_REFUSED: networks.n: external host (the box's admin may allow it with allowed_external_networks: [host])"),
         ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, device: tmpfs, o: \"size=64m,uid=1000\"}\n", "ok"),
         ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, device: /dev/sda1, o: size=1m}\n", "PRIVILEGED_REFUSED: volumes.v: driver_opts"),
@@ -546,4 +553,50 @@ fn a_bind_hint_names_the_exact_path_and_never_root_or_a_home() {
             None => assert!(!text.contains("allowed_binds"), "{bind}: {text}"),
         }
     }
+}
+
+/// Routing labels name only the env's own hosts (bundle.json's `address`, the box's
+/// `allowed_route_hosts`); neither the bundle's `allow_privileged` nor the box's
+/// `allow_unprefixed_names` widens them.
+#[test]
+fn routing_labels_name_only_the_envs_own_hosts() {
+    let own = policy().route_hosts(["qa-02.example.com", "*.qa-02.example.com"]);
+    let rule = |r: &str| svc(&format!("labels: {{traefik.http.routers.x.rule: \"{r}\"}}"));
+    check_with(
+        &own,
+        &rule("Host(`qa-02.example.com`) && PathPrefix(`/api`)"),
+        &[],
+        "ok",
+    );
+    check_with(
+        &own,
+        &svc("labels: [caddy=api.qa-02.example.com]"),
+        &[],
+        "ok",
+    );
+    let foreign = "BUNDLE_NONCONFORMING: web: labels traefik.http.routers.x.rule names \
+                   other.example.com, not this env's own address (the box's admin may allow it \
+                   with allowed_route_hosts: [other.example.com])";
+    for p in [
+        own.clone(),
+        own.clone().allow_privileged(true),
+        own.clone().allow_unprefixed_names(true),
+    ] {
+        check_with(&p, &rule("Host(`other.example.com`)"), &[], foreign);
+    }
+    check_with(
+        &own,
+        &rule("PathPrefix(`/`)"),
+        &[],
+        "BUNDLE_NONCONFORMING: web: labels traefik.http.routers.x.rule cannot be judged: it does \
+         not limit the router to named hosts (the box's admin may allow any host for this env \
+         with allowed_route_hosts: [\"*\"])",
+    );
+    check_with(
+        &own.clone().route_hosts(["other.example.com"]),
+        &rule("Host(`other.example.com`)"),
+        &[],
+        "ok",
+    );
+    check_with(&own.route_hosts(["*"]), &rule("PathPrefix(`/`)"), &[], "ok");
 }

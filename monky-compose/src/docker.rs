@@ -174,6 +174,7 @@ pub struct DockerBuilder {
     path_env: Option<OsString>,
     plugin_dirs: Option<Vec<PathBuf>>,
     hint: Option<ComposeInfo>,
+    ledger: Option<PathBuf>,
 }
 
 impl Docker {
@@ -187,6 +188,7 @@ impl Docker {
             path_env: None,
             plugin_dirs: None,
             hint: None,
+            ledger: None,
         }
     }
 
@@ -605,6 +607,13 @@ impl DockerBuilder {
         self
     }
 
+    /// Where the running children's process groups are written down (see
+    /// [`RunnerBuilder::ledger`](crate::process::RunnerBuilder::ledger)).
+    pub fn ledger(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.ledger = Some(dir.into());
+        self
+    }
+
     /// The timeout of commands that change things (pull, up, down, prune).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.limits.timeout = timeout;
@@ -651,6 +660,9 @@ impl DockerBuilder {
             Runner::builder(&docker_config).max_output_bytes(self.limits.max_output_bytes);
         if let Some(path) = self.path_env {
             runner = runner.path_env(path);
+        }
+        if let Some(dir) = self.ledger {
+            runner = runner.ledger(dir);
         }
         let runner = runner.build()?;
         let bin = if self.bin.components().count() == 1 && !self.bin.is_absolute() {

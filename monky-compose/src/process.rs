@@ -64,6 +64,7 @@ pub struct Runner {
     env: Vec<(OsString, OsString)>,
     path: OsString,
     max_output: usize,
+    ledger: Option<PathBuf>,
 }
 
 /// Builds a [`Runner`].
@@ -75,6 +76,7 @@ pub struct RunnerBuilder {
     docker_host: Option<OsString>,
     inherit_docker_host: bool,
     max_output: usize,
+    ledger: Option<PathBuf>,
 }
 
 impl Runner {
@@ -86,6 +88,7 @@ impl Runner {
             docker_host: None,
             inherit_docker_host: true,
             max_output: 4 * 1024 * 1024,
+            ledger: None,
         }
     }
 
@@ -155,6 +158,7 @@ impl Runner {
                 live.groups.push(group);
             }
         }
+        let entry = self.ledger.as_deref().map(|dir| Ledger::add(dir, group));
         let (tx, rx) = mpsc::channel();
         let readers = [
             spawn_reader(
@@ -192,6 +196,9 @@ impl Runner {
             }
         }
         live().groups.retain(|g| *g != group);
+        if let Some(entry) = entry {
+            entry.remove();
+        }
         let elapsed = started.elapsed();
         match status {
             None => Err(Error::Timeout {
@@ -236,6 +243,14 @@ impl RunnerBuilder {
         self
     }
 
+    /// A directory of the agent's own (0700) where the process group of every running child
+    /// is written down while it runs, so that a process that was killed before its children
+    /// ended leaves them named for [`end_orphans`]. Default: none.
+    pub fn ledger(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.ledger = Some(dir.into());
+        self
+    }
+
     /// Builds the runner; the agent's environment is read here, once.
     pub fn build(self) -> Result<Runner> {
         if !self.docker_config.is_absolute() {
@@ -257,6 +272,7 @@ impl RunnerBuilder {
             env,
             path,
             max_output: self.max_output,
+            ledger: self.ledger,
         })
     }
 }
@@ -491,6 +507,166 @@ fn wait_with_deadline(child: &mut Child, deadline: Instant) -> Option<std::proce
 fn kill_group(group: rustix::process::Pid) {
     // ESRCH (already gone) is fine.
     let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+}
+
+/// One running child's line in a ledger ([`RunnerBuilder::ledger`]): a file named for its
+/// process group that holds its leader's start time, so a later reader can tell that group
+/// from a new one that reused the number.
+struct Ledger(PathBuf);
+
+impl Ledger {
+    fn add(dir: &Path, group: rustix::process::Pid) -> Self {
+        let path = dir.join(group.as_raw_nonzero().to_string());
+        let start = proc_stat(group.as_raw_nonzero().get()).map_or(0, |s| s.start);
+        let flags = rustix::fs::OFlags::WRONLY
+            | rustix::fs::OFlags::CREATE
+            | rustix::fs::OFlags::TRUNC
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC;
+        let written = rustix::fs::open(
+            &path,
+            flags,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+        )
+        .map_err(std::io::Error::from)
+        .and_then(|fd| {
+            use std::io::Write as _;
+            std::fs::File::from(fd).write_all(format!("{start}\n").as_bytes())
+        });
+        if let Err(e) = written {
+            tracing::warn!(
+                "cannot write down child group {group:?} in {}: {e}",
+                dir.display()
+            );
+        }
+        Self(path)
+    }
+
+    fn remove(self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// What `/proc/<pid>/stat` says of a process that matters here.
+#[derive(Debug, Clone, Copy)]
+struct ProcStat {
+    group: i32,
+    /// Clock ticks after boot.
+    start: u64,
+    zombie: bool,
+}
+
+fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold anything, parentheses included.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(ProcStat {
+        zombie: *fields.first()? == "Z",
+        group: fields.get(2)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// The live processes of the agent's user in process group `group` that a child started at
+/// `start` (its leader's start time) can have made: the leader itself, or processes started
+/// after it. A group that reused the number has a leader started later.
+fn group_members(group: i32, start: u64) -> Vec<i32> {
+    let me = rustix::process::geteuid().as_raw();
+    let own = rustix::process::getpid().as_raw_nonzero().get();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut members = Vec::new();
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Some(st) = proc_stat(pid) else { continue };
+        let uid = rustix::fs::stat(entry.path()).map(|m| m.st_uid).ok();
+        let ours = st.group == group
+            && pid != own
+            && !st.zombie
+            && uid == Some(me)
+            && if pid == group {
+                st.start == start
+            } else {
+                st.start >= start
+            };
+        if ours {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+/// A child group of a process that ended before it, found by [`end_orphans`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Orphan {
+    /// The process group.
+    pub group: i32,
+    /// Whether it is gone now (else it outlived a SIGTERM and a SIGKILL).
+    pub ended: bool,
+}
+
+/// Ends the children a killed process left running, as its ledger names them: each group
+/// still alive gets a SIGTERM (compose stops what it was doing), then a SIGKILL if it is
+/// still there after `grace`, and is waited for until none of its processes is left, so the
+/// caller's own commands never run beside it. Lines whose group is gone are removed.
+///
+/// # Errors
+/// When the ledger cannot be listed.
+pub fn end_orphans(ledger: &Path, grace: Duration) -> std::io::Result<Vec<Orphan>> {
+    let entries = match std::fs::read_dir(ledger) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let group = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok());
+        let start = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok());
+        let (Some(group), Some(start)) = (group.filter(|g| *g > 1), start) else {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        };
+        if group_members(group, start).is_empty() {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        }
+        let Some(pid) = rustix::process::Pid::from_raw(group) else {
+            continue;
+        };
+        let gone = |signal| {
+            let _ = rustix::process::kill_process_group(pid, signal);
+            let until = Instant::now() + grace;
+            loop {
+                if group_members(group, start).is_empty() {
+                    return true;
+                }
+                if Instant::now() >= until {
+                    return false;
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        };
+        let ended = gone(rustix::process::Signal::TERM) || gone(rustix::process::Signal::KILL);
+        if ended {
+            let _ = std::fs::remove_file(&path);
+        }
+        found.push(Orphan { group, ended });
+    }
+    Ok(found)
 }
 
 pub(crate) fn is_executable(path: &Path) -> bool {

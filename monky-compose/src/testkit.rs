@@ -55,6 +55,7 @@ use std::time::Duration;
 /// | `PULL_FAIL` | `pull` prints this and exits 18 |
 /// | `PULL_OUTPUT`, `PULL_EXIT` | `pull`'s canned stderr (a file) and exit status |
 /// | `UP_FAIL` | `up` prints this and exits 1 |
+/// | `UP_SLEEP` | `up` takes this many seconds; starts and ends (a SIGTERM's too) go to `up.log`, as every `up`'s once it exists |
 /// | `UP_OUTPUT`, `UP_EXIT` | `up`'s canned stderr (a file) and exit status |
 /// | `HEALTH` | the health of the containers `up` starts (`healthy`; empty: no healthcheck) |
 /// | `UNHEALTHY_IF` | a compose file containing this text starts unhealthy containers |

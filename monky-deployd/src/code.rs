@@ -136,7 +136,7 @@ policy! {
     PrivilegedRefused, Fail,
         "the compose file asks for host privileges: remove them, or set allow_privileged in bundle.json if this env really needs them";
     BundleNonconforming, Fail,
-        "the compose file names a container, volume or network outside the project's own names: use the accepted name the message gives, or set allow_unprefixed_names in config.yaml if this box really wants it";
+        "the compose file names a container, volume or network outside the project's own names: use the accepted name the message gives, or set allow_unprefixed_names in config.yaml if this box really wants it; a routing label that names another host: name the env's own address, or the box's admin adds the host to allowed_route_hosts";
     BudgetExceeded, Fail,
         "the compose file asks for more of the box than its budget: bring the named value within the budget in the bundle, or widen the named budget key in config.yaml (raise a `max_*`, lower a `min_*`)";
     SecretOnCommandLine, Fail,

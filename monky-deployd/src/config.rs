@@ -220,6 +220,8 @@ struct RawConfig {
     #[serde(default)]
     allowed_external_networks: Vec<String>,
     #[serde(default)]
+    allowed_route_hosts: Vec<String>,
+    #[serde(default)]
     allow_unprefixed_names: bool,
     #[serde(default)]
     allow_secrets_on_command_lines: bool,
@@ -434,6 +436,9 @@ pub struct Config {
     pub allowed_external_volumes: Vec<String>,
     /// External networks a bundle may use.
     pub allowed_external_networks: Vec<String>,
+    /// Hosts besides bundle.json's `address` that this env's routing labels (traefik rules,
+    /// caddy-docker-proxy addresses) may name: exact names, `*.suffix`, or `*` for any.
+    pub allowed_route_hosts: Vec<String>,
     /// Waives `BUNDLE_NONCONFORMING` (names outside the project's), never a host-access finding.
     pub allow_unprefixed_names: bool,
     /// Registries (`host:port`, as an image or the credential spells them) on an address of
@@ -588,6 +593,7 @@ impl Config {
             allowed_binds,
             allowed_external_volumes: raw.allowed_external_volumes,
             allowed_external_networks: raw.allowed_external_networks,
+            allowed_route_hosts: raw.allowed_route_hosts,
             allow_unprefixed_names: raw.allow_unprefixed_names,
             trusted_registries: raw.trusted_registries,
             allow_secrets_on_command_lines: raw.allow_secrets_on_command_lines,
@@ -716,6 +722,7 @@ impl Config {
             .allowed_binds(self.allowed_binds.clone())
             .allowed_external_volumes(self.allowed_external_volumes.iter().cloned())
             .allowed_external_networks(self.allowed_external_networks.iter().cloned())
+            .route_hosts(self.allowed_route_hosts.iter().cloned())
             .allow_unprefixed_names(self.allow_unprefixed_names)
             .allow_secrets_on_command_lines(self.allow_secrets_on_command_lines)
             .registry_host(Some(&self.registry_host))

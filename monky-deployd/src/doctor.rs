@@ -727,6 +727,23 @@ fn release_dirs(cfg: &Config, layout: &Layout) -> Check {
         return skip(NAME, "no release dir can be read yet");
     };
     let b = crate::verdict::human_bytes;
+    if !u.partial.is_empty() {
+        // A tree the measure cannot walk to its end is one the prune cannot remove either:
+        // both walk with the same budget.
+        return Check {
+            name: NAME,
+            verdict: Verdict::Warn,
+            detail: format!(
+                "the agent's files {} of releases_max_bytes {}; not walked to the end, so \
+                 neither measured nor prunable by the agent: {}",
+                b(u.agent),
+                b(cfg.releases_max_bytes),
+                u.partial.join("; ")
+            ),
+            fix: "stop the container that writes there and remove the tree by hand, then move \
+                  that data to a named volume",
+        };
+    }
     let detail = format!(
         "the agent's files {} of releases_max_bytes {}; written by containers into their \
          release dirs {} (not capped)",

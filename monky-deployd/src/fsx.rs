@@ -7,7 +7,7 @@
 //! relative to its parent's fd and must not be a symlink. `current`, the one link, which only
 //! the agent creates, is read as a link (`readlinkat`) and never followed.
 
-use std::ffi::OsStr;
+use std::ffi::{CString, OsStr};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -355,8 +355,14 @@ impl Dir {
     }
 
     /// Removes `name` and everything below it without following any link: a planted link is
-    /// removed itself, its target is left alone. A missing `name` is fine.
+    /// removed itself, its target is left alone. A missing `name` is fine. However deep the
+    /// tree, the walk holds two descriptors and no stack frame per level ([`Walk`]); a tree of
+    /// more than [`TREE_ENTRIES_MAX`] entries is removed up to there and refused, naming it.
     pub fn remove_tree(&self, name: &str) -> anyhow::Result<()> {
+        self.remove_tree_within(name, tree_entries())
+    }
+
+    fn remove_tree_within(&self, name: &str, entries: usize) -> anyhow::Result<()> {
         match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
             Ok(()) | Err(Errno::NOENT) => return Ok(()),
             Err(Errno::ISDIR | Errno::PERM) => {}
@@ -365,28 +371,38 @@ impl Dir {
                     .with_context(|| format!("cannot remove {}", self.join(name).display()));
             }
         }
+        let path = self.join(name);
         let fd = match rustix::fs::openat(&self.fd, name, DIR_FLAGS, Mode::empty()) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(()),
-            Err(e) => {
-                return Err(e)
-                    .with_context(|| format!("cannot open {}", self.join(name).display()));
+            Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+        };
+        let mut walk = Walk::new(fd, entries).map_err(|s| s.into_error(&path))?;
+        walk.clear_files().map_err(|s| s.into_error(&path))?;
+        loop {
+            if let Some(sub) = walk.next_subdir() {
+                if walk.descend(&sub).map_err(|s| s.into_error(&path))? {
+                    walk.clear_files().map_err(|s| s.into_error(&path))?;
+                } else {
+                    // Gone, or made a file or a link since the listing: removed as one.
+                    let _ = rustix::fs::unlinkat(&walk.cur, &sub, AtFlags::empty());
+                }
+                continue;
             }
-        };
-        let sub = Self {
-            fd,
-            path: self.join(name),
-            strict: self.strict,
-        };
-        for (entry, _) in sub.entries()? {
-            sub.remove_tree(&entry)?;
+            match walk.ascend().map_err(|s| s.into_error(&path))? {
+                Some(left) => match rustix::fs::unlinkat(&walk.cur, &left, AtFlags::REMOVEDIR) {
+                    Ok(()) | Err(Errno::NOENT) => {}
+                    Err(e) => {
+                        return Err(WalkStop::Io(e).into_error(&path));
+                    }
+                },
+                None => break,
+            }
         }
-        drop(sub);
+        drop(walk);
         match rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR) {
             Ok(()) | Err(Errno::NOENT) => Ok(()),
-            Err(e) => {
-                Err(e).with_context(|| format!("cannot remove {}", self.join(name).display()))
-            }
+            Err(e) => Err(e).with_context(|| format!("cannot remove {}", path.display())),
         }
     }
 
@@ -414,14 +430,35 @@ impl Dir {
     }
 
     /// The bytes allocated on disk below this directory, the directory's own entries included,
-    /// each inode once (a file hard-linked forty times is one file, as `du` counts it): nothing
-    /// followed through a link, and a tree deeper than 64 levels or wider than a million
-    /// entries counted up to there (anything that large is what a container wrote through a
-    /// bind, and over any sane cap long before that). `seen` holds the inodes already counted,
-    /// so one set shared by several calls counts a file linked into several trees once.
-    pub fn disk_usage(&self, seen: &mut Seen) -> u64 {
-        let mut budget = 1_000_000usize;
-        self.add_usage(&mut budget, 0, seen)
+    /// each inode once (a file hard-linked forty times is one file, as `du` counts it), nothing
+    /// followed through a link. `seen` holds the inodes already counted, so one set shared by
+    /// several calls counts a file linked into several trees once. The walk holds two
+    /// descriptors however deep the tree goes; one of more than [`TREE_ENTRIES_MAX`] entries,
+    /// or one that changes under the walk, is counted up to there and said to be partial.
+    pub fn disk_usage(&self, seen: &mut Seen) -> Measured {
+        self.disk_usage_within(seen, tree_entries())
+    }
+
+    fn disk_usage_within(&self, seen: &mut Seen, entries: usize) -> Measured {
+        let mut bytes = 0u64;
+        let walked = (|| -> Result<(), WalkStop> {
+            let fd = rustix::fs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty())?;
+            let mut walk = Walk::new(fd, entries)?;
+            bytes = bytes.saturating_add(walk.stat_entries(seen)?);
+            loop {
+                if let Some(sub) = walk.next_subdir() {
+                    if walk.descend(&sub)? {
+                        bytes = bytes.saturating_add(walk.stat_entries(seen)?);
+                    }
+                } else if walk.ascend()?.is_none() {
+                    return Ok(());
+                }
+            }
+        })();
+        Measured {
+            bytes,
+            partial: walked.err().map(|s| s.into_error(&self.path).to_string()),
+        }
     }
 
     /// The bytes `name` (not followed through a link) holds on disk, unless its inode is in
@@ -429,30 +466,6 @@ impl Dir {
     pub fn entry_bytes(&self, name: &str, seen: &mut Seen) -> u64 {
         rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
             .map_or(0, |st| bytes_once(&st, seen))
-    }
-
-    fn add_usage(&self, budget: &mut usize, depth: usize, seen: &mut Seen) -> u64 {
-        let mut total = 0u64;
-        for (name, kind) in self.entries().unwrap_or_default() {
-            let Some(left) = budget.checked_sub(1) else {
-                break;
-            };
-            *budget = left;
-            total = total.saturating_add(self.entry_bytes(&name, seen));
-            if kind == FileType::Directory
-                && depth < 64
-                && let Ok(fd) =
-                    rustix::fs::openat(&self.fd, name.as_str(), DIR_FLAGS, Mode::empty())
-            {
-                let sub = Self {
-                    fd,
-                    path: self.join(&name),
-                    strict: self.strict,
-                };
-                total = total.saturating_add(sub.add_usage(budget, depth + 1, seen));
-            }
-        }
-        total
     }
 
     /// The modification time of `name` (a link's own), in seconds.
@@ -527,6 +540,212 @@ impl Dir {
                 let _ = rustix::fs::unlinkat(&self.fd, name.as_str(), AtFlags::empty());
             }
         }
+    }
+}
+
+/// The most entries one walk of a tree visits (a removal, a disk measure): what a container
+/// wrote through a bind may be any size, and a tick must end. A million entries take seconds.
+pub const TREE_ENTRIES_MAX: usize = 1_000_000;
+
+/// The entries one walk may visit: [`TREE_ENTRIES_MAX`], or, with the test-only feature
+/// `failpoints`, `MONKY_DEPLOYD_TEST_TREE_ENTRIES`, so a test names a tree without making a
+/// million entries.
+fn tree_entries() -> usize {
+    #[cfg(feature = "failpoints")]
+    if let Some(n) = std::env::var("MONKY_DEPLOYD_TEST_TREE_ENTRIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return n;
+    }
+    TREE_ENTRIES_MAX
+}
+
+/// What [`Dir::disk_usage`] counted, and why it stopped early when it did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Measured {
+    /// The bytes counted.
+    pub bytes: u64,
+    /// Why the walk ended before the tree did (too many entries, changed under the walk, a
+    /// directory it could not read): the bytes are then a lower bound.
+    pub partial: Option<String>,
+}
+
+/// Why a [`Walk`] stopped before the end of its tree.
+#[derive(Debug)]
+enum WalkStop {
+    /// More entries than the walk may visit.
+    Budget(usize),
+    /// A directory's `..` is not the directory the walk came from: it was moved meanwhile.
+    Moved,
+    /// A system call failed.
+    Io(Errno),
+}
+
+impl From<Errno> for WalkStop {
+    fn from(e: Errno) -> Self {
+        Self::Io(e)
+    }
+}
+
+impl WalkStop {
+    fn into_error(self, root: &Path) -> anyhow::Error {
+        let root = root.display();
+        match self {
+            Self::Budget(max) => anyhow::anyhow!(
+                "{root} holds more than {max} entries, more than the agent walks in one tick; \
+                 a container wrote them through a bind: stop it and remove the tree by hand \
+                 (`rm -rf {root}`), then move that data to a named volume"
+            ),
+            Self::Moved => anyhow::anyhow!(
+                "a directory below {root} was moved while the agent walked it (a running \
+                 container writes there); the walk stopped and the next tick tries again"
+            ),
+            Self::Io(e) => anyhow::anyhow!("cannot walk {root}: {e}"),
+        }
+    }
+}
+
+/// A directory's identity, to know that `..` leads back to the directory the walk came from.
+type DirId = (u64, u64);
+
+fn dir_id(fd: &OwnedFd) -> Result<DirId, Errno> {
+    let st = rustix::fs::fstat(fd)?;
+    #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+    Ok((st.st_dev as u64, st.st_ino as u64))
+}
+
+/// One level of a [`Walk`]: the directory's identity, its name in its parent, and the
+/// subdirectories still to visit.
+struct Frame {
+    id: DirId,
+    name: CString,
+    subdirs: Vec<CString>,
+}
+
+/// A depth-first walk of a tree that holds one descriptor on the directory it is in, however
+/// deep the tree, and stays on the tree's file system: going down opens a subdirectory `O_NOFOLLOW` from its parent's fd, going
+/// up opens `..` and proves it is the directory the walk came from (device and inode), so a
+/// tree moved under the walk stops it rather than leading it outside. The levels live in a
+/// vector, not on the call stack, and every entry listed counts against a budget.
+struct Walk {
+    cur: OwnedFd,
+    levels: Vec<Frame>,
+    left: usize,
+    max: usize,
+}
+
+impl Walk {
+    fn new(root: OwnedFd, entries: usize) -> Result<Self, WalkStop> {
+        let id = dir_id(&root)?;
+        Ok(Self {
+            cur: root,
+            levels: vec![Frame {
+                id,
+                name: CString::default(),
+                subdirs: Vec::new(),
+            }],
+            left: entries,
+            max: entries,
+        })
+    }
+
+    fn top(&mut self) -> &mut Frame {
+        self.levels.last_mut().expect("a walk has its root level")
+    }
+
+    /// The current directory's entries as raw names (a container's names need not be UTF-8),
+    /// each counted against the budget.
+    fn list(&mut self) -> Result<Vec<(CString, FileType)>, WalkStop> {
+        let mut dir = rustix::fs::Dir::read_from(&self.cur)?;
+        let mut out = Vec::new();
+        while let Some(entry) = dir.read() {
+            let entry = entry?;
+            let name = entry.file_name();
+            if name.to_bytes() == b"." || name.to_bytes() == b".." {
+                continue;
+            }
+            self.left = self.left.checked_sub(1).ok_or(WalkStop::Budget(self.max))?;
+            out.push((name.to_owned(), entry.file_type()));
+        }
+        Ok(out)
+    }
+
+    /// Removes every entry of the current directory that is not a directory, and keeps the
+    /// directories to visit.
+    fn clear_files(&mut self) -> Result<(), WalkStop> {
+        let mut subdirs = Vec::new();
+        for (name, kind) in self.list()? {
+            if kind == FileType::Directory {
+                subdirs.push(name);
+                continue;
+            }
+            match rustix::fs::unlinkat(&self.cur, &name, AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => {}
+                Err(Errno::ISDIR | Errno::PERM) => subdirs.push(name),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.top().subdirs = subdirs;
+        Ok(())
+    }
+
+    /// Counts the current directory's entries into `seen` and keeps the directories to visit.
+    fn stat_entries(&mut self, seen: &mut Seen) -> Result<u64, WalkStop> {
+        let mut bytes = 0u64;
+        let mut subdirs = Vec::new();
+        for (name, _) in self.list()? {
+            let Ok(st) = rustix::fs::statat(&self.cur, &name, AtFlags::SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            bytes = bytes.saturating_add(bytes_once(&st, seen));
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                subdirs.push(name);
+            }
+        }
+        self.top().subdirs = subdirs;
+        Ok(bytes)
+    }
+
+    fn next_subdir(&mut self) -> Option<CString> {
+        self.top().subdirs.pop()
+    }
+
+    /// Goes down into `name`; `false` when it is gone or no longer a directory.
+    fn descend(&mut self, name: &CString) -> Result<bool, WalkStop> {
+        let fd = match rustix::fs::openat(&self.cur, name, DIR_FLAGS, Mode::empty()) {
+            Ok(fd) => fd,
+            // Replaced by a file or a link since the listing: never followed.
+            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        let id = dir_id(&fd)?;
+        if id.0 != self.levels[0].id.0 {
+            // Another file system mounted here: not the release's to remove or count.
+            return Ok(false);
+        }
+        self.cur = fd;
+        self.levels.push(Frame {
+            id,
+            name: name.clone(),
+            subdirs: Vec::new(),
+        });
+        Ok(true)
+    }
+
+    /// Goes back up to the parent, proven to be the directory the walk came down from; the
+    /// name of the directory left, or `None` when the walk left its root.
+    fn ascend(&mut self) -> Result<Option<CString>, WalkStop> {
+        let left = self.levels.pop().expect("a walk has its root level");
+        let Some(parent) = self.levels.last() else {
+            return Ok(None);
+        };
+        let fd = rustix::fs::openat(&self.cur, c"..", DIR_FLAGS, Mode::empty())?;
+        if dir_id(&fd)? != parent.id {
+            return Err(WalkStop::Moved);
+        }
+        self.cur = fd;
+        Ok(Some(left.name))
     }
 }
 
@@ -783,6 +1002,74 @@ mod tests {
         d.remove_tree("sub").unwrap();
         assert!(!d.join("sub").exists());
         assert!(outside.join("keep").exists());
+    }
+
+    /// A chain of `depth` directories below `d`'s `name`, made one level at a time from the
+    /// parent's fd (its path is longer than any path a system call takes), a file in each.
+    fn chain(d: &Dir, name: &str, depth: usize) {
+        let mut cur = d.ensure_sub(name, 0o700).unwrap().fd;
+        for _ in 0..depth {
+            rustix::fs::mkdirat(&cur, "d", Mode::from_raw_mode(0o700)).unwrap();
+            let f =
+                rustix::fs::openat(&cur, "f", OFlags::CREATE | OFlags::WRONLY, Mode::RUSR).unwrap();
+            drop(f);
+            cur = rustix::fs::openat(&cur, "d", DIR_FLAGS, Mode::empty()).unwrap();
+        }
+    }
+
+    fn open_fds() -> usize {
+        std::fs::read_dir("/proc/self/fd").unwrap().count()
+    }
+
+    #[test]
+    fn a_tree_deeper_than_the_stack_and_the_fd_limit_is_measured_and_removed() {
+        let (_t, d) = root();
+        chain(&d, "deep", 5_000);
+        let before = open_fds();
+        let sub = d.sub("deep").unwrap().unwrap();
+        let m = sub.disk_usage(&mut Seen::new());
+        assert_eq!(m.partial, None);
+        assert!(m.bytes >= 5_000 * 4096, "{}", m.bytes);
+        drop(sub);
+        d.remove_tree("deep").unwrap();
+        assert!(!d.has("deep"));
+        assert_eq!(open_fds(), before, "no descriptor is left open");
+    }
+
+    #[test]
+    fn a_tree_over_the_budget_is_named_and_what_fits_is_removed() {
+        let (_t, d) = root();
+        let wide = d.ensure_sub("wide", 0o700).unwrap();
+        for i in 0..50 {
+            wide.write_staged(&format!("f{i}"), b"x", 0o600).unwrap();
+        }
+        let sub = d.sub("wide").unwrap().unwrap();
+        let m = sub.disk_usage_within(&mut Seen::new(), 10);
+        assert!(
+            m.partial
+                .as_deref()
+                .unwrap()
+                .contains("more than 10 entries")
+        );
+        let e = d.remove_tree_within("wide", 10).unwrap_err().to_string();
+        assert!(e.contains("wide holds more than 10 entries"), "{e}");
+        assert!(d.has("wide"), "named, not removed");
+        d.remove_tree("wide").unwrap();
+        assert!(!d.has("wide"));
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_are_removed_too() {
+        let (_t, d) = root();
+        let s = d.ensure_sub("odd", 0o700).unwrap();
+        let name = OsStr::from_bytes(b"\xff\xfe");
+        rustix::fs::mkdirat(&s.fd, name, Mode::from_raw_mode(0o700)).unwrap();
+        let inner = rustix::fs::openat(&s.fd, name, DIR_FLAGS, Mode::empty()).unwrap();
+        drop(
+            rustix::fs::openat(&inner, name, OFlags::CREATE | OFlags::WRONLY, Mode::RUSR).unwrap(),
+        );
+        d.remove_tree("odd").unwrap();
+        assert!(!d.has("odd"));
     }
 
     #[test]

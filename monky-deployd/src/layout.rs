@@ -47,6 +47,7 @@ const DIGESTS: &str = "env-digests";
 const FAILED: &str = "failed";
 const CURRENT: &str = "current";
 const APPLYING: &str = "applying";
+const CHILDREN: &str = "children";
 
 /// The largest token file read back.
 const MAX_TOKEN_BYTES: u64 = 64 * 1024;
@@ -436,6 +437,12 @@ impl Layout {
     /// `staging/` (created if missing).
     pub fn staging(&self) -> anyhow::Result<Dir> {
         self.env_sub(STAGING)
+    }
+
+    /// `children/`: the process groups of the docker and compose calls running now, one file
+    /// each, so the tick after a killed one ends what it left running before its own calls.
+    pub fn children(&self) -> anyhow::Result<Dir> {
+        self.env_sub(CHILDREN)
     }
 
     /// `staging/` when it exists.

@@ -566,8 +566,9 @@ pub fn register_release(key: Option<&str>, read: impl FnOnce() -> Vec<secrecy::S
 }
 
 /// `text` with every control character a terminal or the journal would act on escaped, as
-/// Rust writes it (`\r`, `\u{1b}`): C0 (CR included), DEL, C1 and the Unicode line and
-/// paragraph separators. A tab stays; a line break stays only with `keep_newlines`. Peers'
+/// Rust writes it (`\r`, `\u{1b}`): C0 (CR included), DEL, C1, the Unicode line and
+/// paragraph separators, and the bidi and other invisible formatting characters (U+202E would
+/// reorder what a reader sees); the one escape, [`monky_vocab::text::escape`]. A tab stays; a line break stays only with `keep_newlines`. Peers'
 /// text (tenancy's `detail`, OpenBao's and the registry's errors, compose's and the apps'
 /// output) reaches the journal and the terminal only through the printers, and each printer
 /// passes what it prints through here, so no peer can forge a line or move the cursor.
@@ -578,25 +579,11 @@ pub fn register_release(key: Option<&str>, read: impl FnOnce() -> Vec<secrecy::S
 /// assert_eq!(escape_controls("a\u{1b}[2Jb\tc\n", true), "a\\u{1b}[2Jb\tc\n");
 /// assert_eq!(escape_controls("a\nb", false), "a\\nb");
 /// assert_eq!(escape_controls("\u{85}\u{2028}é", false), "\\u{85}\\u{2028}é");
+/// assert_eq!(escape_controls("up\u{202e}nwod", false), "up\\u{202e}nwod");
 /// ```
 #[must_use]
 pub fn escape_controls(text: &str, keep_newlines: bool) -> std::borrow::Cow<'_, str> {
-    let acts = |c: char| {
-        (c.is_control() && c != '\t' && !(keep_newlines && c == '\n'))
-            || matches!(c, '\u{2028}' | '\u{2029}')
-    };
-    if !text.chars().any(acts) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if acts(c) {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
+    monky_vocab::text::escape(text, keep_newlines)
 }
 
 /// Masks everything secret in `text`: the one way to a [`Redacted`].

@@ -412,6 +412,7 @@ fn model_of_bundle(
     let policy = base
         .clone()
         .allow_privileged(b.meta().allow_privileged)
+        .route_hosts([b.meta().address.clone()])
         .pids_supplied(true);
     let vars = b.manifest().env_entries().map(|e| e.var.clone()).collect();
     let secret_keys = bundle::secret_keys(b.env_template(), &vars);

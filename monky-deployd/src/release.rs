@@ -150,6 +150,12 @@ impl Release {
         self.meta().is_some_and(|m| m.allow_privileged)
     }
 
+    /// The release's `address` (bundle.json's), the host its routing labels may name; none
+    /// when its `bundle.json` cannot be read.
+    pub fn address(&self) -> Option<String> {
+        self.meta().map(|m| m.address)
+    }
+
     /// Whether the release's `bundle.json` says prod (false when it cannot be read).
     pub fn is_prod(&self) -> bool {
         self.meta().is_some_and(|m| m.is_prod())
@@ -581,7 +587,7 @@ pub fn prune(layout: &Layout, keep: usize, protect: &[&str]) {
 }
 
 /// What `releases/` and `staging/` hold on disk, each inode counted once.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Usage {
     /// What the agent wrote: each release's top-level bundle members, `.env` and budget
     /// override (and the directories themselves). This is what `releases_max_bytes` caps.
@@ -590,6 +596,9 @@ pub struct Usage {
     /// Measured and reported, never capped: a container must not be able to keep the next
     /// release (its own fix, perhaps) from being deployed.
     pub container: u64,
+    /// The release dirs whose walk stopped before their end, each with why: too deep or too
+    /// wide to walk (or remove) within a tick, or changed under the walk.
+    pub partial: Vec<String>,
 }
 
 /// Whether a top-level entry of a release dir is one the agent writes.
@@ -645,7 +654,9 @@ fn measure(layout: &Layout, containers: bool) -> anyhow::Result<Usage> {
     // The containers' part after every file of the agent's, whose inodes are then seen and
     // count nothing again.
     for dir in trees.iter().filter(|_| containers) {
-        used.container = used.container.saturating_add(dir.disk_usage(&mut seen));
+        let measured = dir.disk_usage(&mut seen);
+        used.container = used.container.saturating_add(measured.bytes);
+        used.partial.extend(measured.partial);
     }
     Ok(used)
 }

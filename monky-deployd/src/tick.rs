@@ -130,6 +130,7 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> Res
     };
     // Declared after the lock, so dropped before it: the deadline stops, then the lock goes.
     let deadline = crate::watchdog::arm(cfg, &layout, end_timed_out);
+    end_orphans(&layout)?;
     let (mut state, note) = crate::statefile::load(&layout).or_code(Code::Failed)?;
     if let Some(note) = note {
         warn!("{note}");
@@ -156,6 +157,39 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> Res
         }
         (result, Ok(())) => result,
     }
+}
+
+/// How long a call a killed tick left running gets to end on a SIGTERM (and then on a SIGKILL).
+const ORPHAN_GRACE: Duration = Duration::from_secs(10);
+
+/// Ends the docker and compose calls a killed tick left running (its lock went with it, its
+/// children did not: they lead process groups of their own), before this tick makes any call
+/// of its own, so two `compose up`s of the project never run at once. One that does not end
+/// fails the tick.
+fn end_orphans(layout: &Layout) -> Result<(), Failure> {
+    let dir = layout.children().or_code(Code::Failed)?;
+    let found = compose::process::end_orphans(dir.path(), ORPHAN_GRACE)
+        .with_context(|| format!("cannot list {}", dir.path().display()))
+        .or_code(Code::Failed)?;
+    for orphan in found {
+        if !orphan.ended {
+            return Err(Failure::coded(
+                Code::Failed,
+                format!(
+                    "process group {} that a killed tick left running (a docker or compose \
+                     call) outlived a SIGTERM and a SIGKILL, so this tick runs none of its own \
+                     beside it: look at it with `ps -g {}`",
+                    orphan.group, orphan.group
+                ),
+            ));
+        }
+        warn!(
+            "ended process group {} (a docker or compose call) that a killed tick left running, \
+             before this tick's own calls",
+            orphan.group
+        );
+    }
+    Ok(())
 }
 
 /// The agent during one tick.
@@ -213,7 +247,8 @@ impl<'a> Agent<'a> {
         opts: TickOptions,
     ) -> Result<Self, Failure> {
         let mut builder = compose::Docker::builder(cfg.docker_bin.clone())
-            .docker_config(crate::layout::docker_config_dir(&cfg.state_dir));
+            .docker_config(crate::layout::docker_config_dir(&cfg.state_dir))
+            .ledger(layout.children().or_code(Code::Failed)?.path());
         if let Some(hint) = state.compose().cloned() {
             builder = builder.compose_hint(hint);
         }

@@ -47,24 +47,29 @@ fn the_benign_corpus_passes_every_check_and_applies() {
     let corpus = benign();
     assert!(corpus.len() >= 30, "{} benign backends", corpus.len());
     let w = World::new();
+    // The env's address (bundle.json's) and a subdomain the box's admin allows for routing.
+    w.config_extra("allowed_route_hosts: [\"*.qa-02.example.com\"]\n");
     w.stage_grant();
     let mut supplied = 0;
     for (name, yaml) in &corpus {
-        let b = TestBundle {
+        let mut b = TestBundle {
             compose: yaml.clone(),
             ..TestBundle::default()
         };
+        b.meta["address"] = serde_json::json!("qa-02.example.com");
         // The check before the lease, on its own.
         let secrets = [
             "GEMINI_API_KEY".to_string(),
             "POSTGRES_PASSWORD".to_string(),
         ]
         .into();
-        let verdict = monky_bundle::ComposePolicy::new(PROJECT).findings_file(
-            yaml,
-            &|n| (n == "LOG_LEVEL").then(|| "info".to_string()),
-            &secrets,
-        );
+        let verdict = monky_bundle::ComposePolicy::new(PROJECT)
+            .route_hosts(["qa-02.example.com", "*.qa-02.example.com"])
+            .findings_file(
+                yaml,
+                &|n| (n == "LOG_LEVEL").then(|| "info".to_string()),
+                &secrets,
+            );
         assert!(verdict.is_empty(), "{name}: {verdict:?}");
         // bundle check: the file and compose's real model, with placeholder secrets.
         let run = bundle_check(&w, &docker, &format!("benign/{name}"), &b);
@@ -186,6 +191,19 @@ const HOSTILE: &[Case] = &[
     case("ulimit-msgqueue", "ulimits: {msgqueue: 1073741824}", BE, "web: ulimits msgqueue 1073741824 over budget.max_ulimit_msgqueue 8388608"),
     case("container-name-unprefixed", "container_name: postgres", NC, "web: container_name postgres (accepted: monky-env-qa-02-postgres)"),
     case("volume-name-unprefixed", "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes: [pg:/pg]\nvolumes:\n  pg:\n    name: pgdata\n", NC, "volumes.pg: name pgdata (accepted: monky-env-qa-02_pgdata)"),
+    // The default names of a longer project (`monky-env-qa-02-b`, `monky-env-qa-02_b`) that
+    // may arrive later.
+    case("container-name-of-a-longer-project", "container_name: monky-env-qa-02-b-web-1", NC, "web: container_name monky-env-qa-02-b-web-1 (accepted: monky-env-qa-02-b-web)"),
+    case("container-name-of-a-longer-projects-one-off", "container_name: monky-env-qa-02-b-web-run-0123456789ab", NC, "web: container_name monky-env-qa-02-b-web-run-0123456789ab (accepted: monky-env-qa-02-b-web)"),
+    case("volume-name-of-a-longer-project", "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    volumes: [pg:/pg]\nvolumes:\n  pg:\n    name: monky-env-qa-02_b_pgdata\n", NC, "volumes.pg: name monky-env-qa-02_b_pgdata (accepted: monky-env-qa-02_b-pgdata)"),
+    case("network-name-of-a-longer-project", "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    networks: [edge]\nnetworks:\n  edge:\n    name: monky-env-qa-02_b_default\n", NC, "networks.edge: name monky-env-qa-02_b_default (accepted: monky-env-qa-02_b-default)"),
+    // Routing labels a reverse proxy on the box acts on: another env's host, or no host at all.
+    case("route-traefik-other-envs-host", "labels:\n  traefik.http.routers.x.rule: \"Host(`other-env.example.com`)\"\n  traefik.http.routers.x.priority: \"100000\"", NC, "web: labels traefik.http.routers.x.rule names other-env.example.com, not this env's own address (the box's admin may allow it with allowed_route_hosts: [other-env.example.com])"),
+    case("route-traefik-catch-all", "labels: [\"traefik.http.routers.x.rule=PathPrefix(`/`)\"]", NC, "web: labels traefik.http.routers.x.rule cannot be judged: it does not limit the router to named hosts (the box's admin may allow any host for this env with allowed_route_hosts: [\"*\"])"),
+    case("route-traefik-host-regexp", "labels:\n  traefik.http.routers.x.rule: \"HostRegexp(`.+\\\\.example\\\\.com`)\"", NC, "web: labels traefik.http.routers.x.rule cannot be judged"),
+    case("route-traefik-tcp-any-sni", "labels:\n  traefik.tcp.routers.x.rule: \"HostSNI(`*`)\"", NC, "web: labels traefik.tcp.routers.x.rule cannot be judged"),
+    case("route-caddy-other-envs-host", "labels:\n  caddy: other-env.example.com\n  caddy.reverse_proxy: \"{{upstreams 80}}\"", NC, "web: labels caddy names other-env.example.com"),
+    case("route-caddy-any-host", "labels:\n  caddy_0: \":80\"", NC, "web: labels caddy_0 cannot be judged: an address without a host serves every host"),
     case("network-name-unprefixed", "services:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n    networks: [edge]\nnetworks:\n  edge:\n    name: edge\n", NC, "networks.edge: name edge (accepted: monky-env-qa-02_edge)"),
 ];
 

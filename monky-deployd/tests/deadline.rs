@@ -105,3 +105,60 @@ fn a_timed_out_tick_writes_its_summary_line_and_metrics_and_counts_repeats() {
     again.expect(75);
     again.says(&["(same TICK_TIMEOUT as the last 1 tick)"]);
 }
+
+/// A tick killed (SIGKILL, as a changed kill mode or loop mode's parent leaves it) during
+/// `compose up` leaves its `up` running; the next tick ends it before its own, so the two
+/// `up`s of the project never overlap: by the stub's own record of each `up`'s start and end.
+#[test]
+fn a_killed_ticks_orphan_up_never_overlaps_the_next_ticks() {
+    let w = World::new();
+    w.applied();
+    let log = w.stub_dir().join("up.log");
+    std::fs::write(&log, "").unwrap();
+    w.stub("UP_SLEEP", "120");
+    w.publish(&TestBundle::tagged("2"));
+    let mut killed = w.command(&["run", "--once"]).spawn().unwrap();
+    while !std::fs::read_to_string(&log).unwrap().contains("start") {
+        assert!(
+            killed.try_wait().unwrap().is_none(),
+            "the tick ended before its up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    w.stub("UP_SLEEP", "");
+    w.tenancy.advance_clock(Duration::from_secs(60));
+    let next = w.tick();
+    let records = std::fs::read_to_string(&log).unwrap();
+    let mut running: Option<&str> = None;
+    let mut ups = 0;
+    for line in records.lines() {
+        match line.split_once(' ') {
+            Some(("start", pid)) => {
+                assert!(
+                    running.is_none(),
+                    "an up started while {running:?} ran: {records}"
+                );
+                running = Some(pid);
+                ups += 1;
+            }
+            Some(("end", pid)) => {
+                assert_eq!(running, Some(pid), "{records}");
+                running = None;
+            }
+            _ => panic!("{line:?} in {records}"),
+        }
+    }
+    assert_eq!(running, None, "an up never ended: {records}");
+    assert_eq!(
+        ups, 2,
+        "the killed tick's up and the next tick's: {records}"
+    );
+    let pids: Vec<i32> = records
+        .lines()
+        .filter_map(|l| l.strip_prefix("start ")?.parse().ok())
+        .collect();
+    assert!(pids.iter().all(|p| !alive(*p)), "{records}");
+    next.says(&["a killed tick left running"]);
+}

@@ -109,3 +109,97 @@ fn what_a_container_writes_into_its_release_dir_never_blocks_the_next_release() 
         "a container's data is not pruned for room"
     );
 }
+
+/// A chain of `depth` directories at `top`, made one level at a time from the parent's fd (its
+/// path is longer than any a system call takes), as a container with a `./data` bind makes it.
+fn chain(top: &Path, depth: usize) {
+    use rustix::fs::{Mode, OFlags};
+    std::fs::create_dir(top).unwrap();
+    let dir = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut cur = rustix::fs::open(top, dir, Mode::empty()).unwrap();
+    for _ in 0..depth {
+        rustix::fs::mkdirat(&cur, "d", Mode::from_raw_mode(0o700)).unwrap();
+        cur = rustix::fs::openat(&cur, "d", dir, Mode::empty()).unwrap();
+    }
+}
+
+#[test]
+fn a_release_with_a_20000_deep_tree_is_pruned_under_the_units_descriptor_limit() {
+    let w = World::new();
+    w.config_extra("keep_releases: 1\n");
+    let old = w.applied();
+    chain(&w.env_dir().join(format!("releases/{old}/data")), 20_000);
+    let sha = w.publish(&TestBundle::tagged("2"));
+    // The packaged unit's LimitNOFILE: one descriptor per level would run out at ~1000.
+    let out = w
+        .wrapped_command(&["prlimit", "--nofile=1024:1024", "--"], &["run", "--once"])
+        .output()
+        .unwrap();
+    let run = Run(out);
+    // Exits by itself, not by a signal (the recursive removal died of a stack overflow). Its
+    // code is not asserted: removing 20,000 levels takes tens of seconds on a busy disk, and
+    // OpenBao's `Date`, read before the prune, is judged after it.
+    assert!(run.0.status.code().is_some(), "{:?}", run.0.status);
+    assert!(
+        !run.stderr().contains("fatal runtime error"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(w.state()["applied_sha"], sha.as_str());
+    assert!(
+        !w.env_dir().join(format!("releases/{old}")).exists(),
+        "the old release is pruned: {}",
+        run.stderr()
+    );
+    assert!(!run.stderr().contains("cannot prune"), "{}", run.stderr());
+}
+
+/// A release dir too wide to walk within a tick (the walks' budget made small by the test-only
+/// `MONKY_DEPLOYD_TEST_TREE_ENTRIES`) is named in the journal at every prune and in `doctor`,
+/// and the prune goes on with the other releases.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_tree_too_wide_to_walk_is_named_and_the_prune_goes_on() {
+    let w = World::new();
+    w.config_extra("keep_releases: 1\n");
+    let wide = w.applied();
+    let data = w.env_dir().join(format!("releases/{wide}/data"));
+    std::fs::create_dir(&data).unwrap();
+    for i in 0..50 {
+        std::fs::write(data.join(format!("f{i}")), "x").unwrap();
+    }
+    let tick = || {
+        minute_later(&w);
+        let out = w
+            .command(&["run", "--once"])
+            .env("MONKY_DEPLOYD_TEST_TREE_ENTRIES", "20")
+            .output()
+            .unwrap();
+        Run(out)
+    };
+    let second = w.publish(&TestBundle::tagged("2"));
+    let run = tick();
+    run.expect(0);
+    run.says(&["cannot prune", "holds more than 20 entries"]);
+    assert!(data.exists(), "named, not removed");
+    w.publish(&TestBundle::tagged("3"));
+    tick().expect(0).says(&["holds more than 20 entries"]);
+    assert!(
+        !w.env_dir().join(format!("releases/{second}")).exists(),
+        "the prune went on with the other release"
+    );
+    let doctor = w
+        .command(&["doctor"])
+        .env("MONKY_DEPLOYD_TEST_TREE_ENTRIES", "20")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&doctor.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("release dirs"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        line.contains(&wide) && line.contains("holds more than 20 entries"),
+        "{stdout}"
+    );
+}

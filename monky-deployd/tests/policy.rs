@@ -159,15 +159,15 @@ const CASES: &[Case] = &[
     case("external-volume-by-key", "volumes: [\"shared:/s\"]\nvolumes:\n  shared:\n    external: true", PR, "volumes.shared: external shared"),
     case("external-network-host", "networks: [h]\nnetworks:\n  h:\n    external: true\n    name: host", PR, "networks.h: external host"),
     case("external-network-other", "networks: [o]\nnetworks:\n  o:\n    external: true\n    name: monky-env-other_default", PR, "networks.o: external monky-env-other_default"),
-    case("volume-named-like-another-env", "volumes: [\"pg:/pg\"]\nvolumes:\n  pg:\n    name: monky-env-other_pgdata", NC, "volumes.pg: name monky-env-other_pgdata (accepted: monky-env-qa-02_monky-env-other_pgdata)"),
-    case("network-named-like-another-env", "networks: [n]\nnetworks:\n  n:\n    name: monky-env-other_default", NC, "networks.n: name monky-env-other_default (accepted: monky-env-qa-02_monky-env-other_default)"),
+    case("volume-named-like-another-env", "volumes: [\"pg:/pg\"]\nvolumes:\n  pg:\n    name: monky-env-other_pgdata", NC, "volumes.pg: name monky-env-other_pgdata (accepted: monky-env-qa-02_monky-env-other-pgdata)"),
+    case("network-named-like-another-env", "networks: [n]\nnetworks:\n  n:\n    name: monky-env-other_default", NC, "networks.n: name monky-env-other_default (accepted: monky-env-qa-02_monky-env-other-default)"),
     case("network-macvlan", "networks: [n]\nnetworks:\n  n:\n    driver: macvlan", PR, "networks.n: driver macvlan"),
     case("network-bridge-options", "networks: [n]\nnetworks:\n  n:\n    driver_opts:\n      com.docker.network.bridge.name: docker0", PR, "networks.n: driver_opts"),
     case("network-subnet", "networks: [n]\nnetworks:\n  n:\n    ipam:\n      config: [{subnet: 10.0.0.0/8}]", PR, "networks.n: ipam"),
     case("external-links", "external_links: [monky-env-other-db-1]", PR, "web: external_links"),
     // A top-level `name` is no longer a case: compose ignores it under the agent's `-p`.
     case("project-label-on-network", "networks: [n]\nnetworks:\n  n:\n    labels: {com.docker.compose.project: monky-env-other}", BI, "networks.n: labels com.docker.compose.project"),
-    case("container-name", "container_name: monky-env-other-web-1", NC, "web: container_name monky-env-other-web-1 (accepted: monky-env-qa-02-monky-env-other-web-1)"),
+    case("container-name", "container_name: monky-env-other-web-1", NC, "web: container_name monky-env-other-web-1 (accepted: monky-env-qa-02-monky-env-other-web)"),
     case("compose-labels", "labels:\n  com.docker.compose.project: monky-env-other", BI, "web: labels com.docker.compose.project"),
     // Files outside the bundle, re-read at every pull, up and revert.
     case("include-relative", "include: [../other/docker-compose.yml]\nservices:\n  web:\n    image: 127.0.0.1:5000/monky/web:1\n", BI, "include"),

@@ -271,3 +271,71 @@ fn a_peers_control_characters_are_escaped_in_the_journal_and_every_view() {
         run.stderr()
     );
 }
+
+/// U+202E (right-to-left override) and the other bidi and invisible formatting characters
+/// from a peer (tenancy's answer, a compose error, a container's log line) are escaped in the
+/// journal, `status` and `explain`, as every control character is: they would reorder what
+/// the operator reads.
+#[test]
+fn a_peers_bidi_controls_are_escaped_in_the_journal_status_and_explain() {
+    use monky_testkit::tenancy::{Endpoint, Fault};
+    type Setup = fn(&World) -> i32;
+    let cases: [(&str, Setup); 3] = [
+        ("tenancy's answer", |w| {
+            w.tenancy.set_fault(
+                Endpoint::Checkin,
+                Fault::Status {
+                    status: 503,
+                    body: serde_json::json!({"code": "UNAVAILABLE",
+                        "detail": "down\u{202e}\u{2066}gnp.exe"})
+                    .to_string(),
+                },
+            );
+            75
+        }),
+        ("a compose error", |w| {
+            w.stub(
+                "PULL_FAIL",
+                "Error response from daemon: \u{202e}\u{2066}gnp.exe",
+            );
+            w.publish(&TestBundle::tagged("2"));
+            1
+        }),
+        ("a container's log line", |w| {
+            let logs = w.path("logs.txt");
+            std::fs::write(&logs, "web-1  | refused \u{202e}\u{2066}gnp.exe\n").unwrap();
+            w.stub("LOGS_FILE", logs.to_str().unwrap());
+            w.stub("HEALTH", "unhealthy");
+            w.publish(&TestBundle::tagged("2"));
+            1
+        }),
+    ];
+    for (peer, setup) in cases {
+        let w = World::new();
+        w.applied();
+        let code = setup(&w);
+        let run = w.tick();
+        run.expect(code);
+        let outputs = [
+            ("journal", run.stderr()),
+            ("status", w.run(&["status"]).stdout()),
+            ("explain", w.run(&["explain"]).stdout()),
+        ];
+        for (what, text) in &outputs {
+            for c in ['\u{202e}', '\u{2066}'] {
+                assert!(!text.contains(c), "{peer}: {what} holds {c:?}: {text:?}");
+            }
+        }
+        assert!(
+            outputs
+                .iter()
+                .any(|(_, text)| text.contains("\\u{202e}\\u{2066}gnp.exe")),
+            "{peer}: escaped, not dropped: {outputs:?}"
+        );
+        assert!(
+            outputs[0].1.contains("\\u{202e}"),
+            "{peer}: the journal says it: {}",
+            outputs[0].1
+        );
+    }
+}

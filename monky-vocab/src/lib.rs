@@ -7,6 +7,8 @@
 //! - [`KvPath`]: a manifest path proven to name one of the env's own `see/` secrets, the only
 //!   mapping from a manifest path to a KV v2 API path; anything else is a [`KvPathRefused`] with
 //!   its [`PathRefusal`], without any IO.
+//! - [`text::escape`]: the one escape of a peer's text for a person's eyes (controls, bidi and
+//!   other invisible formatting characters).
 //! - [`ReportCode`], the closed list of codes an agent reports, and [`AnyReportCode`], a received
 //!   code that keeps unknown ones; [`ReportResult`], a report's outcome.
 //!
@@ -35,6 +37,7 @@
 pub mod kvpath;
 pub mod report;
 pub mod sha;
+pub mod text;
 
 pub use kvpath::{KvPath, KvPathRefused, PathRefusal};
 pub use report::{AnyReportCode, ReportCode, ReportResult};

@@ -181,6 +181,18 @@ case "$sub" in
     exit "${PULL_EXIT:-0}"
     ;;
   up)
+    # UP_SLEEP: `up` takes this many seconds, its start and end (a SIGTERM ends it) recorded in
+    # up.log as `start <pid>` and `end <pid>`; a SIGKILL leaves no end.
+    if [ -n "$UP_SLEEP" ]; then
+      trap 'echo "end $$" >>"$here/up.log"; exit 143' TERM
+      echo "start $$" >>"$here/up.log"
+      sleep "$UP_SLEEP" &
+      wait $!
+      echo "end $$" >>"$here/up.log"
+    elif [ -f "$here/up.log" ]; then
+      echo "start $$" >>"$here/up.log"
+      echo "end $$" >>"$here/up.log"
+    fi
     [ -n "$UP_FAIL" ] && { printf '%s\n' "$UP_FAIL" >&2; exit 1; }
     emit "$UP_OUTPUT" >&2
     health=${HEALTH-healthy}

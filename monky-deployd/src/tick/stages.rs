@@ -562,7 +562,11 @@ impl Agent<'_> {
         rel.write_plain_compose().or_code(Code::Failed)?;
         rel.write_budget_override(self.cfg).or_code(Code::Failed)?;
         let policy = self
-            .with_stored_registries(self.cfg.compose_policy(rel.allow_privileged()))
+            .with_stored_registries(
+                self.cfg
+                    .compose_policy(rel.allow_privileged())
+                    .route_hosts(rel.address()),
+            )
             .pids_supplied(true);
         let raw = rel.compose_yaml().or_code(Code::Failed)?;
         let (refused, facts) = refusals::model(
