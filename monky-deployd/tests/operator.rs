@@ -228,8 +228,8 @@ fn a_revoked_token_is_never_converged_and_doctor_fails_it() {
     assert!(w.bao.revoke_tokens_for_env(ENV) > 0);
     let v = Views::of(&w, w.tick());
     v.tick.expect(1);
-    // The tick dropped the refused token; doctor fails its absence.
-    v.doctor_says("token", "fail", "no token");
+    // The tick dropped the refused token; doctor fails its absence and names the cause it saw.
+    v.doctor_says("token", "fail", "revoked or superseded by tenancy");
     assert_eq!(v.status["converged"], false, "{:#}", v.status);
     assert!(!v.explain.contains("nothing to do"), "{}", v.explain);
     assert!(v.explain.contains("box admin"), "{}", v.explain);
