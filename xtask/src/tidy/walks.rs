@@ -47,10 +47,7 @@ fn check(doc: &str, read: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
                 }
             }
             let defined_in = |test: &dyn Fn(&str) -> bool| {
-                texts
-                    .iter()
-                    .filter_map(|(_, t)| t.as_deref())
-                    .any(|t| test(t))
+                texts.iter().filter_map(|(_, t)| t.as_deref()).any(test)
             };
             for name in fns {
                 if !defined_in(&|t| defines(t, name)) {
