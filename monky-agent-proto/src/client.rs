@@ -16,7 +16,8 @@ use url::Url;
 
 use monky_http::connect::refusal_in;
 use monky_http::{
-    BuildError, CheckHook, ConnectionCheck, Mapping, ReadError, Settings, without_credentials,
+    BaseRefusal, BuildError, CheckHook, ConnectionCheck, Mapping, ReadError, Settings,
+    without_credentials,
 };
 
 use crate::error::{Call, Error, Result};
@@ -107,17 +108,13 @@ impl ClientBuilder {
             url: without_credentials(&base),
             reason,
         };
-        if !matches!(base.scheme(), "http" | "https") {
-            return Err(bad("the scheme must be http or https"));
-        }
-        if base.host_str().is_none() {
-            return Err(bad("the url has no host"));
-        }
-        if !base.username().is_empty() || base.password().is_some() {
-            return Err(bad("credentials do not belong in the url"));
-        }
-        if base.query().is_some() || base.fragment().is_some() {
-            return Err(bad("the url must not carry a query or fragment"));
+        if let Err(refusal) = monky_http::check_base(&base) {
+            return Err(bad(match refusal {
+                BaseRefusal::Scheme => "the scheme must be http or https",
+                BaseRefusal::NoHost => "the url has no host",
+                BaseRefusal::Credentials => "credentials do not belong in the url",
+                BaseRefusal::QueryOrFragment => "the url must not carry a query or fragment",
+            }));
         }
         if !base.path().ends_with('/') {
             let path = format!("{}/", base.path());

@@ -16,7 +16,8 @@ use crate::token::Token;
 use monky_http::certificate::Refused;
 use monky_http::connect::refusal_in;
 use monky_http::{
-    BuildError, CheckHook, ConnectionCheck, Mapping, ReadError, Settings, without_credentials,
+    BaseRefusal, BuildError, CheckHook, ConnectionCheck, Mapping, ReadError, Settings,
+    without_credentials,
 };
 use monky_vocab::KvPath;
 use monky_vocab::kvpath::check_segment;
@@ -104,17 +105,13 @@ impl BaoClientBuilder {
             addr: without_credentials(&addr),
             reason: reason.to_owned(),
         };
-        if !matches!(addr.scheme(), "http" | "https") {
-            return Err(invalid("scheme must be http or https"));
-        }
-        if addr.cannot_be_a_base() || addr.host_str().is_none_or(str::is_empty) {
-            return Err(invalid("no host"));
-        }
-        if !addr.username().is_empty() || addr.password().is_some() {
-            return Err(invalid("credentials in the address are not supported"));
-        }
-        if addr.query().is_some() || addr.fragment().is_some() {
-            return Err(invalid("query or fragment in the address"));
+        if let Err(refusal) = monky_http::check_base(&addr) {
+            return Err(invalid(match refusal {
+                BaseRefusal::Scheme => "scheme must be http or https",
+                BaseRefusal::NoHost => "no host",
+                BaseRefusal::Credentials => "credentials in the address are not supported",
+                BaseRefusal::QueryOrFragment => "query or fragment in the address",
+            }));
         }
 
         // With `connect_to`, reqwest's `resolve` only replaces the address of the host name and

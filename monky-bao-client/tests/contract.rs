@@ -3,70 +3,27 @@
 //! for both, so a divergence of the fake from OpenBao fails here.
 //!
 //! The real half needs the `bao` binary that `cargo xtask setup` installs. It fails when the
-//! binary is missing; `MONKY_REALBAO=skip` skips it on a machine that cannot have the binary,
-//! and is refused under CI (`CI=true`).
+//! binary is missing; `monky_testkit::bao::real_skipped` says when it is skipped.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{Issuer, assert_hidden, unix_now};
+use common::{Setup, assert_hidden, unix_now};
 use monky_bao_client::{Absence, BaoClient, Error, ErrorKind, KvPath, Token};
-use monky_testkit::bao::{BaoPeer, FakeBao, RealBao};
+use monky_testkit::bao::{BaoPeer, FakeBao};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::json;
 
 const DAY: u64 = 86_400;
 
-/// One peer with its issuer and a client of it.
-struct Peer {
-    issuer: Issuer,
-    bao: Box<dyn BaoPeer>,
-    client: BaoClient,
-}
+/// One peer, fake or real, with its issuer and a client of it: the crate's one set-up.
+type Peer = Setup<Box<dyn BaoPeer>>;
 
+/// What the suite asks of either peer, beside the set-up's own `login` and `root`.
 impl Peer {
-    fn fake() -> Option<Peer> {
-        let issuer = Issuer::start();
-        let bao = FakeBao::builder().jwks_url(issuer.jwks_url()).start();
-        Some(Peer::new(issuer, Box::new(bao)))
-    }
-
-    fn real() -> Option<Peer> {
-        if std::env::var("MONKY_REALBAO").as_deref() == Ok("skip") {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "MONKY_REALBAO=skip is not allowed under CI: the real OpenBao half must run"
-            );
-            eprintln!("real OpenBao contract test skipped: MONKY_REALBAO=skip");
-            return None;
-        }
-        let issuer = Issuer::start();
-        let bao = RealBao::builder().jwks_url(issuer.jwks_url()).start();
-        Some(Peer::new(issuer, Box::new(bao)))
-    }
-
-    fn new(issuer: Issuer, bao: Box<dyn BaoPeer>) -> Peer {
-        let client = BaoClient::builder(bao.url()).build().unwrap();
-        Peer {
-            issuer,
-            bao,
-            client,
-        }
-    }
-
     fn login_with(&self, jwt: &SecretString) -> monky_bao_client::Result<monky_bao_client::Login> {
         self.client.login_jwt("jwt-tenancy", "see-env", jwt)
-    }
-
-    fn login(&self, env_id: &str) -> Token {
-        self.login_with(&self.issuer.grant(env_id))
-            .unwrap_or_else(|e| panic!("{} login: {e}", self.bao.kind()))
-            .token
-    }
-
-    fn root(&self) -> Token {
-        Token::from(self.bao.root_token())
     }
 
     fn read(
@@ -100,15 +57,13 @@ macro_rules! contract {
         mod fake {
             $(#[test]
             fn $name() {
-                if let Some(peer) = super::Peer::fake() {
-                    super::$name(&peer);
-                }
+                super::$name(&super::Setup::start().boxed());
             })*
         }
         mod real {
             $(#[test]
             fn $name() {
-                if let Some(peer) = super::Peer::real() {
+                if let Some(peer) = super::Setup::real().map(super::Setup::boxed) {
                     super::$name(&peer);
                 }
             })*
@@ -170,7 +125,7 @@ fn every_answer_carries_openbaos_date(p: &Peer) {
 /// OpenBao's clock apart from the box's.
 #[test]
 fn the_fakes_date_follows_its_clock() {
-    let peer = Peer::fake().unwrap();
+    let peer = Setup::start();
     peer.login("env-a");
     let before = peer.client.server_date().unwrap();
     let fake = FakeBao::builder().jwks_url(peer.issuer.jwks_url()).start();

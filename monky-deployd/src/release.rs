@@ -711,6 +711,15 @@ pub(crate) mod tests {
         ENV_READS.with(Cell::get)
     }
 
+    /// The typed stages' claim in docs/architecture.md, as a compile check: `promote` takes
+    /// only a `Staged`, which `stage` returns and whose field is private to this module.
+    #[test]
+    fn promote_takes_only_a_staged_release() {
+        let _stage: fn(&Layout, &Sha, &bundle::Bundle, &SecretString) -> anyhow::Result<Staged> =
+            stage;
+        let _promote: fn(&Layout, Staged, Gate<'_>) -> anyhow::Result<Release> = promote;
+    }
+
     fn config(dir: &Path) -> Config {
         Config::parse(
             &format!("env_id: e1\nstate_dir: {}\n", dir.join("state").display()),

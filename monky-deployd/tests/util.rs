@@ -208,23 +208,9 @@ fn peers_over(pki: Option<&Pki>) -> PeersBuilder {
     }
 }
 
-/// `MONKY_REALBAO=skip` asks to skip the real-OpenBao tests on a machine that cannot have the
-/// binary; refused under CI.
-pub fn real_bao_skipped() -> bool {
-    if std::env::var("MONKY_REALBAO").as_deref() != Ok("skip") {
-        return false;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "MONKY_REALBAO=skip is not allowed under CI: the real OpenBao tests must run"
-    );
-    eprintln!("real OpenBao test skipped: MONKY_REALBAO=skip");
-    true
-}
-
 impl World<RealBao> {
     /// A world whose OpenBao is a real server set up as production, with the stub docker;
-    /// `None` when [`real_bao_skipped`].
+    /// `None` when [`monky_testkit::bao::real_skipped`].
     pub fn real_bao() -> Option<Self> {
         Self::real_bao_with(None, |b| b)
     }
@@ -244,7 +230,7 @@ impl World<RealBao> {
         real: Option<RealDocker>,
         role: impl FnOnce(monky_testkit::bao::RealBaoBuilder) -> monky_testkit::bao::RealBaoBuilder,
     ) -> Option<Self> {
-        if real_bao_skipped() {
+        if monky_testkit::bao::real_skipped() {
             return None;
         }
         let pki = opts.tls_proxy.then(Pki::new);

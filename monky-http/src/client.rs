@@ -150,6 +150,41 @@ impl Mapping {
     }
 }
 
+/// Why a peer's base URL is refused before any client is built. Exhaustive on purpose: each
+/// client says each in its own words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BaseRefusal {
+    /// The scheme is neither `http` nor `https`.
+    Scheme,
+    /// The URL names no host.
+    NoHost,
+    /// The URL carries a user or a password.
+    Credentials,
+    /// The URL carries a query or a fragment.
+    QueryOrFragment,
+}
+
+/// Checks a peer's base URL: `http` or `https`, with a host, and without credentials, query or
+/// fragment. The configuration chooses the scheme; no client changes it.
+///
+/// # Errors
+/// The first [`BaseRefusal`] that applies, in the order of its variants.
+pub fn check_base(base: &Url) -> Result<(), BaseRefusal> {
+    if !matches!(base.scheme(), "http" | "https") {
+        return Err(BaseRefusal::Scheme);
+    }
+    if base.cannot_be_a_base() || base.host_str().is_none_or(str::is_empty) {
+        return Err(BaseRefusal::NoHost);
+    }
+    if !base.username().is_empty() || base.password().is_some() {
+        return Err(BaseRefusal::Credentials);
+    }
+    if base.query().is_some() || base.fragment().is_some() {
+        return Err(BaseRefusal::QueryOrFragment);
+    }
+    Ok(())
+}
+
 /// `url` for an error message: the user and password a peer's URL must not carry never are.
 #[must_use]
 pub fn without_credentials(url: &Url) -> String {

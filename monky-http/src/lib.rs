@@ -1,6 +1,8 @@
 //! The hardened blocking HTTP client that tenancy's client (monky-agent-proto's `client`
 //! feature) and the OpenBao client (monky-bao-client) are both built on, written once.
 //!
+//! - [`check_base`] refuses a peer's base URL that is not `http(s)` with a host, or that
+//!   carries credentials, a query or a fragment.
 //! - [`build_client`] makes a reqwest client from [`Settings`]: no proxy from the environment,
 //!   no redirect followed, a total timeout, an optional private CA as the only trust root (no
 //!   trust roots at all for plain `http`), an address [`Mapping`] and a [`ConnectionCheck`].
@@ -37,6 +39,8 @@ pub mod connect;
 mod read;
 
 pub use certificate::{CertificateRefusal, CertificateTime};
-pub use client::{BuildError, Mapping, Settings, build_client, without_credentials};
+pub use client::{
+    BaseRefusal, BuildError, Mapping, Settings, build_client, check_base, without_credentials,
+};
 pub use connect::{CheckError, CheckHook, ConnectionCheck};
 pub use read::{ReadError, read_capped};

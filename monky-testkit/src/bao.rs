@@ -33,7 +33,7 @@ const CLOCK_LEEWAY_SECS: i64 = 60;
 
 mod real;
 
-pub use real::{CallError, RealBao, RealBaoBuilder, see_env_policy, see_env_role};
+pub use real::{CallError, RealBao, RealBaoBuilder, real_skipped, see_env_policy, see_env_role};
 
 /// What a test or the demo needs from an OpenBao peer, real ([`RealBao`]) or fake
 /// ([`FakeBao`]): its address and root token, KV writes, seal, and an operator's revocation.
@@ -66,6 +66,49 @@ pub trait BaoPeer {
     fn live_tokens_for_env(&self, env_id: &str) -> usize;
     /// Sets the role's `token_ttl` for logins and renewals from now on.
     fn set_token_ttl(&self, ttl: Duration);
+}
+
+/// A boxed peer is a peer, so one suite can hold either server behind the trait.
+impl<P: BaoPeer + ?Sized> BaoPeer for Box<P> {
+    fn kind(&self) -> &'static str {
+        (**self).kind()
+    }
+    fn url(&self) -> Url {
+        (**self).url()
+    }
+    fn addr(&self) -> SocketAddr {
+        (**self).addr()
+    }
+    fn root_token(&self) -> SecretString {
+        (**self).root_token()
+    }
+    fn put_secret(&self, env_id: &str, name: &str, value: &str) -> u64 {
+        (**self).put_secret(env_id, name, value)
+    }
+    fn put_document(&self, env_id: &str, name: &str, document: Value) -> u64 {
+        (**self).put_document(env_id, name, document)
+    }
+    fn delete_version(&self, env_id: &str, name: &str, version: u64) -> bool {
+        (**self).delete_version(env_id, name, version)
+    }
+    fn destroy_version(&self, env_id: &str, name: &str, version: u64) -> bool {
+        (**self).destroy_version(env_id, name, version)
+    }
+    fn seal(&self) {
+        (**self).seal();
+    }
+    fn unseal(&self) {
+        (**self).unseal();
+    }
+    fn revoke_tokens_for_env(&self, env_id: &str) -> usize {
+        (**self).revoke_tokens_for_env(env_id)
+    }
+    fn live_tokens_for_env(&self, env_id: &str) -> usize {
+        (**self).live_tokens_for_env(env_id)
+    }
+    fn set_token_ttl(&self, ttl: Duration) {
+        (**self).set_token_ttl(ttl);
+    }
 }
 
 /// The largest request body the fake reads.

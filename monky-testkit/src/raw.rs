@@ -1,7 +1,7 @@
 //! A raw HTTP peer for client tests: one connection on 127.0.0.1, answered with bytes a test
 //! writes itself (a redirect, a body trickled a byte at a time, an endless chunked stream), and
 //! the request head it received. The fakes speak the protocols; this speaks whatever a test
-//! needs a misbehaving server to say. Also what the two HTTP clients' hardening tests share: the
+//! needs a misbehaving server to say. Also what the hardening tests (monky-http's) use: the
 //! checklist's ids and a process with proxy variables set.
 
 use std::io::{Read, Write};
@@ -233,7 +233,7 @@ pub fn hardening_checklist() -> Vec<&'static str> {
         .collect()
 }
 
-/// A client's hardening test table: the cases, by name, in the checklist's order. It makes the
+/// monky-http's hardening test table: the cases, by name, in the checklist's order. It makes the
 /// test `the_table_is_the_checklist`, which fails when the names are not the checklist's ids
 /// ([`assert_table_is_the_checklist`]); naming a missing case does not compile.
 #[macro_export]
@@ -247,8 +247,8 @@ macro_rules! hardening_table {
     };
 }
 
-/// Asserts that a client's hardening test table has exactly the checklist's ids, in order, so
-/// neither client can drop or add a rule without the other and the doc following.
+/// Asserts that the hardening test table has exactly the checklist's ids, in order, so no rule
+/// is dropped or added without the doc following.
 ///
 /// # Panics
 /// When `table` differs from [`hardening_checklist`].

@@ -13,7 +13,7 @@ use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
 use jsonwebtoken::jwk::{Jwk, JwkSet, PublicKeyUse};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use monky_bao_client::{BaoClient, Token};
-use monky_testkit::bao::FakeBao;
+use monky_testkit::bao::{BaoPeer, FakeBao, FakeBaoBuilder, RealBao};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use url::Url;
@@ -151,10 +151,11 @@ pub fn unix_now() -> i64 {
         .as_secs() as i64
 }
 
-/// An issuer, a plain-HTTP fake OpenBao that trusts it, and a client of the fake.
-pub struct Setup {
+/// An issuer, an OpenBao that trusts it (a plain-HTTP [`FakeBao`] unless said otherwise), and a
+/// client of it: the one set-up of this crate's tests, for the fake and the real server alike.
+pub struct Setup<B = FakeBao> {
     pub issuer: Issuer,
-    pub bao: FakeBao,
+    pub bao: B,
     pub client: BaoClient,
 }
 
@@ -164,11 +165,27 @@ impl Setup {
     }
 
     /// A setup whose fake is configured further by `configure`.
-    pub fn with(
-        configure: impl FnOnce(monky_testkit::bao::FakeBaoBuilder) -> monky_testkit::bao::FakeBaoBuilder,
-    ) -> Setup {
+    pub fn with(configure: impl FnOnce(FakeBaoBuilder) -> FakeBaoBuilder) -> Setup {
+        Setup::on(|jwks| configure(FakeBao::builder().jwks_url(jwks)).start())
+    }
+}
+
+impl Setup<RealBao> {
+    /// A setup on a real OpenBao server set up as production; `None` when
+    /// [`monky_testkit::bao::real_skipped`].
+    pub fn real() -> Option<Setup<RealBao>> {
+        if monky_testkit::bao::real_skipped() {
+            return None;
+        }
+        Some(Setup::on(|jwks| RealBao::builder().jwks_url(jwks).start()))
+    }
+}
+
+impl<B: BaoPeer> Setup<B> {
+    /// An issuer, the OpenBao `start` makes with the issuer's JWKS URL, and a client of it.
+    pub fn on(start: impl FnOnce(Url) -> B) -> Setup<B> {
         let issuer = Issuer::start();
-        let bao = configure(FakeBao::builder().jwks_url(issuer.jwks_url())).start();
+        let bao = start(issuer.jwks_url());
         let client = BaoClient::builder(bao.url()).build().unwrap();
         Setup {
             issuer,
@@ -177,15 +194,27 @@ impl Setup {
         }
     }
 
+    /// The same set-up with its OpenBao behind the trait, for a suite run against both.
+    pub fn boxed(self) -> Setup<Box<dyn BaoPeer>>
+    where
+        B: 'static,
+    {
+        Setup {
+            issuer: self.issuer,
+            bao: Box::new(self.bao),
+            client: self.client,
+        }
+    }
+
     /// Logs `env_id` in with a fresh grant.
     pub fn login(&self, env_id: &str) -> Token {
         self.client
             .login_jwt("jwt-tenancy", "see-env", &self.issuer.grant(env_id))
-            .expect("login")
+            .unwrap_or_else(|e| panic!("{} login: {e}", self.bao.kind()))
             .token
     }
 
-    /// The fake's root token as a [`Token`].
+    /// The server's root token as a [`Token`].
     pub fn root(&self) -> Token {
         Token::from(self.bao.root_token())
     }

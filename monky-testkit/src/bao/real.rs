@@ -758,6 +758,25 @@ impl BaoPeer for RealBao {
     }
 }
 
+/// Whether the real-OpenBao tests are to be skipped: `MONKY_REALBAO=skip`, for a machine that
+/// cannot have the binary. The one place this policy is written; every real-OpenBao test asks
+/// it.
+///
+/// # Panics
+/// When the variable is set under CI (`CI=true`): there the real OpenBao must run.
+#[must_use]
+pub fn real_skipped() -> bool {
+    if std::env::var("MONKY_REALBAO").as_deref() != Ok("skip") {
+        return false;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "MONKY_REALBAO=skip is not allowed under CI: the real OpenBao tests must run"
+    );
+    eprintln!("real OpenBao test skipped: MONKY_REALBAO=skip");
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

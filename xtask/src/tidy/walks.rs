@@ -1,6 +1,7 @@
 //! The walks of docs/architecture.md ("Follow the sha", "Follow a secret") held to the code:
-//! every step names files and functions, and each function must be defined in a file its step
-//! names, so a rename or a move that the walk does not follow fails tidy.
+//! every step names files and functions, and each function, type (`Sha`) or enum variant
+//! (`Fact::CheckedIn`) it names must be defined in a file its step names, so a rename or a move
+//! that the walk does not follow fails tidy.
 
 use std::path::Path;
 
@@ -33,7 +34,7 @@ fn check(doc: &str, read: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
             broken.push(format!("{heading:?} has no numbered step"));
         }
         for (n, step) in steps.iter().enumerate() {
-            let (files, fns) = names(step);
+            let (files, fns, types) = names(step);
             let at = format!("{heading:?} step {}", n + 1);
             if files.is_empty() || fns.is_empty() {
                 broken.push(format!("{at} names no `file.rs` and function"));
@@ -45,13 +46,17 @@ fn check(doc: &str, read: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
                     broken.push(format!("{at}: {file} does not exist"));
                 }
             }
+            let defined_in = |test: &dyn Fn(&str) -> bool| {
+                texts.iter().filter_map(|(_, t)| t.as_deref()).any(test)
+            };
             for name in fns {
-                let defined = texts
-                    .iter()
-                    .filter_map(|(_, t)| t.as_deref())
-                    .any(|t| defines(t, name));
-                if !defined {
+                if !defined_in(&|t| defines(t, name)) {
                     broken.push(format!("{at}: no `fn {name}` in {}", files.join(" or ")));
+                }
+            }
+            for name in types {
+                if !defined_in(&|t| defines_type(t, name)) {
+                    broken.push(format!("{at}: no type `{name}` in {}", files.join(" or ")));
                 }
             }
         }
@@ -82,10 +87,10 @@ fn section(doc: &str, heading: &str) -> Option<Vec<String>> {
     Some(steps)
 }
 
-/// The files (`a/b.rs`) and the functions (a snake-case name, or `Type::name`) a step names in
-/// backticks; other backticked text (a type, `Fact::Applied`, a path) is prose.
-fn names(step: &str) -> (Vec<&str>, Vec<&str>) {
-    let (mut files, mut fns) = (Vec::new(), Vec::new());
+/// The files (`a/b.rs`), the functions (a snake-case name) and the types (`Sha`, or an enum's
+/// variant `Fact::Applied`) a step names in backticks; other backticked text (a path) is prose.
+fn names(step: &str) -> (Vec<&str>, Vec<&str>, Vec<&str>) {
+    let (mut files, mut fns, mut types) = (Vec::new(), Vec::new(), Vec::new());
     for (i, quoted) in step.split('`').enumerate() {
         if i % 2 == 0 {
             continue;
@@ -94,9 +99,22 @@ fn names(step: &str) -> (Vec<&str>, Vec<&str>) {
             files.push(quoted);
         } else if is_fn_name(quoted) {
             fns.push(quoted);
+        } else if is_type_name(quoted) {
+            types.push(quoted);
         }
     }
-    (files, fns)
+    (files, fns, types)
+}
+
+/// A type's name (`Sha`) or an enum's variant (`Fact::Applied`): identifiers that each start
+/// with an upper-case letter.
+fn is_type_name(text: &str) -> bool {
+    let mut parts = text.split("::");
+    let well_formed = |part: &str| {
+        part.bytes().next().is_some_and(|b| b.is_ascii_uppercase())
+            && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    };
+    parts.clone().count() <= 2 && parts.all(well_formed)
 }
 
 fn is_fn_name(text: &str) -> bool {
@@ -114,6 +132,36 @@ fn defines(text: &str, name: &str) -> bool {
         .any(|open| text.contains(&format!("fn {name}{open}")))
 }
 
+/// Whether `text` defines the type `name` (`struct`, `enum`, `type` or `trait`), or for
+/// `Enum::Variant` the enum and, on a line of its own, the variant.
+fn defines_type(text: &str, name: &str) -> bool {
+    let item = |ty: &str| {
+        ["struct", "enum", "type", "trait"].iter().any(|kind| {
+            text.match_indices(&format!("{kind} {ty}"))
+                .any(|(at, found)| {
+                    !text[at + found.len()..]
+                        .bytes()
+                        .next()
+                        .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+                })
+        })
+    };
+    match name.split_once("::") {
+        None => item(name),
+        Some((ty, variant)) => {
+            item(ty)
+                && text.lines().any(|line| {
+                    line.trim_start().strip_prefix(variant).is_some_and(|rest| {
+                        !rest
+                            .bytes()
+                            .next()
+                            .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+                    })
+                })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,7 +174,7 @@ mod tests {
 Prose with `Sha` and `fold` outside a step.
 
 1. Decoded (`a/wire.rs`: `parse`, `Sha`).
-2. Kept (`a/state.rs`: `fold`;
+2. Kept as `Fact::Kept` (`a/state.rs`: `fold`;
    `a/tick.rs`: `record`).
 
 #### Follow a secret
@@ -138,8 +186,10 @@ Prose with `Sha` and `fold` outside a step.
 
     fn files(file: &str) -> Option<String> {
         match file {
-            "a/wire.rs" => Some("pub fn parse(text: &str) {}".into()),
-            "a/state.rs" => Some("fn fold(&mut self) {}".into()),
+            "a/wire.rs" => Some("pub struct Sha(String);\npub fn parse(text: &str) {}".into()),
+            "a/state.rs" => {
+                Some("enum Fact {\n    Kept { sha: Sha },\n}\nfn fold(&mut self) {}".into())
+            }
             "a/tick.rs" => Some("fn record<T>(&mut self) {}".into()),
             "a/read.rs" => Some("fn read_kv(\n".into()),
             _ => None,
@@ -171,6 +221,22 @@ Prose with `Sha` and `fold` outside a step.
             check(cut, &files),
             ["docs/architecture.md has no \"#### Follow a secret\""]
         );
+    }
+
+    #[test]
+    fn a_renamed_type_or_variant_is_named() {
+        let renamed = DOC.replace("`Sha`", "`Digest`");
+        assert_eq!(
+            check(&renamed, &files),
+            ["\"#### Follow the sha\" step 1: no type `Digest` in a/wire.rs"]
+        );
+        let variant = DOC.replace("`Fact::Kept`", "`Fact::Held`");
+        assert_eq!(
+            check(&variant, &files),
+            ["\"#### Follow the sha\" step 2: no type `Fact::Held` in a/state.rs or a/tick.rs"]
+        );
+        // A longer name that starts with the type's is not its definition.
+        assert!(!defines_type("pub struct ShaSet;", "Sha"));
     }
 
     #[test]
