@@ -2985,7 +2985,9 @@ fn a_name_another_env_owns_is_refused_before_anything_starts() {
         return;
     };
     let victim = format!("{}-b", b.project.name);
-    let victims_web = format!("{victim}-web-1");
+    // Not compose's default form (`<project>-<service>-<n>`, refused by spelling before the
+    // lease whoever holds it): a name only what is on the box says is another's.
+    let victims_web = format!("{victim}-web");
     b.run_by_hand(
         &victims_web,
         &b.e2e.image_1,
