@@ -4,8 +4,8 @@
 use monky_agent_proto::Sha;
 use tracing::{info, warn};
 
-use super::Agent;
 use super::Outcome;
+use super::Run;
 use super::backoff::Backoff;
 use super::stages::{Fetched, Promoted, Secrets, Stop};
 use crate::code::{Code, CodePolicy as _};
@@ -13,7 +13,7 @@ use crate::exit::{Exit, Failure};
 use crate::release;
 use crate::state::Fact;
 
-impl Agent<'_> {
+impl Run<'_> {
     /// Applies the desired release, step by step, as docs/architecture.md's "What a tick
     /// does" numbers the steps. A stage that stops returns early and the stages after it never
     /// run; a release that failed is recovered from (backoff, fallback) before the failure goes
@@ -41,7 +41,7 @@ impl Agent<'_> {
         let checked = self.check(fetched)?;
         // 4-6. Lease a grant, log in with it, read the secrets.
         let secrets = self.read_secrets(&checked)?;
-        if self.state.original_release().is_some() {
+        if self.tick.state.original_release().is_some() {
             self.note_quoting_changes(&secrets);
         }
         // 7-9. Render `.env`, stage the release, judge compose's model of it.
@@ -74,7 +74,7 @@ impl Agent<'_> {
         info!(
             "applied {} ({} container(s) healthy)",
             sha.short(),
-            self.state.containers().len()
+            self.tick.state.containers().len()
         );
         // What the box gave the services that left it open, in the journal and so in the
         // report's log tail: the bundle's author sees the limits the app runs under.
@@ -82,7 +82,7 @@ impl Agent<'_> {
             .release()
             .compose_yaml()
             .ok()
-            .and_then(|yaml| self.cfg.budget.budget_override_for(&yaml))
+            .and_then(|yaml| self.agent.cfg.budget.budget_override_for(&yaml))
             .and_then(|text| supplied_defaults(&text))
         {
             info!("supplied the box's defaults: {supplied}");
@@ -90,9 +90,13 @@ impl Agent<'_> {
         self.conclude(Outcome::applied(Some(sha)))?;
         // After every successful apply, not only with `--prune`: a tenancy that sends a new sha
         // every tick must not fill the disk. `current` (this sha, the last good one) stays.
-        release::prune(&self.layout, self.cfg.keep_releases, &[sha.as_str()]);
-        if self.opts.prune
-            && let Err(e) = self.docker.image_prune()
+        release::prune(
+            &self.agent.layout,
+            self.agent.cfg.keep_releases,
+            &[sha.as_str()],
+        );
+        if self.agent.opts.prune
+            && let Err(e) = self.agent.docker.image_prune()
         {
             warn!("image prune failed: {e}");
         }
@@ -105,12 +109,12 @@ impl Agent<'_> {
         if e.code.owner() != crate::code::Owner::BundleAuthor {
             return;
         }
-        match crate::evidence::keep_bundle(&self.layout, sha.as_str(), raw) {
+        match crate::evidence::keep_bundle(&self.agent.layout, sha.as_str(), raw) {
             Ok(Some(path)) => info!(
                 "kept the bundle as {}: `monky-deployd bundle check {} --env {}`",
                 path.display(),
                 path.display(),
-                self.cfg.env_id
+                self.agent.cfg.env_id
             ),
             Ok(None) => {}
             Err(e) => warn!("cannot keep the failed bundle: {e:#}"),
@@ -142,7 +146,10 @@ impl Agent<'_> {
     /// has not run out, the deadline. A failure judged under another config is forgotten: the
     /// box admin's change is tried at once.
     pub(super) fn backoff_deadline(&mut self, sha: &Sha) -> Option<u64> {
-        if Backoff::config_changed(&self.state, &super::backoff::verdict_key(self.cfg)) {
+        if Backoff::config_changed(
+            &self.tick.state,
+            &super::backoff::verdict_key(self.agent.cfg),
+        ) {
             info!(
                 "the config changed since {} failed (waivers, budget, allowed_*, health wait): \
                  trying it again now",
@@ -152,11 +159,11 @@ impl Agent<'_> {
             return None;
         }
         let (now, boot) = (crate::clock::wall(), crate::clock::boot());
-        if let Some(rebased) = Backoff::rebase(&self.state, now, boot.as_ref()) {
+        if let Some(rebased) = Backoff::rebase(&self.tick.state, now, boot.as_ref()) {
             self.record(rebased);
         }
-        let deadline = Backoff::deadline(&self.state, sha, now, boot.as_ref())?;
-        if self.opts.force {
+        let deadline = Backoff::deadline(&self.tick.state, sha, now, boot.as_ref())?;
+        if self.agent.opts.force {
             info!(
                 "--force: trying {} again before its backoff ran out",
                 sha.short()
@@ -170,8 +177,12 @@ impl Agent<'_> {
     /// running release is judged first, as a heartbeat judges it: its drift is healed (subject
     /// to the heal backoff), and the report says what runs, never "running" when nothing does.
     pub(super) fn report_waiting(&mut self, sha: &Sha, deadline: u64) -> Result<Exit, Failure> {
-        if let (None, Some(running)) = (&self.docker_error, self.state.applied_sha().cloned()) {
-            let drift = crate::drift::detect(&running, self.state.converged(), &self.facts);
+        if let (None, Some(running)) = (
+            &self.tick.docker_error,
+            self.tick.state.applied_sha().cloned(),
+        ) {
+            let drift =
+                crate::drift::detect(&running, self.tick.state.converged(), &self.tick.facts);
             if !drift.is_empty() {
                 info!(
                     "{} waits out its backoff; the running {} drifted",
@@ -186,7 +197,7 @@ impl Agent<'_> {
             }
         }
         // A state written before the failure's own detail was kept has only its code's name.
-        let failed = self.state.failed();
+        let failed = self.tick.state.failed();
         let code = failed.and_then(|f| f.code).unwrap_or(Code::Failed);
         // The kept detail is the failure as it was shown (`CODE: names`); its code is the kept
         // code, so only the names are carried over.
@@ -198,13 +209,13 @@ impl Agent<'_> {
             },
             None => "an earlier attempt failed".to_string(),
         };
-        let running = match self.state.applied_sha() {
+        let running = match self.tick.state.applied_sha() {
             None => "running nothing".to_string(),
-            Some(_) if self.docker_error.is_some() => "what runs is unknown (docker does not \
+            Some(_) if self.tick.docker_error.is_some() => "what runs is unknown (docker does not \
                                                        answer)"
                 .to_string(),
-            Some(_) if self.state.containers().is_empty() => "nothing runs".to_string(),
-            Some(a) => match super::not_ready(self.state.containers()) {
+            Some(_) if self.tick.state.containers().is_empty() => "nothing runs".to_string(),
+            Some(a) => match super::not_ready(self.tick.state.containers()) {
                 bad if bad.is_empty() => format!("running {}", a.short()),
                 bad => format!("running {}, not up: {}", a.short(), bad.join(", ")),
             },

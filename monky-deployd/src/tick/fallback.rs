@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use monky_agent_proto::Sha;
 use tracing::{info, warn};
 
-use super::Agent;
+use super::Run;
 use super::backoff::Backoff;
 use super::not_ready;
 use super::stages::{Failed, Promoted, Started, Stop};
@@ -15,15 +15,15 @@ use crate::exit::Failure;
 use crate::state::Fact;
 use crate::{failpoint, redact, release};
 
-impl Agent<'_> {
+impl Run<'_> {
     /// Steps 12-13: `compose up` and the readiness wait, the whole start bounded by
-    /// [`Agent::start_budget`]. A release that does not come up ready starts the backoff and
+    /// [`Run::start_budget`]. A release that does not come up ready starts the backoff and
     /// falls back; its failure names first a one-shot that never finished, with its own last
     /// output, and carries the compose logs to the report.
     pub(super) fn up_healthy(&mut self, promoted: &Promoted) -> Result<(), Stop> {
         let (rel, sha) = (promoted.release(), promoted.sha());
-        let project = rel.compose(&self.docker, self.cfg);
-        let then_fallback = self.state.applied_sha().is_some_and(|p| p != sha);
+        let project = rel.compose(&self.agent.docker, self.agent.cfg);
+        let then_fallback = self.tick.state.applied_sha().is_some_and(|p| p != sha);
         let budget = self.start_budget(then_fallback);
         info!(
             "compose up -d --remove-orphans (the start bounded at {}s)",
@@ -34,7 +34,7 @@ impl Agent<'_> {
         let up = project.up(Some(budget));
         failpoint::hit("after-up");
         self.refresh_containers();
-        let bad = not_ready(self.state.containers());
+        let bad = not_ready(self.tick.state.containers());
         if up.is_ok() && bad.is_empty() {
             return Ok(());
         }
@@ -47,19 +47,30 @@ impl Agent<'_> {
             .iter()
             .map(|(name, service)| (name, Some(service)))
             .chain(
-                self.state
+                self.tick
+                    .state
                     .containers()
                     .iter()
                     .filter(|c| !c.is_ready() && !unfinished.iter().any(|(n, _)| *n == c.name))
                     .map(|c| (&c.name, None)),
             )
             .filter_map(|(name, unfinished_service)| {
-                let seen = self.state.containers().iter().find(|c| c.name == *name)?;
+                let seen = self
+                    .tick
+                    .state
+                    .containers()
+                    .iter()
+                    .find(|c| c.name == *name)?;
                 Some(Looked {
                     name: seen.name.clone(),
                     state: seen.state.clone(),
                     health: seen.health.clone(),
-                    detail: self.docker.engine().inspect(&seen.name).unwrap_or_default(),
+                    detail: self
+                        .agent
+                        .docker
+                        .engine()
+                        .inspect(&seen.name)
+                        .unwrap_or_default(),
                     unfinished: unfinished_service.map(|service| {
                         project
                             .service_logs_tail(service, UNFINISHED_LINES)
@@ -76,7 +87,7 @@ impl Agent<'_> {
             format!(
                 "the start did not finish within {}s (healthy_timeout_s {}s): {why}",
                 budget.as_secs(),
-                self.cfg.healthy_timeout.as_secs()
+                self.agent.cfg.healthy_timeout.as_secs()
             )
         } else {
             why
@@ -93,7 +104,7 @@ impl Agent<'_> {
         Err(Stop::Failed(Box::new(Failed {
             failure,
             started: Some(Started {
-                prod: self.cfg.is_prod(promoted.bundle_prod()),
+                prod: self.agent.cfg.is_prod(promoted.bundle_prod()),
                 compose_logs: logs,
             }),
         })))
@@ -102,7 +113,8 @@ impl Agent<'_> {
     /// The one-shots another service waits for (`service_completed_successfully`) that have
     /// not completed: what a start that never finished waits on, by container and service.
     fn unfinished_one_shots(&self) -> Vec<(String, String)> {
-        self.facts
+        self.tick
+            .facts
             .iter()
             .filter(|f| f.awaited && !f.container.completed && f.container.state == "running")
             .map(|f| (f.container.name.clone(), f.container.service.clone()))
@@ -116,8 +128,8 @@ impl Agent<'_> {
     /// # Errors
     /// `TICK_TIMEOUT` (temporary): the release that runs stays.
     pub(super) fn start_fits(&self, sha: &Sha) -> Result<(), Failure> {
-        let then_fallback = self.state.applied_sha().is_some_and(|p| p != sha);
-        let share = start_share(self.tick_left(), then_fallback, self.cfg.tick_timeout);
+        let then_fallback = self.tick.state.applied_sha().is_some_and(|p| p != sha);
+        let share = start_share(self.tick_left(), then_fallback, self.agent.cfg.tick_timeout);
         if share.is_none_or(|s| s >= MIN_START) {
             return Ok(());
         }
@@ -126,7 +138,7 @@ impl Agent<'_> {
             format!(
                 "too little of tick_timeout_s ({}s) is left to start {} and fall back if it \
                  fails: nothing was changed, and the next tick starts it",
-                self.cfg.tick_timeout.as_secs(),
+                self.agent.cfg.tick_timeout.as_secs(),
                 sha.short(),
             ),
         ))
@@ -134,7 +146,8 @@ impl Agent<'_> {
 
     /// What is left of the tick before its deadline; `None` without one.
     fn tick_left(&self) -> Option<Duration> {
-        self.tick_deadline
+        self.agent
+            .tick_deadline
             .map(|d| d.saturating_duration_since(Instant::now()))
     }
 
@@ -144,12 +157,12 @@ impl Agent<'_> {
     /// half of that: the last good release then comes back up before the deadline, so no tick
     /// ends with the site it found serving down because of it.
     pub(super) fn start_budget(&self, then_fallback: bool) -> Duration {
-        let share = start_share(self.tick_left(), then_fallback, self.cfg.tick_timeout);
-        start_budget(self.cfg.healthy_timeout, share)
+        let share = start_share(self.tick_left(), then_fallback, self.agent.cfg.tick_timeout);
+        start_budget(self.agent.cfg.healthy_timeout, share)
     }
 
     /// Recovery after a stage stopped: a release that failed waits out its backoff and, when
-    /// it had started, falls back (see [`Agent::release_failed`]); a halt is its own error.
+    /// it had started, falls back (see [`Run::release_failed`]); a halt is its own error.
     pub(super) fn recover(&mut self, sha: &Sha, stop: Stop) -> Failure {
         match stop {
             Stop::Halted(e) => e,
@@ -166,9 +179,9 @@ impl Agent<'_> {
         let code = failure.code;
         // `CODE: names`, repeated by the reports sent while the sha waits.
         let detail = failure.to_string();
-        let key = super::backoff::verdict_key(self.cfg);
+        let key = super::backoff::verdict_key(self.agent.cfg);
         let backoff = Backoff::after_failure(
-            &self.state,
+            &self.tick.state,
             sha,
             &key,
             crate::clock::wall(),
@@ -177,7 +190,7 @@ impl Agent<'_> {
         );
         let next = backoff.next_attempt_at;
         self.record(backoff.fact(sha, &key, code, redact::redact(&detail)));
-        let previous = self.state.applied_sha().filter(|p| *p != sha).cloned();
+        let previous = self.tick.state.applied_sha().filter(|p| *p != sha).cloned();
         let note = match (previous, &started) {
             // Nothing of it started (its `.env` or its pull failed): nothing changed on the
             // engine or on disk, so nothing falls back, prod or not.
@@ -188,7 +201,7 @@ impl Agent<'_> {
                 "no earlier healthy release to fall back to".to_string()
             }
             (Some(_), Some(Started { prod, .. }))
-                if self.cfg.on_failure(*prod) == crate::config::OnFailure::Leave =>
+                if self.agent.cfg.on_failure(*prod) == crate::config::OnFailure::Leave =>
             {
                 self.record(Fact::AppliedForgotten);
                 format!("left {} in place (on_failure: leave)", sha.short())
@@ -211,7 +224,7 @@ impl Agent<'_> {
 
     /// Points `current` back at `prev` and brings it up again; volumes are not touched.
     pub(super) fn revert_to(&mut self, prev: &Sha) -> String {
-        if let Err(e) = release::verify(&self.layout, prev) {
+        if let Err(e) = release::verify(&self.agent.layout, prev) {
             // Nothing is started from a release that changed on disk; what runs stays.
             self.record(Fact::AppliedForgotten);
             warn!("fallback to {} refused: {e:#}", prev.short());
@@ -219,20 +232,20 @@ impl Agent<'_> {
             return format!("fallback to {} refused ({code})", prev.short());
         }
         let budget = self.start_budget(false);
-        let result =
-            release::point_current(&self.layout, prev, &|r| self.policy_gate(r)).and_then(|rel| {
+        let result = release::point_current(&self.agent.layout, prev, &|r| self.policy_gate(r))
+            .and_then(|rel| {
                 info!(
                     "falling back to {} (the start bounded at {}s)",
                     prev.short(),
                     budget.as_secs()
                 );
-                rel.compose(&self.docker, self.cfg)
+                rel.compose(&self.agent.docker, self.agent.cfg)
                     .up(Some(budget))
                     .map_err(anyhow::Error::new)
             });
         self.refresh_containers();
         match result {
-            Ok(()) if not_ready(self.state.containers()).is_empty() => {
+            Ok(()) if not_ready(self.tick.state.containers()).is_empty() => {
                 self.record_converged(prev);
                 format!("reverted to {}", prev.short())
             }
@@ -255,7 +268,7 @@ impl Agent<'_> {
     /// `monky-deployd logs <sha>` (redacted, bounded) and its last lines in the journal, so the
     /// operator reads the app's own words (`cannot reach db:5432`) without tenancy's log view.
     pub(super) fn keep_app_logs(&self, sha: &Sha, kept: &str, logs: &str) {
-        match crate::evidence::keep_logs(&self.layout, sha.as_str(), kept) {
+        match crate::evidence::keep_logs(&self.agent.layout, sha.as_str(), kept) {
             Ok(path) => info!(
                 "kept the failed release's logs in {}: `monky-deployd logs {}`",
                 path.display(),
@@ -281,7 +294,7 @@ const UNFINISHED_LINES: usize = 3;
 const TICK_END_RESERVE: Duration = Duration::from_secs(3);
 
 /// The least a start is given: with less of the tick left for it, it is not made (see
-/// [`Agent::start_fits`]).
+/// [`Run::start_fits`]).
 const MIN_START: Duration = Duration::from_secs(1);
 
 /// What of `left` of a tick of `tick_timeout` a start may take (`None`: no deadline): all but
@@ -295,7 +308,7 @@ fn start_share(
     Some(if then_fallback { left / 2 } else { left })
 }
 
-/// [`Agent::start_budget`] of `healthy_timeout` with the tick's `share` for the start.
+/// [`Run::start_budget`] of `healthy_timeout` with the tick's `share` for the start.
 fn start_budget(healthy_timeout: Duration, share: Option<Duration>) -> Duration {
     share.map_or(healthy_timeout, |s| healthy_timeout.min(s).max(MIN_START))
 }

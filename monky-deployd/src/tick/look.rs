@@ -8,7 +8,7 @@ use std::time::Duration;
 use monky_agent_proto::Sha;
 use tracing::{info, warn};
 
-use super::Agent;
+use super::Run;
 use super::backoff::Backoff;
 use super::outcome::Outcome;
 use super::stages::{Failed, Promoted, Started, Stop};
@@ -21,7 +21,7 @@ use crate::{redact, release};
 /// How long a container the look stops gets to end on its own.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
-impl Agent<'_> {
+impl Run<'_> {
     /// Step 13a: the release is up and healthy; its processes are judged before the report.
     /// A finding stops its containers and fails it like a release that did not come up, so
     /// it waits out its backoff and the last good release comes back.
@@ -38,7 +38,7 @@ impl Agent<'_> {
         Err(Stop::Failed(Box::new(Failed {
             failure,
             started: Some(Started {
-                prod: self.cfg.is_prod(promoted.bundle_prod()),
+                prod: self.agent.cfg.is_prod(promoted.bundle_prod()),
                 compose_logs: String::new(),
             }),
         })))
@@ -48,11 +48,12 @@ impl Agent<'_> {
     /// processes show a secret, after its containers were stopped and the last good release
     /// brought back.
     pub(super) fn heartbeat_look(&mut self, sha: &Sha) -> Option<Result<Exit, Failure>> {
-        let rel = release::Release::current(&self.layout)
+        let rel = release::Release::current(&self.agent.layout)
             .ok()
             .flatten()
             .filter(|r| r.sha() == sha)?;
         let recorded = self
+            .tick
             .state
             .looked()
             .filter(|l| l.sha.as_ref() == Some(sha))
@@ -75,7 +76,8 @@ impl Agent<'_> {
             Ok((_, runs)) => look::holders(&runs),
             Err(e) => {
                 warn!("cannot count which services get a secret ({e}); judging every service");
-                self.facts
+                self.tick
+                    .facts
                     .iter()
                     .map(|f| f.container.service.clone())
                     .collect()
@@ -95,11 +97,11 @@ impl Agent<'_> {
         let holders = holders.unwrap_or_else(|| self.count_holders(rel));
         let roots = Roots::default();
         let accounts = HostAccounts::read();
-        let engine = self.docker.engine();
+        let engine = self.agent.docker.engine();
         let mut remaps: Option<Result<bool, String>> = None;
         let mut findings = Vec::new();
         let mut uids = BTreeSet::new();
-        for f in &self.facts {
+        for f in &self.tick.facts {
             let service = f.container.service.as_str();
             if matches!(
                 f.container.state.as_str(),
@@ -158,12 +160,12 @@ impl Agent<'_> {
             };
             let sharing = Sharing {
                 accounts: (!remapped).then_some(&accounts),
-                allowed: &self.cfg.allowed_shared_uids,
+                allowed: &self.agent.cfg.allowed_shared_uids,
             };
             let subject = Subject {
                 service,
                 holds_a_secret: holds,
-                args_judged: !self.cfg.allow_secrets_on_command_lines,
+                args_judged: !self.agent.cfg.allow_secrets_on_command_lines,
             };
             findings.extend(look::judge(subject, &procs, &sharing, &secrets));
         }
@@ -179,8 +181,13 @@ impl Agent<'_> {
     /// policy starts it again); what cannot be stopped is said, and the fallback's `up`
     /// replaces it.
     fn stop_what_runs(&mut self) {
-        let engine = self.docker.engine();
-        for f in self.facts.iter().filter(|f| f.container.state != "exited") {
+        let engine = self.agent.docker.engine();
+        for f in self
+            .tick
+            .facts
+            .iter()
+            .filter(|f| f.container.state != "exited")
+        {
             match engine.stop(&f.id, STOP_GRACE) {
                 Ok(()) => info!("stopped {}", f.container.name),
                 Err(e) => warn!("cannot stop {}: {e}", f.container.name),
@@ -196,10 +203,10 @@ impl Agent<'_> {
         let code = failure.code;
         // The backoff is the wanted sha's: a release that runs while another waits out its
         // own backoff is withdrawn without taking that sha's place.
-        let next = (self.state.desired_sha() == Some(sha)).then(|| {
-            let key = super::backoff::verdict_key(self.cfg);
+        let next = (self.tick.state.desired_sha() == Some(sha)).then(|| {
+            let key = super::backoff::verdict_key(self.agent.cfg);
             let backoff = Backoff::after_failure(
-                &self.state,
+                &self.tick.state,
                 sha,
                 &key,
                 crate::clock::wall(),
@@ -211,11 +218,12 @@ impl Agent<'_> {
             next
         });
         let previous = self
+            .tick
             .state
             .applied_history()
             .iter()
             .rev()
-            .find(|s| *s != sha && release::on_disk(&self.layout, s.as_str()))
+            .find(|s| *s != sha && release::on_disk(&self.agent.layout, s.as_str()))
             .cloned();
         self.record(Fact::Withdrawn {
             sha: sha.clone(),
@@ -224,8 +232,8 @@ impl Agent<'_> {
         let note = match previous {
             Some(prev) => {
                 let note = self.revert_to(&prev);
-                if self.state.converged().is_some_and(|c| c.sha == prev) {
-                    let prod = release::Release::current(&self.layout)
+                if self.tick.state.converged().is_some_and(|c| c.sha == prev) {
+                    let prod = release::Release::current(&self.agent.layout)
                         .ok()
                         .flatten()
                         .is_some_and(|r| r.is_prod());

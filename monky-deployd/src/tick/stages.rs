@@ -10,7 +10,7 @@ use monky_bundle as bundle;
 use secrecy::{ExposeSecret, SecretString};
 use tracing::{info, warn};
 
-use super::Agent;
+use super::Run;
 use crate::code::Code;
 use crate::exit::{Exit, Failure, OrCode as _};
 use crate::refusals;
@@ -73,7 +73,7 @@ impl Pulled {
 }
 
 /// Step 11 passed: `releases/<sha>`, named by `current`, verified on disk. Made only by
-/// [`Agent::promote`] from a pulled release, or by [`Promoted::resumed`] for the release an
+/// [`Run::promote`] from a pulled release, or by [`Promoted::resumed`] for the release an
 /// interrupted apply promoted: what `up` takes.
 pub(super) struct Promoted {
     prod: bool,
@@ -160,11 +160,12 @@ pub(super) struct Started {
     pub(super) compose_logs: String,
 }
 
-impl Agent<'_> {
+impl Run<'_> {
     /// Steps 1-2: the bundle from tenancy, parsed within the limits and proven to be `sha`;
     /// also its raw bytes, kept on the box when the bundle author must fix it.
     pub(super) fn fetch(&self, sha: &Sha, url: &str) -> Result<(Fetched, Vec<u8>), Failure> {
         let dl = self
+            .agent
             .tenancy
             .bundle(&self.bearer()?, url)
             .map_err(|e| peers::tenancy_failure("bundle", e))?;
@@ -193,7 +194,7 @@ impl Agent<'_> {
         let Fetched { sha, bundle: b } = fetched;
         let (manifest, refused) = refusals::offline(
             &b,
-            &self.cfg.env_id,
+            &self.agent.cfg.env_id,
             &self.kv_mount(),
             &self.offline_policy(&b),
         );
@@ -201,6 +202,7 @@ impl Agent<'_> {
             return Err(f);
         }
         let history: Vec<String> = self
+            .tick
             .state
             .applied_history()
             .iter()
@@ -218,20 +220,21 @@ impl Agent<'_> {
             .saturating_add(ENV_ALLOWANCE);
         let protect: Vec<&str> = [
             Some(&sha),
-            self.state.applied_sha(),
-            self.state.failed().map(|f| &f.sha),
+            self.tick.state.applied_sha(),
+            self.tick.state.failed().map(|f| &f.sha),
         ]
         .into_iter()
         .flatten()
         .map(Sha::as_str)
         .collect();
-        release::make_room(&self.layout, self.cfg, need, &protect).or_code(Code::Failed)?;
-        match self.docker.free_bytes() {
+        release::make_room(&self.agent.layout, self.agent.cfg, need, &protect)
+            .or_code(Code::Failed)?;
+        match self.agent.docker.free_bytes() {
             Ok(free) => bundle::check_disk(
                 free,
                 b.meta().disk_need_bytes.unwrap_or(0),
-                self.cfg.disk_factor,
-                self.cfg.disk_headroom_bytes,
+                self.agent.cfg.disk_factor,
+                self.agent.cfg.disk_headroom_bytes,
             )
             .map_err(refusal)?,
             Err(e) => {
@@ -251,7 +254,7 @@ impl Agent<'_> {
     /// registries judged on compose's model instead, once the credential is read and knows
     /// its registry.
     fn offline_policy(&self, b: &bundle::Bundle) -> bundle::ComposePolicy {
-        let policy = self.cfg.compose_policy(false);
+        let policy = self.agent.cfg.compose_policy(false);
         if b.manifest().entries.iter().any(|e| e.is_registry_auth()) {
             return policy.registries(None);
         }
@@ -261,7 +264,7 @@ impl Agent<'_> {
     /// `policy`, allowing the registries the stored credential names: the box's own, which the
     /// agent proves on every address before it hands that credential to dockerd.
     fn with_stored_registries(&self, policy: bundle::ComposePolicy) -> bundle::ComposePolicy {
-        peers::stored_registries(self.cfg)
+        peers::stored_registries(self.agent.cfg)
             .unwrap_or_default()
             .iter()
             .fold(policy, |p, r| p.registry_allowed(r))
@@ -278,7 +281,8 @@ impl Agent<'_> {
             .map_err(|r| Stop::failed(Failure::from(&r)))?;
         drop(secrets);
         // 8. Stage the release.
-        let staged = release::stage(&self.layout, &sha, &b, &env_text).or_code(Code::Failed)?;
+        let staged =
+            release::stage(&self.agent.layout, &sha, &b, &env_text).or_code(Code::Failed)?;
         failpoint::hit("after-staging");
         // 9. Compose's model is the authority, since a value from a secret is only visible
         // there. A refusal here waits out the backoff as a render failure does: with the same
@@ -331,7 +335,7 @@ impl Agent<'_> {
             }
             // A credential the registry rejects is fixed where it is kept: name the entry.
             if credential_rejected(&e.message)
-                && let Some(entry) = &self.judged.borrow().registry_entry
+                && let Some(entry) = &self.tick.judged.borrow().registry_entry
             {
                 e.message.push_str(&format!(
                     "; the registry rejected the credential from {entry}: correct its value there"
@@ -355,7 +359,7 @@ impl Agent<'_> {
         if !runs.iter().any(bundle::RunsAs::gets_a_secret) {
             return Ok(());
         }
-        let engine = self.docker.engine();
+        let engine = self.agent.docker.engine();
         match engine.info() {
             Ok(info) if info.userns_remap() => return Ok(()),
             Ok(_) => {}
@@ -383,8 +387,12 @@ impl Agent<'_> {
             let passwd = engine.image_passwd(&r.image).map_err(|e| e.to_string())?;
             crate::shared_uid::uid_of(&user, passwd.as_deref()).map(Some)
         };
-        let found =
-            crate::shared_uid::findings(runs, &accounts, &self.cfg.allowed_shared_uids, &user_of);
+        let found = crate::shared_uid::findings(
+            runs,
+            &accounts,
+            &self.agent.cfg.allowed_shared_uids,
+            &user_of,
+        );
         if found.is_empty() {
             Ok(())
         } else {
@@ -407,8 +415,10 @@ impl Agent<'_> {
     fn pull_release(&self, rel: &release::Release, images: &[String]) -> Result<(), Failure> {
         info!("compose pull (every image from its registry)");
         let project = match rel.write_pull_override() {
-            Ok(Some(file)) => rel.compose(&self.docker, self.cfg).with_override(&file),
-            Ok(None) => rel.compose(&self.docker, self.cfg),
+            Ok(Some(file)) => rel
+                .compose(&self.agent.docker, self.agent.cfg)
+                .with_override(&file),
+            Ok(None) => rel.compose(&self.agent.docker, self.agent.cfg),
             Err(e) => {
                 return Err(Failure::coded(
                     Code::ComposePullFailed,
@@ -418,18 +428,19 @@ impl Agent<'_> {
         };
         let on_box = self.hand_credential()?;
         let pulled = project.pull();
-        if on_box && let Err(e) = self.layout.remove_docker_config() {
+        if on_box && let Err(e) = self.agent.layout.remove_docker_config() {
             warn!("cannot remove the registry credential after the pull ({e:#})");
         }
         pulled.map_err(|e| Failure::coded(pull_code(&e), e.to_string()))?;
         let ids: Vec<String> = images
             .iter()
-            .filter_map(|i| self.docker.image_id(i).ok().flatten())
+            .filter_map(|i| self.agent.docker.image_id(i).ok().flatten())
             .collect();
-        if let Err(e) = self.layout.record_pulled_images(&ids) {
+        if let Err(e) = self.agent.layout.record_pulled_images(&ids) {
             warn!("cannot record the pulled images ({e:#}); the next up pulls them again");
         }
-        self.judged
+        self.tick
+            .judged
             .borrow_mut()
             .pulled
             .extend(images.iter().cloned());
@@ -441,15 +452,16 @@ impl Agent<'_> {
     /// with this env's credential, before anything starts: an image another env pulled, or
     /// a tag moved on the engine since, proves nothing.
     fn prove_images(&self, rel: &release::Release, images: &[String]) -> Result<(), Failure> {
-        let pulled = self.judged.borrow().pulled.clone();
+        let pulled = self.tick.judged.borrow().pulled.clone();
         if images.iter().all(|i| pulled.contains(i)) {
             return Ok(());
         }
-        let record = self.layout.pulled_images();
+        let record = self.agent.layout.pulled_images();
         let unproven: Vec<&str> = images
             .iter()
             .filter(|i| {
-                !(self.docker.image_id(i).ok().flatten()).is_some_and(|id| record.contains(&id))
+                !(self.agent.docker.image_id(i).ok().flatten())
+                    .is_some_and(|id| record.contains(&id))
             })
             .map(String::as_str)
             .collect();
@@ -480,19 +492,19 @@ impl Agent<'_> {
         // checked as it, and stage wrote it as it.
         debug_assert_eq!(release.release().sha(), &sha);
         crate::interrupted::write(
-            &self.layout,
+            &self.agent.layout,
             &crate::interrupted::Marker {
                 sha: Some(sha.clone()),
-                previous: self.state.applied_sha().cloned(),
+                previous: self.tick.state.applied_sha().cloned(),
                 started_at: crate::clock::wall(),
             },
         )
         .or_code(Code::Failed)?;
-        self.marker_settled = true;
-        let release = release::promote(&self.layout, release, &|r| self.policy_gate(r))
+        self.tick.marker_settled = true;
+        let release = release::promote(&self.agent.layout, release, &|r| self.policy_gate(r))
             .or_code(Code::Failed)?;
         failpoint::hit("after-swap");
-        release::verify(&self.layout, &sha).or_code(Code::Failed)?;
+        release::verify(&self.agent.layout, &sha).or_code(Code::Failed)?;
         Ok(Promoted {
             prod,
             release,
@@ -511,17 +523,19 @@ impl Agent<'_> {
         }
         self.token_for_apply()?;
         let token = self
+            .tick
             .token
             .as_ref()
             .ok_or_else(|| Failure::coded(Code::Failed, "no token"))?;
         for ResolvedEntry { entry, path } in manifest {
             let v = self
+                .agent
                 .bao()?
                 .read_kv(token, path, entry.version)
                 .map_err(|e| peers::bao_failure(&format!("read {}", entry.var), e))?;
             redact::register(v.expose_secret());
             if entry.is_registry_auth() {
-                self.judged.borrow_mut().registry_entry = Some(format!(
+                self.tick.judged.borrow_mut().registry_entry = Some(format!(
                     "the manifest's entry {} (`use: registry-auth`), read from OpenBao at {path}",
                     entry.var
                 ));
@@ -550,7 +564,7 @@ impl Agent<'_> {
     }
 
     /// The compose policy on compose's model of `rel`, and the names it makes against every
-    /// project on the box ([`Agent::policy_gate`] without the images' proof, for a release
+    /// project on the box ([`Run::policy_gate`] without the images' proof, for a release
     /// whose pull comes next): the images the model names, and who each service runs as.
     pub(super) fn judge(
         &self,
@@ -560,10 +574,12 @@ impl Agent<'_> {
         // limit the agent supplies, and compose's model must show one for every service. The
         // file compose reads is the agent's own rewrite of what it judged.
         rel.write_plain_compose().or_code(Code::Failed)?;
-        rel.write_budget_override(self.cfg).or_code(Code::Failed)?;
+        rel.write_budget_override(self.agent.cfg)
+            .or_code(Code::Failed)?;
         let policy = self
             .with_stored_registries(
-                self.cfg
+                self.agent
+                    .cfg
                     .compose_policy(rel.allow_privileged())
                     .route_hosts(rel.address()),
             )
@@ -571,7 +587,7 @@ impl Agent<'_> {
         let raw = rel.compose_yaml().or_code(Code::Failed)?;
         let (refused, facts) = refusals::model(
             &policy,
-            &rel.compose(&self.docker, self.cfg),
+            &rel.compose(&self.agent.docker, self.agent.cfg),
             &raw,
             rel.dir(),
             &rel.secret_keys(),
@@ -580,14 +596,14 @@ impl Agent<'_> {
         if let Some(f) = refusals::all(refused) {
             return Err(f);
         }
-        if self.judged.borrow().names.contains(rel.sha()) {
+        if self.tick.judged.borrow().names.contains(rel.sha()) {
             return Ok((facts.images, facts.runs_as));
         }
-        match self.docker.named_objects() {
+        match self.agent.docker.named_objects() {
             Ok(on_engine) => {
-                let others = crate::names::configured_projects(&self.cfg.path);
+                let others = crate::names::configured_projects(&self.agent.cfg.path);
                 let taken = crate::names::conflicts(
-                    &self.cfg.compose_project,
+                    &self.agent.cfg.compose_project,
                     &facts.made,
                     &others,
                     &on_engine,
@@ -595,7 +611,11 @@ impl Agent<'_> {
                 if !taken.is_empty() {
                     return Err(Failure::coded(Code::BundleNonconforming, taken.join("; ")));
                 }
-                self.judged.borrow_mut().names.insert(rel.sha().clone());
+                self.tick
+                    .judged
+                    .borrow_mut()
+                    .names
+                    .insert(rel.sha().clone());
             }
             // The engine's own failure is the up's to report, under its own code.
             Err(e) => warn!("cannot list the engine's names ({e}); names not checked"),
@@ -610,7 +630,7 @@ impl Agent<'_> {
     /// # Errors
     /// `REGISTRY_LISTENER_UNTRUSTED`: nothing is pulled.
     fn registry_gate(&self) -> Result<(), Failure> {
-        for who in peers::handed_registry_check(self.cfg).or_code(Code::Failed)? {
+        for who in peers::handed_registry_check(self.agent.cfg).or_code(Code::Failed)? {
             info!("{who}");
         }
         Ok(())
@@ -638,12 +658,15 @@ impl Agent<'_> {
         };
         let mut on_box = false;
         for registry in peers::auths_of(&stored) {
-            if let Some(who) = peers::registry_check(self.cfg, &registry).or_code(Code::Failed)? {
+            if let Some(who) =
+                peers::registry_check(self.agent.cfg, &registry).or_code(Code::Failed)?
+            {
                 info!("{who}");
                 on_box = true;
             }
         }
-        self.layout
+        self.agent
+            .layout
             .write_docker_config(&stored)
             .or_code(Code::Failed)?;
         Ok(on_box)
@@ -652,13 +675,21 @@ impl Agent<'_> {
     /// The credential at rest; one stored by an older agent in `config.json` alone is kept at
     /// rest first.
     fn stored_credential(&self) -> Result<Option<zeroize::Zeroizing<Vec<u8>>>, Failure> {
-        if let Some(json) = self.layout.read_credential().or_code(Code::Failed)? {
+        if let Some(json) = self.agent.layout.read_credential().or_code(Code::Failed)? {
             return Ok(Some(json));
         }
-        let Some(json) = self.layout.read_docker_config().or_code(Code::Failed)? else {
+        let Some(json) = self
+            .agent
+            .layout
+            .read_docker_config()
+            .or_code(Code::Failed)?
+        else {
             return Ok(None);
         };
-        self.layout.write_credential(&json).or_code(Code::Failed)?;
+        self.agent
+            .layout
+            .write_credential(&json)
+            .or_code(Code::Failed)?;
         Ok(Some(json))
     }
 
@@ -669,27 +700,27 @@ impl Agent<'_> {
     /// `REGISTRY_LISTENER_UNTRUSTED`; an unusable credential only warns (public images pull).
     fn write_registry_auth(&self, value: &SecretString) -> Result<(), Failure> {
         let mut on_box = false;
-        if let Ok(auth) = bundle::RegistryAuth::parse(value, Some(&self.cfg.registry_host))
+        if let Ok(auth) = bundle::RegistryAuth::parse(value, Some(&self.agent.cfg.registry_host))
             && let Some(who) =
-                peers::registry_check(self.cfg, auth.registry()).or_code(Code::Failed)?
+                peers::registry_check(self.agent.cfg, auth.registry()).or_code(Code::Failed)?
         {
             info!("{who}");
             on_box = true;
         }
-        let result = bundle::RegistryAuth::parse(value, Some(&self.cfg.registry_host))
+        let result = bundle::RegistryAuth::parse(value, Some(&self.agent.cfg.registry_host))
             .map_err(anyhow::Error::new)
             .and_then(|auth| {
                 redact::register_basic_auth(auth.username(), auth.password().expose_secret());
                 let json = auth.docker_config_json();
                 redact::register(json.expose_secret());
                 let bytes = json.expose_secret().as_bytes();
-                self.layout.write_credential(bytes)?;
+                self.agent.layout.write_credential(bytes)?;
                 // A registry of this box gets its credential for each pull only; the network's
                 // keeps it in config.json, for compose's own pulls too.
                 if on_box {
-                    self.layout.remove_docker_config()?;
+                    self.agent.layout.remove_docker_config()?;
                 } else {
-                    self.layout.write_docker_config(bytes)?;
+                    self.agent.layout.write_docker_config(bytes)?;
                 }
                 Ok(auth.registry().to_string())
             });
