@@ -305,6 +305,13 @@ impl Agent<'_> {
         let client = peers::openbao(self.cfg, Some(&self.listeners)).or_code(Code::Failed)?;
         Ok(self.bao.get_or_init(|| client))
     }
+
+    /// The KV mount secrets are read from: tenancy's, once adopted, else the config's.
+    fn kv_mount(&self, state: &State) -> String {
+        state
+            .kv_mount()
+            .map_or_else(|| self.cfg.bao.kv_mount.clone(), str::to_owned)
+    }
 }
 
 impl Run<'_> {
@@ -407,13 +414,6 @@ impl Run<'_> {
     /// Folds what a step found into the state: the tick's one way to change it.
     pub(crate) fn record(&mut self, fact: Fact) {
         self.tick.state.fold(fact);
-    }
-
-    fn kv_mount(&self) -> String {
-        self.tick
-            .state
-            .kv_mount()
-            .map_or_else(|| self.agent.cfg.bao.kv_mount.clone(), str::to_owned)
     }
 }
 

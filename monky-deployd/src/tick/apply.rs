@@ -5,11 +5,11 @@ use monky_agent_proto::Sha;
 use tracing::{info, warn};
 
 use super::Outcome;
-use super::Run;
 use super::backoff::Backoff;
-use super::stages::{Fetched, Promoted, Secrets, Stop};
+use super::stages::{self, Fetched, Promoted, Secrets, Stop};
+use super::{Agent, Run};
 use crate::code::{Code, CodePolicy as _};
-use crate::exit::{Exit, Failure};
+use crate::exit::{Exit, Failure, OrCode as _};
 use crate::release;
 use crate::state::Fact;
 
@@ -20,7 +20,7 @@ impl Run<'_> {
     /// up.
     pub(super) fn apply(&mut self, sha: &Sha, url: &str) -> Result<Exit, Failure> {
         // 1-2. Fetch the bundle and verify it hashes to the desired sha.
-        let (fetched, raw) = self.fetch(sha, url)?;
+        let (fetched, raw) = stages::fetch(&self.agent, &self.bearer()?, sha, url)?;
         // Before the checks, so `doctor` measures the desired bundle's need even when a check
         // refuses it.
         self.record(Fact::DiskNeeded(fetched.disk_need()));
@@ -29,7 +29,7 @@ impl Run<'_> {
             Ok(promoted) => self.applied(&promoted),
             Err(stop) => {
                 let e = self.recover(sha, stop);
-                self.keep_bad_bundle(sha, &raw, &e);
+                self.agent.keep_bad_bundle(sha, &raw, &e);
                 Err(e)
             }
         }
@@ -38,25 +38,51 @@ impl Run<'_> {
     /// Steps 3-13, each a stage of `stages.rs` taking the one before it.
     fn stages(&mut self, fetched: Fetched) -> Result<Promoted, Stop> {
         // 3. Refuse what the bundle alone shows is wrong, before any lease or secret read.
-        let checked = self.check(fetched)?;
+        let checked = stages::check(&self.agent, &self.tick.state, fetched)?;
         // 4-6. Lease a grant, log in with it, read the secrets.
-        let secrets = self.read_secrets(&checked)?;
+        if checked.reads_secrets() {
+            self.token_for_apply()?;
+        }
+        let secrets = stages::read_secrets(
+            &self.agent,
+            &self.tick.judged,
+            self.tick.token.as_ref(),
+            &checked,
+        )?;
         if self.tick.state.original_release().is_some() {
             self.note_quoting_changes(&secrets);
         }
         // 7-9. Render `.env`, stage the release, judge compose's model of it.
-        let staged = self.stage(checked, secrets)?;
+        let staged = stages::stage(&self.agent, &self.tick.judged, checked, secrets)?;
         // 10. Pull from the staging dir.
-        let pulled = self.pull(staged)?;
+        let pulled = stages::pull(&self.agent, &self.tick.judged, staged)?;
         // A start that could not finish, and fall back, before the tick's deadline is not made.
         self.start_fits(pulled.sha())?;
         // 11. Promote: `current` names the new release, checked again on disk.
-        let promoted = self.promote(pulled)?;
+        self.mark_under_way(pulled.sha())?;
+        let promoted = stages::promote(&self.agent, &self.tick.judged, pulled)?;
         // 12-13. Up, and wait for health.
         self.up_healthy(&promoted)?;
         // 13a. Judge what runs: the uids and arguments of the release's processes.
         self.judge_what_runs(&promoted)?;
         Ok(promoted)
+    }
+
+    /// Step 11's first part: marks the apply of `sha` under way. From here to the saved
+    /// outcome the box changes: the mark says so to a tick that finds this one cut short, and
+    /// this tick's `finish` removes it once the outcome is saved.
+    fn mark_under_way(&mut self, sha: &Sha) -> Result<(), Failure> {
+        crate::interrupted::write(
+            &self.agent.layout,
+            &crate::interrupted::Marker {
+                sha: Some(sha.clone()),
+                previous: self.tick.state.applied_sha().cloned(),
+                started_at: crate::clock::wall(),
+            },
+        )
+        .or_code(Code::Failed)?;
+        self.tick.marker_settled = true;
+        Ok(())
     }
 
     /// Step 14: the release is up and healthy: state and tenancy hear so, and older releases
@@ -101,24 +127,6 @@ impl Run<'_> {
             warn!("image prune failed: {e}");
         }
         Ok(Exit::Ok)
-    }
-
-    /// A bundle the bundle author must fix is kept on the box, so the advice to run
-    /// `bundle check` on it can be followed.
-    pub(super) fn keep_bad_bundle(&self, sha: &Sha, raw: &[u8], e: &Failure) {
-        if e.code.owner() != crate::code::Owner::BundleAuthor {
-            return;
-        }
-        match crate::evidence::keep_bundle(&self.agent.layout, sha.as_str(), raw) {
-            Ok(Some(path)) => info!(
-                "kept the bundle as {}: `monky-deployd bundle check {} --env {}`",
-                path.display(),
-                path.display(),
-                self.agent.cfg.env_id
-            ),
-            Ok(None) => {}
-            Err(e) => warn!("cannot keep the failed bundle: {e:#}"),
-        }
     }
 
     /// The first apply over a release the original agent wrote: names every variable whose
@@ -230,6 +238,26 @@ impl Run<'_> {
             crate::clock::rfc3339(deadline)
         );
         self.conclude(Outcome::failed(Some(sha), Failure::coded(code, detail)))
+    }
+}
+
+impl Agent<'_> {
+    /// A bundle the bundle author must fix is kept on the box, so the advice to run
+    /// `bundle check` on it can be followed.
+    pub(super) fn keep_bad_bundle(&self, sha: &Sha, raw: &[u8], e: &Failure) {
+        if e.code.owner() != crate::code::Owner::BundleAuthor {
+            return;
+        }
+        match crate::evidence::keep_bundle(&self.layout, sha.as_str(), raw) {
+            Ok(Some(path)) => info!(
+                "kept the bundle as {}: `monky-deployd bundle check {} --env {}`",
+                path.display(),
+                path.display(),
+                self.cfg.env_id
+            ),
+            Ok(None) => {}
+            Err(e) => warn!("cannot keep the failed bundle: {e:#}"),
+        }
     }
 }
 

@@ -232,17 +232,19 @@ impl Run<'_> {
             return format!("fallback to {} refused ({code})", prev.short());
         }
         let budget = self.start_budget(false);
-        let result = release::point_current(&self.agent.layout, prev, &|r| self.policy_gate(r))
-            .and_then(|rel| {
-                info!(
-                    "falling back to {} (the start bounded at {}s)",
-                    prev.short(),
-                    budget.as_secs()
-                );
-                rel.compose(&self.agent.docker, self.agent.cfg)
-                    .up(Some(budget))
-                    .map_err(anyhow::Error::new)
-            });
+        let result = release::point_current(&self.agent.layout, prev, &|r| {
+            self.agent.policy_gate(&self.tick.judged, r)
+        })
+        .and_then(|rel| {
+            info!(
+                "falling back to {} (the start bounded at {}s)",
+                prev.short(),
+                budget.as_secs()
+            );
+            rel.compose(&self.agent.docker, self.agent.cfg)
+                .up(Some(budget))
+                .map_err(anyhow::Error::new)
+        });
         self.refresh_containers();
         match result {
             Ok(()) if not_ready(self.tick.state.containers()).is_empty() => {

@@ -360,7 +360,7 @@ impl Run<'_> {
             .ok_or_else(|| {
                 Failure::coded(Code::HealFailed, "the current release has no compose file")
             })?;
-        self.policy_gate(&rel)?;
+        self.agent.policy_gate(&self.tick.judged, &rel)?;
         if !remove.is_empty() {
             info!("removing before up: {}", remove.join(", "));
             self.agent
@@ -475,8 +475,10 @@ impl Run<'_> {
             return Ok(None);
         }
         let promoted = Promoted::resumed(
-            release::point_current(&self.agent.layout, sha, &|r| self.policy_gate(r))
-                .or_code(Code::Failed)?,
+            release::point_current(&self.agent.layout, sha, &|r| {
+                self.agent.policy_gate(&self.tick.judged, r)
+            })
+            .or_code(Code::Failed)?,
         );
         info!("finishing the interrupted apply of {}", sha.short());
         if let Err(stop) = self.up_healthy(&promoted) {

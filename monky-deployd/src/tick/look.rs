@@ -72,7 +72,7 @@ impl Run<'_> {
     /// stages did not count in this process); every service when the model cannot be built,
     /// since a look that cannot count must not pass a service by default.
     fn count_holders(&self, rel: &release::Release) -> BTreeSet<String> {
-        match self.judge(rel) {
+        match self.agent.judge(&self.tick.judged, rel) {
             Ok((_, runs)) => look::holders(&runs),
             Err(e) => {
                 warn!("cannot count which services get a secret ({e}); judging every service");

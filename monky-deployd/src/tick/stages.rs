@@ -10,10 +10,15 @@ use monky_bundle as bundle;
 use secrecy::{ExposeSecret, SecretString};
 use tracing::{info, warn};
 
-use super::Run;
+use std::cell::RefCell;
+
+use monky_bao_client as bao;
+
+use super::{Agent, Judged};
 use crate::code::Code;
 use crate::exit::{Exit, Failure, OrCode as _};
 use crate::refusals;
+use crate::state::State;
 use crate::{failpoint, peers, redact, release};
 use monky_bundle::ResolvedEntry;
 
@@ -29,6 +34,13 @@ pub(super) struct Checked {
     sha: Sha,
     bundle: bundle::Bundle,
     manifest: Vec<ResolvedEntry>,
+}
+
+impl Checked {
+    /// Whether the manifest names a secret, so the read needs a token.
+    pub(super) fn reads_secrets(&self) -> bool {
+        !self.manifest.is_empty()
+    }
 }
 
 impl Fetched {
@@ -73,7 +85,7 @@ impl Pulled {
 }
 
 /// Step 11 passed: `releases/<sha>`, named by `current`, verified on disk. Made only by
-/// [`Run::promote`] from a pulled release, or by [`Promoted::resumed`] for the release an
+/// [`promote`] from a pulled release, or by [`Promoted::resumed`] for the release an
 /// interrupted apply promoted: what `up` takes.
 pub(super) struct Promoted {
     prod: bool,
@@ -160,101 +172,259 @@ pub(super) struct Started {
     pub(super) compose_logs: String,
 }
 
-impl Run<'_> {
-    /// Steps 1-2: the bundle from tenancy, parsed within the limits and proven to be `sha`;
-    /// also its raw bytes, kept on the box when the bundle author must fix it.
-    pub(super) fn fetch(&self, sha: &Sha, url: &str) -> Result<(Fetched, Vec<u8>), Failure> {
-        let dl = self
-            .agent
-            .tenancy
-            .bundle(&self.bearer()?, url)
-            .map_err(|e| peers::tenancy_failure("bundle", e))?;
-        let b = bundle::Bundle::parse(&dl.bytes, &bundle::Limits::default())
-            .map_err(|e| Failure::from(&e))
-            .inspect_err(|e| self.keep_bad_bundle(sha, &dl.bytes, e))?;
-        b.check_sha(&sha.digest()).map_err(refusal)?;
-        if let Some(h) = dl.header_sha.as_deref().filter(|h| *h != b.sha().as_str()) {
-            // The header is tenancy's claim, not a checked sha: its first 12 characters.
-            warn!(
-                "bundle header sha {} disagrees with its content {}",
-                h.chars().take(12).collect::<String>(),
-                sha.short()
-            );
-        }
-        failpoint::hit("after-fetch");
-        let fetched = Fetched {
-            sha: sha.clone(),
-            bundle: b,
-        };
-        Ok((fetched, dl.bytes))
-    }
-
-    /// Step 3: every refusal an apply can meet before any lease or secret read.
-    pub(super) fn check(&self, fetched: Fetched) -> Result<Checked, Failure> {
-        let Fetched { sha, bundle: b } = fetched;
-        let (manifest, refused) = refusals::offline(
-            &b,
-            &self.agent.cfg.env_id,
-            &self.kv_mount(),
-            &self.offline_policy(&b),
+/// Steps 1-2: the bundle from tenancy, parsed within the limits and proven to be `sha`;
+/// also its raw bytes, kept on the box when the bundle author must fix it.
+pub(super) fn fetch(
+    agent: &Agent,
+    bearer: &SecretString,
+    sha: &Sha,
+    url: &str,
+) -> Result<(Fetched, Vec<u8>), Failure> {
+    let dl = agent
+        .tenancy
+        .bundle(bearer, url)
+        .map_err(|e| peers::tenancy_failure("bundle", e))?;
+    let b = bundle::Bundle::parse(&dl.bytes, &bundle::Limits::default())
+        .map_err(|e| Failure::from(&e))
+        .inspect_err(|e| agent.keep_bad_bundle(sha, &dl.bytes, e))?;
+    b.check_sha(&sha.digest()).map_err(refusal)?;
+    if let Some(h) = dl.header_sha.as_deref().filter(|h| *h != b.sha().as_str()) {
+        // The header is tenancy's claim, not a checked sha: its first 12 characters.
+        warn!(
+            "bundle header sha {} disagrees with its content {}",
+            h.chars().take(12).collect::<String>(),
+            sha.short()
         );
-        if let Some(f) = refusals::all(refused) {
-            return Err(f);
-        }
-        let history: Vec<String> = self
-            .tick
-            .state
-            .applied_history()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        bundle::check_rollback(sha.as_str(), &history, b.meta().allow_rollback).map_err(refusal)?;
-        // The byte cap of releases/ and staging/, before anything is leased or staged; the
-        // running release, the last good one and a sha waiting out its backoff are never pruned
-        // for room.
-        let need = b
-            .files()
-            .values()
-            .map(|bytes| bytes.len() as u64)
-            .sum::<u64>()
-            .saturating_add(ENV_ALLOWANCE);
-        let protect: Vec<&str> = [
-            Some(&sha),
-            self.tick.state.applied_sha(),
-            self.tick.state.failed().map(|f| &f.sha),
-        ]
-        .into_iter()
-        .flatten()
-        .map(Sha::as_str)
-        .collect();
-        release::make_room(&self.agent.layout, self.agent.cfg, need, &protect)
-            .or_code(Code::Failed)?;
-        match self.agent.docker.free_bytes() {
-            Ok(free) => bundle::check_disk(
-                free,
-                b.meta().disk_need_bytes.unwrap_or(0),
-                self.agent.cfg.disk_factor,
-                self.agent.cfg.disk_headroom_bytes,
-            )
-            .map_err(refusal)?,
-            Err(e) => {
-                warn!("cannot read the docker data root's free space ({e}); disk check skipped")
-            }
-        }
-        Ok(Checked {
-            sha,
-            bundle: b,
-            manifest,
-        })
     }
+    failpoint::hit("after-fetch");
+    let fetched = Fetched {
+        sha: sha.clone(),
+        bundle: b,
+    };
+    Ok((fetched, dl.bytes))
+}
 
+/// Step 3: every refusal an apply can meet before any lease or secret read.
+pub(super) fn check(agent: &Agent, state: &State, fetched: Fetched) -> Result<Checked, Failure> {
+    let Fetched { sha, bundle: b } = fetched;
+    let (manifest, refused) = refusals::offline(
+        &b,
+        &agent.cfg.env_id,
+        &agent.kv_mount(state),
+        &agent.offline_policy(&b),
+    );
+    if let Some(f) = refusals::all(refused) {
+        return Err(f);
+    }
+    let history: Vec<String> = state
+        .applied_history()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    bundle::check_rollback(sha.as_str(), &history, b.meta().allow_rollback).map_err(refusal)?;
+    // The byte cap of releases/ and staging/, before anything is leased or staged; the
+    // running release, the last good one and a sha waiting out its backoff are never pruned
+    // for room.
+    let need = b
+        .files()
+        .values()
+        .map(|bytes| bytes.len() as u64)
+        .sum::<u64>()
+        .saturating_add(ENV_ALLOWANCE);
+    let protect: Vec<&str> = [
+        Some(&sha),
+        state.applied_sha(),
+        state.failed().map(|f| &f.sha),
+    ]
+    .into_iter()
+    .flatten()
+    .map(Sha::as_str)
+    .collect();
+    release::make_room(&agent.layout, agent.cfg, need, &protect).or_code(Code::Failed)?;
+    match agent.docker.free_bytes() {
+        Ok(free) => bundle::check_disk(
+            free,
+            b.meta().disk_need_bytes.unwrap_or(0),
+            agent.cfg.disk_factor,
+            agent.cfg.disk_headroom_bytes,
+        )
+        .map_err(refusal)?,
+        Err(e) => {
+            warn!("cannot read the docker data root's free space ({e}); disk check skipped")
+        }
+    }
+    Ok(Checked {
+        sha,
+        bundle: b,
+        manifest,
+    })
+}
+
+/// Steps 4-6: the token for reading (a lease, unless a valid one is held), then every
+/// manifest entry's value; the registry credential goes to the agent's docker config.
+/// Names are logged, values never.
+pub(super) fn read_secrets(
+    agent: &Agent,
+    judged: &RefCell<Judged>,
+    token: Option<&bao::Token>,
+    checked: &Checked,
+) -> Result<Secrets, Failure> {
+    let manifest = &checked.manifest;
+    let mut values: BTreeMap<String, SecretString> = BTreeMap::new();
+    if manifest.is_empty() {
+        return Ok(Secrets(values));
+    }
+    let token = token.ok_or_else(|| Failure::coded(Code::Failed, "no token"))?;
+    for ResolvedEntry { entry, path } in manifest {
+        let v = agent
+            .bao()?
+            .read_kv(token, path, entry.version)
+            .map_err(|e| peers::bao_failure(&format!("read {}", entry.var), e))?;
+        redact::register(v.expose_secret());
+        if entry.is_registry_auth() {
+            judged.borrow_mut().registry_entry = Some(format!(
+                "the manifest's entry {} (`use: registry-auth`), read from OpenBao at {path}",
+                entry.var
+            ));
+            agent.write_registry_auth(&v)?;
+        } else {
+            values.insert(entry.var.clone(), v);
+        }
+    }
+    info!(
+        "read {} secret(s): {}",
+        values.len(),
+        values.keys().cloned().collect::<Vec<_>>().join(", ")
+    );
+    Ok(Secrets(values))
+}
+
+/// Steps 7-9: render `.env` from `secrets`; write the release to `staging/`; judge
+/// compose's model of it.
+pub(super) fn stage(
+    agent: &Agent,
+    judged: &RefCell<Judged>,
+    checked: Checked,
+    secrets: Secrets,
+) -> Result<Staged, Stop> {
+    let Checked { sha, bundle: b, .. } = checked;
+    // 7. A value that cannot be written where the template puts it fails here, before
+    // staging, and waits out the backoff: the pinned versions make it fail the same way
+    // next time.
+    let env_text = bundle::render_env(b.env_template(), &secrets.0)
+        .map_err(|r| Stop::failed(Failure::from(&r)))?;
+    drop(secrets);
+    // 8. Stage the release.
+    let staged = release::stage(&agent.layout, &sha, &b, &env_text).or_code(Code::Failed)?;
+    failpoint::hit("after-staging");
+    // 9. Compose's model is the authority, since a value from a secret is only visible
+    // there. A refusal here waits out the backoff as a render failure does: with the same
+    // pinned versions the next tick would read the secrets only to be refused again.
+    let (images, runs_as) = match agent.judge(judged, staged.release()) {
+        Ok(judged) => judged,
+        // A finding of the release's own (a refusal of its model, a name another project
+        // holds) waits out the backoff; a failure of the box (no code of its own) does not.
+        Err(e) if e.exit() == Exit::Fail && e.code != Code::Failed => {
+            return Err(Stop::failed(e));
+        }
+        Err(e) => return Err(Stop::Halted(e)),
+    };
+    Ok(Staged {
+        sha,
+        prod: b.meta().is_prod(),
+        release: staged,
+        images,
+        runs_as,
+    })
+}
+
+/// Step 10: pull from the staging dir, every image from its registry whatever the
+/// bundle's `pull_policy`; a registry refusal leaves `current` naming the release that is
+/// still running.
+pub(super) fn pull(
+    agent: &Agent,
+    judged: &RefCell<Judged>,
+    staged: Staged,
+) -> Result<Pulled, Stop> {
+    // A service whose own `user:` names its uid is judged before anything is pulled; one
+    // that runs as its image's `USER` once the image is here to say which.
+    let (by_user, by_image): (Vec<_>, Vec<_>) = staged.runs_as.iter().cloned().partition(|r| {
+        r.user
+            .as_deref()
+            .and_then(crate::shared_uid::plain_uid)
+            .is_some()
+    });
+    if let Err((code, why)) = agent.shared_uid_gate(&by_user) {
+        return Err(Stop::failed(Failure::coded(code, why)));
+    }
+    agent.registry_gate()?;
+    if let Err(e) = agent.pull_release(judged, staged.release.release(), &staged.images) {
+        // The box's registry not proven is the box's, not the release's: no backoff.
+        if matches!(
+            e.code,
+            Code::RegistryListenerUntrusted | Code::RegistryUnavailable | Code::Failed
+        ) {
+            return Err(Stop::Halted(e));
+        }
+        let mut e = e;
+        if e.code == Code::ImageNotFound {
+            e.message = blame_missing(&e.message, &staged.runs_as);
+        }
+        // A credential the registry rejects is fixed where it is kept: name the entry.
+        if credential_rejected(&e.message)
+            && let Some(entry) = &judged.borrow().registry_entry
+        {
+            e.message.push_str(&format!(
+                "; the registry rejected the credential from {entry}: correct its value there"
+            ));
+        }
+        return Err(Stop::failed(e));
+    }
+    if let Err((code, why)) = agent.shared_uid_gate(&by_image) {
+        return Err(Stop::failed(Failure::coded(code, why)));
+    }
+    Ok(Pulled(staged))
+}
+
+/// Step 11, once [`Run::mark_under_way`] marked the apply under way: make the release `releases/<sha>` named by `current`
+/// (a retry's release judged again), and verify it on disk. From here to the saved outcome
+/// the box changes: the mark says so to a tick that finds this one cut short, and this
+/// tick's `finish` removes it once the outcome is saved.
+pub(super) fn promote(
+    agent: &Agent,
+    judged: &RefCell<Judged>,
+    pulled: Pulled,
+) -> Result<Promoted, Failure> {
+    let Pulled(Staged {
+        sha,
+        prod,
+        release,
+        runs_as,
+        ..
+    }) = pulled;
+    let holders = Some(crate::runtime_look::holders(&runs_as));
+    // The staged release is of the sha its stages carried: the bundle was fetched and
+    // checked as it, and stage wrote it as it.
+    debug_assert_eq!(release.release().sha(), &sha);
+    let release = release::promote(&agent.layout, release, &|r| agent.policy_gate(judged, r))
+        .or_code(Code::Failed)?;
+    failpoint::hit("after-swap");
+    release::verify(&agent.layout, &sha).or_code(Code::Failed)?;
+    Ok(Promoted {
+        prod,
+        release,
+        holders,
+    })
+}
+
+impl Agent<'_> {
     /// The policy for the file as the bundle carries it, before any secret is read. An image's
     /// registry on the box's own addresses is allowed by the config, or by the credential
     /// stored at an earlier apply; a bundle that brings a credential of its own has its
     /// registries judged on compose's model instead, once the credential is read and knows
     /// its registry.
     fn offline_policy(&self, b: &bundle::Bundle) -> bundle::ComposePolicy {
-        let policy = self.agent.cfg.compose_policy(false);
+        let policy = self.cfg.compose_policy(false);
         if b.manifest().entries.iter().any(|e| e.is_registry_auth()) {
             return policy.registries(None);
         }
@@ -264,89 +434,10 @@ impl Run<'_> {
     /// `policy`, allowing the registries the stored credential names: the box's own, which the
     /// agent proves on every address before it hands that credential to dockerd.
     fn with_stored_registries(&self, policy: bundle::ComposePolicy) -> bundle::ComposePolicy {
-        peers::stored_registries(self.agent.cfg)
+        peers::stored_registries(self.cfg)
             .unwrap_or_default()
             .iter()
             .fold(policy, |p, r| p.registry_allowed(r))
-    }
-
-    /// Steps 7-9: render `.env` from `secrets`; write the release to `staging/`; judge
-    /// compose's model of it.
-    pub(super) fn stage(&self, checked: Checked, secrets: Secrets) -> Result<Staged, Stop> {
-        let Checked { sha, bundle: b, .. } = checked;
-        // 7. A value that cannot be written where the template puts it fails here, before
-        // staging, and waits out the backoff: the pinned versions make it fail the same way
-        // next time.
-        let env_text = bundle::render_env(b.env_template(), &secrets.0)
-            .map_err(|r| Stop::failed(Failure::from(&r)))?;
-        drop(secrets);
-        // 8. Stage the release.
-        let staged =
-            release::stage(&self.agent.layout, &sha, &b, &env_text).or_code(Code::Failed)?;
-        failpoint::hit("after-staging");
-        // 9. Compose's model is the authority, since a value from a secret is only visible
-        // there. A refusal here waits out the backoff as a render failure does: with the same
-        // pinned versions the next tick would read the secrets only to be refused again.
-        let (images, runs_as) = match self.judge(staged.release()) {
-            Ok(judged) => judged,
-            // A finding of the release's own (a refusal of its model, a name another project
-            // holds) waits out the backoff; a failure of the box (no code of its own) does not.
-            Err(e) if e.exit() == Exit::Fail && e.code != Code::Failed => {
-                return Err(Stop::failed(e));
-            }
-            Err(e) => return Err(Stop::Halted(e)),
-        };
-        Ok(Staged {
-            sha,
-            prod: b.meta().is_prod(),
-            release: staged,
-            images,
-            runs_as,
-        })
-    }
-
-    /// Step 10: pull from the staging dir, every image from its registry whatever the
-    /// bundle's `pull_policy`; a registry refusal leaves `current` naming the release that is
-    /// still running.
-    pub(super) fn pull(&self, staged: Staged) -> Result<Pulled, Stop> {
-        // A service whose own `user:` names its uid is judged before anything is pulled; one
-        // that runs as its image's `USER` once the image is here to say which.
-        let (by_user, by_image): (Vec<_>, Vec<_>) = staged.runs_as.iter().cloned().partition(|r| {
-            r.user
-                .as_deref()
-                .and_then(crate::shared_uid::plain_uid)
-                .is_some()
-        });
-        if let Err((code, why)) = self.shared_uid_gate(&by_user) {
-            return Err(Stop::failed(Failure::coded(code, why)));
-        }
-        self.registry_gate()?;
-        if let Err(e) = self.pull_release(staged.release.release(), &staged.images) {
-            // The box's registry not proven is the box's, not the release's: no backoff.
-            if matches!(
-                e.code,
-                Code::RegistryListenerUntrusted | Code::RegistryUnavailable | Code::Failed
-            ) {
-                return Err(Stop::Halted(e));
-            }
-            let mut e = e;
-            if e.code == Code::ImageNotFound {
-                e.message = blame_missing(&e.message, &staged.runs_as);
-            }
-            // A credential the registry rejects is fixed where it is kept: name the entry.
-            if credential_rejected(&e.message)
-                && let Some(entry) = &self.tick.judged.borrow().registry_entry
-            {
-                e.message.push_str(&format!(
-                    "; the registry rejected the credential from {entry}: correct its value there"
-                ));
-            }
-            return Err(Stop::failed(e));
-        }
-        if let Err((code, why)) = self.shared_uid_gate(&by_image) {
-            return Err(Stop::failed(Failure::coded(code, why)));
-        }
-        Ok(Pulled(staged))
     }
 
     /// Before the pull for a service whose `user:` is a uid, after it for one that runs as its
@@ -359,7 +450,7 @@ impl Run<'_> {
         if !runs.iter().any(bundle::RunsAs::gets_a_secret) {
             return Ok(());
         }
-        let engine = self.agent.docker.engine();
+        let engine = self.docker.engine();
         match engine.info() {
             Ok(info) if info.userns_remap() => return Ok(()),
             Ok(_) => {}
@@ -387,12 +478,8 @@ impl Run<'_> {
             let passwd = engine.image_passwd(&r.image).map_err(|e| e.to_string())?;
             crate::shared_uid::uid_of(&user, passwd.as_deref()).map(Some)
         };
-        let found = crate::shared_uid::findings(
-            runs,
-            &accounts,
-            &self.agent.cfg.allowed_shared_uids,
-            &user_of,
-        );
+        let found =
+            crate::shared_uid::findings(runs, &accounts, &self.cfg.allowed_shared_uids, &user_of);
         if found.is_empty() {
             Ok(())
         } else {
@@ -412,13 +499,16 @@ impl Run<'_> {
     /// `compose pull` of `rel` with the agent's pull override (`pull_policy: always` on every
     /// service), so each image comes from its registry with this env's credential; then the
     /// IDs of `images` go into the env's record of what it pulled itself.
-    fn pull_release(&self, rel: &release::Release, images: &[String]) -> Result<(), Failure> {
+    fn pull_release(
+        &self,
+        judged: &RefCell<Judged>,
+        rel: &release::Release,
+        images: &[String],
+    ) -> Result<(), Failure> {
         info!("compose pull (every image from its registry)");
         let project = match rel.write_pull_override() {
-            Ok(Some(file)) => rel
-                .compose(&self.agent.docker, self.agent.cfg)
-                .with_override(&file),
-            Ok(None) => rel.compose(&self.agent.docker, self.agent.cfg),
+            Ok(Some(file)) => rel.compose(&self.docker, self.cfg).with_override(&file),
+            Ok(None) => rel.compose(&self.docker, self.cfg),
             Err(e) => {
                 return Err(Failure::coded(
                     Code::ComposePullFailed,
@@ -428,22 +518,18 @@ impl Run<'_> {
         };
         let on_box = self.hand_credential()?;
         let pulled = project.pull();
-        if on_box && let Err(e) = self.agent.layout.remove_docker_config() {
+        if on_box && let Err(e) = self.layout.remove_docker_config() {
             warn!("cannot remove the registry credential after the pull ({e:#})");
         }
         pulled.map_err(|e| Failure::coded(pull_code(&e), e.to_string()))?;
         let ids: Vec<String> = images
             .iter()
-            .filter_map(|i| self.agent.docker.image_id(i).ok().flatten())
+            .filter_map(|i| self.docker.image_id(i).ok().flatten())
             .collect();
-        if let Err(e) = self.agent.layout.record_pulled_images(&ids) {
+        if let Err(e) = self.layout.record_pulled_images(&ids) {
             warn!("cannot record the pulled images ({e:#}); the next up pulls them again");
         }
-        self.tick
-            .judged
-            .borrow_mut()
-            .pulled
-            .extend(images.iter().cloned());
+        judged.borrow_mut().pulled.extend(images.iter().cloned());
         Ok(())
     }
 
@@ -451,17 +537,21 @@ impl Run<'_> {
     /// reference has an ID in the env's record. Else `rel` is pulled now, from each registry
     /// with this env's credential, before anything starts: an image another env pulled, or
     /// a tag moved on the engine since, proves nothing.
-    fn prove_images(&self, rel: &release::Release, images: &[String]) -> Result<(), Failure> {
-        let pulled = self.tick.judged.borrow().pulled.clone();
+    fn prove_images(
+        &self,
+        judged: &RefCell<Judged>,
+        rel: &release::Release,
+        images: &[String],
+    ) -> Result<(), Failure> {
+        let pulled = judged.borrow().pulled.clone();
         if images.iter().all(|i| pulled.contains(i)) {
             return Ok(());
         }
-        let record = self.agent.layout.pulled_images();
+        let record = self.layout.pulled_images();
         let unproven: Vec<&str> = images
             .iter()
             .filter(|i| {
-                !(self.agent.docker.image_id(i).ok().flatten())
-                    .is_some_and(|id| record.contains(&id))
+                !(self.docker.image_id(i).ok().flatten()).is_some_and(|id| record.contains(&id))
             })
             .map(String::as_str)
             .collect();
@@ -472,114 +562,40 @@ impl Run<'_> {
             "image(s) this env has not pulled itself: {}",
             unproven.join(", ")
         );
-        self.pull_release(rel, images)
-    }
-
-    /// Step 11: mark the apply under way, make the release `releases/<sha>` named by `current`
-    /// (a retry's release judged again), and verify it on disk. From here to the saved outcome
-    /// the box changes: the mark says so to a tick that finds this one cut short, and this
-    /// tick's `finish` removes it once the outcome is saved.
-    pub(super) fn promote(&mut self, pulled: Pulled) -> Result<Promoted, Failure> {
-        let Pulled(Staged {
-            sha,
-            prod,
-            release,
-            runs_as,
-            ..
-        }) = pulled;
-        let holders = Some(crate::runtime_look::holders(&runs_as));
-        // The staged release is of the sha its stages carried: the bundle was fetched and
-        // checked as it, and stage wrote it as it.
-        debug_assert_eq!(release.release().sha(), &sha);
-        crate::interrupted::write(
-            &self.agent.layout,
-            &crate::interrupted::Marker {
-                sha: Some(sha.clone()),
-                previous: self.tick.state.applied_sha().cloned(),
-                started_at: crate::clock::wall(),
-            },
-        )
-        .or_code(Code::Failed)?;
-        self.tick.marker_settled = true;
-        let release = release::promote(&self.agent.layout, release, &|r| self.policy_gate(r))
-            .or_code(Code::Failed)?;
-        failpoint::hit("after-swap");
-        release::verify(&self.agent.layout, &sha).or_code(Code::Failed)?;
-        Ok(Promoted {
-            prod,
-            release,
-            holders,
-        })
-    }
-
-    /// Steps 4-6: the token for reading (a lease, unless a valid one is held), then every
-    /// manifest entry's value; the registry credential goes to the agent's docker config.
-    /// Names are logged, values never.
-    pub(super) fn read_secrets(&mut self, checked: &Checked) -> Result<Secrets, Failure> {
-        let manifest = &checked.manifest;
-        let mut values: BTreeMap<String, SecretString> = BTreeMap::new();
-        if manifest.is_empty() {
-            return Ok(Secrets(values));
-        }
-        self.token_for_apply()?;
-        let token = self
-            .tick
-            .token
-            .as_ref()
-            .ok_or_else(|| Failure::coded(Code::Failed, "no token"))?;
-        for ResolvedEntry { entry, path } in manifest {
-            let v = self
-                .agent
-                .bao()?
-                .read_kv(token, path, entry.version)
-                .map_err(|e| peers::bao_failure(&format!("read {}", entry.var), e))?;
-            redact::register(v.expose_secret());
-            if entry.is_registry_auth() {
-                self.tick.judged.borrow_mut().registry_entry = Some(format!(
-                    "the manifest's entry {} (`use: registry-auth`), read from OpenBao at {path}",
-                    entry.var
-                ));
-                self.write_registry_auth(&v)?;
-            } else {
-                values.insert(entry.var.clone(), v);
-            }
-        }
-        info!(
-            "read {} secret(s): {}",
-            values.len(),
-            values.keys().cloned().collect::<Vec<_>>().join(", ")
-        );
-        Ok(Secrets(values))
+        self.pull_release(judged, rel, images)
     }
 
     /// The compose policy on compose's model of `rel`, before compose pulls or starts it: the
     /// staged release, a retried one updated in place before `current` names it, and a release
     /// fallen back to, whose files may have changed on disk since it was checked.
-    pub(super) fn policy_gate(&self, rel: &release::Release) -> Result<(), Failure> {
-        let (images, _) = self.judge(rel)?;
+    pub(super) fn policy_gate(
+        &self,
+        judged: &RefCell<Judged>,
+        rel: &release::Release,
+    ) -> Result<(), Failure> {
+        let (images, _) = self.judge(judged, rel)?;
         // compose's `up` pulls too (a service's `pull_policy: always`, an image gone from the
         // engine), with the stored credential: its registry is judged before every up.
         self.registry_gate()?;
-        self.prove_images(rel, &images)
+        self.prove_images(judged, rel, &images)
     }
 
     /// The compose policy on compose's model of `rel`, and the names it makes against every
-    /// project on the box ([`Run::policy_gate`] without the images' proof, for a release
+    /// project on the box ([`Agent::policy_gate`] without the images' proof, for a release
     /// whose pull comes next): the images the model names, and who each service runs as.
     pub(super) fn judge(
         &self,
+        judged: &RefCell<Judged>,
         rel: &release::Release,
     ) -> Result<(Vec<String>, Vec<bundle::RunsAs>), Failure> {
         // The override is written before the model is built, so the model carries the pids
         // limit the agent supplies, and compose's model must show one for every service. The
         // file compose reads is the agent's own rewrite of what it judged.
         rel.write_plain_compose().or_code(Code::Failed)?;
-        rel.write_budget_override(self.agent.cfg)
-            .or_code(Code::Failed)?;
+        rel.write_budget_override(self.cfg).or_code(Code::Failed)?;
         let policy = self
             .with_stored_registries(
-                self.agent
-                    .cfg
+                self.cfg
                     .compose_policy(rel.allow_privileged())
                     .route_hosts(rel.address()),
             )
@@ -587,7 +603,7 @@ impl Run<'_> {
         let raw = rel.compose_yaml().or_code(Code::Failed)?;
         let (refused, facts) = refusals::model(
             &policy,
-            &rel.compose(&self.agent.docker, self.agent.cfg),
+            &rel.compose(&self.docker, self.cfg),
             &raw,
             rel.dir(),
             &rel.secret_keys(),
@@ -596,14 +612,14 @@ impl Run<'_> {
         if let Some(f) = refusals::all(refused) {
             return Err(f);
         }
-        if self.tick.judged.borrow().names.contains(rel.sha()) {
+        if judged.borrow().names.contains(rel.sha()) {
             return Ok((facts.images, facts.runs_as));
         }
-        match self.agent.docker.named_objects() {
+        match self.docker.named_objects() {
             Ok(on_engine) => {
-                let others = crate::names::configured_projects(&self.agent.cfg.path);
+                let others = crate::names::configured_projects(&self.cfg.path);
                 let taken = crate::names::conflicts(
-                    &self.agent.cfg.compose_project,
+                    &self.cfg.compose_project,
                     &facts.made,
                     &others,
                     &on_engine,
@@ -611,11 +627,7 @@ impl Run<'_> {
                 if !taken.is_empty() {
                     return Err(Failure::coded(Code::BundleNonconforming, taken.join("; ")));
                 }
-                self.tick
-                    .judged
-                    .borrow_mut()
-                    .names
-                    .insert(rel.sha().clone());
+                judged.borrow_mut().names.insert(rel.sha().clone());
             }
             // The engine's own failure is the up's to report, under its own code.
             Err(e) => warn!("cannot list the engine's names ({e}); names not checked"),
@@ -630,7 +642,7 @@ impl Run<'_> {
     /// # Errors
     /// `REGISTRY_LISTENER_UNTRUSTED`: nothing is pulled.
     fn registry_gate(&self) -> Result<(), Failure> {
-        for who in peers::handed_registry_check(self.agent.cfg).or_code(Code::Failed)? {
+        for who in peers::handed_registry_check(self.cfg).or_code(Code::Failed)? {
             info!("{who}");
         }
         Ok(())
@@ -658,15 +670,12 @@ impl Run<'_> {
         };
         let mut on_box = false;
         for registry in peers::auths_of(&stored) {
-            if let Some(who) =
-                peers::registry_check(self.agent.cfg, &registry).or_code(Code::Failed)?
-            {
+            if let Some(who) = peers::registry_check(self.cfg, &registry).or_code(Code::Failed)? {
                 info!("{who}");
                 on_box = true;
             }
         }
-        self.agent
-            .layout
+        self.layout
             .write_docker_config(&stored)
             .or_code(Code::Failed)?;
         Ok(on_box)
@@ -675,21 +684,13 @@ impl Run<'_> {
     /// The credential at rest; one stored by an older agent in `config.json` alone is kept at
     /// rest first.
     fn stored_credential(&self) -> Result<Option<zeroize::Zeroizing<Vec<u8>>>, Failure> {
-        if let Some(json) = self.agent.layout.read_credential().or_code(Code::Failed)? {
+        if let Some(json) = self.layout.read_credential().or_code(Code::Failed)? {
             return Ok(Some(json));
         }
-        let Some(json) = self
-            .agent
-            .layout
-            .read_docker_config()
-            .or_code(Code::Failed)?
-        else {
+        let Some(json) = self.layout.read_docker_config().or_code(Code::Failed)? else {
             return Ok(None);
         };
-        self.agent
-            .layout
-            .write_credential(&json)
-            .or_code(Code::Failed)?;
+        self.layout.write_credential(&json).or_code(Code::Failed)?;
         Ok(Some(json))
     }
 
@@ -700,27 +701,27 @@ impl Run<'_> {
     /// `REGISTRY_LISTENER_UNTRUSTED`; an unusable credential only warns (public images pull).
     fn write_registry_auth(&self, value: &SecretString) -> Result<(), Failure> {
         let mut on_box = false;
-        if let Ok(auth) = bundle::RegistryAuth::parse(value, Some(&self.agent.cfg.registry_host))
+        if let Ok(auth) = bundle::RegistryAuth::parse(value, Some(&self.cfg.registry_host))
             && let Some(who) =
-                peers::registry_check(self.agent.cfg, auth.registry()).or_code(Code::Failed)?
+                peers::registry_check(self.cfg, auth.registry()).or_code(Code::Failed)?
         {
             info!("{who}");
             on_box = true;
         }
-        let result = bundle::RegistryAuth::parse(value, Some(&self.agent.cfg.registry_host))
+        let result = bundle::RegistryAuth::parse(value, Some(&self.cfg.registry_host))
             .map_err(anyhow::Error::new)
             .and_then(|auth| {
                 redact::register_basic_auth(auth.username(), auth.password().expose_secret());
                 let json = auth.docker_config_json();
                 redact::register(json.expose_secret());
                 let bytes = json.expose_secret().as_bytes();
-                self.agent.layout.write_credential(bytes)?;
+                self.layout.write_credential(bytes)?;
                 // A registry of this box gets its credential for each pull only; the network's
                 // keeps it in config.json, for compose's own pulls too.
                 if on_box {
-                    self.agent.layout.remove_docker_config()?;
+                    self.layout.remove_docker_config()?;
                 } else {
-                    self.agent.layout.write_docker_config(bytes)?;
+                    self.layout.write_docker_config(bytes)?;
                 }
                 Ok(auth.registry().to_string())
             });
