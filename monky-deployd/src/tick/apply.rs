@@ -8,6 +8,7 @@ use super::Outcome;
 use super::backoff::Backoff;
 use super::stages::{self, Fetched, Promoted, Secrets, Stop};
 use super::{Agent, Run};
+use super::{fallback, look};
 use crate::code::{Code, CodePolicy as _};
 use crate::exit::{Exit, Failure, OrCode as _};
 use crate::release;
@@ -57,14 +58,24 @@ impl Run<'_> {
         // 10. Pull from the staging dir.
         let pulled = stages::pull(&self.agent, &self.tick.judged, staged)?;
         // A start that could not finish, and fall back, before the tick's deadline is not made.
-        self.start_fits(pulled.sha())?;
+        fallback::start_fits(&self.agent, &self.tick.state, pulled.sha())?;
         // 11. Promote: `current` names the new release, checked again on disk.
         self.mark_under_way(pulled.sha())?;
         let promoted = stages::promote(&self.agent, &self.tick.judged, pulled)?;
         // 12-13. Up, and wait for health.
-        self.up_healthy(&promoted)?;
+        let (seen, up) = fallback::up_healthy(&self.agent, &self.tick.state, &promoted);
+        self.saw(seen);
+        up?;
         // 13a. Judge what runs: the uids and arguments of the release's processes.
-        self.judge_what_runs(&promoted)?;
+        let (looked, judged) =
+            look::judge_what_runs(&self.agent, &self.tick.judged, &self.tick.facts, &promoted);
+        if let Some(looked) = looked {
+            self.record(Fact::Looked(looked));
+        }
+        if judged.is_err() {
+            self.refresh_containers();
+        }
+        judged?;
         Ok(promoted)
     }
 

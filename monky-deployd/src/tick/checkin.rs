@@ -3,38 +3,30 @@
 use monky_agent_proto as proto;
 use tracing::warn;
 
-use super::Run;
+use super::{Agent, Run};
 use crate::exit::Failure;
-use crate::state::{Fact, SeenContainer};
+use crate::state::{Fact, SeenContainer, State};
 use crate::{host, peers};
 
 impl Run<'_> {
     /// Looks at the project's containers again: state keeps what was seen, and why the look
     /// failed is kept for the heartbeat (a failed look is no "nothing running").
     pub(super) fn refresh_containers(&mut self) {
-        let listed = self
-            .agent
-            .docker
-            .container_facts(&self.agent.cfg.compose_project);
-        self.tick.docker_error = listed.as_ref().err().map(ToString::to_string);
-        self.tick.facts = listed.unwrap_or_else(|e| {
-            warn!("cannot list containers: {e}");
-            Vec::new()
-        });
-        let record = self.tick.state.converged();
-        let seen = self
-            .tick
-            .facts
-            .iter()
-            .map(|f| SeenContainer {
-                name: f.container.name.clone(),
-                state: f.container.state.clone(),
-                health: f.container.health.clone(),
-                completed: f.container.completed
-                    && crate::drift::completed_stands(record, &f.container.name),
-            })
-            .collect();
-        self.record(Fact::ContainersSeen(seen));
+        let seen = containers(&self.agent, &self.tick.state);
+        self.saw(seen);
+    }
+
+    /// Keeps what a look at the containers found: the listing and why it failed for this
+    /// tick's later looks, and what was seen in the state.
+    pub(super) fn saw(&mut self, seen: Seen) {
+        let Seen {
+            facts,
+            error,
+            containers,
+        } = seen;
+        self.tick.docker_error = error;
+        self.tick.facts = facts;
+        self.record(Fact::ContainersSeen(containers));
     }
 
     pub(super) fn wire_containers(&self) -> Vec<proto::ContainerStatus> {
@@ -96,5 +88,44 @@ impl Run<'_> {
             .tenancy
             .checkin(&self.bearer()?, &req)
             .map_err(|e| peers::tenancy_failure("checkin after re-bootstrap", e))
+    }
+}
+
+/// What a look at the project's containers found: the engine's listing, why it failed, and
+/// what the state keeps of it.
+pub(super) struct Seen {
+    /// The project's containers as listed, with what drift detection compares.
+    pub(super) facts: Vec<monky_compose::ContainerFacts>,
+    /// Why the listing failed; a heartbeat must not call that "not running".
+    pub(super) error: Option<String>,
+    /// What the state keeps: each container's state and health, and a one-shot's completion
+    /// as the converged record lets it stand.
+    pub(super) containers: Vec<SeenContainer>,
+}
+
+/// Lists the project's containers; `state` gives the converged record a one-shot's completion
+/// is judged against.
+pub(super) fn containers(agent: &Agent, state: &State) -> Seen {
+    let listed = agent.docker.container_facts(&agent.cfg.compose_project);
+    let error = listed.as_ref().err().map(ToString::to_string);
+    let facts = listed.unwrap_or_else(|e| {
+        warn!("cannot list containers: {e}");
+        Vec::new()
+    });
+    let record = state.converged();
+    let containers = facts
+        .iter()
+        .map(|f| SeenContainer {
+            name: f.container.name.clone(),
+            state: f.container.state.clone(),
+            health: f.container.health.clone(),
+            completed: f.container.completed
+                && crate::drift::completed_stands(record, &f.container.name),
+        })
+        .collect();
+    Seen {
+        facts,
+        error,
+        containers,
     }
 }

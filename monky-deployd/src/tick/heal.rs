@@ -6,6 +6,7 @@ use monky_agent_proto::{Action, Sha};
 use tracing::{info, warn};
 
 use super::backoff::failure_backoff;
+use super::fallback;
 use super::outcome::Outcome;
 use super::stages::Promoted;
 use super::{Run, not_ready};
@@ -273,7 +274,7 @@ impl Run<'_> {
         warn!("heal of {} failed: {failure}", sha.short());
         if let Some(logs) = &logs {
             let kept = format!("{failure}\n--- compose logs ---\n{}", logs.as_str());
-            self.keep_app_logs(sha, &kept, logs.as_str());
+            self.agent.keep_app_logs(sha, &kept, logs.as_str());
         }
         let mut outcome = Outcome::failed(Some(sha), failure);
         outcome.compose_logs = logs.as_ref();
@@ -372,7 +373,7 @@ impl Run<'_> {
         // Nothing falls back after a heal: the whole of what is left of the tick may go to it.
         match rel
             .compose(&self.agent.docker, self.agent.cfg)
-            .up(Some(self.start_budget(false)))
+            .up(Some(self.agent.start_budget(false)))
         {
             // The containers that are not ready are the heal's verdict, named from the
             // listing taken after it.
@@ -481,7 +482,9 @@ impl Run<'_> {
             .or_code(Code::Failed)?,
         );
         info!("finishing the interrupted apply of {}", sha.short());
-        if let Err(stop) = self.up_healthy(&promoted) {
+        let (seen, up) = fallback::up_healthy(&self.agent, &self.tick.state, &promoted);
+        self.saw(seen);
+        if let Err(stop) = up {
             return Err(self.recover(sha, stop));
         }
         self.record(Fact::Applied {
