@@ -1,4 +1,6 @@
-//! One tick: lock, token, checkin, then heartbeat, retire or apply, report, upkeep, save.
+//! One tick: lock, token, checkin, then heartbeat, retire or apply, report, upkeep, save. The
+//! box's clients are the `Agent`; what one tick learns is its `Tick`; a `Run` of the two
+//! drives the tick and folds what its steps found into the state (`Run::record`).
 
 use std::time::Duration;
 

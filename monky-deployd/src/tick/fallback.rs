@@ -310,7 +310,7 @@ fn start_share(
     Some(if then_fallback { left / 2 } else { left })
 }
 
-/// [`Run::start_budget`] of `healthy_timeout` with the tick's `share` for the start.
+/// [`Agent::start_budget`] of `healthy_timeout` with the tick's `share` for the start.
 fn start_budget(healthy_timeout: Duration, share: Option<Duration>) -> Duration {
     share.map_or(healthy_timeout, |s| healthy_timeout.min(s).max(MIN_START))
 }

@@ -2,6 +2,10 @@
 //! stage before it and returns the next or a failure, and only its step makes a stage, so a
 //! release cannot be promoted that was not staged, pulled and judged, nor staged from a bundle
 //! that was not fetched as the desired sha and checked.
+//!
+//! Each step is a function, not a method of the tick: its arguments are what it reads (the
+//! `Agent`'s config, state dir and clients, the state, the token, this tick's `Judged`
+//! memo) and its result is what it found; the tick folds that (tidy rule `stages`).
 
 use std::collections::BTreeMap;
 
@@ -386,10 +390,8 @@ pub(super) fn pull(
     Ok(Pulled(staged))
 }
 
-/// Step 11, once [`Run::mark_under_way`] marked the apply under way: make the release `releases/<sha>` named by `current`
-/// (a retry's release judged again), and verify it on disk. From here to the saved outcome
-/// the box changes: the mark says so to a tick that finds this one cut short, and this
-/// tick's `finish` removes it once the outcome is saved.
+/// Step 11, once [`Run::mark_under_way`] marked the apply under way: make the release
+/// `releases/<sha>` named by `current` (a retry's release judged again), and verify it on disk.
 pub(super) fn promote(
     agent: &Agent,
     judged: &RefCell<Judged>,
