@@ -681,7 +681,7 @@ impl State {
 impl State {
     /// Folds one fact of a tick into the state: the one way a `State` changes after it is
     /// loaded. A step of the tick says what happened as a [`Fact`]; the tick folds it (see
-    /// `tick::Agent::record`), and the tick's deadline folds the one fact it adds from its own
+    /// `tick::Run::record`), and the tick's deadline folds the one fact it adds from its own
     /// thread ([`Fact::TimedOut`]).
     pub fn fold(&mut self, fact: Fact) {
         match fact {
@@ -885,7 +885,7 @@ impl State {
     /// Records what a tick concluded: `result` what it told tenancy (or would have; `None`
     /// when it reached no action, and the last result stands), `failure` its code and
     /// `CODE: names` detail (redacted), `note` what an `applied` result noted, `reported_at`
-    /// when the report went out. The only writer of the outcome fields: `Agent::conclude`
+    /// when the report went out. The only writer of the outcome fields: `Run::conclude`
     /// calls it once per tick, and the tick's deadline (see [`State::record_timeout`]).
     fn record_outcome(
         &mut self,

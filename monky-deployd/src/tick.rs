@@ -1,4 +1,6 @@
-//! One tick: lock, token, checkin, then heartbeat, retire or apply, report, upkeep, save.
+//! One tick: lock, token, checkin, then heartbeat, retire or apply, report, upkeep, save. The
+//! box's clients are the `Agent`; what one tick learns is its `Tick`; a `Run` of the two
+//! drives the tick and folds what its steps found into the state (`Run::record`).
 
 use std::time::Duration;
 
@@ -137,17 +139,18 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> Res
     }
     // This tick's action, once tenancy answers; none if it never does.
     state.fold(state::Fact::TickBegan);
-    let mut agent = Agent::new(cfg, layout, state, opts)?;
-    agent.tick_deadline = Some(deadline.deadline());
-    let result = agent.converge();
-    agent.token_upkeep(&result);
-    let result = agent.judge_clock(result);
+    let mut run = Run::new(cfg, layout, state, opts)?;
+    run.agent.tick_deadline = Some(deadline.deadline());
+    let result = run.converge();
+    run.token_upkeep(&result);
+    let result = run.judge_clock(result);
     // Clamped again: a state.json written before the bounds existed may hold any number.
-    *interval = agent
+    *interval = run
+        .tick
         .state
         .checkin_interval_s()
         .map(|s| proto::CheckinInterval::from_secs(s).get());
-    let saved = agent.finish(&result);
+    let saved = run.finish(&result);
     match (result, saved) {
         // Converged, but the next tick would not know it: as much a failure as any other.
         (Ok(_), Err(e)) => Err(e),
@@ -192,12 +195,12 @@ fn end_orphans(layout: &Layout) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The agent during one tick.
+/// The box as one tick's run of it sees it: its config, state dir and clients (tenancy,
+/// OpenBao, docker), and nothing a tick learns. What a tick learns is its [`Tick`].
 pub(crate) struct Agent<'a> {
     pub(crate) cfg: &'a Config,
     /// The state dir, opened once for the tick.
     pub(crate) layout: Layout,
-    pub(crate) state: State,
     opts: TickOptions,
     tenancy: proto::Client,
     /// The peers' listeners judged the box's at an earlier tick (see `peers::Listeners`).
@@ -206,6 +209,16 @@ pub(crate) struct Agent<'a> {
     /// a runtime thread and the CA bundle's parsing (or the system's roots without one).
     bao: std::cell::OnceCell<bao::BaoClient>,
     docker: compose::Docker,
+    /// When the tick's deadline (`tick_timeout_s`) passes; `None` for a run without one (the
+    /// bootstrap). Every start of a release is budgeted inside it (see `fallback.rs`).
+    tick_deadline: Option<std::time::Instant>,
+}
+
+/// What one tick has learned so far: the state it folds its facts into, and the flags and
+/// looks of this tick alone. Made new for every tick; nothing of it outlives the tick but the
+/// state it saves.
+pub(crate) struct Tick {
+    pub(crate) state: State,
     token: Option<bao::Token>,
     /// Why the last look at the containers failed; a heartbeat must not call that "not running".
     docker_error: Option<String>,
@@ -224,12 +237,15 @@ pub(crate) struct Agent<'a> {
     /// again about the release the apply judged and pulled moments before: the shas whose
     /// names passed, and the image references this tick pulled.
     judged: std::cell::RefCell<Judged>,
-    /// When the tick's deadline (`tick_timeout_s`) passes; `None` for a run without one (the
-    /// bootstrap). Every start of a release is budgeted inside it (see `fallback.rs`).
-    tick_deadline: Option<std::time::Instant>,
 }
 
-/// See [`Agent::judged`].
+/// One tick's run: the box's [`Agent`] and what the [`Tick`] has learned.
+pub(crate) struct Run<'a> {
+    pub(crate) agent: Agent<'a>,
+    pub(crate) tick: Tick,
+}
+
+/// See [`Tick::judged`].
 #[derive(Debug, Default)]
 struct Judged {
     names: std::collections::HashSet<Sha>,
@@ -239,7 +255,7 @@ struct Judged {
     registry_entry: Option<String>,
 }
 
-impl<'a> Agent<'a> {
+impl<'a> Run<'a> {
     pub(crate) fn new(
         cfg: &'a Config,
         layout: Layout,
@@ -257,27 +273,32 @@ impl<'a> Agent<'a> {
         let listeners = std::sync::Arc::new(peers::Listeners::load(&layout));
         let mut state = state;
         state.fold(state::Fact::HoldFound(hold.clone()));
-        Ok(Self {
-            previous: (state.last_code(), state.last_error().cloned()),
-            judged: std::cell::RefCell::default(),
+        let agent = Agent {
             tenancy: peers::tenancy(cfg, Some(&listeners)).or_code(Code::Failed)?,
             listeners,
             bao: std::cell::OnceCell::new(),
             docker,
             cfg,
             layout,
-            state,
             opts,
+            tick_deadline: None,
+        };
+        let tick = Tick {
+            previous: (state.last_code(), state.last_error().cloned()),
+            judged: std::cell::RefCell::default(),
+            state,
             token: None,
             docker_error: None,
             facts: Vec::new(),
             hold,
             marker_settled: false,
             concluded: false,
-            tick_deadline: None,
-        })
+        };
+        Ok(Self { agent, tick })
     }
+}
 
+impl Agent<'_> {
     /// The OpenBao client, built the first time a tick needs it.
     fn bao(&self) -> Result<&bao::BaoClient, Failure> {
         if let Some(client) = self.bao.get() {
@@ -286,13 +307,23 @@ impl<'a> Agent<'a> {
         let client = peers::openbao(self.cfg, Some(&self.listeners)).or_code(Code::Failed)?;
         Ok(self.bao.get_or_init(|| client))
     }
+
+    /// The KV mount secrets are read from: tenancy's, once adopted, else the config's.
+    fn kv_mount(&self, state: &State) -> String {
+        state
+            .kv_mount()
+            .map_or_else(|| self.cfg.bao.kv_mount.clone(), str::to_owned)
+    }
+}
+
+impl Run<'_> {
     /// Reads OpenBao's clock from its last answer of this tick, if any, and judges the box's
     /// clock by the latest reading: off by more than a certificate check tolerates, a tick that
     /// did its action ends `TLS_CLOCK` (the report already went: the release is fine, the box
     /// is not), and a tick that failed otherwise keeps its own code and warns.
     fn judge_clock(&mut self, result: Result<Exit, Failure>) -> Result<Exit, Failure> {
         let boot = crate::clock::boot();
-        if let Some(d) = self.bao.get().and_then(bao::BaoClient::server_date) {
+        if let Some(d) = self.agent.bao.get().and_then(bao::BaoClient::server_date) {
             self.record(Fact::ClockRead(crate::clock::ClockReading::of(
                 d.date,
                 d.sent,
@@ -301,7 +332,7 @@ impl<'a> Agent<'a> {
             )));
         }
         let Some(problem) =
-            (self.state.clock()).and_then(|r| r.problem(crate::clock::wall(), boot.as_ref()))
+            (self.tick.state.clock()).and_then(|r| r.problem(crate::clock::wall(), boot.as_ref()))
         else {
             return result;
         };
@@ -321,7 +352,7 @@ impl<'a> Agent<'a> {
             .checkin()
             .inspect_err(|e| self.conclude_checkin_error(e))?;
         self.learn_token_facts();
-        let wanted_before = self.state.desired_sha().cloned();
+        let wanted_before = self.tick.state.desired_sha().cloned();
         self.record(Fact::CheckedIn {
             action: resp.action.as_str().to_string(),
             desired: resp.desired_sha().cloned(),
@@ -331,29 +362,29 @@ impl<'a> Agent<'a> {
         // A new desired sha is saved before its fetch and pull, which can take minutes and be
         // cut short by a kill or the tick's deadline: `status` then names what tenancy wants,
         // not the sha before it. A heartbeat writes nothing here.
-        if self.state.desired_sha() != wanted_before.as_ref()
-            && let Err(e) = self.state.save(&self.layout)
+        if self.tick.state.desired_sha() != wanted_before.as_ref()
+            && let Err(e) = self.tick.state.save(&self.agent.layout)
         {
             warn!("cannot save the desired sha before applying it ({e:#})");
         }
         if let Some(mount) = resp.vault.as_ref().and_then(|v| v.mount.clone()) {
-            if mount != self.cfg.bao.kv_mount && self.state.kv_mount() != Some(&mount) {
+            if mount != self.agent.cfg.bao.kv_mount && self.tick.state.kv_mount() != Some(&mount) {
                 info!(
                     "adopting KV mount {mount:?} from tenancy (config says {:?})",
-                    self.cfg.bao.kv_mount
+                    self.agent.cfg.bao.kv_mount
                 );
             }
             self.record(Fact::KvMountAdopted(
-                (mount != self.cfg.bao.kv_mount).then_some(mount),
+                (mount != self.agent.cfg.bao.kv_mount).then_some(mount),
             ));
         }
         info!(
             "checkin: action={} desired={} applied={}",
             resp.action,
             resp.desired_sha().map_or("-", Sha::short),
-            self.state.applied_sha().map_or("-", Sha::short)
+            self.tick.state.applied_sha().map_or("-", Sha::short)
         );
-        if let Some(hold) = self.hold.clone() {
+        if let Some(hold) = self.tick.hold.clone() {
             return self.held(&hold, &resp.action);
         }
         if let Some(exit) = self.recover_interrupted(&resp.action)? {
@@ -362,14 +393,14 @@ impl<'a> Agent<'a> {
         match &resp.action {
             Action::None { .. } => self.heartbeat(),
             Action::Down { purge_volumes, .. } => {
-                let sha = self.state.applied_sha().cloned();
+                let sha = self.tick.state.applied_sha().cloned();
                 self.retire(*purge_volumes)
                     .inspect_err(|e| self.conclude_error(sha.as_ref(), e))
             }
             // The sha is 64 lowercase hex digits, or the answer never decoded: safe in a path,
             // a URL and a comparison with the release's own.
             Action::Apply { sha, bundle_url } => {
-                if self.state.failed().is_some_and(|f| f.sha != *sha) {
+                if self.tick.state.failed().is_some_and(|f| f.sha != *sha) {
                     // Tenancy wants something else now: the old failure no longer counts.
                     self.record(Fact::FailureForgotten);
                 }
@@ -384,13 +415,7 @@ impl<'a> Agent<'a> {
 
     /// Folds what a step found into the state: the tick's one way to change it.
     pub(crate) fn record(&mut self, fact: Fact) {
-        self.state.fold(fact);
-    }
-
-    fn kv_mount(&self) -> String {
-        self.state
-            .kv_mount()
-            .map_or_else(|| self.cfg.bao.kv_mount.clone(), str::to_owned)
+        self.tick.state.fold(fact);
     }
 }
 

@@ -103,7 +103,7 @@ fn expire(
     let _no_more_saves = state::save_lock();
     match layout.and_then(|l| crate::statefile::load(&l).map(|loaded| (l, loaded))) {
         Ok((layout, (mut st, _))) => {
-            // The one outcome not recorded by `Agent::conclude`: the tick cannot conclude any
+            // The one outcome not recorded by `Run::conclude`: the tick cannot conclude any
             // more, so its deadline folds the timeout in as the one fact it adds.
             st.fold(state::Fact::TimedOut(crate::redact::redact(&detail)));
             if let Err(e) = st.save_holding_lock(&layout) {

@@ -4,23 +4,24 @@
 use monky_agent_proto::Sha;
 use tracing::{info, warn};
 
-use super::Agent;
 use super::Outcome;
 use super::backoff::Backoff;
-use super::stages::{Fetched, Promoted, Secrets, Stop};
+use super::stages::{self, Fetched, Promoted, Secrets, Stop};
+use super::{Agent, Run};
+use super::{fallback, look};
 use crate::code::{Code, CodePolicy as _};
-use crate::exit::{Exit, Failure};
+use crate::exit::{Exit, Failure, OrCode as _};
 use crate::release;
 use crate::state::Fact;
 
-impl Agent<'_> {
+impl Run<'_> {
     /// Applies the desired release, step by step, as docs/architecture.md's "What a tick
     /// does" numbers the steps. A stage that stops returns early and the stages after it never
     /// run; a release that failed is recovered from (backoff, fallback) before the failure goes
     /// up.
     pub(super) fn apply(&mut self, sha: &Sha, url: &str) -> Result<Exit, Failure> {
         // 1-2. Fetch the bundle and verify it hashes to the desired sha.
-        let (fetched, raw) = self.fetch(sha, url)?;
+        let (fetched, raw) = stages::fetch(&self.agent, &self.bearer()?, sha, url)?;
         // Before the checks, so `doctor` measures the desired bundle's need even when a check
         // refuses it.
         self.record(Fact::DiskNeeded(fetched.disk_need()));
@@ -29,7 +30,7 @@ impl Agent<'_> {
             Ok(promoted) => self.applied(&promoted),
             Err(stop) => {
                 let e = self.recover(sha, stop);
-                self.keep_bad_bundle(sha, &raw, &e);
+                self.agent.keep_bad_bundle(sha, &raw, &e);
                 Err(e)
             }
         }
@@ -38,25 +39,61 @@ impl Agent<'_> {
     /// Steps 3-13, each a stage of `stages.rs` taking the one before it.
     fn stages(&mut self, fetched: Fetched) -> Result<Promoted, Stop> {
         // 3. Refuse what the bundle alone shows is wrong, before any lease or secret read.
-        let checked = self.check(fetched)?;
+        let checked = stages::check(&self.agent, &self.tick.state, fetched)?;
         // 4-6. Lease a grant, log in with it, read the secrets.
-        let secrets = self.read_secrets(&checked)?;
-        if self.state.original_release().is_some() {
+        if checked.reads_secrets() {
+            self.token_for_apply()?;
+        }
+        let secrets = stages::read_secrets(
+            &self.agent,
+            &self.tick.judged,
+            self.tick.token.as_ref(),
+            &checked,
+        )?;
+        if self.tick.state.original_release().is_some() {
             self.note_quoting_changes(&secrets);
         }
         // 7-9. Render `.env`, stage the release, judge compose's model of it.
-        let staged = self.stage(checked, secrets)?;
+        let staged = stages::stage(&self.agent, &self.tick.judged, checked, secrets)?;
         // 10. Pull from the staging dir.
-        let pulled = self.pull(staged)?;
+        let pulled = stages::pull(&self.agent, &self.tick.judged, staged)?;
         // A start that could not finish, and fall back, before the tick's deadline is not made.
-        self.start_fits(pulled.sha())?;
+        fallback::start_fits(&self.agent, &self.tick.state, pulled.sha())?;
         // 11. Promote: `current` names the new release, checked again on disk.
-        let promoted = self.promote(pulled)?;
+        self.mark_under_way(pulled.sha())?;
+        let promoted = stages::promote(&self.agent, &self.tick.judged, pulled)?;
         // 12-13. Up, and wait for health.
-        self.up_healthy(&promoted)?;
+        let (seen, up) = fallback::up_healthy(&self.agent, &self.tick.state, &promoted);
+        self.saw(seen);
+        up?;
         // 13a. Judge what runs: the uids and arguments of the release's processes.
-        self.judge_what_runs(&promoted)?;
+        let (looked, judged) =
+            look::judge_what_runs(&self.agent, &self.tick.judged, &self.tick.facts, &promoted);
+        if let Some(looked) = looked {
+            self.record(Fact::Looked(looked));
+        }
+        if judged.is_err() {
+            self.refresh_containers();
+        }
+        judged?;
         Ok(promoted)
+    }
+
+    /// Step 11's first part: marks the apply of `sha` under way. From here to the saved
+    /// outcome the box changes: the mark says so to a tick that finds this one cut short, and
+    /// this tick's `finish` removes it once the outcome is saved.
+    fn mark_under_way(&mut self, sha: &Sha) -> Result<(), Failure> {
+        crate::interrupted::write(
+            &self.agent.layout,
+            &crate::interrupted::Marker {
+                sha: Some(sha.clone()),
+                previous: self.tick.state.applied_sha().cloned(),
+                started_at: crate::clock::wall(),
+            },
+        )
+        .or_code(Code::Failed)?;
+        self.tick.marker_settled = true;
+        Ok(())
     }
 
     /// Step 14: the release is up and healthy: state and tenancy hear so, and older releases
@@ -74,7 +111,7 @@ impl Agent<'_> {
         info!(
             "applied {} ({} container(s) healthy)",
             sha.short(),
-            self.state.containers().len()
+            self.tick.state.containers().len()
         );
         // What the box gave the services that left it open, in the journal and so in the
         // report's log tail: the bundle's author sees the limits the app runs under.
@@ -82,7 +119,7 @@ impl Agent<'_> {
             .release()
             .compose_yaml()
             .ok()
-            .and_then(|yaml| self.cfg.budget.budget_override_for(&yaml))
+            .and_then(|yaml| self.agent.cfg.budget.budget_override_for(&yaml))
             .and_then(|text| supplied_defaults(&text))
         {
             info!("supplied the box's defaults: {supplied}");
@@ -90,31 +127,17 @@ impl Agent<'_> {
         self.conclude(Outcome::applied(Some(sha)))?;
         // After every successful apply, not only with `--prune`: a tenancy that sends a new sha
         // every tick must not fill the disk. `current` (this sha, the last good one) stays.
-        release::prune(&self.layout, self.cfg.keep_releases, &[sha.as_str()]);
-        if self.opts.prune
-            && let Err(e) = self.docker.image_prune()
+        release::prune(
+            &self.agent.layout,
+            self.agent.cfg.keep_releases,
+            &[sha.as_str()],
+        );
+        if self.agent.opts.prune
+            && let Err(e) = self.agent.docker.image_prune()
         {
             warn!("image prune failed: {e}");
         }
         Ok(Exit::Ok)
-    }
-
-    /// A bundle the bundle author must fix is kept on the box, so the advice to run
-    /// `bundle check` on it can be followed.
-    pub(super) fn keep_bad_bundle(&self, sha: &Sha, raw: &[u8], e: &Failure) {
-        if e.code.owner() != crate::code::Owner::BundleAuthor {
-            return;
-        }
-        match crate::evidence::keep_bundle(&self.layout, sha.as_str(), raw) {
-            Ok(Some(path)) => info!(
-                "kept the bundle as {}: `monky-deployd bundle check {} --env {}`",
-                path.display(),
-                path.display(),
-                self.cfg.env_id
-            ),
-            Ok(None) => {}
-            Err(e) => warn!("cannot keep the failed bundle: {e:#}"),
-        }
     }
 
     /// The first apply over a release the original agent wrote: names every variable whose
@@ -142,7 +165,10 @@ impl Agent<'_> {
     /// has not run out, the deadline. A failure judged under another config is forgotten: the
     /// box admin's change is tried at once.
     pub(super) fn backoff_deadline(&mut self, sha: &Sha) -> Option<u64> {
-        if Backoff::config_changed(&self.state, &super::backoff::verdict_key(self.cfg)) {
+        if Backoff::config_changed(
+            &self.tick.state,
+            &super::backoff::verdict_key(self.agent.cfg),
+        ) {
             info!(
                 "the config changed since {} failed (waivers, budget, allowed_*, health wait): \
                  trying it again now",
@@ -152,11 +178,11 @@ impl Agent<'_> {
             return None;
         }
         let (now, boot) = (crate::clock::wall(), crate::clock::boot());
-        if let Some(rebased) = Backoff::rebase(&self.state, now, boot.as_ref()) {
+        if let Some(rebased) = Backoff::rebase(&self.tick.state, now, boot.as_ref()) {
             self.record(rebased);
         }
-        let deadline = Backoff::deadline(&self.state, sha, now, boot.as_ref())?;
-        if self.opts.force {
+        let deadline = Backoff::deadline(&self.tick.state, sha, now, boot.as_ref())?;
+        if self.agent.opts.force {
             info!(
                 "--force: trying {} again before its backoff ran out",
                 sha.short()
@@ -170,8 +196,12 @@ impl Agent<'_> {
     /// running release is judged first, as a heartbeat judges it: its drift is healed (subject
     /// to the heal backoff), and the report says what runs, never "running" when nothing does.
     pub(super) fn report_waiting(&mut self, sha: &Sha, deadline: u64) -> Result<Exit, Failure> {
-        if let (None, Some(running)) = (&self.docker_error, self.state.applied_sha().cloned()) {
-            let drift = crate::drift::detect(&running, self.state.converged(), &self.facts);
+        if let (None, Some(running)) = (
+            &self.tick.docker_error,
+            self.tick.state.applied_sha().cloned(),
+        ) {
+            let drift =
+                crate::drift::detect(&running, self.tick.state.converged(), &self.tick.facts);
             if !drift.is_empty() {
                 info!(
                     "{} waits out its backoff; the running {} drifted",
@@ -186,7 +216,7 @@ impl Agent<'_> {
             }
         }
         // A state written before the failure's own detail was kept has only its code's name.
-        let failed = self.state.failed();
+        let failed = self.tick.state.failed();
         let code = failed.and_then(|f| f.code).unwrap_or(Code::Failed);
         // The kept detail is the failure as it was shown (`CODE: names`); its code is the kept
         // code, so only the names are carried over.
@@ -198,13 +228,13 @@ impl Agent<'_> {
             },
             None => "an earlier attempt failed".to_string(),
         };
-        let running = match self.state.applied_sha() {
+        let running = match self.tick.state.applied_sha() {
             None => "running nothing".to_string(),
-            Some(_) if self.docker_error.is_some() => "what runs is unknown (docker does not \
+            Some(_) if self.tick.docker_error.is_some() => "what runs is unknown (docker does not \
                                                        answer)"
                 .to_string(),
-            Some(_) if self.state.containers().is_empty() => "nothing runs".to_string(),
-            Some(a) => match super::not_ready(self.state.containers()) {
+            Some(_) if self.tick.state.containers().is_empty() => "nothing runs".to_string(),
+            Some(a) => match super::not_ready(self.tick.state.containers()) {
                 bad if bad.is_empty() => format!("running {}", a.short()),
                 bad => format!("running {}, not up: {}", a.short(), bad.join(", ")),
             },
@@ -219,6 +249,26 @@ impl Agent<'_> {
             crate::clock::rfc3339(deadline)
         );
         self.conclude(Outcome::failed(Some(sha), Failure::coded(code, detail)))
+    }
+}
+
+impl Agent<'_> {
+    /// A bundle the bundle author must fix is kept on the box, so the advice to run
+    /// `bundle check` on it can be followed.
+    pub(super) fn keep_bad_bundle(&self, sha: &Sha, raw: &[u8], e: &Failure) {
+        if e.code.owner() != crate::code::Owner::BundleAuthor {
+            return;
+        }
+        match crate::evidence::keep_bundle(&self.layout, sha.as_str(), raw) {
+            Ok(Some(path)) => info!(
+                "kept the bundle as {}: `monky-deployd bundle check {} --env {}`",
+                path.display(),
+                path.display(),
+                self.cfg.env_id
+            ),
+            Ok(None) => {}
+            Err(e) => warn!("cannot keep the failed bundle: {e:#}"),
+        }
     }
 }
 

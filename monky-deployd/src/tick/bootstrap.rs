@@ -3,7 +3,7 @@
 use monky_bao_client as bao;
 use tracing::warn;
 
-use super::{Agent, TickOptions};
+use super::{Run, TickOptions};
 use crate::config::Config;
 use crate::exit::Exit;
 use crate::layout::Layout;
@@ -16,23 +16,23 @@ pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
         anyhow::bail!("a tick is running; try again in a minute");
     };
     let (state, _) = crate::statefile::load(&layout)?;
-    let mut agent = Agent::new(cfg, layout, state, TickOptions::default())?;
-    if agent.token_path().exists() && !force {
+    let mut run = Run::new(cfg, layout, state, TickOptions::default())?;
+    if run.token_path().exists() && !force {
         outln!("a token is already stored; use --force to replace it");
         return Ok(Exit::Ok);
     }
     if force {
         // The old token stays valid until revoked by the new login's install_token.
-        if let Ok(Some(text)) = agent.read_token() {
+        if let Ok(Some(text)) = run.read_token() {
             redact::register(text.trim());
-            agent.token = Some(bao::Token::new(text.trim().to_string()));
+            run.tick.token = Some(bao::Token::new(text.trim().to_string()));
         }
     }
-    let result = agent.bootstrap();
-    if let Err(e) = agent.state.save(&agent.layout) {
+    let result = run.bootstrap();
+    if let Err(e) = run.tick.state.save(&run.agent.layout) {
         warn!("cannot save state: {e:#}");
     }
     result?;
-    outln!("token stored in {}", agent.token_path().display());
+    outln!("token stored in {}", run.token_path().display());
     Ok(Exit::Ok)
 }

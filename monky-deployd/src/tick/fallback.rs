@@ -6,150 +6,20 @@ use std::time::{Duration, Instant};
 use monky_agent_proto::Sha;
 use tracing::{info, warn};
 
-use super::Agent;
 use super::backoff::Backoff;
+use super::checkin::{Seen, containers};
 use super::not_ready;
 use super::stages::{Failed, Promoted, Started, Stop};
+use super::{Agent, Run};
 use crate::code::Code;
 use crate::exit::Failure;
-use crate::state::Fact;
+use crate::state::{Fact, State};
 use crate::{failpoint, redact, release};
+use monky_compose::ContainerFacts;
 
-impl Agent<'_> {
-    /// Steps 12-13: `compose up` and the readiness wait, the whole start bounded by
-    /// [`Agent::start_budget`]. A release that does not come up ready starts the backoff and
-    /// falls back; its failure names first a one-shot that never finished, with its own last
-    /// output, and carries the compose logs to the report.
-    pub(super) fn up_healthy(&mut self, promoted: &Promoted) -> Result<(), Stop> {
-        let (rel, sha) = (promoted.release(), promoted.sha());
-        let project = rel.compose(&self.docker, self.cfg);
-        let then_fallback = self.state.applied_sha().is_some_and(|p| p != sha);
-        let budget = self.start_budget(then_fallback);
-        info!(
-            "compose up -d --remove-orphans (the start bounded at {}s)",
-            budget.as_secs()
-        );
-        failpoint::hit("before-up");
-        let started = Instant::now();
-        let up = project.up(Some(budget));
-        failpoint::hit("after-up");
-        self.refresh_containers();
-        let bad = not_ready(self.state.containers());
-        if up.is_ok() && bad.is_empty() {
-            return Ok(());
-        }
-        let logs = project.logs_tail(200).unwrap_or_else(|e| {
-            warn!("cannot read the compose logs: {e}");
-            String::new()
-        });
-        let unfinished = self.unfinished_one_shots();
-        let looked: Vec<Looked> = unfinished
-            .iter()
-            .map(|(name, service)| (name, Some(service)))
-            .chain(
-                self.state
-                    .containers()
-                    .iter()
-                    .filter(|c| !c.is_ready() && !unfinished.iter().any(|(n, _)| *n == c.name))
-                    .map(|c| (&c.name, None)),
-            )
-            .filter_map(|(name, unfinished_service)| {
-                let seen = self.state.containers().iter().find(|c| c.name == *name)?;
-                Some(Looked {
-                    name: seen.name.clone(),
-                    state: seen.state.clone(),
-                    health: seen.health.clone(),
-                    detail: self.docker.engine().inspect(&seen.name).unwrap_or_default(),
-                    unfinished: unfinished_service.map(|service| {
-                        project
-                            .service_logs_tail(service, UNFINISHED_LINES)
-                            .map(|l| last_lines(&l, UNFINISHED_LINES))
-                            .unwrap_or_default()
-                    }),
-                })
-            })
-            .collect();
-        let (code, why) = diagnose(up.as_ref().err(), &looked);
-        let out_of_time = matches!(up, Err(monky_compose::Error::Unhealthy { .. }))
-            && started.elapsed() >= budget;
-        let why = if out_of_time {
-            format!(
-                "the start did not finish within {}s (healthy_timeout_s {}s): {why}",
-                budget.as_secs(),
-                self.cfg.healthy_timeout.as_secs()
-            )
-        } else {
-            why
-        };
-        let failure = Failure::coded(code, why);
-        warn!("apply of {} failed: {failure}", sha.short());
-        // Kept before the fallback: `compose up` of the previous release replaces these
-        // containers, and their logs with them.
-        let kept = format!(
-            "{failure}\n{}--- compose logs ---\n{logs}",
-            looked.iter().map(Looked::evidence).collect::<String>()
-        );
-        self.keep_app_logs(sha, &kept, &logs);
-        Err(Stop::Failed(Box::new(Failed {
-            failure,
-            started: Some(Started {
-                prod: self.cfg.is_prod(promoted.bundle_prod()),
-                compose_logs: logs,
-            }),
-        })))
-    }
-
-    /// The one-shots another service waits for (`service_completed_successfully`) that have
-    /// not completed: what a start that never finished waits on, by container and service.
-    fn unfinished_one_shots(&self) -> Vec<(String, String)> {
-        self.facts
-            .iter()
-            .filter(|f| f.awaited && !f.container.completed && f.container.state == "running")
-            .map(|f| (f.container.name.clone(), f.container.service.clone()))
-            .collect()
-    }
-
-    /// Before `current` moves: a start whose budget, with its fallback's room kept, would be
-    /// cut below what any start needs (the tick's fetch or pull took most of it) is not made.
-    /// Nothing changed, and the next tick starts the release with its images already here.
-    ///
-    /// # Errors
-    /// `TICK_TIMEOUT` (temporary): the release that runs stays.
-    pub(super) fn start_fits(&self, sha: &Sha) -> Result<(), Failure> {
-        let then_fallback = self.state.applied_sha().is_some_and(|p| p != sha);
-        let share = start_share(self.tick_left(), then_fallback, self.cfg.tick_timeout);
-        if share.is_none_or(|s| s >= MIN_START) {
-            return Ok(());
-        }
-        Err(Failure::coded(
-            Code::TickTimeout,
-            format!(
-                "too little of tick_timeout_s ({}s) is left to start {} and fall back if it \
-                 fails: nothing was changed, and the next tick starts it",
-                self.cfg.tick_timeout.as_secs(),
-                sha.short(),
-            ),
-        ))
-    }
-
-    /// What is left of the tick before its deadline; `None` without one.
-    fn tick_left(&self) -> Option<Duration> {
-        self.tick_deadline
-            .map(|d| d.saturating_duration_since(Instant::now()))
-    }
-
-    /// What a start of a release may take, one-shots and dependency waits included:
-    /// `healthy_timeout_s`, and never more than the tick has left before its deadline
-    /// (`tick_timeout_s`) less what its end needs. When a fallback may follow (`then_fallback`),
-    /// half of that: the last good release then comes back up before the deadline, so no tick
-    /// ends with the site it found serving down because of it.
-    pub(super) fn start_budget(&self, then_fallback: bool) -> Duration {
-        let share = start_share(self.tick_left(), then_fallback, self.cfg.tick_timeout);
-        start_budget(self.cfg.healthy_timeout, share)
-    }
-
+impl Run<'_> {
     /// Recovery after a stage stopped: a release that failed waits out its backoff and, when
-    /// it had started, falls back (see [`Agent::release_failed`]); a halt is its own error.
+    /// it had started, falls back (see [`Run::release_failed`]); a halt is its own error.
     pub(super) fn recover(&mut self, sha: &Sha, stop: Stop) -> Failure {
         match stop {
             Stop::Halted(e) => e,
@@ -166,9 +36,9 @@ impl Agent<'_> {
         let code = failure.code;
         // `CODE: names`, repeated by the reports sent while the sha waits.
         let detail = failure.to_string();
-        let key = super::backoff::verdict_key(self.cfg);
+        let key = super::backoff::verdict_key(self.agent.cfg);
         let backoff = Backoff::after_failure(
-            &self.state,
+            &self.tick.state,
             sha,
             &key,
             crate::clock::wall(),
@@ -177,7 +47,7 @@ impl Agent<'_> {
         );
         let next = backoff.next_attempt_at;
         self.record(backoff.fact(sha, &key, code, redact::redact(&detail)));
-        let previous = self.state.applied_sha().filter(|p| *p != sha).cloned();
+        let previous = self.tick.state.applied_sha().filter(|p| *p != sha).cloned();
         let note = match (previous, &started) {
             // Nothing of it started (its `.env` or its pull failed): nothing changed on the
             // engine or on disk, so nothing falls back, prod or not.
@@ -188,7 +58,7 @@ impl Agent<'_> {
                 "no earlier healthy release to fall back to".to_string()
             }
             (Some(_), Some(Started { prod, .. }))
-                if self.cfg.on_failure(*prod) == crate::config::OnFailure::Leave =>
+                if self.agent.cfg.on_failure(*prod) == crate::config::OnFailure::Leave =>
             {
                 self.record(Fact::AppliedForgotten);
                 format!("left {} in place (on_failure: leave)", sha.short())
@@ -211,28 +81,30 @@ impl Agent<'_> {
 
     /// Points `current` back at `prev` and brings it up again; volumes are not touched.
     pub(super) fn revert_to(&mut self, prev: &Sha) -> String {
-        if let Err(e) = release::verify(&self.layout, prev) {
+        if let Err(e) = release::verify(&self.agent.layout, prev) {
             // Nothing is started from a release that changed on disk; what runs stays.
             self.record(Fact::AppliedForgotten);
             warn!("fallback to {} refused: {e:#}", prev.short());
             let code = Failure::code_of(&e).unwrap_or(Code::Failed);
             return format!("fallback to {} refused ({code})", prev.short());
         }
-        let budget = self.start_budget(false);
-        let result =
-            release::point_current(&self.layout, prev, &|r| self.policy_gate(r)).and_then(|rel| {
-                info!(
-                    "falling back to {} (the start bounded at {}s)",
-                    prev.short(),
-                    budget.as_secs()
-                );
-                rel.compose(&self.docker, self.cfg)
-                    .up(Some(budget))
-                    .map_err(anyhow::Error::new)
-            });
+        let budget = self.agent.start_budget(false);
+        let result = release::point_current(&self.agent.layout, prev, &|r| {
+            self.agent.policy_gate(&self.tick.judged, r)
+        })
+        .and_then(|rel| {
+            info!(
+                "falling back to {} (the start bounded at {}s)",
+                prev.short(),
+                budget.as_secs()
+            );
+            rel.compose(&self.agent.docker, self.agent.cfg)
+                .up(Some(budget))
+                .map_err(anyhow::Error::new)
+        });
         self.refresh_containers();
         match result {
-            Ok(()) if not_ready(self.state.containers()).is_empty() => {
+            Ok(()) if not_ready(self.tick.state.containers()).is_empty() => {
                 self.record_converged(prev);
                 format!("reverted to {}", prev.short())
             }
@@ -249,6 +121,149 @@ impl Agent<'_> {
                 }
             }
         }
+    }
+}
+
+/// Steps 12-13: `compose up` and the readiness wait, the whole start bounded by
+/// [`Agent::start_budget`]. A release that does not come up ready starts the backoff and
+/// falls back; its failure names first a one-shot that never finished, with its own last
+/// output, and carries the compose logs to the report. Returns the containers it saw with
+/// the outcome, for the tick to keep.
+pub(super) fn up_healthy(
+    agent: &Agent,
+    state: &State,
+    promoted: &Promoted,
+) -> (Seen, Result<(), Stop>) {
+    let (rel, sha) = (promoted.release(), promoted.sha());
+    let project = rel.compose(&agent.docker, agent.cfg);
+    let then_fallback = state.applied_sha().is_some_and(|p| p != sha);
+    let budget = agent.start_budget(then_fallback);
+    info!(
+        "compose up -d --remove-orphans (the start bounded at {}s)",
+        budget.as_secs()
+    );
+    failpoint::hit("before-up");
+    let started = Instant::now();
+    let up = project.up(Some(budget));
+    failpoint::hit("after-up");
+    let seen = containers(agent, state);
+    let bad = not_ready(&seen.containers);
+    if up.is_ok() && bad.is_empty() {
+        return (seen, Ok(()));
+    }
+    let logs = project.logs_tail(200).unwrap_or_else(|e| {
+        warn!("cannot read the compose logs: {e}");
+        String::new()
+    });
+    let unfinished = unfinished_one_shots(&seen.facts);
+    let looked: Vec<Looked> = unfinished
+        .iter()
+        .map(|(name, service)| (name, Some(service)))
+        .chain(
+            seen.containers
+                .iter()
+                .filter(|c| !c.is_ready() && !unfinished.iter().any(|(n, _)| *n == c.name))
+                .map(|c| (&c.name, None)),
+        )
+        .filter_map(|(name, unfinished_service)| {
+            let seen = seen.containers.iter().find(|c| c.name == *name)?;
+            Some(Looked {
+                name: seen.name.clone(),
+                state: seen.state.clone(),
+                health: seen.health.clone(),
+                detail: agent
+                    .docker
+                    .engine()
+                    .inspect(&seen.name)
+                    .unwrap_or_default(),
+                unfinished: unfinished_service.map(|service| {
+                    project
+                        .service_logs_tail(service, UNFINISHED_LINES)
+                        .map(|l| last_lines(&l, UNFINISHED_LINES))
+                        .unwrap_or_default()
+                }),
+            })
+        })
+        .collect();
+    let (code, why) = diagnose(up.as_ref().err(), &looked);
+    let out_of_time =
+        matches!(up, Err(monky_compose::Error::Unhealthy { .. })) && started.elapsed() >= budget;
+    let why = if out_of_time {
+        format!(
+            "the start did not finish within {}s (healthy_timeout_s {}s): {why}",
+            budget.as_secs(),
+            agent.cfg.healthy_timeout.as_secs()
+        )
+    } else {
+        why
+    };
+    let failure = Failure::coded(code, why);
+    warn!("apply of {} failed: {failure}", sha.short());
+    // Kept before the fallback: `compose up` of the previous release replaces these
+    // containers, and their logs with them.
+    let kept = format!(
+        "{failure}\n{}--- compose logs ---\n{logs}",
+        looked.iter().map(Looked::evidence).collect::<String>()
+    );
+    agent.keep_app_logs(sha, &kept, &logs);
+    let stop = Stop::Failed(Box::new(Failed {
+        failure,
+        started: Some(Started {
+            prod: agent.cfg.is_prod(promoted.bundle_prod()),
+            compose_logs: logs,
+        }),
+    }));
+    (seen, Err(stop))
+}
+
+/// The one-shots another service waits for (`service_completed_successfully`) that have
+/// not completed: what a start that never finished waits on, by container and service.
+fn unfinished_one_shots(facts: &[ContainerFacts]) -> Vec<(String, String)> {
+    facts
+        .iter()
+        .filter(|f| f.awaited && !f.container.completed && f.container.state == "running")
+        .map(|f| (f.container.name.clone(), f.container.service.clone()))
+        .collect()
+}
+
+/// Before `current` moves: a start whose budget, with its fallback's room kept, would be
+/// cut below what any start needs (the tick's fetch or pull took most of it) is not made.
+/// Nothing changed, and the next tick starts the release with its images already here.
+///
+/// # Errors
+/// `TICK_TIMEOUT` (temporary): the release that runs stays.
+pub(super) fn start_fits(agent: &Agent, state: &State, sha: &Sha) -> Result<(), Failure> {
+    let then_fallback = state.applied_sha().is_some_and(|p| p != sha);
+    let share = start_share(agent.tick_left(), then_fallback, agent.cfg.tick_timeout);
+    if share.is_none_or(|s| s >= MIN_START) {
+        return Ok(());
+    }
+    Err(Failure::coded(
+        Code::TickTimeout,
+        format!(
+            "too little of tick_timeout_s ({}s) is left to start {} and fall back if it \
+             fails: nothing was changed, and the next tick starts it",
+            agent.cfg.tick_timeout.as_secs(),
+            sha.short(),
+        ),
+    ))
+}
+
+impl Agent<'_> {
+    /// What is left of the tick before its deadline; `None` without one.
+    fn tick_left(&self) -> Option<Duration> {
+        self.tick_deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// What a start of a release may take, one-shots and dependency waits included:
+    /// `healthy_timeout_s`, and never more than the tick has left before its deadline
+    /// (`tick_timeout_s`) less what its end needs. When a fallback may follow (`then_fallback`),
+    /// half of that: the last good release then comes back up before the deadline, so no tick
+    /// ends with the site it found serving down because of it.
+    pub(super) fn start_budget(&self, then_fallback: bool) -> Duration {
+        let share = start_share(self.tick_left(), then_fallback, self.cfg.tick_timeout);
+        start_budget(self.cfg.healthy_timeout, share)
     }
 
     /// What the app said when its release failed to come up or to heal: kept for
@@ -281,7 +296,7 @@ const UNFINISHED_LINES: usize = 3;
 const TICK_END_RESERVE: Duration = Duration::from_secs(3);
 
 /// The least a start is given: with less of the tick left for it, it is not made (see
-/// [`Agent::start_fits`]).
+/// [`start_fits`]).
 const MIN_START: Duration = Duration::from_secs(1);
 
 /// What of `left` of a tick of `tick_timeout` a start may take (`None`: no deadline): all but

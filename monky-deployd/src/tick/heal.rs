@@ -6,9 +6,10 @@ use monky_agent_proto::{Action, Sha};
 use tracing::{info, warn};
 
 use super::backoff::failure_backoff;
+use super::fallback;
 use super::outcome::Outcome;
 use super::stages::Promoted;
-use super::{Agent, not_ready};
+use super::{Run, not_ready};
 use crate::code::Code;
 use crate::drift::{self, Converged, Drift};
 use crate::exit::{Exit, Failure, OrCode as _};
@@ -26,18 +27,21 @@ const HEAL_MEMORY_SECS: u64 = 3600;
 /// The lines of a dead service's own output that the journal and the crash loop keep.
 const CRASH_LINES: usize = 5;
 
-impl Agent<'_> {
+impl Run<'_> {
     /// Records what the last healthy `up` of `sha` left (from the listing just taken).
     pub(super) fn record_converged(&mut self, sha: &Sha) {
-        self.record(Fact::Converged(Converged::record(sha, &self.facts)));
+        self.record(Fact::Converged(Converged::record(sha, &self.tick.facts)));
     }
 
     /// A heartbeat found no drift: a box without a record of the applied release (one applied
     /// before this agent version, or brought back by a fallback whose listing was partial)
     /// takes what runs now as the record, once all of it is ready.
     pub(super) fn adopt_converged(&mut self, sha: &Sha) {
-        let recorded = self.state.converged().is_some_and(|c| c.sha == *sha);
-        if !recorded && !self.facts.is_empty() && not_ready(self.state.containers()).is_empty() {
+        let recorded = self.tick.state.converged().is_some_and(|c| c.sha == *sha);
+        if !recorded
+            && !self.tick.facts.is_empty()
+            && not_ready(self.tick.state.containers()).is_empty()
+        {
             info!(
                 "recording the running containers of {} for drift detection",
                 sha.short()
@@ -56,13 +60,13 @@ impl Agent<'_> {
         warn!("drift from {}: {what}", sha.short());
         // While a service loops, its death is the crash loop's, whoever's move the heal is.
         let drift_code = if !drift::crashed(drift).is_empty()
-            && self.state.crash_loop(crate::clock::wall()).is_some()
+            && self.tick.state.crash_loop(crate::clock::wall()).is_some()
         {
             Code::CrashLoop
         } else {
             Code::Drift
         };
-        if !self.cfg.self_heal {
+        if !self.agent.cfg.self_heal {
             let failure = Failure::coded(
                 drift_code,
                 format!("{what}; self_heal is off, nothing was changed"),
@@ -71,14 +75,14 @@ impl Agent<'_> {
         }
         let now = crate::clock::wall();
         let waits = super::backoff::wait_until(
-            self.state.next_heal_at(),
-            self.state.next_heal_boot(),
-            self.state.heal_attempts(),
+            self.tick.state.next_heal_at(),
+            self.tick.state.next_heal_boot(),
+            self.tick.state.heal_attempts(),
             now,
             crate::clock::boot().as_ref(),
         );
         if let Some(at) = waits {
-            if self.opts.force {
+            if self.agent.opts.force {
                 info!("--force: healing before the heal backoff ran out");
             } else if drift::only_stopped_from_outside(drift) {
                 info!("stopped from outside: healing before the heal backoff ran out");
@@ -87,8 +91,9 @@ impl Agent<'_> {
                     drift_code,
                     format!(
                         "{what}; waiting: heal {} ran at {}, the next may run at {}",
-                        self.state.heal_attempts(),
-                        self.state
+                        self.tick.state.heal_attempts(),
+                        self.tick
+                            .state
                             .last_heal_at()
                             .map_or("-".into(), crate::clock::rfc3339),
                         crate::clock::rfc3339(at)
@@ -112,11 +117,12 @@ impl Agent<'_> {
     fn heal(&mut self, sha: &Sha, drift: &[Drift], what: &str) -> Result<Exit, Failure> {
         let now = crate::clock::wall();
         let recent = self
+            .tick
             .state
             .last_heal_at()
             .is_some_and(|t| now.saturating_sub(t) < HEAL_MEMORY_SECS);
         let attempts = if recent {
-            self.state.heal_attempts().saturating_add(1)
+            self.tick.state.heal_attempts().saturating_add(1)
         } else {
             1
         };
@@ -127,7 +133,10 @@ impl Agent<'_> {
             .iter()
             .any(|d| matches!(d.kind, drift::Kind::Stopped { ender, .. } if ender.from_outside()));
         let (crashes, outside_stops) = if recent {
-            (self.state.heal_crashes(), self.state.heal_outside_stops())
+            (
+                self.tick.state.heal_crashes(),
+                self.tick.state.heal_outside_stops(),
+            )
         } else {
             (0, 0)
         };
@@ -153,13 +162,13 @@ impl Agent<'_> {
             .collect();
         let up = self.bring_up_current(sha, &remove);
         self.refresh_containers();
-        let still = drift::detect(sha, self.state.converged(), &self.facts)
+        let still = drift::detect(sha, self.tick.state.converged(), &self.tick.facts)
             .into_iter()
             // What compose made now is the release's, even where it hashes a service
             // differently from the record (a compose upgraded since the last up).
             .filter(|d| !matches!(d.kind, drift::Kind::Replaced))
             .collect::<Vec<_>>();
-        let bad = not_ready(self.state.containers());
+        let bad = not_ready(self.tick.state.containers());
         // What went wrong, and whether compose's logs say more.
         let failed = match (&up, bad.is_empty()) {
             // A failure of the heal's own without a code of its own is the heal's.
@@ -220,10 +229,14 @@ impl Agent<'_> {
             ));
         };
         let logs = if logs {
-            release::Release::current(&self.layout)
+            release::Release::current(&self.agent.layout)
                 .ok()
                 .flatten()
-                .and_then(|rel| rel.compose(&self.docker, self.cfg).logs_tail(200).ok())
+                .and_then(|rel| {
+                    rel.compose(&self.agent.docker, self.agent.cfg)
+                        .logs_tail(200)
+                        .ok()
+                })
                 .map(|logs| redact::redact(&logs))
         } else {
             None
@@ -233,7 +246,7 @@ impl Agent<'_> {
         // came up and died later is: the owner does not flip with how fast it dies.
         let looping = failure.code == Code::HealFailed
             && !bad.is_empty()
-            && (crashes >= 2 || self.state.crash_loop(now).is_some());
+            && (crashes >= 2 || self.tick.state.crash_loop(now).is_some());
         let code = match crashed.first().filter(|_| looping) {
             Some(dead) => {
                 self.record(Fact::CrashLooped(CrashLoop {
@@ -261,7 +274,7 @@ impl Agent<'_> {
         warn!("heal of {} failed: {failure}", sha.short());
         if let Some(logs) = &logs {
             let kept = format!("{failure}\n--- compose logs ---\n{}", logs.as_str());
-            self.keep_app_logs(sha, &kept, logs.as_str());
+            self.agent.keep_app_logs(sha, &kept, logs.as_str());
         }
         let mut outcome = Outcome::failed(Some(sha), failure);
         outcome.compose_logs = logs.as_ref();
@@ -273,7 +286,7 @@ impl Agent<'_> {
     /// a `docker stop` of a service that exits 0 on SIGTERM is no crash.
     fn who_ended(&self, mut drift: Vec<Drift>) -> Vec<Drift> {
         let since = crate::clock::wall().saturating_sub(HEAL_MEMORY_SECS);
-        let engine = self.docker.engine();
+        let engine = self.agent.docker.engine();
         for d in &mut drift {
             let drift::Kind::Stopped {
                 ender, exit_code, ..
@@ -285,6 +298,7 @@ impl Agent<'_> {
                 .inspect(&d.container)
                 .is_ok_and(|detail| detail.oom_killed);
             let id = self
+                .tick
                 .facts
                 .iter()
                 .find(|f| f.container.name == d.container)
@@ -304,9 +318,11 @@ impl Agent<'_> {
     /// The last lines `service` of the current release wrote (redacted), said in the journal:
     /// why a service that died by itself exited is in its own words.
     fn last_lines_of(&self, service: &str) -> Option<Redacted> {
-        let rel = release::Release::current(&self.layout).ok().flatten()?;
+        let rel = release::Release::current(&self.agent.layout)
+            .ok()
+            .flatten()?;
         let logs = rel
-            .compose(&self.docker, self.cfg)
+            .compose(&self.agent.docker, self.agent.cfg)
             .service_logs_tail(service, CRASH_LINES)
             .inspect_err(|e| warn!("cannot read the logs of {service}: {e}"))
             .ok()?;
@@ -328,7 +344,7 @@ impl Agent<'_> {
     /// `current` must name `sha`, which must verify and pass the policy; then the named
     /// containers go and compose brings the release up, waiting for health.
     fn bring_up_current(&mut self, sha: &Sha, remove: &[String]) -> Result<(), Failure> {
-        let current = release::current_sha(&self.layout).or_code(Code::HealFailed)?;
+        let current = release::current_sha(&self.agent.layout).or_code(Code::HealFailed)?;
         if current.as_ref() != Some(sha) {
             return Err(Failure::coded(
                 Code::HealFailed,
@@ -339,24 +355,25 @@ impl Agent<'_> {
                 ),
             ));
         }
-        release::verify(&self.layout, sha).or_code(Code::HealFailed)?;
-        let rel = release::Release::current(&self.layout)
+        release::verify(&self.agent.layout, sha).or_code(Code::HealFailed)?;
+        let rel = release::Release::current(&self.agent.layout)
             .or_code(Code::HealFailed)?
             .ok_or_else(|| {
                 Failure::coded(Code::HealFailed, "the current release has no compose file")
             })?;
-        self.policy_gate(&rel)?;
+        self.agent.policy_gate(&self.tick.judged, &rel)?;
         if !remove.is_empty() {
             info!("removing before up: {}", remove.join(", "));
-            self.docker
+            self.agent
+                .docker
                 .remove_containers(remove)
                 .map_err(|e| Failure::coded(Code::HealFailed, e.cause()))?;
         }
         info!("compose up -d --remove-orphans");
         // Nothing falls back after a heal: the whole of what is left of the tick may go to it.
         match rel
-            .compose(&self.docker, self.cfg)
-            .up(Some(self.start_budget(false)))
+            .compose(&self.agent.docker, self.agent.cfg)
+            .up(Some(self.agent.start_budget(false)))
         {
             // The containers that are not ready are the heal's verdict, named from the
             // listing taken after it.
@@ -377,7 +394,7 @@ impl Agent<'_> {
             Action::Down { .. } => note.message.push_str("; tenancy's retire waits"),
             Action::None { .. } => {}
         }
-        if let Some(m) = crate::interrupted::peek(&self.layout) {
+        if let Some(m) = crate::interrupted::peek(&self.agent.layout) {
             note.message.push_str(&format!(
                 "; the interrupted apply of {} waits",
                 m.sha.as_ref().map_or("-", Sha::short)
@@ -393,10 +410,10 @@ impl Agent<'_> {
     /// when tenancy wants that one; for any other action the mark is dropped and the action
     /// goes on. `Some` when this concluded the tick.
     pub(super) fn recover_interrupted(&mut self, action: &Action) -> Result<Option<Exit>, Failure> {
-        let Some(m) = crate::interrupted::load(&self.layout).or_code(Code::Failed)? else {
+        let Some(m) = crate::interrupted::load(&self.agent.layout).or_code(Code::Failed)? else {
             return Ok(None);
         };
-        self.marker_settled = true;
+        self.tick.marker_settled = true;
         // A mark that does not parse names no release, yet still says an apply was cut short.
         let marked = m.sha.as_ref();
         warn!(
@@ -428,6 +445,7 @@ impl Agent<'_> {
     /// `compose up` leaves, and what makes the next `up` fail on a name conflict.
     fn clear_leftovers(&mut self) -> Result<(), Failure> {
         let leftovers: Vec<String> = self
+            .tick
             .facts
             .iter()
             .filter(|f| f.container.state == "created")
@@ -437,7 +455,8 @@ impl Agent<'_> {
             return Ok(());
         }
         info!("removing compose's leftovers: {}", leftovers.join(", "));
-        self.docker
+        self.agent
+            .docker
             .remove_containers(&leftovers)
             .map_err(|e| Failure::coded(Code::ComposeUpFailed, e.cause()))?;
         self.refresh_containers();
@@ -448,20 +467,24 @@ impl Agent<'_> {
     /// release is not there whole (the crash came before it was), so the tick's apply goes on
     /// as any other.
     fn finish_interrupted(&mut self, m: &Marker, sha: &Sha) -> Result<Option<Exit>, Failure> {
-        if !release::on_disk(&self.layout, sha.as_str()) {
+        if !release::on_disk(&self.agent.layout, sha.as_str()) {
             info!("{} never reached releases/; applying it anew", sha.short());
             return Ok(None);
         }
-        if let Err(e) = release::verify(&self.layout, sha) {
+        if let Err(e) = release::verify(&self.agent.layout, sha) {
             warn!("the release of the interrupted apply does not verify ({e:#}); applying it anew");
             return Ok(None);
         }
         let promoted = Promoted::resumed(
-            release::point_current(&self.layout, sha, &|r| self.policy_gate(r))
-                .or_code(Code::Failed)?,
+            release::point_current(&self.agent.layout, sha, &|r| {
+                self.agent.policy_gate(&self.tick.judged, r)
+            })
+            .or_code(Code::Failed)?,
         );
         info!("finishing the interrupted apply of {}", sha.short());
-        if let Err(stop) = self.up_healthy(&promoted) {
+        let (seen, up) = fallback::up_healthy(&self.agent, &self.tick.state, &promoted);
+        self.saw(seen);
+        if let Err(stop) = up {
             return Err(self.recover(sha, stop));
         }
         self.record(Fact::Applied {
@@ -489,10 +512,10 @@ impl Agent<'_> {
         marked: Option<&Sha>,
         m: &Marker,
     ) -> Result<Option<Exit>, Failure> {
-        let Some(applied) = self.state.applied_sha().cloned() else {
+        let Some(applied) = self.tick.state.applied_sha().cloned() else {
             return Ok(None);
         };
-        if release::current_sha(&self.layout)
+        if release::current_sha(&self.agent.layout)
             .or_code(Code::Failed)?
             .as_ref()
             == Some(&applied)
@@ -505,7 +528,7 @@ impl Agent<'_> {
             marked.map_or("-", Sha::short),
             crate::clock::rfc3339(m.started_at)
         );
-        let sha = self.state.applied_sha().cloned();
+        let sha = self.tick.state.applied_sha().cloned();
         let outcome = match &sha {
             Some(sha) => Outcome::noted(Some(sha), Failure::coded(Code::ApplyInterrupted, what)),
             // The release rolled back to did not come up healthy: a failure, under its code.

@@ -7,7 +7,7 @@ use monky_agent_proto as proto;
 use proto::{ReportResult, Sha};
 use tracing::warn;
 
-use super::Agent;
+use super::Run;
 use crate::code::Code;
 use crate::exit::{Exit, Failure, OrCode as _};
 use crate::redact::Redacted;
@@ -83,7 +83,7 @@ impl<'a> Outcome<'a> {
     }
 }
 
-impl Agent<'_> {
+impl Run<'_> {
     /// The one place an outcome goes out: reported to tenancy (with the journal's redacted
     /// tail), then recorded in state. Returns the tick's exit, or the report's error: the
     /// release's outcome is recorded all the same, and the report's failure beside it, so a
@@ -99,7 +99,7 @@ impl Agent<'_> {
     /// failed release). The error stays the tick's: a report that cannot be sent (no token,
     /// tenancy down) is logged, and state still records the failure.
     pub(super) fn conclude_error(&mut self, sha: Option<&Sha>, e: &Failure) {
-        if self.concluded {
+        if self.tick.concluded {
             return;
         }
         let mut outcome = Outcome::failed(sha, e.clone());
@@ -115,8 +115,8 @@ impl Agent<'_> {
     /// [`Send::Always`], the report's own failure is returned and recorded as the tick's error;
     /// with [`Send::IfToken`] it is logged and the outcome's failure stays the one recorded.
     fn conclude_with(&mut self, outcome: Outcome<'_>, send: Send) -> Result<Exit, Failure> {
-        debug_assert!(!self.concluded, "a tick concludes once");
-        self.concluded = true;
+        debug_assert!(!self.tick.concluded, "a tick concludes once");
+        self.tick.concluded = true;
         let Outcome {
             result,
             sha,
@@ -143,7 +143,7 @@ impl Agent<'_> {
             Send::Always => {
                 Some(self.report(result, sha, failure.as_ref(), note.as_ref(), compose_logs))
             }
-            Send::IfToken if self.token.is_some() => {
+            Send::IfToken if self.tick.token.is_some() => {
                 Some(self.report(result, sha, failure.as_ref(), note.as_ref(), compose_logs))
             }
             Send::IfToken | Send::Never => None,
@@ -190,15 +190,16 @@ impl Agent<'_> {
             tail = tail.tail(logging::LOG_TAIL_MAX);
         }
         let req = proto::ReportRequest {
-            env_id: self.cfg.env_id.clone(),
+            env_id: self.agent.cfg.env_id.clone(),
             sha: sha.cloned(),
             result,
             log_tail: tail.into_string(),
             containers: self.wire_containers(),
             detail: detail.map(|d| d.as_str().to_string()),
-            hold: self.hold.as_ref().map(crate::hold::Hold::wire),
+            hold: self.tick.hold.as_ref().map(crate::hold::Hold::wire),
         };
-        self.tenancy
+        self.agent
+            .tenancy
             .report(&self.bearer()?, &req)
             .map_err(|e| peers::tenancy_failure("report", e))
     }
@@ -226,7 +227,7 @@ impl Agent<'_> {
         if let Err(e) = self.upkeep(reached_tenancy) {
             warn!("token upkeep: {}", e.full());
         }
-        if let Some(end) = crate::verdict::token_max_ttl(&self.state, crate::clock::wall()) {
+        if let Some(end) = crate::verdict::token_max_ttl(&self.tick.state, crate::clock::wall()) {
             if end.urgent() {
                 tracing::error!("{end}");
             } else {
@@ -243,9 +244,9 @@ impl Agent<'_> {
         let error = result.as_ref().err();
         if let Some(e) = error {
             let failure = e.clone();
-            if !self.concluded {
+            if !self.tick.concluded {
                 let _ = self.conclude_with(Outcome::unreported(failure), Send::Never);
-            } else if self.state.last_code() != Some(failure.code) {
+            } else if self.tick.state.last_code() != Some(failure.code) {
                 self.record(Fact::Concluded {
                     result: None,
                     failure: Some((failure.code, redact::redact(&failure.to_string()))),
@@ -256,27 +257,28 @@ impl Agent<'_> {
         }
         self.record(Fact::TickEnded {
             succeeded_at: matches!(result, Ok(Exit::Ok)).then(crate::clock::wall),
-            previous: self.previous.clone(),
+            previous: self.tick.previous.clone(),
         });
-        release::clean_staging(&self.layout);
+        release::clean_staging(&self.agent.layout);
         // A memory that cannot be written costs the next tick a look through /proc, no more.
-        if let Err(e) = self.listeners.save(&self.layout) {
+        if let Err(e) = self.agent.listeners.save(&self.agent.layout) {
             tracing::debug!("cannot remember the peers' listeners: {e:#}");
         }
         failpoint::hit("before-save");
-        self.state
-            .save(&self.layout)
+        self.tick
+            .state
+            .save(&self.agent.layout)
             .with_context(|| {
                 format!(
                     "cannot save {}: free space in {} or the next tick repeats this one",
-                    self.layout.state_path().display(),
-                    self.layout.path().display()
+                    self.agent.layout.state_path().display(),
+                    self.agent.layout.path().display()
                 )
             })
             .or_code(Code::Failed)?;
         // Only once the outcome is saved: a crash before this leaves the mark for the next tick.
-        if self.marker_settled {
-            crate::interrupted::clear(&self.layout).or_code(Code::Failed)?;
+        if self.tick.marker_settled {
+            crate::interrupted::clear(&self.agent.layout).or_code(Code::Failed)?;
         }
         Ok(())
     }

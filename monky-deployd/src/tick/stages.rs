@@ -2,6 +2,10 @@
 //! stage before it and returns the next or a failure, and only its step makes a stage, so a
 //! release cannot be promoted that was not staged, pulled and judged, nor staged from a bundle
 //! that was not fetched as the desired sha and checked.
+//!
+//! Each step is a function, not a method of the tick: its arguments are what it reads (the
+//! `Agent`'s config, state dir and clients, the state, the token, this tick's `Judged`
+//! memo) and its result is what it found; the tick folds that (tidy rule `stages`).
 
 use std::collections::BTreeMap;
 
@@ -10,10 +14,15 @@ use monky_bundle as bundle;
 use secrecy::{ExposeSecret, SecretString};
 use tracing::{info, warn};
 
-use super::Agent;
+use std::cell::RefCell;
+
+use monky_bao_client as bao;
+
+use super::{Agent, Judged};
 use crate::code::Code;
 use crate::exit::{Exit, Failure, OrCode as _};
 use crate::refusals;
+use crate::state::State;
 use crate::{failpoint, peers, redact, release};
 use monky_bundle::ResolvedEntry;
 
@@ -29,6 +38,13 @@ pub(super) struct Checked {
     sha: Sha,
     bundle: bundle::Bundle,
     manifest: Vec<ResolvedEntry>,
+}
+
+impl Checked {
+    /// Whether the manifest names a secret, so the read needs a token.
+    pub(super) fn reads_secrets(&self) -> bool {
+        !self.manifest.is_empty()
+    }
 }
 
 impl Fetched {
@@ -73,7 +89,7 @@ impl Pulled {
 }
 
 /// Step 11 passed: `releases/<sha>`, named by `current`, verified on disk. Made only by
-/// [`Agent::promote`] from a pulled release, or by [`Promoted::resumed`] for the release an
+/// [`promote`] from a pulled release, or by [`Promoted::resumed`] for the release an
 /// interrupted apply promoted: what `up` takes.
 pub(super) struct Promoted {
     prod: bool,
@@ -160,91 +176,250 @@ pub(super) struct Started {
     pub(super) compose_logs: String,
 }
 
-impl Agent<'_> {
-    /// Steps 1-2: the bundle from tenancy, parsed within the limits and proven to be `sha`;
-    /// also its raw bytes, kept on the box when the bundle author must fix it.
-    pub(super) fn fetch(&self, sha: &Sha, url: &str) -> Result<(Fetched, Vec<u8>), Failure> {
-        let dl = self
-            .tenancy
-            .bundle(&self.bearer()?, url)
-            .map_err(|e| peers::tenancy_failure("bundle", e))?;
-        let b = bundle::Bundle::parse(&dl.bytes, &bundle::Limits::default())
-            .map_err(|e| Failure::from(&e))
-            .inspect_err(|e| self.keep_bad_bundle(sha, &dl.bytes, e))?;
-        b.check_sha(&sha.digest()).map_err(refusal)?;
-        if let Some(h) = dl.header_sha.as_deref().filter(|h| *h != b.sha().as_str()) {
-            // The header is tenancy's claim, not a checked sha: its first 12 characters.
-            warn!(
-                "bundle header sha {} disagrees with its content {}",
-                h.chars().take(12).collect::<String>(),
-                sha.short()
-            );
-        }
-        failpoint::hit("after-fetch");
-        let fetched = Fetched {
-            sha: sha.clone(),
-            bundle: b,
-        };
-        Ok((fetched, dl.bytes))
-    }
-
-    /// Step 3: every refusal an apply can meet before any lease or secret read.
-    pub(super) fn check(&self, fetched: Fetched) -> Result<Checked, Failure> {
-        let Fetched { sha, bundle: b } = fetched;
-        let (manifest, refused) = refusals::offline(
-            &b,
-            &self.cfg.env_id,
-            &self.kv_mount(),
-            &self.offline_policy(&b),
+/// Steps 1-2: the bundle from tenancy, parsed within the limits and proven to be `sha`;
+/// also its raw bytes, kept on the box when the bundle author must fix it.
+pub(super) fn fetch(
+    agent: &Agent,
+    bearer: &SecretString,
+    sha: &Sha,
+    url: &str,
+) -> Result<(Fetched, Vec<u8>), Failure> {
+    let dl = agent
+        .tenancy
+        .bundle(bearer, url)
+        .map_err(|e| peers::tenancy_failure("bundle", e))?;
+    let b = bundle::Bundle::parse(&dl.bytes, &bundle::Limits::default())
+        .map_err(|e| Failure::from(&e))
+        .inspect_err(|e| agent.keep_bad_bundle(sha, &dl.bytes, e))?;
+    b.check_sha(&sha.digest()).map_err(refusal)?;
+    if let Some(h) = dl.header_sha.as_deref().filter(|h| *h != b.sha().as_str()) {
+        // The header is tenancy's claim, not a checked sha: its first 12 characters.
+        warn!(
+            "bundle header sha {} disagrees with its content {}",
+            h.chars().take(12).collect::<String>(),
+            sha.short()
         );
-        if let Some(f) = refusals::all(refused) {
-            return Err(f);
-        }
-        let history: Vec<String> = self
-            .state
-            .applied_history()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        bundle::check_rollback(sha.as_str(), &history, b.meta().allow_rollback).map_err(refusal)?;
-        // The byte cap of releases/ and staging/, before anything is leased or staged; the
-        // running release, the last good one and a sha waiting out its backoff are never pruned
-        // for room.
-        let need = b
-            .files()
-            .values()
-            .map(|bytes| bytes.len() as u64)
-            .sum::<u64>()
-            .saturating_add(ENV_ALLOWANCE);
-        let protect: Vec<&str> = [
-            Some(&sha),
-            self.state.applied_sha(),
-            self.state.failed().map(|f| &f.sha),
-        ]
-        .into_iter()
-        .flatten()
-        .map(Sha::as_str)
-        .collect();
-        release::make_room(&self.layout, self.cfg, need, &protect).or_code(Code::Failed)?;
-        match self.docker.free_bytes() {
-            Ok(free) => bundle::check_disk(
-                free,
-                b.meta().disk_need_bytes.unwrap_or(0),
-                self.cfg.disk_factor,
-                self.cfg.disk_headroom_bytes,
-            )
-            .map_err(refusal)?,
-            Err(e) => {
-                warn!("cannot read the docker data root's free space ({e}); disk check skipped")
-            }
-        }
-        Ok(Checked {
-            sha,
-            bundle: b,
-            manifest,
-        })
     }
+    failpoint::hit("after-fetch");
+    let fetched = Fetched {
+        sha: sha.clone(),
+        bundle: b,
+    };
+    Ok((fetched, dl.bytes))
+}
 
+/// Step 3: every refusal an apply can meet before any lease or secret read.
+pub(super) fn check(agent: &Agent, state: &State, fetched: Fetched) -> Result<Checked, Failure> {
+    let Fetched { sha, bundle: b } = fetched;
+    let (manifest, refused) = refusals::offline(
+        &b,
+        &agent.cfg.env_id,
+        &agent.kv_mount(state),
+        &agent.offline_policy(&b),
+    );
+    if let Some(f) = refusals::all(refused) {
+        return Err(f);
+    }
+    let history: Vec<String> = state
+        .applied_history()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    bundle::check_rollback(sha.as_str(), &history, b.meta().allow_rollback).map_err(refusal)?;
+    // The byte cap of releases/ and staging/, before anything is leased or staged; the
+    // running release, the last good one and a sha waiting out its backoff are never pruned
+    // for room.
+    let need = b
+        .files()
+        .values()
+        .map(|bytes| bytes.len() as u64)
+        .sum::<u64>()
+        .saturating_add(ENV_ALLOWANCE);
+    let protect: Vec<&str> = [
+        Some(&sha),
+        state.applied_sha(),
+        state.failed().map(|f| &f.sha),
+    ]
+    .into_iter()
+    .flatten()
+    .map(Sha::as_str)
+    .collect();
+    release::make_room(&agent.layout, agent.cfg, need, &protect).or_code(Code::Failed)?;
+    match agent.docker.free_bytes() {
+        Ok(free) => bundle::check_disk(
+            free,
+            b.meta().disk_need_bytes.unwrap_or(0),
+            agent.cfg.disk_factor,
+            agent.cfg.disk_headroom_bytes,
+        )
+        .map_err(refusal)?,
+        Err(e) => {
+            warn!("cannot read the docker data root's free space ({e}); disk check skipped")
+        }
+    }
+    Ok(Checked {
+        sha,
+        bundle: b,
+        manifest,
+    })
+}
+
+/// Steps 4-6: the token for reading (a lease, unless a valid one is held), then every
+/// manifest entry's value; the registry credential goes to the agent's docker config.
+/// Names are logged, values never.
+pub(super) fn read_secrets(
+    agent: &Agent,
+    judged: &RefCell<Judged>,
+    token: Option<&bao::Token>,
+    checked: &Checked,
+) -> Result<Secrets, Failure> {
+    let manifest = &checked.manifest;
+    let mut values: BTreeMap<String, SecretString> = BTreeMap::new();
+    if manifest.is_empty() {
+        return Ok(Secrets(values));
+    }
+    let token = token.ok_or_else(|| Failure::coded(Code::Failed, "no token"))?;
+    for ResolvedEntry { entry, path } in manifest {
+        let v = agent
+            .bao()?
+            .read_kv(token, path, entry.version)
+            .map_err(|e| peers::bao_failure(&format!("read {}", entry.var), e))?;
+        redact::register(v.expose_secret());
+        if entry.is_registry_auth() {
+            judged.borrow_mut().registry_entry = Some(format!(
+                "the manifest's entry {} (`use: registry-auth`), read from OpenBao at {path}",
+                entry.var
+            ));
+            agent.write_registry_auth(&v)?;
+        } else {
+            values.insert(entry.var.clone(), v);
+        }
+    }
+    info!(
+        "read {} secret(s): {}",
+        values.len(),
+        values.keys().cloned().collect::<Vec<_>>().join(", ")
+    );
+    Ok(Secrets(values))
+}
+
+/// Steps 7-9: render `.env` from `secrets`; write the release to `staging/`; judge
+/// compose's model of it.
+pub(super) fn stage(
+    agent: &Agent,
+    judged: &RefCell<Judged>,
+    checked: Checked,
+    secrets: Secrets,
+) -> Result<Staged, Stop> {
+    let Checked { sha, bundle: b, .. } = checked;
+    // 7. A value that cannot be written where the template puts it fails here, before
+    // staging, and waits out the backoff: the pinned versions make it fail the same way
+    // next time.
+    let env_text = bundle::render_env(b.env_template(), &secrets.0)
+        .map_err(|r| Stop::failed(Failure::from(&r)))?;
+    drop(secrets);
+    // 8. Stage the release.
+    let staged = release::stage(&agent.layout, &sha, &b, &env_text).or_code(Code::Failed)?;
+    failpoint::hit("after-staging");
+    // 9. Compose's model is the authority, since a value from a secret is only visible
+    // there. A refusal here waits out the backoff as a render failure does: with the same
+    // pinned versions the next tick would read the secrets only to be refused again.
+    let (images, runs_as) = match agent.judge(judged, staged.release()) {
+        Ok(judged) => judged,
+        // A finding of the release's own (a refusal of its model, a name another project
+        // holds) waits out the backoff; a failure of the box (no code of its own) does not.
+        Err(e) if e.exit() == Exit::Fail && e.code != Code::Failed => {
+            return Err(Stop::failed(e));
+        }
+        Err(e) => return Err(Stop::Halted(e)),
+    };
+    Ok(Staged {
+        sha,
+        prod: b.meta().is_prod(),
+        release: staged,
+        images,
+        runs_as,
+    })
+}
+
+/// Step 10: pull from the staging dir, every image from its registry whatever the
+/// bundle's `pull_policy`; a registry refusal leaves `current` naming the release that is
+/// still running.
+pub(super) fn pull(
+    agent: &Agent,
+    judged: &RefCell<Judged>,
+    staged: Staged,
+) -> Result<Pulled, Stop> {
+    // A service whose own `user:` names its uid is judged before anything is pulled; one
+    // that runs as its image's `USER` once the image is here to say which.
+    let (by_user, by_image): (Vec<_>, Vec<_>) = staged.runs_as.iter().cloned().partition(|r| {
+        r.user
+            .as_deref()
+            .and_then(crate::shared_uid::plain_uid)
+            .is_some()
+    });
+    if let Err((code, why)) = agent.shared_uid_gate(&by_user) {
+        return Err(Stop::failed(Failure::coded(code, why)));
+    }
+    agent.registry_gate()?;
+    if let Err(e) = agent.pull_release(judged, staged.release.release(), &staged.images) {
+        // The box's registry not proven is the box's, not the release's: no backoff.
+        if matches!(
+            e.code,
+            Code::RegistryListenerUntrusted | Code::RegistryUnavailable | Code::Failed
+        ) {
+            return Err(Stop::Halted(e));
+        }
+        let mut e = e;
+        if e.code == Code::ImageNotFound {
+            e.message = blame_missing(&e.message, &staged.runs_as);
+        }
+        // A credential the registry rejects is fixed where it is kept: name the entry.
+        if credential_rejected(&e.message)
+            && let Some(entry) = &judged.borrow().registry_entry
+        {
+            e.message.push_str(&format!(
+                "; the registry rejected the credential from {entry}: correct its value there"
+            ));
+        }
+        return Err(Stop::failed(e));
+    }
+    if let Err((code, why)) = agent.shared_uid_gate(&by_image) {
+        return Err(Stop::failed(Failure::coded(code, why)));
+    }
+    Ok(Pulled(staged))
+}
+
+/// Step 11, once [`Run::mark_under_way`] marked the apply under way: make the release
+/// `releases/<sha>` named by `current` (a retry's release judged again), and verify it on disk.
+pub(super) fn promote(
+    agent: &Agent,
+    judged: &RefCell<Judged>,
+    pulled: Pulled,
+) -> Result<Promoted, Failure> {
+    let Pulled(Staged {
+        sha,
+        prod,
+        release,
+        runs_as,
+        ..
+    }) = pulled;
+    let holders = Some(crate::runtime_look::holders(&runs_as));
+    // The staged release is of the sha its stages carried: the bundle was fetched and
+    // checked as it, and stage wrote it as it.
+    debug_assert_eq!(release.release().sha(), &sha);
+    let release = release::promote(&agent.layout, release, &|r| agent.policy_gate(judged, r))
+        .or_code(Code::Failed)?;
+    failpoint::hit("after-swap");
+    release::verify(&agent.layout, &sha).or_code(Code::Failed)?;
+    Ok(Promoted {
+        prod,
+        release,
+        holders,
+    })
+}
+
+impl Agent<'_> {
     /// The policy for the file as the bundle carries it, before any secret is read. An image's
     /// registry on the box's own addresses is allowed by the config, or by the credential
     /// stored at an earlier apply; a bundle that brings a credential of its own has its
@@ -265,84 +440,6 @@ impl Agent<'_> {
             .unwrap_or_default()
             .iter()
             .fold(policy, |p, r| p.registry_allowed(r))
-    }
-
-    /// Steps 7-9: render `.env` from `secrets`; write the release to `staging/`; judge
-    /// compose's model of it.
-    pub(super) fn stage(&self, checked: Checked, secrets: Secrets) -> Result<Staged, Stop> {
-        let Checked { sha, bundle: b, .. } = checked;
-        // 7. A value that cannot be written where the template puts it fails here, before
-        // staging, and waits out the backoff: the pinned versions make it fail the same way
-        // next time.
-        let env_text = bundle::render_env(b.env_template(), &secrets.0)
-            .map_err(|r| Stop::failed(Failure::from(&r)))?;
-        drop(secrets);
-        // 8. Stage the release.
-        let staged = release::stage(&self.layout, &sha, &b, &env_text).or_code(Code::Failed)?;
-        failpoint::hit("after-staging");
-        // 9. Compose's model is the authority, since a value from a secret is only visible
-        // there. A refusal here waits out the backoff as a render failure does: with the same
-        // pinned versions the next tick would read the secrets only to be refused again.
-        let (images, runs_as) = match self.judge(staged.release()) {
-            Ok(judged) => judged,
-            // A finding of the release's own (a refusal of its model, a name another project
-            // holds) waits out the backoff; a failure of the box (no code of its own) does not.
-            Err(e) if e.exit() == Exit::Fail && e.code != Code::Failed => {
-                return Err(Stop::failed(e));
-            }
-            Err(e) => return Err(Stop::Halted(e)),
-        };
-        Ok(Staged {
-            sha,
-            prod: b.meta().is_prod(),
-            release: staged,
-            images,
-            runs_as,
-        })
-    }
-
-    /// Step 10: pull from the staging dir, every image from its registry whatever the
-    /// bundle's `pull_policy`; a registry refusal leaves `current` naming the release that is
-    /// still running.
-    pub(super) fn pull(&self, staged: Staged) -> Result<Pulled, Stop> {
-        // A service whose own `user:` names its uid is judged before anything is pulled; one
-        // that runs as its image's `USER` once the image is here to say which.
-        let (by_user, by_image): (Vec<_>, Vec<_>) = staged.runs_as.iter().cloned().partition(|r| {
-            r.user
-                .as_deref()
-                .and_then(crate::shared_uid::plain_uid)
-                .is_some()
-        });
-        if let Err((code, why)) = self.shared_uid_gate(&by_user) {
-            return Err(Stop::failed(Failure::coded(code, why)));
-        }
-        self.registry_gate()?;
-        if let Err(e) = self.pull_release(staged.release.release(), &staged.images) {
-            // The box's registry not proven is the box's, not the release's: no backoff.
-            if matches!(
-                e.code,
-                Code::RegistryListenerUntrusted | Code::RegistryUnavailable | Code::Failed
-            ) {
-                return Err(Stop::Halted(e));
-            }
-            let mut e = e;
-            if e.code == Code::ImageNotFound {
-                e.message = blame_missing(&e.message, &staged.runs_as);
-            }
-            // A credential the registry rejects is fixed where it is kept: name the entry.
-            if credential_rejected(&e.message)
-                && let Some(entry) = &self.judged.borrow().registry_entry
-            {
-                e.message.push_str(&format!(
-                    "; the registry rejected the credential from {entry}: correct its value there"
-                ));
-            }
-            return Err(Stop::failed(e));
-        }
-        if let Err((code, why)) = self.shared_uid_gate(&by_image) {
-            return Err(Stop::failed(Failure::coded(code, why)));
-        }
-        Ok(Pulled(staged))
     }
 
     /// Before the pull for a service whose `user:` is a uid, after it for one that runs as its
@@ -404,7 +501,12 @@ impl Agent<'_> {
     /// `compose pull` of `rel` with the agent's pull override (`pull_policy: always` on every
     /// service), so each image comes from its registry with this env's credential; then the
     /// IDs of `images` go into the env's record of what it pulled itself.
-    fn pull_release(&self, rel: &release::Release, images: &[String]) -> Result<(), Failure> {
+    fn pull_release(
+        &self,
+        judged: &RefCell<Judged>,
+        rel: &release::Release,
+        images: &[String],
+    ) -> Result<(), Failure> {
         info!("compose pull (every image from its registry)");
         let project = match rel.write_pull_override() {
             Ok(Some(file)) => rel.compose(&self.docker, self.cfg).with_override(&file),
@@ -429,10 +531,7 @@ impl Agent<'_> {
         if let Err(e) = self.layout.record_pulled_images(&ids) {
             warn!("cannot record the pulled images ({e:#}); the next up pulls them again");
         }
-        self.judged
-            .borrow_mut()
-            .pulled
-            .extend(images.iter().cloned());
+        judged.borrow_mut().pulled.extend(images.iter().cloned());
         Ok(())
     }
 
@@ -440,8 +539,13 @@ impl Agent<'_> {
     /// reference has an ID in the env's record. Else `rel` is pulled now, from each registry
     /// with this env's credential, before anything starts: an image another env pulled, or
     /// a tag moved on the engine since, proves nothing.
-    fn prove_images(&self, rel: &release::Release, images: &[String]) -> Result<(), Failure> {
-        let pulled = self.judged.borrow().pulled.clone();
+    fn prove_images(
+        &self,
+        judged: &RefCell<Judged>,
+        rel: &release::Release,
+        images: &[String],
+    ) -> Result<(), Failure> {
+        let pulled = judged.borrow().pulled.clone();
         if images.iter().all(|i| pulled.contains(i)) {
             return Ok(());
         }
@@ -460,93 +564,22 @@ impl Agent<'_> {
             "image(s) this env has not pulled itself: {}",
             unproven.join(", ")
         );
-        self.pull_release(rel, images)
-    }
-
-    /// Step 11: mark the apply under way, make the release `releases/<sha>` named by `current`
-    /// (a retry's release judged again), and verify it on disk. From here to the saved outcome
-    /// the box changes: the mark says so to a tick that finds this one cut short, and this
-    /// tick's `finish` removes it once the outcome is saved.
-    pub(super) fn promote(&mut self, pulled: Pulled) -> Result<Promoted, Failure> {
-        let Pulled(Staged {
-            sha,
-            prod,
-            release,
-            runs_as,
-            ..
-        }) = pulled;
-        let holders = Some(crate::runtime_look::holders(&runs_as));
-        // The staged release is of the sha its stages carried: the bundle was fetched and
-        // checked as it, and stage wrote it as it.
-        debug_assert_eq!(release.release().sha(), &sha);
-        crate::interrupted::write(
-            &self.layout,
-            &crate::interrupted::Marker {
-                sha: Some(sha.clone()),
-                previous: self.state.applied_sha().cloned(),
-                started_at: crate::clock::wall(),
-            },
-        )
-        .or_code(Code::Failed)?;
-        self.marker_settled = true;
-        let release = release::promote(&self.layout, release, &|r| self.policy_gate(r))
-            .or_code(Code::Failed)?;
-        failpoint::hit("after-swap");
-        release::verify(&self.layout, &sha).or_code(Code::Failed)?;
-        Ok(Promoted {
-            prod,
-            release,
-            holders,
-        })
-    }
-
-    /// Steps 4-6: the token for reading (a lease, unless a valid one is held), then every
-    /// manifest entry's value; the registry credential goes to the agent's docker config.
-    /// Names are logged, values never.
-    pub(super) fn read_secrets(&mut self, checked: &Checked) -> Result<Secrets, Failure> {
-        let manifest = &checked.manifest;
-        let mut values: BTreeMap<String, SecretString> = BTreeMap::new();
-        if manifest.is_empty() {
-            return Ok(Secrets(values));
-        }
-        self.token_for_apply()?;
-        let token = self
-            .token
-            .as_ref()
-            .ok_or_else(|| Failure::coded(Code::Failed, "no token"))?;
-        for ResolvedEntry { entry, path } in manifest {
-            let v = self
-                .bao()?
-                .read_kv(token, path, entry.version)
-                .map_err(|e| peers::bao_failure(&format!("read {}", entry.var), e))?;
-            redact::register(v.expose_secret());
-            if entry.is_registry_auth() {
-                self.judged.borrow_mut().registry_entry = Some(format!(
-                    "the manifest's entry {} (`use: registry-auth`), read from OpenBao at {path}",
-                    entry.var
-                ));
-                self.write_registry_auth(&v)?;
-            } else {
-                values.insert(entry.var.clone(), v);
-            }
-        }
-        info!(
-            "read {} secret(s): {}",
-            values.len(),
-            values.keys().cloned().collect::<Vec<_>>().join(", ")
-        );
-        Ok(Secrets(values))
+        self.pull_release(judged, rel, images)
     }
 
     /// The compose policy on compose's model of `rel`, before compose pulls or starts it: the
     /// staged release, a retried one updated in place before `current` names it, and a release
     /// fallen back to, whose files may have changed on disk since it was checked.
-    pub(super) fn policy_gate(&self, rel: &release::Release) -> Result<(), Failure> {
-        let (images, _) = self.judge(rel)?;
+    pub(super) fn policy_gate(
+        &self,
+        judged: &RefCell<Judged>,
+        rel: &release::Release,
+    ) -> Result<(), Failure> {
+        let (images, _) = self.judge(judged, rel)?;
         // compose's `up` pulls too (a service's `pull_policy: always`, an image gone from the
         // engine), with the stored credential: its registry is judged before every up.
         self.registry_gate()?;
-        self.prove_images(rel, &images)
+        self.prove_images(judged, rel, &images)
     }
 
     /// The compose policy on compose's model of `rel`, and the names it makes against every
@@ -554,6 +587,7 @@ impl Agent<'_> {
     /// whose pull comes next): the images the model names, and who each service runs as.
     pub(super) fn judge(
         &self,
+        judged: &RefCell<Judged>,
         rel: &release::Release,
     ) -> Result<(Vec<String>, Vec<bundle::RunsAs>), Failure> {
         // The override is written before the model is built, so the model carries the pids
@@ -580,7 +614,7 @@ impl Agent<'_> {
         if let Some(f) = refusals::all(refused) {
             return Err(f);
         }
-        if self.judged.borrow().names.contains(rel.sha()) {
+        if judged.borrow().names.contains(rel.sha()) {
             return Ok((facts.images, facts.runs_as));
         }
         match self.docker.named_objects() {
@@ -595,7 +629,7 @@ impl Agent<'_> {
                 if !taken.is_empty() {
                     return Err(Failure::coded(Code::BundleNonconforming, taken.join("; ")));
                 }
-                self.judged.borrow_mut().names.insert(rel.sha().clone());
+                judged.borrow_mut().names.insert(rel.sha().clone());
             }
             // The engine's own failure is the up's to report, under its own code.
             Err(e) => warn!("cannot list the engine's names ({e}); names not checked"),

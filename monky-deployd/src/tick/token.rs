@@ -10,7 +10,7 @@ use monky_bao_client as bao;
 use secrecy::{ExposeSecret, SecretString};
 use tracing::{info, warn};
 
-use super::Agent;
+use super::Run;
 use crate::clock::{self, BootDeadline};
 use crate::code::Code;
 use crate::exit::{Failure, OrCode as _};
@@ -23,14 +23,15 @@ const LEASE_AGAIN_AFTER: Duration = Duration::from_secs(28 * 24 * 3600);
 /// The largest bootstrap grant read (a deploy grant JWT is well under 4 KiB).
 pub const MAX_GRANT_BYTES: u64 = 16 * 1024;
 
-impl Agent<'_> {
+impl Run<'_> {
     pub(super) fn token_path(&self) -> PathBuf {
-        self.layout.token_path()
+        self.agent.layout.token_path()
     }
 
     /// The stored token's text, read without following a link and bounded.
     pub(super) fn read_token(&self) -> Result<Option<zeroize::Zeroizing<String>>, Failure> {
         Ok(self
+            .agent
             .layout
             .read_token()
             .or_code(Code::Failed)?
@@ -39,14 +40,14 @@ impl Agent<'_> {
 
     /// Loads the stored token, or bootstraps one from the kit's grant.
     pub(super) fn ensure_token(&mut self) -> Result<(), Failure> {
-        if self.token.is_some() {
+        if self.tick.token.is_some() {
             return Ok(());
         }
         if let Some(text) = self.read_token()?
             && !text.trim().is_empty()
         {
             redact::register(text.trim());
-            self.token = Some(bao::Token::new(text.trim().to_string()));
+            self.tick.token = Some(bao::Token::new(text.trim().to_string()));
             return Ok(());
         }
         self.bootstrap()
@@ -54,7 +55,7 @@ impl Agent<'_> {
 
     /// Logs in with the bootstrap grant, stores the token and deletes the grant.
     pub(super) fn bootstrap(&mut self) -> Result<(), Failure> {
-        let grant_path = &self.cfg.bootstrap_file;
+        let grant_path = &self.agent.cfg.bootstrap_file;
         let grant = match fsx::read_private(grant_path, MAX_GRANT_BYTES) {
             Ok(g) if !String::from_utf8_lossy(&g).trim().is_empty() => {
                 let g = zeroize::Zeroizing::new(g);
@@ -78,7 +79,7 @@ impl Agent<'_> {
             // A token lost before keeps its cause until a grant brings a new one: the tick
             // after the loss says the same as the tick that saw it.
             _ => {
-                return Err(match self.state.token_lost() {
+                return Err(match self.tick.state.token_lost() {
                     Some(loss) => lost_token(loss, grant_path),
                     None => Failure::coded(
                         Code::NoCredentials,
@@ -93,8 +94,13 @@ impl Agent<'_> {
         redact::register(grant.expose_secret());
         info!("bootstrapping: logging in to OpenBao with the kit's grant");
         let login = self
+            .agent
             .bao()?
-            .login_jwt(&self.cfg.bao.auth_mount, &self.cfg.bao.role, &grant)
+            .login_jwt(
+                &self.agent.cfg.bao.auth_mount,
+                &self.agent.cfg.bao.role,
+                &grant,
+            )
             .map_err(|e| {
                 // Neither a transport failure nor a certificate outside its dates says anything
                 // about the grant.
@@ -125,7 +131,8 @@ impl Agent<'_> {
         ttl: Duration,
     ) -> Result<(), Failure> {
         redact::register(token.expose_secret());
-        self.layout
+        self.agent
+            .layout
             .write_token(token.expose_secret().as_bytes())
             .or_code(Code::Failed)?;
         let now = crate::clock::wall();
@@ -140,9 +147,9 @@ impl Agent<'_> {
             max_ttl_near: false,
             max_expires_at: None,
         })));
-        if let Some(old) = self.token.replace(token)
-            && old.expose_secret() != self.token.as_ref().map_or("", |t| t.expose_secret())
-            && let Err(e) = match self.bao() {
+        if let Some(old) = self.tick.token.replace(token)
+            && old.expose_secret() != self.tick.token.as_ref().map_or("", |t| t.expose_secret())
+            && let Err(e) = match self.agent.bao() {
                 Ok(b) => b.revoke_self(&old).map_err(|e| e.to_string()),
                 Err(f) => Err(f.full()),
             }
@@ -154,23 +161,24 @@ impl Agent<'_> {
     }
 
     pub(super) fn bearer(&self) -> Result<SecretString, Failure> {
-        self.token
+        self.tick
+            .token
             .as_ref()
             .map(|t| SecretString::from(t.expose_secret().to_string()))
             .ok_or_else(|| Failure::coded(Code::Failed, "no token"))
     }
 
     pub(super) fn forget_token(&mut self) {
-        self.token = None;
+        self.tick.token = None;
         self.record(Fact::TokenFacts(None));
-        let _ = self.layout.remove_token();
+        let _ = self.agent.layout.remove_token();
     }
 
     /// Tenancy answered 401 and no fresh grant is staged: the token is deleted only when
     /// OpenBao refuses it too (`lookup-self` over the pinned TLS). A token OpenBao accepts is
     /// kept and the failure is tenancy's; one OpenBao cannot be asked about is kept as well.
     pub(super) fn token_refused_by_tenancy(&mut self, refused: &proto::Error) -> Failure {
-        let looked_up = match (&self.token, self.bao()) {
+        let looked_up = match (&self.tick.token, self.agent.bao()) {
             (Some(tok), Ok(client)) => client.lookup_self(tok),
             (None, _) => return Failure::coded(Code::Failed, "no token"),
             (_, Err(e)) => return e,
@@ -188,10 +196,10 @@ impl Agent<'_> {
             Err(e) if e.kind() == bao::ErrorKind::PermissionDenied => {
                 warn!("OpenBao refuses the token too ({e}); deleting it");
                 let loss =
-                    crate::state::TokenLoss::judged(self.state.token(), crate::clock::wall());
+                    crate::state::TokenLoss::judged(self.tick.state.token(), crate::clock::wall());
                 self.forget_token();
                 self.record(Fact::TokenLost(loss));
-                lost_token(&loss, &self.cfg.bootstrap_file)
+                lost_token(&loss, &self.agent.cfg.bootstrap_file)
             }
             Err(e) => peers::bao_failure(
                 "asking OpenBao about the token tenancy refused (the token is kept)",
@@ -203,15 +211,17 @@ impl Agent<'_> {
     /// Leases a grant, logs in with it, and makes the new token the bearer.
     pub(super) fn lease_login(&mut self, reason: &str) -> Result<(), Failure> {
         let req = proto::LeaseRequest {
-            env_id: self.cfg.env_id.clone(),
+            env_id: self.agent.cfg.env_id.clone(),
             reason: reason.to_string(),
         };
         let lease = self
+            .agent
             .tenancy
             .lease(&self.bearer()?, &req)
             .map_err(|e| peers::tenancy_failure("lease", e))?;
         redact::register(lease.login_jwt.expose_secret());
         let login = self
+            .agent
             .bao()?
             .login_jwt(&lease.mount, &lease.role, &lease.login_jwt)
             .map_err(|e| peers::bao_failure("lease login", e))?;
@@ -229,10 +239,10 @@ impl Agent<'_> {
                 source: TokenSource::Lease,
                 ..
             }),
-        ) = (&self.token, self.state.token())
+        ) = (&self.tick.token, self.tick.state.token())
         {
-            match self.bao()?.lookup_self(tok) {
-                Ok(info) if info.ttl.as_secs() > self.cfg.bao.renew_below_s => return Ok(()),
+            match self.agent.bao()?.lookup_self(tok) {
+                Ok(info) if info.ttl.as_secs() > self.agent.cfg.bao.renew_below_s => return Ok(()),
                 Ok(_) => info!("lease token is close to expiry; leasing a new one"),
                 Err(e) if e.kind() == bao::ErrorKind::Temporary => {
                     return Err(peers::bao_failure("token lookup", e));
@@ -242,7 +252,7 @@ impl Agent<'_> {
         }
         match self.lease_login("apply") {
             Ok(()) => Ok(()),
-            Err(e) if e.code == Code::LeaseRateLimited && self.token.is_some() => {
+            Err(e) if e.code == Code::LeaseRateLimited && self.tick.token.is_some() => {
                 warn!("lease rate-limited; applying with the current token, swap deferred");
                 Ok(())
             }
@@ -254,11 +264,11 @@ impl Agent<'_> {
     /// state did not say when it expires): asks OpenBao, so upkeep renews it when due instead
     /// of letting it die at its TTL. Best effort: a failed lookup leaves the next tick to ask.
     pub(super) fn learn_token_facts(&mut self) {
-        let Some(tok) = &self.token else { return };
-        if self.state.token().is_some() {
+        let Some(tok) = &self.tick.token else { return };
+        if self.tick.state.token().is_some() {
             return;
         }
-        let looked_up = self.bao().and_then(|b| {
+        let looked_up = self.agent.bao().and_then(|b| {
             b.lookup_self(tok)
                 .map_err(|e| peers::bao_failure("lookup-self", e))
         });
@@ -312,7 +322,8 @@ impl Agent<'_> {
     /// the true TTL), and otherwise `lookup-self` asks OpenBao what is left, so a backward step
     /// cannot postpone the renewal either. One OpenBao call per boot at most, beyond renewals.
     pub(super) fn upkeep(&mut self, tenancy_reached: bool) -> Result<(), Failure> {
-        let (Some(tok), Some(ts)) = (self.token.clone(), self.state.token().cloned()) else {
+        let (Some(tok), Some(ts)) = (self.tick.token.clone(), self.tick.state.token().cloned())
+        else {
             return Ok(());
         };
         let boot = clock::boot();
@@ -326,7 +337,7 @@ impl Agent<'_> {
             self.record(Fact::TokenMaxTtlNear);
         }
         let mut leased_tried = false;
-        if self.state.token().is_some_and(|t| t.max_ttl_near) && tenancy_reached {
+        if self.tick.state.token().is_some_and(|t| t.max_ttl_near) && tenancy_reached {
             info!("token is close to its max TTL; re-leasing");
             leased_tried = true;
             match self.lease_login("renew") {
@@ -334,7 +345,7 @@ impl Agent<'_> {
                 Err(e) => warn!("cannot lease a new token ({e:#}); renewing the current one"),
             }
         }
-        let renew_below = self.cfg.bao.renew_below_s;
+        let renew_below = self.agent.cfg.bao.renew_below_s;
         // More left than the token was ever granted is no OpenBao answer: asked again below.
         let granted = ts.creation_ttl_s.unwrap_or(u64::MAX);
         let left = match boot
@@ -349,6 +360,7 @@ impl Agent<'_> {
             None if boot.is_none() => ts.expires_at.saturating_sub(crate::clock::wall()),
             None => {
                 let info = self
+                    .agent
                     .bao()?
                     .lookup_self(&tok)
                     .map_err(|e| peers::bao_failure("token lookup", e))?;
@@ -364,6 +376,7 @@ impl Agent<'_> {
             return Ok(());
         }
         let renewal = self
+            .agent
             .bao()?
             .renew_self(&tok, None)
             .map_err(|e| peers::bao_failure("token renew", e))?;

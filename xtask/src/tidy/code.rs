@@ -1,6 +1,7 @@
 //! The code-level rules of docs/architecture.md, as plain text scans of the sources: who spawns
 //! processes, who spells the names below the state root, who writes state's outcome fields, who
-//! folds facts into State, who ends the process, who prints, and that no crate compiles another's
+//! folds facts into State, that a stage of the apply is a function and no method of the tick,
+//! who ends the process, who prints, and that no crate compiles another's
 //! file in by `#[path]`.
 //!
 //! Each file is first masked: comments, string literals and `#[cfg(test)]` items become
@@ -86,6 +87,11 @@ pub const RULES: &[CodeRule] = &[
                 && file != "monky-deployd/src/tick/bootstrap.rs"
         },
         check: uncoded_steps,
+    },
+    CodeRule {
+        name: "stages",
+        applies: |file| file.starts_with("monky-deployd/src/tick/"),
+        check: stages,
     },
     CodeRule {
         name: "exits",
@@ -646,7 +652,7 @@ fn outcome_fields(file: &str, src: &Masked) -> Vec<Violation> {
     found
 }
 
-/// Rule: a `State` takes its facts in the tick's one fold (`Agent::record` in `tick.rs`) and the
+/// Rule: a `State` takes its facts in the tick's one fold (`Run::record` in `tick.rs`) and the
 /// deadline's (`watchdog.rs`); a read-only command or a step never folds one itself.
 fn folds(file: &str, src: &Masked) -> Vec<Violation> {
     let code = src.code.as_str();
@@ -662,7 +668,7 @@ fn folds(file: &str, src: &Masked) -> Vec<Violation> {
                 file,
                 at + 1,
                 "folds a Fact into State outside the tick's one fold (tick.rs) and the \
-                 deadline's (watchdog.rs): a step says what happened through Agent::record"
+                 deadline's (watchdog.rs): a step says what happened through Run::record"
                     .to_string(),
             )
         })
@@ -699,6 +705,86 @@ fn setters(file: &str, src: &Masked) -> Vec<Violation> {
             })
         })
         .collect()
+}
+
+/// The apply's stages, as docs/architecture.md's "What a tick does" numbers them: the functions
+/// of `tick/stages.rs` (fetch, check, the secrets, stage, pull, promote) and the start and its
+/// looks (`tick/fallback.rs`, `tick/look.rs`).
+const STAGES: &[&str] = &[
+    "fetch",
+    "check",
+    "read_secrets",
+    "stage",
+    "pull",
+    "promote",
+    "start_fits",
+    "up_healthy",
+    "judge_what_runs",
+];
+
+/// Rule: a stage of the apply is a function, never a method of the tick: none of [`STAGES`] in
+/// `tick/` takes a `self`, so its arguments are what it reads and its result is what it found;
+/// and `tick/stages.rs`, the stages' own file, holds no `&mut self` method and no `impl Run`
+/// (the tick's run, whose `record` is the one fold).
+fn stages(file: &str, src: &Masked) -> Vec<Violation> {
+    let code = src.code.as_str();
+    let own_file = file == "monky-deployd/src/tick/stages.rs";
+    let mut found: Vec<Violation> = code
+        .match_indices("fn ")
+        .filter(|(at, _)| *at == 0 || !ident_char(code.as_bytes()[at - 1]))
+        .filter_map(|(at, _)| {
+            let rest = &code[at + 3..];
+            let name_end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+            let name = &rest[..name_end];
+            let args = rest[name_end..]
+                .trim_start()
+                .strip_prefix('(')?
+                .trim_start();
+            let receiver = args.strip_prefix('&').unwrap_or(args).trim_start();
+            let receiver = receiver
+                .strip_prefix("mut ")
+                .unwrap_or(receiver)
+                .trim_start();
+            let takes_self = receiver.starts_with("self")
+                && !receiver[4..].starts_with(|c: char| c.is_alphanumeric() || c == '_');
+            if STAGES.contains(&name) && takes_self {
+                return Some(src.at(
+                    file,
+                    at,
+                    format!(
+                        "the stage `{name}` is a method: a stage is a function whose arguments are \
+                         what it reads (the Agent, the state, this tick's judged memo) and whose \
+                         result is what it found, for the tick's one fold"
+                    ),
+                ));
+            }
+            (own_file && args.starts_with("&mut self")).then(|| {
+                src.at(
+                    file,
+                    at,
+                    format!(
+                        "`fn {name}(&mut self` in tick/stages.rs: a stage writes nothing it \
+                         was not handed; return what it found instead"
+                    ),
+                )
+            })
+        })
+        .collect();
+    if own_file {
+        found.extend(words(code, "impl").filter_map(|at| {
+            let rest = code[at + 4..].trim_start();
+            rest.starts_with("Run").then(|| {
+                src.at(
+                    file,
+                    at,
+                    "`impl Run` in tick/stages.rs: the stages are functions over the Agent and \
+                     what they read, never the tick's run"
+                        .to_string(),
+                )
+            })
+        }));
+    }
+    found
 }
 
 /// Rule: a step of the tick fails with a `Failure`, whose code is required, never with an
@@ -928,6 +1014,46 @@ mod tests {
             ]
         );
         assert!(check(RULE, "monky-deployd/src/hold.rs", planted).is_empty());
+    }
+
+    #[test]
+    fn a_stage_that_is_a_method_of_the_tick_is_named_with_its_line() {
+        const RULE: &str = "stages";
+        let planted = "impl Run<'_> {\n\
+                       pub(super) fn pull(&self, staged: Staged) {}\n\
+                       fn record(&mut self) {}\n\
+                       }\n\
+                       impl Agent<'_> {\n\
+                       pub(super) fn judge(&self) {}\n\
+                       fn up_healthy(\n        &mut self,\n    ) {}\n\
+                       }\n\
+                       pub(super) fn fetch(agent: &Agent, sha: &Sha) {}\n\
+                       fn prefetch(&mut self) {}\n\
+                       #[cfg(test)]\nmod tests { fn check(&self) {} }\n";
+        assert_eq!(
+            check(RULE, "monky-deployd/src/tick/stages.rs", planted),
+            [
+                "monky-deployd/src/tick/stages.rs:1",
+                "monky-deployd/src/tick/stages.rs:2",
+                "monky-deployd/src/tick/stages.rs:3",
+                "monky-deployd/src/tick/stages.rs:7",
+                "monky-deployd/src/tick/stages.rs:12"
+            ]
+        );
+        // Beside the stages' own file a method of the tick is allowed; a stage as one is not.
+        assert_eq!(
+            check(RULE, "monky-deployd/src/tick/fallback.rs", planted),
+            [
+                "monky-deployd/src/tick/fallback.rs:2",
+                "monky-deployd/src/tick/fallback.rs:7"
+            ]
+        );
+        // The stages as they are: functions of what they read.
+        let held = "pub(super) fn fetch(agent: &Agent, bearer: &SecretString) {}\n\
+                    pub(super) fn up_healthy(agent: &Agent, state: &State) -> (Seen, R) {}\n\
+                    impl Agent<'_> { fn policy_gate(&self, judged: &RefCell<Judged>) {} }\n";
+        assert!(check(RULE, "monky-deployd/src/tick/stages.rs", held).is_empty());
+        assert!(check(RULE, "monky-deployd/src/release.rs", planted).is_empty());
     }
 
     #[test]
