@@ -123,8 +123,8 @@ fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
 }
 
 fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> Result<Exit, Failure> {
-    let layout = Layout::open(cfg).or_code(Code::Failed)?;
-    let Some(_lock) = layout.lock().or_code(Code::Failed)? else {
+    let layout = Layout::open(cfg).or_code(Code::StateWriteFailed)?;
+    let Some(_lock) = layout.lock().or_code(Code::StateWriteFailed)? else {
         info!("another tick holds the lock; nothing to do");
         return Ok(Exit::Ok);
     };
@@ -323,7 +323,7 @@ impl<'a> Agent<'a> {
         self.learn_token_facts();
         let wanted_before = self.state.desired_sha().cloned();
         self.record(Fact::CheckedIn {
-            action: resp.action.as_str().to_string(),
+            action: resp.action.kind(),
             desired: resp.desired_sha().cloned(),
             interval_s: resp.checkin_interval_s.map(|i| i.as_secs()),
             at: crate::clock::wall(),

@@ -273,10 +273,10 @@ impl Agent<'_> {
                     self.layout.path().display()
                 )
             })
-            .or_code(Code::Failed)?;
+            .or_code(Code::StateWriteFailed)?;
         // Only once the outcome is saved: a crash before this leaves the mark for the next tick.
         if self.marker_settled {
-            crate::interrupted::clear(&self.layout).or_code(Code::Failed)?;
+            crate::interrupted::clear(&self.layout).or_code(Code::StateWriteFailed)?;
         }
         Ok(())
     }

@@ -200,13 +200,8 @@ impl Agent<'_> {
         if let Some(f) = refusals::all(refused) {
             return Err(f);
         }
-        let history: Vec<String> = self
-            .state
-            .applied_history()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        bundle::check_rollback(sha.as_str(), &history, b.meta().allow_rollback).map_err(refusal)?;
+        bundle::check_rollback(&sha, self.state.applied_history(), b.meta().allow_rollback)
+            .map_err(refusal)?;
         // The byte cap of releases/ and staging/, before anything is leased or staged; the
         // running release, the last good one and a sha waiting out its backoff are never pruned
         // for room.
@@ -225,7 +220,8 @@ impl Agent<'_> {
         .flatten()
         .map(Sha::as_str)
         .collect();
-        release::make_room(&self.layout, self.cfg, need, &protect).or_code(Code::Failed)?;
+        release::make_room(&self.layout, self.cfg, need, &protect)
+            .or_code(Code::StateWriteFailed)?;
         match self.docker.free_bytes() {
             Ok(free) => bundle::check_disk(
                 free,
@@ -278,7 +274,8 @@ impl Agent<'_> {
             .map_err(|r| Stop::failed(Failure::from(&r)))?;
         drop(secrets);
         // 8. Stage the release.
-        let staged = release::stage(&self.layout, &sha, &b, &env_text).or_code(Code::Failed)?;
+        let staged =
+            release::stage(&self.layout, &sha, &b, &env_text).or_code(Code::StateWriteFailed)?;
         failpoint::hit("after-staging");
         // 9. Compose's model is the authority, since a value from a secret is only visible
         // there. A refusal here waits out the backoff as a render failure does: with the same
@@ -361,8 +358,13 @@ impl Agent<'_> {
             Ok(_) => {}
             // Not judged is not passed: a secret at a shared uid would start unseen.
             Err(e) => {
+                // An answer that cannot be read is not an engine that did not answer.
+                let code = match e.kind() {
+                    monky_compose::ErrorKind::Protocol => Code::EngineAnswerInvalid,
+                    _ => Code::DockerUnavailable,
+                };
                 return Err((
-                    Code::DockerUnavailable,
+                    code,
                     format!(
                         "cannot ask the engine whether it remaps user namespaces ({e}), so \
                          whether a host account shares a container's uid is not judged"
@@ -658,7 +660,9 @@ impl Agent<'_> {
         let Some(json) = self.layout.read_docker_config().or_code(Code::Failed)? else {
             return Ok(None);
         };
-        self.layout.write_credential(&json).or_code(Code::Failed)?;
+        self.layout
+            .write_credential(&json)
+            .or_code(Code::StateWriteFailed)?;
         Ok(Some(json))
     }
 

@@ -127,7 +127,7 @@ impl Agent<'_> {
         redact::register(token.expose_secret());
         self.layout
             .write_token(token.expose_secret().as_bytes())
-            .or_code(Code::Failed)?;
+            .or_code(Code::StateWriteFailed)?;
         let now = crate::clock::wall();
         let boot = clock::boot();
         self.record(Fact::TokenFacts(Some(TokenState {
