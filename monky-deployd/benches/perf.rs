@@ -8,6 +8,10 @@
 //! parent whose only child is the measured one, so that `getrusage(RUSAGE_CHILDREN)` is exactly
 //! that process tree (CPU in microseconds, the peak RSS of its largest member), and whose
 //! `waitid(WNOWAIT)` lets it read the child's `/proc/<pid>/stat` before the zombie is reaped.
+//! Reaped, its only child's usage is in `RUSAGE_CHILDREN`: what `wait4` returns for that pid
+//! (the workspace forbids the `unsafe` a raw `wait4` would need). The heartbeat is measured so
+//! twice: with the bench's own agent and with the dist binary `cargo xtask bench` builds as
+//! `cargo xtask dist` does (`MONKY_BENCH_DIST_AGENT`), the agent the grandchild of this harness.
 //!
 //! The apply cases also split the agent's own CPU from its children's: the stub docker is reached
 //! through a symlink to this binary (`docker` -> perf), which runs the real stub

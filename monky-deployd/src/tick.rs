@@ -167,7 +167,7 @@ const ORPHAN_GRACE: Duration = Duration::from_secs(10);
 /// of its own, so two `compose up`s of the project never run at once. One that does not end
 /// fails the tick.
 fn end_orphans(layout: &Layout) -> Result<(), Failure> {
-    let dir = layout.children().or_code(Code::Failed)?;
+    let dir = layout.children().or_code(Code::StateWriteFailed)?;
     let found = compose::process::end_orphans(dir.path(), ORPHAN_GRACE)
         .with_context(|| format!("cannot list {}", dir.path().display()))
         .or_code(Code::Failed)?;
@@ -248,7 +248,7 @@ impl<'a> Agent<'a> {
     ) -> Result<Self, Failure> {
         let mut builder = compose::Docker::builder(cfg.docker_bin.clone())
             .docker_config(crate::layout::docker_config_dir(&cfg.state_dir))
-            .ledger(layout.children().or_code(Code::Failed)?.path());
+            .ledger(layout.children().or_code(Code::StateWriteFailed)?.path());
         if let Some(hint) = state.compose().cloned() {
             builder = builder.compose_hint(hint);
         }

@@ -561,8 +561,9 @@ impl Agent<'_> {
         // The override is written before the model is built, so the model carries the pids
         // limit the agent supplies, and compose's model must show one for every service. The
         // file compose reads is the agent's own rewrite of what it judged.
-        rel.write_plain_compose().or_code(Code::Failed)?;
-        rel.write_budget_override(self.cfg).or_code(Code::Failed)?;
+        rel.write_plain_compose().or_code(Code::StateWriteFailed)?;
+        rel.write_budget_override(self.cfg)
+            .or_code(Code::StateWriteFailed)?;
         let policy = self
             .with_stored_registries(
                 self.cfg
