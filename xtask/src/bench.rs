@@ -708,6 +708,24 @@ mod tests {
             table.contains("| 6.00 (5.00–7.00) ms | ≤ 6 ms | met | 8.11 ms** | 0.74× |"),
             "{table}"
         );
+        // The heartbeat from outside goes beside the bench's own, against issue 37's goals.
+        let both = Figures::parse(&format!(
+            "{HEARTBEAT_REAL}\tcpu total\tms\t4,4.5,5\n{HEARTBEAT_REAL}\tpeak rss\tMiB\t9\n\
+             {HEARTBEAT_OUTSIDE}\tcpu total\tms\t5,5.5,6\n{HEARTBEAT_OUTSIDE}\tpeak rss\tMiB\t9.5\n"
+        ))
+        .unwrap();
+        let mut text = String::new();
+        heartbeat_outside(&mut text, &both);
+        assert!(
+            text.contains("| the dist binary (`cargo build --profile dist -p monky-deployd --bin monky-deployd`) | 5.50 (5.00–6.00) | 9.50 |")
+                && text.contains("The difference here is 1.00 ms (+22 %)"),
+            "{text}"
+        );
+        let line = summary(&both);
+        assert!(
+            line.contains("from outside, dist binary, real engine: CPU: 5.50 (5.00–6.00) ms (goal ≤ 4 ms: missed)"),
+            "{line}"
+        );
         assert!(Figures::parse("a\tb\tms\t1,x\n").is_err());
         assert!(Figures::parse("a\tb\n").is_err());
     }
