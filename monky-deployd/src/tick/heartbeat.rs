@@ -118,7 +118,7 @@ impl Agent<'_> {
         }
         let sha = self.state.applied_sha().cloned();
         self.record(Fact::AppliedForgotten);
-        release::clear_current(&self.layout).or_code(Code::Failed)?;
+        release::clear_current(&self.layout).or_code(Code::StateWriteFailed)?;
         self.refresh_containers();
         self.conclude(Outcome::down(sha.as_ref()))
     }
