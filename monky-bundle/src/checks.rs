@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use secrecy::zeroize::Zeroize;
 use serde_json::Value;
 
+use crate::Sha;
 use crate::env::unresolved_vars;
 use crate::interp::{self, Mode};
 use crate::refusal::{Refusal, RefusalCode};
@@ -43,21 +44,17 @@ pub fn check_env_complete(template: &str, provided: &BTreeSet<String>) -> Result
 ///
 /// `applied_history` is oldest first; its last entry is the currently applied sha, which may
 /// be re-applied. With `allow` (the bundle's `allow_rollback`) nothing is refused. The names
-/// give the two shas' first 12 characters.
-pub fn check_rollback(sha: &str, applied_history: &[String], allow: bool) -> Result<(), Refusal> {
+/// give the two shas' first 12 characters. Both are [`Sha`]s, lowercase by construction, so
+/// they compare as they are.
+pub fn check_rollback(sha: &Sha, applied_history: &[Sha], allow: bool) -> Result<(), Refusal> {
     let current = applied_history.last();
-    if allow || current.is_some_and(|c| c.eq_ignore_ascii_case(sha)) {
+    if allow || current == Some(sha) || !applied_history.contains(sha) {
         return Ok(());
     }
-    if !applied_history.iter().any(|h| h.eq_ignore_ascii_case(sha)) {
-        return Ok(());
-    }
-    // The history comes from the agent's state file: counted in characters, not bytes.
-    let first_12 = |s: &str| s.chars().take(12).collect::<String>();
-    let current = current.map_or_else(String::new, |c| first_12(c));
+    let current = current.map_or("", Sha::short);
     Err(Refusal::new(
         RefusalCode::RollbackRefused,
-        [first_12(sha), format!("current {current}")],
+        [sha.short().to_string(), format!("current {current}")],
     ))
 }
 

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use common::{minimal_files, outcome};
 use monky_bundle::{
     Bundle, ComposePolicy, DEFAULT_DISK_FACTOR, DEFAULT_DISK_HEADROOM, Limits, MemberName, Refusal,
-    RefusalCode, check_disk, check_env_complete, check_rollback, pack_tar,
+    RefusalCode, Sha, check_disk, check_env_complete, check_rollback, pack_tar,
 };
 
 fn shown(r: Result<(), Refusal>) -> String {
@@ -71,26 +71,31 @@ fn privileged_refused() {
 
 #[test]
 fn rollback_refused() {
-    let history: Vec<String> = ["aaaaaaaaaaaa1111", "bbbbbbbbbbbb2222", "cccccccccccc3333"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let check = |sha: &str, allow: bool, expected: &str| {
+    let sha = |head: &str, fill: char| {
+        let text = format!("{head}{}", fill.to_string().repeat(64 - head.len()));
+        Sha::parse(&text).unwrap()
+    };
+    let history = [
+        sha("aaaaaaaaaaaa", '1'),
+        sha("bbbbbbbbbbbb", '2'),
+        sha("cccccccccccc", '3'),
+    ];
+    let check = |sha: &Sha, allow: bool, expected: &str| {
         assert_eq!(
             shown(check_rollback(sha, &history, allow)),
             expected,
-            "{sha}"
+            "{sha:?}"
         );
     };
     check(
-        "aaaaaaaaaaaa1111",
+        &sha("aaaaaaaaaaaa", '1'),
         false,
         "ROLLBACK_REFUSED: aaaaaaaaaaaa, current cccccccccccc",
     );
-    check("aaaaaaaaaaaa1111", true, "ok");
-    check("cccccccccccc3333", false, "ok");
-    check("dddddddddddd4444", false, "ok");
-    assert_eq!(shown(check_rollback("x", &[], false)), "ok");
+    check(&sha("aaaaaaaaaaaa", '1'), true, "ok");
+    check(&sha("cccccccccccc", '3'), false, "ok");
+    check(&sha("dddddddddddd", '4'), false, "ok");
+    assert_eq!(shown(check_rollback(&sha("e", 'e'), &[], false)), "ok");
 }
 
 #[test]

@@ -8,6 +8,10 @@
 //! parent whose only child is the measured one, so that `getrusage(RUSAGE_CHILDREN)` is exactly
 //! that process tree (CPU in microseconds, the peak RSS of its largest member), and whose
 //! `waitid(WNOWAIT)` lets it read the child's `/proc/<pid>/stat` before the zombie is reaped.
+//! Reaped, its only child's usage is in `RUSAGE_CHILDREN`: what `wait4` returns for that pid
+//! (the workspace forbids the `unsafe` a raw `wait4` would need). The heartbeat is measured so
+//! twice: with the bench's own agent and with the dist binary `cargo xtask bench` builds as
+//! `cargo xtask dist` does (`MONKY_BENCH_DIST_AGENT`), the agent the grandchild of this harness.
 //!
 //! The apply cases also split the agent's own CPU from its children's: the stub docker is reached
 //! through a symlink to this binary (`docker` -> perf), which runs the real stub
@@ -227,6 +231,37 @@ fn run_measured(cmd: &Command) -> Sample {
         children_ms: f[2] * tick_ms,
         maxrss_kib: f[3],
     }
+}
+
+/// The agent exactly as `cargo xtask dist` builds it (`MONKY_BENCH_DIST_AGENT`, which `cargo
+/// xtask bench` sets): `cargo build --profile dist -p monky-deployd --bin monky-deployd`, whose
+/// features are the agent's alone. The bench's own agent (`CARGO_BIN_EXE_monky-deployd`) is
+/// built in the same cargo run as this harness, so its dependencies carry the features the
+/// harness's dev-dependencies turn on too (feature unification): a different binary.
+fn dist_agent() -> Option<PathBuf> {
+    let path = PathBuf::from(std::env::var_os("MONKY_BENCH_DIST_AGENT")?);
+    assert!(
+        path.is_file(),
+        "MONKY_BENCH_DIST_AGENT={} is not a file",
+        path.display()
+    );
+    Some(path)
+}
+
+/// `cmd` with `program` in place of its own: the same arguments, environment and directory.
+fn with_program(cmd: &Command, program: &Path) -> Command {
+    let mut c = Command::new(program);
+    c.args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        c.current_dir(dir);
+    }
+    c
 }
 
 fn measure_n(runs: usize, mut before: impl FnMut(usize), cmd: &dyn Fn() -> Command) -> Vec<Sample> {
@@ -813,6 +848,20 @@ fn real_engine(rows: &mut Rows, runs: usize, e2e: &E2e) {
         "heartbeat tick (loopback peers, real engine, 3 containers)",
         &samples,
     );
+    if let Some(dist) = dist_agent() {
+        let samples = measure_n(runs, |_| {}, &|| {
+            with_program(&w.command(&["run", "--once"]), &dist)
+        });
+        let last = w.last_report();
+        assert!(
+            last.detail.is_none() && last.containers.len() == 3,
+            "{last:?}"
+        );
+        rows.add_process(
+            "heartbeat tick from outside (the dist binary, real engine, 3 containers)",
+            &samples,
+        );
+    }
     runtime_look(rows, runs, e2e, &project);
     let samples = measure_n(runs, |_| {}, &|| {
         let mut c = Command::new(&e2e.docker);

@@ -64,6 +64,18 @@ pub fn wall() -> u64 {
     shift(real, test_offsets().0)
 }
 
+/// The kernel's id of this boot, read once per process: it cannot change while the process
+/// lives, and a tick asks for it several times (the hold, the backoff, the token's upkeep).
+fn this_boot_id() -> Option<&'static str> {
+    static ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .ok()
+            .map(|id| id.trim().to_string())
+    })
+    .as_deref()
+}
+
 /// Now on the boot clock; `None` where the kernel has no boot id (not Linux, `/proc` absent),
 /// and then every deadline falls back as after a reboot.
 #[must_use]
@@ -73,10 +85,7 @@ pub fn boot() -> Option<BootInstant> {
     let (_, boot_offset, id) = test_offsets();
     let boot_id = match id {
         Some(id) => id,
-        None => std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-            .ok()?
-            .trim()
-            .to_string(),
+        None => this_boot_id()?.to_string(),
     };
     (!boot_id.is_empty()).then(|| BootInstant {
         boot_id,

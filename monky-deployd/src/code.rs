@@ -177,6 +177,10 @@ policy! {
         "the docker daemon did not answer (a container listing, or whether it remaps user namespaces): check `systemctl status docker` and the agent's access to its socket";
     StateDirUnsafe, Fail,
         "the state dir, or something below it, is owned or writable by another user or is a link the agent did not make: remove what was planted, `chown -R` the state dir to the agent's user and `chmod 0700` it";
+    StateWriteFailed, Fail,
+        "the agent could not write below its state dir (the message names the path): free space on its file system or make it writable again (`monky-deployd doctor` checks it); the next tick tries again and the running release is untouched";
+    EngineAnswerInvalid, Fail,
+        "the docker engine answered something the agent cannot read (the message names the call): check what listens on DOCKER_HOST (a proxy in front of the socket?) and the engine's version (`docker version`)";
     ReleaseModified, Fail,
         "a release's files or its .env changed on disk since the agent wrote it, so it was not started: find what wrote it (a container binding its own release dir?), then apply a release again from tenancy";
     TickTimeout, Temporary,
@@ -259,6 +263,7 @@ impl CodePolicy for Code {
             C::ConfigInvalid => Owner::BoxAdmin,
             C::DiskInsufficient | C::DockerUnavailable | C::ComposeDownFailed => Owner::BoxAdmin,
             C::NotRunning | C::Failed | C::BaoRefused => Owner::BoxAdmin,
+            C::StateWriteFailed | C::EngineAnswerInvalid => Owner::BoxAdmin,
             C::BaoTlsUnknownCa | C::BaoTlsWrongName | C::ComposeUpFailed => Owner::BoxAdmin,
             C::LeaseRateLimited | C::RateLimited | C::TenancyUnavailable => Owner::NoOne,
             C::BaoUnavailable | C::TickTimeout | C::RegistryUnavailable => Owner::NoOne,

@@ -18,6 +18,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use monky_agent_proto::Sha;
 
 use crate::config::Config;
 use crate::fsx::{self, Dir};
@@ -494,9 +495,9 @@ impl Layout {
     }
 
     /// Points `current` at `releases/<sha>` atomically.
-    pub fn point_current(&self, sha: &str) -> anyhow::Result<()> {
+    pub fn point_current(&self, sha: &Sha) -> anyhow::Result<()> {
         self.env()?
-            .swap_symlink(&Path::new(RELEASES).join(sha), CURRENT)
+            .swap_symlink(&Path::new(RELEASES).join(sha.as_str()), CURRENT)
     }
 
     /// The release name a `current` target names when it is the agent's own link
@@ -590,10 +591,15 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let layout = Layout::open_at(&t.path().join("state"), "e1").unwrap();
         assert!(layout.current_target().unwrap().is_none());
-        layout.releases().unwrap().ensure_sub("abc", 0o700).unwrap();
-        layout.point_current("abc").unwrap();
+        let sha = Sha::parse(&"abcd".repeat(16)).unwrap();
+        layout
+            .releases()
+            .unwrap()
+            .ensure_sub(sha.as_str(), 0o700)
+            .unwrap();
+        layout.point_current(&sha).unwrap();
         let target = layout.current_target().unwrap().unwrap();
-        assert_eq!(Layout::release_of_target(&target), Some("abc"));
+        assert_eq!(Layout::release_of_target(&target), Some(sha.as_str()));
         assert_eq!(Layout::release_of_target(Path::new("/tmp/abc")), None);
         layout.remove_current().unwrap();
         assert!(layout.current_target().unwrap().is_none());

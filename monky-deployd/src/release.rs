@@ -393,7 +393,7 @@ pub fn promote(layout: &Layout, staged: Staged, gate: Gate<'_>) -> anyhow::Resul
         releases.sync()?;
     }
     crate::failpoint::hit("before-swap");
-    layout.point_current(sha)?;
+    layout.point_current(&sha_typed)?;
     Release::current(layout)?.context("promoted release has no compose file")
 }
 
@@ -403,7 +403,7 @@ pub fn point_current(layout: &Layout, sha: &Sha, gate: Gate<'_>) -> anyhow::Resu
     let rel = Release::promoted(layout, sha, at.clone())?
         .with_context(|| format!("release {} is no longer on disk", at.display()))?;
     gate(&rel)?;
-    layout.point_current(sha.as_str())?;
+    layout.point_current(sha)?;
     Release::current(layout)?.context("current has no compose file")
 }
 
@@ -768,7 +768,7 @@ pub(crate) mod tests {
         let (secret_a, secret_b) = ("once-only-secret-value-a1", "once-only-secret-value-b2");
         release_on_disk(&layout, &a, secret_a);
         release_on_disk(&layout, &b, secret_b);
-        layout.point_current(&a).unwrap();
+        layout.point_current(&Sha::parse(&a).unwrap()).unwrap();
 
         let before = reads();
         // Every compose call of an apply opens the release anew (staged, gated, promoted,
@@ -806,7 +806,7 @@ pub(crate) mod tests {
         let layout = Layout::open(&cfg).unwrap();
         let sha = "c".repeat(64);
         release_on_disk(&layout, &sha, "some-secret-value-c3");
-        layout.point_current(&sha).unwrap();
+        layout.point_current(&Sha::parse(&sha).unwrap()).unwrap();
         let rel = Release::current(&layout).unwrap().unwrap();
         // Compose is given `current`, as it always was, so a container's config is unchanged.
         assert_eq!(rel.dir(), layout.current_path());

@@ -692,7 +692,7 @@ impl State {
                 desired,
                 interval_s,
                 at,
-            } => self.checked_in(&action, desired, interval_s, at),
+            } => self.checked_in(action, desired, interval_s, at),
             Fact::KvMountAdopted(mount) => self.adopt_kv_mount(mount),
             Fact::ContainersSeen(containers) => self.saw_containers(containers),
             Fact::ComposeFound(compose) => self.found_compose(compose),
@@ -757,8 +757,15 @@ impl State {
     }
 
     /// Tenancy answered a checkin at `at` with `action`, wanting `desired`, with its interval.
-    fn checked_in(&mut self, action: &str, desired: Option<Sha>, interval_s: Option<u64>, at: u64) {
-        self.last_action = Some(action.to_string());
+    fn checked_in(
+        &mut self,
+        action: monky_agent_proto::ActionKind,
+        desired: Option<Sha>,
+        interval_s: Option<u64>,
+        at: u64,
+    ) {
+        // state.json keeps the wire's spelling.
+        self.last_action = Some(action.as_str().to_string());
         self.last_checkin = Some(at);
         self.desired_sha = desired;
         self.checkin_interval_s = interval_s;
@@ -989,8 +996,8 @@ pub enum Fact {
     ClockRead(crate::clock::ClockReading),
     /// Tenancy answered a checkin at `at` with `action`, wanting `desired`, with its interval.
     CheckedIn {
-        /// The action's name (`none`, `apply`, `down`).
-        action: String,
+        /// The action tenancy chose.
+        action: monky_agent_proto::ActionKind,
         /// The sha tenancy wants.
         desired: Option<Sha>,
         /// Tenancy's checkin interval.
@@ -1146,12 +1153,7 @@ mod tests {
         assert_eq!(s.applied_prod(), Some(true));
         assert_eq!(s.applied_history(), [sha('a')]);
         // Asked for again, it is no rollback.
-        let history: Vec<String> = s
-            .applied_history()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        assert!(monky_bundle::check_rollback(sha('b').as_str(), &history, false).is_ok());
+        assert!(monky_bundle::check_rollback(&sha('b'), s.applied_history(), false).is_ok());
         // What the look saw is kept, and a record that does not parse is dropped.
         s.fold(Fact::Looked(crate::runtime_look::Looked {
             sha: Some(sha('a')),

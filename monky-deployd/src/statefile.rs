@@ -39,6 +39,12 @@ pub fn load(layout: &Layout) -> anyhow::Result<(State, Option<String>)> {
     let Some(bytes) = layout.read_state()? else {
         return Ok((fresh, None));
     };
+    // This agent's own file, as on almost every tick: parsed once. The original agent's file
+    // has no `version`, so it never parses to this one (a missing `version` is 0).
+    let parsed = match serde_json::from_slice::<State>(&bytes) {
+        Ok(s) if s.version() == STATE_VERSION && s.env_id() == env_id => return Ok((s, None)),
+        other => other,
+    };
     // The original agent's file has no `version`: taken over, not set aside.
     if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes)
         && is_original(&doc)
@@ -54,8 +60,7 @@ pub fn load(layout: &Layout) -> anyhow::Result<(State, Option<String>)> {
             Err(problem) => return set_aside(layout, fresh, &problem),
         }
     }
-    let problem = match serde_json::from_slice::<State>(&bytes) {
-        Ok(s) if s.version() == STATE_VERSION && s.env_id() == env_id => return Ok((s, None)),
+    let problem = match parsed {
         Ok(s) if s.version() != STATE_VERSION => format!("unknown version {}", s.version()),
         Ok(s) => format!("it belongs to env {:?}", s.env_id()),
         Err(e) => format!("it does not parse ({e})"),

@@ -125,8 +125,8 @@ fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
 }
 
 fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> Result<Exit, Failure> {
-    let layout = Layout::open(cfg).or_code(Code::Failed)?;
-    let Some(_lock) = layout.lock().or_code(Code::Failed)? else {
+    let layout = Layout::open(cfg).or_code(Code::StateWriteFailed)?;
+    let Some(_lock) = layout.lock().or_code(Code::StateWriteFailed)? else {
         info!("another tick holds the lock; nothing to do");
         return Ok(Exit::Ok);
     };
@@ -170,7 +170,7 @@ const ORPHAN_GRACE: Duration = Duration::from_secs(10);
 /// of its own, so two `compose up`s of the project never run at once. One that does not end
 /// fails the tick.
 fn end_orphans(layout: &Layout) -> Result<(), Failure> {
-    let dir = layout.children().or_code(Code::Failed)?;
+    let dir = layout.children().or_code(Code::StateWriteFailed)?;
     let found = compose::process::end_orphans(dir.path(), ORPHAN_GRACE)
         .with_context(|| format!("cannot list {}", dir.path().display()))
         .or_code(Code::Failed)?;
@@ -264,7 +264,7 @@ impl<'a> Run<'a> {
     ) -> Result<Self, Failure> {
         let mut builder = compose::Docker::builder(cfg.docker_bin.clone())
             .docker_config(crate::layout::docker_config_dir(&cfg.state_dir))
-            .ledger(layout.children().or_code(Code::Failed)?.path());
+            .ledger(layout.children().or_code(Code::StateWriteFailed)?.path());
         if let Some(hint) = state.compose().cloned() {
             builder = builder.compose_hint(hint);
         }
@@ -354,7 +354,7 @@ impl Run<'_> {
         self.learn_token_facts();
         let wanted_before = self.tick.state.desired_sha().cloned();
         self.record(Fact::CheckedIn {
-            action: resp.action.as_str().to_string(),
+            action: resp.action.kind(),
             desired: resp.desired_sha().cloned(),
             interval_s: resp.checkin_interval_s.map(|i| i.as_secs()),
             at: crate::clock::wall(),

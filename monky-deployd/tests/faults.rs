@@ -440,6 +440,26 @@ fn every_peer_fault_leaves_the_running_release_and_says_so() {
     assert!(failed.is_empty(), "failed cells: {failed:#?}");
 }
 
+/// A state dir the agent cannot write is the box's problem, not a bundle's or a peer's: the
+/// tick ends with `STATE_WRITE_FAILED` (not the generic `FAILED`), before any checkin, and the
+/// running release stays. Here the lock is a directory, so opening it for writing fails.
+#[test]
+fn a_state_dir_that_cannot_be_written_fails_with_its_own_code() {
+    check(&Cell {
+        name: "state dir: the lock cannot be opened for writing",
+        tls: false,
+        apply: false,
+        fault: |w| {
+            let lock = w.state_dir().join("lock");
+            std::fs::remove_file(&lock).unwrap();
+            std::fs::create_dir(&lock).unwrap();
+        },
+        exit: 1,
+        report: None,
+        says: "STATE_WRITE_FAILED: ",
+    });
+}
+
 // ---- the loop's pacing ---------------------------------------------------------------------
 
 /// Gaps between the checkins the fake tenancy saw, in seconds.

@@ -1293,8 +1293,9 @@ fn root_and_services_without_secrets_are_no_finding_through_a_tick() {
     }
 }
 
-/// The engine decides: one that remaps user namespaces has no shared uid, and one that cannot
-/// say whether it does starts nothing (`DOCKER_UNAVAILABLE`), never an unjudged secret.
+/// The engine decides: one that remaps user namespaces has no shared uid, and one whose answer
+/// cannot be read starts nothing (`ENGINE_ANSWER_INVALID`, not an engine that did not answer),
+/// never an unjudged secret.
 #[test]
 fn the_engines_user_namespaces_decide_and_an_unreadable_answer_starts_nothing() {
     if docker().is_none() {
@@ -1309,7 +1310,7 @@ fn the_engines_user_namespaces_decide_and_an_unreadable_answer_starts_nothing() 
     run.expect(1);
     let detail = w.last_report().detail.unwrap_or_default();
     assert!(
-        detail.starts_with("DOCKER_UNAVAILABLE: cannot ask the engine whether it remaps"),
+        detail.starts_with("ENGINE_ANSWER_INVALID: cannot ask the engine whether it remaps"),
         "{detail}"
     );
     assert_eq!(ups(&w), 0);

@@ -172,6 +172,10 @@ report_codes! {
     DockerUnavailable = "DOCKER_UNAVAILABLE";
     /// The state dir, or something below it, is not the agent's alone.
     StateDirUnsafe = "STATE_DIR_UNSAFE";
+    /// The agent could not write below its state dir (full, read-only, or an IO error).
+    StateWriteFailed = "STATE_WRITE_FAILED";
+    /// The docker engine answered something the agent cannot read (bad JSON, an error status).
+    EngineAnswerInvalid = "ENGINE_ANSWER_INVALID";
     /// A release's files or `.env` changed on disk since the agent wrote them.
     ReleaseModified = "RELEASE_MODIFIED";
     /// The tick ran past `tick_timeout_s`.

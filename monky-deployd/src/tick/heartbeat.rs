@@ -123,7 +123,7 @@ impl Run<'_> {
         }
         let sha = self.tick.state.applied_sha().cloned();
         self.record(Fact::AppliedForgotten);
-        release::clear_current(&self.agent.layout).or_code(Code::Failed)?;
+        release::clear_current(&self.agent.layout).or_code(Code::StateWriteFailed)?;
         self.refresh_containers();
         self.conclude(Outcome::down(sha.as_ref()))
     }

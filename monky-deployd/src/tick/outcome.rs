@@ -275,10 +275,10 @@ impl Run<'_> {
                     self.agent.layout.path().display()
                 )
             })
-            .or_code(Code::Failed)?;
+            .or_code(Code::StateWriteFailed)?;
         // Only once the outcome is saved: a crash before this leaves the mark for the next tick.
         if self.tick.marker_settled {
-            crate::interrupted::clear(&self.agent.layout).or_code(Code::Failed)?;
+            crate::interrupted::clear(&self.agent.layout).or_code(Code::StateWriteFailed)?;
         }
         Ok(())
     }

@@ -220,12 +220,8 @@ pub(super) fn check(agent: &Agent, state: &State, fetched: Fetched) -> Result<Ch
     if let Some(f) = refusals::all(refused) {
         return Err(f);
     }
-    let history: Vec<String> = state
-        .applied_history()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    bundle::check_rollback(sha.as_str(), &history, b.meta().allow_rollback).map_err(refusal)?;
+    bundle::check_rollback(&sha, state.applied_history(), b.meta().allow_rollback)
+        .map_err(refusal)?;
     // The byte cap of releases/ and staging/, before anything is leased or staged; the
     // running release, the last good one and a sha waiting out its backoff are never pruned
     // for room.
@@ -244,7 +240,8 @@ pub(super) fn check(agent: &Agent, state: &State, fetched: Fetched) -> Result<Ch
     .flatten()
     .map(Sha::as_str)
     .collect();
-    release::make_room(&agent.layout, agent.cfg, need, &protect).or_code(Code::Failed)?;
+    release::make_room(&agent.layout, agent.cfg, need, &protect)
+        .or_code(Code::StateWriteFailed)?;
     match agent.docker.free_bytes() {
         Ok(free) => bundle::check_disk(
             free,
@@ -319,7 +316,7 @@ pub(super) fn stage(
         .map_err(|r| Stop::failed(Failure::from(&r)))?;
     drop(secrets);
     // 8. Stage the release.
-    let staged = release::stage(&agent.layout, &sha, &b, &env_text).or_code(Code::Failed)?;
+    let staged = release::stage(&agent.layout, &sha, &b, &env_text).or_code(Code::StateWriteFailed)?;
     failpoint::hit("after-staging");
     // 9. Compose's model is the authority, since a value from a secret is only visible
     // there. A refusal here waits out the backoff as a render failure does: with the same
@@ -327,8 +324,12 @@ pub(super) fn stage(
     let (images, runs_as) = match agent.judge(judged, staged.release()) {
         Ok(judged) => judged,
         // A finding of the release's own (a refusal of its model, a name another project
-        // holds) waits out the backoff; a failure of the box (no code of its own) does not.
-        Err(e) if e.exit() == Exit::Fail && e.code != Code::Failed => {
+        // holds) waits out the backoff; a failure of the box (a state write, or no code of its
+        // own) does not.
+        Err(e)
+            if e.exit() == Exit::Fail
+                && !matches!(e.code, Code::Failed | Code::StateWriteFailed) =>
+        {
             return Err(Stop::failed(e));
         }
         Err(e) => return Err(Stop::Halted(e)),
@@ -366,7 +367,10 @@ pub(super) fn pull(
         // The box's registry not proven is the box's, not the release's: no backoff.
         if matches!(
             e.code,
-            Code::RegistryListenerUntrusted | Code::RegistryUnavailable | Code::Failed
+            Code::RegistryListenerUntrusted
+                | Code::RegistryUnavailable
+                | Code::Failed
+                | Code::StateWriteFailed
         ) {
             return Err(Stop::Halted(e));
         }
@@ -458,8 +462,13 @@ impl Agent<'_> {
             Ok(_) => {}
             // Not judged is not passed: a secret at a shared uid would start unseen.
             Err(e) => {
+                // An answer that cannot be read is not an engine that did not answer.
+                let code = match e.kind() {
+                    monky_compose::ErrorKind::Protocol => Code::EngineAnswerInvalid,
+                    _ => Code::DockerUnavailable,
+                };
                 return Err((
-                    Code::DockerUnavailable,
+                    code,
                     format!(
                         "cannot ask the engine whether it remaps user namespaces ({e}), so \
                          whether a host account shares a container's uid is not judged"
@@ -593,8 +602,9 @@ impl Agent<'_> {
         // The override is written before the model is built, so the model carries the pids
         // limit the agent supplies, and compose's model must show one for every service. The
         // file compose reads is the agent's own rewrite of what it judged.
-        rel.write_plain_compose().or_code(Code::Failed)?;
-        rel.write_budget_override(self.cfg).or_code(Code::Failed)?;
+        rel.write_plain_compose().or_code(Code::StateWriteFailed)?;
+        rel.write_budget_override(self.cfg)
+            .or_code(Code::StateWriteFailed)?;
         let policy = self
             .with_stored_registries(
                 self.cfg
@@ -692,7 +702,9 @@ impl Agent<'_> {
         let Some(json) = self.layout.read_docker_config().or_code(Code::Failed)? else {
             return Ok(None);
         };
-        self.layout.write_credential(&json).or_code(Code::Failed)?;
+        self.layout
+            .write_credential(&json)
+            .or_code(Code::StateWriteFailed)?;
         Ok(Some(json))
     }
 

@@ -134,7 +134,7 @@ impl Run<'_> {
         self.agent
             .layout
             .write_token(token.expose_secret().as_bytes())
-            .or_code(Code::Failed)?;
+            .or_code(Code::StateWriteFailed)?;
         let now = crate::clock::wall();
         let boot = clock::boot();
         self.record(Fact::TokenFacts(Some(TokenState {
