@@ -240,8 +240,7 @@ pub(super) fn check(agent: &Agent, state: &State, fetched: Fetched) -> Result<Ch
     .flatten()
     .map(Sha::as_str)
     .collect();
-    release::make_room(&agent.layout, agent.cfg, need, &protect)
-        .or_code(Code::StateWriteFailed)?;
+    release::make_room(&agent.layout, agent.cfg, need, &protect).or_code(Code::StateWriteFailed)?;
     match agent.docker.free_bytes() {
         Ok(free) => bundle::check_disk(
             free,
@@ -316,7 +315,8 @@ pub(super) fn stage(
         .map_err(|r| Stop::failed(Failure::from(&r)))?;
     drop(secrets);
     // 8. Stage the release.
-    let staged = release::stage(&agent.layout, &sha, &b, &env_text).or_code(Code::StateWriteFailed)?;
+    let staged =
+        release::stage(&agent.layout, &sha, &b, &env_text).or_code(Code::StateWriteFailed)?;
     failpoint::hit("after-staging");
     // 9. Compose's model is the authority, since a value from a secret is only visible
     // there. A refusal here waits out the backoff as a render failure does: with the same
