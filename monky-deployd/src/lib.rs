@@ -7,6 +7,7 @@
 #[macro_use]
 mod out;
 
+mod backoff;
 pub mod cli;
 pub mod clock;
 pub mod code;

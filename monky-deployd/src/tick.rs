@@ -32,7 +32,6 @@ mod token;
 use journal::{log_error, summary};
 use outcome::Outcome;
 
-pub use backoff::failure_backoff;
 pub use bootstrap::bootstrap_command;
 pub use token::MAX_GRANT_BYTES;
 

@@ -6,7 +6,7 @@ use tracing::{info, warn};
 
 use super::Agent;
 use super::Outcome;
-use super::backoff::Backoff;
+use super::backoff::ReleaseBackoff;
 use super::stages::{Fetched, Promoted, Secrets, Stop};
 use crate::code::{Code, CodePolicy as _};
 use crate::exit::{Exit, Failure};
@@ -142,7 +142,7 @@ impl Agent<'_> {
     /// has not run out, the deadline. A failure judged under another config is forgotten: the
     /// box admin's change is tried at once.
     pub(super) fn backoff_deadline(&mut self, sha: &Sha) -> Option<u64> {
-        if Backoff::config_changed(&self.state, &super::backoff::verdict_key(self.cfg)) {
+        if ReleaseBackoff::config_changed(&self.state, &super::backoff::verdict_key(self.cfg)) {
             info!(
                 "the config changed since {} failed (waivers, budget, allowed_*, health wait): \
                  trying it again now",
@@ -152,10 +152,10 @@ impl Agent<'_> {
             return None;
         }
         let (now, boot) = (crate::clock::wall(), crate::clock::boot());
-        if let Some(rebased) = Backoff::rebase(&self.state, now, boot.as_ref()) {
+        if let Some(rebased) = ReleaseBackoff::rebase(&self.state, now, boot.as_ref()) {
             self.record(rebased);
         }
-        let deadline = Backoff::deadline(&self.state, sha, now, boot.as_ref())?;
+        let deadline = ReleaseBackoff::deadline(&self.state, sha, now, boot.as_ref())?;
         if self.opts.force {
             info!(
                 "--force: trying {} again before its backoff ran out",

@@ -7,7 +7,7 @@ use monky_agent_proto::Sha;
 use tracing::{info, warn};
 
 use super::Agent;
-use super::backoff::Backoff;
+use super::backoff::ReleaseBackoff;
 use super::not_ready;
 use super::stages::{Failed, Promoted, Started, Stop};
 use crate::code::Code;
@@ -167,7 +167,7 @@ impl Agent<'_> {
         // `CODE: names`, repeated by the reports sent while the sha waits.
         let detail = failure.to_string();
         let key = super::backoff::verdict_key(self.cfg);
-        let backoff = Backoff::after_failure(
+        let backoff = ReleaseBackoff::after_failure(
             &self.state,
             sha,
             &key,

@@ -2,13 +2,15 @@
 //! (no tenancy apply, no lease, no OpenBao read), an apply cut short finished or rolled back,
 //! and an operator's hold respected.
 
+use std::time::Duration;
+
 use monky_agent_proto::{Action, Sha};
 use tracing::{info, warn};
 
-use super::backoff::failure_backoff;
 use super::outcome::Outcome;
 use super::stages::Promoted;
 use super::{Agent, not_ready};
+use crate::backoff::{Backoff, Jitter};
 use crate::code::Code;
 use crate::drift::{self, Converged, Drift};
 use crate::exit::{Exit, Failure, OrCode as _};
@@ -18,10 +20,18 @@ use crate::redact::Redacted;
 use crate::state::{CrashLoop, Fact};
 use crate::{redact, release};
 
+/// The wait after the `attempts`-th heal in a row, healthy or not: one minute doubling up to
+/// an hour, spread by up to 10% either way, as a failed release's.
+const HEAL: Backoff = Backoff {
+    base: Duration::from_secs(60),
+    cap: Duration::from_secs(3600),
+    jitter: Jitter::Around(0.1),
+};
+
 /// Heals within this long of the last one count as one more attempt; past it drift starts
 /// over at the first step. The backoff's longest step, so a service that crash-loops slowly
 /// still climbs the steps.
-const HEAL_MEMORY_SECS: u64 = 3600;
+const HEAL_MEMORY_SECS: u64 = HEAL.cap.as_secs();
 
 /// The lines of a dead service's own output that the journal and the crash loop keep.
 const CRASH_LINES: usize = 5;
@@ -71,6 +81,7 @@ impl Agent<'_> {
         }
         let now = crate::clock::wall();
         let waits = super::backoff::wait_until(
+            &HEAL,
             self.state.next_heal_at(),
             self.state.next_heal_boot(),
             self.state.heal_attempts(),
@@ -135,7 +146,7 @@ impl Agent<'_> {
         let outside_stops = outside_stops.saturating_add(u32::from(stopped_outside));
         // The dead service's own words, read before the up that starts it again.
         let last_lines = crashed.first().and_then(|d| self.last_lines_of(&d.service));
-        let wait = failure_backoff(attempts, rand::random_range(0.0..1.0)).as_secs();
+        let wait = HEAL.wait(attempts, rand::random_range(0.0..1.0)).as_secs();
         let next = now.saturating_add(wait);
         self.record(Fact::Healing {
             attempts,

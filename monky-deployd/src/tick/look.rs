@@ -9,7 +9,7 @@ use monky_agent_proto::Sha;
 use tracing::{info, warn};
 
 use super::Agent;
-use super::backoff::Backoff;
+use super::backoff::ReleaseBackoff;
 use super::outcome::Outcome;
 use super::stages::{Failed, Promoted, Started, Stop};
 use crate::exit::{Exit, Failure};
@@ -198,7 +198,7 @@ impl Agent<'_> {
         // own backoff is withdrawn without taking that sha's place.
         let next = (self.state.desired_sha() == Some(sha)).then(|| {
             let key = super::backoff::verdict_key(self.cfg);
-            let backoff = Backoff::after_failure(
+            let backoff = ReleaseBackoff::after_failure(
                 &self.state,
                 sha,
                 &key,
