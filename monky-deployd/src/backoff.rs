@@ -24,18 +24,18 @@ pub(crate) enum Jitter {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Backoff {
     /// The first step's wait.
-    pub base: Duration,
+    pub(crate) base: Duration,
     /// The longest step, before the jitter.
-    pub cap: Duration,
+    pub(crate) cap: Duration,
     /// How a step is spread.
-    pub jitter: Jitter,
+    pub(crate) jitter: Jitter,
 }
 
 impl Backoff {
     /// The step after the `failures`-th failure in a row, before the jitter: `base × 2^(n−1)`,
     /// at most `cap`. Zero failures count as one.
     #[must_use]
-    pub fn step(&self, failures: u32) -> Duration {
+    pub(crate) fn step(&self, failures: u32) -> Duration {
         let doublings = failures.saturating_sub(1).min(MAX_DOUBLINGS);
         self.base.saturating_mul(1u32 << doublings).min(self.cap)
     }
@@ -43,7 +43,7 @@ impl Backoff {
     /// The wait after the `failures`-th failure in a row, with the jitter draw `j` (clamped to
     /// 0..1). Never overflows: a wait no `Duration` holds is `Duration::MAX`.
     #[must_use]
-    pub fn wait(&self, failures: u32, j: f64) -> Duration {
+    pub(crate) fn wait(&self, failures: u32, j: f64) -> Duration {
         let step = self.step(failures);
         let j = j.clamp(0.0, 1.0);
         match self.jitter {
@@ -61,7 +61,7 @@ impl Backoff {
     /// The longest wait the `failures`-th step can have (the jitter at its top): what a kept
     /// deadline is held to when the clock it was set on is gone.
     #[must_use]
-    pub fn longest(&self, failures: u32) -> Duration {
+    pub(crate) fn longest(&self, failures: u32) -> Duration {
         self.wait(failures, 1.0)
     }
 }

@@ -29,7 +29,7 @@ fn ago(now: u64, t: Option<u64>) -> String {
 use crate::clock::human;
 
 /// Prints the explanation.
-pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
+pub(crate) fn show(cfg: &Config) -> anyhow::Result<Exit> {
     let layout = Layout::peek(cfg);
     let st = crate::statefile::peek(&layout);
     let now = crate::clock::wall();

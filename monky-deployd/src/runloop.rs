@@ -21,7 +21,7 @@ use crate::tick::{self, TickOptions};
 const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
 
 /// Loops until a signal or an unrecoverable status.
-pub fn run(cfg: &Config, opts: TickOptions) -> anyhow::Result<Exit> {
+pub(crate) fn run(cfg: &Config, opts: TickOptions) -> anyhow::Result<Exit> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, Arc::clone(&stop))

@@ -25,18 +25,18 @@ use monky_agent_proto::Sha;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ReleaseBackoff {
     /// How many applies of the sha failed in a row, this one included.
-    pub attempts: u32,
+    pub(crate) attempts: u32,
     /// When the sha may be tried again (unix seconds).
-    pub next_attempt_at: u64,
+    pub(crate) next_attempt_at: u64,
     /// The same moment on the boot clock, when the kernel has one.
-    pub next_attempt_boot: Option<BootDeadline>,
+    pub(crate) next_attempt_boot: Option<BootDeadline>,
 }
 
 impl ReleaseBackoff {
     /// The backoff after `sha` failed at `now` (wall) and `boot` under the config whose
     /// [`verdict_key`] is `key`: one attempt more when it is the sha that failed before under
     /// the same config, else the first. `jitter` is in 0..1.
-    pub fn after_failure(
+    pub(crate) fn after_failure(
         state: &State,
         sha: &Sha,
         key: &str,
@@ -60,7 +60,7 @@ impl ReleaseBackoff {
 
     /// The backoff for `sha` as the state keeps it, with the failure's code and `CODE: names`
     /// that the reports repeat while it waits.
-    pub fn fact(self, sha: &Sha, key: &str, code: Code, detail: Redacted) -> Fact {
+    pub(crate) fn fact(self, sha: &Sha, key: &str, code: Code, detail: Redacted) -> Fact {
         Fact::ReleaseFailed(FailedRelease {
             sha: sha.clone(),
             attempts: self.attempts,
@@ -76,7 +76,7 @@ impl ReleaseBackoff {
     /// [`verdict_key`] is `key`: then its wait no longer holds, as the config may decide
     /// otherwise now. A state written before the key was kept holds its wait.
     #[must_use]
-    pub fn config_changed(state: &State, key: &str) -> bool {
+    pub(crate) fn config_changed(state: &State, key: &str) -> bool {
         state
             .failed()
             .is_some_and(|f| judged_otherwise(f.verdict_key.as_deref(), key))
@@ -86,7 +86,7 @@ impl ReleaseBackoff {
     /// deadline, held to the longest wait the attempts allow, becomes a deadline on this boot's
     /// clock, so a wall clock that stays wrong neither renews the wait at every tick nor holds
     /// the sha back for the step's length. Without a boot clock the wall deadline is clamped.
-    pub fn rebase(state: &State, now: u64, boot: Option<&BootInstant>) -> Option<Fact> {
+    pub(crate) fn rebase(state: &State, now: u64, boot: Option<&BootInstant>) -> Option<Fact> {
         let failed = state.failed()?;
         let at = failed.next_attempt_at?;
         if let (Some(b), Some(d)) = (boot, &failed.next_attempt_boot)
@@ -104,7 +104,12 @@ impl ReleaseBackoff {
 
     /// When `sha` may be tried again (wall clock, for the reports), if it is the failed sha and
     /// its wait has not run out at `now` (wall) and `boot`. A query only: it changes nothing.
-    pub fn deadline(state: &State, sha: &Sha, now: u64, boot: Option<&BootInstant>) -> Option<u64> {
+    pub(crate) fn deadline(
+        state: &State,
+        sha: &Sha,
+        now: u64,
+        boot: Option<&BootInstant>,
+    ) -> Option<u64> {
         let failed = state.failed().filter(|f| f.sha == *sha)?;
         wait_until(
             &RELEASE,
@@ -128,7 +133,7 @@ fn judged_otherwise(kept: Option<&str>, key: &str) -> bool {
 /// kept for it beside the sha. The text hashed is the parts' debug form, which an upgrade of
 /// the agent may change: that costs one early retry, never a retry held back.
 #[must_use]
-pub fn verdict_key(cfg: &Config) -> String {
+pub(crate) fn verdict_key(cfg: &Config) -> String {
     use sha2::Digest as _;
     let parts = format!(
         "{:?}",
@@ -155,7 +160,7 @@ pub fn verdict_key(cfg: &Config) -> String {
 /// `boot`. Within the boot it was set in, the boot clock decides, which no wall-clock step
 /// moves; in another boot (or without a boot clock) the wall-clock deadline, which a backward
 /// step may have pushed out, is held to the longest wait this many steps can have.
-pub fn wait_until(
+pub(crate) fn wait_until(
     backoff: &Backoff,
     at: Option<u64>,
     on_boot: Option<&BootDeadline>,

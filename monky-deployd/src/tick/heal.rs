@@ -134,9 +134,9 @@ impl Agent<'_> {
         // Counted apart: a service's own deaths (two within the hour are a crash loop) and the
         // stops from outside (the box admin's, never a crash).
         let crashed: Vec<Drift> = drift::crashed(drift).into_iter().cloned().collect();
-        let stopped_outside = drift
-            .iter()
-            .any(|d| matches!(d.kind, drift::Kind::Stopped { ender, .. } if ender.from_outside()));
+        let stopped_outside = drift.iter().any(
+            |d| matches!(d.kind, drift::Kind::Stopped { ender, .. } if ender.is_from_outside()),
+        );
         let (crashes, outside_stops) = if recent {
             (self.state.heal_crashes(), self.state.heal_outside_stops())
         } else {
