@@ -27,6 +27,7 @@ pub mod registries;
 
 /// How the table classifies a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Rule {
     /// Any value. When the table lists keys below this one, those are judged too.
     Allowed,
@@ -42,6 +43,7 @@ pub enum Rule {
 
 /// The constraint of a [`Rule::Constrained`] key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Constraint {
     /// The value must be false (or absent).
     False,
