@@ -150,7 +150,7 @@ fn declaration(rest: &str) -> &str {
         }
         return rest;
     }
-    if ITEMS.iter().any(|kw| first == *kw) || first.starts_with("fn") {
+    if ITEMS.contains(&first) || first.starts_with("fn") {
         head
     } else {
         // A field, or a qualified `const fn` / `unsafe fn`: the shorter of the two ends.
@@ -221,7 +221,7 @@ fn item_names(rest: &str) -> Vec<String> {
         // Each name of the path's group (or the path's last), or what it is renamed to.
         let tail = path.rsplit("::").next().unwrap_or(path);
         return tail
-            .split(|c| matches!(c, '{' | '}' | ','))
+            .split(['{', '}', ','])
             .filter_map(|part| part.split_whitespace().last())
             .map(ident)
             .filter(|n| !n.is_empty() && n != "self")
