@@ -12,6 +12,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// How a failed call should be treated by its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// Try again later: network, timeout, 429, 5xx, or a body that is not JSON (a proxy page).
     Temporary,

@@ -171,6 +171,7 @@ pub struct ContainerStatus {
 )]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum ActionKind {
     /// Fetch and apply the desired bundle (desired differs from applied).
     Apply,

@@ -28,6 +28,7 @@ mod routes;
 
 /// How the table classifies a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Rule {
     /// Any value. When the table lists keys below this one, those are judged too.
     Allowed,
@@ -43,6 +44,7 @@ pub enum Rule {
 
 /// The constraint of a [`Rule::Constrained`] key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Constraint {
     /// The value must be false (or absent).
     False,

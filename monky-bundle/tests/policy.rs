@@ -492,6 +492,8 @@ fn the_table_classifies_every_key_of_the_compose_specification() {
                     Rule::Privileged | Rule::Refused => true,
                     Rule::Constrained(_) => !has_children(p),
                     Rule::Allowed => false,
+                    // A rule this test does not know covers nothing: its keys show up below.
+                    _ => false,
                 };
                 break;
             }

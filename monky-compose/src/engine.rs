@@ -73,6 +73,7 @@ pub struct EngineInfo {
 
 /// What an engine object is: the three kinds a compose project names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum ObjectKind {
     /// A container.
     Container,

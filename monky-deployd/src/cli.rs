@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 
 use crate::config::DEFAULT_CONFIG_PATH;
 
-pub mod docs;
+pub(crate) mod docs;
 
 /// The on-box pull agent for Monky backends.
 #[derive(Debug, Parser)]
@@ -20,16 +20,16 @@ pub struct Cli {
         default_value = DEFAULT_CONFIG_PATH,
         value_name = "PATH"
     )]
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
 
     /// What to do.
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 /// The commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run one tick (what the timer runs), or loop without a timer.
     Run {
         /// One tick, then exit with its status.
@@ -102,7 +102,7 @@ pub enum Command {
 
 /// `bundle` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum BundleCommand {
+pub(crate) enum BundleCommand {
     /// Run every offline check of an apply on a bundle (a tar or a directory of its members),
     /// the compose policy included (the box's own when its config exists), and compose's own
     /// model when `docker compose` is installed: prints `sha256 <hex>`, then `FAIL CODE: names`

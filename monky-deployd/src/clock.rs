@@ -16,26 +16,26 @@ use serde::{Deserialize, Serialize};
 
 /// A moment on the boot clock: seconds since this boot, and which boot.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BootInstant {
+pub(crate) struct BootInstant {
     /// The kernel's boot id.
-    pub boot_id: String,
+    pub(crate) boot_id: String,
     /// Seconds of `CLOCK_BOOTTIME`.
-    pub secs: u64,
+    pub(crate) secs: u64,
 }
 
 /// A deadline on the boot clock, as state.json keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BootDeadline {
+pub(crate) struct BootDeadline {
     /// The boot the deadline was set in; in another boot it says nothing.
-    pub boot_id: String,
+    pub(crate) boot_id: String,
     /// `CLOCK_BOOTTIME` seconds at the deadline.
-    pub at_s: u64,
+    pub(crate) at_s: u64,
 }
 
 impl BootDeadline {
     /// The deadline `secs` after `now`.
     #[must_use]
-    pub fn after(now: &BootInstant, secs: u64) -> Self {
+    pub(crate) fn after(now: &BootInstant, secs: u64) -> Self {
         Self {
             boot_id: now.boot_id.clone(),
             at_s: now.secs.saturating_add(secs),
@@ -44,13 +44,13 @@ impl BootDeadline {
 
     /// Seconds left at `now` (0 once passed); `None` when set in another boot.
     #[must_use]
-    pub fn remaining(&self, now: &BootInstant) -> Option<u64> {
+    pub(crate) fn remaining(&self, now: &BootInstant) -> Option<u64> {
         (self.boot_id == now.boot_id).then(|| self.at_s.saturating_sub(now.secs))
     }
 
     /// Seconds since the deadline's moment at `now` (0 before it); `None` in another boot.
     #[must_use]
-    pub fn elapsed(&self, now: &BootInstant) -> Option<u64> {
+    pub(crate) fn elapsed(&self, now: &BootInstant) -> Option<u64> {
         (self.boot_id == now.boot_id).then(|| now.secs.saturating_sub(self.at_s))
     }
 }
@@ -79,7 +79,7 @@ fn this_boot_id() -> Option<&'static str> {
 /// Now on the boot clock; `None` where the kernel has no boot id (not Linux, `/proc` absent),
 /// and then every deadline falls back as after a reboot.
 #[must_use]
-pub fn boot() -> Option<BootInstant> {
+pub(crate) fn boot() -> Option<BootInstant> {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
     let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
     let (_, boot_offset, id) = test_offsets();
@@ -99,28 +99,28 @@ pub fn boot() -> Option<BootInstant> {
 /// the issuer's backdating of `notBefore`, which for OpenBao's own PKI (`not_before_duration`)
 /// is 30 s. A box further behind refuses a certificate OpenBao's operators just renewed, and a
 /// box ahead refuses one that long before its end; docs/OPERATIONS.md ("The clock") argues it.
-pub const SKEW_TOLERANCE_S: u64 = 30;
+pub(crate) const SKEW_TOLERANCE_S: u64 = 30;
 
 /// How far this box's wall clock was from OpenBao's at one answer (its `Date` header), with
 /// the moment on both of the box's clocks, so a later wall-clock step within the same boot is
 /// seen without asking OpenBao again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClockReading {
+pub(crate) struct ClockReading {
     /// The box's wall clock minus OpenBao's, in seconds (positive: the box is ahead): of the
     /// values the answer allows (`Date` has whole seconds, the call took its time), the one
     /// nearest 0, so a slow answer never makes a skew.
-    pub box_ahead_s: i64,
+    pub(crate) box_ahead_s: i64,
     /// When it was read, by the wall clock.
-    pub at: u64,
+    pub(crate) at: u64,
     /// The same moment on the boot clock.
-    pub at_boot: Option<BootDeadline>,
+    pub(crate) at_boot: Option<BootDeadline>,
 }
 
 impl ClockReading {
     /// The reading of an answer dated `date`, sent at `sent` and received at `received` by
     /// the (real) wall clock, taken at `boot`.
     #[must_use]
-    pub fn of(
+    pub(crate) fn of(
         date: std::time::SystemTime,
         sent: std::time::SystemTime,
         received: std::time::SystemTime,
@@ -160,7 +160,7 @@ impl ClockReading {
     /// in another boot, or without a boot clock, where the reading says nothing of the box's
     /// wall clock now.
     #[must_use]
-    pub fn ahead_at(&self, wall: u64, boot: Option<&BootInstant>) -> Option<i64> {
+    pub(crate) fn ahead_at(&self, wall: u64, boot: Option<&BootInstant>) -> Option<i64> {
         let (then, now) = (self.at_boot.as_ref()?, boot?);
         if then.boot_id != now.boot_id {
             return None;
@@ -174,7 +174,7 @@ impl ClockReading {
     /// What is wrong with the box's clock at `wall` and `boot`, in words, when it is off
     /// OpenBao's by more than [`SKEW_TOLERANCE_S`].
     #[must_use]
-    pub fn problem(&self, wall: u64, boot: Option<&BootInstant>) -> Option<String> {
+    pub(crate) fn problem(&self, wall: u64, boot: Option<&BootInstant>) -> Option<String> {
         skew_problem(self.ahead_at(wall, boot)?)
     }
 }
@@ -182,7 +182,7 @@ impl ClockReading {
 /// What is wrong with a box clock `ahead` seconds ahead of OpenBao's (behind when negative),
 /// in words, when that is more than [`SKEW_TOLERANCE_S`].
 #[must_use]
-pub fn skew_problem(ahead: i64) -> Option<String> {
+pub(crate) fn skew_problem(ahead: i64) -> Option<String> {
     (ahead.unsigned_abs() > SKEW_TOLERANCE_S).then(|| {
         let (way, effect) = if ahead > 0 {
             (
@@ -204,7 +204,7 @@ pub fn skew_problem(ahead: i64) -> Option<String> {
 }
 
 /// A unix time as RFC 3339 (UTC, seconds).
-pub fn rfc3339(secs: u64) -> String {
+pub(crate) fn rfc3339(secs: u64) -> String {
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
         .to_string()
 }

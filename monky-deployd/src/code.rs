@@ -225,7 +225,7 @@ pub enum Owner {
 impl Owner {
     /// The words an operator reads (`explain`, `status`, the journal).
     #[must_use]
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Owner::BoxAdmin => "box admin",
             Owner::BundleAuthor => "bundle author",

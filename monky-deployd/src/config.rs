@@ -17,20 +17,20 @@ use crate::code::Code;
 use crate::exit::Failure;
 
 /// `releases_max_bytes` by default: 1 GiB, some two hundred releases of the largest bundle.
-pub const DEFAULT_RELEASES_MAX_BYTES: u64 = 1 << 30;
+pub(crate) const DEFAULT_RELEASES_MAX_BYTES: u64 = 1 << 30;
 /// The smallest `releases_max_bytes` accepted.
-pub const MIN_RELEASES_MAX_BYTES: u64 = 16 << 20;
+pub(crate) const MIN_RELEASES_MAX_BYTES: u64 = 16 << 20;
 
 /// Where the config lives unless `--config` or `MONKY_DEPLOYD_CONFIG` says otherwise.
-pub const DEFAULT_CONFIG_PATH: &str = "/etc/monky-deployd/config.yaml";
+pub(crate) const DEFAULT_CONFIG_PATH: &str = "/etc/monky-deployd/config.yaml";
 
 /// `tick_timeout_s` when the file does not set it: 25 minutes, inside the unit's 30-minute
 /// `TimeoutStartSec`, so the agent ends a stuck tick itself (exit 75, children killed) before
 /// systemd would. Raised to `healthy_timeout_s` + 300 when that is longer.
-pub const DEFAULT_TICK_TIMEOUT_S: u64 = 1500;
+pub(crate) const DEFAULT_TICK_TIMEOUT_S: u64 = 1500;
 
 /// The values `tick_timeout_s` may take, in seconds: at least 5, at most a day.
-pub const TICK_TIMEOUT_BOUNDS: (u64, u64) = (5, 86_400);
+pub(crate) const TICK_TIMEOUT_BOUNDS: (u64, u64) = (5, 86_400);
 
 /// How the agent reaches tenancy and OpenBao.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -48,7 +48,7 @@ pub enum TransportKind {
 
 impl TransportKind {
     /// The name used in the config file and in checkin's host facts.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Sdk => "sdk",
             Self::Proxy => "proxy",
@@ -60,7 +60,7 @@ impl TransportKind {
 /// What `down` does with named volumes when tenancy did not ask for a purge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
-pub enum VolumesOnAbsent {
+pub(crate) enum VolumesOnAbsent {
     /// Volumes survive a retire (the default).
     #[default]
     Keep,
@@ -71,7 +71,7 @@ pub enum VolumesOnAbsent {
 /// What a failed release leaves behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum OnFailure {
+pub(crate) enum OnFailure {
     /// Point `current` back at the last healthy release and bring it up again.
     Revert,
     /// Leave the failed release in place for a human to look at.
@@ -85,20 +85,20 @@ pub struct TenancyConfig {
     /// The mesh service bound by tenancy's agent entrypoint.
     pub service: String,
     /// The intercept host name; empty means `service`.
-    pub host: String,
+    pub(crate) host: String,
     /// The service's intercept port (443), not the in-pod listener.
     pub port: u16,
     /// `http` inside the mesh: the mesh is the transport security.
-    pub scheme: String,
+    pub(crate) scheme: String,
     /// Where `ziti tunnel proxy` listens for tenancy (transport `proxy`).
     pub proxy_addr: String,
     /// Per-request timeout.
-    pub timeout_s: u64,
+    pub(crate) timeout_s: u64,
     /// Alias for scheme, host and port together, for hand-written configs.
-    pub base_url: Option<String>,
+    pub(crate) base_url: Option<String>,
     /// A user, besides root and the agent's own, whose socket may answer on a loopback
     /// address the agent dials for tenancy (`proxy_addr`, or a loopback `base_url`).
-    pub listener_user: Option<String>,
+    pub(crate) listener_user: Option<String>,
 }
 
 impl Default for TenancyConfig {
@@ -121,7 +121,7 @@ impl Default for TenancyConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct BaoConfig {
     /// The mesh service OpenBao is reached through.
-    pub service: String,
+    pub(crate) service: String,
     /// OpenBao's address; its host name is what TLS checks, whatever the transport.
     pub addr: String,
     /// PEM file that becomes the only trust root for OpenBao's certificate.
@@ -131,16 +131,16 @@ pub struct BaoConfig {
     /// The role on that mount.
     pub role: String,
     /// The KV v2 mount holding the env's secrets (tenancy's `vault.mount` wins when it differs).
-    pub kv_mount: String,
+    pub(crate) kv_mount: String,
     /// Where `ziti tunnel proxy` listens for OpenBao (transport `proxy`).
     pub proxy_addr: String,
     /// Per-request timeout.
-    pub timeout_s: u64,
+    pub(crate) timeout_s: u64,
     /// Renew the token when its remaining TTL falls below this many seconds.
-    pub renew_below_s: u64,
+    pub(crate) renew_below_s: u64,
     /// A user, besides root and the agent's own, whose socket may answer on a loopback
     /// address the agent dials for OpenBao (`proxy_addr`, or a loopback `addr`).
-    pub listener_user: Option<String>,
+    pub(crate) listener_user: Option<String>,
     /// The retired AppRole section; present only so its presence can be refused clearly.
     #[serde(default)]
     approle: Option<IgnoredAny>,
@@ -381,7 +381,7 @@ impl RawBudget {
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The file it came from.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The backend environment this box hosts.
     pub env_id: String,
     /// The site, reported in checkin.
@@ -395,66 +395,66 @@ pub struct Config {
     /// The kit's one-time bootstrap grant.
     pub bootstrap_file: PathBuf,
     /// Loop interval until tenancy says otherwise.
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// Offline is not an error on a laptop.
     pub laptop_mode: bool,
     /// Retire behaviour for volumes.
-    pub volumes_on_absent: VolumesOnAbsent,
+    pub(crate) volumes_on_absent: VolumesOnAbsent,
     /// Overrides the bundle's tier when set.
-    pub prod: Option<bool>,
+    pub(crate) prod: Option<bool>,
     /// How long `up` may take to become healthy.
-    pub healthy_timeout: Duration,
+    pub(crate) healthy_timeout: Duration,
     /// How long a whole tick may take before it ends with exit 75 (see [`TICK_TIMEOUT_BOUNDS`]).
-    pub tick_timeout: Duration,
+    pub(crate) tick_timeout: Duration,
     /// The compose project name.
-    pub compose_project: String,
+    pub(crate) compose_project: String,
     /// The docker CLI.
-    pub docker_bin: PathBuf,
+    pub(crate) docker_bin: PathBuf,
     /// The least severe level logged; errors are always logged.
-    pub log_level: tracing::Level,
+    pub(crate) log_level: tracing::Level,
     /// Registry for a bare `username:password` pull credential.
-    pub registry_host: String,
+    pub(crate) registry_host: String,
     /// Free space needed = need x factor + headroom.
     pub disk_factor: f64,
     /// See `disk_factor`.
     pub disk_headroom_bytes: u64,
     /// Releases kept on disk after every successful apply (the current one and the last good
     /// one always among them).
-    pub keep_releases: usize,
+    pub(crate) keep_releases: usize,
     /// The most bytes `<env_id>/releases/` plus `staging/` may hold; checked before a new
     /// release is staged, older releases pruned first.
-    pub releases_max_bytes: u64,
+    pub(crate) releases_max_bytes: u64,
     /// Whether drift of the current release is healed locally (default on).
-    pub self_heal: bool,
+    pub(crate) self_heal: bool,
     /// After a failed release: revert or leave (unset: revert, but leave on prod).
-    pub on_failure: Option<OnFailure>,
+    pub(crate) on_failure: Option<OnFailure>,
     /// The Prometheus textfile written after every tick, when set.
-    pub metrics_textfile: Option<PathBuf>,
+    pub(crate) metrics_textfile: Option<PathBuf>,
     /// Host paths a bundle may bind (`path:ro|rw`); the box's admin owns this, never a bundle.
-    pub allowed_binds: Vec<monky_bundle::AllowedBind>,
+    pub(crate) allowed_binds: Vec<monky_bundle::AllowedBind>,
     /// External volumes a bundle may use.
-    pub allowed_external_volumes: Vec<String>,
+    pub(crate) allowed_external_volumes: Vec<String>,
     /// External networks a bundle may use.
-    pub allowed_external_networks: Vec<String>,
+    pub(crate) allowed_external_networks: Vec<String>,
     /// Hosts besides bundle.json's `address` that this env's routing labels (traefik rules,
     /// caddy-docker-proxy addresses) may name: exact names, `*.suffix`, or `*` for any.
-    pub allowed_route_hosts: Vec<String>,
+    pub(crate) allowed_route_hosts: Vec<String>,
     /// Waives `BUNDLE_NONCONFORMING` (names outside the project's), never a host-access finding.
-    pub allow_unprefixed_names: bool,
+    pub(crate) allow_unprefixed_names: bool,
     /// Registries (`host:port`, as an image or the credential spells them) on an address of
     /// this box that the box's admin allows: images may name them, and their listener may be a
     /// container's (a pull-through cache); it must still be root's or the agent's user's, and
     /// answer on every address their name resolves to, before the credential reaches dockerd.
-    pub trusted_registries: Vec<String>,
+    pub(crate) trusted_registries: Vec<String>,
     /// Waives `SECRET_ON_COMMAND_LINE`: the box's admin knows no other account reads a
     /// process's arguments here (`/proc` mounted `hidepid`, no host account at a container's
     /// uid).
-    pub allow_secrets_on_command_lines: bool,
+    pub(crate) allow_secrets_on_command_lines: bool,
     /// Waives `SECRET_READABLE_ON_HOST` for these uids: the box's admin accepts that the host
     /// accounts at them read the environment of a container running as them.
-    pub allowed_shared_uids: Vec<u32>,
+    pub(crate) allowed_shared_uids: Vec<u32>,
     /// What one project may take of this box (`BUDGET_EXCEEDED`).
-    pub budget: monky_bundle::Budget,
+    pub(crate) budget: monky_bundle::Budget,
     /// The tenancy section.
     pub tenancy: TenancyConfig,
     /// The OpenBao section.
@@ -463,7 +463,7 @@ pub struct Config {
 
 impl Config {
     /// Reads and validates the file; every problem is a [`Code::ConfigInvalid`] failure (exit 78) naming the key.
-    pub fn load(path: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read config {}", path.display()))
             .map_err(|e| Failure::wrap(Code::ConfigInvalid, e))?;
@@ -640,7 +640,7 @@ impl Config {
     ///
     /// # Errors
     /// A config whose addresses do not parse.
-    pub fn tenancy_loopback(&self) -> anyhow::Result<Option<SocketAddr>> {
+    pub(crate) fn tenancy_loopback(&self) -> anyhow::Result<Option<SocketAddr>> {
         Ok(loopback_of(self.tenancy_mapping()?, &self.tenancy_url()?))
     }
 
@@ -649,7 +649,7 @@ impl Config {
     ///
     /// # Errors
     /// A config whose addresses do not parse.
-    pub fn bao_loopback(&self) -> anyhow::Result<Option<SocketAddr>> {
+    pub(crate) fn bao_loopback(&self) -> anyhow::Result<Option<SocketAddr>> {
         Ok(loopback_of(self.bao_mapping()?, &self.bao_url()?))
     }
 
@@ -701,12 +701,12 @@ impl Config {
     }
 
     /// Whether the env counts as prod (config wins over the bundle's tier).
-    pub fn is_prod(&self, bundle_says_prod: bool) -> bool {
+    pub(crate) fn is_prod(&self, bundle_says_prod: bool) -> bool {
         self.prod.unwrap_or(bundle_says_prod)
     }
 
     /// What a failed release leaves behind on this env.
-    pub fn on_failure(&self, bundle_says_prod: bool) -> OnFailure {
+    pub(crate) fn on_failure(&self, bundle_says_prod: bool) -> OnFailure {
         self.on_failure
             .unwrap_or(if self.is_prod(bundle_says_prod) {
                 OnFailure::Leave
@@ -717,7 +717,7 @@ impl Config {
 
     /// The compose policy of this box for a bundle: the project name and the admin's
     /// allowlists, plus the bundle's own `allow_privileged`.
-    pub fn compose_policy(&self, allow_privileged: bool) -> monky_bundle::ComposePolicy {
+    pub(crate) fn compose_policy(&self, allow_privileged: bool) -> monky_bundle::ComposePolicy {
         monky_bundle::ComposePolicy::new(&self.compose_project)
             .allowed_binds(self.allowed_binds.clone())
             .allowed_external_volumes(self.allowed_external_volumes.iter().cloned())
@@ -735,7 +735,7 @@ impl Config {
 impl Config {
     /// The box's view of registries for the policy: the system's resolver, and the registries
     /// its admin allows on the box's own addresses (`registry_host`, `trusted_registries`).
-    pub fn registries(&self) -> monky_bundle::policy::registries::Registries {
+    pub(crate) fn registries(&self) -> monky_bundle::policy::registries::Registries {
         let allowed = std::iter::once(self.registry_host.clone())
             .chain(self.trusted_registries.iter().cloned())
             .collect();

@@ -20,7 +20,7 @@ use crate::redact::redact;
 /// A check's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Fine.
     Ok,
     /// Broken; `fix` says what to do.
@@ -33,15 +33,15 @@ pub enum Verdict {
 
 /// One line of the checklist.
 #[derive(Debug, Clone, Serialize)]
-pub struct Check {
+pub(crate) struct Check {
     /// What was checked.
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// Its verdict.
-    pub verdict: Verdict,
+    pub(crate) verdict: Verdict,
     /// What was found.
-    pub detail: String,
+    pub(crate) detail: String,
     /// What to do when it failed.
-    pub fix: &'static str,
+    pub(crate) fix: &'static str,
 }
 
 fn check(name: &'static str, fix: &'static str, result: Result<String, String>) -> Check {
@@ -67,7 +67,7 @@ fn skip(name: &'static str, detail: &str) -> Check {
 }
 
 /// Runs every check.
-pub fn run(cfg: &Config) -> Vec<Check> {
+pub(crate) fn run(cfg: &Config) -> Vec<Check> {
     // Read only, once: doctor may run as root, and creates nothing.
     let layout = Layout::peek(cfg);
     let mut out = vec![check(
@@ -1059,7 +1059,7 @@ fn tunneler_mode(shown: &str, transport: TransportKind) -> Check {
 }
 
 /// Prints the checklist; exit 1 when any check failed.
-pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
+pub(crate) fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
     let checks = run(cfg);
     let ok = checks.iter().all(|c| c.verdict != Verdict::Fail);
     if as_json {

@@ -30,26 +30,26 @@ use serde::{Deserialize, Serialize};
 
 /// What the last healthy `up` of a release left running, by container name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Converged {
+pub(crate) struct Converged {
     /// The release these containers are of.
-    pub sha: Sha,
+    pub(crate) sha: Sha,
     /// Each container's record, by name.
     #[serde(default)]
-    pub containers: BTreeMap<String, Expected>,
+    pub(crate) containers: BTreeMap<String, Expected>,
 }
 
 /// One container as the last healthy `up` left it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Expected {
+pub(crate) struct Expected {
     /// Its compose service.
-    pub service: String,
+    pub(crate) service: String,
     /// Compose's config hash label, when there was one.
-    pub config_hash: Option<String>,
+    pub(crate) config_hash: Option<String>,
     /// The image id it ran.
-    pub image_id: Option<String>,
+    pub(crate) image_id: Option<String>,
     /// It had exited 0 already: a one-shot whose exit is its success.
-    pub completed: bool,
+    pub(crate) completed: bool,
 }
 
 /// state.json's record, read leniently: a record that does not parse (a hand edit, a sha that
@@ -64,7 +64,7 @@ pub(crate) fn lenient<'de, D: serde::Deserializer<'de>>(
 
 impl Converged {
     /// The record of `sha` from a listing taken after its healthy `up`.
-    pub fn record(sha: &Sha, facts: &[ContainerFacts]) -> Self {
+    pub(crate) fn record(sha: &Sha, facts: &[ContainerFacts]) -> Self {
         let containers = facts
             .iter()
             .filter(|f| f.container.state != "created")
@@ -87,7 +87,7 @@ impl Converged {
 
 /// Who ended a stopped container's run, by the engine's record of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ender {
+pub(crate) enum Ender {
     /// Its own process exited: an error, a panic, a clean exit of a service meant to run.
     Itself,
     /// A signal from outside, SIGKILL (exit 137) or SIGTERM (143): `docker stop` or `kill`, an
@@ -107,7 +107,7 @@ impl Ender {
     /// number for SIGKILL and SIGTERM, which a process does not exit with by itself. The OOM
     /// killer's SIGKILL looks the same here; [`Ender::OomKiller`] is the engine's word.
     #[must_use]
-    pub fn of_exit(exit_code: Option<i32>) -> Self {
+    pub(crate) fn of_exit(exit_code: Option<i32>) -> Self {
         match exit_code {
             Some(137) => Ender::Signal(9),
             Some(143) => Ender::Signal(15),
@@ -122,7 +122,7 @@ impl Ender {
     /// leaves the exit code: 137 and 143 are a signal's, another error exit the container's
     /// own, and 0 [`Ender::Unrecorded`].
     #[must_use]
-    pub fn of_record(
+    pub(crate) fn of_record(
         events: Option<&[monky_compose::ContainerEvent]>,
         exit_code: Option<i32>,
         oom_killed: bool,
@@ -161,7 +161,7 @@ impl Ender {
 
     /// Not the container's own doing: the box admin's to explain, and no crash.
     #[must_use]
-    pub fn from_outside(self) -> bool {
+    pub(crate) fn is_from_outside(self) -> bool {
         self != Ender::Itself
     }
 }
@@ -193,7 +193,7 @@ impl fmt::Display for Ender {
 
 /// How one container drifted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// Recorded, and gone.
     Missing,
     /// Exited or dead, with its exit code when the engine says.
@@ -215,20 +215,20 @@ pub enum Kind {
 
 /// One drifted container.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Drift {
+pub(crate) struct Drift {
     /// The container's name (empty when nothing of the project is left and no record says
     /// which containers there were).
-    pub container: String,
+    pub(crate) container: String,
     /// Its compose service.
-    pub service: String,
+    pub(crate) service: String,
     /// How it drifted.
-    pub kind: Kind,
+    pub(crate) kind: Kind,
 }
 
 impl Drift {
     /// Whether a heal removes this container before `up`: compose would not replace it, or
     /// could not make its own under that name.
-    pub fn must_be_removed(&self) -> bool {
+    pub(crate) fn must_be_removed(&self) -> bool {
         matches!(self.kind, Kind::Replaced | Kind::Leftover | Kind::Extra)
     }
 }
@@ -254,7 +254,7 @@ impl fmt::Display for Drift {
                     Some(code) => write!(f, "{service} {state} ({code}) ({})", self.container)?,
                     None => write!(f, "{service} {state} ({})", self.container)?,
                 }
-                if ender.from_outside() {
+                if ender.is_from_outside() {
                     write!(f, ", {ender}")?;
                 }
                 Ok(())
@@ -269,7 +269,11 @@ impl fmt::Display for Drift {
 /// The drift of `seen` (the project's containers now) from `converged`, the record of the
 /// release `applied` names; without a record of that release, only what needs none (a
 /// stopped or leftover container, or nothing of the project left) is found.
-pub fn detect(applied: &Sha, converged: Option<&Converged>, seen: &[ContainerFacts]) -> Vec<Drift> {
+pub(crate) fn detect(
+    applied: &Sha,
+    converged: Option<&Converged>,
+    seen: &[ContainerFacts],
+) -> Vec<Drift> {
     let record = converged.filter(|c| c.sha == *applied);
     let mut out = Vec::new();
     for f in seen {
@@ -340,7 +344,7 @@ pub fn detect(applied: &Sha, converged: Option<&Converged>, seen: &[ContainerFac
 /// record of the last healthy up tells them apart (running then: stopped, not done; exited 0
 /// already, or not in the record: a one-shot).
 #[must_use]
-pub fn completed_stands(record: Option<&Converged>, name: &str) -> bool {
+pub(crate) fn completed_stands(record: Option<&Converged>, name: &str) -> bool {
     record
         .and_then(|r| r.containers.get(name))
         .is_none_or(|c| c.completed)
@@ -349,7 +353,7 @@ pub fn completed_stands(record: Option<&Converged>, name: &str) -> bool {
 /// `containers` as the engine lists them, each `completed` kept only where
 /// [`completed_stands`]: what `status` and `explain` judge.
 #[must_use]
-pub fn settled(
+pub(crate) fn settled(
     mut containers: Vec<monky_compose::Container>,
     record: Option<&Converged>,
 ) -> Vec<monky_compose::Container> {
@@ -360,7 +364,7 @@ pub fn settled(
 }
 
 /// Of `drift`, the containers that died by their own exit: a crash, when it repeats.
-pub fn crashed(drift: &[Drift]) -> Vec<&Drift> {
+pub(crate) fn crashed(drift: &[Drift]) -> Vec<&Drift> {
     drift
         .iter()
         .filter(|d| {
@@ -377,15 +381,15 @@ pub fn crashed(drift: &[Drift]) -> Vec<&Drift> {
 
 /// Whether every drift of `drift` is a container stopped from outside: nothing of the
 /// release's own doing, healed at once.
-pub fn only_stopped_from_outside(drift: &[Drift]) -> bool {
+pub(crate) fn only_stopped_from_outside(drift: &[Drift]) -> bool {
     !drift.is_empty()
         && drift
             .iter()
-            .all(|d| matches!(d.kind, Kind::Stopped { ender, .. } if ender.from_outside()))
+            .all(|d| matches!(d.kind, Kind::Stopped { ender, .. } if ender.is_from_outside()))
 }
 
 /// The drift as one line: `web missing (p-web-1), db exited (1) (p-db-1)`.
-pub fn describe(drift: &[Drift]) -> String {
+pub(crate) fn describe(drift: &[Drift]) -> String {
     drift
         .iter()
         .map(ToString::to_string)

@@ -4,7 +4,7 @@
 //! `monky-deployd bundle check` can be run on it. Bounded: the newest [`KEEP`] shas, each file
 //! capped; 0600 in the agent's state dir, written through `fsx`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context;
 
@@ -15,19 +15,19 @@ use crate::layout::Layout;
 use crate::redact::redact;
 
 /// How many failed shas keep their evidence.
-pub const KEEP: usize = 3;
+pub(crate) const KEEP: usize = 3;
 /// The most bytes of one release's kept logs (their end is kept).
-pub const MAX_LOG_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_LOG_BYTES: usize = 256 * 1024;
 /// The most bytes of one kept bundle (the bundle limit: a larger one was never parsed).
-pub const MAX_BUNDLE_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_BUNDLE_BYTES: usize = 4 * 1024 * 1024;
 
 /// Where the evidence lives: `<state_dir>/<env_id>/failed`, for messages.
-pub fn dir(layout: &Layout) -> PathBuf {
+pub(crate) fn dir(layout: &Layout) -> PathBuf {
     layout.failed_path()
 }
 
 /// The kept logs of `sha`, for messages.
-pub fn log_path(layout: &Layout, sha: &str) -> PathBuf {
+pub(crate) fn log_path(layout: &Layout, sha: &str) -> PathBuf {
     dir(layout).join(log_name(sha))
 }
 
@@ -41,7 +41,7 @@ fn bundle_name(sha: &str) -> String {
 
 /// Keeps `text` (redacted here, its end within [`MAX_LOG_BYTES`]) as `sha`'s logs; returns the
 /// path. `sha` is a checked 64-hex sha, so safe as a file name.
-pub fn keep_logs(layout: &Layout, sha: &str, text: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn keep_logs(layout: &Layout, sha: &str, text: &str) -> anyhow::Result<PathBuf> {
     let text = redact(text).tail(MAX_LOG_BYTES);
     let d = layout.failed()?;
     d.write_atomic(&log_name(sha), text.as_str().as_bytes(), 0o600)?;
@@ -51,7 +51,11 @@ pub fn keep_logs(layout: &Layout, sha: &str, text: &str) -> anyhow::Result<PathB
 
 /// Keeps a bundle the bundle author must fix, when within [`MAX_BUNDLE_BYTES`]; returns the
 /// path. A bundle carries paths, never secret values.
-pub fn keep_bundle(layout: &Layout, sha: &str, bytes: &[u8]) -> anyhow::Result<Option<PathBuf>> {
+pub(crate) fn keep_bundle(
+    layout: &Layout,
+    sha: &str,
+    bytes: &[u8],
+) -> anyhow::Result<Option<PathBuf>> {
     if bytes.len() > MAX_BUNDLE_BYTES {
         return Ok(None);
     }
@@ -104,7 +108,7 @@ fn kept_logs(d: &fsx::Dir) -> Vec<(i64, String)> {
 }
 
 /// The newest sha with kept logs, read without writing anything.
-pub fn latest(layout: &Layout) -> Option<String> {
+pub(crate) fn latest(layout: &Layout) -> Option<String> {
     kept_logs(&layout.failed_if_any()?)
         .into_iter()
         .max()
@@ -113,7 +117,7 @@ pub fn latest(layout: &Layout) -> Option<String> {
 
 /// `monky-deployd logs [<sha>]`: prints the kept logs of `sha` (a prefix of at least 7 hex
 /// digits is enough), or of the newest failed release.
-pub fn show(cfg: &Config, sha: Option<&str>) -> anyhow::Result<Exit> {
+pub(crate) fn show(cfg: &Config, sha: Option<&str>) -> anyhow::Result<Exit> {
     let layout = Layout::peek(cfg);
     let sha = match sha {
         Some(prefix) => find(&layout, prefix)?,
@@ -161,15 +165,11 @@ fn find(layout: &Layout, prefix: &str) -> anyhow::Result<String> {
     }
 }
 
-/// Whether a path exists, for the read-only commands' pointers.
-pub fn exists(path: &Path) -> bool {
-    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
 
     fn box_config(dir: &Path) -> Config {
         let state = dir.join("state");

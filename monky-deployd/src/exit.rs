@@ -28,26 +28,26 @@ impl Exit {
 /// so every way out (the final error line, the journal, a report's detail, state's last error)
 /// shows the code where it is composed, and nothing reads it back out of the text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// The refusal or failure code (`ENV_INCOMPLETE`, `AGENT_UNAUTHENTICATED`, ...); its class
     /// is how the process ends.
-    pub code: Code,
+    pub(crate) code: Code,
     /// What happened, names only, without the code.
-    pub message: String,
+    pub(crate) message: String,
     /// How long the peer asked to wait before the next try (`Retry-After`), for the loop.
-    pub retry_after: Option<Duration>,
+    pub(crate) retry_after: Option<Duration>,
     /// The tail of the compose logs of a release that did not come up healthy, redacted: the
     /// evidence the failure's report carries. Never part of the message.
-    pub compose_logs: Option<Redacted>,
+    pub(crate) compose_logs: Option<Redacted>,
     /// The whole error chain it was taken from, when that says more than `CODE: message`:
     /// the journal's second line (see [`Failure::or_code`]). Never reported.
-    pub chain: Option<String>,
+    pub(crate) chain: Option<String>,
 }
 
 impl Failure {
     /// A failure with `code`, which decides the exit class; `message` names what is wrong and
     /// what to do, without the code.
-    pub fn coded(code: Code, message: impl Into<String>) -> Self {
+    pub(crate) fn coded(code: Code, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
@@ -60,7 +60,7 @@ impl Failure {
     /// Says what the failure happened in, for the journal's whole chain (as `anyhow`'s context
     /// does); the report's detail stays `CODE: message`.
     #[must_use]
-    pub fn context(mut self, what: impl fmt::Display) -> Self {
+    pub(crate) fn context(mut self, what: impl fmt::Display) -> Self {
         self.chain = Some(format!("{what}: {}", self.full()));
         self
     }
@@ -68,49 +68,49 @@ impl Failure {
     /// The failure with the whole chain it was taken from, for the journal: `CODE: message`,
     /// or the chain when it says more.
     #[must_use]
-    pub fn full(&self) -> String {
+    pub(crate) fn full(&self) -> String {
         self.chain.clone().unwrap_or_else(|| self.to_string())
     }
 
     /// How a tick that ends with this failure exits: its code's class.
     #[must_use]
-    pub fn exit(&self) -> Exit {
+    pub(crate) fn exit(&self) -> Exit {
         self.code.exit()
     }
 
     /// Carries the peer's `Retry-After` up to the loop.
     #[must_use]
-    pub fn with_retry_after(mut self, wait: Option<Duration>) -> Self {
+    pub(crate) fn with_retry_after(mut self, wait: Option<Duration>) -> Self {
         self.retry_after = wait;
         self
     }
 
     /// Attaches the compose logs a failed release's report carries; they are redacted here.
     #[must_use]
-    pub fn with_compose_logs(mut self, logs: &str) -> Self {
+    pub(crate) fn with_compose_logs(mut self, logs: &str) -> Self {
         self.compose_logs = Some(crate::redact::redact(logs));
         self
     }
 
     /// Marks an existing error chain with a code (and so an exit status).
-    pub fn wrap(code: Code, err: anyhow::Error) -> anyhow::Error {
+    pub(crate) fn wrap(code: Code, err: anyhow::Error) -> anyhow::Error {
         anyhow::Error::new(Self::coded(code, format!("{err:#}")))
     }
 
     /// The first failure in a chain.
-    pub fn of(err: &anyhow::Error) -> Option<&Failure> {
+    pub(crate) fn of(err: &anyhow::Error) -> Option<&Failure> {
         err.chain().find_map(|e| e.downcast_ref::<Failure>())
     }
 
     /// The code of the first failure in a chain.
-    pub fn code_of(err: &anyhow::Error) -> Option<Code> {
+    pub(crate) fn code_of(err: &anyhow::Error) -> Option<Code> {
         Self::of(err).map(|f| f.code)
     }
 
     /// The failure an error of a lower module (the state dir, the disk, a release's files, a
     /// peer's client) fails a tick with: the first failure it carries, else `code` with its
     /// innermost cause. The whole chain is kept for the journal when it says more.
-    pub fn or_code(err: &anyhow::Error, code: Code) -> Failure {
+    pub(crate) fn or_code(err: &anyhow::Error, code: Code) -> Failure {
         let mut f = match Self::of(err) {
             Some(f) => f.clone(),
             None => Self::coded(code, err.root_cause().to_string()),
@@ -125,7 +125,7 @@ impl Failure {
 
 /// A lower module's `anyhow` result as a tick's: the code it fails with, named where it is
 /// called (see [`Failure::or_code`]), so no error reaches a tick's outcome without a code.
-pub trait OrCode<T> {
+pub(crate) trait OrCode<T> {
     /// The result, its error given `code` unless it carries a failure of its own.
     ///
     /// # Errors

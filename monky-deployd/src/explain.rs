@@ -29,7 +29,7 @@ fn ago(now: u64, t: Option<u64>) -> String {
 use crate::clock::human;
 
 /// Prints the explanation.
-pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
+pub(crate) fn show(cfg: &Config) -> anyhow::Result<Exit> {
     let layout = Layout::peek(cfg);
     let st = crate::statefile::peek(&layout);
     let now = crate::clock::wall();
@@ -112,7 +112,7 @@ pub fn show(cfg: &Config) -> anyhow::Result<Exit> {
     } else if let Some(failed) = st
         .failed()
         .filter(|f| Some(&f.sha) == st.desired_sha())
-        .filter(|_| crate::tick::backoff::Backoff::config_changed(&st, &verdict_key))
+        .filter(|_| crate::tick::backoff::ReleaseBackoff::config_changed(&st, &verdict_key))
     {
         format!(
             "{} failed under another config (waivers, budget, allowed_*, health wait): the \

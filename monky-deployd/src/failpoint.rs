@@ -6,7 +6,7 @@
 //! loop mode a millisecond interval for the soak test (see `runloop`).
 
 /// [`hit`] for a point in the work on one file: `<point>` or `<point>:<file>` kills.
-pub fn hit_at(point: &str, file: &str) {
+pub(crate) fn hit_at(point: &str, file: &str) {
     #[cfg(feature = "failpoints")]
     if std::env::var("MONKY_DEPLOYD_FAILPOINT").is_ok_and(|v| {
         v == point || v.strip_prefix(point).and_then(|r| r.strip_prefix(':')) == Some(file)
@@ -19,7 +19,7 @@ pub fn hit_at(point: &str, file: &str) {
 
 /// Dies here if the failpoint `name` is armed (feature `failpoints` only).
 #[inline]
-pub fn hit(name: &str) {
+pub(crate) fn hit(name: &str) {
     #[cfg(feature = "failpoints")]
     if std::env::var("MONKY_DEPLOYD_FAILPOINT").is_ok_and(|v| v == name) {
         // SIGKILL: no destructors, no flush, exactly what a power cut or OOM kill leaves behind.

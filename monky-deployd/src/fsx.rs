@@ -21,7 +21,7 @@ use crate::code::Code;
 use crate::exit::Failure;
 
 /// The largest file the agent reads back from its own state dir (state.json, bao.token, a key).
-pub const MAX_STATE_FILE_BYTES: u64 = 4 * 1024 * 1024;
+pub(crate) const MAX_STATE_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
 const DIR_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::DIRECTORY)
@@ -29,7 +29,7 @@ const DIR_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::CLOEXEC);
 
 /// A refusal with the state-dir code: `path` and why it cannot be trusted, and the fix.
-pub fn unsafe_path(path: &Path, why: &str) -> anyhow::Error {
+pub(crate) fn unsafe_path(path: &Path, why: &str) -> anyhow::Error {
     Failure::coded(
         Code::StateDirUnsafe,
         format!(
@@ -48,7 +48,7 @@ fn euid() -> u32 {
 
 /// What is wrong with a directory's owner or mode, as sshd's StrictModes judges it: the owner
 /// must be one of `owners` and neither group nor others may write it.
-pub fn owner_mode_problem(st: &rustix::fs::Stat, owners: &[u32]) -> Option<String> {
+pub(crate) fn owner_mode_problem(st: &rustix::fs::Stat, owners: &[u32]) -> Option<String> {
     let mode = st.st_mode & 0o7777;
     if !owners.contains(&st.st_uid) {
         return Some(format!(
@@ -69,7 +69,7 @@ pub fn owner_mode_problem(st: &rustix::fs::Stat, owners: &[u32]) -> Option<Strin
 
 /// Checks a directory outside the state dir that the agent writes into (the metrics textfile's):
 /// a directory owned by the agent's uid or root, not writable by group or others.
-pub fn check_dir_owner(dir: &Path) -> Result<(), String> {
+pub(crate) fn check_dir_owner(dir: &Path) -> Result<(), String> {
     let st = rustix::fs::stat(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
         return Err(format!("{} is not a directory", dir.display()));
@@ -82,7 +82,7 @@ pub fn check_dir_owner(dir: &Path) -> Result<(), String> {
 
 /// A directory held open; every name below it is resolved from this fd without following links.
 #[derive(Debug)]
-pub struct Dir {
+pub(crate) struct Dir {
     fd: OwnedFd,
     path: PathBuf,
     /// Whether a subdirectory must be the agent's own (StrictModes). Off only below a
@@ -94,7 +94,7 @@ impl Dir {
     /// Opens (creating it 0700 if missing) the agent's state dir and checks it as sshd's
     /// StrictModes would: a directory owned by the agent's uid, not writable by group or others.
     /// Anything else is refused with [`Code::StateDirUnsafe`].
-    pub fn state_root(path: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn state_root(path: &Path) -> anyhow::Result<Self> {
         match rustix::fs::mkdir(path, Mode::from_raw_mode(0o700)) {
             Ok(()) | Err(Errno::EXIST) => {}
             Err(Errno::NOENT) => {
@@ -133,7 +133,7 @@ impl Dir {
     /// metrics file): nothing is created or narrowed, and neither it nor a subdirectory opened
     /// from it is judged by owner, since those commands may run as root or an operator; a link
     /// below it is still never followed. For reading only: nothing may be written through it.
-    pub fn open_read_only(path: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn open_read_only(path: &Path) -> anyhow::Result<Self> {
         let fd = rustix::fs::open(path, DIR_FLAGS.difference(OFlags::NOFOLLOW), Mode::empty())
             .with_context(|| format!("cannot open {}", path.display()))?;
         Ok(Self {
@@ -144,7 +144,7 @@ impl Dir {
     }
 
     /// A second fd on the same directory.
-    pub fn try_clone(&self) -> anyhow::Result<Self> {
+    pub(crate) fn try_clone(&self) -> anyhow::Result<Self> {
         Ok(Self {
             fd: self
                 .fd
@@ -156,17 +156,17 @@ impl Dir {
     }
 
     /// The directory's path, for messages and for the programs that need one (compose).
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// The path of `name` in this directory, for messages.
-    pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
+    pub(crate) fn join(&self, name: impl AsRef<Path>) -> PathBuf {
         self.path.join(name)
     }
 
     /// Opens the subdirectory `name` without following a link; `None` when it does not exist.
-    pub fn sub(&self, name: &str) -> anyhow::Result<Option<Self>> {
+    pub(crate) fn sub(&self, name: &str) -> anyhow::Result<Option<Self>> {
         match rustix::fs::openat(&self.fd, name, DIR_FLAGS, Mode::empty()) {
             Ok(fd) => self.checked_sub(fd, name).map(Some),
             Err(Errno::NOENT) => Ok(None),
@@ -179,7 +179,7 @@ impl Dir {
     }
 
     /// Opens the subdirectory `name`, creating it with `mode` if missing, and sets `mode` on it.
-    pub fn ensure_sub(&self, name: &str, mode: u32) -> anyhow::Result<Self> {
+    pub(crate) fn ensure_sub(&self, name: &str, mode: u32) -> anyhow::Result<Self> {
         match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode)) {
             Ok(()) | Err(Errno::EXIST) => {}
             Err(e) => {
@@ -214,20 +214,20 @@ impl Dir {
     }
 
     /// Whether `name` is a regular file here (not a link to one).
-    pub fn has_file(&self, name: &str) -> bool {
+    pub(crate) fn has_file(&self, name: &str) -> bool {
         rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
             .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
     }
 
     /// Whether anything (a file, a link, a directory) has the name `name` here.
-    pub fn has(&self, name: &str) -> bool {
+    pub(crate) fn has(&self, name: &str) -> bool {
         rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW).is_ok()
     }
 
     /// Writes `bytes` to `name` atomically with exactly `mode`: a temp file created
     /// `O_EXCL|O_NOFOLLOW` under an unpredictable name, fsync, rename over `name`, fsync the
     /// directory. A crash leaves the old file or the new one; a planted name is never reused.
-    pub fn write_atomic(&self, name: &str, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+    pub(crate) fn write_atomic(&self, name: &str, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
         self.replace(name, bytes, mode, true)
     }
 
@@ -235,7 +235,7 @@ impl Dir {
     /// files are made durable together ([`sync_files`](Self::sync_files)) before it is made
     /// visible (a staged release), or for a file the agent writes again before every use
     /// (the compose files it derives). A reader still sees the old file or the whole new one.
-    pub fn write_staged(&self, name: &str, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+    pub(crate) fn write_staged(&self, name: &str, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
         self.replace(name, bytes, mode, false)
     }
 
@@ -244,7 +244,7 @@ impl Dir {
     ///
     /// # Errors
     /// When the directory cannot be listed or a file cannot be synced.
-    pub fn sync_files(&self) -> anyhow::Result<()> {
+    pub(crate) fn sync_files(&self) -> anyhow::Result<()> {
         for (name, kind) in self.entries()? {
             if kind != FileType::RegularFile {
                 continue;
@@ -309,7 +309,7 @@ impl Dir {
     /// Reads `name` if it is a regular file of at most `max` bytes, opened `O_NOFOLLOW|O_NONBLOCK`
     /// so a link, FIFO or device is refused instead of followed, waited on or read forever.
     /// `None` when it does not exist.
-    pub fn read_file(&self, name: &str, max: u64) -> anyhow::Result<Option<Vec<u8>>> {
+    pub(crate) fn read_file(&self, name: &str, max: u64) -> anyhow::Result<Option<Vec<u8>>> {
         match self.read(name, max) {
             Ok(bytes) => Ok(Some(bytes)),
             Err(ReadProblem::Missing) => Ok(None),
@@ -318,13 +318,13 @@ impl Dir {
     }
 
     /// As [`Dir::read_file`], with the problem itself for the caller to name.
-    pub fn read(&self, name: &str, max: u64) -> Result<Vec<u8>, ReadProblem> {
+    pub(crate) fn read(&self, name: &str, max: u64) -> Result<Vec<u8>, ReadProblem> {
         read_regular(Some(&self.fd), Path::new(name), max)
     }
 
     /// Opens (creating it with `mode` if missing) a regular file for writing, without following
     /// a link and without truncating it (the lock file).
-    pub fn open_plain(&self, name: &str, mode: u32) -> anyhow::Result<std::fs::File> {
+    pub(crate) fn open_plain(&self, name: &str, mode: u32) -> anyhow::Result<std::fs::File> {
         let fd = rustix::fs::openat(
             &self.fd,
             name,
@@ -345,7 +345,7 @@ impl Dir {
     }
 
     /// Removes the file or link `name` (never what a link points to); a missing one is fine.
-    pub fn remove_file(&self, name: &str) -> anyhow::Result<()> {
+    pub(crate) fn remove_file(&self, name: &str) -> anyhow::Result<()> {
         match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
             Ok(()) | Err(Errno::NOENT) => Ok(()),
             Err(e) => {
@@ -358,7 +358,7 @@ impl Dir {
     /// removed itself, its target is left alone. A missing `name` is fine. However deep the
     /// tree, the walk holds two descriptors and no stack frame per level ([`Walk`]); a tree of
     /// more than [`TREE_ENTRIES_MAX`] entries is removed up to there and refused, naming it.
-    pub fn remove_tree(&self, name: &str) -> anyhow::Result<()> {
+    pub(crate) fn remove_tree(&self, name: &str) -> anyhow::Result<()> {
         self.remove_tree_within(name, tree_entries())
     }
 
@@ -408,7 +408,7 @@ impl Dir {
 
     /// The names in this directory (not `.` or `..`) with their types, as the directory says
     /// them (a link is a link).
-    pub fn entries(&self) -> anyhow::Result<Vec<(String, FileType)>> {
+    pub(crate) fn entries(&self) -> anyhow::Result<Vec<(String, FileType)>> {
         let fd = rustix::fs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty())?;
         let mut dir = rustix::fs::Dir::new(fd)
             .with_context(|| format!("cannot list {}", self.path.display()))?;
@@ -435,7 +435,7 @@ impl Dir {
     /// several calls counts a file linked into several trees once. The walk holds two
     /// descriptors however deep the tree goes; one of more than [`TREE_ENTRIES_MAX`] entries,
     /// or one that changes under the walk, is counted up to there and said to be partial.
-    pub fn disk_usage(&self, seen: &mut Seen) -> Measured {
+    pub(crate) fn disk_usage(&self, seen: &mut Seen) -> Measured {
         self.disk_usage_within(seen, tree_entries())
     }
 
@@ -463,20 +463,20 @@ impl Dir {
 
     /// The bytes `name` (not followed through a link) holds on disk, unless its inode is in
     /// `seen` already; 0 when it cannot be read.
-    pub fn entry_bytes(&self, name: &str, seen: &mut Seen) -> u64 {
+    pub(crate) fn entry_bytes(&self, name: &str, seen: &mut Seen) -> u64 {
         rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
             .map_or(0, |st| bytes_once(&st, seen))
     }
 
     /// The modification time of `name` (a link's own), in seconds.
-    pub fn mtime(&self, name: &str) -> Option<i64> {
+    pub(crate) fn mtime(&self, name: &str) -> Option<i64> {
         rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
             .ok()
             .map(|st| st.st_mtime)
     }
 
     /// Moves `name` to `to` in `dest` (a rename within the file system).
-    pub fn rename_to(&self, name: &str, dest: &Dir, to: &str) -> anyhow::Result<()> {
+    pub(crate) fn rename_to(&self, name: &str, dest: &Dir, to: &str) -> anyhow::Result<()> {
         rustix::fs::renameat(&self.fd, name, &dest.fd, to).with_context(|| {
             format!(
                 "cannot move {} to {}",
@@ -488,7 +488,7 @@ impl Dir {
 
     /// Points the symlink `name` at `target` atomically (a temp link under an unpredictable name,
     /// renamed over it).
-    pub fn swap_symlink(&self, target: &Path, name: &str) -> anyhow::Result<()> {
+    pub(crate) fn swap_symlink(&self, target: &Path, name: &str) -> anyhow::Result<()> {
         let mut last = None;
         for _ in 0..16 {
             let tmp = temp_name(name);
@@ -519,19 +519,19 @@ impl Dir {
     }
 
     /// The target of the symlink `name`, when it is one.
-    pub fn read_link(&self, name: &str) -> Option<PathBuf> {
+    pub(crate) fn read_link(&self, name: &str) -> Option<PathBuf> {
         rustix::fs::readlinkat(&self.fd, name, Vec::new())
             .ok()
             .map(|t| PathBuf::from(OsStr::from_bytes(t.as_bytes())))
     }
 
     /// fsyncs the directory so a rename in it is durable.
-    pub fn sync(&self) -> anyhow::Result<()> {
+    pub(crate) fn sync(&self) -> anyhow::Result<()> {
         rustix::fs::fsync(&self.fd).with_context(|| format!("cannot sync {}", self.path.display()))
     }
 
     /// Removes leftover temp files (`.<name>.tmp.<suffix>`) a killed process left here.
-    pub fn remove_temp_files(&self) {
+    pub(crate) fn remove_temp_files(&self) {
         let Ok(entries) = self.entries() else {
             return;
         };
@@ -545,7 +545,7 @@ impl Dir {
 
 /// The most entries one walk of a tree visits (a removal, a disk measure): what a container
 /// wrote through a bind may be any size, and a tick must end. A million entries take seconds.
-pub const TREE_ENTRIES_MAX: usize = 1_000_000;
+pub(crate) const TREE_ENTRIES_MAX: usize = 1_000_000;
 
 /// The entries one walk may visit: [`TREE_ENTRIES_MAX`], or, with the test-only feature
 /// `failpoints`, `MONKY_DEPLOYD_TEST_TREE_ENTRIES`, so a test names a tree without making a
@@ -563,12 +563,12 @@ fn tree_entries() -> usize {
 
 /// What [`Dir::disk_usage`] counted, and why it stopped early when it did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Measured {
+pub(crate) struct Measured {
     /// The bytes counted.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Why the walk ended before the tree did (too many entries, changed under the walk, a
     /// directory it could not read): the bytes are then a lower bound.
-    pub partial: Option<String>,
+    pub(crate) partial: Option<String>,
 }
 
 /// Why a [`Walk`] stopped before the end of its tree.
@@ -755,7 +755,7 @@ fn temp_name(name: &str) -> String {
 }
 
 /// The inodes (device, inode) a disk measure has counted already.
-pub type Seen = std::collections::HashSet<(u64, u64)>;
+pub(crate) type Seen = std::collections::HashSet<(u64, u64)>;
 
 /// The bytes a stat says are allocated, or 0 for an inode counted already.
 fn bytes_once(st: &rustix::fs::Stat, seen: &mut Seen) -> u64 {
@@ -768,13 +768,13 @@ fn bytes_once(st: &rustix::fs::Stat, seen: &mut Seen) -> u64 {
 }
 
 /// Whether `name` has the shape of the agent's temp files.
-pub fn is_temp_name(name: &str) -> bool {
+pub(crate) fn is_temp_name(name: &str) -> bool {
     name.starts_with('.') && name.contains(".tmp.")
 }
 
 /// Why a bounded read refused a file.
 #[derive(Debug, PartialEq, Eq)]
-pub enum ReadProblem {
+pub(crate) enum ReadProblem {
     /// It does not exist.
     Missing,
     /// A symlink, FIFO, device, socket or directory.
@@ -856,7 +856,7 @@ fn read_regular(at: Option<&OwnedFd>, path: &Path, max: u64) -> Result<Vec<u8>, 
 /// Reads a private file someone else could have planted (the bootstrap grant): a regular file,
 /// not a link, FIFO or device, owned by the agent's uid or root, not readable by group or
 /// others, at most `max` bytes.
-pub fn read_private(path: &Path, max: u64) -> Result<Vec<u8>, ReadProblem> {
+pub(crate) fn read_private(path: &Path, max: u64) -> Result<Vec<u8>, ReadProblem> {
     let fd = open_regular(None, path)?;
     let st = rustix::fs::fstat(&fd).map_err(|e| ReadProblem::Io(e.to_string()))?;
     let kind = FileType::from_raw_mode(st.st_mode);
@@ -875,7 +875,7 @@ pub fn read_private(path: &Path, max: u64) -> Result<Vec<u8>, ReadProblem> {
 /// Writes the metrics textfile: its directory must pass [`check_dir_owner`]; the file is
 /// written atomically through an unpredictable temp name, so a link is replaced, never
 /// written through.
-pub fn write_outside(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+pub(crate) fn write_outside(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())

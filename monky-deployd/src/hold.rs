@@ -25,22 +25,22 @@ pub(crate) const MAX_FILE_BYTES: u64 = 8 * 1024;
 
 /// The hold as the file keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hold {
+pub(crate) struct Hold {
     /// Why, as the operator wrote it.
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
     /// When it was put (unix seconds).
-    pub since: u64,
+    pub(crate) since: u64,
     /// When it ends by itself (unix seconds).
-    pub until: Option<u64>,
+    pub(crate) until: Option<u64>,
     /// The same end on the boot clock, in the boot the hold was put (or carried into): what
     /// decides within that boot. Absent from hold files of older agents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub until_boot: Option<BootDeadline>,
+    pub(crate) until_boot: Option<BootDeadline>,
 }
 
 /// Whether a hold is still in force, as far as the agent can be sure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Standing {
+pub(crate) enum Standing {
     /// It holds.
     Holds,
     /// Its end has come, by the boot clock, or by a wall clock that agrees with OpenBao's.
@@ -53,7 +53,7 @@ pub enum Standing {
 impl Hold {
     /// Where the hold stands at `now` (wall) and `boot`, with `clock` the last reading of the
     /// box's clock against OpenBao's.
-    pub fn standing(
+    pub(crate) fn standing(
         &self,
         now: u64,
         boot: Option<&BootInstant>,
@@ -79,7 +79,7 @@ impl Hold {
     }
 
     /// Whether it is still in force at `now`, `boot` and `clock` (an unsure end holds).
-    pub fn holds_at(
+    pub(crate) fn holds_at(
         &self,
         now: u64,
         boot: Option<&BootInstant>,
@@ -89,7 +89,7 @@ impl Hold {
     }
 
     /// The wire shape tenancy sees.
-    pub fn wire(&self) -> proto::Hold {
+    pub(crate) fn wire(&self) -> proto::Hold {
         proto::Hold {
             // Every way out is redacted, an operator's text included.
             reason: self
@@ -113,7 +113,7 @@ impl Hold {
 
     /// The hold as a note of its code, `HELD: <reason>; until <time>` once shown, for reports
     /// and `explain`.
-    pub fn note(&self) -> crate::exit::Failure {
+    pub(crate) fn note(&self) -> crate::exit::Failure {
         let mut s = self
             .reason
             .as_deref()
@@ -127,7 +127,7 @@ impl Hold {
     }
 
     /// [`Hold::note`] as it is shown.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         self.note().to_string()
     }
 }
@@ -143,7 +143,7 @@ fn wall_clock_trusted(now: u64, boot: Option<&BootInstant>, clock: Option<&Clock
 /// The hold in force, from the file, for the read-only commands (status, explain): `None`
 /// when there is none, it cannot be read, or its end has surely come (`clock`: the last
 /// reading of the box's clock against OpenBao's, from state.json).
-pub fn peek(layout: &Layout, clock: Option<&ClockReading>) -> Option<Hold> {
+pub(crate) fn peek(layout: &Layout, clock: Option<&ClockReading>) -> Option<Hold> {
     let boot = crate::clock::boot();
     layout
         .peek_hold(MAX_FILE_BYTES)
@@ -171,7 +171,7 @@ fn unparsable() -> Hold {
 /// an end in this boot is carried into it while the wall clock is trusted. A file that does
 /// not parse holds, as a hold without a reason, since an operator who wrote it meant to stop
 /// the box.
-pub fn load(layout: &Layout, clock: Option<&ClockReading>) -> anyhow::Result<Option<Hold>> {
+pub(crate) fn load(layout: &Layout, clock: Option<&ClockReading>) -> anyhow::Result<Option<Hold>> {
     let Some(bytes) = layout.read_hold(MAX_FILE_BYTES)? else {
         return Ok(None);
     };
@@ -228,7 +228,7 @@ pub(crate) fn write(layout: &Layout, hold: &Hold) -> anyhow::Result<()> {
 
 /// Reads `--until`: an RFC 3339 time, in UTC (`2026-12-01T18:00:00Z`) or with an offset
 /// (`2026-12-01T19:00:00+01:00`), or a duration from now (`2h`, `30m`, `1day`).
-pub fn parse_until(text: &str, now: u64) -> anyhow::Result<u64> {
+pub(crate) fn parse_until(text: &str, now: u64) -> anyhow::Result<u64> {
     if let Some(secs) = rfc3339(text.trim()) {
         let secs = secs.ok_or_else(|| anyhow::anyhow!("--until {text:?} is before 1970"))?;
         anyhow::ensure!(

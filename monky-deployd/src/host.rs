@@ -6,17 +6,17 @@ use std::path::Path;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The box's host name.
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     read_trim("/proc/sys/kernel/hostname").unwrap_or_else(|| "unknown".into())
 }
 
 /// The running kernel's release.
-pub fn kernel() -> String {
+pub(crate) fn kernel() -> String {
     read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into())
 }
 
 /// `<id>-<version_id>` from os-release, e.g. `ubuntu-26.04`.
-pub fn os() -> String {
+pub(crate) fn os() -> String {
     let text = std::fs::read_to_string("/etc/os-release")
         .or_else(|_| std::fs::read_to_string("/usr/lib/os-release"))
         .unwrap_or_default();
@@ -37,7 +37,7 @@ fn os_from_release(text: &str) -> String {
 }
 
 /// The box's memory (`MemTotal`), the default of `budget.max_memory`.
-pub fn memory_bytes() -> Option<u64> {
+pub(crate) fn memory_bytes() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     mem_total(&text)
 }
@@ -55,7 +55,7 @@ fn mem_total(meminfo: &str) -> Option<u64> {
 }
 
 /// The CPUs the agent may run on, the default of `budget.max_cpus`.
-pub fn cpus() -> Option<f64> {
+pub(crate) fn cpus() -> Option<f64> {
     std::thread::available_parallelism()
         .ok()
         .map(|n| n.get() as f64)
@@ -72,7 +72,7 @@ fn read_trim(p: impl AsRef<Path>) -> Option<String> {
 /// (its interfaces' addresses, docker's bridge gateways, the unspecified address). A
 /// connection to such an address is served by a socket on this box, whose owner the kernel
 /// knows, so it is judged like a loopback one.
-pub fn is_local(ip: std::net::IpAddr) -> bool {
+pub(crate) fn is_local(ip: std::net::IpAddr) -> bool {
     let ip = ip.to_canonical();
     ip.is_loopback() || std::net::UdpSocket::bind(std::net::SocketAddr::new(ip, 0)).is_ok()
 }

@@ -14,25 +14,25 @@ const MAX_FILE_BYTES: u64 = 4096;
 
 /// An apply that started and has not been concluded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Marker {
+pub(crate) struct Marker {
     /// The release being applied; none in a mark that does not parse (it still says an apply
     /// was cut short, of a release it cannot name).
-    pub sha: Option<Sha>,
+    pub(crate) sha: Option<Sha>,
     /// The release that was applied before it, if any.
-    pub previous: Option<Sha>,
+    pub(crate) previous: Option<Sha>,
     /// When the apply reached the swap (unix seconds).
-    pub started_at: u64,
+    pub(crate) started_at: u64,
 }
 
 /// Writes the marker (atomically, 0600) before the apply changes anything that runs.
-pub fn write(layout: &Layout, marker: &Marker) -> anyhow::Result<()> {
+pub(crate) fn write(layout: &Layout, marker: &Marker) -> anyhow::Result<()> {
     let bytes = serde_json::to_vec(marker).context("cannot encode the apply marker")?;
     layout.write_mark(&bytes)
 }
 
 /// The marker, for the tick (under its lock). One that does not parse still says an apply
 /// was cut short, of a release it cannot name.
-pub fn load(layout: &Layout) -> anyhow::Result<Option<Marker>> {
+pub(crate) fn load(layout: &Layout) -> anyhow::Result<Option<Marker>> {
     let Some(bytes) = layout.read_mark(MAX_FILE_BYTES)? else {
         return Ok(None);
     };
@@ -44,13 +44,13 @@ pub fn load(layout: &Layout) -> anyhow::Result<Option<Marker>> {
 }
 
 /// The marker, for the read-only commands (status, explain): none when it cannot be read.
-pub fn peek(layout: &Layout) -> Option<Marker> {
+pub(crate) fn peek(layout: &Layout) -> Option<Marker> {
     layout
         .peek_mark(MAX_FILE_BYTES)
         .and_then(|b| serde_json::from_slice(&b).ok())
 }
 
 /// Removes the marker: the apply's outcome is saved.
-pub fn clear(layout: &Layout) -> anyhow::Result<()> {
+pub(crate) fn clear(layout: &Layout) -> anyhow::Result<()> {
     layout.clear_mark()
 }

@@ -56,29 +56,29 @@ const MAX_TOKEN_BYTES: u64 = 64 * 1024;
 const MAX_KEY_BYTES: u64 = 1024;
 
 /// The docker CLI's config dir (`DOCKER_CONFIG`), a path because the docker CLI needs one.
-pub fn docker_config_dir(state_dir: &Path) -> PathBuf {
+pub(crate) fn docker_config_dir(state_dir: &Path) -> PathBuf {
     state_dir.join(DOCKER)
 }
 
 /// The docker CLI's `config.json` (the stored registry credential), a path for `doctor`'s look.
-pub fn docker_config_json(state_dir: &Path) -> PathBuf {
+pub(crate) fn docker_config_json(state_dir: &Path) -> PathBuf {
     docker_config_dir(state_dir).join(DOCKER_CONFIG_JSON)
 }
 
 /// The registry credential at rest (`docker/credential.json`), a path for `doctor`'s look.
-pub fn credential_json(state_dir: &Path) -> PathBuf {
+pub(crate) fn credential_json(state_dir: &Path) -> PathBuf {
     docker_config_dir(state_dir).join(CREDENTIAL_JSON)
 }
 
 /// The env's directory (`<state_dir>/<env_id>`), a path for messages and the original agent's
 /// takeover.
-pub fn env_path(state_dir: &Path, env_id: &str) -> PathBuf {
+pub(crate) fn env_path(state_dir: &Path, env_id: &str) -> PathBuf {
     state_dir.join(env_id)
 }
 
 /// The state dir of one env, held open.
 #[derive(Debug)]
-pub struct Layout {
+pub(crate) struct Layout {
     /// `None` only for a read-only open of a state dir that cannot be opened: every read then
     /// finds nothing, every write fails.
     root: Option<Dir>,
@@ -90,12 +90,12 @@ impl Layout {
     /// Opens the config's state dir (created 0700 if missing) and checks it as sshd's
     /// StrictModes would; refused with `STATE_DIR_UNSAFE` otherwise. For the tick and the
     /// commands that write.
-    pub fn open(cfg: &Config) -> anyhow::Result<Self> {
+    pub(crate) fn open(cfg: &Config) -> anyhow::Result<Self> {
         Self::open_at(&cfg.state_dir, &cfg.env_id)
     }
 
     /// As [`Layout::open`], for a state dir and env given apart from a config.
-    pub fn open_at(state_dir: &Path, env_id: &str) -> anyhow::Result<Self> {
+    pub(crate) fn open_at(state_dir: &Path, env_id: &str) -> anyhow::Result<Self> {
         Ok(Self {
             root: Some(Dir::state_root(state_dir)?),
             path: state_dir.to_path_buf(),
@@ -105,12 +105,12 @@ impl Layout {
 
     /// Opens the config's state dir for reading only: nothing is created, a dir that cannot
     /// be opened reads as empty.
-    pub fn peek(cfg: &Config) -> Self {
+    pub(crate) fn peek(cfg: &Config) -> Self {
         Self::peek_at(&cfg.state_dir, &cfg.env_id)
     }
 
     /// As [`Layout::peek`], for a state dir and env given apart from a config.
-    pub fn peek_at(state_dir: &Path, env_id: &str) -> Self {
+    pub(crate) fn peek_at(state_dir: &Path, env_id: &str) -> Self {
         Self {
             root: Dir::open_read_only(state_dir).ok(),
             path: state_dir.to_path_buf(),
@@ -119,7 +119,7 @@ impl Layout {
     }
 
     /// A second handle on the same directory (the tick deadline's thread keeps one).
-    pub fn try_clone(&self) -> anyhow::Result<Self> {
+    pub(crate) fn try_clone(&self) -> anyhow::Result<Self> {
         let root = match &self.root {
             Some(r) => Some(r.try_clone()?),
             None => None,
@@ -132,12 +132,12 @@ impl Layout {
     }
 
     /// The state dir's path, for messages.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// The env this layout is for.
-    pub fn env_id(&self) -> &str {
+    pub(crate) fn env_id(&self) -> &str {
         &self.env_id
     }
 
@@ -156,7 +156,7 @@ impl Layout {
     // ---- the state dir's own files -----------------------------------------------------------
 
     /// Takes the tick's lock (`flock` on `lock`); `None` when another tick holds it.
-    pub fn lock(&self) -> anyhow::Result<Option<File>> {
+    pub(crate) fn lock(&self) -> anyhow::Result<Option<File>> {
         let root = self.root()?;
         let f = root.open_plain(LOCK, 0o600)?;
         match f.try_lock() {
@@ -169,28 +169,28 @@ impl Layout {
     }
 
     /// `state.json`'s path, for messages.
-    pub fn state_path(&self) -> PathBuf {
+    pub(crate) fn state_path(&self) -> PathBuf {
         self.path.join(STATE)
     }
 
     /// `state.json`, for the tick: `None` when missing, an error when it is not a bounded
     /// regular file.
-    pub fn read_state(&self) -> anyhow::Result<Option<Vec<u8>>> {
+    pub(crate) fn read_state(&self) -> anyhow::Result<Option<Vec<u8>>> {
         self.root()?.read_file(STATE, fsx::MAX_STATE_FILE_BYTES)
     }
 
     /// `state.json`, for a read-only command: `None` when it cannot be read.
-    pub fn peek_state(&self) -> Option<Vec<u8>> {
+    pub(crate) fn peek_state(&self) -> Option<Vec<u8>> {
         Self::peek_in(self.root.as_ref(), STATE, fsx::MAX_STATE_FILE_BYTES)
     }
 
     /// Writes `state.json` atomically, 0600.
-    pub fn write_state(&self, bytes: &[u8]) -> anyhow::Result<()> {
+    pub(crate) fn write_state(&self, bytes: &[u8]) -> anyhow::Result<()> {
         self.root()?.write_atomic(STATE, bytes, 0o600)
     }
 
     /// Moves `state.json` aside as `state.json.bad.<stamp>`; returns the new path.
-    pub fn set_state_aside(&self, stamp: u64) -> anyhow::Result<PathBuf> {
+    pub(crate) fn set_state_aside(&self, stamp: u64) -> anyhow::Result<PathBuf> {
         let root = self.root()?;
         let aside = format!("{STATE}.bad.{stamp}");
         root.rename_to(STATE, root, &aside)
@@ -199,12 +199,12 @@ impl Layout {
     }
 
     /// `bao.token`'s path, for messages.
-    pub fn token_path(&self) -> PathBuf {
+    pub(crate) fn token_path(&self) -> PathBuf {
         self.path.join(TOKEN)
     }
 
     /// The stored OpenBao token's bytes, for the tick.
-    pub fn read_token(&self) -> anyhow::Result<Option<zeroize::Zeroizing<Vec<u8>>>> {
+    pub(crate) fn read_token(&self) -> anyhow::Result<Option<zeroize::Zeroizing<Vec<u8>>>> {
         Ok(self
             .root()?
             .read_file(TOKEN, MAX_TOKEN_BYTES)?
@@ -212,39 +212,39 @@ impl Layout {
     }
 
     /// The stored token's bytes, for a read-only command (doctor's lookup).
-    pub fn peek_token(&self) -> Option<zeroize::Zeroizing<Vec<u8>>> {
+    pub(crate) fn peek_token(&self) -> Option<zeroize::Zeroizing<Vec<u8>>> {
         Self::peek_in(self.root.as_ref(), TOKEN, MAX_TOKEN_BYTES).map(zeroize::Zeroizing::new)
     }
 
     /// Whether anything is stored under the token's name (a link counts: it is no token, but
     /// something is there).
-    pub fn has_token(&self) -> bool {
+    pub(crate) fn has_token(&self) -> bool {
         self.root.as_ref().is_some_and(|r| r.has(TOKEN))
     }
 
     /// Stores the token atomically, 0600.
-    pub fn write_token(&self, token: &[u8]) -> anyhow::Result<()> {
+    pub(crate) fn write_token(&self, token: &[u8]) -> anyhow::Result<()> {
         self.root()?.write_atomic(TOKEN, token, 0o600)
     }
 
     /// Removes the stored token.
-    pub fn remove_token(&self) -> anyhow::Result<()> {
+    pub(crate) fn remove_token(&self) -> anyhow::Result<()> {
         self.root()?.remove_file(TOKEN)
     }
 
     /// The listeners judged the box's before (`peers::Listeners`), leniently: `None` when
     /// missing or not a small regular file.
-    pub fn peek_listeners(&self) -> Option<Vec<u8>> {
+    pub(crate) fn peek_listeners(&self) -> Option<Vec<u8>> {
         Self::peek_in(self.root.as_ref(), LISTENERS, 4096)
     }
 
     /// Writes the listeners' memory atomically, 0600.
-    pub fn write_listeners(&self, bytes: &[u8]) -> anyhow::Result<()> {
+    pub(crate) fn write_listeners(&self, bytes: &[u8]) -> anyhow::Result<()> {
         self.root()?.write_atomic(LISTENERS, bytes, 0o600)
     }
 
     /// The box-local key of the `.env` digests; `None` when missing.
-    pub fn read_release_key(&self) -> anyhow::Result<Option<zeroize::Zeroizing<Vec<u8>>>> {
+    pub(crate) fn read_release_key(&self) -> anyhow::Result<Option<zeroize::Zeroizing<Vec<u8>>>> {
         Ok(self
             .root()?
             .read_file(RELEASE_KEY, MAX_KEY_BYTES)?
@@ -252,48 +252,48 @@ impl Layout {
     }
 
     /// Stores the box-local key, 0600.
-    pub fn write_release_key(&self, key: &[u8]) -> anyhow::Result<()> {
+    pub(crate) fn write_release_key(&self, key: &[u8]) -> anyhow::Result<()> {
         self.root()?.write_atomic(RELEASE_KEY, key, 0o600)
     }
 
     /// The hold file's path, for messages.
-    pub fn hold_path(&self) -> PathBuf {
+    pub(crate) fn hold_path(&self) -> PathBuf {
         self.path.join(HOLD)
     }
 
     /// The hold file, for the tick and the hold commands.
-    pub fn read_hold(&self, max: u64) -> anyhow::Result<Option<Vec<u8>>> {
+    pub(crate) fn read_hold(&self, max: u64) -> anyhow::Result<Option<Vec<u8>>> {
         self.root()?.read_file(HOLD, max)
     }
 
     /// The hold file, for a read-only command.
-    pub fn peek_hold(&self, max: u64) -> Option<Vec<u8>> {
+    pub(crate) fn peek_hold(&self, max: u64) -> Option<Vec<u8>> {
         Self::peek_in(self.root.as_ref(), HOLD, max)
     }
 
     /// Writes the hold file atomically, 0600.
-    pub fn write_hold(&self, bytes: &[u8]) -> anyhow::Result<()> {
+    pub(crate) fn write_hold(&self, bytes: &[u8]) -> anyhow::Result<()> {
         self.root()?.write_atomic(HOLD, bytes, 0o600)
     }
 
     /// Removes the hold file.
-    pub fn remove_hold(&self) -> anyhow::Result<()> {
+    pub(crate) fn remove_hold(&self) -> anyhow::Result<()> {
         self.root()?.remove_file(HOLD)
     }
 
     /// The docker CLI's config dir (0700, created if missing).
-    pub fn docker(&self) -> anyhow::Result<Dir> {
+    pub(crate) fn docker(&self) -> anyhow::Result<Dir> {
         self.root()?.ensure_sub(DOCKER, 0o700)
     }
 
     /// Stores the docker CLI's `config.json` (the registry credential), 0600 in `docker/`.
-    pub fn write_docker_config(&self, json: &[u8]) -> anyhow::Result<()> {
+    pub(crate) fn write_docker_config(&self, json: &[u8]) -> anyhow::Result<()> {
         self.docker()?.write_atomic(DOCKER_CONFIG_JSON, json, 0o600)
     }
 
     /// Removes the docker CLI's `config.json`, so no later docker command hands a credential to
     /// dockerd.
-    pub fn remove_docker_config(&self) -> anyhow::Result<()> {
+    pub(crate) fn remove_docker_config(&self) -> anyhow::Result<()> {
         let docker = self.docker()?;
         if docker.has(DOCKER_CONFIG_JSON) {
             docker.remove_file(DOCKER_CONFIG_JSON)?;
@@ -302,7 +302,7 @@ impl Layout {
     }
 
     /// The docker CLI's `config.json`, when there is one.
-    pub fn read_docker_config(&self) -> anyhow::Result<Option<zeroize::Zeroizing<Vec<u8>>>> {
+    pub(crate) fn read_docker_config(&self) -> anyhow::Result<Option<zeroize::Zeroizing<Vec<u8>>>> {
         Ok(self
             .docker()?
             .read_file(DOCKER_CONFIG_JSON, MAX_CREDENTIAL_BYTES)?
@@ -311,12 +311,12 @@ impl Layout {
 
     /// Stores the registry credential at rest (the `config.json` it becomes), 0600 in
     /// `docker/`, where the docker CLI does not read it.
-    pub fn write_credential(&self, json: &[u8]) -> anyhow::Result<()> {
+    pub(crate) fn write_credential(&self, json: &[u8]) -> anyhow::Result<()> {
         self.docker()?.write_atomic(CREDENTIAL_JSON, json, 0o600)
     }
 
     /// The registry credential at rest, when there is one.
-    pub fn read_credential(&self) -> anyhow::Result<Option<zeroize::Zeroizing<Vec<u8>>>> {
+    pub(crate) fn read_credential(&self) -> anyhow::Result<Option<zeroize::Zeroizing<Vec<u8>>>> {
         Ok(self
             .docker()?
             .read_file(CREDENTIAL_JSON, MAX_CREDENTIAL_BYTES)?
@@ -324,7 +324,7 @@ impl Layout {
     }
 
     /// Checks that `doctor` can write the state dir: a probe file written and removed.
-    pub fn probe_writable(&self) -> anyhow::Result<()> {
+    pub(crate) fn probe_writable(&self) -> anyhow::Result<()> {
         let root = self.root()?;
         root.write_atomic(".doctor-probe", b"", 0o600)?;
         root.remove_file(".doctor-probe")
@@ -332,7 +332,7 @@ impl Layout {
 
     /// Names directly in the state dir that the agent would refuse as links it did not make
     /// (`docker/` and the env's dir), for `doctor`.
-    pub fn planted_links(&self) -> Vec<PathBuf> {
+    pub(crate) fn planted_links(&self) -> Vec<PathBuf> {
         let Some(root) = &self.root else {
             return Vec::new();
         };
@@ -344,7 +344,7 @@ impl Layout {
     }
 
     /// Removes the temp files a killed process left in the state dir and `docker/`.
-    pub fn remove_temp_files(&self) {
+    pub(crate) fn remove_temp_files(&self) {
         let Some(root) = &self.root else { return };
         root.remove_temp_files();
         if let Ok(Some(docker)) = root.sub(DOCKER) {
@@ -355,17 +355,17 @@ impl Layout {
     // ---- the env's directory -----------------------------------------------------------------
 
     /// The env's directory's path, for messages.
-    pub fn env_path(&self) -> PathBuf {
+    pub(crate) fn env_path(&self) -> PathBuf {
         env_path(&self.path, &self.env_id)
     }
 
     /// The env's directory (0700, created if missing).
-    pub fn env(&self) -> anyhow::Result<Dir> {
+    pub(crate) fn env(&self) -> anyhow::Result<Dir> {
         self.root()?.ensure_sub(&self.env_id, 0o700)
     }
 
     /// The env's directory when it exists.
-    pub fn env_if_any(&self) -> anyhow::Result<Option<Dir>> {
+    pub(crate) fn env_if_any(&self) -> anyhow::Result<Option<Dir>> {
         match &self.root {
             Some(root) => root.sub(&self.env_id),
             None => Ok(None),
@@ -375,7 +375,7 @@ impl Layout {
     /// The IDs of the images this env pulled itself (`<env>/pulled-images`, one ID per line),
     /// empty when there is no record yet or it cannot be read: an image not in it is pulled
     /// again before it runs.
-    pub fn pulled_images(&self) -> std::collections::BTreeSet<String> {
+    pub(crate) fn pulled_images(&self) -> std::collections::BTreeSet<String> {
         let Ok(Some(env)) = self.env_if_any() else {
             return std::collections::BTreeSet::new();
         };
@@ -393,7 +393,7 @@ impl Layout {
 
     /// Adds `ids` to the record of [`Layout::pulled_images`], newest last, keeping the newest
     /// 512.
-    pub fn record_pulled_images(&self, ids: &[String]) -> anyhow::Result<()> {
+    pub(crate) fn record_pulled_images(&self, ids: &[String]) -> anyhow::Result<()> {
         let env = self.env()?;
         let old = env
             .read(PULLED_IMAGES, MAX_PULLED_IMAGES_BYTES)
@@ -421,22 +421,22 @@ impl Layout {
     }
 
     /// `releases/`'s path, for messages.
-    pub fn releases_path(&self) -> PathBuf {
+    pub(crate) fn releases_path(&self) -> PathBuf {
         self.env_path().join(RELEASES)
     }
 
     /// `releases/` (created if missing).
-    pub fn releases(&self) -> anyhow::Result<Dir> {
+    pub(crate) fn releases(&self) -> anyhow::Result<Dir> {
         self.env_sub(RELEASES)
     }
 
     /// `releases/` when it exists.
-    pub fn releases_if_any(&self) -> anyhow::Result<Option<Dir>> {
+    pub(crate) fn releases_if_any(&self) -> anyhow::Result<Option<Dir>> {
         self.env_sub_if_any(RELEASES)
     }
 
     /// `staging/` (created if missing).
-    pub fn staging(&self) -> anyhow::Result<Dir> {
+    pub(crate) fn staging(&self) -> anyhow::Result<Dir> {
         self.env_sub(STAGING)
     }
 
@@ -447,12 +447,12 @@ impl Layout {
     }
 
     /// `staging/` when it exists.
-    pub fn staging_if_any(&self) -> anyhow::Result<Option<Dir>> {
+    pub(crate) fn staging_if_any(&self) -> anyhow::Result<Option<Dir>> {
         self.env_sub_if_any(STAGING)
     }
 
     /// Removes `staging/` and everything in it, without following a link.
-    pub fn remove_staging(&self) -> anyhow::Result<()> {
+    pub(crate) fn remove_staging(&self) -> anyhow::Result<()> {
         match self.env_if_any()? {
             Some(env) => env.remove_tree(STAGING),
             None => Ok(()),
@@ -460,54 +460,54 @@ impl Layout {
     }
 
     /// `env-digests/` (created if missing).
-    pub fn digests(&self) -> anyhow::Result<Dir> {
+    pub(crate) fn digests(&self) -> anyhow::Result<Dir> {
         self.env_sub(DIGESTS)
     }
 
     /// `env-digests/` when it exists.
-    pub fn digests_if_any(&self) -> anyhow::Result<Option<Dir>> {
+    pub(crate) fn digests_if_any(&self) -> anyhow::Result<Option<Dir>> {
         self.env_sub_if_any(DIGESTS)
     }
 
     /// `failed/`'s path, for messages.
-    pub fn failed_path(&self) -> PathBuf {
+    pub(crate) fn failed_path(&self) -> PathBuf {
         self.env_path().join(FAILED)
     }
 
     /// `failed/` (created if missing).
-    pub fn failed(&self) -> anyhow::Result<Dir> {
+    pub(crate) fn failed(&self) -> anyhow::Result<Dir> {
         self.env_sub(FAILED)
     }
 
     /// `failed/` when it exists (and, for a read-only command, can be opened).
-    pub fn failed_if_any(&self) -> Option<Dir> {
+    pub(crate) fn failed_if_any(&self) -> Option<Dir> {
         self.env_sub_if_any(FAILED).ok().flatten()
     }
 
     /// `current`'s path: what compose is given as a running release's directory.
-    pub fn current_path(&self) -> PathBuf {
+    pub(crate) fn current_path(&self) -> PathBuf {
         self.env_path().join(CURRENT)
     }
 
     /// Where `current` points, when it is a link.
-    pub fn current_target(&self) -> anyhow::Result<Option<PathBuf>> {
+    pub(crate) fn current_target(&self) -> anyhow::Result<Option<PathBuf>> {
         Ok(self.env_if_any()?.and_then(|env| env.read_link(CURRENT)))
     }
 
     /// Points `current` at `releases/<sha>` atomically.
-    pub fn point_current(&self, sha: &Sha) -> anyhow::Result<()> {
+    pub(crate) fn point_current(&self, sha: &Sha) -> anyhow::Result<()> {
         self.env()?
             .swap_symlink(&Path::new(RELEASES).join(sha.as_str()), CURRENT)
     }
 
     /// The release name a `current` target names when it is the agent's own link
     /// (`releases/<name>`), not yet checked as a sha.
-    pub fn release_of_target(target: &Path) -> Option<&str> {
+    pub(crate) fn release_of_target(target: &Path) -> Option<&str> {
         target.strip_prefix(RELEASES).ok().and_then(|s| s.to_str())
     }
 
     /// Removes `current` (a retire); the releases stay.
-    pub fn remove_current(&self) -> anyhow::Result<()> {
+    pub(crate) fn remove_current(&self) -> anyhow::Result<()> {
         if let Some(env) = self.env_if_any()?
             && env.read_link(CURRENT).is_some()
         {
@@ -518,7 +518,7 @@ impl Layout {
     }
 
     /// Removes the temp files a killed process left in the env's directory and below.
-    pub fn remove_env_temp_files(&self) {
+    pub(crate) fn remove_env_temp_files(&self) {
         let Ok(Some(env)) = self.env_if_any() else {
             return;
         };
@@ -538,22 +538,22 @@ impl Layout {
     }
 
     /// The apply mark (`applying`), for the tick.
-    pub fn read_mark(&self, max: u64) -> anyhow::Result<Option<Vec<u8>>> {
+    pub(crate) fn read_mark(&self, max: u64) -> anyhow::Result<Option<Vec<u8>>> {
         self.env()?.read_file(APPLYING, max)
     }
 
     /// The apply mark, for a read-only command.
-    pub fn peek_mark(&self, max: u64) -> Option<Vec<u8>> {
+    pub(crate) fn peek_mark(&self, max: u64) -> Option<Vec<u8>> {
         Self::peek_in(self.env_if_any().ok().flatten().as_ref(), APPLYING, max)
     }
 
     /// Writes the apply mark atomically, 0600.
-    pub fn write_mark(&self, bytes: &[u8]) -> anyhow::Result<()> {
+    pub(crate) fn write_mark(&self, bytes: &[u8]) -> anyhow::Result<()> {
         self.env()?.write_atomic(APPLYING, bytes, 0o600)
     }
 
     /// Removes the apply mark.
-    pub fn clear_mark(&self) -> anyhow::Result<()> {
+    pub(crate) fn clear_mark(&self) -> anyhow::Result<()> {
         self.env()?.remove_file(APPLYING)
     }
 }

@@ -10,7 +10,7 @@ use tracing_subscriber::fmt::MakeWriter;
 use crate::redact::{Redacted, redact};
 
 /// The most the report's `log_tail` carries (tenancy keeps the first 2 KiB in its audit log).
-pub const LOG_TAIL_MAX: usize = 16 * 1024;
+pub(crate) const LOG_TAIL_MAX: usize = 16 * 1024;
 
 /// This tick's log lines, each redacted once, on its way to stderr.
 fn captured() -> &'static Mutex<Redacted> {
@@ -26,7 +26,7 @@ const QUIET_CRATES: &[&str] = &["hyper", "hyper_util", "reqwest", "rustls", "h2"
 /// Starts the subscriber; `level` is the config's `log_level`, `RUST_LOG` wins when set. The
 /// filter is built from the level itself, not from its name: a name tracing does not know
 /// (`warning`) would parse as a target and silence every line.
-pub fn init(level: tracing::Level) {
+pub(crate) fn init(level: tracing::Level) {
     let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| {
         QUIET_CRATES.iter().fold(
             EnvFilter::default()
@@ -48,12 +48,12 @@ pub fn init(level: tracing::Level) {
 }
 
 /// Starts a new tick's capture.
-pub fn start_capture() {
+pub(crate) fn start_capture() {
     *captured().lock().unwrap_or_else(|p| p.into_inner()) = Redacted::default();
 }
 
 /// This tick's log lines (redacted as they were written), the end kept within `max` bytes.
-pub fn tail(max: usize) -> Redacted {
+pub(crate) fn tail(max: usize) -> Redacted {
     captured()
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -75,7 +75,7 @@ fn stderr_is_journal() -> bool {
 }
 
 /// `JOURNAL_STREAM`'s `<dev>:<inode>` (decimal) against a file's device and inode.
-pub fn journal_stream_matches(value: &str, dev: u64, ino: u64) -> bool {
+pub(crate) fn journal_stream_matches(value: &str, dev: u64, ino: u64) -> bool {
     value
         .split_once(':')
         .and_then(|(d, i)| Some((d.parse::<u64>().ok()?, i.parse::<u64>().ok()?)))
@@ -84,7 +84,7 @@ pub fn journal_stream_matches(value: &str, dev: u64, ino: u64) -> bool {
 
 /// The sd-daemon prefix for a level (`<3>` error, `<4>` warning, `<6>` info, `<7>` debug), so
 /// `journalctl -p warning` finds the agent's warnings and errors.
-pub fn priority(level: tracing::Level) -> &'static str {
+pub(crate) fn priority(level: tracing::Level) -> &'static str {
     match level {
         tracing::Level::ERROR => "<3>",
         tracing::Level::WARN => "<4>",
@@ -95,7 +95,7 @@ pub fn priority(level: tracing::Level) -> &'static str {
 
 /// Each line of `text` with the level's prefix: the journal splits a stream at newlines and
 /// reads a prefix on each line.
-pub fn with_priority(text: &str, level: tracing::Level) -> String {
+pub(crate) fn with_priority(text: &str, level: tracing::Level) -> String {
     let p = priority(level);
     let mut out = String::with_capacity(text.len() + 8);
     for line in text.split_inclusive('\n') {

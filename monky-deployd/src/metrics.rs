@@ -12,17 +12,17 @@ use crate::state::State;
 
 /// What one tick ended with.
 #[derive(Debug, Clone, Copy)]
-pub struct TickFacts {
+pub(crate) struct TickFacts {
     /// The exit status.
-    pub exit: Exit,
+    pub(crate) exit: Exit,
     /// Wall time of the tick.
-    pub duration: Duration,
+    pub(crate) duration: Duration,
     /// When it ended (unix seconds).
-    pub ended_at: u64,
+    pub(crate) ended_at: u64,
 }
 
 /// Renders the metrics text for a tick and the state it left.
-pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
+pub(crate) fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
     let env = escape(env_id);
     let mut out = String::new();
     let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, f64)]| {
@@ -216,7 +216,7 @@ pub fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
 /// Writes the file atomically, readable by node_exporter (0644). Its directory must be owned by
 /// the agent's user or root and not writable by group or others; the file is replaced through
 /// an unpredictable temp name, never written through a link.
-pub fn write(path: &Path, text: &str) -> anyhow::Result<()> {
+pub(crate) fn write(path: &Path, text: &str) -> anyhow::Result<()> {
     fsx::write_outside(path, text.as_bytes(), 0o644)
 }
 

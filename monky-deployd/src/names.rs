@@ -16,18 +16,18 @@ use serde_json::Value;
 
 /// One name a release would make.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Made {
+pub(crate) struct Made {
     /// What it names.
-    pub kind: ObjectKind,
+    pub(crate) kind: ObjectKind,
     /// The name.
-    pub name: String,
+    pub(crate) name: String,
 }
 
 /// The names compose's `model` of `project` makes: a container per replica (its
 /// `container_name`, else `<project>-<service>-<n>`), and each volume's and network's `name`
 /// but external ones.
 #[must_use]
-pub fn made_by(model: &Value, project: &str) -> Vec<Made> {
+pub(crate) fn made_by(model: &Value, project: &str) -> Vec<Made> {
     let mut out = Vec::new();
     let entries = |key: &str| {
         model
@@ -82,7 +82,7 @@ fn made(kind: ObjectKind, name: &str) -> Made {
 /// The project a `name` belongs to among `projects`: the longest one it equals or starts with
 /// followed by `-` or `_`.
 #[must_use]
-pub fn owner<'a>(name: &str, projects: &'a BTreeSet<String>) -> Option<&'a str> {
+pub(crate) fn owner<'a>(name: &str, projects: &'a BTreeSet<String>) -> Option<&'a str> {
     projects
         .iter()
         .filter(|p| {
@@ -99,7 +99,7 @@ pub fn owner<'a>(name: &str, projects: &'a BTreeSet<String>) -> Option<&'a str> 
 /// belongs to another project on the box (`others`), or that an object of another project, or
 /// of none, already has on the engine (`on_engine`).
 #[must_use]
-pub fn conflicts(
+pub(crate) fn conflicts(
     ours: &str,
     made: &[Made],
     others: &BTreeSet<String>,
@@ -133,7 +133,7 @@ pub fn conflicts(
 
 /// The other agents' configs on this box: every `*.yaml` / `*.yml` file beside `config` but
 /// itself, with its text. Bounded: a config is a few hundred bytes, and a larger file is none.
-pub fn sibling_configs(config: &Path) -> Vec<(std::path::PathBuf, String)> {
+pub(crate) fn sibling_configs(config: &Path) -> Vec<(std::path::PathBuf, String)> {
     let Some(dir) = config.parent() else {
         return Vec::new();
     };
@@ -159,7 +159,7 @@ pub fn sibling_configs(config: &Path) -> Vec<(std::path::PathBuf, String)> {
 /// The compose projects of the other agents configured on this box, by their
 /// `compose_project` or `monky-<env_id>`. A file that does not read as a config names nothing.
 #[must_use]
-pub fn configured_projects(config: &Path) -> BTreeSet<String> {
+pub(crate) fn configured_projects(config: &Path) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for (_, text) in sibling_configs(config) {
         let Ok(doc) = serde_saphyr::from_str::<Value>(&text) else {

@@ -11,7 +11,7 @@ use crate::layout::Layout;
 
 /// `monky-deployd hold [--reason TEXT] [--until TIME] [--replace]`: a hold in force is replaced
 /// only with `--replace`, and the command says which one it replaced.
-pub fn hold_command(
+pub(crate) fn hold_command(
     cfg: &Config,
     reason: Option<String>,
     until: Option<String>,
@@ -59,7 +59,7 @@ pub fn hold_command(
 }
 
 /// `monky-deployd unhold`.
-pub fn unhold_command(cfg: &Config) -> anyhow::Result<Exit> {
+pub(crate) fn unhold_command(cfg: &Config) -> anyhow::Result<Exit> {
     let layout = as_state_owner(cfg)?;
     let had = layout.read_hold(MAX_FILE_BYTES)?.is_some();
     layout.remove_hold()?;

@@ -15,7 +15,7 @@
 mod memory;
 mod owner;
 
-pub use memory::Listeners;
+pub(crate) use memory::Listeners;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -32,7 +32,10 @@ use crate::exit::{Exit, Failure};
 
 /// Builds the tenancy client for the configured transport; `memory` spares the look for a
 /// listener judged before (the tick's; `None` looks every time).
-pub fn tenancy(cfg: &Config, memory: Option<&Arc<Listeners>>) -> anyhow::Result<proto::Client> {
+pub(crate) fn tenancy(
+    cfg: &Config,
+    memory: Option<&Arc<Listeners>>,
+) -> anyhow::Result<proto::Client> {
     let mut b = proto::Client::builder(cfg.tenancy_url()?)
         .timeout(Duration::from_secs(cfg.tenancy.timeout_s))
         // The download stops where the parser would refuse: one limit, not two that can drift.
@@ -53,7 +56,10 @@ pub fn tenancy(cfg: &Config, memory: Option<&Arc<Listeners>>) -> anyhow::Result<
 
 /// Builds the OpenBao client for the configured transport and CA bundle; `memory` as for
 /// [`tenancy`].
-pub fn openbao(cfg: &Config, memory: Option<&Arc<Listeners>>) -> anyhow::Result<bao::BaoClient> {
+pub(crate) fn openbao(
+    cfg: &Config,
+    memory: Option<&Arc<Listeners>>,
+) -> anyhow::Result<bao::BaoClient> {
     let mut b = bao::BaoClient::builder(cfg.bao_url()?)
         .timeout(Duration::from_secs(cfg.bao.timeout_s))
         .connection_check(listener_check(cfg, Peer::Bao, memory)?);
@@ -81,7 +87,7 @@ pub fn openbao(cfg: &Config, memory: Option<&Arc<Listeners>>) -> anyhow::Result<
 
 /// A peer the agent dials: the config section, code and wording of its listener check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Peer {
+pub(crate) enum Peer {
     /// Tenancy (`tenancy.proxy_addr`, or the URL's address under `system`).
     Tenancy,
     /// OpenBao (`bao.proxy_addr`, or `bao.addr`'s address under `system`).
@@ -94,7 +100,7 @@ pub enum Peer {
 impl Peer {
     /// The config key that names a further user who may serve this peer's loopback address.
     #[must_use]
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         match self {
             Peer::Tenancy => "tenancy.listener_user",
             Peer::Bao => "bao.listener_user",
@@ -140,7 +146,7 @@ impl Peer {
 ///
 /// # Errors
 /// A config whose addresses do not parse.
-pub fn loopback_target(cfg: &Config, peer: Peer) -> anyhow::Result<Option<SocketAddr>> {
+pub(crate) fn loopback_target(cfg: &Config, peer: Peer) -> anyhow::Result<Option<SocketAddr>> {
     match peer {
         Peer::Tenancy => cfg.tenancy_loopback(),
         Peer::Bao => cfg.bao_loopback(),
@@ -183,7 +189,7 @@ fn diagnose(peer: Peer) -> Option<Untrusted> {
 
 /// The users whose sockets may answer on a loopback address for a peer.
 #[derive(Debug, Clone)]
-pub struct Trusted {
+pub(crate) struct Trusted {
     peer: Peer,
     /// Root, the agent's own uid (and the state dir's owner), and `listener_user`'s when set.
     uids: Vec<u32>,
@@ -203,7 +209,7 @@ impl Trusted {
     ///
     /// # Errors
     /// A `listener_user` that is no user on this box (exit 78).
-    pub fn of(cfg: &Config, peer: Peer) -> anyhow::Result<Self> {
+    pub(crate) fn of(cfg: &Config, peer: Peer) -> anyhow::Result<Self> {
         let me = rustix::process::geteuid().as_raw();
         let mut uids = vec![0, me];
         // Only root stands in for the agent's user (`doctor` run by an admin); the agent itself
@@ -242,7 +248,7 @@ impl Trusted {
     /// Keeps the verdicts in `memory`, and trusts a listener found there without the look
     /// through `/proc`.
     #[must_use]
-    pub fn remembering(mut self, memory: Option<&Arc<Listeners>>) -> Self {
+    pub(crate) fn remembering(mut self, memory: Option<&Arc<Listeners>>) -> Self {
         self.memory = memory.cloned();
         self
     }
@@ -252,7 +258,11 @@ impl Trusted {
     ///
     /// # Errors
     /// [`Untrusted`] or [`Vanished`], boxed for the client's connection check.
-    pub fn judge(&self, local: SocketAddr, peer: SocketAddr) -> Result<(), proto::CheckError> {
+    pub(crate) fn judge(
+        &self,
+        local: SocketAddr,
+        peer: SocketAddr,
+    ) -> Result<(), proto::CheckError> {
         self.owner(local, peer).map(drop)
     }
 
@@ -327,7 +337,7 @@ impl Trusted {
     ///
     /// # Errors
     /// [`Untrusted`] for a listener of another user.
-    pub fn probe(&self, addr: SocketAddr) -> Result<Option<u32>, Untrusted> {
+    pub(crate) fn probe(&self, addr: SocketAddr) -> Result<Option<u32>, Untrusted> {
         let Ok(stream) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
             return Ok(None);
         };
@@ -387,7 +397,7 @@ impl Trusted {
 
 /// `doctor`'s look at who serves `peer`'s loopback address; `None` when the agent dials no
 /// loopback address for it.
-pub fn listener_report(cfg: &Config, peer: Peer) -> Option<Result<String, String>> {
+pub(crate) fn listener_report(cfg: &Config, peer: Peer) -> Option<Result<String, String>> {
     let addr = match loopback_target(cfg, peer) {
         Ok(Some(addr)) => addr,
         Ok(None) => return None,
@@ -470,7 +480,7 @@ fn local_registry(
 ///
 /// # Errors
 /// `REGISTRY_LISTENER_UNTRUSTED`, naming the listener; `REGISTRY_UNAVAILABLE`.
-pub fn registry_check(cfg: &Config, registry: &str) -> anyhow::Result<Option<String>> {
+pub(crate) fn registry_check(cfg: &Config, registry: &str) -> anyhow::Result<Option<String>> {
     registry_check_with(cfg, &crate::resolve::Resolver::default(), registry)
 }
 
@@ -536,7 +546,7 @@ enum Proof {
 /// The registries the stored registry credential names: `auths` of `docker/config.json` and of
 /// the credential at rest (`docker/credential.json`). `None` when neither file is there.
 #[must_use]
-pub fn stored_registries(cfg: &Config) -> Option<Vec<String>> {
+pub(crate) fn stored_registries(cfg: &Config) -> Option<Vec<String>> {
     let mut found = None;
     for path in [
         crate::layout::docker_config_json(&cfg.state_dir),
@@ -558,7 +568,7 @@ pub fn stored_registries(cfg: &Config) -> Option<Vec<String>> {
 
 /// The registries a docker `config.json`'s `auths` names (the keys only).
 #[must_use]
-pub fn auths_of(json: &[u8]) -> Vec<String> {
+pub(crate) fn auths_of(json: &[u8]) -> Vec<String> {
     serde_json::from_slice::<serde_json::Value>(json)
         .ok()
         .and_then(|v| {
@@ -575,7 +585,7 @@ pub fn auths_of(json: &[u8]) -> Vec<String> {
 ///
 /// # Errors
 /// `REGISTRY_LISTENER_UNTRUSTED`, naming the listener.
-pub fn stored_registry_check(cfg: &Config) -> anyhow::Result<Vec<String>> {
+pub(crate) fn stored_registry_check(cfg: &Config) -> anyhow::Result<Vec<String>> {
     let mut seen = Vec::new();
     for registry in stored_registries(cfg).unwrap_or_default() {
         seen.extend(registry_check(cfg, &registry)?);
@@ -590,7 +600,7 @@ pub fn stored_registry_check(cfg: &Config) -> anyhow::Result<Vec<String>> {
 ///
 /// # Errors
 /// As [`registry_check`].
-pub fn handed_registry_check(cfg: &Config) -> anyhow::Result<Vec<String>> {
+pub(crate) fn handed_registry_check(cfg: &Config) -> anyhow::Result<Vec<String>> {
     let path = crate::layout::docker_config_json(&cfg.state_dir);
     let Ok(text) = std::fs::read(&path) else {
         return Ok(Vec::new());
@@ -607,7 +617,7 @@ pub fn handed_registry_check(cfg: &Config) -> anyhow::Result<Vec<String>> {
 ///
 /// # Errors
 /// As [`Trusted::of`].
-pub fn listener_check(
+pub(crate) fn listener_check(
     cfg: &Config,
     peer: Peer,
     memory: Option<&Arc<Listeners>>,
@@ -652,7 +662,7 @@ enum Owner {
 
 /// A loopback listener that is not the one the box's admin set up; nothing was sent to it.
 #[derive(Debug)]
-pub struct Untrusted {
+pub(crate) struct Untrusted {
     peer: Peer,
     addr: SocketAddr,
     owner: Owner,
@@ -684,7 +694,7 @@ impl std::error::Error for Untrusted {}
 
 /// The peer's socket was gone before its owner could be read: the connection is dead anyway.
 #[derive(Debug)]
-pub struct Vanished {
+pub(crate) struct Vanished {
     peer: Peer,
     addr: SocketAddr,
 }
@@ -736,7 +746,7 @@ fn listener_failure(
 }
 
 /// Turns a tenancy error into a failure with the right exit status and tenancy's code.
-pub fn tenancy_failure(what: &str, e: proto::Error) -> Failure {
+pub(crate) fn tenancy_failure(what: &str, e: proto::Error) -> Failure {
     if let Some(f) = listener_failure(what, e.check_refusal()) {
         return f;
     }
@@ -796,7 +806,7 @@ fn tenancy_text(exit: Exit, e: &proto::Error) -> String {
 }
 
 /// Turns an OpenBao error into a failure: unreachable or sealed is temporary, the rest fails.
-pub fn bao_failure(what: &str, e: bao::Error) -> Failure {
+pub(crate) fn bao_failure(what: &str, e: bao::Error) -> Failure {
     if let Some(f) = listener_failure(what, e.check_refusal()) {
         return f;
     }

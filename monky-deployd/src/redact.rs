@@ -31,7 +31,7 @@ const URL_COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHAN
     .remove(b'~');
 
 /// What a masked value becomes.
-pub const MASK: &str = "***";
+pub(crate) const MASK: &str = "***";
 
 /// Text the redactor has passed: only [`redact`] (and this module's joins and cuts of what it
 /// produced) makes one. It is serialized as its plain string; read back (state.json's
@@ -44,7 +44,7 @@ pub struct Redacted(String);
 impl Redacted {
     /// The redacted text.
     #[must_use]
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
@@ -54,16 +54,10 @@ impl Redacted {
         self.0
     }
 
-    /// Whether there is no text.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     /// Appends `other`, on a line of its own: two redacted texts side by side stay redacted
     /// as long as no value is spelled across the seam, and a line break is a boundary for
     /// every rule (each line of a multi-line value is registered apart).
-    pub fn push_lines(&mut self, other: &Redacted) {
+    pub(crate) fn push_lines(&mut self, other: &Redacted) {
         if !self.0.is_empty() && !self.0.ends_with('\n') {
             self.0.push('\n');
         }
@@ -74,7 +68,7 @@ impl Redacted {
     /// `tail_of`). A cut inside a line is redacted again: a value masked
     /// only as a whole token may stand alone once the text glued to it is cut off.
     #[must_use]
-    pub fn tail(&self, max: usize) -> Redacted {
+    pub(crate) fn tail(&self, max: usize) -> Redacted {
         let cut = tail_of(&self.0, max);
         let at_line_start =
             cut.len() == self.0.len() || self.0[..self.0.len() - cut.len()].ends_with('\n');
@@ -102,7 +96,7 @@ impl<'de> serde::Deserialize<'de> for Redacted {
 /// a log would hide the log without protecting anything a guess would not find. The same holds
 /// for each line of a multi-line value: a line shorter than this survives when the lines are
 /// printed apart.
-pub const MIN_VALUE_LEN: usize = 4;
+pub(crate) const MIN_VALUE_LEN: usize = 4;
 
 /// Values (and each of their spellings) of at least this many bytes are masked wherever they
 /// occur, also glued to other letters; no word of a log is that long by chance.
@@ -110,7 +104,7 @@ pub const ANYWHERE_LEN: usize = 12;
 
 /// Where a registered spelling of a value is masked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rule {
+pub(crate) enum Rule {
     /// [`ANYWHERE_LEN`] bytes or more: every occurrence.
     Anywhere,
     /// Shorter: an occurrence that is not glued to a letter or digit on either side. An escape
@@ -125,7 +119,7 @@ pub enum Rule {
 impl Rule {
     /// The rule a registered spelling `text` is masked by.
     #[must_use]
-    pub fn of(text: &str) -> Rule {
+    pub(crate) fn of(text: &str) -> Rule {
         if text.len() >= ANYWHERE_LEN {
             Rule::Anywhere
         } else if text.chars().all(char::is_alphabetic) {
@@ -497,7 +491,7 @@ fn byte_escape(value: &str) -> String {
 /// Why a secret `value` is not masked everywhere, for `doctor` to say next to its name; `None`
 /// when every occurrence of it is masked.
 #[must_use]
-pub fn weakness(value: &str) -> Option<&'static str> {
+pub(crate) fn weakness(value: &str) -> Option<&'static str> {
     if value.len() < MIN_VALUE_LEN {
         Some("shorter than 4 bytes: never masked in logs, reports or status")
     } else if value.len() >= ANYWHERE_LEN {
@@ -561,7 +555,10 @@ pub fn register_basic_auth(user: &str, password: &str) {
 /// Registers a release's secret values once per `key` (its sha and `.env` digest) in the
 /// process: `read` (which reads them back from the release's `.env`) runs the first time a key
 /// is seen, never again for it. With no key (nothing to tell two `.env`s apart), every time.
-pub fn register_release(key: Option<&str>, read: impl FnOnce() -> Vec<secrecy::SecretString>) {
+pub(crate) fn register_release(
+    key: Option<&str>,
+    read: impl FnOnce() -> Vec<secrecy::SecretString>,
+) {
     global().register_release(key, read);
 }
 
@@ -572,17 +569,8 @@ pub fn register_release(key: Option<&str>, read: impl FnOnce() -> Vec<secrecy::S
 /// text (tenancy's `detail`, OpenBao's and the registry's errors, compose's and the apps'
 /// output) reaches the journal and the terminal only through the printers, and each printer
 /// passes what it prints through here, so no peer can forge a line or move the cursor.
-///
-/// ```
-/// use monky_deployd::redact::escape_controls;
-/// assert_eq!(escape_controls("ok\r INFO applied", false), "ok\\r INFO applied");
-/// assert_eq!(escape_controls("a\u{1b}[2Jb\tc\n", true), "a\\u{1b}[2Jb\tc\n");
-/// assert_eq!(escape_controls("a\nb", false), "a\\nb");
-/// assert_eq!(escape_controls("\u{85}\u{2028}é", false), "\\u{85}\\u{2028}é");
-/// assert_eq!(escape_controls("up\u{202e}nwod", false), "up\\u{202e}nwod");
-/// ```
 #[must_use]
-pub fn escape_controls(text: &str, keep_newlines: bool) -> std::borrow::Cow<'_, str> {
+pub(crate) fn escape_controls(text: &str, keep_newlines: bool) -> std::borrow::Cow<'_, str> {
     monky_vocab::text::escape(text, keep_newlines)
 }
 
@@ -593,7 +581,7 @@ pub fn redact(text: &str) -> Redacted {
 
 /// Masks everything secret in `text` without waiting: `None` while a value is being registered.
 /// For the panic hook, which may run on the thread that holds the registration lock.
-pub fn try_redact(text: &str) -> Option<String> {
+pub(crate) fn try_redact(text: &str) -> Option<String> {
     global().try_redact(text)
 }
 
@@ -616,6 +604,24 @@ fn tail_of(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escape_controls_escapes_what_a_terminal_acts_on() {
+        assert_eq!(
+            escape_controls("ok\r INFO applied", false),
+            "ok\\r INFO applied"
+        );
+        assert_eq!(
+            escape_controls("a\u{1b}[2Jb\tc\n", true),
+            "a\\u{1b}[2Jb\tc\n"
+        );
+        assert_eq!(escape_controls("a\nb", false), "a\\nb");
+        assert_eq!(
+            escape_controls("\u{85}\u{2028}é", false),
+            "\\u{85}\\u{2028}é"
+        );
+        assert_eq!(escape_controls("up\u{202e}nwod", false), "up\\u{202e}nwod");
+    }
 
     #[test]
     fn tail_keeps_the_end_at_a_line_start() {

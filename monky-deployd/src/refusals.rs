@@ -18,7 +18,7 @@ use crate::exit::{Exit, Failure};
 /// it and a secret on a command line: the bundle crate's offline verdict
 /// ([`bundle::Verdict::offline`]), its refusals as the agent's failures. Returns every manifest
 /// entry whose path resolved, with that path, and every refusal.
-pub fn offline(
+pub(crate) fn offline(
     b: &bundle::Bundle,
     env_id: &str,
     kv_mount: &str,
@@ -31,7 +31,7 @@ pub fn offline(
 /// Every refusal as one failure, for the tick's error and the report's detail: the first
 /// refusal's code (host access comes first) and every refusal's text, so an operator sees every
 /// finding at once instead of one per backoff.
-pub fn all(refused: Vec<Failure>) -> Option<Failure> {
+pub(crate) fn all(refused: Vec<Failure>) -> Option<Failure> {
     let (first, rest) = refused.split_first()?;
     // The first's code is the combined failure's own, shown once in front; every other
     // refusal shows its own code.
@@ -51,7 +51,7 @@ pub fn all(refused: Vec<Failure>) -> Option<Failure> {
 /// `raw_yaml` is the release's compose file, so that a value that came from a variable is
 /// named by it; `dir` is the release dir compose resolved the model's paths against. Links on
 /// the way of a path are followed as they are on disk now.
-pub fn model(
+pub(crate) fn model(
     policy: &bundle::ComposePolicy,
     project: &monky_compose::Compose,
     raw_yaml: &str,
@@ -95,13 +95,13 @@ pub fn model(
 
 /// What compose's model of a release says besides the policy's findings.
 #[derive(Debug, Default)]
-pub struct ModelFacts {
+pub(crate) struct ModelFacts {
     /// The images it names, each once, in order.
-    pub images: Vec<String>,
+    pub(crate) images: Vec<String>,
     /// The containers, volumes and networks it makes.
-    pub made: Vec<crate::names::Made>,
+    pub(crate) made: Vec<crate::names::Made>,
     /// Who each service runs as and which secret `.env` keys it gets.
-    pub runs_as: Vec<bundle::RunsAs>,
+    pub(crate) runs_as: Vec<bundle::RunsAs>,
 }
 
 /// Compose's own complaint first, the release dir cut out of it: the dir is a staging path
@@ -112,7 +112,7 @@ fn config_cause(e: &monky_compose::Error, dir: &Path) -> String {
 }
 
 /// A bundle from disk: a tar (optionally gzipped) or a directory of its members.
-pub fn load(path: &Path) -> anyhow::Result<Result<bundle::Bundle, Failure>> {
+pub(crate) fn load(path: &Path) -> anyhow::Result<Result<bundle::Bundle, Failure>> {
     let bytes = if path.is_dir() {
         let mut files = std::collections::BTreeMap::new();
         for entry in
@@ -147,7 +147,7 @@ pub fn load(path: &Path) -> anyhow::Result<Result<bundle::Bundle, Failure>> {
 /// values in `.env` and every secret a [`PLACEHOLDER`]; a model compose cannot build fails the
 /// check (`COMPOSE_CONFIG_FAILED`), as it fails the tick. Findings that name a secret's
 /// variable are noted as ones a real secret could still change.
-pub fn bundle_check(
+pub(crate) fn bundle_check(
     path: &Path,
     env_id: &str,
     kv_mount: &str,
@@ -259,7 +259,7 @@ fn fix_for(f: &Failure) -> String {
 
 /// What a `ulimits` line the kernel counts per host uid means on a shared box, for `bundle
 /// check` and `doctor`: information, not a refusal.
-pub const PER_UID_ULIMIT: &str = "applies to this container only, but the kernel counts it per \
+pub(crate) const PER_UID_ULIMIT: &str = "applies to this container only, but the kernel counts it per \
      host uid: processes (or signals, or queue bytes) of any container or host account running \
      as the same uid, in any env, count toward it, so the service may fail to fork where \
      another env runs as its uid; its own processes are bounded by its pids limit";
@@ -347,7 +347,7 @@ fn locate(compose: &str, message: &str) -> Option<usize> {
 /// a template puts a value (a string, a port, a count, a size in bytes, a name), so a model
 /// compose builds with the real values builds with these too. The values a real secret brings
 /// are judged by the tick on the real model.
-pub const PLACEHOLDER: &str = "1024";
+pub(crate) const PLACEHOLDER: &str = "1024";
 
 /// [`model`] for `bundle check`: the members and a `.env` with [`PLACEHOLDER`] secrets in a
 /// private temp dir, compose run there, and who each service runs as. No refusal when

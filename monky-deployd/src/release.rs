@@ -30,7 +30,7 @@ use crate::fsx::{self, Dir};
 use crate::layout::Layout;
 
 /// The rendered `.env` in a release dir (not a bundle member: the agent writes it).
-pub const ENV_FILE: &str = ".env";
+pub(crate) const ENV_FILE: &str = ".env";
 
 /// More entries than this in a release dir is not a release any more (nor worth listing).
 const MAX_RELEASE_ENTRIES: usize = 4096;
@@ -45,7 +45,7 @@ const MAX_DIGEST_BYTES: u64 = 1024;
 /// and written through its fd, which was opened from its parent's without following a link.
 /// Only compose is given a path ([`Release::dir`]), as the docker CLI needs one.
 #[derive(Debug)]
-pub struct Release {
+pub(crate) struct Release {
     fd: Dir,
     /// What compose is given as the project's directory: `<env>/current` for the release
     /// reached through `current` (what compose has always been given for the running
@@ -94,7 +94,7 @@ impl Release {
 
     /// The release `current` names, opened from `releases/` by the sha the link names (never
     /// through the link); `None` when there is none or it holds no compose file.
-    pub fn current(layout: &Layout) -> anyhow::Result<Option<Self>> {
+    pub(crate) fn current(layout: &Layout) -> anyhow::Result<Option<Self>> {
         match current_sha(layout)? {
             Some(sha) => Self::promoted(layout, &sha, layout.current_path()),
             None => Ok(None),
@@ -102,17 +102,17 @@ impl Release {
     }
 
     /// The release's sha.
-    pub fn sha(&self) -> &Sha {
+    pub(crate) fn sha(&self) -> &Sha {
         &self.sha
     }
 
     /// The directory compose is given.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.path
     }
 
     /// The compose file's text.
-    pub fn compose_yaml(&self) -> anyhow::Result<String> {
+    pub(crate) fn compose_yaml(&self) -> anyhow::Result<String> {
         let name = self.compose_file.as_str();
         let bytes = self
             .fd
@@ -130,7 +130,7 @@ impl Release {
     }
 
     /// The `.env` keys built from the manifest's secrets (names only; `.env` is not read).
-    pub fn secret_keys(&self) -> std::collections::BTreeSet<String> {
+    pub(crate) fn secret_keys(&self) -> std::collections::BTreeSet<String> {
         let read = |name: &str| self.fd.read(name, MAX_ENV_BYTES).ok();
         let (Some(manifest), Some(template)) = (
             read(bundle::MemberName::SECRETS_MANIFEST.as_str()),
@@ -146,7 +146,7 @@ impl Release {
     }
 
     /// The release's `allow_privileged` (false when its `bundle.json` cannot be read).
-    pub fn allow_privileged(&self) -> bool {
+    pub(crate) fn allow_privileged(&self) -> bool {
         self.meta().is_some_and(|m| m.allow_privileged)
     }
 
@@ -157,7 +157,7 @@ impl Release {
     }
 
     /// Whether the release's `bundle.json` says prod (false when it cannot be read).
-    pub fn is_prod(&self) -> bool {
+    pub(crate) fn is_prod(&self) -> bool {
         self.meta().is_some_and(|m| m.is_prod())
     }
 
@@ -174,7 +174,7 @@ impl Release {
     /// ([`bundle::PLAIN_COMPOSE_FILE`], written by [`Release::write_plain_compose`] before each
     /// judgement), never the bundle's own text; a release of an older agent without one is
     /// judged, and so given one, before anything starts from it.
-    pub fn compose(&self, docker: &compose::Docker, cfg: &Config) -> compose::Compose {
+    pub(crate) fn compose(&self, docker: &compose::Docker, cfg: &Config) -> compose::Compose {
         self.register_secrets();
         let file = if self.fd.has_file(bundle::PLAIN_COMPOSE_FILE) {
             bundle::PLAIN_COMPOSE_FILE
@@ -198,7 +198,7 @@ impl Release {
     /// of the bundle's compose file, one plain-ASCII JSON document, so any difference between
     /// the agent's YAML parser and compose's is harmless. Written again before every judgement,
     /// whatever a container did to the file since.
-    pub fn write_plain_compose(&self) -> anyhow::Result<()> {
+    pub(crate) fn write_plain_compose(&self) -> anyhow::Result<()> {
         let plain = bundle::plain_compose(&self.compose_yaml()?)
             .map_err(|r| crate::exit::Failure::from(&r))?;
         self.fd
@@ -208,7 +208,7 @@ impl Release {
     /// Writes the pull override ([`bundle::PULL_OVERRIDE_FILE`]) for this release's compose
     /// file and returns its path, for `compose pull` only; `None` (and no file) when the file
     /// has no service.
-    pub fn write_pull_override(&self) -> anyhow::Result<Option<PathBuf>> {
+    pub(crate) fn write_pull_override(&self) -> anyhow::Result<Option<PathBuf>> {
         match bundle::pull_override(&self.compose_yaml()?) {
             Some(t) => {
                 self.fd
@@ -227,7 +227,7 @@ impl Release {
     /// what was judged is what the agent wrote, whatever a container did to the file since;
     /// a missing or changed override shows in the model, which must hold a pids limit for
     /// every service.
-    pub fn write_budget_override(&self, cfg: &Config) -> anyhow::Result<()> {
+    pub(crate) fn write_budget_override(&self, cfg: &Config) -> anyhow::Result<()> {
         match cfg.budget.budget_override_for(&self.compose_yaml()?) {
             Some(t) => self
                 .fd
@@ -252,7 +252,7 @@ impl Release {
     }
 
     /// The values of `.env` that came from the manifest's secrets, by `.env` key.
-    pub fn secrets(&self) -> Vec<(String, SecretString)> {
+    pub(crate) fn secrets(&self) -> Vec<(String, SecretString)> {
         #[cfg(test)]
         tests::ENV_READS.with(|n| n.set(n.get() + 1));
         // Bounded, regular files only: a FIFO planted as `.env` cannot hang the tick here.
@@ -296,18 +296,18 @@ fn env_digest(key: &[u8], env: &[u8]) -> String {
 /// A release written to `staging/` by [`stage`], and only by it: what [`promote`] takes, so no
 /// other release (a fallback's, the one `current` names) can be promoted in its place.
 #[derive(Debug)]
-pub struct Staged(Release);
+pub(crate) struct Staged(Release);
 
 impl Staged {
     /// The staged release, for the checks before its promotion.
-    pub fn release(&self) -> &Release {
+    pub(crate) fn release(&self) -> &Release {
         &self.0
     }
 }
 
 /// Writes the bundle's files and the rendered `.env` (0600) into a fresh staging directory
 /// named for `sha`, the sha the bundle was checked against.
-pub fn stage(
+pub(crate) fn stage(
     layout: &Layout,
     sha: &Sha,
     b: &bundle::Bundle,
@@ -331,7 +331,7 @@ pub fn stage(
 }
 
 /// A check a release must pass before `current` names it.
-pub type Gate<'a> = &'a dyn Fn(&Release) -> Result<(), Failure>;
+pub(crate) type Gate<'a> = &'a dyn Fn(&Release) -> Result<(), Failure>;
 
 /// Makes a staged release `releases/<sha>` and points `current` at it.
 ///
@@ -344,7 +344,7 @@ pub type Gate<'a> = &'a dyn Fn(&Release) -> Result<(), Failure>;
 /// still use, and may have filled with links) is kept, so the directory `current` may name is
 /// never missing; that directory is not the one judged, so `gate` must pass on it before
 /// `current` names it.
-pub fn promote(layout: &Layout, staged: Staged, gate: Gate<'_>) -> anyhow::Result<Release> {
+pub(crate) fn promote(layout: &Layout, staged: Staged, gate: Gate<'_>) -> anyhow::Result<Release> {
     let Staged(staged) = staged;
     let sha_typed = staged.sha.clone();
     let sha = sha_typed.as_str();
@@ -398,7 +398,7 @@ pub fn promote(layout: &Layout, staged: Staged, gate: Gate<'_>) -> anyhow::Resul
 }
 
 /// Points `current` at an existing `releases/<sha>` (a fallback), once `gate` passed on it.
-pub fn point_current(layout: &Layout, sha: &Sha, gate: Gate<'_>) -> anyhow::Result<Release> {
+pub(crate) fn point_current(layout: &Layout, sha: &Sha, gate: Gate<'_>) -> anyhow::Result<Release> {
     let at = layout.releases_path().join(sha.as_str());
     let rel = Release::promoted(layout, sha, at.clone())?
         .with_context(|| format!("release {} is no longer on disk", at.display()))?;
@@ -408,7 +408,7 @@ pub fn point_current(layout: &Layout, sha: &Sha, gate: Gate<'_>) -> anyhow::Resu
 }
 
 /// Whether `releases/<sha>` is on disk (a directory, not a link).
-pub fn on_disk(layout: &Layout, sha: &str) -> bool {
+pub(crate) fn on_disk(layout: &Layout, sha: &str) -> bool {
     layout
         .releases_if_any()
         .ok()
@@ -417,7 +417,7 @@ pub fn on_disk(layout: &Layout, sha: &str) -> bool {
 }
 
 /// The sha `current` names, when it is the agent's own link into `releases/`.
-pub fn current_sha(layout: &Layout) -> anyhow::Result<Option<Sha>> {
+pub(crate) fn current_sha(layout: &Layout) -> anyhow::Result<Option<Sha>> {
     let Some(target) = layout.current_target()? else {
         return Ok(None);
     };
@@ -453,7 +453,7 @@ fn modified(dir: &Path, why: &str) -> anyhow::Error {
 ///
 /// A release written by a version that kept no digest has its `.env` digest recorded now,
 /// once, after its members verified.
-pub fn verify(layout: &Layout, sha: &Sha) -> anyhow::Result<()> {
+pub(crate) fn verify(layout: &Layout, sha: &Sha) -> anyhow::Result<()> {
     let sha = sha.as_str();
     let releases = layout
         .releases_if_any()?
@@ -520,13 +520,13 @@ pub fn verify(layout: &Layout, sha: &Sha) -> anyhow::Result<()> {
 }
 
 /// Removes `current` after a retire; the releases stay on disk.
-pub fn clear_current(layout: &Layout) -> anyhow::Result<()> {
+pub(crate) fn clear_current(layout: &Layout) -> anyhow::Result<()> {
     layout.remove_current()
 }
 
 /// Removes staging leftovers and temp files (after every tick, and so after a crash).
 /// Nothing here follows a link: a planted one is removed itself.
-pub fn clean_staging(layout: &Layout) {
+pub(crate) fn clean_staging(layout: &Layout) {
     layout.remove_temp_files();
     if let Err(e) = layout.remove_staging() {
         tracing::warn!("cannot clear staging: {e:#}");
@@ -568,7 +568,7 @@ fn remove_release(layout: &Layout, releases: &Dir, name: &str) {
 
 /// Keeps the newest `keep` releases; never removes the one `current` names nor those in
 /// `protect` (the last healthy release, a failed sha that waits out its backoff).
-pub fn prune(layout: &Layout, keep: usize, protect: &[&str]) {
+pub(crate) fn prune(layout: &Layout, keep: usize, protect: &[&str]) {
     let Ok(Some(releases)) = layout.releases_if_any() else {
         return;
     };
@@ -588,17 +588,17 @@ pub fn prune(layout: &Layout, keep: usize, protect: &[&str]) {
 
 /// What `releases/` and `staging/` hold on disk, each inode counted once.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Usage {
+pub(crate) struct Usage {
     /// What the agent wrote: each release's top-level bundle members, `.env` and budget
     /// override (and the directories themselves). This is what `releases_max_bytes` caps.
-    pub agent: u64,
+    pub(crate) agent: u64,
     /// Everything else below a release dir: what containers wrote through a relative bind.
     /// Measured and reported, never capped: a container must not be able to keep the next
     /// release (its own fix, perhaps) from being deployed.
-    pub container: u64,
+    pub(crate) container: u64,
     /// The release dirs whose walk stopped before their end, each with why: too deep or too
     /// wide to walk (or remove) within a tick, or changed under the walk.
-    pub partial: Vec<String>,
+    pub(crate) partial: Vec<String>,
 }
 
 /// Whether a top-level entry of a release dir is one the agent writes.
@@ -612,7 +612,7 @@ fn written_by_agent(name: &str, kind: rustix::fs::FileType) -> bool {
 
 /// The bytes `releases/` and `staging/` hold on disk now, the agent's apart from the
 /// containers'. A file the agent wrote that a container linked elsewhere counts as the agent's.
-pub fn usage(layout: &Layout) -> anyhow::Result<Usage> {
+pub(crate) fn usage(layout: &Layout) -> anyhow::Result<Usage> {
     measure(layout, true)
 }
 
@@ -664,7 +664,12 @@ fn measure(layout: &Layout, containers: bool) -> anyhow::Result<Usage> {
 /// Makes room for a release of `need` bytes under `releases_max_bytes` before it is staged:
 /// older releases go first, oldest first (never `current` nor one of `protect`); when even
 /// that is not enough, refused as `RELEASES_OVER_CAP` naming the cap, and nothing is staged.
-pub fn make_room(layout: &Layout, cfg: &Config, need: u64, protect: &[&str]) -> anyhow::Result<()> {
+pub(crate) fn make_room(
+    layout: &Layout,
+    cfg: &Config,
+    need: u64,
+    protect: &[&str],
+) -> anyhow::Result<()> {
     let cap = cfg.releases_max_bytes;
     let fits = |used: u64| used.saturating_add(need) <= cap;
     let mut used = agent_usage(layout)?;

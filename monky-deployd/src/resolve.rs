@@ -19,7 +19,7 @@ const MAX_HOSTS_BYTES: u64 = 4 << 20;
 /// A resolver for registry hosts: the hosts file at a path (tests give their own), then the
 /// system resolver.
 #[derive(Debug, Clone)]
-pub struct Resolver {
+pub(crate) struct Resolver {
     hosts: PathBuf,
 }
 
@@ -35,13 +35,13 @@ impl Resolver {
     /// The resolver that reads `hosts` instead of `/etc/hosts`.
     #[cfg(test)]
     #[must_use]
-    pub fn with_hosts_file(hosts: PathBuf) -> Self {
+    pub(crate) fn with_hosts_file(hosts: PathBuf) -> Self {
         Self { hosts }
     }
 
     /// Every address `host` resolves to, each marked whether it is an address of this box.
     #[must_use]
-    pub fn lookup(&self, host: &str) -> Lookup {
+    pub(crate) fn lookup(&self, host: &str) -> Lookup {
         let host = host.trim().trim_end_matches('.').to_ascii_lowercase();
         if let Ok(ip) = host.parse::<IpAddr>() {
             return found(vec![ip]);
@@ -84,7 +84,7 @@ impl Resolver {
 
     /// This resolver as the policy's lookup.
     #[must_use]
-    pub fn into_lookup(self) -> Arc<LookupFn> {
+    pub(crate) fn into_lookup(self) -> Arc<LookupFn> {
         Arc::new(move |host: &str| self.lookup(host))
     }
 }

@@ -12,6 +12,7 @@ use anyhow::Context;
 use rand::Rng;
 use tracing::info;
 
+use crate::backoff::{Backoff, Jitter};
 use crate::config::Config;
 use crate::exit::Exit;
 use crate::tick::{self, TickOptions};
@@ -20,7 +21,7 @@ use crate::tick::{self, TickOptions};
 const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
 
 /// Loops until a signal or an unrecoverable status.
-pub fn run(cfg: &Config, opts: TickOptions) -> anyhow::Result<Exit> {
+pub(crate) fn run(cfg: &Config, opts: TickOptions) -> anyhow::Result<Exit> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
@@ -93,8 +94,8 @@ fn test_interval() -> Option<Duration> {
 }
 
 /// The wait before the next tick: the interval when healthy; after `failures` temporary failures,
-/// interval x 2^(failures-1) plus up to half again of jitter, capped, and at least Retry-After.
-pub fn next_wait(
+/// interval x 2^(failures-1), capped, plus up to half again of jitter, and at least Retry-After.
+fn next_wait(
     interval: Duration,
     failures: u32,
     retry_after: Option<Duration>,
@@ -103,11 +104,15 @@ pub fn next_wait(
     if failures == 0 {
         return interval;
     }
-    let base = interval
-        .saturating_mul(1u32 << (failures - 1).min(16))
-        .min(MAX_BACKOFF.max(interval));
-    let jittered = base.saturating_add(base.mul_f64(jitter.clamp(0.0, 1.0) / 2.0));
-    jittered.max(retry_after.unwrap_or_default()).max(interval)
+    let backoff = Backoff {
+        base: interval,
+        cap: MAX_BACKOFF.max(interval),
+        jitter: Jitter::Above(0.5),
+    };
+    backoff
+        .wait(failures, jitter)
+        .max(retry_after.unwrap_or_default())
+        .max(interval)
 }
 
 #[cfg(test)]

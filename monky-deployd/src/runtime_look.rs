@@ -24,9 +24,9 @@ use crate::shared_uid::HostAccounts;
 #[derive(Debug, Clone)]
 pub struct Roots {
     /// `/proc`.
-    pub proc: PathBuf,
+    pub(crate) proc: PathBuf,
     /// `/sys/fs/cgroup`.
-    pub cgroup: PathBuf,
+    pub(crate) cgroup: PathBuf,
 }
 
 impl Default for Roots {
@@ -42,9 +42,9 @@ impl Default for Roots {
 #[derive(Clone, PartialEq, Eq)]
 pub struct Proc {
     /// Its pid on the host.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// Real, effective, saved and filesystem uid (`/proc/<pid>/status`'s `Uid:` line).
-    pub uids: [u32; 4],
+    pub(crate) uids: [u32; 4],
     /// Its arguments (`/proc/<pid>/cmdline`): the app's, maybe a secret; never shown.
     argv: Vec<Vec<u8>>,
 }
@@ -62,7 +62,7 @@ impl fmt::Debug for Proc {
 impl Proc {
     /// A process from its `status` and `cmdline` texts.
     #[must_use]
-    pub fn parse(pid: u32, status: &str, cmdline: &[u8]) -> Option<Self> {
+    pub(crate) fn parse(pid: u32, status: &str, cmdline: &[u8]) -> Option<Self> {
         let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
         let ids: Vec<u32> = line
             .split_whitespace()
@@ -175,7 +175,7 @@ pub struct SecretValues(Vec<(String, SecretString)>);
 impl SecretValues {
     /// Values shorter than this match only a whole argument or variable value: a short
     /// value (`on`, `1`) is in many an unrelated argument.
-    pub const MIN_SUBSTRING: usize = 6;
+    pub(crate) const MIN_SUBSTRING: usize = 6;
 
     /// From `(key, value)` pairs; empty values are dropped (they are in every text).
     #[must_use]
@@ -190,7 +190,7 @@ impl SecretValues {
 
     /// Whether there is any value to look for.
     #[must_use]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
@@ -268,7 +268,7 @@ pub enum Finding {
 impl Finding {
     /// The code a finding is reported under.
     #[must_use]
-    pub fn code(&self) -> Code {
+    pub(crate) fn code(&self) -> Code {
         match self {
             Self::OnCommandLine { .. } => Code::SecretOnCommandLine,
             Self::SharedUid { .. } | Self::Unseen { .. } => Code::SecretReadableOnHost,
@@ -361,7 +361,7 @@ pub fn judge(
 /// The report's code and message for `findings` (not empty): `SECRET_READABLE_ON_HOST` when a
 /// secret is readable at a shared uid or the look could not see, else `SECRET_ON_COMMAND_LINE`.
 #[must_use]
-pub fn failure(findings: &[Finding]) -> (Code, String) {
+pub(crate) fn failure(findings: &[Finding]) -> (Code, String) {
     let code = if findings
         .iter()
         .any(|f| f.code() == Code::SecretReadableOnHost)
@@ -395,7 +395,7 @@ pub fn failure(findings: &[Finding]) -> (Code, String) {
 /// The services of `runs` that get a secret, by the one count of the routes a secret takes
 /// into a service ([`monky_bundle::RunsAs::gets_a_secret`]), as the check before start counts.
 #[must_use]
-pub fn holders(runs: &[monky_bundle::RunsAs]) -> BTreeSet<String> {
+pub(crate) fn holders(runs: &[monky_bundle::RunsAs]) -> BTreeSet<String> {
     runs.iter()
         .filter(|r| r.gets_a_secret())
         .map(|r| r.service.clone())
@@ -407,13 +407,13 @@ pub fn holders(runs: &[monky_bundle::RunsAs]) -> BTreeSet<String> {
 /// processes ran as (for `doctor`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Looked {
+pub(crate) struct Looked {
     /// The release.
-    pub sha: Option<monky_agent_proto::Sha>,
+    pub(crate) sha: Option<monky_agent_proto::Sha>,
     /// The services that get a secret, by the count.
-    pub holders: BTreeSet<String>,
+    pub(crate) holders: BTreeSet<String>,
     /// Every uid a process of the release ran as.
-    pub uids: BTreeSet<u32>,
+    pub(crate) uids: BTreeSet<u32>,
 }
 
 /// state.json's record, read leniently: one that does not parse is dropped, and the next

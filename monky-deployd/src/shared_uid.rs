@@ -38,7 +38,7 @@ impl HostAccounts {
 
     /// From the text of a passwd and a group file.
     #[must_use]
-    pub fn parse(passwd: &str, group: &str) -> Self {
+    pub(crate) fn parse(passwd: &str, group: &str) -> Self {
         let mut equal_gids = BTreeSet::new();
         let mut equal_members = BTreeSet::new();
         for line in group.lines() {
@@ -82,14 +82,14 @@ fn entries(passwd: &str) -> impl Iterator<Item = (&str, u32, u32)> {
 /// always takes as a uid, even where a name spelled so exists), or `root`, which is uid 0 in
 /// every `passwd` (and an image without one does not start as `root` by name at all).
 #[must_use]
-pub fn plain_uid(user: &str) -> Option<u32> {
+pub(crate) fn plain_uid(user: &str) -> Option<u32> {
     monky_bundle::numeric_uid(user)
         .or_else(|| (user.split(':').next().unwrap_or_default().trim() == "root").then_some(0))
 }
 
 /// The uid a `user` spec names in a container: as [`plain_uid`] tells it, else a name by the
 /// image's own `passwd` (the file the runtime reads); `Err` says why it cannot be told.
-pub fn uid_of(user: &str, image_passwd: Option<&str>) -> Result<u32, String> {
+pub(crate) fn uid_of(user: &str, image_passwd: Option<&str>) -> Result<u32, String> {
     if let Some(uid) = plain_uid(user) {
         return Ok(uid);
     }
@@ -106,7 +106,7 @@ pub fn uid_of(user: &str, image_passwd: Option<&str>) -> Result<u32, String> {
 /// runs as a uid `accounts` has (unless `allowed` names it). `user_of` gives a service's
 /// effective uid (its own `user`, else its image's `USER`, names resolved; `None`: root);
 /// each service's secret names only.
-pub fn findings(
+pub(crate) fn findings(
     runs: &[RunsAs],
     accounts: &HostAccounts,
     allowed: &[u32],

@@ -22,12 +22,12 @@ pub(crate) fn save_lock() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// The state file's format version; another version is moved aside, not guessed at.
-pub const STATE_VERSION: u32 = 1;
+pub(crate) const STATE_VERSION: u32 = 1;
 
 /// Where the OpenBao token came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum TokenSource {
+pub(crate) enum TokenSource {
     /// Minted from the kit's bootstrap grant.
     Bootstrap,
     /// Minted from a lease.
@@ -36,40 +36,40 @@ pub enum TokenSource {
 
 /// What is known about the token in `bao.token` (never the token itself).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TokenState {
+pub(crate) struct TokenState {
     /// Bootstrap or lease.
-    pub source: TokenSource,
+    pub(crate) source: TokenSource,
     /// When it was minted (unix seconds).
-    pub obtained_at: u64,
+    pub(crate) obtained_at: u64,
     /// When it expires unless renewed (unix seconds); shown, and a fallback only: a wall
     /// clock step moves it.
-    pub expires_at: u64,
+    pub(crate) expires_at: u64,
     /// When it was minted, on the boot clock: its age for the re-lease within a boot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub obtained_boot: Option<BootDeadline>,
+    pub(crate) obtained_boot: Option<BootDeadline>,
     /// When it expires unless renewed, on the boot clock, from OpenBao's TTL: what renewal is
     /// scheduled by within a boot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expires_boot: Option<BootDeadline>,
+    pub(crate) expires_boot: Option<BootDeadline>,
     /// The TTL it was minted with (OpenBao's answer); a renewal granting less has reached the
     /// token's max TTL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub creation_ttl_s: Option<u64>,
+    pub(crate) creation_ttl_s: Option<u64>,
     /// A renewal came back short of `creation_ttl_s`, or the token is older than the agent
     /// keeps one: the max TTL is near, lease again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub max_ttl_near: bool,
+    pub(crate) max_ttl_near: bool,
     /// When the token ends for good (unix seconds), as OpenBao said by capping a renewal at
     /// it; before that the end is estimated (see [`TokenState::max_ttl_end`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_expires_at: Option<u64>,
+    pub(crate) max_expires_at: Option<u64>,
 }
 
 impl TokenState {
     /// Facts known by the wall clock alone (a state taken over from the original agent): the
     /// first upkeep asks OpenBao for the rest.
     #[must_use]
-    pub fn from_wall(source: TokenSource, obtained_at: u64, expires_at: u64) -> Self {
+    pub(crate) fn from_wall(source: TokenSource, obtained_at: u64, expires_at: u64) -> Self {
         Self {
             source,
             obtained_at,
@@ -86,7 +86,7 @@ impl TokenState {
     /// end a capped renewal gave, else the minting plus the role's documented max TTL
     /// ([`ASSUMED_MAX_TTL_S`]), which the agent's own re-lease at 28 days also counts on.
     #[must_use]
-    pub fn max_ttl_end(&self) -> (u64, bool) {
+    pub(crate) fn max_ttl_end(&self) -> (u64, bool) {
         match self.max_expires_at {
             Some(end) => (end, true),
             None => (self.obtained_at.saturating_add(ASSUMED_MAX_TTL_S), false),
@@ -97,7 +97,7 @@ impl TokenState {
 /// Why the box lost its OpenBao token, judged when OpenBao refused it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum TokenLossCause {
+pub(crate) enum TokenLossCause {
     /// OpenBao refused a token the agent's record says is alive: revoked, or its grant
     /// superseded by tenancy (a kit re-reveal, a retire).
     Revoked,
@@ -110,21 +110,21 @@ pub enum TokenLossCause {
 /// The token the box lost, kept until it has a token again, so every view says why it has
 /// none (the tick after the loss, `status`, `explain`, `doctor`, the metrics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TokenLoss {
+pub(crate) struct TokenLoss {
     /// Why.
-    pub cause: TokenLossCause,
+    pub(crate) cause: TokenLossCause,
     /// When OpenBao refused it (unix seconds).
-    pub seen_at: u64,
+    pub(crate) seen_at: u64,
     /// When it ended by the agent's record (unix seconds), for an expiry or the max TTL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ended_at: Option<u64>,
+    pub(crate) ended_at: Option<u64>,
 }
 
 impl TokenLoss {
     /// The loss of the token `facts` describes, refused by OpenBao at `now`: its max TTL
     /// passed, else its TTL ran out, by the agent's record; else it was revoked or superseded.
     #[must_use]
-    pub fn judged(facts: Option<&TokenState>, now: u64) -> Self {
+    pub(crate) fn judged(facts: Option<&TokenState>, now: u64) -> Self {
         let (cause, ended_at) = match facts {
             Some(t) if t.max_ttl_end().0 <= now => {
                 (TokenLossCause::MaxTtl, Some(t.max_ttl_end().0))
@@ -141,7 +141,7 @@ impl TokenLoss {
 
     /// The metrics label and status's word for the cause.
     #[must_use]
-    pub fn cause_name(&self) -> &'static str {
+    pub(crate) fn cause_name(&self) -> &'static str {
         match self.cause {
             TokenLossCause::Revoked => "revoked",
             TokenLossCause::Expired => "expired",
@@ -173,31 +173,31 @@ impl std::fmt::Display for TokenLoss {
 
 /// The `see-env` role's `token_max_ttl` as docs/OPERATIONS.md gives it (30 days): the end
 /// assumed for a token until OpenBao caps a renewal at the real one.
-pub const ASSUMED_MAX_TTL_S: u64 = 30 * 24 * 3600;
+pub(crate) const ASSUMED_MAX_TTL_S: u64 = 30 * 24 * 3600;
 
 /// How long after its last heal a crash loop keeps the box from converged: the service must
 /// stay up that long.
-pub const CRASH_LOOP_SECS: u64 = 3600;
+pub(crate) const CRASH_LOOP_SECS: u64 = 3600;
 
 /// A crash loop: a heal that found a service dead again within the hour, by its own exit (a
 /// stop or kill from outside, the OOM killer, an engine restart are no crash). The one record
 /// that the tick's exit and report, `status`, `explain`, doctor and the metrics read for the
 /// hour after it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CrashLoop {
+pub(crate) struct CrashLoop {
     /// When (unix seconds).
-    pub at: u64,
+    pub(crate) at: u64,
     /// The heals of a service that died by its own exit within the hour up to it.
-    pub heals: u32,
+    pub(crate) heals: u32,
     /// The service that died (the first, when more did).
     #[serde(default)]
-    pub service: String,
+    pub(crate) service: String,
     /// Its exit code.
     #[serde(default)]
-    pub exit_code: Option<i32>,
+    pub(crate) exit_code: Option<i32>,
     /// Its own last lines before it died, redacted.
     #[serde(default)]
-    pub last_lines: Option<Redacted>,
+    pub(crate) last_lines: Option<Redacted>,
 }
 
 /// serde's test for a counter that is left out of state.json while it is zero.
@@ -207,22 +207,22 @@ fn is_zero(n: &u32) -> bool {
 
 /// A container as last seen.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SeenContainer {
+pub(crate) struct SeenContainer {
     /// Container name.
-    pub name: String,
+    pub(crate) name: String,
     /// `running`, `exited`, ...
-    pub state: String,
+    pub(crate) state: String,
     /// `healthy`, `unhealthy`, `starting`, or none without a healthcheck.
-    pub health: Option<String>,
+    pub(crate) health: Option<String>,
     /// A one-shot that completed ([`monky_compose::Container::completed`]): done, not down.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub completed: bool,
+    pub(crate) completed: bool,
 }
 
 impl SeenContainer {
     /// Up as compose means it ([`monky_compose::Container::is_ready`]).
     #[must_use]
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         monky_compose::Container::ready(&self.state, self.health.as_deref(), self.completed)
     }
 }
@@ -230,25 +230,25 @@ impl SeenContainer {
 /// A release whose apply failed after it was staged (render, model, pull, up or health) and
 /// that waits out its backoff before it is tried again.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FailedRelease {
+pub(crate) struct FailedRelease {
     /// The sha that failed.
-    pub sha: Sha,
+    pub(crate) sha: Sha,
     /// How many applies of it failed in a row.
-    pub attempts: u32,
+    pub(crate) attempts: u32,
     /// When it may be tried again (unix seconds); shown, and a fallback clamped to the longest
     /// wait after another boot.
-    pub next_attempt_at: Option<u64>,
+    pub(crate) next_attempt_at: Option<u64>,
     /// The same deadline on the boot clock, which no wall-clock step moves.
-    pub next_attempt_boot: Option<BootDeadline>,
+    pub(crate) next_attempt_boot: Option<BootDeadline>,
     /// The code of its failure; none in a state that kept a code this version does not know.
-    pub code: Option<Code>,
+    pub(crate) code: Option<Code>,
     /// `CODE: names` of its failure without the backoff note, repeated by the reports sent
     /// while it waits.
-    pub detail: Option<Redacted>,
+    pub(crate) detail: Option<Redacted>,
     /// The digest of the config parts that decided the verdict when it failed (see
     /// `backoff::verdict_key`): a config changed since then may decide otherwise, so the wait
     /// does not hold across it. None in a state written before it was kept.
-    pub verdict_key: Option<String>,
+    pub(crate) verdict_key: Option<String>,
 }
 
 /// The failed release as state.json has always kept it: flat `failed_*` fields beside the
@@ -310,7 +310,7 @@ mod failed_fields {
 /// happened; everything else reads them through the accessors of the same names.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct State {
+pub(crate) struct State {
     /// Format version.
     version: u32,
     /// The env this state belongs to.
@@ -416,190 +416,190 @@ pub struct State {
 impl State {
     /// What the last look at the running release's processes saw.
     #[must_use]
-    pub fn looked(&self) -> Option<&crate::runtime_look::Looked> {
+    pub(crate) fn looked(&self) -> Option<&crate::runtime_look::Looked> {
         self.looked.as_ref()
     }
 
     /// Format version.
     #[must_use]
-    pub fn version(&self) -> u32 {
+    pub(crate) fn version(&self) -> u32 {
         self.version
     }
     /// The env this state belongs to.
     #[must_use]
-    pub fn env_id(&self) -> &str {
+    pub(crate) fn env_id(&self) -> &str {
         &self.env_id
     }
     /// The sha that is running and was last healthy.
     #[must_use]
-    pub fn applied_sha(&self) -> Option<&Sha> {
+    pub(crate) fn applied_sha(&self) -> Option<&Sha> {
         self.applied_sha.as_ref()
     }
     /// What tenancy last asked for.
     #[must_use]
-    pub fn desired_sha(&self) -> Option<&Sha> {
+    pub(crate) fn desired_sha(&self) -> Option<&Sha> {
         self.desired_sha.as_ref()
     }
     /// Every sha applied, oldest first.
     #[must_use]
-    pub fn applied_history(&self) -> &[Sha] {
+    pub(crate) fn applied_history(&self) -> &[Sha] {
         &self.applied_history
     }
     /// Last successful checkin (unix seconds).
     #[must_use]
-    pub fn last_checkin(&self) -> Option<u64> {
+    pub(crate) fn last_checkin(&self) -> Option<u64> {
         self.last_checkin
     }
     /// Last report sent (unix seconds).
     #[must_use]
-    pub fn last_report(&self) -> Option<u64> {
+    pub(crate) fn last_report(&self) -> Option<u64> {
         self.last_report
     }
     /// `applied`, `failed` or `down`.
     #[must_use]
-    pub fn last_result(&self) -> Option<&str> {
+    pub(crate) fn last_result(&self) -> Option<&str> {
         self.last_result.as_deref()
     }
     /// `CODE: names` of the last failure, redacted.
     #[must_use]
-    pub fn last_error(&self) -> Option<&Redacted> {
+    pub(crate) fn last_error(&self) -> Option<&Redacted> {
         self.last_error.as_ref()
     }
     /// The code of `last_error`.
     #[must_use]
-    pub fn last_code(&self) -> Option<Code> {
+    pub(crate) fn last_code(&self) -> Option<Code> {
         self.last_code
     }
     /// Token facts.
     #[must_use]
-    pub fn token(&self) -> Option<&TokenState> {
+    pub(crate) fn token(&self) -> Option<&TokenState> {
         self.token.as_ref()
     }
     /// The token the box lost and why, until it has one again.
     #[must_use]
-    pub fn token_lost(&self) -> Option<&TokenLoss> {
+    pub(crate) fn token_lost(&self) -> Option<&TokenLoss> {
         self.token_lost.as_ref()
     }
     /// Containers as last seen.
     #[must_use]
-    pub fn containers(&self) -> &[SeenContainer] {
+    pub(crate) fn containers(&self) -> &[SeenContainer] {
         &self.containers
     }
     /// Tenancy's checkin interval.
     #[must_use]
-    pub fn checkin_interval_s(&self) -> Option<u64> {
+    pub(crate) fn checkin_interval_s(&self) -> Option<u64> {
         self.checkin_interval_s
     }
     /// The KV mount tenancy named, when it differs from config.
     #[must_use]
-    pub fn kv_mount(&self) -> Option<&str> {
+    pub(crate) fn kv_mount(&self) -> Option<&str> {
         self.kv_mount.as_deref()
     }
     /// Whether the running release is prod.
     #[must_use]
-    pub fn applied_prod(&self) -> Option<bool> {
+    pub(crate) fn applied_prod(&self) -> Option<bool> {
         self.applied_prod
     }
     /// The release that failed and waits out its backoff.
     #[must_use]
-    pub fn failed(&self) -> Option<&FailedRelease> {
+    pub(crate) fn failed(&self) -> Option<&FailedRelease> {
         self.failed.as_ref()
     }
     /// Refusals and failures seen, by code.
     #[must_use]
-    pub fn refusals(&self) -> &BTreeMap<String, u64> {
+    pub(crate) fn refusals(&self) -> &BTreeMap<String, u64> {
         &self.refusals
     }
     /// The last bundle's disk need in bytes.
     #[must_use]
-    pub fn last_disk_need_bytes(&self) -> Option<u64> {
+    pub(crate) fn last_disk_need_bytes(&self) -> Option<u64> {
         self.last_disk_need_bytes
     }
     /// The last tick that ended with exit 0 (unix seconds).
     #[must_use]
-    pub fn last_success(&self) -> Option<u64> {
+    pub(crate) fn last_success(&self) -> Option<u64> {
         self.last_success
     }
     /// The compose found last time.
     #[must_use]
-    pub fn compose(&self) -> Option<&monky_compose::ComposeInfo> {
+    pub(crate) fn compose(&self) -> Option<&monky_compose::ComposeInfo> {
         self.compose.as_ref()
     }
     /// The running release, when the original agent wrote it.
     #[must_use]
-    pub fn original_release(&self) -> Option<&Sha> {
+    pub(crate) fn original_release(&self) -> Option<&Sha> {
         self.original_release.as_ref()
     }
     /// The action tenancy answered in the last tick's checkin.
     #[must_use]
-    pub fn last_action(&self) -> Option<&str> {
+    pub(crate) fn last_action(&self) -> Option<&str> {
         self.last_action.as_deref()
     }
     /// How many ticks in a row before the last one ended the same.
     #[must_use]
-    pub fn repeats(&self) -> u32 {
+    pub(crate) fn repeats(&self) -> u32 {
         self.repeats
     }
     /// Variables the original agent's `.env` handed to the app differently.
     #[must_use]
-    pub fn quoting_changed(&self) -> &[String] {
+    pub(crate) fn quoting_changed(&self) -> &[String] {
         &self.quoting_changed
     }
     /// What the last healthy `up` of the applied release left.
     #[must_use]
-    pub fn converged(&self) -> Option<&crate::drift::Converged> {
+    pub(crate) fn converged(&self) -> Option<&crate::drift::Converged> {
         self.converged.as_ref()
     }
     /// Heals within an hour of each other, the last included.
     #[must_use]
-    pub fn heal_attempts(&self) -> u32 {
+    pub(crate) fn heal_attempts(&self) -> u32 {
         self.heal_attempts
     }
     /// Of those heals, the ones of a service that died by its own exit.
     #[must_use]
-    pub fn heal_crashes(&self) -> u32 {
+    pub(crate) fn heal_crashes(&self) -> u32 {
         self.heal_crashes
     }
     /// Of those heals, the ones of a container stopped from outside.
     #[must_use]
-    pub fn heal_outside_stops(&self) -> u32 {
+    pub(crate) fn heal_outside_stops(&self) -> u32 {
         self.heal_outside_stops
     }
     /// When the last heal ran (unix seconds).
     #[must_use]
-    pub fn last_heal_at(&self) -> Option<u64> {
+    pub(crate) fn last_heal_at(&self) -> Option<u64> {
         self.last_heal_at
     }
     /// The last crash loop found, when it is within [`CRASH_LOOP_SECS`] of `now`.
     #[must_use]
-    pub fn crash_loop(&self, now: u64) -> Option<&CrashLoop> {
+    pub(crate) fn crash_loop(&self, now: u64) -> Option<&CrashLoop> {
         self.crash_loop
             .as_ref()
             .filter(|c| now.saturating_sub(c.at) < CRASH_LOOP_SECS)
     }
     /// When drift may be healed again (unix seconds).
     #[must_use]
-    pub fn next_heal_at(&self) -> Option<u64> {
+    pub(crate) fn next_heal_at(&self) -> Option<u64> {
         self.next_heal_at
     }
     /// The same deadline on the boot clock.
     #[must_use]
-    pub fn next_heal_boot(&self) -> Option<&BootDeadline> {
+    pub(crate) fn next_heal_boot(&self) -> Option<&BootDeadline> {
         self.next_heal_boot.as_ref()
     }
     /// What the last `applied` report noted beside the result.
     #[must_use]
-    pub fn last_note(&self) -> Option<&Redacted> {
+    pub(crate) fn last_note(&self) -> Option<&Redacted> {
         self.last_note.as_ref()
     }
     /// The operator's hold as the last tick found it.
     #[must_use]
-    pub fn hold(&self) -> Option<&crate::hold::Hold> {
+    pub(crate) fn hold(&self) -> Option<&crate::hold::Hold> {
         self.hold.as_ref()
     }
     /// How far the box's clock was from OpenBao's at the last reading.
     #[must_use]
-    pub fn clock(&self) -> Option<&crate::clock::ClockReading> {
+    pub(crate) fn clock(&self) -> Option<&crate::clock::ClockReading> {
         self.clock.as_ref()
     }
 }
@@ -609,27 +609,27 @@ impl State {
 #[derive(Debug, Default)]
 pub(crate) struct Original {
     /// The running release, which becomes `original_release` too.
-    pub applied_sha: Option<Sha>,
+    pub(crate) applied_sha: Option<Sha>,
     /// Its tier, from its `bundle.json` on disk.
-    pub applied_prod: Option<bool>,
+    pub(crate) applied_prod: Option<bool>,
     /// What tenancy last asked for.
-    pub desired_sha: Option<Sha>,
+    pub(crate) desired_sha: Option<Sha>,
     /// The shas applied, oldest first, the running one last.
-    pub applied_history: Vec<Sha>,
+    pub(crate) applied_history: Vec<Sha>,
     /// Last checkin and report (unix seconds).
-    pub last_checkin: Option<u64>,
+    pub(crate) last_checkin: Option<u64>,
     /// See `last_checkin`.
-    pub last_report: Option<u64>,
+    pub(crate) last_report: Option<u64>,
     /// `applied`, `failed` or `down`.
-    pub last_result: Option<String>,
+    pub(crate) last_result: Option<String>,
     /// Token facts.
-    pub token: Option<TokenState>,
+    pub(crate) token: Option<TokenState>,
 }
 
 impl State {
     /// A clean state for `env_id`.
     #[must_use]
-    pub fn new(env_id: &str) -> Self {
+    pub(crate) fn new(env_id: &str) -> Self {
         Self {
             version: STATE_VERSION,
             env_id: env_id.to_string(),
@@ -656,7 +656,7 @@ impl State {
     /// The state as the last tick saved it, for the read-only commands (status, explain,
     /// doctor, the metrics file): bounded, regular file only, and a default when it is missing
     /// or unreadable. Only the tick's load (`statefile::load`, under the lock) moves a bad file aside.
-    pub fn peek(layout: &Layout) -> Self {
+    pub(crate) fn peek(layout: &Layout) -> Self {
         layout
             .peek_state()
             .and_then(|b| serde_json::from_slice(&b).ok())
@@ -665,7 +665,7 @@ impl State {
 
     /// Saves atomically (0600), one save of the process at a time: the tick deadline may record
     /// a timeout from another thread.
-    pub fn save(&self, layout: &Layout) -> anyhow::Result<()> {
+    pub(crate) fn save(&self, layout: &Layout) -> anyhow::Result<()> {
         let _one_at_a_time = save_lock();
         self.save_holding_lock(layout)
     }
@@ -683,7 +683,7 @@ impl State {
     /// loaded. A step of the tick says what happened as a [`Fact`]; the tick folds it (see
     /// `tick::Run::record`), and the tick's deadline folds the one fact it adds from its own
     /// thread ([`Fact::TimedOut`]).
-    pub fn fold(&mut self, fact: Fact) {
+    pub(crate) fn fold(&mut self, fact: Fact) {
         match fact {
             Fact::TickBegan => self.begin_tick(),
             Fact::ClockRead(reading) => self.read_clock(reading),
@@ -989,7 +989,7 @@ impl State {
 /// What happened in a tick, as the state keeps it: the vocabulary of every change to a loaded
 /// [`State`], folded in by [`State::fold`] and nowhere else.
 #[derive(Debug)]
-pub enum Fact {
+pub(crate) enum Fact {
     /// A tick starts: its action is none until tenancy answers.
     TickBegan,
     /// OpenBao's clock was read from one of its answers: how far the box's clock was off.

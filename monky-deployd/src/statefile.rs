@@ -19,7 +19,7 @@ use crate::state::{Original, STATE_VERSION, State, TokenSource, TokenState};
 /// As [`State::peek`], for `env_id`'s box: the original agent's file is taken over as the
 /// tick would take it over, in memory only, so an upgraded box shows what it runs before
 /// its first tick.
-pub fn peek(layout: &Layout) -> State {
+pub(crate) fn peek(layout: &Layout) -> State {
     let Some(bytes) = layout.peek_state() else {
         return State::default();
     };
@@ -33,7 +33,7 @@ pub fn peek(layout: &Layout) -> State {
 
 /// Loads the state; a corrupt or foreign file is moved aside and a clean state returned,
 /// with a note saying where the old file went.
-pub fn load(layout: &Layout) -> anyhow::Result<(State, Option<String>)> {
+pub(crate) fn load(layout: &Layout) -> anyhow::Result<(State, Option<String>)> {
     let env_id = layout.env_id();
     let fresh = State::new(env_id);
     let Some(bytes) = layout.read_state()? else {
@@ -87,7 +87,7 @@ fn set_aside(
 const MAX_BUNDLE_JSON: u64 = 1 << 20;
 
 /// Whether a parsed `state.json` is the original agent's shape (it never wrote `version`).
-pub fn is_original(doc: &Value) -> bool {
+pub(crate) fn is_original(doc: &Value) -> bool {
     doc.as_object().is_some_and(|o| !o.contains_key("version"))
 }
 
@@ -96,7 +96,7 @@ pub fn is_original(doc: &Value) -> bool {
 ///
 /// `Err` names why the file cannot be taken over (it belongs to another env), so the caller
 /// sets it aside as it does any foreign file.
-pub fn from_original(doc: &Value, layout: &Layout) -> Result<State, String> {
+pub(crate) fn from_original(doc: &Value, layout: &Layout) -> Result<State, String> {
     let env_id = layout.env_id();
     let o = doc.as_object().ok_or("it is not a json object")?;
     if let Some(other) = o.get("env_id").and_then(Value::as_str)
@@ -218,7 +218,7 @@ fn token(o: &Map<String, Value>) -> Option<TokenState> {
 /// compose expands `$`, cuts at ` #`, trims blanks and strips quotes; this agent quotes what
 /// needs quoting, so the app now gets the value itself. An app whose database was initialised
 /// with the mangled value sees a new password, and its operator needs to know which.
-pub fn handed_differently(
+pub(crate) fn handed_differently(
     values: &std::collections::BTreeMap<String, secrecy::SecretString>,
 ) -> Vec<String> {
     use secrecy::ExposeSecret;

@@ -14,7 +14,7 @@ use crate::redact::redact;
 use crate::state::TokenState;
 
 /// Prints the status; exits 0 when it could be read.
-pub fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
+pub(crate) fn show(cfg: &Config, as_json: bool) -> anyhow::Result<Exit> {
     let layout = Layout::peek(cfg);
     let st = crate::statefile::peek(&layout);
     let token_present = layout.has_token();

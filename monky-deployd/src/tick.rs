@@ -34,32 +34,31 @@ mod token;
 use journal::{log_error, summary};
 use outcome::Outcome;
 
-pub use backoff::failure_backoff;
-pub use bootstrap::bootstrap_command;
-pub use token::MAX_GRANT_BYTES;
+pub(crate) use bootstrap::bootstrap_command;
+pub(crate) use token::MAX_GRANT_BYTES;
 
 /// How a tick was asked to run.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct TickOptions {
+pub(crate) struct TickOptions {
     /// Drop old releases and prune images after a successful apply.
-    pub prune: bool,
+    pub(crate) prune: bool,
     /// Apply now even if the desired sha is waiting out a failure backoff.
-    pub force: bool,
+    pub(crate) force: bool,
 }
 
 /// What a tick ended with, for the loop's pacing.
 #[derive(Debug)]
-pub struct TickOutcome {
+pub(crate) struct TickOutcome {
     /// The process status this tick maps to.
-    pub exit: Exit,
+    pub(crate) exit: Exit,
     /// Tenancy's checkin interval, when it said one.
-    pub interval: Option<Duration>,
+    pub(crate) interval: Option<Duration>,
     /// Retry-After from a 429.
-    pub retry_after: Option<Duration>,
+    pub(crate) retry_after: Option<Duration>,
 }
 
 /// Runs one tick and maps its result to an exit status; errors are logged, redacted, here.
-pub fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
+pub(crate) fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
     let started = std::time::Instant::now();
     let outcome = run_tick(cfg, opts);
     let st = State::peek(&Layout::peek(cfg));

@@ -8,30 +8,30 @@ use crate::state::State;
 
 /// What the read-only commands know beyond state.json.
 #[derive(Debug, Clone, Copy)]
-pub struct Seen<'a> {
+pub(crate) struct Seen<'a> {
     /// Now (unix seconds).
-    pub now: u64,
+    pub(crate) now: u64,
     /// Whether `bao.token` exists.
-    pub token_present: bool,
+    pub(crate) token_present: bool,
     /// The project's containers as the engine lists them now, or why it could not; `None`
     /// when not looked at (the metrics file, written from the tick's own record).
-    pub containers: Option<&'a Result<Vec<monky_compose::Container>, String>>,
+    pub(crate) containers: Option<&'a Result<Vec<monky_compose::Container>, String>>,
     /// Now on the boot clock, to carry the last reading of OpenBao's clock to this moment;
     /// `None` leaves the clock unjudged (the metrics file, from the tick's own record).
-    pub boot: Option<&'a crate::clock::BootInstant>,
+    pub(crate) boot: Option<&'a crate::clock::BootInstant>,
     /// The free bytes of the state dir's file system now; `None` when not looked at (the
     /// metrics file: a tick that could not save fails on its own).
-    pub state_free: Option<u64>,
+    pub(crate) state_free: Option<u64>,
 }
 
 /// Below this much free space in the state dir's file system a tick cannot save its record
 /// (state.json, a staged release of up to the 4 MiB bundle limit), so state.json may be an
 /// older tick's.
-pub const STATE_FREE_MIN: u64 = 16 * 1024 * 1024;
+pub(crate) const STATE_FREE_MIN: u64 = 16 * 1024 * 1024;
 
 /// Bytes in KiB or MiB with one decimal, as a free-space line reads them.
 #[must_use]
-pub fn human_bytes(b: u64) -> String {
+pub(crate) fn human_bytes(b: u64) -> String {
     if b >= 1 << 20 {
         format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20))
     } else {
@@ -42,7 +42,7 @@ pub fn human_bytes(b: u64) -> String {
 /// What is wrong with the state dir's free space, in words, when it is below
 /// [`STATE_FREE_MIN`].
 #[must_use]
-pub fn state_disk_problem(free: u64) -> Option<String> {
+pub(crate) fn state_disk_problem(free: u64) -> Option<String> {
     (free < STATE_FREE_MIN).then(|| {
         format!(
             "the state dir's file system has {} free, less than the {} MiB a tick needs to save \
@@ -55,7 +55,7 @@ pub fn state_disk_problem(free: u64) -> Option<String> {
 
 /// What is wrong with the box's clock now, by the last reading of OpenBao's (`TLS_CLOCK`).
 #[must_use]
-pub fn clock_problem(st: &State, seen: Seen<'_>) -> Option<String> {
+pub(crate) fn clock_problem(st: &State, seen: Seen<'_>) -> Option<String> {
     st.clock().and_then(|r| r.problem(seen.now, seen.boot))
 }
 
@@ -63,7 +63,7 @@ pub fn clock_problem(st: &State, seen: Seen<'_>) -> Option<String> {
 /// next tick's login (the first tick's on a fresh install), not a failure; a token lost
 /// before keeps its cause. `grant_staged`: a file is at `bootstrap_file`.
 #[must_use]
-pub fn token_absence(st: &State, grant_staged: bool) -> (bool, String) {
+pub(crate) fn token_absence(st: &State, grant_staged: bool) -> (bool, String) {
     match (st.token_lost(), grant_staged) {
         (None, true) if st.last_checkin().is_none() => (
             true,
@@ -84,34 +84,34 @@ pub fn token_absence(st: &State, grant_staged: bool) -> (bool, String) {
 
 /// Whether a file (the kit's grant) is at `path`; its safety is `doctor`'s `grant` check.
 #[must_use]
-pub fn grant_staged(path: &std::path::Path) -> bool {
+pub(crate) fn grant_staged(path: &std::path::Path) -> bool {
     std::fs::symlink_metadata(path).is_ok()
 }
 
 /// A token near its max TTL that no lease replaced: when it ends for good, whatever renews it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MaxTtlEnd {
+pub(crate) struct MaxTtlEnd {
     /// When the token ends (unix seconds).
-    pub end: u64,
+    pub(crate) end: u64,
     /// OpenBao said so by capping a renewal; else the role's documented max TTL is assumed.
-    pub exact: bool,
+    pub(crate) exact: bool,
     /// Now, when this was judged.
-    pub now: u64,
+    pub(crate) now: u64,
 }
 
 /// Less than this left before the max TTL, the tick says it at error priority.
-pub const MAX_TTL_URGENT_S: u64 = 12 * 3600;
+pub(crate) const MAX_TTL_URGENT_S: u64 = 12 * 3600;
 
 impl MaxTtlEnd {
     /// Seconds left before the token ends (0 once it has).
     #[must_use]
-    pub fn left(&self) -> u64 {
+    pub(crate) fn left(&self) -> u64 {
         self.end.saturating_sub(self.now)
     }
 
     /// Within its last [`MAX_TTL_URGENT_S`]: the box needs a person today.
     #[must_use]
-    pub fn urgent(&self) -> bool {
+    pub(crate) fn urgent(&self) -> bool {
         self.left() < MAX_TTL_URGENT_S
     }
 }
@@ -145,7 +145,7 @@ impl std::fmt::Display for MaxTtlEnd {
 /// The token's end for good when it is near and no lease replaced the token yet; the same
 /// answer for the tick's journal, `explain`, `doctor` and the metrics file.
 #[must_use]
-pub fn token_max_ttl(st: &State, now: u64) -> Option<MaxTtlEnd> {
+pub(crate) fn token_max_ttl(st: &State, now: u64) -> Option<MaxTtlEnd> {
     let t = st.token().filter(|t| t.max_ttl_near)?;
     let (end, exact) = t.max_ttl_end();
     Some(MaxTtlEnd { end, exact, now })
@@ -154,7 +154,7 @@ pub fn token_max_ttl(st: &State, now: u64) -> Option<MaxTtlEnd> {
 /// The crash loop `c` records, as every view says it for the hour after it: the tick's exit
 /// and report, `status`, `explain`, doctor (through the last tick's code) and the metrics.
 #[must_use]
-pub fn crash_loop(c: &crate::state::CrashLoop) -> crate::exit::Failure {
+pub(crate) fn crash_loop(c: &crate::state::CrashLoop) -> crate::exit::Failure {
     let service = if c.service.is_empty() {
         "a service"
     } else {
@@ -182,7 +182,7 @@ pub fn crash_loop(c: &crate::state::CrashLoop) -> crate::exit::Failure {
 
 /// Why the box is not converged, most important first; empty when it is.
 #[must_use]
-pub fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
+pub(crate) fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
     let mut why = Vec::new();
     if let Some(code) = st.last_code().filter(|_| st.last_error().is_some()) {
         why.push(format!(

@@ -21,7 +21,7 @@ use crate::layout::Layout;
 use crate::state::{self, State};
 
 /// A running deadline; dropping it (the tick ended in time) stops the watchdog.
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     /// When the tick's deadline passes.
     deadline: std::time::Instant,
     disarm: Option<mpsc::Sender<()>>,
@@ -30,11 +30,11 @@ pub struct Watchdog {
 
 /// How a tick ends once its deadline recorded the timeout: its summary line and metrics, as
 /// any tick's end writes them (the tick's own `end_timed_out`).
-pub type End = fn(&Config, &State, std::time::Duration);
+pub(crate) type End = fn(&Config, &State, std::time::Duration);
 
 /// Starts the deadline of a tick that runs for `cfg`; `end` writes what every tick's end
 /// writes.
-pub fn arm(cfg: &Config, layout: &Layout, end: End) -> Watchdog {
+pub(crate) fn arm(cfg: &Config, layout: &Layout, end: End) -> Watchdog {
     let (disarm, disarmed) = mpsc::channel::<()>();
     let limit = cfg.tick_timeout;
     let started = std::time::Instant::now();
@@ -66,7 +66,7 @@ impl Watchdog {
     /// When the tick's deadline passes: a start of a release is budgeted so that the fallback
     /// after it still ends before this.
     #[must_use]
-    pub fn deadline(&self) -> std::time::Instant {
+    pub(crate) fn deadline(&self) -> std::time::Instant {
         self.deadline
     }
 }

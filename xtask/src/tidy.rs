@@ -20,6 +20,7 @@ use crate::state;
 mod circles;
 mod code;
 mod docs;
+mod surface;
 mod walks;
 
 /// Crates that speak to the network or do TLS; a name ending in `*` is a prefix.
@@ -221,6 +222,7 @@ fn rule_names() -> Vec<&'static str> {
     names.extend([AGENT_RULE, TESTKIT_RULE]);
     names.extend(code::RULES.iter().map(|r| r.name));
     names.push(circles::RULE);
+    names.push(surface::RULE);
     names
 }
 
@@ -270,6 +272,9 @@ pub fn main(args: &[String]) -> Result<()> {
     for circle in circles::check_tree(&root)? {
         broken.push(format!("{circle} ({})", circles::RULE));
     }
+    for v in surface::check_tree(&root)? {
+        broken.push(format!("{v} ({})", surface::RULE));
+    }
     for step in walks::check_tree(&root)? {
         broken.push(format!("{step} ({})", walks::RULE));
     }
@@ -281,7 +286,7 @@ pub fn main(args: &[String]) -> Result<()> {
         println!(
             "tidy: the crate rules hold ({rules} rules), the code rules hold ({}), and every \
              invariant of docs/architecture.md names what holds it",
-            code::RULES.len() + 2,
+            code::RULES.len() + 3,
         );
         return Ok(());
     }

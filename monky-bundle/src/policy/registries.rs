@@ -102,6 +102,7 @@ pub enum Lookup {
 
 /// Where an address leads, for the rule and its message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Place {
     /// 127.0.0.0/8, `::1`, and their IPv4-mapped forms.
     Loopback,
@@ -196,6 +197,7 @@ impl Registries {
 
 /// Why an image's registry is refused on this box.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RegistryFinding {
     /// Its name resolves to an address of this box (`REGISTRY_NOT_ALLOWED`).
     OnTheBox {

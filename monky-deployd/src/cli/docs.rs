@@ -17,7 +17,7 @@ use clap_mangen::roff::{Roff, bold, roman};
 use super::Cli;
 
 /// The shells a completion is written for, with their file names under `completions/`.
-pub const SHELLS: [(Shell, &str); 3] = [
+pub(crate) const SHELLS: [(Shell, &str); 3] = [
     (Shell::Bash, "bash"),
     (Shell::Zsh, "zsh"),
     (Shell::Fish, "fish"),
@@ -28,7 +28,7 @@ pub const SHELLS: [(Shell, &str); 3] = [
 /// # Errors
 ///
 /// When `dir` exists already or a file cannot be written.
-pub fn write(dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn write(dir: &Path) -> anyhow::Result<()> {
     let man = dir.join("man1");
     let completions = dir.join("completions");
     for d in [dir, &man, &completions] {

@@ -18,7 +18,7 @@ const KEEP: usize = 8;
 
 /// See the module's doc.
 #[derive(Debug, Default)]
-pub struct Listeners {
+pub(crate) struct Listeners {
     boot: String,
     known: Mutex<Known>,
 }
@@ -33,7 +33,7 @@ impl Listeners {
     /// What the state dir remembers for this boot; nothing where the boot has no id or the
     /// file is missing, from another boot or unreadable.
     #[must_use]
-    pub fn load(layout: &Layout) -> Self {
+    pub(crate) fn load(layout: &Layout) -> Self {
         let Some(boot) = crate::clock::boot().map(|b| b.boot_id) else {
             return Self::default();
         };
@@ -83,7 +83,7 @@ impl Listeners {
     ///
     /// # Errors
     /// When the file cannot be written.
-    pub fn save(&self, layout: &Layout) -> anyhow::Result<()> {
+    pub(crate) fn save(&self, layout: &Layout) -> anyhow::Result<()> {
         let Ok(k) = self.known.lock() else {
             return Ok(());
         };

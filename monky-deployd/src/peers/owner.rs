@@ -38,18 +38,18 @@ const LISTEN: u8 = 0x0A;
 
 /// What the kernel says of one socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Socket {
+pub(crate) struct Socket {
     /// Its owner: for an accepted socket, the uid of the process that made its listener.
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// sock_diag's cookie: the kernel numbers sockets from one counter per boot and never
     /// gives a number twice, so it names this socket and no other until the next boot.
     /// `None` where the socket table was read instead.
-    pub cookie: Option<u64>,
+    pub(crate) cookie: Option<u64>,
     /// The id of the (v2) cgroup its maker ran in; an accepted socket has its listener's.
-    pub cgroup: Option<u64>,
+    pub(crate) cgroup: Option<u64>,
     /// Its inode, as `/proc/<pid>/fd` links name it (`socket:[inode]`); `None` where the
     /// socket table was read instead.
-    pub inode: Option<u64>,
+    pub(crate) inode: Option<u64>,
 }
 
 /// The socket at `peer` connected to our `local`; `Ok(None)` when no such socket appeared
@@ -57,7 +57,7 @@ pub struct Socket {
 ///
 /// # Errors
 /// When the socket table cannot be read.
-pub fn peer_socket(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<Socket>> {
+pub(crate) fn peer_socket(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<Socket>> {
     let started = Instant::now();
     let mut pause = Duration::from_millis(1);
     loop {
@@ -92,7 +92,7 @@ fn look(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<Socket>> {
 /// pick it for a new connection now: sock_diag's exact lookup with no remote end, which finds
 /// no connected socket and falls back to the listener. `None` when nothing listens or
 /// netlink is refused.
-pub fn listening(peer: SocketAddr) -> Option<Socket> {
+pub(crate) fn listening(peer: SocketAddr) -> Option<Socket> {
     let nobody = SocketAddr::new(
         match peer.ip() {
             IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -286,7 +286,7 @@ fn parse_addr(text: &str) -> Option<SocketAddr> {
 /// published port, or a process in a container's cgroup. Root is trusted as the proxy's user,
 /// but dockerd runs a published port's proxy as root, so root alone proves nothing.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Listener {
+pub(crate) enum Listener {
     /// A process of the box, not a container's (its pid; 0 for a listening socket that an
     /// earlier tick found a process of the box's holding, see `peers::Listeners`).
     Host(u32),
@@ -300,7 +300,7 @@ pub enum Listener {
 /// inodes from the socket tables, then the process holding one of them among `/proc`'s. Costs
 /// a read of the tables and of every process's descriptors, so it runs only for a listener
 /// owned by root.
-pub fn listener(peer: SocketAddr) -> Listener {
+pub(crate) fn listener(peer: SocketAddr) -> Listener {
     let peer = canonical(peer);
     let mut inodes = Vec::new();
     for table in TABLES {
@@ -327,7 +327,7 @@ pub fn listener(peer: SocketAddr) -> Listener {
 /// The process holding one of the listening sockets `inodes` (on `port`, for the message):
 /// a look at every process's descriptors, this process's first (the tests' peers, and the
 /// cheapest look).
-pub fn holder(inodes: &[u64], port: u16) -> Listener {
+pub(crate) fn holder(inodes: &[u64], port: u16) -> Listener {
     if inodes.is_empty() {
         return Listener::Unknown(format!("no listening socket on port {port}"));
     }

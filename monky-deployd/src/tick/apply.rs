@@ -5,7 +5,7 @@ use monky_agent_proto::Sha;
 use tracing::{info, warn};
 
 use super::Outcome;
-use super::backoff::Backoff;
+use super::backoff::ReleaseBackoff;
 use super::stages::{self, Fetched, Promoted, Secrets, Stop};
 use super::{Agent, Run};
 use super::{fallback, look};
@@ -165,7 +165,7 @@ impl Run<'_> {
     /// has not run out, the deadline. A failure judged under another config is forgotten: the
     /// box admin's change is tried at once.
     pub(super) fn backoff_deadline(&mut self, sha: &Sha) -> Option<u64> {
-        if Backoff::config_changed(
+        if ReleaseBackoff::config_changed(
             &self.tick.state,
             &super::backoff::verdict_key(self.agent.cfg),
         ) {
@@ -178,10 +178,10 @@ impl Run<'_> {
             return None;
         }
         let (now, boot) = (crate::clock::wall(), crate::clock::boot());
-        if let Some(rebased) = Backoff::rebase(&self.tick.state, now, boot.as_ref()) {
+        if let Some(rebased) = ReleaseBackoff::rebase(&self.tick.state, now, boot.as_ref()) {
             self.record(rebased);
         }
-        let deadline = Backoff::deadline(&self.tick.state, sha, now, boot.as_ref())?;
+        let deadline = ReleaseBackoff::deadline(&self.tick.state, sha, now, boot.as_ref())?;
         if self.agent.opts.force {
             info!(
                 "--force: trying {} again before its backoff ran out",

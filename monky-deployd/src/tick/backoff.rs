@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use crate::backoff::{Backoff, Jitter};
 use crate::clock::{BootDeadline, BootInstant};
 use crate::code::Code;
 use crate::config::Config;
@@ -22,20 +23,20 @@ use monky_agent_proto::Sha;
 /// The wait of a release that failed once more: which attempt this was and when the next may
 /// start.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Backoff {
+pub(crate) struct ReleaseBackoff {
     /// How many applies of the sha failed in a row, this one included.
-    pub attempts: u32,
+    pub(crate) attempts: u32,
     /// When the sha may be tried again (unix seconds).
-    pub next_attempt_at: u64,
+    pub(crate) next_attempt_at: u64,
     /// The same moment on the boot clock, when the kernel has one.
-    pub next_attempt_boot: Option<BootDeadline>,
+    pub(crate) next_attempt_boot: Option<BootDeadline>,
 }
 
-impl Backoff {
+impl ReleaseBackoff {
     /// The backoff after `sha` failed at `now` (wall) and `boot` under the config whose
     /// [`verdict_key`] is `key`: one attempt more when it is the sha that failed before under
     /// the same config, else the first. `jitter` is in 0..1.
-    pub fn after_failure(
+    pub(crate) fn after_failure(
         state: &State,
         sha: &Sha,
         key: &str,
@@ -49,7 +50,7 @@ impl Backoff {
             }
             _ => 1,
         };
-        let wait = failure_backoff(attempts, jitter).as_secs();
+        let wait = RELEASE.wait(attempts, jitter).as_secs();
         Self {
             attempts,
             next_attempt_at: now.saturating_add(wait),
@@ -59,7 +60,7 @@ impl Backoff {
 
     /// The backoff for `sha` as the state keeps it, with the failure's code and `CODE: names`
     /// that the reports repeat while it waits.
-    pub fn fact(self, sha: &Sha, key: &str, code: Code, detail: Redacted) -> Fact {
+    pub(crate) fn fact(self, sha: &Sha, key: &str, code: Code, detail: Redacted) -> Fact {
         Fact::ReleaseFailed(FailedRelease {
             sha: sha.clone(),
             attempts: self.attempts,
@@ -75,7 +76,7 @@ impl Backoff {
     /// [`verdict_key`] is `key`: then its wait no longer holds, as the config may decide
     /// otherwise now. A state written before the key was kept holds its wait.
     #[must_use]
-    pub fn config_changed(state: &State, key: &str) -> bool {
+    pub(crate) fn config_changed(state: &State, key: &str) -> bool {
         state
             .failed()
             .is_some_and(|f| judged_otherwise(f.verdict_key.as_deref(), key))
@@ -85,7 +86,7 @@ impl Backoff {
     /// deadline, held to the longest wait the attempts allow, becomes a deadline on this boot's
     /// clock, so a wall clock that stays wrong neither renews the wait at every tick nor holds
     /// the sha back for the step's length. Without a boot clock the wall deadline is clamped.
-    pub fn rebase(state: &State, now: u64, boot: Option<&BootInstant>) -> Option<Fact> {
+    pub(crate) fn rebase(state: &State, now: u64, boot: Option<&BootInstant>) -> Option<Fact> {
         let failed = state.failed()?;
         let at = failed.next_attempt_at?;
         if let (Some(b), Some(d)) = (boot, &failed.next_attempt_boot)
@@ -93,7 +94,7 @@ impl Backoff {
         {
             return None;
         }
-        let longest = failure_backoff(failed.attempts.max(1), 1.0).as_secs();
+        let longest = RELEASE.longest(failed.attempts).as_secs();
         let left = at.saturating_sub(now).min(longest);
         Some(Fact::BackoffRebased {
             next_attempt_at: now.saturating_add(left),
@@ -103,9 +104,15 @@ impl Backoff {
 
     /// When `sha` may be tried again (wall clock, for the reports), if it is the failed sha and
     /// its wait has not run out at `now` (wall) and `boot`. A query only: it changes nothing.
-    pub fn deadline(state: &State, sha: &Sha, now: u64, boot: Option<&BootInstant>) -> Option<u64> {
+    pub(crate) fn deadline(
+        state: &State,
+        sha: &Sha,
+        now: u64,
+        boot: Option<&BootInstant>,
+    ) -> Option<u64> {
         let failed = state.failed().filter(|f| f.sha == *sha)?;
         wait_until(
+            &RELEASE,
             failed.next_attempt_at,
             failed.next_attempt_boot.as_ref(),
             failed.attempts,
@@ -126,7 +133,7 @@ fn judged_otherwise(kept: Option<&str>, key: &str) -> bool {
 /// kept for it beside the sha. The text hashed is the parts' debug form, which an upgrade of
 /// the agent may change: that costs one early retry, never a retry held back.
 #[must_use]
-pub fn verdict_key(cfg: &Config) -> String {
+pub(crate) fn verdict_key(cfg: &Config) -> String {
     use sha2::Digest as _;
     let parts = format!(
         "{:?}",
@@ -148,12 +155,13 @@ pub fn verdict_key(cfg: &Config) -> String {
     digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// When a wait of the `attempts`-th step, set for the wall-clock moment `at` and the boot-clock
+/// When a wait of `backoff`'s `attempts`-th step, set for the wall-clock moment `at` and the boot-clock
 /// deadline `on_boot`, ends (wall clock, for the reports), if it has not run out at `now` and
 /// `boot`. Within the boot it was set in, the boot clock decides, which no wall-clock step
 /// moves; in another boot (or without a boot clock) the wall-clock deadline, which a backward
 /// step may have pushed out, is held to the longest wait this many steps can have.
-pub fn wait_until(
+pub(crate) fn wait_until(
+    backoff: &Backoff,
     at: Option<u64>,
     on_boot: Option<&BootDeadline>,
     attempts: u32,
@@ -164,17 +172,18 @@ pub fn wait_until(
         Some(left) => left,
         None => at?
             .saturating_sub(now)
-            .min(failure_backoff(attempts.max(1), 1.0).as_secs()),
+            .min(backoff.longest(attempts).as_secs()),
     };
     (left > 0).then(|| now.saturating_add(left))
 }
 
 /// The wait after the `attempts`-th failure of the same release: 1 min doubling up to 1 h,
-/// spread by up to 20% (`jitter` in 0..1) so a fleet does not retry in step.
-pub fn failure_backoff(attempts: u32, jitter: f64) -> Duration {
-    let base = (60u64 << attempts.saturating_sub(1).min(6)).min(3600);
-    Duration::from_secs(base).mul_f64(0.9 + 0.2 * jitter.clamp(0.0, 1.0))
-}
+/// spread by up to 10% either way so a fleet does not retry in step.
+pub(crate) const RELEASE: Backoff = Backoff {
+    base: Duration::from_secs(60),
+    cap: Duration::from_secs(3600),
+    jitter: Jitter::Around(0.1),
+};
 
 #[cfg(test)]
 mod tests {
@@ -189,8 +198,8 @@ mod tests {
     }
 
     #[test]
-    fn failure_backoff_doubles_from_a_minute_to_an_hour_with_jitter() {
-        let secs = |n, j| failure_backoff(n, j).as_secs();
+    fn the_release_backoff_doubles_from_a_minute_to_an_hour_with_jitter() {
+        let secs = |n, j| RELEASE.wait(n, j).as_secs();
         assert_eq!(
             [1, 2, 3, 4, 5, 6, 7, 20].map(|n| secs(n, 0.5)),
             [60, 120, 240, 480, 960, 1920, 3600, 3600]
@@ -210,7 +219,7 @@ mod tests {
     #[test]
     fn the_same_sha_counts_up_and_another_starts_over() {
         let mut st = State::default();
-        let first = Backoff::after_failure(&st, &a(), "k", 1000, None, 0.5);
+        let first = ReleaseBackoff::after_failure(&st, &a(), "k", 1000, None, 0.5);
         assert_eq!((first.attempts, first.next_attempt_at), (1, 1060));
         st.fold(first.fact(
             &a(),
@@ -218,7 +227,7 @@ mod tests {
             Code::Unhealthy,
             crate::redact::redact("UNHEALTHY: web"),
         ));
-        let second = Backoff::after_failure(&st, &a(), "k", 2000, None, 0.5);
+        let second = ReleaseBackoff::after_failure(&st, &a(), "k", 2000, None, 0.5);
         assert_eq!((second.attempts, second.next_attempt_at), (2, 2120));
         st.fold(second.clone().fact(
             &a(),
@@ -229,11 +238,11 @@ mod tests {
         let failed = st.failed().unwrap();
         assert_eq!((failed.attempts, failed.code), (2, Some(Code::Unhealthy)));
         assert_eq!(
-            Backoff::after_failure(&st, &b(), "k", 3000, None, 0.5).attempts,
+            ReleaseBackoff::after_failure(&st, &b(), "k", 3000, None, 0.5).attempts,
             1
         );
         st.fold(
-            Backoff {
+            ReleaseBackoff {
                 attempts: u32::MAX,
                 ..second
             }
@@ -244,8 +253,14 @@ mod tests {
                 crate::redact::redact("UNHEALTHY: web"),
             ),
         );
-        let last =
-            Backoff::after_failure(&st, &a(), "k", u64::MAX, Some(&boot("x", u64::MAX)), 1.0);
+        let last = ReleaseBackoff::after_failure(
+            &st,
+            &a(),
+            "k",
+            u64::MAX,
+            Some(&boot("x", u64::MAX)),
+            1.0,
+        );
         assert_eq!(last.attempts, u32::MAX);
         assert_eq!(last.next_attempt_at, u64::MAX);
         assert_eq!(last.next_attempt_boot.unwrap().at_s, u64::MAX);
@@ -254,25 +269,25 @@ mod tests {
     #[test]
     fn another_config_starts_the_count_over_and_a_state_without_a_key_holds() {
         let mut st = State::default();
-        let first = Backoff::after_failure(&st, &a(), "k1", 1000, None, 0.5);
+        let first = ReleaseBackoff::after_failure(&st, &a(), "k1", 1000, None, 0.5);
         st.fold(first.fact(
             &a(),
             "k1",
             Code::SecretReadableOnHost,
             crate::redact::redact("x"),
         ));
-        assert!(!Backoff::config_changed(&st, "k1"));
-        assert!(Backoff::config_changed(&st, "k2"));
+        assert!(!ReleaseBackoff::config_changed(&st, "k1"));
+        assert!(ReleaseBackoff::config_changed(&st, "k2"));
         assert_eq!(
-            Backoff::after_failure(&st, &a(), "k1", 2000, None, 0.5).attempts,
+            ReleaseBackoff::after_failure(&st, &a(), "k1", 2000, None, 0.5).attempts,
             2
         );
         assert_eq!(
-            Backoff::after_failure(&st, &a(), "k2", 2000, None, 0.5).attempts,
+            ReleaseBackoff::after_failure(&st, &a(), "k2", 2000, None, 0.5).attempts,
             1
         );
         let older = st.patched(serde_json::json!({"failed_verdict_key": null}));
-        assert!(!Backoff::config_changed(&older, "k2"));
+        assert!(!ReleaseBackoff::config_changed(&older, "k2"));
     }
 
     #[test]
@@ -304,9 +319,9 @@ mod tests {
     fn the_deadline_holds_only_for_the_failed_sha_and_changes_nothing() {
         let mut st = State::default();
         let at = boot("x", 500);
-        assert_eq!(Backoff::deadline(&st, &a(), 0, Some(&at)), None);
+        assert_eq!(ReleaseBackoff::deadline(&st, &a(), 0, Some(&at)), None);
         st.fold(
-            Backoff::after_failure(&st, &a(), "k", 1000, Some(&at), 0.5).fact(
+            ReleaseBackoff::after_failure(&st, &a(), "k", 1000, Some(&at), 0.5).fact(
                 &a(),
                 "k",
                 Code::Failed,
@@ -315,16 +330,16 @@ mod tests {
         );
         let before = st.clone();
         assert_eq!(
-            Backoff::deadline(&st, &a(), 1059, Some(&boot("x", 559))),
+            ReleaseBackoff::deadline(&st, &a(), 1059, Some(&boot("x", 559))),
             Some(1060)
         );
         assert_eq!(
-            Backoff::deadline(&st, &a(), 1060, Some(&boot("x", 560))),
+            ReleaseBackoff::deadline(&st, &a(), 1060, Some(&boot("x", 560))),
             None,
             "run out"
         );
         assert_eq!(
-            Backoff::deadline(&st, &b(), 1000, Some(&at)),
+            ReleaseBackoff::deadline(&st, &b(), 1000, Some(&at)),
             None,
             "another sha"
         );
@@ -338,61 +353,57 @@ mod tests {
         let step = 20 * 3600;
         let mut st = State::default();
         st.fold(
-            Backoff::after_failure(&st, &a(), "k", 100_000, Some(&boot("x", 500)), 0.5).fact(
-                &a(),
-                "k",
-                Code::Failed,
-                crate::redact::redact("x"),
-            ),
+            ReleaseBackoff::after_failure(&st, &a(), "k", 100_000, Some(&boot("x", 500)), 0.5)
+                .fact(&a(), "k", Code::Failed, crate::redact::redact("x")),
         );
         let now = 100_000 - step;
         assert_eq!(
-            Backoff::deadline(&st, &a(), now, Some(&boot("x", 510))),
+            ReleaseBackoff::deadline(&st, &a(), now, Some(&boot("x", 510))),
             Some(now + 50),
             "clock 20 h behind: still 50 s, not 20 h"
         );
         let now = 100_000 + step;
         assert_eq!(
-            Backoff::deadline(&st, &a(), now, Some(&boot("x", 510))),
+            ReleaseBackoff::deadline(&st, &a(), now, Some(&boot("x", 510))),
             Some(now + 50),
             "clock 20 h ahead: the wait is not over"
         );
         assert_eq!(
-            Backoff::deadline(&st, &a(), now, Some(&boot("x", 561))),
+            ReleaseBackoff::deadline(&st, &a(), now, Some(&boot("x", 561))),
             None
         );
         let now = 100_000 - step;
         assert_eq!(
-            Backoff::deadline(&st, &a(), now, Some(&boot("y", 3))),
+            ReleaseBackoff::deadline(&st, &a(), now, Some(&boot("y", 3))),
             Some(now + 66),
             "another boot, clock behind: clamped"
         );
         assert_eq!(
-            Backoff::deadline(&st, &a(), 100_000 + step, None),
+            ReleaseBackoff::deadline(&st, &a(), 100_000 + step, None),
             None,
             "no boot clock, clock ahead: run out"
         );
 
         // Rebased into a later boot: 66 s on that boot's clock, however wrong the wall stays.
         let mut later = st.clone();
-        if let Some(f) = Backoff::rebase(&later, now, Some(&boot("y", 3))) {
+        if let Some(f) = ReleaseBackoff::rebase(&later, now, Some(&boot("y", 3))) {
             later.fold(f);
         }
         let failed = later.failed().unwrap();
         assert_eq!(failed.next_attempt_boot.as_ref().unwrap().at_s, 69);
         assert_eq!(failed.next_attempt_at, Some(now + 66));
         let still = later.clone();
-        if let Some(f) = Backoff::rebase(&later, now + 30, Some(&boot("y", 33))) {
+        if let Some(f) = ReleaseBackoff::rebase(&later, now + 30, Some(&boot("y", 33))) {
             later.fold(f);
         }
         assert_eq!(later, still, "once per boot");
         assert_eq!(
-            Backoff::deadline(&later, &a(), now, Some(&boot("y", 69))),
+            ReleaseBackoff::deadline(&later, &a(), now, Some(&boot("y", 69))),
             None
         );
         // No boot clock: the wall deadline itself is clamped, once.
         let mut bare = st.clone();
-        if let Some(f) = Backoff::rebase(&bare, now, None) {
+        if let Some(f) = ReleaseBackoff::rebase(&bare, now, None) {
             bare.fold(f);
         }
         let failed = bare.failed().unwrap();
@@ -400,7 +411,7 @@ mod tests {
         assert_eq!(failed.next_attempt_boot, None);
         // Nothing failed: nothing to rebase.
         let mut clean = State::default();
-        if let Some(f) = Backoff::rebase(&clean, now, Some(&boot("y", 3))) {
+        if let Some(f) = ReleaseBackoff::rebase(&clean, now, Some(&boot("y", 3))) {
             clean.fold(f);
         }
         assert_eq!(clean, State::default());

@@ -10,7 +10,7 @@ use crate::layout::Layout;
 use crate::redact;
 
 /// `monky-deployd bootstrap [--force]`: log in with the kit's grant and store the token.
-pub fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
+pub(crate) fn bootstrap_command(cfg: &Config, force: bool) -> anyhow::Result<Exit> {
     let layout = Layout::open(cfg)?;
     let Some(_lock) = layout.lock()? else {
         anyhow::bail!("a tick is running; try again in a minute");

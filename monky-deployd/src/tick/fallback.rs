@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use monky_agent_proto::Sha;
 use tracing::{info, warn};
 
-use super::backoff::Backoff;
+use super::backoff::ReleaseBackoff;
 use super::checkin::{Seen, containers};
 use super::not_ready;
 use super::stages::{Failed, Promoted, Started, Stop};
@@ -37,7 +37,7 @@ impl Run<'_> {
         // `CODE: names`, repeated by the reports sent while the sha waits.
         let detail = failure.to_string();
         let key = super::backoff::verdict_key(self.agent.cfg);
-        let backoff = Backoff::after_failure(
+        let backoff = ReleaseBackoff::after_failure(
             &self.tick.state,
             sha,
             &key,

@@ -2,14 +2,16 @@
 //! (no tenancy apply, no lease, no OpenBao read), an apply cut short finished or rolled back,
 //! and an operator's hold respected.
 
+use std::time::Duration;
+
 use monky_agent_proto::{Action, Sha};
 use tracing::{info, warn};
 
-use super::backoff::failure_backoff;
 use super::fallback;
 use super::outcome::Outcome;
 use super::stages::Promoted;
 use super::{Run, not_ready};
+use crate::backoff::{Backoff, Jitter};
 use crate::code::Code;
 use crate::drift::{self, Converged, Drift};
 use crate::exit::{Exit, Failure, OrCode as _};
@@ -19,10 +21,18 @@ use crate::redact::Redacted;
 use crate::state::{CrashLoop, Fact};
 use crate::{redact, release};
 
+/// The wait after the `attempts`-th heal in a row, healthy or not: one minute doubling up to
+/// an hour, spread by up to 10% either way, as a failed release's.
+const HEAL: Backoff = Backoff {
+    base: Duration::from_secs(60),
+    cap: Duration::from_secs(3600),
+    jitter: Jitter::Around(0.1),
+};
+
 /// Heals within this long of the last one count as one more attempt; past it drift starts
 /// over at the first step. The backoff's longest step, so a service that crash-loops slowly
 /// still climbs the steps.
-const HEAL_MEMORY_SECS: u64 = 3600;
+const HEAL_MEMORY_SECS: u64 = HEAL.cap.as_secs();
 
 /// The lines of a dead service's own output that the journal and the crash loop keep.
 const CRASH_LINES: usize = 5;
@@ -75,6 +85,7 @@ impl Run<'_> {
         }
         let now = crate::clock::wall();
         let waits = super::backoff::wait_until(
+            &HEAL,
             self.tick.state.next_heal_at(),
             self.tick.state.next_heal_boot(),
             self.tick.state.heal_attempts(),
@@ -129,9 +140,9 @@ impl Run<'_> {
         // Counted apart: a service's own deaths (two within the hour are a crash loop) and the
         // stops from outside (the box admin's, never a crash).
         let crashed: Vec<Drift> = drift::crashed(drift).into_iter().cloned().collect();
-        let stopped_outside = drift
-            .iter()
-            .any(|d| matches!(d.kind, drift::Kind::Stopped { ender, .. } if ender.from_outside()));
+        let stopped_outside = drift.iter().any(
+            |d| matches!(d.kind, drift::Kind::Stopped { ender, .. } if ender.is_from_outside()),
+        );
         let (crashes, outside_stops) = if recent {
             (
                 self.tick.state.heal_crashes(),
@@ -144,7 +155,7 @@ impl Run<'_> {
         let outside_stops = outside_stops.saturating_add(u32::from(stopped_outside));
         // The dead service's own words, read before the up that starts it again.
         let last_lines = crashed.first().and_then(|d| self.last_lines_of(&d.service));
-        let wait = failure_backoff(attempts, rand::random_range(0.0..1.0)).as_secs();
+        let wait = HEAL.wait(attempts, rand::random_range(0.0..1.0)).as_secs();
         let next = now.saturating_add(wait);
         self.record(Fact::Healing {
             attempts,

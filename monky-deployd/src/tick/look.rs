@@ -12,7 +12,7 @@ use std::cell::RefCell;
 
 use monky_compose::ContainerFacts;
 
-use super::backoff::Backoff;
+use super::backoff::ReleaseBackoff;
 use super::outcome::Outcome;
 use super::stages::{Failed, Promoted, Started, Stop};
 use super::{Agent, Judged, Run};
@@ -69,7 +69,7 @@ impl Run<'_> {
         // own backoff is withdrawn without taking that sha's place.
         let next = (self.tick.state.desired_sha() == Some(sha)).then(|| {
             let key = super::backoff::verdict_key(self.agent.cfg);
-            let backoff = Backoff::after_failure(
+            let backoff = ReleaseBackoff::after_failure(
                 &self.tick.state,
                 sha,
                 &key,

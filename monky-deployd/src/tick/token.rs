@@ -21,7 +21,7 @@ use crate::{fsx, peers, redact};
 const LEASE_AGAIN_AFTER: Duration = Duration::from_secs(28 * 24 * 3600);
 
 /// The largest bootstrap grant read (a deploy grant JWT is well under 4 KiB).
-pub const MAX_GRANT_BYTES: u64 = 16 * 1024;
+pub(crate) const MAX_GRANT_BYTES: u64 = 16 * 1024;
 
 impl Run<'_> {
     pub(super) fn token_path(&self) -> PathBuf {

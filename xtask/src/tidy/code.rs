@@ -113,6 +113,18 @@ pub const RULES: &[CodeRule] = &[
         check: prints,
     },
     CodeRule {
+        name: "one-backoff",
+        applies: |file| {
+            let mut parts = file.split('/');
+            let krate = parts.next().unwrap_or("");
+            parts.next() == Some("src")
+                && krate.starts_with("monky-")
+                && !matches!(krate, "monky-bundle" | "monky-testkit")
+                && file != "monky-deployd/src/backoff.rs"
+        },
+        check: backoff_formulas,
+    },
+    CodeRule {
         name: "no-path-modules",
         applies: |file| file.split('/').nth(1) == Some("src"),
         check: module_paths,
@@ -787,6 +799,66 @@ fn stages(file: &str, src: &Masked) -> Vec<Violation> {
     found
 }
 
+/// Rule: a wait that grows with a count is a `monky_deployd::backoff::Backoff`, whose module
+/// holds the one formula: no other shipped code raises to a power (`pow`, `powi`, `powf`,
+/// `checked_pow`, ...) or shifts by a computed amount (`1 << attempts`), the two ways a second
+/// exponential backoff is written. A shift by a literal (`16 << 20`, a size) is no formula.
+/// `monky-bundle`, which never waits, parses its size units with a computed shift.
+fn backoff_formulas(file: &str, src: &Masked) -> Vec<Violation> {
+    let code = src.code.as_str();
+    let bytes = code.as_bytes();
+    let mut found = Vec::new();
+    for word in [
+        "pow",
+        "powi",
+        "powf",
+        "checked_pow",
+        "saturating_pow",
+        "wrapping_pow",
+        "overflowing_pow",
+        "strict_pow",
+    ] {
+        for at in words(code, word) {
+            let called = code[at + word.len()..].trim_start().starts_with(['(', ':']);
+            let method_or_path = code[..at].trim_end().ends_with(['.', ':']);
+            if called && method_or_path {
+                found.push(src.at(
+                    file,
+                    at,
+                    format!(
+                        "raises to a power (`{word}`): a growing wait is a `Backoff` \
+                         (monky-deployd/src/backoff.rs), the one formula"
+                    ),
+                ));
+            }
+        }
+    }
+    for (at, _) in code.match_indices("<<") {
+        // `<<` of `<<=` or a generic's `<<` (`Vec<<T as X>::Y>`) is not a shift by a count.
+        if at > 0 && bytes[at - 1] == b'<' || bytes.get(at + 2) == Some(&b'<') {
+            continue;
+        }
+        let rhs = code[at + 2..].trim_start_matches('=').trim_start();
+        let literal = rhs.starts_with(|c: char| c.is_ascii_digit());
+        let generic = code[..at]
+            .trim_end()
+            .ends_with(|c: char| c.is_alphanumeric() || c == '_')
+            && rhs.starts_with(|c: char| c.is_uppercase());
+        if !literal && !generic {
+            found.push(
+                src.at(
+                    file,
+                    at,
+                    "shifts by a computed amount (`1 << n`): a growing wait is a `Backoff` \
+                 (monky-deployd/src/backoff.rs), the one formula"
+                        .into(),
+                ),
+            );
+        }
+    }
+    found
+}
+
 /// Rule: a step of the tick fails with a `Failure`, whose code is required, never with an
 /// `anyhow` error that would reach the outcome as a generic `FAILED`; a lower module's error
 /// is given its code where the step calls it (`OrCode::or_code`).
@@ -1138,6 +1210,52 @@ mod tests {
                      #[cfg(test)]\nmod tests {\n  #[path = \"t.rs\"]\n  mod t;\n}\n";
         assert_eq!(
             check(RULE, "monky-bundle/src/lib.rs", quiet),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_planted_backoff_formula_is_named_with_its_line() {
+        const RULE: &str = "one-backoff";
+        let planted = "fn wait(n: u32) -> u64 {\n\
+                       let a = 60u64 << n.saturating_sub(1);\n\
+                       let b = 2f64.powi(n as i32); let c = 2u64.pow(n);\n\
+                       let d = u64::checked_pow(2, n);\n\
+                       let mut e = 1u64; e <<= n;\n\
+                       a\n}\n";
+        assert_eq!(
+            check(RULE, "monky-deployd/src/runloop.rs", planted),
+            [
+                "monky-deployd/src/runloop.rs:2",
+                "monky-deployd/src/runloop.rs:3",
+                "monky-deployd/src/runloop.rs:3",
+                "monky-deployd/src/runloop.rs:4",
+                "monky-deployd/src/runloop.rs:5",
+            ]
+        );
+        assert_eq!(
+            check(RULE, "monky-http/src/lib.rs", planted).len(),
+            5,
+            "every shipped crate that may wait"
+        );
+        // The one formula's own module, the size grammars of the crate that never waits, test
+        // support and tests are no violation; nor are sizes, generics, comments, strings and
+        // unit tests.
+        for file in [
+            "monky-deployd/src/backoff.rs",
+            "monky-bundle/src/budget.rs",
+            "monky-testkit/src/lib.rs",
+            "monky-deployd/tests/heal.rs",
+            "xtask/src/bench.rs",
+        ] {
+            assert_eq!(check(RULE, file, planted), Vec::<String>::new(), "{file}");
+        }
+        let quiet = "/// Not `1 << n` nor `x.pow(2)`.\n\
+                     const MAX: u64 = 16 << 20; let w = u64::from(hi) << 32 | lo;\n\
+                     fn f(pow: u32) -> Vec<<T as X>::Y> { g(\"a << b\", pow) }\n\
+                     #[cfg(test)]\nmod tests { fn t(n: u32) { let _ = 1 << n; } }\n";
+        assert_eq!(
+            check(RULE, "monky-deployd/src/config.rs", quiet),
             Vec::<String>::new()
         );
     }
