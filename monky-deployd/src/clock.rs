@@ -5,7 +5,7 @@
 //! A wall clock can step by hours in either direction (a bad RTC, a resumed VM, an NTP answer
 //! nobody authenticated); `CLOCK_BOOTTIME` only moves forward, suspend included, and restarts at
 //! a reboot, which the boot id (`/proc/sys/kernel/random/boot_id`) tells apart. A deadline kept
-//! as a [`BootDeadline`] therefore holds within a boot whatever the wall clock does; across a
+//! as a `BootDeadline` therefore holds within a boot whatever the wall clock does; across a
 //! reboot its owner falls back to a safe choice (ask OpenBao, clamp the wait).
 //!
 //! With the test-only feature `failpoints`, `MONKY_DEPLOYD_TEST_CLOCK="<wall> <boot> [<id>]"`

@@ -1,9 +1,9 @@
 //! The documented exit statuses and the error that carries one up to `main`.
 //!
-//! A step of the tick fails with a [`Failure`], whose code is required; a lower module's
+//! A step of the tick fails with a `Failure`, whose code is required; a lower module's
 //! `anyhow::Error` is given the code it fails the tick with where the step calls it
-//! ([`OrCode::or_code`]). The commands outside the tick return `anyhow::Error`, and [`Exit::of`]
-//! decides their status by the first [`Failure`] in the chain (an error without one is 1).
+//! (`OrCode::or_code`). The commands outside the tick return `anyhow::Error`, and [`Exit::of`]
+//! decides their status by the first `Failure` in the chain (an error without one is 1).
 
 use std::fmt;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! monky-deployd: the agent that composes the protocol crates into ticks.
 //!
 //! [`run`] is the whole program behind `main`: it reads the config, runs the command and returns
-//! the exit status. A tick ([`tick::run_once`]) takes the state dir's lock, makes sure it holds
+//! the exit status. A tick (`tick::run_once`) takes the state dir's lock, makes sure it holds
 //! an OpenBao token, checks in with tenancy and then heartbeats, retires or applies.
 
 #[macro_use]

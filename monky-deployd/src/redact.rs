@@ -9,12 +9,12 @@
 //! plain, JSON-escaped, Go-quoted, per-line, `.env` and URL-encoded forms), OpenBao token
 //! shapes, JWTs, bearer headers and registry auth strings.
 //!
-//! How much of a text a value masks depends on its length (see [`Rule`]): a value of
+//! How much of a text a value masks depends on its length (see `Rule`): a value of
 //! [`ANYWHERE_LEN`] bytes or more is masked wherever it occurs, even inside a longer word; a
 //! shorter one only as a whole token, so a secret that happens to be part of a word does not
 //! eat that word; and a short value that is a plain word (letters only) only where it stands as
 //! a value (`KEY=value`, a URL, quotes), so a secret `compose` leaves `docker compose pull` alone.
-//! Values shorter than [`MIN_VALUE_LEN`] are never masked; `doctor` names the secrets that fall
+//! Values shorter than `MIN_VALUE_LEN` are never masked; `doctor` names the secrets that fall
 //! under the last two rules.
 
 use std::collections::HashSet;
