@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
-use crate::budget::Budget;
+use crate::budget::{Budget, tmpfs_options};
 use crate::checks::{interpolate_compose, parse_compose, scrub};
 use crate::interp::{key_value, raw_vars};
 use crate::member::MemberName;
@@ -1729,16 +1729,13 @@ fn tmpfs_driver_opts(opts: &Value) -> bool {
     }
     let Some(o) = m.get("o") else { return true };
     let Some(o) = o.as_str() else { return false };
-    o.split(',')
-        .map(str::trim)
-        .filter(|x| !x.is_empty())
-        .all(|opt| {
-            let key = opt.split_once('=').map_or(opt, |(k, _)| k);
-            matches!(
-                key,
+    tmpfs_options(o).all(|opt| {
+        !opt.spaced_name
+            && matches!(
+                opt.name,
                 "size" | "mode" | "uid" | "gid" | "nr_inodes" | "noexec" | "nosuid" | "nodev"
             )
-        })
+    })
 }
 
 /// `path` with `.` and `..` applied lexically (`..` at the root stays at the root).
