@@ -138,3 +138,32 @@ impl Budget {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_read_as_one_list_for_the_budget_and_the_policy() {
+        let read: Vec<_> = tmpfs_options(" size=64m, ,mode =1777,noexec ,nr_inodes")
+            .map(|o| (o.text, o.name, o.value, o.spaced_name))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                (" size=64m", "size", "64m", false),
+                ("mode =1777", "mode", "1777", true),
+                ("noexec ", "noexec", "", false),
+                ("nr_inodes", "nr_inodes", "", false),
+            ]
+        );
+    }
+
+    #[test]
+    fn service_entries_give_their_options() {
+        let v = serde_json::json!(["/run:size=64m,mode=1777", "/tmp", 3]);
+        assert_eq!(service_tmpfs_options(Some(&v)), ["size=64m,mode=1777", ""]);
+        let one = serde_json::json!("/t:size=1g");
+        assert_eq!(service_tmpfs_options(Some(&one)), ["size=1g"]);
+    }
+}
