@@ -507,6 +507,21 @@ fn used_networks(top: &Map<String, Value>) -> BTreeSet<String> {
 }
 
 impl Walk {
+    /// `key value` refused with `sev`.
+    fn bad(&mut self, site: &Site<'_>, shown: &str, sev: Severity, value: &str) {
+        let text = self.key_value(site, shown, value);
+        self.add(sev, site, &text);
+    }
+
+    /// A driver (`logging.driver`, a volume's or a network's) that must be one of `allowed`.
+    fn driver(&mut self, site: &Site<'_>, shown: &str, value: &Value, allowed: &[&str]) {
+        if let Some(d) = value.as_str()
+            && !allowed.contains(&d)
+        {
+            self.bad(site, shown, Severity::Privileged, d);
+        }
+    }
+
     fn add(&mut self, sev: Severity, site: &Site<'_>, what: &str) {
         let text = if site.subject.is_empty() {
             what.to_string()
@@ -741,6 +756,8 @@ impl Ctx<'_> {
         vars.iter().any(|v| secrets.contains(v))
     }
 
+    /// Judges `value` at `site` against the table's constraint `c`; each key family with more than
+    /// a line to say has its own method below.
     fn constraint(
         &self,
         walk: &mut Walk,
@@ -749,305 +766,353 @@ impl Ctx<'_> {
         value: &Value,
         shown: &str,
     ) {
-        let p = self.policy;
-        let bad = |walk: &mut Walk, sev: Severity, v: &str| {
-            let text = walk.key_value(site, shown, v);
-            walk.add(sev, site, &text);
-        };
         match c {
             C::False => {
                 if truthy(value) {
                     walk.add(Severity::Privileged, site, shown);
                 }
             }
-            C::ContainerName => {
-                if let Some(name) = value.as_str()
-                    && !own_container_name(&p.project, name)
-                    && !self.takes_a_secret(site)
-                {
-                    let mut text = walk.key_value(site, shown, name);
-                    if walk.shows_value(site) {
-                        text +=
-                            &format!(" (accepted: {})", accepted_container_name(&p.project, name));
-                    }
-                    walk.add(Severity::Nonconforming, site, &text);
-                }
-            }
-            C::Labels => {
-                for name in keys_of(value) {
-                    if name.starts_with("com.docker.compose.") {
-                        bad(walk, Severity::Invalid, &name);
-                    }
-                }
-                for (key, text) in labels_of(value) {
-                    let why = match routes::judge(&key, &text, &p.route_hosts) {
-                        routes::Route::Own => continue,
-                        routes::Route::Foreign(host) => format!(
-                            "names {}, not this env's own address (the box's admin may allow \
-                             it with allowed_route_hosts: [{}])",
-                            printable(&host, 80),
-                            printable(&host, 80)
-                        ),
-                        routes::Route::Unjudged(why) => format!(
-                            "cannot be judged: {why} (the box's admin may allow any host for \
-                             this env with allowed_route_hosts: [\"*\"])"
-                        ),
-                    };
-                    let shown = format!("labels {}", printable(&key, 80));
-                    walk.add(Severity::Route, site, &format!("{shown} {why}"));
-                }
-            }
-            C::CapAdd => {
-                // An empty entry is compose's to refuse; it asks for nothing.
-                for cap in strings(value).iter().filter(|c| !c.trim().is_empty()) {
-                    let upper = cap.trim().to_ascii_uppercase();
-                    let bare = upper.strip_prefix("CAP_").unwrap_or(&upper);
-                    if !DEFAULT_CAPS.contains(&bare) {
-                        bad(walk, Severity::Privileged, bare);
-                    }
-                }
-            }
-            C::SecurityOpt => {
-                for opt in strings(value).iter().filter(|o| !o.trim().is_empty()) {
-                    if !paths::no_new_privileges(opt) {
-                        bad(walk, Severity::Privileged, opt.trim());
-                    }
-                }
-            }
-            C::Sysctls => {
-                for name in keys_of(value) {
-                    // Judged as the runtime will apply it; a name it would not read as a plain
-                    // dotted name is refused.
-                    let plain = paths::sysctl_name(&name);
-                    if !plain.as_deref().is_some_and(namespaced_sysctl) {
-                        bad(walk, Severity::Privileged, name.trim());
-                    }
-                }
-            }
-            C::Namespace(private) => {
-                let Some(mode) = value.as_str() else { return };
-                let mode = mode.trim();
-                let own = mode
-                    .strip_prefix("service:")
-                    .is_some_and(|s| walk.services.contains(s));
-                if !(mode.is_empty() || own || private.contains(&mode)) {
-                    bad(walk, Severity::Privileged, mode);
-                }
-            }
-            C::VolumesFrom => {
-                for from in strings(value) {
-                    let name = from.strip_prefix("service:").unwrap_or(&from);
-                    let name = name
-                        .strip_suffix(":ro")
-                        .or_else(|| name.strip_suffix(":rw"))
-                        .unwrap_or(name);
-                    if !walk.services.contains(name) {
-                        bad(walk, Severity::Privileged, &from);
-                    }
-                }
-            }
-            C::ServiceVolumes => {
-                if let Value::Array(items) = value {
-                    for m in items.iter().filter_map(Mount::parse) {
-                        if let Some((sev, what)) = self.volume(&m) {
-                            // A hint after the value is printed only with the value itself.
-                            let (what, hint) = what.split_once(HINT).unwrap_or((&what, ""));
-                            let mut text = walk.key_value(site, shown, what);
-                            if !hint.is_empty() && walk.shows_value(site) {
-                                text += &format!(" ({hint})");
-                            }
-                            walk.add(sev, site, &text);
-                        }
-                    }
-                }
-            }
-            C::InRelease => {
-                // The compose file's own text is judged in `paths` (a literal inside the
-                // release dir); here the value compose will use, where its link resolves to.
-                // An empty path is compose's to refuse.
-                let judged = if self.release.is_some() {
-                    paths_of(value)
-                } else {
-                    Vec::new()
-                };
-                for path in judged.into_iter().filter(|p| !p.trim().is_empty()) {
-                    match self.place(&path) {
-                        Place::Release(rest) if !rest.is_empty() => {}
-                        _ => bad(walk, Severity::Privileged, &path),
-                    }
-                }
-            }
+            C::ContainerName => self.container_name(walk, site, value, shown),
+            C::Labels => self.labels(walk, site, value, shown),
+            C::CapAdd => self.cap_add(walk, site, value, shown),
+            C::SecurityOpt => self.security_opt(walk, site, value, shown),
+            C::Sysctls => self.sysctls(walk, site, value, shown),
+            C::Namespace(private) => self.namespace(walk, site, value, shown, private),
+            C::VolumesFrom => self.volumes_from(walk, site, value, shown),
+            C::ServiceVolumes => self.service_volumes(walk, site, value, shown),
+            C::InRelease => self.in_release(walk, site, value, shown),
             // Judged on the compose file's own text in `paths`: compose inlines the file into
             // its model, so neither the interpolated value nor the model can be trusted.
             C::EnvFile => {}
-            C::OomScoreAdj => {
-                let n = match value {
-                    Value::Number(n) => n.as_f64(),
-                    Value::String(s) => s.trim().parse::<f64>().ok(),
-                    _ => None,
-                };
-                if n.is_some_and(|n| n < 0.0) {
-                    bad(walk, Severity::Privileged, &value_text(value));
-                }
-            }
-            C::Ulimits => {
-                for name in keys_of(value) {
-                    match paths::ulimit_name(&name).as_str() {
-                        "rtprio" | "rttime" => bad(walk, Severity::Privileged, name.trim()),
-                        // Locked pages are charged to the container's memory cgroup: under a
-                        // memory limit (its own, judged by the budget, or the one the agent
-                        // supplies) memlock, unlimited included, takes nothing the limit does
-                        // not already bound. Without a readable limit it is refused.
-                        "memlock" if p.budget.service_memory(site.parent).is_none() => {
-                            bad(walk, Severity::Privileged, name.trim());
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            C::LogDriver => {
-                if let Some(d) = value.as_str()
-                    && !matches!(d, "" | "json-file" | "local" | "journald" | "none")
-                {
-                    bad(walk, Severity::Privileged, d);
-                }
-            }
+            C::OomScoreAdj => self.oom_score_adj(walk, site, value, shown),
+            C::Ulimits => self.ulimits(walk, site, value, shown),
+            C::LogDriver => walk.driver(
+                site,
+                shown,
+                value,
+                &["", "json-file", "local", "journald", "none"],
+            ),
             C::PullPolicy => {
                 if value.as_str() == Some("build") {
-                    bad(walk, Severity::Invalid, "build");
+                    walk.bad(site, shown, Severity::Invalid, "build");
                 }
             }
-            C::Image => {
-                if let Some(image) = value.as_str()
-                    && let Some(why) = image_problem(image, p.registry_host.as_deref())
-                    && (p.registry_host.is_some() || why == LOCAL_IMAGE_ID || why == ID_PREFIX)
-                {
-                    bad(
-                        walk,
-                        Severity::Privileged,
-                        &format!("{why}: {}", image.trim()),
-                    );
-                } else if let Some(image) = value.as_str()
-                    && let Some(found) = p.registries.as_ref().and_then(|r| r.judge(image))
-                {
-                    let sev = match found {
-                        registries::RegistryFinding::OnTheBox { .. } => Severity::Registry,
-                        registries::RegistryFinding::Unresolved { .. } => Severity::Unresolved,
-                    };
-                    // A value that came from a secret is named by its variable, never shown.
-                    let text = if walk.shows_value(site) {
-                        found.to_string()
-                    } else {
-                        format!(
-                            "{}: {}",
-                            walk.key_value(site, shown, image),
-                            found.unnamed()
-                        )
-                    };
-                    walk.add(sev, site, &text);
-                }
-            }
-            C::Dns => {
-                let servers = match value {
-                    Value::Array(items) => items.iter().filter_map(Value::as_str).collect(),
-                    Value::String(s) => vec![s.as_str()],
-                    _ => Vec::new(),
-                };
-                for server in servers {
-                    if server
-                        .trim()
-                        .parse::<std::net::IpAddr>()
-                        .is_ok_and(on_box_address)
-                    {
-                        bad(walk, Severity::Privileged, server.trim());
-                    }
-                }
-            }
-            C::ExternalVolume | C::ExternalNetwork => {
-                let external = truthy(value) || value.is_object();
-                if !external {
-                    return;
-                }
-                let name = value
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .or_else(|| site.parent.get("name").and_then(Value::as_str))
-                    .map(str::to_string)
-                    .unwrap_or_else(|| {
-                        site.subject
-                            .split_once('.')
-                            .map_or(site.subject, |(_, n)| n)
-                            .to_string()
-                    });
-                let allowed = if c == C::ExternalVolume {
-                    &p.external_volumes
-                } else {
-                    &p.external_networks
-                };
-                if !allowed.contains(&name) {
-                    let key = if c == C::ExternalVolume {
-                        "allowed_external_volumes"
-                    } else {
-                        "allowed_external_networks"
-                    };
-                    let mut text = walk.key_value(site, shown, &name);
-                    if walk.shows_value(site) {
-                        text += &format!(
-                            " (the box's admin may allow it with {key}: [{}])",
-                            printable(&name, 80)
-                        );
-                    }
-                    walk.add(Severity::Privileged, site, &text);
-                }
-            }
-            C::OwnName => {
-                let external = site
-                    .parent
-                    .get("external")
-                    .is_some_and(|e| truthy(e) || e.is_object());
-                // The name compose gives the key by default is the project's own, whatever
-                // a longer project could read into it: compose's model spells it out.
-                let default = site
-                    .subject
-                    .split_once('.')
-                    .map(|(_, key)| format!("{}_{key}", p.project));
-                if let Some(name) = value.as_str()
-                    && !external
-                    && default.as_deref() != Some(name)
-                    && !own_object_name(&p.project, name)
-                    && !self.takes_a_secret(site)
-                {
-                    let mut text = walk.key_value(site, shown, name);
-                    if walk.shows_value(site) {
-                        text += &format!(" (accepted: {})", accepted_object_name(&p.project, name));
-                    }
-                    walk.add(Severity::Nonconforming, site, &text);
-                }
-            }
+            C::Image => self.image(walk, site, value, shown),
+            C::Dns => self.dns(walk, site, value, shown),
+            C::ExternalVolume | C::ExternalNetwork => self.external(walk, site, value, shown, c),
+            C::OwnName => self.own_name(walk, site, value, shown),
             C::VolumeDriverOpts => {
                 if present(value) && !tmpfs_driver_opts(value) {
                     walk.add(Severity::Privileged, site, shown);
                 }
             }
-            C::VolumeDriver => {
-                if let Some(d) = value.as_str()
-                    && !matches!(d, "" | "local")
-                {
-                    bad(walk, Severity::Privileged, d);
-                }
-            }
-            C::NetworkDriver => {
-                if let Some(d) = value.as_str()
-                    && !matches!(d, "" | "bridge")
-                {
-                    bad(walk, Severity::Privileged, d);
-                }
-            }
+            C::VolumeDriver => walk.driver(site, shown, value, &["", "local"]),
+            C::NetworkDriver => walk.driver(site, shown, value, &["", "bridge"]),
             C::Empty => {
                 if present(value) {
                     walk.add(Severity::Privileged, site, shown);
                 }
             }
+        }
+    }
+
+    /// `container_name`: the project's own prefix, or a nonconforming name with the one accepted.
+    fn container_name(&self, walk: &mut Walk, site: &Site<'_>, value: &Value, shown: &str) {
+        let p = self.policy;
+        if let Some(name) = value.as_str()
+            && !own_container_name(&p.project, name)
+            && !self.takes_a_secret(site)
+        {
+            let mut text = walk.key_value(site, shown, name);
+            if walk.shows_value(site) {
+                text += &format!(" (accepted: {})", accepted_container_name(&p.project, name));
+            }
+            walk.add(Severity::Nonconforming, site, &text);
+        }
+    }
+
+    /// `labels`: none in compose's own namespace, and routing labels only for this env's own hosts.
+    fn labels(&self, walk: &mut Walk, site: &Site<'_>, value: &Value, shown: &str) {
+        let p = self.policy;
+        for name in keys_of(value) {
+            if name.starts_with("com.docker.compose.") {
+                walk.bad(site, shown, Severity::Invalid, &name);
+            }
+        }
+        for (key, text) in labels_of(value) {
+            let why = match routes::judge(&key, &text, &p.route_hosts) {
+                routes::Route::Own => continue,
+                routes::Route::Foreign(host) => format!(
+                    "names {}, not this env's own address (the box's admin may allow \
+                     it with allowed_route_hosts: [{}])",
+                    printable(&host, 80),
+                    printable(&host, 80)
+                ),
+                routes::Route::Unjudged(why) => format!(
+                    "cannot be judged: {why} (the box's admin may allow any host for \
+                     this env with allowed_route_hosts: [\"*\"])"
+                ),
+            };
+            let shown = format!("labels {}", printable(&key, 80));
+            walk.add(Severity::Route, site, &format!("{shown} {why}"));
+        }
+    }
+
+    /// `cap_add`: only capabilities of docker's default set.
+    fn cap_add(&self, walk: &mut Walk, site: &Site<'_>, value: &Value, shown: &str) {
+        // An empty entry is compose's to refuse; it asks for nothing.
+        for cap in strings(value).iter().filter(|c| !c.trim().is_empty()) {
+            let upper = cap.trim().to_ascii_uppercase();
+            let bare = upper.strip_prefix("CAP_").unwrap_or(&upper);
+            if !DEFAULT_CAPS.contains(&bare) {
+                walk.bad(site, shown, Severity::Privileged, bare);
+            }
+        }
+    }
+
+    /// `security_opt`: only `no-new-privileges`.
+    fn security_opt(&self, walk: &mut Walk, site: &Site<'_>, value: &Value, shown: &str) {
+        for opt in strings(value).iter().filter(|o| !o.trim().is_empty()) {
+            if !paths::no_new_privileges(opt) {
+                walk.bad(site, shown, Severity::Privileged, opt.trim());
+            }
+        }
+    }
+
+    /// `sysctls`: only those docker namespaces per container, read as the runtime reads the name.
+    fn sysctls(&self, walk: &mut Walk, site: &Site<'_>, value: &Value, shown: &str) {
+        for name in keys_of(value) {
+            // Judged as the runtime will apply it; a name it would not read as a plain
+            // dotted name is refused.
+            let plain = paths::sysctl_name(&name);
+            if !plain.as_deref().is_some_and(namespaced_sysctl) {
+                walk.bad(site, shown, Severity::Privileged, name.trim());
+            }
+        }
+    }
+
+    /// A namespace mode (`pid`, `ipc`, `network_mode`...): a service of this project or one of the
+    /// `private` modes.
+    fn namespace(
+        &self,
+        walk: &mut Walk,
+        site: &Site<'_>,
+        value: &Value,
+        shown: &str,
+        private: &[&str],
+    ) {
+        let Some(mode) = value.as_str() else { return };
+        let mode = mode.trim();
+        let own = mode
+            .strip_prefix("service:")
+            .is_some_and(|s| walk.services.contains(s));
+        if !(mode.is_empty() || own || private.contains(&mode)) {
+            walk.bad(site, shown, Severity::Privileged, mode);
+        }
+    }
+
+    /// `volumes_from`: only services of this project.
+    fn volumes_from(&self, walk: &mut Walk, site: &Site<'_>, value: &Value, shown: &str) {
+        for from in strings(value) {
+            let name = from.strip_prefix("service:").unwrap_or(&from);
+            let name = name
+                .strip_suffix(":ro")
+                .or_else(|| name.strip_suffix(":rw"))
+                .unwrap_or(name);
+            if !walk.services.contains(name) {
+                walk.bad(site, shown, Severity::Privileged, &from);
+            }
+        }
+    }
+
+    /// A service's `volumes`, entry by entry ([`Ctx::volume`]).
+    fn service_volumes(&self, walk: &mut Walk, site: &Site<'_>, value: &Value, shown: &str) {
+        if let Value::Array(items) = value {
+            for m in items.iter().filter_map(Mount::parse) {
+                if let Some((sev, what)) = self.volume(&m) {
+                    // A hint after the value is printed only with the value itself.
+                    let (what, hint) = what.split_once(HINT).unwrap_or((&what, ""));
+                    let mut text = walk.key_value(site, shown, what);
+                    if !hint.is_empty() && walk.shows_value(site) {
+                        text += &format!(" ({hint})");
+                    }
+                    walk.add(sev, site, &text);
+                }
+            }
+        }
+    }
+
+    /// A file bound into a container: where compose's value resolves, inside the release dir.
+    fn in_release(&self, walk: &mut Walk, site: &Site<'_>, value: &Value, shown: &str) {
+        // The compose file's own text is judged in `paths` (a literal inside the
+        // release dir); here the value compose will use, where its link resolves to.
+        // An empty path is compose's to refuse.
+        let judged = if self.release.is_some() {
+            paths_of(value)
+        } else {
+            Vec::new()
+        };
+        for path in judged.into_iter().filter(|p| !p.trim().is_empty()) {
+            match self.place(&path) {
+                Place::Release(rest) if !rest.is_empty() => {}
+                _ => walk.bad(site, shown, Severity::Privileged, &path),
+            }
+        }
+    }
+
+    /// `oom_score_adj`: 0 or more.
+    fn oom_score_adj(&self, walk: &mut Walk, site: &Site<'_>, value: &Value, shown: &str) {
+        let n = match value {
+            Value::Number(n) => n.as_f64(),
+            Value::String(s) => s.trim().parse::<f64>().ok(),
+            _ => None,
+        };
+        if n.is_some_and(|n| n < 0.0) {
+            walk.bad(site, shown, Severity::Privileged, &value_text(value));
+        }
+    }
+
+    /// `ulimits`: no `rtprio` or `rttime`, and `memlock` only under a memory limit.
+    fn ulimits(&self, walk: &mut Walk, site: &Site<'_>, value: &Value, shown: &str) {
+        let p = self.policy;
+        for name in keys_of(value) {
+            match paths::ulimit_name(&name).as_str() {
+                "rtprio" | "rttime" => walk.bad(site, shown, Severity::Privileged, name.trim()),
+                // Locked pages are charged to the container's memory cgroup: under a
+                // memory limit (its own, judged by the budget, or the one the agent
+                // supplies) memlock, unlimited included, takes nothing the limit does
+                // not already bound. Without a readable limit it is refused.
+                "memlock" if p.budget.service_memory(site.parent).is_none() => {
+                    walk.bad(site, shown, Severity::Privileged, name.trim());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// `image`: a registry reference, off the box's loopback unless it is the box's own registry.
+    fn image(&self, walk: &mut Walk, site: &Site<'_>, value: &Value, shown: &str) {
+        let p = self.policy;
+        if let Some(image) = value.as_str()
+            && let Some(why) = image_problem(image, p.registry_host.as_deref())
+            && (p.registry_host.is_some() || why == LOCAL_IMAGE_ID || why == ID_PREFIX)
+        {
+            walk.bad(
+                site,
+                shown,
+                Severity::Privileged,
+                &format!("{why}: {}", image.trim()),
+            );
+        } else if let Some(image) = value.as_str()
+            && let Some(found) = p.registries.as_ref().and_then(|r| r.judge(image))
+        {
+            let sev = match found {
+                registries::RegistryFinding::OnTheBox { .. } => Severity::Registry,
+                registries::RegistryFinding::Unresolved { .. } => Severity::Unresolved,
+            };
+            // A value that came from a secret is named by its variable, never shown.
+            let text = if walk.shows_value(site) {
+                found.to_string()
+            } else {
+                format!(
+                    "{}: {}",
+                    walk.key_value(site, shown, image),
+                    found.unnamed()
+                )
+            };
+            walk.add(sev, site, &text);
+        }
+    }
+
+    /// `dns`: no server on the box's own addresses.
+    fn dns(&self, walk: &mut Walk, site: &Site<'_>, value: &Value, shown: &str) {
+        let servers = match value {
+            Value::Array(items) => items.iter().filter_map(Value::as_str).collect(),
+            Value::String(s) => vec![s.as_str()],
+            _ => Vec::new(),
+        };
+        for server in servers {
+            if server
+                .trim()
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(on_box_address)
+            {
+                walk.bad(site, shown, Severity::Privileged, server.trim());
+            }
+        }
+    }
+
+    /// `external` volumes and networks: only names on the box's allowlists.
+    fn external(
+        &self,
+        walk: &mut Walk,
+        site: &Site<'_>,
+        value: &Value,
+        shown: &str,
+        c: Constraint,
+    ) {
+        let p = self.policy;
+        let external = truthy(value) || value.is_object();
+        if !external {
+            return;
+        }
+        let name = value
+            .get("name")
+            .and_then(Value::as_str)
+            .or_else(|| site.parent.get("name").and_then(Value::as_str))
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                site.subject
+                    .split_once('.')
+                    .map_or(site.subject, |(_, n)| n)
+                    .to_string()
+            });
+        let allowed = if c == C::ExternalVolume {
+            &p.external_volumes
+        } else {
+            &p.external_networks
+        };
+        if !allowed.contains(&name) {
+            let key = if c == C::ExternalVolume {
+                "allowed_external_volumes"
+            } else {
+                "allowed_external_networks"
+            };
+            let mut text = walk.key_value(site, shown, &name);
+            if walk.shows_value(site) {
+                text += &format!(
+                    " (the box's admin may allow it with {key}: [{}])",
+                    printable(&name, 80)
+                );
+            }
+            walk.add(Severity::Privileged, site, &text);
+        }
+    }
+
+    /// A custom `name` of a volume or network: the project's own prefix.
+    fn own_name(&self, walk: &mut Walk, site: &Site<'_>, value: &Value, shown: &str) {
+        let p = self.policy;
+        let external = site
+            .parent
+            .get("external")
+            .is_some_and(|e| truthy(e) || e.is_object());
+        // The name compose gives the key by default is the project's own, whatever
+        // a longer project could read into it: compose's model spells it out.
+        let default = site
+            .subject
+            .split_once('.')
+            .map(|(_, key)| format!("{}_{key}", p.project));
+        if let Some(name) = value.as_str()
+            && !external
+            && default.as_deref() != Some(name)
+            && !own_object_name(&p.project, name)
+            && !self.takes_a_secret(site)
+        {
+            let mut text = walk.key_value(site, shown, name);
+            if walk.shows_value(site) {
+                text += &format!(" (accepted: {})", accepted_object_name(&p.project, name));
+            }
+            walk.add(Severity::Nonconforming, site, &text);
         }
     }
 
