@@ -170,6 +170,8 @@ fn top_level_volumes_networks_configs_and_identity() {
         ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, device: tmpfs, o: \"size=64m,uid=1000\"}\n", "ok"),
         ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, device: /dev/sda1, o: size=1m}\n", "PRIVILEGED_REFUSED: volumes.v: driver_opts"),
         ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, o: \"bind,size=1m\"}\n", "PRIVILEGED_REFUSED: volumes.v: driver_opts"),
+        ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, o: \"size =1m\"}\n", "PRIVILEGED_REFUSED: volumes.v: driver_opts"),
+        ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, o: \" size=1m, ,mode=1777 \"}\n", "ok"),
         ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    driver_opts: {type: tmpfs, o: \"size=1m,nr_blocks=16777216\"}\n", "PRIVILEGED_REFUSED: volumes.v: driver_opts"),
         ("name: monky-env-other\nservices:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\n    networks: [n]\nvolumes:\n  v:\n    name: ${COMPOSE_PROJECT_NAME}_v\nnetworks:\n  n:\n    name: \"${COMPOSE_PROJECT_NAME}_n\"\n", "ok"),
         ("services:\n  s:\n    image: x\n    volumes: [{type: volume, source: v, target: /data}]\nvolumes:\n  v:\n    name: ${SECRET}\n", "ok"),
