@@ -434,6 +434,63 @@ impl Engine {
         })
     }
 
+    /// The processes of container `id` as the engine sees them (`GET /containers/{id}/top`,
+    /// which runs `ps -ww -o pid,ruid,euid,suid,fsuid,args` beside dockerd and keeps the
+    /// container's own): the look at what runs when the caller's `/proc` is not the engine's
+    /// (the agent in another pid namespace). The arguments are the app's, secrets maybe among
+    /// them: a caller compares them in memory ([`TopProcess`]'s `Debug` never shows them).
+    ///
+    /// # Errors
+    /// The engine's; [`Error::Parse`] for columns other than those asked, or a number that is
+    /// not one (the message names the column, never an argument).
+    pub fn top(&self, id: &str) -> Result<Vec<TopProcess>> {
+        #[derive(Deserialize)]
+        struct Raw {
+            #[serde(rename = "Titles", default)]
+            titles: Vec<String>,
+            #[serde(rename = "Processes", default)]
+            processes: Option<Vec<Vec<String>>>,
+        }
+        const TITLES: [&str; 6] = ["PID", "RUID", "EUID", "SUID", "FSUID", "COMMAND"];
+        check_container_id(id)?;
+        let raw: Raw = self.get_json(
+            &format!("/containers/{id}/top"),
+            &[("ps_args", "-ww -o pid,ruid,euid,suid,fsuid,args")],
+        )?;
+        let bad = |detail: String| Error::Parse {
+            what: format!("engine /containers/{id}/top"),
+            detail,
+        };
+        if raw.titles != TITLES {
+            return Err(bad(format!("columns {:?}, not {TITLES:?}", raw.titles)));
+        }
+        raw.processes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|row| {
+                let columns = row.len();
+                let [pid, ruid, euid, suid, fsuid, args]: [String; 6] = row
+                    .try_into()
+                    .map_err(|_| bad(format!("a row of {columns} columns, not 6")))?;
+                let number = |title: &str, v: &str| {
+                    v.trim()
+                        .parse::<u32>()
+                        .map_err(|_| bad(format!("{title} {v:?} is not a number")))
+                };
+                Ok(TopProcess {
+                    pid: number("PID", &pid)?,
+                    uids: [
+                        number("RUID", &ruid)?,
+                        number("EUID", &euid)?,
+                        number("SUID", &suid)?,
+                        number("FSUID", &fsuid)?,
+                    ],
+                    args,
+                })
+            })
+            .collect()
+    }
+
     /// Stops container `id` (`POST /containers/{id}/stop?t=<grace>`): the engine's own stop,
     /// so its restart policy does not start it again. A container stopped already is no error.
     ///
@@ -906,6 +963,26 @@ impl ApiEvent {
             signal,
             exit_code,
         }
+    }
+}
+
+/// One process of a container as the engine's `top` shows it: see [`Engine::top`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct TopProcess {
+    /// Its pid as the engine's host numbers it.
+    pub pid: u32,
+    /// Real, effective, saved and filesystem uid.
+    pub uids: [u32; 4],
+    /// Its arguments as `ps` joins them with spaces: the app's, maybe a secret; never shown.
+    pub args: String,
+}
+
+impl std::fmt::Debug for TopProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopProcess")
+            .field("pid", &self.pid)
+            .field("uids", &self.uids)
+            .finish_non_exhaustive()
     }
 }
 

@@ -47,7 +47,7 @@ pub use docker::{
 };
 pub use engine::{
     ContainerDetail, ContainerEvent, ContainerFacts, Engine, EngineInfo, NamedObject, ObjectKind,
-    Probe, Running,
+    Probe, Running, TopProcess,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use version::ComposeVersion;

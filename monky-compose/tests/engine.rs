@@ -659,3 +659,41 @@ fn running_gives_the_main_process_and_the_environment_and_stop_stops() {
     assert!(engine.stop("a1?x", Duration::ZERO).is_err());
     assert_eq!(fake.requests().len(), before, "sent");
 }
+
+/// The engine's `top` gives each process of a container with its four uids, read from the
+/// columns asked for; its arguments stay out of `Debug`, and columns other than those asked
+/// are refused rather than read.
+#[test]
+fn top_gives_each_process_with_its_four_uids_and_hides_the_arguments() {
+    let fake = fake_engine(&[
+        (
+            "/containers/a1/top",
+            200,
+            r#"{"Processes":[["20163","0","0","0","0","/bin/sh -c exec server --pw s3cret-value"],["20240","65534","65534","65534","65534","server --pw s3cret-value"]],"Titles":["PID","RUID","EUID","SUID","FSUID","COMMAND"]}"#,
+        ),
+        (
+            "/containers/b2/top",
+            200,
+            r#"{"Processes":[["1","root","/bin/sh"]],"Titles":["PID","USER","COMMAND"]}"#,
+        ),
+    ]);
+    let engine = Engine::unix(fake.socket());
+    let top = engine.top("a1").unwrap();
+    assert_eq!(top.len(), 2);
+    assert_eq!((top[1].pid, top[1].uids), (20240, [65534; 4]));
+    assert_eq!(top[1].args, "server --pw s3cret-value");
+    let shown = format!("{top:?}");
+    assert!(
+        shown.contains("20240") && !shown.contains("s3cret"),
+        "{shown}"
+    );
+    assert!(
+        fake.requests().iter().any(|r| r
+            == "GET /containers/a1/top?ps_args=-ww+-o+pid%2Cruid%2Ceuid%2Csuid%2Cfsuid%2Cargs"
+            || r == "GET /containers/a1/top?ps_args=-ww%20-o%20pid%2Cruid%2Ceuid%2Csuid%2Cfsuid%2Cargs"),
+        "{:?}",
+        fake.requests()
+    );
+    let e = engine.top("b2").unwrap_err().to_string();
+    assert!(e.contains("columns") && !e.contains("/bin/sh\""), "{e}");
+}

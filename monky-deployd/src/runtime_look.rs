@@ -83,6 +83,29 @@ impl Proc {
     }
 }
 
+impl From<monky_compose::TopProcess> for Proc {
+    /// A process as the engine's `top` shows it: its arguments are the words of `ps`'s line,
+    /// and the line itself once more, so a secret value with a space in it is found too.
+    fn from(p: monky_compose::TopProcess) -> Self {
+        let mut argv: Vec<Vec<u8>> = p.args.split(' ').map(|w| w.as_bytes().to_vec()).collect();
+        if argv.len() > 1 {
+            argv.push(p.args.into_bytes());
+        }
+        Self {
+            pid: p.pid,
+            uids: p.uids,
+            argv,
+        }
+    }
+}
+
+/// Whether the kernel's process files under `roots` show process `pid`: not when the agent's
+/// `/proc` is another pid namespace's than the engine's, whose pids the engine gives.
+#[must_use]
+pub(crate) fn shows(roots: &Roots, pid: u32) -> bool {
+    roots.proc.join(pid.to_string()).exists()
+}
+
 /// The processes of container `id` whose main process is `init`: every member of its cgroup
 /// (the `pids` hierarchy of cgroup v1, else the unified one), read from `/proc`. The cgroup
 /// must be named for the container (the engine names it by the full id, with either cgroup
@@ -506,6 +529,54 @@ mod tests {
             allowed: &[65534],
         };
         assert!(judge(web(true), &procs, &waived, &secrets()).is_empty());
+    }
+
+    /// The engine's `top` joins a process's arguments with spaces: its words are judged as
+    /// arguments (a short value as a whole word), and the line once more, so a value with a
+    /// space in it is found too; the uids are judged as `/proc`'s.
+    #[test]
+    fn a_process_the_engines_top_shows_is_judged_as_one_from_proc() {
+        let values = SecretValues::new(vec![
+            ("PIN".into(), SecretString::from("42")),
+            ("PHRASE".into(), SecretString::from("correct horse battery")),
+        ]);
+        let top = |pid, args: &str| {
+            Proc::from(monky_compose::TopProcess {
+                pid,
+                uids: [65534, 65534, 65534, 65534],
+                args: args.into(),
+            })
+        };
+        let procs = [
+            top(7, "sleep 42"),
+            top(8, "server --phrase correct horse battery"),
+            top(9, "sleep 420"),
+        ];
+        let accounts = HostAccounts::parse(PASSWD, "");
+        let sharing = Sharing {
+            accounts: Some(&accounts),
+            allowed: &[],
+        };
+        let found = judge(web(true), &procs, &sharing, &values);
+        let on_line: Vec<(u32, &str)> = found
+            .iter()
+            .filter_map(|f| match f {
+                Finding::OnCommandLine { pid, key, .. } => Some((*pid, key.as_str())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(on_line, [(7, "PIN"), (8, "PHRASE")]);
+        assert!(
+            found.iter().any(|f| matches!(
+                f,
+                Finding::SharedUid {
+                    pid: 9,
+                    uid: 65534,
+                    ..
+                }
+            )),
+            "{found:?}"
+        );
     }
 
     #[test]

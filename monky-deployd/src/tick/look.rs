@@ -194,6 +194,20 @@ fn look(
         let Some(pid) = running.pid else { continue };
         let procs = match look::processes(&roots, &f.id, pid) {
             Ok(p) => p,
+            // The agent's `/proc` is not the engine's (another pid namespace: a box in a
+            // container, an engine elsewhere): the engine's own view of the container's
+            // processes, which must show at least its main process.
+            Err(_) if !look::shows(&roots, pid) => match engine.top(&f.id) {
+                Ok(top) if !top.is_empty() => top.into_iter().map(look::Proc::from).collect(),
+                Ok(_) => {
+                    findings.push(unseen("the engine lists no process of it".to_owned()));
+                    continue;
+                }
+                Err(e) => {
+                    findings.push(unseen(format!("the engine's top: {e}")));
+                    continue;
+                }
+            },
             Err(why) => {
                 findings.push(unseen(why));
                 continue;
