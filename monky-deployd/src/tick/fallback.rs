@@ -27,15 +27,10 @@ impl Run<'_> {
         }
     }
 
-    /// A release that failed at render, model, pull, up or health: schedules the next attempt
-    /// (1 min, 2, 4, ... up to 1 h, jittered) and, when it had `started`, falls back to the last
-    /// healthy release. Returns the failure, whose message ends with what happened to the
-    /// running release and when the next attempt is.
-    fn release_failed(&mut self, sha: &Sha, failed: Failed) -> Failure {
-        let Failed { failure, started } = failed;
-        let code = failure.code;
-        // `CODE: names`, repeated by the reports sent while the sha waits.
-        let detail = failure.to_string();
+    /// Records `failure` as `sha`'s failed attempt (its `CODE: names`, repeated by the reports
+    /// sent while the sha waits, under the config's verdict key) and returns when the next
+    /// attempt may run.
+    pub(super) fn back_off(&mut self, sha: &Sha, failure: &Failure) -> u64 {
         let key = super::backoff::verdict_key(self.agent.cfg);
         let backoff = ReleaseBackoff::after_failure(
             &self.tick.state,
@@ -46,7 +41,22 @@ impl Run<'_> {
             rand::random_range(0.0..1.0),
         );
         let next = backoff.next_attempt_at;
-        self.record(backoff.fact(sha, &key, code, redact::redact(&detail)));
+        self.record(backoff.fact(
+            sha,
+            &key,
+            failure.code,
+            redact::redact(&failure.to_string()),
+        ));
+        next
+    }
+
+    /// A release that failed at render, model, pull, up or health: schedules the next attempt
+    /// (1 min, 2, 4, ... up to 1 h, jittered) and, when it had `started`, falls back to the last
+    /// healthy release. Returns the failure, whose message ends with what happened to the
+    /// running release and when the next attempt is.
+    fn release_failed(&mut self, sha: &Sha, failed: Failed) -> Failure {
+        let Failed { failure, started } = failed;
+        let next = self.back_off(sha, &failure);
         let previous = self.tick.state.applied_sha().filter(|p| *p != sha).cloned();
         let note = match (previous, &started) {
             // Nothing of it started (its `.env` or its pull failed): nothing changed on the
@@ -66,7 +76,7 @@ impl Run<'_> {
             (Some(prev), Some(_)) => self.revert_to(&prev),
         };
         let failure = Failure::coded(
-            code,
+            failure.code,
             format!(
                 "{}; {note}; next attempt {} (`monky-deployd run --once --force` tries now)",
                 failure.message,

@@ -12,15 +12,14 @@ use std::cell::RefCell;
 
 use monky_compose::ContainerFacts;
 
-use super::backoff::ReleaseBackoff;
 use super::outcome::Outcome;
 use super::stages::{Failed, Promoted, Started, Stop};
 use super::{Agent, Judged, Run};
 use crate::exit::{Exit, Failure};
+use crate::release;
 use crate::runtime_look::{self as look, Finding, Looked, Roots, SecretValues, Sharing, Subject};
 use crate::shared_uid::HostAccounts;
 use crate::state::Fact;
-use crate::{redact, release};
 
 /// How long a container the look stops gets to end on its own.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -67,20 +66,8 @@ impl Run<'_> {
         let code = failure.code;
         // The backoff is the wanted sha's: a release that runs while another waits out its
         // own backoff is withdrawn without taking that sha's place.
-        let next = (self.tick.state.desired_sha() == Some(sha)).then(|| {
-            let key = super::backoff::verdict_key(self.agent.cfg);
-            let backoff = ReleaseBackoff::after_failure(
-                &self.tick.state,
-                sha,
-                &key,
-                crate::clock::wall(),
-                crate::clock::boot().as_ref(),
-                rand::random_range(0.0..1.0),
-            );
-            let next = backoff.next_attempt_at;
-            self.record(backoff.fact(sha, &key, code, redact::redact(&failure.to_string())));
-            next
-        });
+        let next =
+            (self.tick.state.desired_sha() == Some(sha)).then(|| self.back_off(sha, &failure));
         let previous = self
             .tick
             .state
