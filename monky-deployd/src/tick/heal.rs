@@ -212,16 +212,7 @@ impl Run<'_> {
             // A service that died by its own exit again within the hour after an earlier heal:
             // brought back, but the box is in a crash loop, not converged, until it stays up.
             if let Some(dead) = crashed.first().filter(|_| crashes >= 2) {
-                let record = CrashLoop {
-                    at: now,
-                    heals: crashes,
-                    service: dead.service.clone(),
-                    exit_code: match dead.kind {
-                        drift::Kind::Stopped { exit_code, .. } => exit_code,
-                        _ => None,
-                    },
-                    last_lines: last_lines.clone(),
-                };
+                let record = crash_loop(dead, now, crashes, last_lines.clone());
                 let failure = crate::verdict::crash_loop(&record);
                 let failure = Failure::coded(failure.code, format!("{what}; {}", failure.message));
                 warn!("{failure}");
@@ -260,16 +251,12 @@ impl Run<'_> {
             && (crashes >= 2 || self.tick.state.crash_loop(now).is_some());
         let code = match crashed.first().filter(|_| looping) {
             Some(dead) => {
-                self.record(Fact::CrashLooped(CrashLoop {
-                    at: now,
-                    heals: crashes,
-                    service: dead.service.clone(),
-                    exit_code: match dead.kind {
-                        drift::Kind::Stopped { exit_code, .. } => exit_code,
-                        _ => None,
-                    },
-                    last_lines: last_lines.clone(),
-                }));
+                self.record(Fact::CrashLooped(crash_loop(
+                    dead,
+                    now,
+                    crashes,
+                    last_lines.clone(),
+                )));
                 Code::CrashLoop
             }
             None => failure.code,
@@ -546,5 +533,20 @@ impl Run<'_> {
             None => Outcome::failed(Some(&applied), Failure::coded(Code::Unhealthy, what)),
         };
         self.conclude(outcome).map(Some)
+    }
+}
+
+/// The crash loop's record: `dead`, the service that died by its own exit, healed at `now`
+/// for the `heals`-th time within the hour, with its own last lines.
+fn crash_loop(dead: &Drift, now: u64, heals: u32, last_lines: Option<Redacted>) -> CrashLoop {
+    CrashLoop {
+        at: now,
+        heals,
+        service: dead.service.clone(),
+        exit_code: match dead.kind {
+            drift::Kind::Stopped { exit_code, .. } => exit_code,
+            _ => None,
+        },
+        last_lines,
     }
 }
