@@ -152,21 +152,62 @@ fn remove_docker_objects(docker: &Docker) -> Result<()> {
     ])?);
     remove(docker, &["volume", "rm", "--force"], &volumes, "volumes")?;
 
-    let mut images: Vec<String> = docker
-        .capture([
-            "image",
-            "ls",
-            "--quiet",
-            "--no-trunc",
-            "--filter",
-            &format!("label={IMAGE_LABEL}"),
-        ])?
+    // `image ls` lists newest first, so an image built FROM another of ours comes before
+    // its parent; the engine refuses to remove a parent while a child exists, even forced.
+    let listed = docker.capture([
+        "image",
+        "ls",
+        "--quiet",
+        "--no-trunc",
+        "--filter",
+        &format!("label={IMAGE_LABEL}"),
+    ])?;
+    remove_images(docker, &first_of_each(&listed))
+}
+
+/// The lines of `listed`, each once, in the order they first appear.
+fn first_of_each(listed: &str) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    listed
         .lines()
+        .filter(|id| !id.is_empty() && seen.insert(*id))
         .map(str::to_owned)
-        .collect();
-    images.sort();
-    images.dedup();
-    remove(docker, &["rmi", "--force"], &images, "test images")
+        .collect()
+}
+
+/// Removes `images` one by one, in passes, until a pass removes nothing: an image whose child
+/// is removed later in a pass goes in the next one. What still stands is an error naming it.
+fn remove_images(docker: &Docker, images: &[String]) -> Result<()> {
+    let mut left: Vec<&String> = images.iter().collect();
+    let mut last_errors = Vec::new();
+    let mut removed = 0;
+    while !left.is_empty() {
+        last_errors.clear();
+        let before = left.len();
+        left.retain(|id| match docker.capture(["rmi", "--force", id.as_str()]) {
+            Ok(_) => false,
+            // Gone with a child removed before it (an untagged parent goes with its child).
+            Err(e) if format!("{e:#}").contains("No such image") => false,
+            Err(e) => {
+                last_errors.push(format!("{id}: {e:#}"));
+                true
+            }
+        });
+        removed += before - left.len();
+        if left.len() == before {
+            bail!(
+                "cannot remove {} test image(s) after {removed} removed:\n  {}",
+                left.len(),
+                last_errors.join("\n  ")
+            );
+        }
+    }
+    if removed == 0 {
+        println!("    no test images to remove");
+    } else {
+        println!("    removed {removed} test images");
+    }
+    Ok(())
 }
 
 /// From tab-separated `id, name, compose project[, run label]` rows, the ids of the suite's
@@ -219,6 +260,12 @@ f6\tmonky-e2e-1234_default\t
 ";
         assert_eq!(ours(rows), ["a1", "b2", "c3", "f6"]);
         assert!(ours("").is_empty());
+    }
+
+    #[test]
+    fn images_keep_the_engine_order_once_each() {
+        assert_eq!(first_of_each("c\na\n\nc\nb\na\n"), ["c", "a", "b"]);
+        assert!(first_of_each("").is_empty());
     }
 
     #[test]
