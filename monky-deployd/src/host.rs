@@ -54,11 +54,13 @@ fn mem_total(meminfo: &str) -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-/// The CPUs the agent may run on, the default of `budget.max_cpus`.
+/// The box's CPUs, the default of `budget.max_cpus`: those the agent may be scheduled on, as
+/// dockerd counts its `NCPU`. Not the agent's own cgroup quota (what the standard library's
+/// `available_parallelism` would apply): the containers do not run in the agent's cgroup, and
+/// reading it cost every tick four files.
 pub(crate) fn cpus() -> Option<f64> {
-    std::thread::available_parallelism()
-        .ok()
-        .map(|n| n.get() as f64)
+    let n = rustix::thread::sched_getaffinity(None).ok()?.count();
+    (n > 0).then_some(f64::from(n))
 }
 
 fn read_trim(p: impl AsRef<Path>) -> Option<String> {
@@ -87,6 +89,15 @@ mod tests {
         );
         assert_eq!(super::os_from_release("ID=arch\n"), "arch");
         assert_eq!(super::os_from_release(""), "unknown");
+    }
+
+    /// The CPUs are the scheduler's, as `nproc` counts them, whatever quota the agent's own
+    /// cgroup has.
+    #[test]
+    fn cpus_are_the_ones_the_scheduler_offers() {
+        let out = std::process::Command::new("nproc").output().expect("nproc");
+        let nproc: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        assert_eq!(super::cpus(), Some(nproc));
     }
 
     #[test]

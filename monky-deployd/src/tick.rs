@@ -60,8 +60,9 @@ pub(crate) struct TickOutcome {
 /// Runs one tick and maps its result to an exit status; errors are logged, redacted, here.
 pub(crate) fn run_once(cfg: &Config, opts: TickOptions) -> TickOutcome {
     let started = std::time::Instant::now();
-    let outcome = run_tick(cfg, opts);
-    let st = State::peek(&Layout::peek(cfg));
+    let (outcome, ended) = run_tick(cfg, opts);
+    // The state the tick saved, as it holds it: read again only when it ended before it had one.
+    let st = ended.unwrap_or_else(|| State::peek(&Layout::peek(cfg)));
     // Offline on a laptop is one quiet line, already written.
     let offline = cfg.laptop_mode
         && outcome.exit == Exit::Ok
@@ -96,11 +97,13 @@ fn write_metrics(cfg: &Config, st: &State, exit: Exit, took: Duration) {
     }
 }
 
-fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
+/// Runs the tick; with its outcome, the state it ended with, when it got as far as one.
+fn run_tick(cfg: &Config, opts: TickOptions) -> (TickOutcome, Option<State>) {
     logging::start_capture();
     let mut retry_after = None;
     let mut interval = None;
-    let exit = match tick(cfg, opts, &mut interval) {
+    let mut ended = None;
+    let exit = match tick(cfg, opts, &mut interval, &mut ended) {
         Ok(exit) => exit,
         Err(e) => {
             // The tenancy error itself was turned into a Failure on the way up; it kept the
@@ -111,19 +114,29 @@ fn run_tick(cfg: &Config, opts: TickOptions) -> TickOutcome {
                 info!("offline (laptop mode): {}", redact::redact(&e.message));
                 Exit::Ok
             } else {
-                log_error(&e, State::peek(&Layout::peek(cfg)).repeats() > 0);
+                let repeats = match &ended {
+                    Some(st) => st.repeats(),
+                    None => State::peek(&Layout::peek(cfg)).repeats(),
+                };
+                log_error(&e, repeats > 0);
                 exit
             }
         }
     };
-    TickOutcome {
+    let outcome = TickOutcome {
         exit,
         interval,
         retry_after,
-    }
+    };
+    (outcome, ended)
 }
 
-fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> Result<Exit, Failure> {
+fn tick(
+    cfg: &Config,
+    opts: TickOptions,
+    interval: &mut Option<Duration>,
+    ended: &mut Option<State>,
+) -> Result<Exit, Failure> {
     let layout = Layout::open(cfg).or_code(Code::StateWriteFailed)?;
     let Some(_lock) = layout.lock().or_code(Code::StateWriteFailed)? else {
         info!("another tick holds the lock; nothing to do");
@@ -150,6 +163,7 @@ fn tick(cfg: &Config, opts: TickOptions, interval: &mut Option<Duration>) -> Res
         .checkin_interval_s()
         .map(|s| proto::CheckinInterval::from_secs(s).get());
     let saved = run.finish(&result);
+    *ended = Some(std::mem::take(&mut run.tick.state));
     match (result, saved) {
         // Converged, but the next tick would not know it: as much a failure as any other.
         (Ok(_), Err(e)) => Err(e),
@@ -406,7 +420,7 @@ impl Run<'_> {
                 if let Some(deadline) = self.backoff_deadline(sha) {
                     return self.report_waiting(sha, deadline);
                 }
-                self.apply(sha, bundle_url)
+                apply::apply(self, sha, bundle_url)
                     .inspect_err(|e| self.conclude_error(Some(sha), e))
             }
         }

@@ -14,153 +14,152 @@ use crate::exit::{Exit, Failure, OrCode as _};
 use crate::release;
 use crate::state::Fact;
 
+/// Applies the desired release, step by step, as docs/architecture.md's "What a tick
+/// does" numbers the steps. A stage that stops returns early and the stages after it never
+/// run; a release that failed is recovered from (backoff, fallback) before the failure goes
+/// up.
+pub(super) fn apply(run: &mut Run, sha: &Sha, url: &str) -> Result<Exit, Failure> {
+    // 1-2. Fetch the bundle and verify it hashes to the desired sha.
+    let (fetched, raw) = stages::fetch(&run.agent, &run.bearer()?, sha, url)?;
+    // Before the checks, so `doctor` measures the desired bundle's need even when a check
+    // refuses it.
+    run.record(Fact::DiskNeeded(fetched.disk_need()));
+    match steps(run, sha, fetched) {
+        // 14. Report.
+        Ok(promoted) => applied(run, sha, &promoted),
+        Err(stop) => {
+            let e = run.recover(sha, stop);
+            keep_bad_bundle(&run.agent, sha, &raw, &e);
+            Err(e)
+        }
+    }
+}
+
+/// Steps 3-13 of `sha`, each a stage of `stages.rs` taking the one before it.
+fn steps(run: &mut Run, sha: &Sha, fetched: Fetched) -> Result<Promoted, Stop> {
+    // 3. Refuse what the bundle alone shows is wrong, before any lease or secret read.
+    let checked = stages::check(&run.agent, &run.tick.state, fetched)?;
+    // 4-6. Lease a grant, log in with it, read the secrets.
+    if checked.reads_secrets() {
+        run.token_for_apply()?;
+    }
+    let secrets = stages::read_secrets(
+        &run.agent,
+        &run.tick.judged,
+        run.tick.token.as_ref(),
+        &checked,
+    )?;
+    if run.tick.state.original_release().is_some() {
+        note_quoting_changes(run, &secrets);
+    }
+    // 7-9. Render `.env`, stage the release, judge compose's model of it.
+    let staged = stages::stage(&run.agent, &run.tick.judged, checked, secrets)?;
+    // 10. Pull from the staging dir.
+    let pulled = stages::pull(&run.agent, &run.tick.judged, staged)?;
+    // A start that could not finish, and fall back, before the tick's deadline is not made.
+    fallback::start_fits(&run.agent, &run.tick.state, sha)?;
+    // 11. Promote: `current` names the new release, checked again on disk.
+    mark_under_way(run, sha)?;
+    let promoted = stages::promote(&run.agent, &run.tick.judged, pulled)?;
+    // 12-13. Up, and wait for health.
+    let (seen, up) = fallback::up_healthy(&run.agent, &run.tick.state, &promoted);
+    run.saw(seen);
+    up?;
+    // 13a. Judge what runs: the uids and arguments of the release's processes.
+    let (looked, judged) =
+        look::judge_what_runs(&run.agent, &run.tick.judged, &run.tick.facts, &promoted);
+    if let Some(looked) = looked {
+        run.record(Fact::Looked(looked));
+    }
+    if judged.is_err() {
+        run.refresh_containers();
+    }
+    judged?;
+    Ok(promoted)
+}
+
+/// Step 11's first part: marks the apply of `sha` under way. From here to the saved
+/// outcome the box changes: the mark says so to a tick that finds this one cut short, and
+/// this tick's `finish` removes it once the outcome is saved.
+fn mark_under_way(run: &mut Run, sha: &Sha) -> Result<(), Failure> {
+    crate::interrupted::write(
+        &run.agent.layout,
+        &crate::interrupted::Marker {
+            sha: Some(sha.clone()),
+            previous: run.tick.state.applied_sha().cloned(),
+            started_at: crate::clock::wall(),
+        },
+    )
+    .or_code(Code::Failed)?;
+    run.tick.marker_settled = true;
+    Ok(())
+}
+
+/// Step 14: the release is up and healthy: state and tenancy hear so, and older releases
+/// go.
+fn applied(run: &mut Run, sha: &Sha, promoted: &Promoted) -> Result<Exit, Failure> {
+    run.record(Fact::Applied {
+        sha: sha.clone(),
+        prod: promoted.bundle_prod(),
+    });
+    run.record_converged(sha);
+    // From now on the release is this agent's own.
+    run.record(Fact::ReleaseOwned);
+    run.record(Fact::FailureForgotten);
+    info!(
+        "applied {} ({} container(s) healthy)",
+        sha.short(),
+        run.tick.state.containers().len()
+    );
+    // What the box gave the services that left it open, in the journal and so in the
+    // report's log tail: the bundle's author sees the limits the app runs under.
+    if let Some(supplied) = promoted
+        .release()
+        .compose_yaml()
+        .ok()
+        .and_then(|yaml| run.agent.cfg.budget.budget_override_for(&yaml))
+        .and_then(|text| supplied_defaults(&text))
+    {
+        info!("supplied the box's defaults: {supplied}");
+    }
+    run.conclude(Outcome::applied(Some(sha)))?;
+    // After every successful apply, not only with `--prune`: a tenancy that sends a new sha
+    // every tick must not fill the disk. `current` (this sha, the last good one) stays.
+    release::prune(
+        &run.agent.layout,
+        run.agent.cfg.keep_releases,
+        &[sha.as_str()],
+    );
+    if run.agent.opts.prune
+        && let Err(e) = run.agent.docker.image_prune()
+    {
+        warn!("image prune failed: {e}");
+    }
+    Ok(Exit::Ok)
+}
+
+/// The first apply over a release the original agent wrote: names every variable whose
+/// value the app received differently through the original's `.env`, in the journal (and so
+/// the report's `log_tail`) and in state for `explain`. The apply goes on: the value now
+/// written is the secret itrun.
+fn note_quoting_changes(run: &mut Run, secrets: &Secrets) {
+    let names = secrets.handed_differently();
+    if !names.is_empty() {
+        let note = Failure::coded(
+            Code::EnvQuotingChanged,
+            format!(
+                "{}: the original agent's .env handed these to the app differently ($ \
+                 expansion, quotes, ' #' or blanks); they now reach it exactly, so an app \
+                 initialised with the old form needs its stored value updated",
+                names.join(", ")
+            ),
+        );
+        warn!("{note}");
+    }
+    run.record(Fact::QuotingChanged(names));
+}
+
 impl Run<'_> {
-    /// Applies the desired release, step by step, as docs/architecture.md's "What a tick
-    /// does" numbers the steps. A stage that stops returns early and the stages after it never
-    /// run; a release that failed is recovered from (backoff, fallback) before the failure goes
-    /// up.
-    pub(super) fn apply(&mut self, sha: &Sha, url: &str) -> Result<Exit, Failure> {
-        // 1-2. Fetch the bundle and verify it hashes to the desired sha.
-        let (fetched, raw) = stages::fetch(&self.agent, &self.bearer()?, sha, url)?;
-        // Before the checks, so `doctor` measures the desired bundle's need even when a check
-        // refuses it.
-        self.record(Fact::DiskNeeded(fetched.disk_need()));
-        match self.stages(fetched) {
-            // 14. Report.
-            Ok(promoted) => self.applied(&promoted),
-            Err(stop) => {
-                let e = self.recover(sha, stop);
-                self.agent.keep_bad_bundle(sha, &raw, &e);
-                Err(e)
-            }
-        }
-    }
-
-    /// Steps 3-13, each a stage of `stages.rs` taking the one before it.
-    fn stages(&mut self, fetched: Fetched) -> Result<Promoted, Stop> {
-        // 3. Refuse what the bundle alone shows is wrong, before any lease or secret read.
-        let checked = stages::check(&self.agent, &self.tick.state, fetched)?;
-        // 4-6. Lease a grant, log in with it, read the secrets.
-        if checked.reads_secrets() {
-            self.token_for_apply()?;
-        }
-        let secrets = stages::read_secrets(
-            &self.agent,
-            &self.tick.judged,
-            self.tick.token.as_ref(),
-            &checked,
-        )?;
-        if self.tick.state.original_release().is_some() {
-            self.note_quoting_changes(&secrets);
-        }
-        // 7-9. Render `.env`, stage the release, judge compose's model of it.
-        let staged = stages::stage(&self.agent, &self.tick.judged, checked, secrets)?;
-        // 10. Pull from the staging dir.
-        let pulled = stages::pull(&self.agent, &self.tick.judged, staged)?;
-        // A start that could not finish, and fall back, before the tick's deadline is not made.
-        fallback::start_fits(&self.agent, &self.tick.state, pulled.sha())?;
-        // 11. Promote: `current` names the new release, checked again on disk.
-        self.mark_under_way(pulled.sha())?;
-        let promoted = stages::promote(&self.agent, &self.tick.judged, pulled)?;
-        // 12-13. Up, and wait for health.
-        let (seen, up) = fallback::up_healthy(&self.agent, &self.tick.state, &promoted);
-        self.saw(seen);
-        up?;
-        // 13a. Judge what runs: the uids and arguments of the release's processes.
-        let (looked, judged) =
-            look::judge_what_runs(&self.agent, &self.tick.judged, &self.tick.facts, &promoted);
-        if let Some(looked) = looked {
-            self.record(Fact::Looked(looked));
-        }
-        if judged.is_err() {
-            self.refresh_containers();
-        }
-        judged?;
-        Ok(promoted)
-    }
-
-    /// Step 11's first part: marks the apply of `sha` under way. From here to the saved
-    /// outcome the box changes: the mark says so to a tick that finds this one cut short, and
-    /// this tick's `finish` removes it once the outcome is saved.
-    fn mark_under_way(&mut self, sha: &Sha) -> Result<(), Failure> {
-        crate::interrupted::write(
-            &self.agent.layout,
-            &crate::interrupted::Marker {
-                sha: Some(sha.clone()),
-                previous: self.tick.state.applied_sha().cloned(),
-                started_at: crate::clock::wall(),
-            },
-        )
-        .or_code(Code::Failed)?;
-        self.tick.marker_settled = true;
-        Ok(())
-    }
-
-    /// Step 14: the release is up and healthy: state and tenancy hear so, and older releases
-    /// go.
-    fn applied(&mut self, promoted: &Promoted) -> Result<Exit, Failure> {
-        let sha = promoted.sha();
-        self.record(Fact::Applied {
-            sha: sha.clone(),
-            prod: promoted.bundle_prod(),
-        });
-        self.record_converged(sha);
-        // From now on the release is this agent's own.
-        self.record(Fact::ReleaseOwned);
-        self.record(Fact::FailureForgotten);
-        info!(
-            "applied {} ({} container(s) healthy)",
-            sha.short(),
-            self.tick.state.containers().len()
-        );
-        // What the box gave the services that left it open, in the journal and so in the
-        // report's log tail: the bundle's author sees the limits the app runs under.
-        if let Some(supplied) = promoted
-            .release()
-            .compose_yaml()
-            .ok()
-            .and_then(|yaml| self.agent.cfg.budget.budget_override_for(&yaml))
-            .and_then(|text| supplied_defaults(&text))
-        {
-            info!("supplied the box's defaults: {supplied}");
-        }
-        self.conclude(Outcome::applied(Some(sha)))?;
-        // After every successful apply, not only with `--prune`: a tenancy that sends a new sha
-        // every tick must not fill the disk. `current` (this sha, the last good one) stays.
-        release::prune(
-            &self.agent.layout,
-            self.agent.cfg.keep_releases,
-            &[sha.as_str()],
-        );
-        if self.agent.opts.prune
-            && let Err(e) = self.agent.docker.image_prune()
-        {
-            warn!("image prune failed: {e}");
-        }
-        Ok(Exit::Ok)
-    }
-
-    /// The first apply over a release the original agent wrote: names every variable whose
-    /// value the app received differently through the original's `.env`, in the journal (and so
-    /// the report's `log_tail`) and in state for `explain`. The apply goes on: the value now
-    /// written is the secret itself.
-    fn note_quoting_changes(&mut self, secrets: &Secrets) {
-        let names = secrets.handed_differently();
-        if !names.is_empty() {
-            let note = Failure::coded(
-                Code::EnvQuotingChanged,
-                format!(
-                    "{}: the original agent's .env handed these to the app differently ($ \
-                     expansion, quotes, ' #' or blanks); they now reach it exactly, so an app \
-                     initialised with the old form needs its stored value updated",
-                    names.join(", ")
-                ),
-            );
-            warn!("{note}");
-        }
-        self.record(Fact::QuotingChanged(names));
-    }
-
     /// When the desired sha failed before under the config the box has now and its backoff
     /// has not run out, the deadline. A failure judged under another config is forgotten: the
     /// box admin's change is tried at once.
@@ -252,23 +251,21 @@ impl Run<'_> {
     }
 }
 
-impl Agent<'_> {
-    /// A bundle the bundle author must fix is kept on the box, so the advice to run
-    /// `bundle check` on it can be followed.
-    pub(super) fn keep_bad_bundle(&self, sha: &Sha, raw: &[u8], e: &Failure) {
-        if e.code.owner() != crate::code::Owner::BundleAuthor {
-            return;
-        }
-        match crate::evidence::keep_bundle(&self.layout, sha.as_str(), raw) {
-            Ok(Some(path)) => info!(
-                "kept the bundle as {}: `monky-deployd bundle check {} --env {}`",
-                path.display(),
-                path.display(),
-                self.cfg.env_id
-            ),
-            Ok(None) => {}
-            Err(e) => warn!("cannot keep the failed bundle: {e:#}"),
-        }
+/// A bundle the bundle author must fix is kept on the box, so the advice to run
+/// `bundle check` on it can be followed.
+pub(super) fn keep_bad_bundle(agent: &Agent, sha: &Sha, raw: &[u8], e: &Failure) {
+    if e.code.owner() != crate::code::Owner::BundleAuthor {
+        return;
+    }
+    match crate::evidence::keep_bundle(&agent.layout, sha.as_str(), raw) {
+        Ok(Some(path)) => info!(
+            "kept the bundle as {}: `monky-deployd bundle check {} --env {}`",
+            path.display(),
+            path.display(),
+            agent.cfg.env_id
+        ),
+        Ok(None) => {}
+        Err(e) => warn!("cannot keep the failed bundle: {e:#}"),
     }
 }
 

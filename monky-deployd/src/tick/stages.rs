@@ -81,13 +81,6 @@ pub(super) struct Staged {
 /// Step 10 passed: the staged release's images are on the box.
 pub(super) struct Pulled(Staged);
 
-impl Pulled {
-    /// The sha the pulled release is.
-    pub(super) fn sha(&self) -> &Sha {
-        &self.0.sha
-    }
-}
-
 /// Step 11 passed: `releases/<sha>`, named by `current`, verified on disk. Made only by
 /// [`promote`] from a pulled release, or by [`Promoted::resumed`] for the release an
 /// interrupted apply promoted: what `up` takes.
@@ -190,7 +183,7 @@ pub(super) fn fetch(
         .map_err(|e| peers::tenancy_failure("bundle", e))?;
     let b = bundle::Bundle::parse(&dl.bytes, &bundle::Limits::default())
         .map_err(|e| Failure::from(&e))
-        .inspect_err(|e| agent.keep_bad_bundle(sha, &dl.bytes, e))?;
+        .inspect_err(|e| super::apply::keep_bad_bundle(agent, sha, &dl.bytes, e))?;
     b.check_sha(&sha.digest()).map_err(refusal)?;
     if let Some(h) = dl.header_sha.as_deref().filter(|h| *h != b.sha().as_str()) {
         // The header is tenancy's claim, not a checked sha: its first 12 characters.
@@ -394,7 +387,7 @@ pub(super) fn pull(
     Ok(Pulled(staged))
 }
 
-/// Step 11, once [`Run::mark_under_way`] marked the apply under way: make the release
+/// Step 11, once `apply::mark_under_way` marked the apply under way: make the release
 /// `releases/<sha>` named by `current` (a retry's release judged again), and verify it on disk.
 pub(super) fn promote(
     agent: &Agent,
