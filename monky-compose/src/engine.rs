@@ -593,12 +593,6 @@ impl Engine {
                 });
             }
         };
-        if !socket.exists() {
-            return Err(Error::EngineUnavailable {
-                target: self.target_text(),
-                reason: "no such socket".to_owned(),
-            });
-        }
         // The host name is never resolved: every connection goes to the socket.
         let mut url = Url::parse("http://docker").expect("static url parses");
         url.set_path(path);
@@ -625,10 +619,14 @@ impl Engine {
         request.push_str(&body);
 
         let deadline = std::time::Instant::now() + self.timeout;
+        // A missing socket is told by the connect itself: no look before it, on every call.
         let mut stream = std::os::unix::net::UnixStream::connect(&socket).map_err(|e| {
             Error::EngineUnavailable {
                 target: self.target_text(),
-                reason: e.to_string(),
+                reason: match e.kind() {
+                    std::io::ErrorKind::NotFound => "no such socket".to_owned(),
+                    _ => e.to_string(),
+                },
             }
         })?;
         let io = |e: std::io::Error| Error::EngineRequest {

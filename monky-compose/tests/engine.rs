@@ -198,6 +198,7 @@ fn a_dead_socket_is_unavailable_so_callers_fall_back() {
         .containers(PROJECT)
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::EngineUnavailable, "{err}");
+    assert!(err.to_string().contains("no such socket"), "{err}");
     // a socket file nobody listens on any more: connection refused
     let path = dir.path().join("stale.sock");
     drop(UnixListener::bind(&path).unwrap());

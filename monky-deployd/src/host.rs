@@ -36,22 +36,12 @@ fn os_from_release(text: &str) -> String {
     }
 }
 
-/// The box's memory (`MemTotal`), the default of `budget.max_memory`.
+/// The box's memory (`MemTotal`), the default of `budget.max_memory`: the kernel's count, as
+/// `sysinfo(2)` gives it, not `/proc/meminfo`, whose every read makes the kernel add up all
+/// of its memory counters.
 pub(crate) fn memory_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    mem_total(&text)
-}
-
-fn mem_total(meminfo: &str) -> Option<u64> {
-    let kib: u64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))?
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse()
-        .ok()?;
-    kib.checked_mul(1024)
+    let info = rustix::system::sysinfo();
+    u64::from(info.totalram).checked_mul(u64::from(info.mem_unit.max(1)))
 }
 
 /// The box's CPUs, the default of `budget.max_cpus`: those the agent may be scheduled on, as
@@ -100,12 +90,16 @@ mod tests {
         assert_eq!(super::cpus(), Some(nproc));
     }
 
+    /// The memory is `MemTotal` of `/proc/meminfo`, in bytes.
     #[test]
-    fn mem_total_is_read_in_bytes() {
-        assert_eq!(
-            super::mem_total("MemTotal:        8048576 kB\nMemFree: 1 kB\n"),
-            Some(8_048_576 * 1024)
-        );
-        assert_eq!(super::mem_total("MemFree: 1 kB\n"), None);
+    fn memory_is_mem_total() {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let kib: u64 = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().strip_suffix("kB"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("MemTotal in /proc/meminfo");
+        assert_eq!(super::memory_bytes(), Some(kib * 1024));
     }
 }
