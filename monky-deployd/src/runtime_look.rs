@@ -12,7 +12,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use secrecy::{ExposeSecret as _, SecretString};
 use serde::{Deserialize, Serialize};
@@ -114,7 +114,7 @@ pub(crate) fn shows(roots: &Roots, pid: u32) -> bool {
 /// judges that as a finding, never as a pass.
 pub fn processes(roots: &Roots, id: &str, init: u32) -> Result<Vec<Proc>, String> {
     let cgroup_file = roots.proc.join(format!("{init}/cgroup"));
-    let text = std::fs::read_to_string(&cgroup_file)
+    let text = read_proc_text(&cgroup_file)
         .map_err(|e| format!("cannot read {}: {e}", cgroup_file.display()))?;
     let procs_file = cgroup_procs(roots, &text)
         .ok_or_else(|| format!("process {init} is in no cgroup of its own"))?;
@@ -124,7 +124,7 @@ pub fn processes(roots: &Roots, id: &str, init: u32) -> Result<Vec<Proc>, String
             procs_file.display()
         ));
     }
-    let listed = std::fs::read_to_string(&procs_file)
+    let listed = read_proc_text(&procs_file)
         .map_err(|e| format!("cannot read {}: {e}", procs_file.display()))?;
     let pids: Vec<u32> = listed
         .lines()
@@ -140,8 +140,8 @@ pub fn processes(roots: &Roots, id: &str, init: u32) -> Result<Vec<Proc>, String
     for pid in pids {
         let dir = roots.proc.join(pid.to_string());
         let (status, cmdline) = match (
-            std::fs::read_to_string(dir.join("status")),
-            std::fs::read(dir.join("cmdline")),
+            read_proc_text(&dir.join("status")),
+            read_proc(&dir.join("cmdline")),
         ) {
             (Ok(s), Ok(c)) => (s, c),
             // Gone between the listing and the read: nothing of it runs.
@@ -155,6 +155,22 @@ pub fn processes(roots: &Roots, id: &str, init: u32) -> Result<Vec<Proc>, String
         out.push(proc);
     }
     Ok(out)
+}
+
+/// A file the kernel makes as it is read (`/proc`, cgroupfs), whole: no size is asked first,
+/// the kernel gives none (what `std::fs::read` would ask costs two calls a file, and a look
+/// reads a few files for every process).
+fn read_proc(path: &Path) -> std::io::Result<Vec<u8>> {
+    let file = std::fs::File::open(path)?;
+    let mut bytes = Vec::with_capacity(4096);
+    std::io::Read::read_to_end(&mut std::io::Read::take(&file, u64::MAX), &mut bytes)?;
+    Ok(bytes)
+}
+
+/// As [`read_proc`], as text.
+fn read_proc_text(path: &Path) -> std::io::Result<String> {
+    String::from_utf8(read_proc(path)?)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 fn gone(e: &std::io::Error) -> bool {
@@ -182,14 +198,17 @@ fn cgroup_procs(roots: &Roots, text: &str) -> Option<PathBuf> {
             v2 = Some(path);
         }
     }
-    let v2 = v2.and_then(|path| {
-        // Unified at the root on a v2 box; under `unified/` on a hybrid one.
-        [roots.cgroup.clone(), roots.cgroup.join("unified")]
-            .into_iter()
-            .find(|root| root.join("cgroup.controllers").is_file())
-            .map(|root| root.join(&path[1..]))
-    });
-    v1.or(v2).map(|dir| dir.join("cgroup.procs"))
+    // The unified hierarchy is looked for only without a `pids` one: at the root on a v2 box,
+    // under `unified/` on a hybrid one.
+    let v2 = || {
+        v2.and_then(|path: &str| {
+            [roots.cgroup.clone(), roots.cgroup.join("unified")]
+                .into_iter()
+                .find(|root| root.join("cgroup.controllers").is_file())
+                .map(|root| root.join(&path[1..]))
+        })
+    };
+    v1.or_else(v2).map(|dir| dir.join("cgroup.procs"))
 }
 
 /// The secret values of a release, by their `.env` key, compared in memory only.
