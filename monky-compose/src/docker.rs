@@ -132,6 +132,8 @@ struct Inner {
     plugin_dirs: Vec<PathBuf>,
     compose: Mutex<ComposeState>,
     cli_info: Mutex<Option<EngineInfo>>,
+    /// The daemon's facts an earlier run saved ([`DockerBuilder::engine_hint`]).
+    engine_hint: Option<EngineInfo>,
 }
 
 #[derive(Debug, Clone)]
@@ -174,6 +176,7 @@ pub struct DockerBuilder {
     path_env: Option<OsString>,
     plugin_dirs: Option<Vec<PathBuf>>,
     hint: Option<ComposeInfo>,
+    engine_hint: Option<EngineInfo>,
     ledger: Option<PathBuf>,
 }
 
@@ -188,6 +191,7 @@ impl Docker {
             path_env: None,
             plugin_dirs: None,
             hint: None,
+            engine_hint: None,
             ledger: None,
         }
     }
@@ -424,6 +428,24 @@ impl Docker {
         })
     }
 
+    /// The daemon's facts this driver knows without a request: those it fetched, else the
+    /// saved hint while the daemon names the hint's version. For the caller to save.
+    #[must_use]
+    pub fn known_engine(&self) -> Option<EngineInfo> {
+        self.inner
+            .engine
+            .info_fetched()
+            .or_else(|| self.engine_hint_holds())
+    }
+
+    /// The saved hint, when an answer of the engine named its version: the daemon was not
+    /// replaced since. (A daemon that names no version never confirms a hint.)
+    fn engine_hint_holds(&self) -> Option<EngineInfo> {
+        let hint = self.inner.engine_hint.as_ref()?;
+        (self.inner.engine.version_seen().as_deref() == Some(hint.server_version.as_str()))
+            .then(|| hint.clone())
+    }
+
     /// Free bytes on the daemon's data root (for the disk check).
     pub fn free_bytes(&self) -> Result<u64> {
         let info = self.info()?;
@@ -432,10 +454,13 @@ impl Docker {
 
     /// The facts for a checkin. Never fails: what cannot be learned is `None` (and logged).
     pub fn facts(&self) -> DockerFacts {
-        let info = self
-            .info()
-            .map_err(|e| tracing::warn!(error = %e, "docker daemon facts unavailable"))
-            .ok();
+        let info = match self.engine_hint_holds() {
+            Some(hint) => Some(hint),
+            None => self
+                .info()
+                .map_err(|e| tracing::warn!(error = %e, "docker daemon facts unavailable"))
+                .ok(),
+        };
         let compose_version = self.compose_for_facts().map(|c| c.version.to_string());
         // The data root only means something here when the daemon runs on this machine.
         let local = self.inner.engine.socket().is_some();
@@ -653,6 +678,13 @@ impl DockerBuilder {
         self
     }
 
+    /// An [`EngineInfo`] saved by an earlier run; the checkin's facts use it without asking
+    /// `/info` while the daemon names the same version on its answers.
+    pub fn engine_hint(mut self, info: EngineInfo) -> Self {
+        self.engine_hint = Some(info);
+        self
+    }
+
     /// Builds the driver. No process is started and nothing is connected here.
     pub fn build(self) -> Result<Docker> {
         let docker_config = self.docker_config.ok_or(Error::MissingDockerConfig)?;
@@ -692,6 +724,7 @@ impl DockerBuilder {
                 plugin_dirs,
                 compose: Mutex::new(compose),
                 cli_info: Mutex::new(None),
+                engine_hint: self.engine_hint,
             }),
         })
     }

@@ -45,6 +45,9 @@ pub struct Engine {
     target: Target,
     timeout: Duration,
     info: Mutex<Option<EngineInfo>>,
+    /// The daemon version the last answer named in its `Server` header (dockerd names it on
+    /// every answer), so a saved [`EngineInfo`] can be known still true without `/info`.
+    version_seen: Mutex<Option<String>>,
     /// The `USER` of each image reference [`Engine::image_id`] looked up, from the same answer.
     users: Mutex<std::collections::HashMap<String, Option<String>>>,
 }
@@ -150,6 +153,7 @@ impl Engine {
             target,
             timeout: Duration::from_secs(10),
             info: Mutex::new(None),
+            version_seen: Mutex::new(None),
             users: Mutex::new(std::collections::HashMap::new()),
         }
     }
@@ -179,6 +183,22 @@ impl Engine {
         let info: EngineInfo = self.get_json("/info", &[])?;
         *cached = Some(info.clone());
         Ok(info)
+    }
+
+    /// The daemon's facts when this engine fetched them already, without a request.
+    #[must_use]
+    pub fn info_fetched(&self) -> Option<EngineInfo> {
+        self.info.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The daemon version the last answer of this engine named (`Server: Docker/<version>
+    /// (<os>)`), when it named one.
+    #[must_use]
+    pub fn version_seen(&self) -> Option<String> {
+        self.version_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The containers of compose project `project`, one-off containers excluded, sorted by
@@ -667,6 +687,8 @@ impl Engine {
             what: format!("engine {path}"),
             detail: "not an HTTP answer".to_owned(),
         })?;
+        *self.version_seen.lock().unwrap_or_else(|p| p.into_inner()) =
+            server_version(&answer).map(str::to_owned);
         if body.len() as u64 > MAX_BODY {
             return Err(Error::Parse {
                 what: format!("engine {path}"),
@@ -711,6 +733,20 @@ impl Method {
 
 /// The status and body of a whole HTTP/1.1 answer (the connection closed after it): the body
 /// as `Content-Length` bounds it, or de-chunked, or up to the end.
+/// The daemon version of an answer's `Server: Docker/<version> (<os>)` header.
+fn server_version(answer: &[u8]) -> Option<&str> {
+    let head_end = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&answer[..head_end]).ok()?;
+    head.split("\r\n").skip(1).find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        if !name.eq_ignore_ascii_case("server") {
+            return None;
+        }
+        let version = value.trim().strip_prefix("Docker/")?.split(' ').next()?;
+        (!version.is_empty()).then_some(version)
+    })
+}
+
 fn parse_response(answer: &[u8]) -> Option<(u16, Vec<u8>)> {
     let head_end = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = std::str::from_utf8(&answer[..head_end]).ok()?;
@@ -1234,6 +1270,27 @@ mod tests {
             None
         );
         assert_eq!(super::parse_response(b"garbage"), None);
+    }
+
+    /// dockerd names its version on every answer; a header of another server, or in the body,
+    /// names none.
+    #[test]
+    fn the_daemon_version_is_read_from_the_server_header() {
+        let answer = b"HTTP/1.1 200 OK\r\nApi-Version: 1.41\r\nserver: Docker/20.10.24+dfsg1 (linux)\r\nContent-Length: 2\r\n\r\n{}";
+        assert_eq!(super::server_version(answer), Some("20.10.24+dfsg1"));
+        for none in [
+            &b"HTTP/1.1 200 OK\r\nServer: nginx/1.25\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nServer: Docker/\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 33\r\n\r\nServer: Docker/28.3.0 (linux)\r\n",
+            b"HTTP/1.1 200 OK\r\nServer: Docker/28.3.0 (linux)",
+        ] {
+            assert_eq!(
+                super::server_version(none),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(none)
+            );
+        }
     }
 
     use super::*;

@@ -506,9 +506,26 @@ fn serve(mut stream: UnixStream, routes: &[(String, Answer)], seen: &Mutex<Vec<S
         }
         None => (404, r#"{"message":"page not found"}"#.to_owned()),
     };
+    // As dockerd does on every answer: its version, the one its `/info` gives.
+    let server = routes
+        .iter()
+        .find(|(p, _)| p == "/info")
+        .and_then(|(_, answer)| {
+            let info = match answer {
+                Answer::Fixed { body, .. } => body.clone(),
+                Answer::File { path, missing } => read_whole_json(path, missing),
+                Answer::Images { .. } => return None,
+            };
+            let info: serde_json::Value = serde_json::from_str(&info).ok()?;
+            Some(format!(
+                "Server: Docker/{} (linux)\r\n",
+                info.get("ServerVersion")?.as_str()?
+            ))
+        })
+        .unwrap_or_default();
     let _ = write!(
         stream,
-        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nApi-Version: 1.41\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nApi-Version: 1.41\r\n{server}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
 }

@@ -161,6 +161,41 @@ fn a_heartbeat_spawns_no_process_and_asks_info_once() {
     assert_eq!(next_run.facts().compose_version.as_deref(), Some("2.32.0"));
     next_run.containers(PROJECT).unwrap();
     assert_eq!(stub.calls().len(), before);
+
+    // ... and, handed the saved daemon facts, asks no /info while the daemon's answers name
+    // their version
+    let infos = || {
+        fake.requests()
+            .iter()
+            .filter(|r| r.starts_with("GET /info"))
+            .count()
+    };
+    let asked = infos();
+    let saved_engine = docker.known_engine().expect("the daemon's facts, fetched");
+    let hinted = stub
+        .builder()
+        .engine(fake.engine())
+        .engine_hint(saved_engine.clone())
+        .build()
+        .unwrap();
+    assert_eq!(hinted.containers(PROJECT).unwrap().len(), 3);
+    let facts = hinted.facts();
+    assert_eq!(facts.docker_version.as_deref(), Some("28.3.0"));
+    assert_eq!(facts.data_root.as_deref(), Some(root.path()));
+    assert_eq!(hinted.known_engine(), Some(saved_engine.clone()));
+    assert_eq!(infos(), asked, "the saved facts held");
+    // a hint of another version is not taken: the daemon is asked
+    let mut older = saved_engine;
+    older.server_version = "27.0.0".into();
+    let stale = stub
+        .builder()
+        .engine(fake.engine())
+        .engine_hint(older)
+        .build()
+        .unwrap();
+    stale.containers(PROJECT).unwrap();
+    assert_eq!(stale.facts().docker_version.as_deref(), Some("28.3.0"));
+    assert_eq!(infos(), asked + 1);
 }
 
 #[test]

@@ -358,6 +358,10 @@ pub(crate) struct State {
     last_success: Option<u64>,
     /// The compose found last time (a heartbeat spawns no process to find it again).
     compose: Option<monky_compose::ComposeInfo>,
+    /// The daemon's facts found last time (a heartbeat asks `/info` only when the daemon names
+    /// another version).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    engine: Option<monky_compose::EngineInfo>,
     /// The running release when it was written by the original agent (state taken over from
     /// it); cleared by the first apply of this agent.
     original_release: Option<Sha>,
@@ -524,6 +528,11 @@ impl State {
     #[must_use]
     pub(crate) fn compose(&self) -> Option<&monky_compose::ComposeInfo> {
         self.compose.as_ref()
+    }
+    /// The daemon's facts found last time.
+    #[must_use]
+    pub(crate) fn engine(&self) -> Option<&monky_compose::EngineInfo> {
+        self.engine.as_ref()
     }
     /// The running release, when the original agent wrote it.
     #[must_use]
@@ -696,6 +705,7 @@ impl State {
             Fact::KvMountAdopted(mount) => self.adopt_kv_mount(mount),
             Fact::ContainersSeen(containers) => self.saw_containers(containers),
             Fact::ComposeFound(compose) => self.found_compose(compose),
+            Fact::EngineFound(engine) => self.engine = engine,
             Fact::HoldFound(hold) => self.found_hold(hold),
             Fact::DiskNeeded(bytes) => self.needs_disk(bytes),
             Fact::QuotingChanged(names) => self.found_quoting_changed(names),
@@ -1011,6 +1021,8 @@ pub(crate) enum Fact {
     ContainersSeen(Vec<SeenContainer>),
     /// The compose found on the box, for the next heartbeat.
     ComposeFound(Option<monky_compose::ComposeInfo>),
+    /// The daemon's facts, for the next heartbeat.
+    EngineFound(Option<monky_compose::EngineInfo>),
     /// The operator's hold as this tick found it.
     HoldFound(Option<crate::hold::Hold>),
     /// The desired bundle's disk need, for `doctor`.

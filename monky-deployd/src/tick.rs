@@ -281,6 +281,9 @@ impl<'a> Run<'a> {
         if let Some(hint) = state.compose().cloned() {
             builder = builder.compose_hint(hint);
         }
+        if let Some(hint) = state.engine().cloned() {
+            builder = builder.engine_hint(hint);
+        }
         let docker = builder.build().context("docker").or_code(Code::Failed)?;
         let hold = crate::hold::load(&layout, state.clock()).or_code(Code::Failed)?;
         let listeners = std::sync::Arc::new(peers::Listeners::load(&layout));

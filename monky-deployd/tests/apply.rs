@@ -190,12 +190,19 @@ fn request_counts_of_a_first_apply_a_heartbeat_and_a_second_apply() {
         "bootstrap login, lease login, the bootstrap token revoked, two reads"
     );
 
+    let engine = w.engine_requests().len();
     let (tenancy, bao, docker) = costs(&w, &|| {
         w.tick().ok();
     });
     assert_eq!(tenancy, ["/v1/agent/checkin", "/v1/agent/report"]);
     assert!(bao.is_empty(), "no OpenBao request on a heartbeat: {bao:?}");
     assert_eq!(docker, 0, "a heartbeat spawns no docker process");
+    let asked = &w.engine_requests()[engine..];
+    assert!(
+        !asked.is_empty() && !asked.iter().any(|r| r.starts_with("GET /info")),
+        "a heartbeat asks the engine's /info only when the daemon names another version: \
+         {asked:?}"
+    );
     let r = w.last_report();
     assert_report(&r, ReportResult::Applied, None);
     assert_eq!(
@@ -581,4 +588,36 @@ fn the_defaults_the_box_supplies_are_named_in_the_report() {
         "{}",
         r.log_tail
     );
+}
+
+/// A daemon that names another version on its answers (upgraded, or another one on the socket)
+/// is asked its facts again: the checkin says the new version, state keeps it, and the
+/// heartbeat after that asks no more.
+#[test]
+fn a_daemon_of_another_version_is_asked_its_facts_again() {
+    let w = World::new();
+    w.applied();
+    let info = |version: &str| json!({"ServerVersion": version, "DockerRootDir": w.stub_dir()});
+    w.set_engine_info(&info("28.4.1").to_string());
+    let infos = |from: usize| {
+        w.engine_requests()[from..]
+            .iter()
+            .filter(|r| r.starts_with("GET /info"))
+            .count()
+    };
+    let n = w.engine_requests().len();
+    w.tick().ok();
+    assert_eq!(infos(n), 1, "{:?}", &w.engine_requests()[n..]);
+    let checkin = w
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.path == "/v1/agent/checkin")
+        .and_then(|r| r.body)
+        .expect("a checkin body");
+    assert_eq!(checkin["host"]["docker"], "28.4.1");
+    assert_eq!(w.state()["engine"]["ServerVersion"], "28.4.1");
+    let n = w.engine_requests().len();
+    w.tick().ok();
+    assert_eq!(infos(n), 0, "{:?}", &w.engine_requests()[n..]);
 }

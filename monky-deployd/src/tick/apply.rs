@@ -5,11 +5,11 @@ use monky_agent_proto::Sha;
 use tracing::{info, warn};
 
 use super::Outcome;
+use super::Run;
 use super::backoff::ReleaseBackoff;
 use super::stages::{self, Fetched, Promoted, Secrets, Stop};
-use super::{Agent, Run};
 use super::{fallback, look};
-use crate::code::{Code, CodePolicy as _};
+use crate::code::Code;
 use crate::exit::{Exit, Failure, OrCode as _};
 use crate::release;
 use crate::state::Fact;
@@ -29,7 +29,7 @@ pub(super) fn apply(run: &mut Run, sha: &Sha, url: &str) -> Result<Exit, Failure
         Ok(promoted) => applied(run, sha, &promoted),
         Err(stop) => {
             let e = run.recover(sha, stop);
-            keep_bad_bundle(&run.agent, sha, &raw, &e);
+            stages::keep_bad_bundle(&run.agent, sha, &raw, &e);
             Err(e)
         }
     }
@@ -248,24 +248,6 @@ impl Run<'_> {
             crate::clock::rfc3339(deadline)
         );
         self.conclude(Outcome::failed(Some(sha), Failure::coded(code, detail)))
-    }
-}
-
-/// A bundle the bundle author must fix is kept on the box, so the advice to run
-/// `bundle check` on it can be followed.
-pub(super) fn keep_bad_bundle(agent: &Agent, sha: &Sha, raw: &[u8], e: &Failure) {
-    if e.code.owner() != crate::code::Owner::BundleAuthor {
-        return;
-    }
-    match crate::evidence::keep_bundle(&agent.layout, sha.as_str(), raw) {
-        Ok(Some(path)) => info!(
-            "kept the bundle as {}: `monky-deployd bundle check {} --env {}`",
-            path.display(),
-            path.display(),
-            agent.cfg.env_id
-        ),
-        Ok(None) => {}
-        Err(e) => warn!("cannot keep the failed bundle: {e:#}"),
     }
 }
 

@@ -48,6 +48,7 @@ impl Run<'_> {
         self.refresh_containers();
         let facts = self.agent.docker.facts();
         self.record(Fact::ComposeFound(self.agent.docker.known_compose()));
+        self.record(Fact::EngineFound(self.agent.docker.known_engine()));
         proto::CheckinRequest {
             env_id: self.agent.cfg.env_id.clone(),
             agent_version: crate::host::VERSION.to_string(),

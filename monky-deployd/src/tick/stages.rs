@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use monky_bao_client as bao;
 
 use super::{Agent, Judged};
-use crate::code::Code;
+use crate::code::{Code, CodePolicy as _};
 use crate::exit::{Exit, Failure, OrCode as _};
 use crate::refusals;
 use crate::state::State;
@@ -183,7 +183,7 @@ pub(super) fn fetch(
         .map_err(|e| peers::tenancy_failure("bundle", e))?;
     let b = bundle::Bundle::parse(&dl.bytes, &bundle::Limits::default())
         .map_err(|e| Failure::from(&e))
-        .inspect_err(|e| super::apply::keep_bad_bundle(agent, sha, &dl.bytes, e))?;
+        .inspect_err(|e| keep_bad_bundle(agent, sha, &dl.bytes, e))?;
     b.check_sha(&sha.digest()).map_err(refusal)?;
     if let Some(h) = dl.header_sha.as_deref().filter(|h| *h != b.sha().as_str()) {
         // The header is tenancy's claim, not a checked sha: its first 12 characters.
@@ -743,6 +743,24 @@ impl Agent<'_> {
 /// What a release's `.env` is counted as before its values are read: a few hundred secrets of
 /// a few hundred bytes.
 const ENV_ALLOWANCE: u64 = 256 * 1024;
+
+/// A bundle the bundle author must fix is kept on the box, so the advice to run
+/// `bundle check` on it can be followed.
+pub(super) fn keep_bad_bundle(agent: &Agent, sha: &Sha, raw: &[u8], e: &Failure) {
+    if e.code.owner() != crate::code::Owner::BundleAuthor {
+        return;
+    }
+    match crate::evidence::keep_bundle(&agent.layout, sha.as_str(), raw) {
+        Ok(Some(path)) => info!(
+            "kept the bundle as {}: `monky-deployd bundle check {} --env {}`",
+            path.display(),
+            path.display(),
+            agent.cfg.env_id
+        ),
+        Ok(None) => {}
+        Err(e) => warn!("cannot keep the failed bundle: {e:#}"),
+    }
+}
 
 /// A missing image's pull failure, blamed on the services whose own image it is: compose
 /// reports the one registry error for every service whose pull it cut short (`web Error
