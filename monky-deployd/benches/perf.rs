@@ -301,7 +301,7 @@ fn startup_and_size(rows: &mut Rows, runs: usize) {
     // `cargo xtask bench` builds this bench, and so the agent, in the dist profile.
     let size = std::fs::metadata(agent_bin()).unwrap().len() as f64 / (1024.0 * 1024.0);
     rows.add(
-        "binary (dist profile: fat LTO, stripped)",
+        "binary (dist profile: optimised for size, fat LTO, stripped)",
         "size",
         "MiB",
         &[size],

@@ -3,7 +3,7 @@
 //!
 //! The measuring itself is `monky-deployd/benches/perf.rs` (it needs the testkit peers); this
 //! task prepares the engine and registry (`setup`), runs it in the dist profile (the binary the
-//! .deb ships: fat LTO, one codegen unit, stripped) with the e2e env file, and turns its samples into medians, spreads and the issue's goals. Figures are
+//! .deb ships: optimised for size but for the byte-crunching crates, fat LTO, one codegen unit, stripped) with the e2e env file, and turns its samples into medians, spreads and the issue's goals. Figures are
 //! reported, never asserted.
 
 use std::collections::BTreeMap;
@@ -506,7 +506,7 @@ fn render(f: &Figures, runs: usize, before: &Machine, after: &Machine) -> String
          \"children\" is the part its own children used (clock ticks, 10 ms resolution, but µs \
          for the apply cases, see below); peak \
          RSS is the largest resident set of any process of the tree. The agent is the dist \
-         build, the binary the .deb ships (fat LTO, stripped; the figures before issue 14 were of \
+         build, the binary the .deb ships (optimised for size, fat LTO, stripped; the figures before issue 14 were of \
          the release build); its peers are the testkit tenancy and OpenBao on loopback (tenancy plain HTTP \
          through the proxy mapping, OpenBao over TLS with a CA bundle, as on a box). Wall times \
          include the fake peers' own latency (they run inside the measuring process); CPU and \

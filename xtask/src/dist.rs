@@ -1,4 +1,4 @@
-//! `cargo xtask dist`: the release binary (`[profile.dist]`: fat LTO, stripped), a Debian
+//! `cargo xtask dist`: the release binary (`[profile.dist]`: optimised for size, fat LTO, stripped), a Debian
 //! package built by `dpkg-deb --root-owner-group`, its `.sha256`, and `install.sh` beside them.
 //!
 //! Everything in the package comes from `packaging/` or from the built binary itself: its man
