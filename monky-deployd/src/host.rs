@@ -41,7 +41,10 @@ fn os_from_release(text: &str) -> String {
 /// of its memory counters.
 pub(crate) fn memory_bytes() -> Option<u64> {
     let info = rustix::system::sysinfo();
-    u64::from(info.totalram).checked_mul(u64::from(info.mem_unit.max(1)))
+    // `totalram` is a C `unsigned long`: the same type as `u64` only on 64-bit targets.
+    #[allow(clippy::useless_conversion)]
+    let total = u64::from(info.totalram);
+    total.checked_mul(u64::from(info.mem_unit.max(1)))
 }
 
 /// The box's CPUs, the default of `budget.max_cpus`: those the agent may be scheduled on, as
