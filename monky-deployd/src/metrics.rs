@@ -11,7 +11,7 @@ use crate::fsx;
 use crate::state::State;
 
 /// What one tick ended with.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct TickFacts {
     /// The exit status.
     pub(crate) exit: Exit,
@@ -19,6 +19,8 @@ pub(crate) struct TickFacts {
     pub(crate) duration: Duration,
     /// When it ended (unix seconds).
     pub(crate) ended_at: u64,
+    /// The same moment on the boot clock, when it can be read.
+    pub(crate) ended_boot: Option<crate::clock::BootInstant>,
 }
 
 /// Renders the metrics text for a tick and the state it left.
@@ -64,7 +66,7 @@ pub(crate) fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
                 now: tick.ended_at,
                 token_present: state.token().is_some(),
                 containers: None,
-                boot: None,
+                boot: tick.ended_boot.as_ref(),
                 state_free: None,
             },
         )
@@ -189,7 +191,11 @@ pub(crate) fn render(env_id: &str, state: &State, tick: TickFacts) -> String {
         "1 for the hour after a heal found a service dead again within the hour (CRASH_LOOP).",
         &[(
             String::new(),
-            f64::from(u8::from(state.crash_loop(tick.ended_at).is_some())),
+            f64::from(u8::from(
+                state
+                    .crash_loop(tick.ended_at, tick.ended_boot.as_ref())
+                    .is_some(),
+            )),
         )],
     );
     metric(
@@ -254,6 +260,7 @@ mod tests {
                 exit: Exit::Fail,
                 duration: Duration::from_millis(250),
                 ended_at: 1_800_000_000,
+                ended_boot: None,
             },
         );
         for line in [
@@ -287,9 +294,10 @@ mod tests {
             exit: Exit::Temporary,
             duration: Duration::from_secs(1),
             ended_at: 1_800_000_100,
+            ended_boot: None,
         };
         let line = |st: &State, name: &str| {
-            render("e", st, facts)
+            render("e", st, facts.clone())
                 .lines()
                 .find(|l| l.starts_with(&format!("monky_deployd_{name}{{")))
                 .unwrap()
@@ -325,6 +333,7 @@ mod tests {
             exit,
             duration: Duration::from_secs(1),
             ended_at: 1_800_000_000,
+            ended_boot: None,
         };
         let gauge = |st: &State, exit| {
             render("e", st, facts(exit))

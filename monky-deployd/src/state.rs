@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use monky_agent_proto::Sha;
 
-use crate::clock::BootDeadline;
+use crate::clock::{BootDeadline, BootInstant};
 use crate::code::Code;
 use crate::layout::Layout;
 use crate::redact::Redacted;
@@ -187,6 +187,10 @@ pub(crate) const CRASH_LOOP_SECS: u64 = 3600;
 pub(crate) struct CrashLoop {
     /// When (unix seconds).
     pub(crate) at: u64,
+    /// The same moment on the boot clock: the hour is counted on it within the boot, so that
+    /// no wall-clock step lengthens or ends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) at_boot: Option<BootDeadline>,
     /// The heals of a service that died by its own exit within the hour up to it.
     pub(crate) heals: u32,
     /// The service that died (the first, when more did).
@@ -198,6 +202,20 @@ pub(crate) struct CrashLoop {
     /// Its own last lines before it died, redacted.
     #[serde(default)]
     pub(crate) last_lines: Option<Redacted>,
+}
+
+/// Seconds from a moment kept as `at` (wall) and `at_boot` (boot clock) to `now` / `boot`: on
+/// the boot clock within the same boot, which no wall-clock step moves, else on the wall.
+fn seconds_since(
+    at: u64,
+    at_boot: Option<&BootDeadline>,
+    now: u64,
+    boot: Option<&BootInstant>,
+) -> u64 {
+    at_boot
+        .zip(boot)
+        .and_then(|(at_boot, boot)| at_boot.elapsed(boot))
+        .unwrap_or_else(|| now.saturating_sub(at))
 }
 
 /// serde's test for a counter that is left out of state.json while it is zero.
@@ -389,6 +407,9 @@ pub(crate) struct State {
     heal_outside_stops: u32,
     /// When the last heal ran (unix seconds).
     last_heal_at: Option<u64>,
+    /// The same moment on the boot clock, which no wall-clock step moves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_heal_boot: Option<BootDeadline>,
     /// When drift may be healed again (unix seconds); shown, and a fallback after another boot.
     next_heal_at: Option<u64>,
     /// The last heal that found a service dead again within the hour (`CRASH_LOOP`): when,
@@ -579,12 +600,20 @@ impl State {
     pub(crate) fn last_heal_at(&self) -> Option<u64> {
         self.last_heal_at
     }
-    /// The last crash loop found, when it is within [`CRASH_LOOP_SECS`] of `now`.
+    /// The last crash loop found, when it is within [`CRASH_LOOP_SECS`] of `now` (`boot` on
+    /// the boot clock, counted on it within the boot the loop was found in).
     #[must_use]
-    pub(crate) fn crash_loop(&self, now: u64) -> Option<&CrashLoop> {
+    pub(crate) fn crash_loop(&self, now: u64, boot: Option<&BootInstant>) -> Option<&CrashLoop> {
         self.crash_loop
             .as_ref()
-            .filter(|c| now.saturating_sub(c.at) < CRASH_LOOP_SECS)
+            .filter(|c| seconds_since(c.at, c.at_boot.as_ref(), now, boot) < CRASH_LOOP_SECS)
+    }
+    /// Whether the last heal ran less than `memory` seconds before `now` (`boot` on the boot
+    /// clock, as [`State::crash_loop`] counts).
+    #[must_use]
+    pub(crate) fn heal_within(&self, memory: u64, now: u64, boot: Option<&BootInstant>) -> bool {
+        self.last_heal_at
+            .is_some_and(|at| seconds_since(at, self.last_heal_boot.as_ref(), now, boot) < memory)
     }
     /// When drift may be healed again (unix seconds).
     #[must_use]
@@ -735,11 +764,13 @@ impl State {
                 crashes,
                 outside_stops,
                 at,
+                at_boot,
                 next_at,
                 next_boot,
             } => {
                 self.heal_crashes = crashes;
                 self.heal_outside_stops = outside_stops;
+                self.last_heal_boot = at_boot;
                 self.healing(attempts, at, next_at, next_boot);
             }
             Fact::Concluded {
@@ -1093,6 +1124,8 @@ pub(crate) enum Fact {
         outside_stops: u32,
         /// When (unix seconds).
         at: u64,
+        /// The same moment on this boot's clock.
+        at_boot: Option<BootDeadline>,
         /// When the next may run.
         next_at: u64,
         /// The same on this boot's clock.
@@ -1141,6 +1174,58 @@ mod tests {
 
     fn sha(c: char) -> Sha {
         Sha::parse(&c.to_string().repeat(64)).unwrap()
+    }
+
+    /// The crash loop's hour and the heal memory are counted on the boot clock within their
+    /// boot: a wall-clock step either way neither ends them early nor lengthens them. In
+    /// another boot, or without a boot clock, the wall counts.
+    #[test]
+    fn a_crash_loops_hour_and_the_heal_memory_count_on_the_boot_clock() {
+        let boot = |id: &str, secs| BootInstant {
+            boot_id: id.into(),
+            secs,
+        };
+        let at = 1_800_000_000;
+        let mut st = State::default();
+        st.fold(Fact::CrashLooped(CrashLoop {
+            at,
+            at_boot: Some(BootDeadline::after(&boot("b1", 500), 0)),
+            heals: 2,
+            service: "web".into(),
+            exit_code: Some(1),
+            last_lines: None,
+        }));
+        st.fold(Fact::Healing {
+            attempts: 2,
+            crashes: 2,
+            outside_stops: 0,
+            at,
+            at_boot: Some(BootDeadline::after(&boot("b1", 500), 0)),
+            next_at: at + 120,
+            next_boot: Some(BootDeadline::after(&boot("b1", 500), 120)),
+        });
+        let memory = 3600;
+        // Ten minutes on, by the boot clock, whichever way the wall stepped.
+        for wall in [at + 7200, at - 7200] {
+            assert!(
+                st.crash_loop(wall, Some(&boot("b1", 1100))).is_some(),
+                "{wall}"
+            );
+            assert!(
+                st.heal_within(memory, wall, Some(&boot("b1", 1100))),
+                "{wall}"
+            );
+        }
+        // An hour on, by the boot clock, with the wall stepped back: over.
+        assert!(st.crash_loop(at - 7200, Some(&boot("b1", 4100))).is_none());
+        assert!(!st.heal_within(memory, at - 7200, Some(&boot("b1", 4100))));
+        // Another boot, or no boot clock: the wall.
+        for other in [Some(boot("b2", 10)), None] {
+            assert!(st.crash_loop(at + 600, other.as_ref()).is_some());
+            assert!(st.crash_loop(at + 3600, other.as_ref()).is_none());
+            assert!(st.heal_within(memory, at + 600, other.as_ref()));
+            assert!(!st.heal_within(memory, at + 3600, other.as_ref()));
+        }
     }
 
     #[test]

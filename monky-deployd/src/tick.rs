@@ -90,6 +90,7 @@ fn write_metrics(cfg: &Config, st: &State, exit: Exit, took: Duration) {
             exit,
             duration: took,
             ended_at: crate::clock::wall(),
+            ended_boot: crate::clock::boot(),
         };
         if let Err(e) = metrics::write(path, &metrics::render(&cfg.env_id, st, facts)) {
             warn!("cannot write the metrics file {}: {e:#}", path.display());

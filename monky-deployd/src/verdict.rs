@@ -16,8 +16,8 @@ pub(crate) struct Seen<'a> {
     /// The project's containers as the engine lists them now, or why it could not; `None`
     /// when not looked at (the metrics file, written from the tick's own record).
     pub(crate) containers: Option<&'a Result<Vec<monky_compose::Container>, String>>,
-    /// Now on the boot clock, to carry the last reading of OpenBao's clock to this moment;
-    /// `None` leaves the clock unjudged (the metrics file, from the tick's own record).
+    /// Now on the boot clock: it carries the last reading of OpenBao's clock to this moment,
+    /// and counts a crash loop's hour; `None` leaves the clock unjudged and counts on the wall.
     pub(crate) boot: Option<&'a crate::clock::BootInstant>,
     /// The free bytes of the state dir's file system now; `None` when not looked at (the
     /// metrics file: a tick that could not save fails on its own).
@@ -215,7 +215,7 @@ pub(crate) fn not_converged(st: &State, seen: Seen<'_>) -> Vec<String> {
             crate::clock::rfc3339(t.expires_at)
         ));
     }
-    if let Some(c) = st.crash_loop(seen.now) {
+    if let Some(c) = st.crash_loop(seen.now, seen.boot) {
         let failure = crash_loop(c);
         why.push(format!("{failure} ({} moves next)", failure.code.owner()));
     }

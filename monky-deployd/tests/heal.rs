@@ -387,7 +387,13 @@ fn a_crash_loop_is_healed_once_per_backoff_step() {
         .prints(&["CRASH_LOOP", "2 heals"]);
     // An hour later without a heal: converged again.
     let mut st = a.w.state();
+    // The loop's moment is kept on both clocks; aged here on the wall: without its moment on
+    // the boot clock (which may be younger than an hour on a fresh machine), the record is
+    // counted on the wall.
+    assert!(st["crash_loop"]["at_boot"]["at_s"].is_u64(), "{st:#}");
+    assert!(st["last_heal_boot"]["at_s"].is_u64(), "{st:#}");
     st["crash_loop"]["at"] = json!(st["crash_loop"]["at"].as_u64().unwrap() - 3601);
+    st["crash_loop"]["at_boot"] = Value::Null;
     std::fs::write(a.w.state_dir().join("state.json"), st.to_string()).unwrap();
     a.w.tenancy
         .advance_clock(std::time::Duration::from_secs(60));

@@ -12,6 +12,7 @@ use super::outcome::Outcome;
 use super::stages::Promoted;
 use super::{Run, not_ready};
 use crate::backoff::{Backoff, Jitter};
+use crate::clock::{BootDeadline, BootInstant};
 use crate::code::Code;
 use crate::drift::{self, Converged, Drift};
 use crate::exit::{Exit, Failure, OrCode as _};
@@ -70,7 +71,11 @@ impl Run<'_> {
         warn!("drift from {}: {what}", sha.short());
         // While a service loops, its death is the crash loop's, whoever's move the heal is.
         let drift_code = if !drift::crashed(drift).is_empty()
-            && self.tick.state.crash_loop(crate::clock::wall()).is_some()
+            && self
+                .tick
+                .state
+                .crash_loop(crate::clock::wall(), crate::clock::boot().as_ref())
+                .is_some()
         {
             Code::CrashLoop
         } else {
@@ -126,12 +131,11 @@ impl Run<'_> {
     /// containers made by another hand removed first. Every heal, healthy or not, takes a step
     /// of the heal backoff.
     fn heal(&mut self, sha: &Sha, drift: &[Drift], what: &str) -> Result<Exit, Failure> {
-        let now = crate::clock::wall();
+        let (now, boot) = (crate::clock::wall(), crate::clock::boot());
         let recent = self
             .tick
             .state
-            .last_heal_at()
-            .is_some_and(|t| now.saturating_sub(t) < HEAL_MEMORY_SECS);
+            .heal_within(HEAL_MEMORY_SECS, now, boot.as_ref());
         let attempts = if recent {
             self.tick.state.heal_attempts().saturating_add(1)
         } else {
@@ -162,8 +166,9 @@ impl Run<'_> {
             crashes,
             outside_stops,
             at: now,
+            at_boot: boot.as_ref().map(|b| BootDeadline::after(b, 0)),
             next_at: next,
-            next_boot: crate::clock::boot().map(|b| crate::clock::BootDeadline::after(&b, wait)),
+            next_boot: boot.as_ref().map(|b| BootDeadline::after(b, wait)),
         });
         info!("healing {} (heal {attempts}): {what}", sha.short());
         let remove: Vec<String> = drift
@@ -212,7 +217,7 @@ impl Run<'_> {
             // A service that died by its own exit again within the hour after an earlier heal:
             // brought back, but the box is in a crash loop, not converged, until it stays up.
             if let Some(dead) = crashed.first().filter(|_| crashes >= 2) {
-                let record = crash_loop(dead, now, crashes, last_lines.clone());
+                let record = crash_loop(dead, (now, boot.as_ref()), crashes, last_lines.clone());
                 let failure = crate::verdict::crash_loop(&record);
                 let failure = Failure::coded(failure.code, format!("{what}; {}", failure.message));
                 warn!("{failure}");
@@ -248,12 +253,12 @@ impl Run<'_> {
         // came up and died later is: the owner does not flip with how fast it dies.
         let looping = failure.code == Code::HealFailed
             && !bad.is_empty()
-            && (crashes >= 2 || self.tick.state.crash_loop(now).is_some());
+            && (crashes >= 2 || self.tick.state.crash_loop(now, boot.as_ref()).is_some());
         let code = match crashed.first().filter(|_| looping) {
             Some(dead) => {
                 self.record(Fact::CrashLooped(crash_loop(
                     dead,
-                    now,
+                    (now, boot.as_ref()),
                     crashes,
                     last_lines.clone(),
                 )));
@@ -537,10 +542,16 @@ impl Run<'_> {
 }
 
 /// The crash loop's record: `dead`, the service that died by its own exit, healed at `now`
-/// for the `heals`-th time within the hour, with its own last lines.
-fn crash_loop(dead: &Drift, now: u64, heals: u32, last_lines: Option<Redacted>) -> CrashLoop {
+/// (wall, boot) for the `heals`-th time within the hour, with its own last lines.
+fn crash_loop(
+    dead: &Drift,
+    now: (u64, Option<&BootInstant>),
+    heals: u32,
+    last_lines: Option<Redacted>,
+) -> CrashLoop {
     CrashLoop {
-        at: now,
+        at: now.0,
+        at_boot: now.1.map(|b| BootDeadline::after(b, 0)),
         heals,
         service: dead.service.clone(),
         exit_code: match dead.kind {

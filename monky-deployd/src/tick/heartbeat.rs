@@ -27,7 +27,12 @@ impl Run<'_> {
             }
             // For the hour after a crash loop every tick says it, as `status`, `explain` and
             // the metrics do: one record, one verdict, however healthy the service looks now.
-            if let Some(c) = self.tick.state.crash_loop(crate::clock::wall()).cloned() {
+            if let Some(c) = self
+                .tick
+                .state
+                .crash_loop(crate::clock::wall(), crate::clock::boot().as_ref())
+                .cloned()
+            {
                 let failure = crate::verdict::crash_loop(&c);
                 warn!("heartbeat: {failure}");
                 return self.conclude(Outcome::failed(Some(&sha), failure));
