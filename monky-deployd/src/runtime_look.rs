@@ -158,8 +158,8 @@ pub fn processes(roots: &Roots, id: &str, init: u32) -> Result<Vec<Proc>, String
 }
 
 /// A file the kernel makes as it is read (`/proc`, cgroupfs), whole: no size is asked first,
-/// the kernel gives none (what `std::fs::read` would ask costs two calls a file, and a look
-/// reads a few files for every process).
+/// the kernel gives none (`std::fs::read` would ask it with a `statx` a file, and a look reads
+/// a few files for every process). Read through `Take`, which asks no size.
 fn read_proc(path: &Path) -> std::io::Result<Vec<u8>> {
     let file = std::fs::File::open(path)?;
     let mut bytes = Vec::with_capacity(4096);

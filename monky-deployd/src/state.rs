@@ -770,8 +770,7 @@ impl State {
             } => {
                 self.heal_crashes = crashes;
                 self.heal_outside_stops = outside_stops;
-                self.last_heal_boot = at_boot;
-                self.healing(attempts, at, next_at, next_boot);
+                self.healing(attempts, (at, at_boot), next_at, next_boot);
             }
             Fact::Concluded {
                 result,
@@ -921,11 +920,18 @@ impl State {
         self.crash_loop = Some(c);
     }
 
-    /// A heal ran at `at`, the `attempts`-th within the heal memory; the next may run at
-    /// `next_at` (and `next_boot` on the boot clock).
-    fn healing(&mut self, attempts: u32, at: u64, next_at: u64, next_boot: Option<BootDeadline>) {
+    /// A heal ran at `at` (wall, boot clock), the `attempts`-th within the heal memory; the
+    /// next may run at `next_at` (and `next_boot` on the boot clock).
+    fn healing(
+        &mut self,
+        attempts: u32,
+        at: (u64, Option<BootDeadline>),
+        next_at: u64,
+        next_boot: Option<BootDeadline>,
+    ) {
         self.heal_attempts = attempts;
-        self.last_heal_at = Some(at);
+        self.last_heal_at = Some(at.0);
+        self.last_heal_boot = at.1;
         self.next_heal_at = Some(next_at);
         self.next_heal_boot = next_boot;
     }
