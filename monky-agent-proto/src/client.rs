@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
 
-use reqwest::blocking::{RequestBuilder, Response};
+use reqwest::RequestBuilder;
 use reqwest::header::{self, HeaderMap, HeaderValue};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
@@ -16,7 +16,7 @@ use url::Url;
 
 use monky_http::connect::refusal_in;
 use monky_http::{
-    BaseRefusal, BuildError, CheckHook, ConnectionCheck, Mapping, ReadError, Settings,
+    BaseRefusal, BuildError, CheckHook, ConnectionCheck, Mapping, ReadError, Response, Settings,
     without_credentials,
 };
 
@@ -135,7 +135,12 @@ impl ClientBuilder {
         };
         let http = monky_http::build_client(&base, settings).map_err(|e| match e {
             BuildError::CaBundle { reason } => Error::CaBundle { reason },
-            BuildError::Build(source) => Error::Build { source },
+            BuildError::Build(source) => Error::Build {
+                source: Box::new(source),
+            },
+            BuildError::Runtime(source) => Error::Build {
+                source: Box::new(source),
+            },
         })?;
         Ok(Client {
             http,
@@ -164,7 +169,7 @@ impl ClientBuilder {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Client {
-    http: reqwest::blocking::Client,
+    http: monky_http::Client,
     base: Url,
     mapping: Option<Mapping>,
     timeout: Duration,
@@ -356,13 +361,12 @@ impl Client {
                 },
             }
         };
-        let (client, built) = req.build_split();
-        let built = built.map_err(transport)?;
+        let built = req.build().map_err(transport)?;
         // One debug line per call (method, path, status, time); the bearer is a header, and
         // the path holds env ids and shas only.
         let (method, path) = (built.method().clone(), url.path().to_owned());
         let started = Instant::now();
-        let response = client.execute(built);
+        let response = self.http.execute(built);
         let ms = started.elapsed().as_millis();
         match &response {
             Ok(r) => tracing::debug!("tenancy {method} {path} {} {ms}ms", r.status().as_u16()),

@@ -51,9 +51,9 @@ pub enum Error {
     /// The HTTP client could not be built.
     #[error("cannot build the tenancy http client")]
     Build {
-        /// reqwest's error.
+        /// reqwest's error, or its runtime's.
         #[source]
-        source: reqwest::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A bundle URL from checkin points away from tenancy, or does not parse.
     #[error("refusing bundle url {url}: {reason}")]

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use reqwest::blocking::{Client, RequestBuilder, Response};
+use reqwest::RequestBuilder;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -16,8 +16,8 @@ use crate::token::Token;
 use monky_http::certificate::Refused;
 use monky_http::connect::refusal_in;
 use monky_http::{
-    BaseRefusal, BuildError, CheckHook, ConnectionCheck, Mapping, ReadError, Settings,
-    without_credentials,
+    BaseRefusal, BuildError, CheckHook, Client, ConnectionCheck, Mapping, ReadError, Response,
+    Settings, without_credentials,
 };
 use monky_vocab::KvPath;
 use monky_vocab::kvpath::check_segment;
@@ -137,7 +137,12 @@ impl BaoClientBuilder {
         };
         let http = monky_http::build_client(&addr, settings).map_err(|e| match e {
             BuildError::CaBundle { reason } => Error::CaBundle { reason },
-            BuildError::Build(source) => Error::Build { source },
+            BuildError::Build(source) => Error::Build {
+                source: Box::new(source),
+            },
+            BuildError::Runtime(source) => Error::Build {
+                source: Box::new(source),
+            },
         })?;
         Ok(BaoClient {
             http,
@@ -419,24 +424,24 @@ impl BaoClient {
 
     /// Sends a request under the call's total deadline, which is returned for reading the body.
     ///
-    /// The client-wide timeout of a blocking reqwest client bounds each wait on its own (the
-    /// answer's head, then every read of the body), so a body trickled a byte at a time would
-    /// never time out. The per-request timeout is reqwest's total one, body included; the
-    /// deadline is also checked between reads, as the tenancy client does.
+    /// The per-request timeout is reqwest's total one, body included; the deadline is also
+    /// checked between reads, as the tenancy client does.
     fn execute(&self, request: RequestBuilder, shown: &str) -> Result<(Response, Instant)> {
         let deadline = Instant::now() + self.timeout;
         let request = match &self.host_header {
             Some(host) => request.header(reqwest::header::HOST, host),
             None => request,
         };
-        let (client, built) = request.timeout(self.timeout).build_split();
-        let built = built.map_err(|source| network_error(shown, source))?;
+        let built = request
+            .timeout(self.timeout)
+            .build()
+            .map_err(|source| network_error(shown, source))?;
         // One debug line per call (method, path, status, time): the path names mounts, envs
         // and secret names, never a value; tokens travel in headers and bodies only.
         let (method, path) = (built.method().clone(), built.url().path().to_owned());
         let started = Instant::now();
         let sent = SystemTime::now();
-        let response = client.execute(built);
+        let response = self.http.execute(built);
         let ms = started.elapsed().as_millis();
         if let Ok(r) = &response {
             self.note_date(r, sent);

@@ -87,9 +87,9 @@ pub enum Error {
     /// The HTTP client could not be built.
     #[error("cannot build the openbao http client")]
     Build {
-        /// The underlying error.
+        /// reqwest's error, or its runtime's.
         #[source]
-        source: reqwest::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 
     /// A mount or role name that would not stay one path segment.

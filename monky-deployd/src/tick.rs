@@ -220,7 +220,7 @@ pub(crate) struct Agent<'a> {
     /// The peers' listeners judged the box's at an earlier tick (see `peers::Listeners`).
     listeners: std::sync::Arc<peers::Listeners>,
     /// Built on first use: a heartbeat never speaks to OpenBao, and building the client costs
-    /// a runtime thread and the CA bundle's parsing (or the system's roots without one).
+    /// a runtime and the CA bundle's parsing (or the system's roots without one).
     bao: std::cell::OnceCell<bao::BaoClient>,
     docker: compose::Docker,
     /// When the tick's deadline (`tick_timeout_s`) passes; `None` for a run without one (the

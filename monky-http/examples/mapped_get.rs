@@ -54,11 +54,10 @@ fn run() -> Result<(), String> {
     };
     let client = build_client(&base, settings).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + Duration::from_secs(10);
-    let response = client
+    let request = client
         .get(mapping.wire_url(&base))
-        .header(reqwest::header::HOST, mapping.host_header())
-        .send()
-        .map_err(|e| format!("get: {e}"))?;
+        .header(reqwest::header::HOST, mapping.host_header());
+    let response = client.send(request).map_err(|e| format!("get: {e}"))?;
     let length = response.content_length();
     let body = read_capped(response, length, 1024, deadline)
         .map_err(|e| format!("read: {e}"))?

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use url::Url;
 
+use crate::blocking::Client;
 use crate::connect::{CheckLayer, ConnectionCheck};
 
 /// What a hardened client is built with. The rest is not a setting: proxies from the
@@ -57,9 +58,12 @@ pub enum BuildError {
     /// reqwest could not build the client.
     #[error("http client: {0}")]
     Build(#[source] reqwest::Error),
+    /// The runtime that drives the client could not start (no epoll or eventfd left).
+    #[error("http client runtime: {0}")]
+    Runtime(#[source] std::io::Error),
 }
 
-/// Builds the blocking reqwest client for a peer at `base` (whose scheme and host the caller
+/// Builds the blocking client for a peer at `base` (whose scheme and host the caller
 /// has checked): no proxy, no redirect, [`Settings`]' timeouts, trust roots and user agent,
 /// with a mapping's host name resolved to its address and the connection check as a connector
 /// layer.
@@ -70,11 +74,8 @@ pub enum BuildError {
 ///
 /// # Errors
 /// [`BuildError`].
-pub fn build_client(
-    base: &Url,
-    settings: Settings,
-) -> Result<reqwest::blocking::Client, BuildError> {
-    let mut http = reqwest::blocking::Client::builder()
+pub fn build_client(base: &Url, settings: Settings) -> Result<Client, BuildError> {
+    let mut http = reqwest::Client::builder()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(settings.timeout)
@@ -102,7 +103,7 @@ pub fn build_client(
     if let Some(check) = settings.connection_check {
         http = http.connector_layer(CheckLayer(check));
     }
-    http.build().map_err(BuildError::Build)
+    Client::build(http)
 }
 
 /// Connections to a peer sent to `addr`, while TLS SNI, the certificate's host-name check and

@@ -21,8 +21,8 @@ pub type CheckError = Box<dyn std::error::Error + Send + Sync>;
 /// Decides whether a new connection may carry requests, from its local and peer addresses
 /// (`(local, peer)`); an `Err` drops the connection before anything is sent on it.
 ///
-/// The check runs on the client's runtime thread once per new connection, so it may do a short
-/// blocking look (a file under `/proc`), not a long wait.
+/// The check runs on the calling thread, inside the client's runtime, once per new connection,
+/// so it may do a short blocking look (a file under `/proc`), not a long wait.
 pub type ConnectionCheck =
     Arc<dyn Fn(SocketAddr, SocketAddr) -> Result<(), CheckError> + Send + Sync>;
 

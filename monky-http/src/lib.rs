@@ -3,7 +3,7 @@
 //!
 //! - [`check_base`] refuses a peer's base URL that is not `http(s)` with a host, or that
 //!   carries credentials, a query or a fragment.
-//! - [`build_client`] makes a reqwest client from [`Settings`]: no proxy from the environment,
+//! - [`build_client`] makes a [`Client`] from [`Settings`]: no proxy from the environment,
 //!   no redirect followed, a total timeout, an optional private CA as the only trust root (no
 //!   trust roots at all for plain `http`), an address [`Mapping`] and a [`ConnectionCheck`].
 //! - [`Mapping`] sends connections to another address while the URL's host name stays for TLS
@@ -33,11 +33,13 @@
 
 #![deny(missing_docs)]
 
+mod blocking;
 pub mod certificate;
 mod client;
 pub mod connect;
 mod read;
 
+pub use blocking::{Client, Response};
 pub use certificate::{CertificateRefusal, CertificateTime};
 pub use client::{
     BaseRefusal, BuildError, Mapping, Settings, build_client, check_base, without_credentials,

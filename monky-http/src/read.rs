@@ -18,9 +18,8 @@ pub enum ReadError {
 /// Reads `body` to its end, at most `limit` bytes, and gives up once `deadline` has passed;
 /// `Ok(None)` when the body is longer than `limit`.
 ///
-/// A blocking reqwest client's timeouts bound each wait on its own (the answer's head, then
-/// every read), so a body trickled a byte at a time would never time out: the deadline is
-/// checked between reads. `size_hint` (a `Content-Length`) only sizes the first allocation,
+/// A body trickled a byte at a time must not outlast its call: the deadline is checked between
+/// reads, whatever the reader's own timeouts. `size_hint` (a `Content-Length`) only sizes the first allocation,
 /// never beyond `limit`.
 ///
 /// # Errors

@@ -11,10 +11,10 @@ use monky_http::{
     BaseRefusal, BuildError, ConnectionCheck, Mapping, ReadError, Settings, build_client,
     check_base, read_capped, without_credentials,
 };
+use monky_http::{Client, Response};
 use monky_testkit::bao::FakeBao;
 use monky_testkit::pki::Pki;
 use monky_testkit::raw::{RawBody, RawPeer, with_proxy_env};
-use reqwest::blocking::Client;
 use url::Url;
 
 monky_testkit::hardening_table![
@@ -50,8 +50,30 @@ fn url(text: &str) -> Url {
 }
 
 /// A client of `base` built with `settings`.
-fn client(base: &Url, settings: Settings) -> Client {
-    build_client(base, settings).unwrap()
+fn client(base: &Url, settings: Settings) -> Probe {
+    Probe(build_client(base, settings).unwrap())
+}
+
+/// A built client, and a call on it written as one chain: `client(..).get(url).send()`.
+struct Probe(Client);
+
+/// A request being built on a [`Probe`]'s client.
+struct Call<'a>(&'a Client, reqwest::RequestBuilder);
+
+impl Probe {
+    fn get(&self, url: Url) -> Call<'_> {
+        Call(&self.0, self.0.get(url))
+    }
+}
+
+impl Call<'_> {
+    fn with(self, f: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder) -> Self {
+        Call(self.0, f(self.1))
+    }
+
+    fn send(self) -> Result<Response, reqwest::Error> {
+        self.0.send(self.1)
+    }
 }
 
 /// Asserts that `check_base` refuses each URL with `why`.
@@ -177,7 +199,7 @@ fn connect_to_keeps_the_name() {
     };
     client(&base, settings)
         .get(wire)
-        .header(reqwest::header::HOST, host)
+        .with(|r| r.header(reqwest::header::HOST, host))
         .send()
         .unwrap();
     let head = peer.request_head().unwrap().to_lowercase();
@@ -313,7 +335,7 @@ fn connection_check() {
     };
     let err = client(&peer.url(), settings)
         .get(peer.url())
-        .bearer_auth("s.HARDENINGhardening012345")
+        .with(|r| r.bearer_auth("s.HARDENINGhardening012345"))
         .send()
         .unwrap_err();
     let refusal = monky_http::connect::refusal_in(&err).map(ToString::to_string);
