@@ -38,7 +38,7 @@ pub(super) fn apply(run: &mut Run, sha: &Sha, url: &str) -> Result<Exit, Failure
 /// Steps 3-13 of `sha`, each a stage of `stages.rs` taking the one before it.
 fn steps(run: &mut Run, sha: &Sha, fetched: Fetched) -> Result<Promoted, Stop> {
     // 3. Refuse what the bundle alone shows is wrong, before any lease or secret read.
-    let checked = stages::check(&run.agent, &run.tick.state, fetched)?;
+    let checked = stages::check(&run.agent, &run.tick.state, sha, fetched)?;
     // 4-6. Lease a grant, log in with it, read the secrets.
     if checked.reads_secrets() {
         run.token_for_apply()?;
@@ -53,14 +53,14 @@ fn steps(run: &mut Run, sha: &Sha, fetched: Fetched) -> Result<Promoted, Stop> {
         note_quoting_changes(run, &secrets);
     }
     // 7-9. Render `.env`, stage the release, judge compose's model of it.
-    let staged = stages::stage(&run.agent, &run.tick.judged, checked, secrets)?;
+    let staged = stages::stage(&run.agent, &run.tick.judged, sha, checked, secrets)?;
     // 10. Pull from the staging dir.
     let pulled = stages::pull(&run.agent, &run.tick.judged, staged)?;
     // A start that could not finish, and fall back, before the tick's deadline is not made.
     fallback::start_fits(&run.agent, &run.tick.state, sha)?;
     // 11. Promote: `current` names the new release, checked again on disk.
     mark_under_way(run, sha)?;
-    let promoted = stages::promote(&run.agent, &run.tick.judged, pulled)?;
+    let promoted = stages::promote(&run.agent, &run.tick.judged, sha, pulled)?;
     // 12-13. Up, and wait for health.
     let (seen, up) = fallback::up_healthy(&run.agent, &run.tick.state, &promoted);
     run.saw(seen);

@@ -1,7 +1,9 @@
 //! The apply's stages as types: fetched, checked, staged, pulled, promoted. Each step takes the
 //! stage before it and returns the next or a failure, and only its step makes a stage, so a
 //! release cannot be promoted that was not staged, pulled and judged, nor staged from a bundle
-//! that was not fetched as the desired sha and checked.
+//! that was not fetched as the desired sha and checked. Each step that works on the release is
+//! also handed its sha, so its signature says which release it touches; what it takes carries
+//! the same sha (the bundle proved it hashes to it, the staged release is named by it).
 //!
 //! Each step is a function, not a method of the tick: its arguments are what it reads (the
 //! `Agent`'s config, state dir and clients, the state, the token, this tick's `Judged`
@@ -28,14 +30,12 @@ use monky_bundle::ResolvedEntry;
 
 /// Steps 1-2 passed: the bundle tenancy served, parsed within the limits, hashing to `sha`.
 pub(super) struct Fetched {
-    sha: Sha,
     bundle: bundle::Bundle,
 }
 
 /// Step 3 passed: nothing the bundle alone shows is wrong, and each manifest entry has its KV
 /// path.
 pub(super) struct Checked {
-    sha: Sha,
     bundle: bundle::Bundle,
     manifest: Vec<ResolvedEntry>,
 }
@@ -69,7 +69,6 @@ impl Secrets {
 /// Steps 7-9 passed: `.env` rendered, the release written to `staging/` and compose's model of
 /// it judged by the policy.
 pub(super) struct Staged {
-    sha: Sha,
     prod: bool,
     release: release::Staged,
     /// The images compose's model names.
@@ -194,16 +193,19 @@ pub(super) fn fetch(
         );
     }
     failpoint::hit("after-fetch");
-    let fetched = Fetched {
-        sha: sha.clone(),
-        bundle: b,
-    };
+    let fetched = Fetched { bundle: b };
     Ok((fetched, dl.bytes))
 }
 
 /// Step 3: every refusal an apply can meet before any lease or secret read.
-pub(super) fn check(agent: &Agent, state: &State, fetched: Fetched) -> Result<Checked, Failure> {
-    let Fetched { sha, bundle: b } = fetched;
+pub(super) fn check(
+    agent: &Agent,
+    state: &State,
+    sha: &Sha,
+    fetched: Fetched,
+) -> Result<Checked, Failure> {
+    let Fetched { bundle: b } = fetched;
+    debug_assert_eq!(b.sha(), sha);
     let (manifest, refused) = refusals::offline(
         &b,
         &agent.cfg.env_id,
@@ -213,7 +215,7 @@ pub(super) fn check(agent: &Agent, state: &State, fetched: Fetched) -> Result<Ch
     if let Some(f) = refusals::all(refused) {
         return Err(f);
     }
-    bundle::check_rollback(&sha, state.applied_history(), b.meta().allow_rollback)
+    bundle::check_rollback(sha, state.applied_history(), b.meta().allow_rollback)
         .map_err(refusal)?;
     // The byte cap of releases/ and staging/, before anything is leased or staged; the
     // running release, the last good one and a sha waiting out its backoff are never pruned
@@ -225,7 +227,7 @@ pub(super) fn check(agent: &Agent, state: &State, fetched: Fetched) -> Result<Ch
         .sum::<u64>()
         .saturating_add(ENV_ALLOWANCE);
     let protect: Vec<&str> = [
-        Some(&sha),
+        Some(sha),
         state.applied_sha(),
         state.failed().map(|f| &f.sha),
     ]
@@ -247,7 +249,6 @@ pub(super) fn check(agent: &Agent, state: &State, fetched: Fetched) -> Result<Ch
         }
     }
     Ok(Checked {
-        sha,
         bundle: b,
         manifest,
     })
@@ -297,10 +298,12 @@ pub(super) fn read_secrets(
 pub(super) fn stage(
     agent: &Agent,
     judged: &RefCell<Judged>,
+    sha: &Sha,
     checked: Checked,
     secrets: Secrets,
 ) -> Result<Staged, Stop> {
-    let Checked { sha, bundle: b, .. } = checked;
+    let Checked { bundle: b, .. } = checked;
+    debug_assert_eq!(b.sha(), sha);
     // 7. A value that cannot be written where the template puts it fails here, before
     // staging, and waits out the backoff: the pinned versions make it fail the same way
     // next time.
@@ -309,7 +312,7 @@ pub(super) fn stage(
     drop(secrets);
     // 8. Stage the release.
     let staged =
-        release::stage(&agent.layout, &sha, &b, &env_text).or_code(Code::StateWriteFailed)?;
+        release::stage(&agent.layout, sha, &b, &env_text).or_code(Code::StateWriteFailed)?;
     failpoint::hit("after-staging");
     // 9. Compose's model is the authority, since a value from a secret is only visible
     // there. A refusal here waits out the backoff as a render failure does: with the same
@@ -328,7 +331,6 @@ pub(super) fn stage(
         Err(e) => return Err(Stop::Halted(e)),
     };
     Ok(Staged {
-        sha,
         prod: b.meta().is_prod(),
         release: staged,
         images,
@@ -392,10 +394,10 @@ pub(super) fn pull(
 pub(super) fn promote(
     agent: &Agent,
     judged: &RefCell<Judged>,
+    sha: &Sha,
     pulled: Pulled,
 ) -> Result<Promoted, Failure> {
     let Pulled(Staged {
-        sha,
         prod,
         release,
         runs_as,
@@ -404,11 +406,11 @@ pub(super) fn promote(
     let holders = Some(crate::runtime_look::holders(&runs_as));
     // The staged release is of the sha its stages carried: the bundle was fetched and
     // checked as it, and stage wrote it as it.
-    debug_assert_eq!(release.release().sha(), &sha);
+    debug_assert_eq!(release.release().sha(), sha);
     let release = release::promote(&agent.layout, release, &|r| agent.policy_gate(judged, r))
         .or_code(Code::Failed)?;
     failpoint::hit("after-swap");
-    release::verify(&agent.layout, &sha).or_code(Code::Failed)?;
+    release::verify(&agent.layout, sha).or_code(Code::Failed)?;
     Ok(Promoted {
         prod,
         release,
