@@ -50,6 +50,9 @@ pub struct Engine {
     version_seen: Mutex<Option<String>>,
     /// The `USER` of each image reference [`Engine::image_id`] looked up, from the same answer.
     users: Mutex<std::collections::HashMap<String, Option<String>>>,
+    /// The connection the last `GET` left open (dockerd keeps one open between requests), for
+    /// the next `GET`: a heartbeat's few reads dial the socket once.
+    idle: Mutex<Option<std::os::unix::net::UnixStream>>,
 }
 
 #[derive(Debug, Clone)]
@@ -154,6 +157,7 @@ impl Engine {
             timeout: Duration::from_secs(10),
             info: Mutex::new(None),
             version_seen: Mutex::new(None),
+            idle: Mutex::new(None),
             users: Mutex::new(std::collections::HashMap::new()),
         }
     }
@@ -578,6 +582,85 @@ impl Engine {
         Ok(out)
     }
 
+    /// A new connection to the engine's socket. A missing socket is told by the connect
+    /// itself: no look before it, on every call.
+    fn connect(&self, socket: &Path) -> Result<std::os::unix::net::UnixStream> {
+        std::os::unix::net::UnixStream::connect(socket).map_err(|e| Error::EngineUnavailable {
+            target: self.target_text(),
+            reason: match e.kind() {
+                std::io::ErrorKind::NotFound => "no such socket".to_owned(),
+                _ => e.to_string(),
+            },
+        })
+    }
+
+    /// Writes `request` on `stream` and reads one whole answer, every write and read bounded
+    /// by what is left until `deadline`. The answer, and the stream when the answer left it
+    /// open for another request.
+    fn exchange(
+        &self,
+        mut stream: std::os::unix::net::UnixStream,
+        path: &str,
+        request: &str,
+        deadline: std::time::Instant,
+    ) -> std::result::Result<(Vec<u8>, Option<std::os::unix::net::UnixStream>), Exchange> {
+        let io = |e: std::io::Error| Error::EngineRequest {
+            path: path.to_owned(),
+            source: e,
+        };
+        let left = || {
+            deadline
+                .checked_duration_since(std::time::Instant::now())
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"))
+        };
+        let failed = |e| Exchange::Failed(io(e));
+        stream
+            .set_write_timeout(Some(left().map_err(failed)?))
+            .map_err(failed)?;
+        if let Err(e) = stream.write_all(request.as_bytes()) {
+            return Err(Exchange::Unanswered(io(e)));
+        }
+        let cap = MAX_BODY + 64 * 1024;
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 16 * 1024];
+        let end = loop {
+            if let Some(end) = answer_end(&answer) {
+                break Some(end);
+            }
+            stream
+                .set_read_timeout(Some(left().map_err(failed)?))
+                .map_err(failed)?;
+            match stream.read(&mut buf) {
+                Ok(0) if answer.is_empty() => {
+                    let closed = std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the engine closed the connection before it answered",
+                    );
+                    return Err(Exchange::Unanswered(io(closed)));
+                }
+                Ok(0) => break None,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if answer.is_empty() && e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return Err(Exchange::Unanswered(io(e)));
+                }
+                Err(e) => return Err(failed(e)),
+            }
+            if answer.len() as u64 > cap {
+                return Err(Exchange::Failed(Error::Parse {
+                    what: format!("engine {path}"),
+                    detail: format!("answer larger than {MAX_BODY} bytes"),
+                }));
+            }
+        };
+        // Open for another request: a whole answer, of a known length, that does not close.
+        let stream = end
+            .filter(|&end| end == answer.len() && !closes(&answer))
+            .map(|_| stream);
+        Ok((answer, stream))
+    }
+
     fn target_text(&self) -> String {
         match &self.target {
             Target::Unix(p) => format!("unix://{}", p.display()),
@@ -624,10 +707,13 @@ impl Engine {
             None => url.path().to_owned(),
         };
         let body = json.map(ToString::to_string).unwrap_or_default();
+        // A `GET` may leave its connection open for the next one; anything else closes it, so
+        // a request that changes the engine is never sent twice on a connection that died.
+        let keep = matches!(method, Method::Get);
         let mut request = format!(
-            "{} {target} HTTP/1.1\r\nHost: docker\r\nUser-Agent: monky-deployd\r\n\
-             Connection: close\r\n",
-            method.as_str()
+            "{} {target} HTTP/1.1\r\nHost: docker\r\nUser-Agent: monky-deployd\r\n{}",
+            method.as_str(),
+            if keep { "" } else { "Connection: close\r\n" }
         );
         if json.is_some() {
             request.push_str(&format!(
@@ -639,49 +725,25 @@ impl Engine {
         request.push_str(&body);
 
         let deadline = std::time::Instant::now() + self.timeout;
-        // A missing socket is told by the connect itself: no look before it, on every call.
-        let mut stream = std::os::unix::net::UnixStream::connect(&socket).map_err(|e| {
-            Error::EngineUnavailable {
-                target: self.target_text(),
-                reason: match e.kind() {
-                    std::io::ErrorKind::NotFound => "no such socket".to_owned(),
-                    _ => e.to_string(),
-                },
-            }
-        })?;
-        let io = |e: std::io::Error| Error::EngineRequest {
-            path: path.to_owned(),
-            source: e,
+        let idle = if keep {
+            self.idle.lock().unwrap_or_else(|p| p.into_inner()).take()
+        } else {
+            None
         };
-        let left = || {
-            deadline
-                .checked_duration_since(std::time::Instant::now())
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"))
+        let (answer, stream) = match idle {
+            // An idle connection dockerd closed meanwhile fails before any byte of an answer:
+            // the `GET` goes again on a new one.
+            Some(stream) => match self.exchange(stream, path, &request, deadline) {
+                Ok(done) => done,
+                Err(Exchange::Unanswered(_)) => {
+                    self.exchange(self.connect(&socket)?, path, &request, deadline)?
+                }
+                Err(Exchange::Failed(e)) => return Err(e),
+            },
+            None => self.exchange(self.connect(&socket)?, path, &request, deadline)?,
         };
-        stream
-            .set_write_timeout(Some(left().map_err(io)?))
-            .map_err(io)?;
-        stream.write_all(request.as_bytes()).map_err(io)?;
-        let cap = MAX_BODY + 64 * 1024;
-        let mut answer = Vec::new();
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            stream
-                .set_read_timeout(Some(left().map_err(io)?))
-                .map_err(io)?;
-            match stream.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => answer.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io(e)),
-            }
-            if answer.len() as u64 > cap {
-                return Err(Error::Parse {
-                    what: format!("engine {path}"),
-                    detail: format!("answer larger than {MAX_BODY} bytes"),
-                });
-            }
+        if let Some(stream) = stream.filter(|_| keep) {
+            *self.idle.lock().unwrap_or_else(|p| p.into_inner()) = Some(stream);
         }
         let (status, body) = parse_response(&answer).ok_or_else(|| Error::Parse {
             what: format!("engine {path}"),
@@ -729,6 +791,78 @@ impl Method {
             Method::Delete => "DELETE",
         }
     }
+}
+
+/// Why an exchange on a connection gave no answer.
+enum Exchange {
+    /// Nothing of an answer came: the connection was closed or reset before it, which is how an
+    /// idle connection dockerd closed meanwhile fails. A `GET` may go again on a new one.
+    Unanswered(Error),
+    /// The exchange failed after that, or for another cause.
+    Failed(Error),
+}
+
+impl From<Exchange> for Error {
+    fn from(e: Exchange) -> Self {
+        match e {
+            Exchange::Unanswered(e) | Exchange::Failed(e) => e,
+        }
+    }
+}
+
+/// Where a whole HTTP/1.1 answer ends in `answer`, when it is whole: after the head for a
+/// status without a body, after `Content-Length` bytes, or after the last chunk. `None` while
+/// it is not, and for an answer whose end is the connection's.
+fn answer_end(answer: &[u8]) -> Option<usize> {
+    let head_end = answer.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = std::str::from_utf8(&answer[..head_end]).ok()?;
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    if status == 204 || status == 304 || (100..200).contains(&status) {
+        return Some(head_end);
+    }
+    let (mut length, mut chunked) = (None, false);
+    for line in lines.filter(|l| !l.is_empty()) {
+        let (name, value) = line.split_once(':')?;
+        if name.eq_ignore_ascii_case("content-length") {
+            length = Some(value.trim().parse::<usize>().ok()?);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = value.trim().eq_ignore_ascii_case("chunked");
+        }
+    }
+    if chunked {
+        let mut at = head_end;
+        loop {
+            let line_end = answer[at..].windows(2).position(|w| w == b"\r\n")? + at;
+            let size = std::str::from_utf8(&answer[at..line_end]).ok()?;
+            let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+            at = line_end + 2;
+            if size == 0 {
+                // No trailers: the empty line that ends the chunked body.
+                return (answer.get(at..at + 2)? == b"\r\n").then_some(at + 2);
+            }
+            at = at.checked_add(size)?.checked_add(2)?;
+            if at > answer.len() {
+                return None;
+            }
+        }
+    }
+    let end = head_end.checked_add(length?)?;
+    (end <= answer.len()).then_some(end)
+}
+
+/// Whether the answer's head says the connection closes after it.
+fn closes(answer: &[u8]) -> bool {
+    let Some(head_end) = answer.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return true;
+    };
+    String::from_utf8_lossy(&answer[..head_end])
+        .split("\r\n")
+        .skip(1)
+        .filter_map(|line| line.split_once(':'))
+        .any(|(name, value)| {
+            name.eq_ignore_ascii_case("connection") && value.trim().eq_ignore_ascii_case("close")
+        })
 }
 
 /// The status and body of a whole HTTP/1.1 answer (the connection closed after it): the body
@@ -1270,6 +1404,94 @@ mod tests {
             None
         );
         assert_eq!(super::parse_response(b"garbage"), None);
+    }
+
+    /// The end of one answer on a connection that stays open: by length, after the last chunk
+    /// and its empty line, right after the head without a body; never before all of it came.
+    #[test]
+    fn an_answer_on_an_open_connection_ends_where_its_framing_says() {
+        let by_length = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}HTTP/1.1";
+        assert_eq!(super::answer_end(by_length), Some(by_length.len() - 8));
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n";
+        assert_eq!(super::answer_end(chunked), Some(chunked.len()));
+        for cut in 0..chunked.len() {
+            assert_eq!(super::answer_end(&chunked[..cut]), None, "{cut}");
+        }
+        assert_eq!(super::answer_end(&by_length[..by_length.len() - 9]), None);
+        let empty = b"HTTP/1.1 204 No Content\r\nServer: Docker/28.3.0\r\n\r\n";
+        assert_eq!(super::answer_end(empty), Some(empty.len()));
+        // Ended by the connection: not whole until it closes.
+        assert_eq!(super::answer_end(b"HTTP/1.1 200 OK\r\n\r\n{}"), None);
+        assert!(super::closes(
+            b"HTTP/1.1 200 OK\r\nconnection: Close\r\n\r\n"
+        ));
+        assert!(!super::closes(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+        ));
+    }
+
+    /// An engine that answers each connection's first request, keeps it open without a word,
+    /// then closes it before the next: what an idle connection dockerd dropped looks like.
+    fn forgetful_engine(
+        dir: &std::path::Path,
+    ) -> (PathBuf, std::sync::Arc<std::sync::Mutex<usize>>) {
+        use std::io::BufRead;
+        let socket = dir.join("docker.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let connections = std::sync::Arc::new(std::sync::Mutex::new(0));
+        let counted = std::sync::Arc::clone(&connections);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                *counted.lock().unwrap() += 1;
+                let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                    line.clear();
+                }
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        (socket, connections)
+    }
+
+    #[test]
+    fn a_get_on_a_connection_the_engine_closed_goes_again_on_a_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (socket, connections) = forgetful_engine(dir.path());
+        let engine = Engine::unix(&socket);
+        for _ in 0..3 {
+            let body = engine
+                .call(Method::Get, "/containers/json", &[], None)
+                .unwrap();
+            assert_eq!(body, b"[]");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(*connections.lock().unwrap(), 3);
+    }
+
+    #[test]
+    fn gets_share_one_connection_and_other_requests_close_theirs() {
+        let fake = crate::testkit::FakeEngine::builder()
+            .route("/containers/json", 200, "[]")
+            .route("/_ping", 200, "OK")
+            .start_in_temp_dir()
+            .unwrap();
+        let engine = fake.engine();
+        for _ in 0..3 {
+            engine
+                .call(Method::Get, "/containers/json", &[], None)
+                .unwrap();
+        }
+        assert_eq!(fake.connections(), 1, "{:?}", fake.requests());
+        let _ = engine.call(Method::Post, "/_ping", &[], Some(&serde_json::json!({})));
+        let _ = engine.call(Method::Post, "/_ping", &[], Some(&serde_json::json!({})));
+        engine
+            .call(Method::Get, "/containers/json", &[], None)
+            .unwrap();
+        assert_eq!(fake.connections(), 3, "{:?}", fake.requests());
+        assert_eq!(fake.requests().len(), 6);
     }
 
     /// dockerd names its version on every answer; a header of another server, or in the body,

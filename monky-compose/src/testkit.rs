@@ -355,20 +355,28 @@ impl FakeEngineBuilder {
         let listener = UnixListener::bind(&socket)?;
         let requests = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (seen, flag, routes) = (Arc::clone(&requests), Arc::clone(&stop), self.routes);
+        let (seen, flag) = (Arc::clone(&requests), Arc::clone(&stop));
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let accepted = Arc::clone(&connections);
+        let routes = Arc::new(self.routes);
         let thread = std::thread::spawn(move || {
             for stream in listener.incoming() {
                 if flag.load(Ordering::Relaxed) {
                     break;
                 }
                 if let Ok(stream) = stream {
-                    serve(stream, &routes, &seen);
+                    accepted.fetch_add(1, Ordering::Relaxed);
+                    // A connection of its own each, as dockerd serves them: one a client keeps
+                    // open does not hold up another client's.
+                    let (routes, seen) = (Arc::clone(&routes), Arc::clone(&seen));
+                    std::thread::spawn(move || serve(stream, &routes, &seen));
                 }
             }
         });
         Ok(FakeEngine {
             socket,
             requests,
+            connections,
             stop,
             thread: Some(thread),
             _dir: None,
@@ -384,12 +392,14 @@ impl FakeEngineBuilder {
     }
 }
 
-/// A fake docker daemon: answers each request with its path's answer (404 for others),
-/// records the request lines, closes every connection. It stops when dropped.
+/// A fake docker daemon: answers each request with its path's answer (404 for others) and
+/// records the request lines. As dockerd does, it keeps a connection open for the next request
+/// unless the request asks it to close. It stops when dropped.
 #[derive(Debug)]
 pub struct FakeEngine {
     socket: PathBuf,
     requests: Arc<Mutex<Vec<String>>>,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
     _dir: Option<tempfile::TempDir>,
@@ -413,6 +423,12 @@ impl FakeEngine {
         crate::Engine::unix(&self.socket)
     }
 
+    /// The connections clients opened so far.
+    #[must_use]
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
+    }
+
     /// The requests so far, as `METHOD target`.
     #[must_use]
     pub fn requests(&self) -> Vec<String> {
@@ -432,24 +448,53 @@ impl Drop for FakeEngine {
     }
 }
 
+/// Serves the requests of one connection until the client closes it or asks to.
 fn serve(mut stream: UnixStream, routes: &[(String, Answer)], seen: &Mutex<Vec<String>>) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
     let Ok(clone) = stream.try_clone() else {
         return;
     };
     let mut reader = BufReader::new(clone);
-    let mut request_line = String::new();
-    if reader.read_line(&mut request_line).is_err() {
-        return;
-    }
     loop {
-        let mut header = String::new();
-        match reader.read_line(&mut header) {
-            Ok(0) | Err(_) => break,
-            Ok(_) if header == "\r\n" => break,
-            Ok(_) => {}
+        let mut request_line = String::new();
+        if matches!(reader.read_line(&mut request_line), Ok(0) | Err(_)) {
+            return;
+        }
+        let (mut length, mut close) = (0usize, false);
+        loop {
+            let mut header = String::new();
+            match reader.read_line(&mut header) {
+                Ok(0) | Err(_) => return,
+                Ok(_) if header == "\r\n" => break,
+                Ok(_) => {}
+            }
+            if let Some((name, value)) = header.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse().unwrap_or(0);
+                } else if name.eq_ignore_ascii_case("connection") {
+                    close = value.trim().eq_ignore_ascii_case("close");
+                }
+            }
+        }
+        let mut body = vec![0u8; length];
+        if std::io::Read::read_exact(&mut reader, &mut body).is_err() {
+            return;
+        }
+        answer(&mut stream, &request_line, close, routes, seen);
+        if close {
+            return;
         }
     }
+}
+
+/// Answers one request on `stream`, saying `Connection: close` when the request asked to.
+fn answer(
+    stream: &mut UnixStream,
+    request_line: &str,
+    close: bool,
+    routes: &[(String, Answer)],
+    seen: &Mutex<Vec<String>>,
+) {
     let mut words = request_line.split_whitespace();
     let method = words.next().unwrap_or("");
     let target = words.next().unwrap_or("");
@@ -525,8 +570,9 @@ fn serve(mut stream: UnixStream, routes: &[(String, Answer)], seen: &Mutex<Vec<S
         .unwrap_or_default();
     let _ = write!(
         stream,
-        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nApi-Version: 1.41\r\n{server}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nApi-Version: 1.41\r\n{server}Content-Length: {}\r\n{}\r\n{body}",
+        body.len(),
+        if close { "Connection: close\r\n" } else { "" }
     );
 }
 
