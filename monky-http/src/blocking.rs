@@ -53,19 +53,16 @@ impl Client {
     }
 
     /// A request to `url`, to be sent with [`Client::execute`].
-    #[must_use]
     pub fn request(&self, method: Method, url: Url) -> reqwest::RequestBuilder {
         self.http.request(method, url)
     }
 
     /// A `GET` of `url`.
-    #[must_use]
     pub fn get(&self, url: Url) -> reqwest::RequestBuilder {
         self.http.get(url)
     }
 
     /// A `POST` to `url`.
-    #[must_use]
     pub fn post(&self, url: Url) -> reqwest::RequestBuilder {
         self.http.post(url)
     }
