@@ -135,11 +135,8 @@ impl ClientBuilder {
         };
         let http = monky_http::build_client(&base, settings).map_err(|e| match e {
             BuildError::CaBundle { reason } => Error::CaBundle { reason },
-            BuildError::Build(source) => Error::Build {
-                source: Box::new(source),
-            },
-            BuildError::Runtime(source) => Error::Build {
-                source: Box::new(source),
+            e @ (BuildError::Build(_) | BuildError::Runtime(_)) => Error::Build {
+                source: Box::new(e),
             },
         })?;
         Ok(Client {

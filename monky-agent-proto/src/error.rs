@@ -51,7 +51,7 @@ pub enum Error {
     /// The HTTP client could not be built.
     #[error("cannot build the tenancy http client")]
     Build {
-        /// reqwest's error, or its runtime's.
+        /// monky-http's error: reqwest's, or its runtime's.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },

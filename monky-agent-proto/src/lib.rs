@@ -6,9 +6,9 @@
 //!   starts with one), and [`AnyReportCode`], a received code that keeps unknown ones. They,
 //!   [`Sha`] and [`ReportResult`] are the shared vocabulary crate's (`monky-vocab`), re-exported
 //!   here at their old paths.
-//! - `client` (feature `client`): `Client`, a blocking client (reqwest's, driven on the caller's thread) with bearer auth,
-//!   per-call deadlines, an address mapping for mesh transports and a classified `Error`, built
-//!   on the workspace's hardened-HTTP crate (`monky-http`) as the OpenBao client is.
+//! - `client` (feature `client`): `Client`, a blocking client with bearer auth, per-call
+//!   deadlines, an address mapping for mesh transports and a classified `Error`, built on the
+//!   workspace's hardened-HTTP crate (`monky-http`) as the OpenBao client is.
 //! - `grant` (feature `grant`): the deploy grant's claims, an ES256 signer and the JWK Set
 //!   OpenBao verifies them with: what tenancy's tooling and the test kit mint for an agent.
 //!

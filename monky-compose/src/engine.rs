@@ -810,113 +810,134 @@ impl From<Exchange> for Error {
     }
 }
 
-/// Where a whole HTTP/1.1 answer ends in `answer`, when it is whole: after the head for a
-/// status without a body, after `Content-Length` bytes, or after the last chunk. `None` while
-/// it is not, and for an answer whose end is the connection's.
-fn answer_end(answer: &[u8]) -> Option<usize> {
-    let head_end = answer.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
-    let head = std::str::from_utf8(&answer[..head_end]).ok()?;
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines.next()?.split(' ').nth(1)?.parse().ok()?;
-    if status == 204 || status == 304 || (100..200).contains(&status) {
-        return Some(head_end);
-    }
-    let (mut length, mut chunked) = (None, false);
-    for line in lines.filter(|l| !l.is_empty()) {
-        let (name, value) = line.split_once(':')?;
-        if name.eq_ignore_ascii_case("content-length") {
-            length = Some(value.trim().parse::<usize>().ok()?);
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = value.trim().eq_ignore_ascii_case("chunked");
-        }
-    }
-    if chunked {
-        let mut at = head_end;
-        loop {
-            let line_end = answer[at..].windows(2).position(|w| w == b"\r\n")? + at;
-            let size = std::str::from_utf8(&answer[at..line_end]).ok()?;
-            let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
-            at = line_end + 2;
-            if size == 0 {
-                // No trailers: the empty line that ends the chunked body.
-                return (answer.get(at..at + 2)? == b"\r\n").then_some(at + 2);
-            }
-            at = at.checked_add(size)?.checked_add(2)?;
-            if at > answer.len() {
-                return None;
-            }
-        }
-    }
-    let end = head_end.checked_add(length?)?;
-    (end <= answer.len()).then_some(end)
+/// The head of an HTTP/1.1 answer: its status, where its body starts, and its header lines.
+/// `None` for bytes that are not (yet) a whole head, or a header line without a `:`.
+struct Head<'a> {
+    status: u16,
+    body_at: usize,
+    headers: Vec<(&'a str, &'a str)>,
 }
 
-/// Whether the answer's head says the connection closes after it.
-fn closes(answer: &[u8]) -> bool {
-    let Some(head_end) = answer.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return true;
-    };
-    String::from_utf8_lossy(&answer[..head_end])
-        .split("\r\n")
-        .skip(1)
-        .filter_map(|line| line.split_once(':'))
-        .any(|(name, value)| {
-            name.eq_ignore_ascii_case("connection") && value.trim().eq_ignore_ascii_case("close")
+/// How an answer's body ends.
+enum Framing {
+    /// A status that has no body.
+    Empty,
+    Length(usize),
+    Chunked,
+    /// With the connection.
+    ToEnd,
+}
+
+impl<'a> Head<'a> {
+    fn parse(answer: &'a [u8]) -> Option<Self> {
+        let head_end = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
+        let text = std::str::from_utf8(&answer[..head_end]).ok()?;
+        let mut lines = text.split("\r\n");
+        let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+        let headers = lines
+            .map(|line| line.split_once(':').map(|(n, v)| (n, v.trim())))
+            .collect::<Option<_>>()?;
+        Some(Head {
+            status,
+            body_at: head_end + 4,
+            headers,
         })
+    }
+
+    /// The first value of header `name`.
+    fn header(&self, name: &str) -> Option<&'a str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+    }
+
+    /// `None` for a `Content-Length` that is not a number.
+    fn framing(&self) -> Option<Framing> {
+        if self.status == 204 || self.status == 304 || (100..200).contains(&self.status) {
+            return Some(Framing::Empty);
+        }
+        let chunked = self
+            .header("transfer-encoding")
+            .is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
+        Some(match self.header("content-length") {
+            _ if chunked => Framing::Chunked,
+            Some(n) => Framing::Length(n.parse().ok()?),
+            None => Framing::ToEnd,
+        })
+    }
 }
 
-/// The status and body of a whole HTTP/1.1 answer (the connection closed after it): the body
-/// as `Content-Length` bounds it, or de-chunked, or up to the end.
-/// The daemon version of an answer's `Server: Docker/<version> (<os>)` header.
-fn server_version(answer: &[u8]) -> Option<&str> {
-    let head_end = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&answer[..head_end]).ok()?;
-    head.split("\r\n").skip(1).find_map(|line| {
-        let (name, value) = line.split_once(':')?;
-        if !name.eq_ignore_ascii_case("server") {
-            return None;
+/// Walks a chunked body, handing each chunk's bytes to `each`; where the last (empty) chunk's
+/// size line ends, `None` while it has not come.
+fn chunks(body: &[u8], mut each: impl FnMut(&[u8])) -> Option<usize> {
+    let mut at = 0;
+    loop {
+        let line_end = body.get(at..)?.windows(2).position(|w| w == b"\r\n")? + at;
+        let size = std::str::from_utf8(&body[at..line_end]).ok()?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        at = line_end + 2;
+        if size == 0 {
+            return Some(at);
         }
-        let version = value.trim().strip_prefix("Docker/")?.split(' ').next()?;
-        (!version.is_empty()).then_some(version)
+        each(body.get(at..at.checked_add(size)?)?);
+        at = at.checked_add(size)?.checked_add(2)?;
+    }
+}
+
+/// Where a whole HTTP/1.1 answer ends in `answer`, when it is whole: after the head for a
+/// status without a body, after `Content-Length` bytes, or after the last chunk and the empty
+/// line after it (no trailers). `None` while it is not, and for an answer whose end is the
+/// connection's.
+fn answer_end(answer: &[u8]) -> Option<usize> {
+    let head = Head::parse(answer)?;
+    let body = &answer[head.body_at..];
+    let len = match head.framing()? {
+        Framing::Empty => 0,
+        Framing::Length(n) => Some(n).filter(|&n| n <= body.len())?,
+        Framing::Chunked => {
+            let at = chunks(body, |_| {})?;
+            (body.get(at..at + 2)? == b"\r\n").then_some(at + 2)?
+        }
+        Framing::ToEnd => return None,
+    };
+    Some(head.body_at + len)
+}
+
+/// Whether the answer's head says the connection closes after it (or cannot be read).
+fn closes(answer: &[u8]) -> bool {
+    Head::parse(answer).is_none_or(|head| {
+        head.header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
     })
 }
 
+/// The daemon version of an answer's `Server: Docker/<version> (<os>)` header.
+fn server_version(answer: &[u8]) -> Option<&str> {
+    let version = Head::parse(answer)?
+        .header("server")?
+        .strip_prefix("Docker/")?
+        .split(' ')
+        .next()?;
+    (!version.is_empty()).then_some(version)
+}
+
+/// The status and body of a whole HTTP/1.1 answer: the body as `Content-Length` bounds it, or
+/// de-chunked, or up to the end (the connection closed after it).
 fn parse_response(answer: &[u8]) -> Option<(u16, Vec<u8>)> {
-    let head_end = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&answer[..head_end]).ok()?;
-    let rest = &answer[head_end + 4..];
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines.next()?.split(' ').nth(1)?.parse().ok()?;
-    let (mut length, mut chunked) = (None, false);
-    for line in lines {
-        let (name, value) = line.split_once(':')?;
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            length = Some(value.parse::<usize>().ok()?);
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = value.eq_ignore_ascii_case("chunked");
+    let head = Head::parse(answer)?;
+    let rest = &answer[head.body_at..];
+    let body = match head.framing()? {
+        Framing::Empty => Vec::new(),
+        Framing::Length(n) => rest.get(..n)?.to_vec(),
+        Framing::Chunked => {
+            let mut body = Vec::new();
+            chunks(rest, |chunk| body.extend_from_slice(chunk))?;
+            body
         }
-    }
-    if chunked {
-        let mut body = Vec::new();
-        let mut at = rest;
-        loop {
-            let line_end = at.windows(2).position(|w| w == b"\r\n")?;
-            let size = std::str::from_utf8(&at[..line_end]).ok()?;
-            let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
-            at = &at[line_end + 2..];
-            if size == 0 {
-                return Some((status, body));
-            }
-            body.extend_from_slice(at.get(..size)?);
-            at = at.get(size + 2..)?;
-        }
-    }
-    let body = match length {
-        Some(n) => rest.get(..n)?.to_vec(),
-        None => rest.to_vec(),
+        Framing::ToEnd => rest.to_vec(),
     };
-    Some((status, body))
+    Some((head.status, body))
 }
 
 /// What the agent reads of `GET /images/{reference}/json`.

@@ -19,8 +19,8 @@ pub enum ReadError {
 /// `Ok(None)` when the body is longer than `limit`.
 ///
 /// A body trickled a byte at a time must not outlast its call: the deadline is checked between
-/// reads, whatever the reader's own timeouts. `size_hint` (a `Content-Length`) only sizes the first allocation,
-/// never beyond `limit`.
+/// reads, whatever the reader's own timeouts. `size_hint` (a `Content-Length`) only sizes the
+/// first allocation, never beyond `limit`.
 ///
 /// # Errors
 /// [`ReadError::Deadline`] past the deadline, [`ReadError::Io`] for a failed read.

@@ -7,11 +7,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use monky_http::Response;
 use monky_http::{
     BaseRefusal, BuildError, ConnectionCheck, Mapping, ReadError, Settings, build_client,
     check_base, read_capped, without_credentials,
 };
-use monky_http::{Client, Response};
 use monky_testkit::bao::FakeBao;
 use monky_testkit::pki::Pki;
 use monky_testkit::raw::{RawBody, RawPeer, with_proxy_env};
@@ -49,31 +49,15 @@ fn url(text: &str) -> Url {
     text.parse().unwrap()
 }
 
-/// A client of `base` built with `settings`.
-fn client(base: &Url, settings: Settings) -> Probe {
-    Probe(build_client(base, settings).unwrap())
-}
-
-/// A built client, and a call on it written as one chain: `client(..).get(url).send()`.
-struct Probe(Client);
-
-/// A request being built on a [`Probe`]'s client.
-struct Call<'a>(&'a Client, reqwest::RequestBuilder);
-
-impl Probe {
-    fn get(&self, url: Url) -> Call<'_> {
-        Call(&self.0, self.0.get(url))
-    }
-}
-
-impl Call<'_> {
-    fn with(self, f: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder) -> Self {
-        Call(self.0, f(self.1))
-    }
-
-    fn send(self) -> Result<Response, reqwest::Error> {
-        self.0.send(self.1)
-    }
+/// A `GET` of `url` by a client of `base` built with `settings`, with `more` added to it.
+fn get(
+    base: &Url,
+    settings: Settings,
+    url: Url,
+    more: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+) -> Result<Response, reqwest::Error> {
+    let c = build_client(base, settings).unwrap();
+    c.send(more(c.get(url)))
 }
 
 /// Asserts that `check_base` refuses each URL with `why`.
@@ -163,11 +147,11 @@ fn ca_bundle_only_root() {
     // Its own CA: the handshake succeeds and an HTTP answer comes back.
     let (server, pki) = tls_server();
     let (settings, wire) = mapped_to(&server, pki.ca_bytes());
-    client(&base, settings).get(wire).send().unwrap();
+    get(&base, settings, wire, |r| r).unwrap();
     // Another CA: refused in the handshake, no answer.
     let other = Pki::new();
     let (settings, wire) = mapped_to(&server, other.ca_pem.into_bytes());
-    let err = client(&base, settings).get(wire).send().unwrap_err();
+    let err = get(&base, settings, wire, |r| r).unwrap_err();
     assert!(err.status().is_none() && err.is_connect(), "{err:?}");
 }
 
@@ -197,11 +181,10 @@ fn connect_to_keeps_the_name() {
         mapping: Some(mapping),
         ..settings()
     };
-    client(&base, settings)
-        .get(wire)
-        .with(|r| r.header(reqwest::header::HOST, host))
-        .send()
-        .unwrap();
+    get(&base, settings, wire, |r| {
+        r.header(reqwest::header::HOST, host)
+    })
+    .unwrap();
     let head = peer.request_head().unwrap().to_lowercase();
     assert!(
         head.contains("\r\nhost: monky.tenancy.deploy:443\r\n"),
@@ -211,7 +194,7 @@ fn connect_to_keeps_the_name() {
     let (server, pki) = tls_server();
     let (settings, wire) = mapped_to(&server, pki.ca_bytes());
     let base = url("https://bao.example.test:8200/");
-    client(&base, settings).get(wire).send().unwrap();
+    get(&base, settings, wire, |r| r).unwrap();
 }
 
 #[test]
@@ -225,10 +208,7 @@ fn no_redirects() {
         ),
         RawBody::Whole(Vec::new()),
     );
-    let answer = client(&redirect.url(), settings())
-        .get(redirect.url())
-        .send()
-        .unwrap();
+    let answer = get(&redirect.url(), settings(), redirect.url(), |r| r).unwrap();
     assert_eq!(answer.status().as_u16(), 307);
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(target.request_head(), None, "the redirect was followed");
@@ -245,7 +225,7 @@ fn no_proxy_from_env() {
             mapping: Some(mapping),
             ..settings()
         };
-        client(&base, settings).get(wire).send().unwrap();
+        get(&base, settings, wire, |r| r).unwrap();
         assert!(target.request_head().is_some());
     });
 }
@@ -262,10 +242,7 @@ fn capped_get(peer: &RawPeer, timeout: Duration, limit: u64) -> (Read, Duration)
         connect_timeout: timeout,
         ..settings()
     };
-    let answer = client(&peer.url(), settings)
-        .get(peer.url())
-        .send()
-        .unwrap();
+    let answer = get(&peer.url(), settings, peer.url(), |r| r).unwrap();
     let len = answer.content_length();
     let read = read_capped(answer, len, limit, started + timeout);
     (read, started.elapsed())
@@ -302,10 +279,7 @@ fn user_agent() {
         user_agent: "probe/1".to_owned(),
         ..settings()
     };
-    client(&peer.url(), settings)
-        .get(peer.url())
-        .send()
-        .unwrap();
+    get(&peer.url(), settings, peer.url(), |r| r).unwrap();
     let head = peer.request_head().unwrap().to_lowercase();
     assert!(head.contains("\r\nuser-agent: probe/1\r\n"), "{head}");
 }
@@ -333,11 +307,10 @@ fn connection_check() {
         connection_check: Some(check),
         ..settings()
     };
-    let err = client(&peer.url(), settings)
-        .get(peer.url())
-        .with(|r| r.bearer_auth("s.HARDENINGhardening012345"))
-        .send()
-        .unwrap_err();
+    let err = get(&peer.url(), settings, peer.url(), |r| {
+        r.bearer_auth("s.HARDENINGhardening012345")
+    })
+    .unwrap_err();
     let refusal = monky_http::connect::refusal_in(&err).map(ToString::to_string);
     assert_eq!(refusal.as_deref(), Some("served by a stranger"), "{err:?}");
     assert_eq!(head_when_closed(&peer), "", "the peer read a request");
@@ -355,9 +328,12 @@ fn connection_check() {
         connection_check: Some(check),
         ..settings
     };
-    client(&url("https://bao.example.test:8200/"), settings)
-        .get(wire)
-        .send()
-        .unwrap();
+    get(
+        &url("https://bao.example.test:8200/"),
+        settings,
+        wire,
+        |r| r,
+    )
+    .unwrap();
     assert_eq!(seen.lock().unwrap()[0].1, server.addr());
 }
